@@ -1,0 +1,36 @@
+# mrcnet: the two commands a newcomer needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo deps venv lint typecheck bench clean
+
+# System packages (clang, iproute2, tshark...) are installed only when missing.
+deps:
+	@bash tools/install-deps.sh
+
+$(STAMP): pyproject.toml setup.py cffi_build.py
+	@$(MAKE) --no-print-directory deps
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check mrcnet tests tools cffi_build.py
+	$(VENV)/bin/mypy mrcnet
+
+demo: $(STAMP)
+	$(PY) -m mrcnet.demo
+
+bench: $(STAMP)
+	$(PY) tools/bench_wire.py
+
+clean:
+	rm -rf build dist *.egg-info mrcnet/_fastpath*.so mrcnet/_fastpath.c

@@ -1,0 +1,157 @@
+"""Every MRC protocol constant, in one place.
+
+Layouts and values marked [M] in ../shared/design/PROTOCOL-NOTES.md come from third-party
+readings of the OCP MRC 1.0 specification; they live here (and in the one codec module that
+uses each) so that a correction is a one-line change.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+# --- Ethernet -------------------------------------------------------------------------
+ETH_HEADER_LEN: Final = 14
+ETH_P_IPV6: Final = 0x86DD
+ETH_ALEN: Final = 6
+
+# --- IPv6 -----------------------------------------------------------------------------
+IPV6_HEADER_LEN: Final = 40
+IPV6_VERSION: Final = 6
+IPPROTO_ROUTING: Final = 43  # IPv6 routing header (SRH is routing type 4)
+IPPROTO_IPV6: Final = 41  # IPv6-in-IPv6 encapsulation
+IPPROTO_UDP: Final = 17
+IPPROTO_NONE: Final = 59
+DEFAULT_HOP_LIMIT: Final = 64
+FLOW_LABEL_MASK: Final = 0xFFFFF
+
+# --- SRv6 -----------------------------------------------------------------------------
+SRH_ROUTING_TYPE: Final = 4  # RFC 8754
+SRH_FIXED_LEN: Final = 8
+SRH_TLV_PAD1: Final = 0
+SRH_TLV_PADN: Final = 4
+# Micro-SIDs, F3216 format (RFC 9800 NEXT-C-SID): 32-bit locator block + 16-bit uSIDs.
+USID_BLOCK_BITS: Final = 32
+USID_BITS: Final = 16
+USID_MAX_PER_CONTAINER: Final = (128 - USID_BLOCK_BITS) // USID_BITS  # 6
+
+# --- UDP / RoCEv2 ---------------------------------------------------------------------
+UDP_HEADER_LEN: Final = 8
+MRC_UDP_PORT: Final = 4791  # RoCEv2 destination port, shared by MRC
+ICRC_LEN: Final = 4
+
+# --- Differentiated services (IPv6 traffic class = DSCP << 2 | ECN) -------------------
+# The code points are deployment choices; these defaults match mrc-fabric's switches.
+DSCP_DATA: Final = 26  # AF31: data packets
+DSCP_CONTROL: Final = 46  # EF: SACK / NACK / probes (high priority, like trimmed headers)
+DSCP_TRIMMED: Final = 40  # CS5: a switch re-marks a packet it trimmed to this code point
+
+
+class ECN(enum.IntEnum):
+    """The two ECN bits of the IPv6 traffic class (RFC 3168)."""
+
+    NOT_ECT = 0b00
+    ECT1 = 0b01
+    ECT0 = 0b10
+    CE = 0b11
+
+
+# --- Entropy values -------------------------------------------------------------------
+# [M] The 32-bit EV rides in the UDP source port (high 16 bits) and the low 16 bits of the
+# outer flow label (low 16 bits). The receiver reflects it in SACK/NACK so the sender learns
+# which path a signal belongs to (the uSID destination is consumed hop by hop).
+EV_BITS: Final = 32
+EV_SPORT_SHIFT: Final = 16
+EV_FLOW_LABEL_MASK: Final = 0xFFFF
+
+# --- BTH ------------------------------------------------------------------------------
+BTH_LEN: Final = 12
+BTH_TVER: Final = 0  # transport header version; anything else is rejected
+DEFAULT_PKEY: Final = 0xFFFF
+PSN_BITS: Final = 24
+PSN_MOD: Final = 1 << PSN_BITS
+PSN_MASK: Final = PSN_MOD - 1
+QPN_MASK: Final = (1 << 24) - 1
+# Connectionless endpoint operations (EV probes, port status) use a reserved QPN.
+ENDPOINT_QPN: Final = 0xFFFFFF
+
+
+class Opcode(enum.IntEnum):
+    """BTH opcodes MRC uses [M] (RC-style WRITE family plus MRC's own control packets)."""
+
+    WRITE_FIRST = 0xC6
+    WRITE_MIDDLE = 0xC7
+    WRITE_LAST = 0xC8
+    WRITE_LAST_IMM = 0xC9
+    WRITE_ONLY = 0xCA
+    WRITE_ONLY_IMM = 0xCB
+    ACK = 0xD1
+    ENDPOINT_REQ = 0xD8
+    ENDPOINT_RESP = 0xD9
+    SACK = 0xDC
+    NACK = 0xDD
+    RELIABILITY_PROBE = 0xDE
+
+
+DATA_OPCODES: Final = frozenset(
+    {
+        Opcode.WRITE_FIRST,
+        Opcode.WRITE_MIDDLE,
+        Opcode.WRITE_LAST,
+        Opcode.WRITE_LAST_IMM,
+        Opcode.WRITE_ONLY,
+        Opcode.WRITE_ONLY_IMM,
+    }
+)
+IMM_OPCODES: Final = frozenset({Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM})
+# Opcodes that end a message (the responder may complete the work request after these).
+LAST_OPCODES: Final = frozenset(
+    {Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM}
+)
+
+# --- Extension headers [M] ------------------------------------------------------------
+RETH_LEN: Final = 16  # VA(64) rkey(32) DMA length(32): in every data packet
+METH_LEN: Final = 4  # reserved(8) message sequence number(24): with *_IMM opcodes
+IMMDT_LEN: Final = 4  # immediate data (32): with *_IMM opcodes, after METH
+TSETH_LEN: Final = 4  # send timestamp(16) reserved(16): when BTH.TS is set
+SETH_LEN: Final = 28  # SACK extended header
+CCSTATE_LEN: Final = 8  # congestion-control state that follows SETH
+NETH_LEN: Final = 20  # NACK extended header
+PRBH_LEN: Final = 16  # reliability probe header
+EPH_LEN: Final = 16  # endpoint request/response header
+SACK_BITMAP_BITS: Final = 64
+WINDOW_PENALTY_MAX: Final = 127
+TIMESTAMP_MOD: Final = 1 << 16  # TSETH and echoed timestamps: microseconds mod 2^16
+
+
+class SackMode(enum.IntEnum):
+    """The SACK's 2-bit M field: what the sender should do with the reflected EV [M]."""
+
+    NONE = 0
+    SKIP_ONCE = 1
+    ALWAYS_SKIP = 2
+
+
+class NackReason(enum.IntEnum):
+    """NACK reason codes, shared with Ultra Ethernet's transport [M]."""
+
+    TRIMMED = 0x01
+    TRIMMED_LASTHOP = 0x02
+    NO_BITMAP = 0x06
+    NO_PKT_BUFFER = 0x07
+    NO_RESOURCE = 0x0A
+    PSN_OOR_WINDOW = 0x0B
+    UNEXP_EVENT = 0x19
+
+
+class EndpointOp(enum.IntEnum):
+    """Connectionless endpoint operations carried in ENDPOINT_REQ / ENDPOINT_RESP [M]."""
+
+    EV_PROBE = 1
+    PORT_STATUS = 2
+
+
+# --- QP defaults (mrc.h names) ----------------------------------------------------------
+ACK_TIMEOUT_UNIT_S: Final = 1.024e-6  # QP ack timeout = 1.024 us x 2^t
+ACK_TIMEOUT_MAX_EXP: Final = 24
+DEFAULT_EVS_PER_QP: Final = 128
