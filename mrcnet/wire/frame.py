@@ -1,0 +1,433 @@
+"""Whole MRC frames: build any kind, and parse one strictly.
+
+A frame on the wire (SRv6 mode)::
+
+    Ethernet / outer IPv6 [DA = uSID container or active segment; flow label = EV low 16;
+    traffic class = DSCP + ECN] / optional SRH / optional inner IPv6 [DA = receiving NIC]
+    / UDP [dport 4791, sport = EV high 16] / BTH / extension headers / payload / ICRC
+
+Extension headers by opcode (see ``mrcnet.constants.Opcode``):
+
+- data (WRITE_*): RETH in every packet; METH + ImmDt with *_IMM opcodes; TSETH if BTH.TS
+- SACK, ACK: SETH + CC state
+- NACK: NETH
+- RELIABILITY_PROBE: probe header
+- ENDPOINT_REQ / ENDPOINT_RESP: endpoint header (to the reserved QPN ``ENDPOINT_QPN``)
+
+:func:`parse_frame` raises only :class:`~mrcnet.errors.MalformedFrame`. A data frame cut
+short after its headers (a switch trimmed it; many do not fix the IP length) or marked with
+the trimmed DSCP parses with ``trimmed=True``, headers intact, checksums not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mrcnet.constants import (
+    BTH_LEN,
+    DATA_OPCODES,
+    DEFAULT_HOP_LIMIT,
+    DSCP_CONTROL,
+    DSCP_DATA,
+    DSCP_TRIMMED,
+    ECN,
+    ENDPOINT_QPN,
+    ETH_HEADER_LEN,
+    ETH_P_IPV6,
+    ICRC_LEN,
+    IMM_OPCODES,
+    IPPROTO_IPV6,
+    IPPROTO_ROUTING,
+    IPPROTO_UDP,
+    IPV6_HEADER_LEN,
+    MRC_UDP_PORT,
+    UDP_HEADER_LEN,
+    Opcode,
+)
+from mrcnet.errors import MalformedFrame, MalformedReason
+from mrcnet.wire._util import Buffer
+from mrcnet.wire.bth import BTH
+from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
+from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.ethernet import Ethernet
+from mrcnet.wire.icrc import icrc
+from mrcnet.wire.immdt import ImmDt
+from mrcnet.wire.ipv6 import IPv6
+from mrcnet.wire.meth import METH
+from mrcnet.wire.nack import NETH
+from mrcnet.wire.probe import ProbeHeader
+from mrcnet.wire.reth import RETH
+from mrcnet.wire.sack import SETH, CCState
+from mrcnet.wire.srh import SRH
+from mrcnet.wire.tseth import TSETH
+from mrcnet.wire.udp import UDP, ev_from_headers, ev_to_flow_label, ev_to_sport
+from mrcnet.wire.usid import usid_final
+
+# Frames this short are Ethernet-padded; longer ones must end where IPv6 says.
+_ETH_MIN_FRAME = 60
+
+
+class _Header(Protocol):
+    def pack(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How a frame reaches its destination: L2 next hop, addresses and SRv6 path.
+
+    Exactly one of ``usid`` (a uSID container, see :mod:`mrcnet.wire.usid`) and
+    ``segments`` (SRH mode: segment list in travel order, first hop first) is normally
+    given; with neither the frame is plain IPv6 to ``dst_ip``. With ``encap`` (the default)
+    an inner IPv6 header from ``src_ip`` to ``dst_ip`` follows the outer header.
+    """
+
+    src_mac: bytes
+    dst_mac: bytes
+    src_ip: bytes
+    dst_ip: bytes
+    usid: bytes | None = None
+    segments: tuple[bytes, ...] | None = None
+    encap: bool = True
+    hop_limit: int = DEFAULT_HOP_LIMIT
+
+    def __post_init__(self) -> None:
+        if self.usid is not None and self.segments is not None:
+            raise ValueError("a route is either uSID (usid=...) or SRH (segments=...), not both")
+        if self.segments is not None and not self.segments:
+            raise ValueError("an SRH route needs at least one segment")
+
+    @property
+    def outer_dst(self) -> bytes:
+        """The outer IPv6 destination as the frame leaves the sender."""
+        if self.usid is not None:
+            return self.usid
+        if self.segments is not None:
+            return self.segments[0]
+        return self.dst_ip
+
+    @property
+    def final_dst(self) -> bytes:
+        """The pseudo-header destination of a frame without an inner IPv6 header."""
+        if self.usid is not None:
+            return usid_final(self.usid)
+        if self.segments is not None:
+            return self.segments[-1]
+        return self.dst_ip
+
+    def with_usid(self, container: bytes) -> Route:
+        """The same route through another uSID path (per-EV path selection)."""
+        return Route(
+            self.src_mac, self.dst_mac, self.src_ip, self.dst_ip, usid=container,
+            encap=self.encap, hop_limit=self.hop_limit,
+        )
+
+
+def build_frame(
+    route: Route,
+    *,
+    ev: int,
+    bth: BTH,
+    ext: Sequence[_Header] = (),
+    payload: Buffer = b"",
+    dscp: int = DSCP_DATA,
+    ecn: int = ECN.ECT0,
+    checksum: Callable[[bytes, bytes, Buffer], int] = udp6_checksum,
+) -> bytes:
+    """Build a complete frame (any kind) from a BTH, its extension headers and payload."""
+    l4 = bth.pack() + b"".join(h.pack() for h in ext) + bytes(payload)
+    udp_len = UDP_HEADER_LEN + len(l4) + ICRC_LEN
+    udp_hdr = UDP(sport=ev_to_sport(ev), length=udp_len).pack()
+    inner = b""
+    if route.encap:
+        inner = IPv6(
+            src=route.src_ip, dst=route.dst_ip, next_header=IPPROTO_UDP,
+            payload_length=udp_len, hop_limit=DEFAULT_HOP_LIMIT, dscp=dscp, ecn=ecn,
+        ).pack()
+    crc = icrc(inner + udp_hdr + l4, has_ip=route.encap)
+    if route.encap:
+        ph_src, ph_dst = route.src_ip, route.dst_ip
+    else:
+        ph_src, ph_dst = route.src_ip, route.final_dst
+    csum = checksum(ph_src, ph_dst, udp_hdr + l4 + crc)
+    udp_hdr = udp_hdr[:6] + csum.to_bytes(2, "big")
+    upper = inner + udp_hdr + l4 + crc
+    upper_nh = IPPROTO_IPV6 if route.encap else IPPROTO_UDP
+    srh = b""
+    if route.segments is not None:
+        srh = SRH.from_path(upper_nh, route.segments).pack()
+    outer = IPv6(
+        src=route.src_ip,
+        dst=route.outer_dst,
+        next_header=IPPROTO_ROUTING if srh else upper_nh,
+        payload_length=len(srh) + len(upper),
+        hop_limit=route.hop_limit,
+        dscp=dscp,
+        ecn=ecn,
+        flow_label=ev_to_flow_label(ev),
+    ).pack()
+    return Ethernet(route.dst_mac, route.src_mac, ETH_P_IPV6).pack() + outer + srh + upper
+
+
+def build_data(
+    route: Route,
+    *,
+    ev: int,
+    opcode: int,
+    dest_qp: int,
+    psn: int,
+    va: int,
+    rkey: int,
+    payload: Buffer = b"",
+    msn: int | None = None,
+    imm: int | None = None,
+    timestamp: int | None = None,
+    rtx: bool = False,
+    ack_req: bool = False,
+    ecn: int = ECN.ECT0,
+    dscp: int = DSCP_DATA,
+) -> bytes:
+    """Build an RDMA WRITE data frame; *_IMM opcodes need ``msn`` and ``imm``."""
+    if opcode not in DATA_OPCODES:
+        raise ValueError(f"opcode {opcode:#x} is not a WRITE opcode")
+    ext: list[_Header] = [RETH(va, rkey, len(payload))]
+    if opcode in IMM_OPCODES:
+        if msn is None or imm is None:
+            raise ValueError("a write-with-immediate needs msn= and imm=")
+        ext += [METH(msn), ImmDt(imm)]
+    elif msn is not None or imm is not None:
+        raise ValueError(f"opcode {Opcode(opcode).name} carries no immediate")
+    if timestamp is not None:
+        ext.append(TSETH(timestamp))
+    bth = BTH(opcode, dest_qp, psn, ack_req=ack_req, rtx=rtx, ts=timestamp is not None)
+    return build_frame(route, ev=ev, bth=bth, ext=ext, payload=payload, dscp=dscp, ecn=ecn)
+
+
+def build_sack(
+    route: Route,
+    *,
+    ev: int,
+    dest_qp: int,
+    seth: SETH,
+    cc: CCState | None = None,
+    psn: int = 0,
+    ack: bool = False,
+) -> bytes:
+    """Build a SACK (or, with ``ack=True``, an ACK) frame; ``ev`` is the reverse EV."""
+    op = Opcode.ACK if ack else Opcode.SACK
+    return build_frame(
+        route, ev=ev, bth=BTH(op, dest_qp, psn), ext=[seth, cc or CCState()],
+        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+    )
+
+
+def build_nack(route: Route, *, ev: int, dest_qp: int, neth: NETH, psn: int = 0) -> bytes:
+    """Build a NACK frame."""
+    return build_frame(
+        route, ev=ev, bth=BTH(Opcode.NACK, dest_qp, psn), ext=[neth],
+        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+    )
+
+
+def build_probe(
+    route: Route, *, ev: int, dest_qp: int, probe: ProbeHeader, psn: int = 0
+) -> bytes:
+    """Build a reliability probe frame (travels on ``ev``, the EV being probed)."""
+    return build_frame(
+        route, ev=ev, bth=BTH(Opcode.RELIABILITY_PROBE, dest_qp, psn, ack_req=True),
+        ext=[probe], dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+    )
+
+
+def build_endpoint(
+    route: Route, *, ev: int, eph: EndpointHeader, response: bool = False
+) -> bytes:
+    """Build an endpoint request/response (EV probe, port status) to ``ENDPOINT_QPN``."""
+    op = Opcode.ENDPOINT_RESP if response else Opcode.ENDPOINT_REQ
+    return build_frame(
+        route, ev=ev, bth=BTH(op, ENDPOINT_QPN, 0), ext=[eph],
+        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+    )
+
+
+@dataclass(slots=True)
+class Frame:
+    """Every header of a parsed frame; ``payload`` is a view into the caller's buffer."""
+
+    eth: Ethernet
+    outer: IPv6
+    srh: SRH | None
+    inner: IPv6 | None
+    udp: UDP
+    bth: BTH
+    payload: memoryview
+    trimmed: bool = False
+    reth: RETH | None = None
+    meth: METH | None = None
+    immdt: ImmDt | None = None
+    tseth: TSETH | None = None
+    seth: SETH | None = None
+    cc: CCState | None = None
+    neth: NETH | None = None
+    probe: ProbeHeader | None = None
+    endpoint: EndpointHeader | None = None
+
+    @property
+    def ev(self) -> int:
+        """The entropy value this frame travelled on (UDP sport + outer flow label)."""
+        return ev_from_headers(self.udp.sport, self.outer.flow_label)
+
+    @property
+    def opcode(self) -> Opcode:
+        """The BTH opcode as an enum."""
+        return Opcode(self.bth.opcode)
+
+    @property
+    def is_data(self) -> bool:
+        """True for RDMA WRITE packets."""
+        return self.bth.opcode in DATA_OPCODES
+
+    @property
+    def ce(self) -> bool:
+        """True when a switch marked the frame Congestion Experienced."""
+        return self.outer.ecn == ECN.CE
+
+
+def _bad_len(detail: str) -> MalformedFrame:
+    return MalformedFrame(MalformedReason.BAD_LENGTH, detail)
+
+
+def parse_frame(
+    buf: Buffer,
+    *,
+    verify_checksum: bool = True,
+    verify_icrc: bool = True,
+    checksum_ok: Callable[[bytes, bytes, Buffer], bool] = udp6_checksum_ok,
+) -> Frame:
+    """Parse an MRC frame strictly. Raises only ``MalformedFrame``; never copies payload."""
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    eth = Ethernet.unpack_from(mv, 0)
+    if eth.ethertype != ETH_P_IPV6:
+        raise MalformedFrame(MalformedReason.BAD_ETHERTYPE, f"EtherType {eth.ethertype:#06x}")
+    outer = IPv6.unpack_from(mv, ETH_HEADER_LEN)
+    off = ETH_HEADER_LEN + IPV6_HEADER_LEN
+    ip_end = off + outer.payload_length
+    if ip_end < len(mv) and len(mv) > _ETH_MIN_FRAME:
+        raise _bad_len(f"frame has {len(mv)} bytes, IPv6 length says {ip_end}")
+    end = min(ip_end, len(mv))
+    mv = mv[:end]
+    trimmed_dscp = outer.dscp == DSCP_TRIMMED
+
+    srh: SRH | None = None
+    nh = outer.next_header
+    if nh == IPPROTO_ROUTING:
+        srh = SRH.unpack_from(mv, off)
+        off += srh.length
+        nh = srh.next_header
+    inner: IPv6 | None = None
+    claims: list[tuple[str, int]] = []
+    if nh == IPPROTO_IPV6:
+        inner = IPv6.unpack_from(mv, off)
+        off += IPV6_HEADER_LEN
+        if inner.next_header != IPPROTO_UDP:
+            raise MalformedFrame(
+                MalformedReason.BAD_NEXT_HEADER, f"inner next header {inner.next_header}"
+            )
+        claims.append(("inner IPv6", off + inner.payload_length))
+    elif nh != IPPROTO_UDP:
+        raise MalformedFrame(MalformedReason.BAD_NEXT_HEADER, f"next header {nh}")
+    ip_payload_off = off - IPV6_HEADER_LEN if inner is not None else off
+
+    udp = UDP.unpack_from(mv, off)
+    if udp.dport != MRC_UDP_PORT:
+        raise MalformedFrame(MalformedReason.BAD_UDP_PORT, f"UDP destination port {udp.dport}")
+    if udp.length < UDP_HEADER_LEN + BTH_LEN + ICRC_LEN:
+        raise _bad_len(f"UDP length {udp.length} cannot hold BTH and ICRC")
+    udp_off = off
+    claims.append(("UDP", off + udp.length))
+    off += UDP_HEADER_LEN
+    bth = BTH.unpack_from(mv, off)
+    off += BTH_LEN
+    frame = Frame(eth, outer, srh, inner, udp, bth, mv[0:0])
+
+    op = bth.opcode
+    is_data = op in DATA_OPCODES
+    if is_data:
+        frame.reth = RETH.unpack_from(mv, off)
+        off += RETH.LEN
+        if op in IMM_OPCODES:
+            frame.meth = METH.unpack_from(mv, off)
+            frame.immdt = ImmDt.unpack_from(mv, off + METH.LEN)
+            off += METH.LEN + ImmDt.LEN
+        if bth.ts:
+            frame.tseth = TSETH.unpack_from(mv, off)
+            off += TSETH.LEN
+        claims.append(("RETH", off + frame.reth.length + ICRC_LEN))
+    elif op in (Opcode.SACK, Opcode.ACK):
+        frame.seth = SETH.unpack_from(mv, off)
+        frame.cc = CCState.unpack_from(mv, off + SETH.LEN)
+        off += SETH.LEN + CCState.LEN
+    elif op == Opcode.NACK:
+        frame.neth = NETH.unpack_from(mv, off)
+        off += NETH.LEN
+    elif op == Opcode.RELIABILITY_PROBE:
+        frame.probe = ProbeHeader.unpack_from(mv, off)
+        off += ProbeHeader.LEN
+    else:  # ENDPOINT_REQ / ENDPOINT_RESP: the opcode set is closed (BTH checked it)
+        if bth.dest_qp != ENDPOINT_QPN:
+            raise MalformedFrame(
+                MalformedReason.BAD_FIELD, f"endpoint operation to QPN {bth.dest_qp:#x}"
+            )
+        frame.endpoint = EndpointHeader.unpack_from(mv, off)
+        off += EndpointHeader.LEN
+    if not is_data:
+        claims.append((Opcode(op).name, off + ICRC_LEN))
+
+    # Every inner layer must claim the same end; the outer IPv6 must agree too unless a
+    # switch marked the frame trimmed (some fix the outer length, most leave it).
+    claimed = claims[0][1]
+    for name, value in claims[1:]:
+        if value != claimed:
+            raise _bad_len(f"{name} ends at {value}, {claims[0][0]} at {claimed}")
+    if ip_end != claimed and not (is_data and trimmed_dscp and off <= ip_end < claimed):
+        raise _bad_len(f"outer IPv6 ends at {ip_end}, inner headers at {claimed}")
+
+    short = end < claimed
+    if is_data:
+        frame.trimmed = trimmed_dscp or short
+        assert frame.reth is not None
+        frame.payload = mv[off : min(end, off + frame.reth.length)]
+    elif short:
+        raise MalformedFrame(
+            MalformedReason.TRUNCATED, f"{Opcode(op).name} frame ends at {end}, needs {claimed}"
+        )
+    if frame.trimmed:
+        return frame
+
+    if verify_icrc:
+        got = bytes(mv[end - ICRC_LEN : end])
+        want = icrc(mv[ip_payload_off : end - ICRC_LEN], has_ip=inner is not None)
+        if got != want:
+            raise MalformedFrame(MalformedReason.BAD_ICRC, f"ICRC {got.hex()} != {want.hex()}")
+    if verify_checksum:
+        udp_bytes = mv[udp_off:end]
+        if inner is not None:
+            ok = checksum_ok(inner.src, inner.dst, udp_bytes)
+        elif srh is not None:
+            ok = checksum_ok(outer.src, srh.final_segment, udp_bytes)
+        else:
+            # uSID mode without an inner header: the pseudo-header destination is the
+            # fully shifted container; a plain IPv6 frame uses the destination as it is.
+            ok = checksum_ok(outer.src, outer.dst, udp_bytes)
+            if not ok:
+                try:
+                    ok = checksum_ok(outer.src, usid_final(outer.dst), udp_bytes)
+                except ValueError:
+                    ok = False
+        if not ok:
+            raise MalformedFrame(MalformedReason.BAD_CHECKSUM, "UDP checksum does not verify")
+    return frame
+
