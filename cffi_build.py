@@ -1,4 +1,9 @@
-"""Build ``mrcnet._fastpath`` (cffi API mode) from mrcnet/_csrc during ``pip install``."""
+"""Build ``mrcnet._fastpath`` (cffi API mode) from mrcnet/_csrc during ``pip install``.
+
+The cdef below mirrors mrcnet/_csrc/fastpath.h. System structs are declared opaque
+(``...;``): API mode takes their real sizes from the system headers at build time.
+Links zlib for the ICRC (Debian: zlib1g-dev).
+"""
 
 from pathlib import Path
 
@@ -10,8 +15,58 @@ CSRC = HERE / "mrcnet" / "_csrc"
 ffibuilder = FFI()
 ffibuilder.cdef(
     """
+    struct mmsghdr { ...; };
+    struct iovec { ...; };
+    struct sockaddr_ll { ...; };
+
     uint16_t mrc_udp6_checksum(const uint8_t *src, const uint8_t *dst,
                                const uint8_t *udp, size_t udp_len);
+    uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
+                          const uint8_t *udp, size_t udp_len);
+    uint32_t mrc_icrc(const uint8_t *ip6, size_t len);
+
+    #define MRC_TMPL_HDR_MAX 512
+    #define MRC_EXT_IMM 1
+    #define MRC_EXT_TSETH 2
+    struct mrc_tmpl {
+        uint8_t  hdr[MRC_TMPL_HDR_MAX];
+        uint32_t hdr_len;
+        uint32_t off_outer_ip;
+        uint32_t off_srh_segs;
+        uint32_t srh_segs_len;
+        uint32_t off_inner_ip;
+        uint32_t off_udp;
+        uint32_t off_bth;
+        uint32_t off_reth;
+        uint32_t imm_first;
+        uint32_t icrc_le;
+        uint32_t pseudo_sum;
+    };
+    size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
+                          uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
+                          const uint8_t *outer_da, const uint8_t *srh_segs,
+                          uint64_t va, uint32_t ext, uint32_t msn, uint32_t imm,
+                          uint32_t timestamp, const uint8_t *payload, size_t payload_len);
+    uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
+
+    struct mrc_batch {
+        unsigned max;
+        uint32_t bufsize;
+        struct mmsghdr *msgs;
+        struct iovec *iov;
+        struct sockaddr_ll *addrs;
+        uint8_t *bufs;
+        uint32_t *lens;
+        uint8_t *pkttype;
+        int32_t *ifindex;
+        uint32_t *idx;
+    };
+    void mrc_batch_init(struct mrc_batch *b);
+    int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data,
+                       const uint32_t *offs, unsigned n);
+    int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n);
+    int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait,
+                       int skip_outgoing, unsigned *nrecv);
     """
 )
 ffibuilder.set_source(
@@ -19,6 +74,7 @@ ffibuilder.set_source(
     '#include "fastpath.h"',
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
+    libraries=["z"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
 )
 

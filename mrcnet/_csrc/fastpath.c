@@ -1,22 +1,280 @@
+/* mrcnet C fast path. See fastpath.h for the contract of each function. */
 #include "fastpath.h"
 
-static uint32_t sum16(const uint8_t *p, size_t n, uint32_t acc)
+#include <errno.h>
+#include <string.h>
+#include <zlib.h>
+
+/* ---- checksums -------------------------------------------------------------------- */
+
+/* One's-complement sum of n bytes in *native* byte order, folded to 16 bits. RFC 1071
+ * sec. 2(B): the sum is byte-order independent, so we add 8 bytes at a time and swap
+ * once at the end instead of assembling big-endian words byte by byte. */
+static uint32_t sum_native(const uint8_t *p, size_t n)
 {
-    uint64_t s = acc;
-    while (n >= 2) { s += (uint32_t)((p[0] << 8) | p[1]); p += 2; n -= 2; }
-    if (n) s += (uint32_t)(p[0] << 8);
-    while (s >> 16) s = (s & 0xffff) + (s >> 16);
+    uint64_t s = 0, w;
+    while (n >= 8) {
+        memcpy(&w, p, 8);          /* unaligned-safe; compiles to one load */
+        s += w;
+        s += (s < w);              /* end-around carry */
+        p += 8;
+        n -= 8;
+    }
+    if (n) {
+        w = 0;
+        memcpy(&w, p, n);          /* zero padding = RFC 768 padding of an odd tail */
+        s += w;
+        s += (s < w);
+    }
+    s = (s & 0xffffffffu) + (s >> 32);
+    s = (s & 0xffffffffu) + (s >> 32);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
     return (uint32_t)s;
+}
+
+/* Native-order folded sum -> the same sum as big-endian 16-bit words. */
+static uint32_t to_be16sum(uint32_t s)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return ((s & 0xff) << 8) | (s >> 8);
+#else
+    return s;
+#endif
+}
+
+static uint32_t fold(uint64_t s)
+{
+    while (s >> 16)
+        s = (s & 0xffff) + (s >> 16);
+    return (uint32_t)s;
+}
+
+/* Sum of the pseudo-header addresses; constant per template, so it is cached there. */
+static uint32_t addr_sum(const uint8_t *src, const uint8_t *dst)
+{
+    return fold((uint64_t)sum_native(src, 16) + sum_native(dst, 16));
+}
+
+uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst)
+{
+    return addr_sum(src, dst);
+}
+
+static uint16_t udp6_sum(uint32_t addrs, const uint8_t *udp, size_t udp_len)
+{
+    uint64_t s = to_be16sum(fold((uint64_t)addrs + sum_native(udp, udp_len)));
+    s += (udp_len >> 16) + (udp_len & 0xffff) + 17u;  /* upper-layer length, next header */
+    return (uint16_t)fold(s);
+}
+
+uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
+                      const uint8_t *udp, size_t udp_len)
+{
+    return udp6_sum(addr_sum(src, dst), udp, udp_len);
 }
 
 uint16_t mrc_udp6_checksum(const uint8_t *src, const uint8_t *dst,
                            const uint8_t *udp, size_t udp_len)
 {
-    uint32_t s = sum16(src, 16, 0);
-    s = sum16(dst, 16, s);
-    s += (uint32_t)(udp_len >> 16) + (uint32_t)(udp_len & 0xffff) + 17u;
-    s = sum16(udp, udp_len, s);
-    while (s >> 16) s = (s & 0xffff) + (s >> 16);
-    uint16_t c = (uint16_t)~s;
+    uint16_t c = (uint16_t)~mrc_udp6_sum(src, dst, udp, udp_len);
     return c ? c : 0xffff;
+}
+
+#define IP6_LEN 40
+#define UDP_LEN 8
+#define BTH_LEN 12
+
+uint32_t mrc_icrc(const uint8_t *ip6, size_t len)
+{
+    static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    uint8_t head[IP6_LEN + UDP_LEN + BTH_LEN];
+
+    if (len < sizeof head)
+        return 0;
+    /* Copy the 60 bytes that hold variant fields and mask them; CRC the rest in place. */
+    memcpy(head, ip6, sizeof head);
+    head[0] |= 0x0f;                               /* traffic class (low nibble of byte 0) */
+    head[1] = head[2] = head[3] = 0xff;            /* traffic class (rest) + flow label */
+    head[7] = 0xff;                                /* hop limit */
+    head[IP6_LEN + 6] = head[IP6_LEN + 7] = 0xff;  /* UDP checksum */
+    head[IP6_LEN + UDP_LEN + 4] = 0xff;            /* BTH reserved byte */
+    uLong crc = crc32(0L, ones, sizeof ones);
+    crc = crc32(crc, head, sizeof head);
+    crc = crc32(crc, ip6 + sizeof head, (uInt)(len - sizeof head));
+    return (uint32_t)crc;
+}
+
+/* ---- data frame template ---------------------------------------------------------- */
+
+static inline void put16(uint8_t *p, uint32_t v) { p[0] = v >> 8; p[1] = v; }
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
+                      uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
+                      const uint8_t *outer_da, const uint8_t *srh_segs,
+                      uint64_t va, uint32_t ext, uint32_t msn, uint32_t imm,
+                      uint32_t timestamp, const uint8_t *payload, size_t payload_len)
+{
+    size_t ext_len = ((ext & MRC_EXT_IMM) ? 8 : 0) + ((ext & MRC_EXT_TSETH) ? 4 : 0);
+    size_t total = t->hdr_len + ext_len + payload_len + 4;
+    if (total > cap || total - t->off_outer_ip - IP6_LEN > 0xffff)
+        return 0;
+
+    memcpy(out, t->hdr, t->hdr_len);
+
+    /* Outer IPv6: EV in the low 16 bits of the flow label (the top 4 stay the template's),
+     * payload length, and the destination (uSID container) for this path. */
+    uint8_t *o = out + t->off_outer_ip;
+    put16(o + 2, ev & 0xffff);
+    put16(o + 4, (uint32_t)(total - t->off_outer_ip - IP6_LEN));
+    if (outer_da)
+        memcpy(o + 24, outer_da, 16);
+    if (srh_segs && t->off_srh_segs)
+        memcpy(out + t->off_srh_segs, srh_segs, t->srh_segs_len);
+
+    uint8_t *in = out + t->off_inner_ip;
+    put16(in + 4, (uint32_t)(total - t->off_inner_ip - IP6_LEN));
+
+    uint8_t *u = out + t->off_udp;
+    put16(u + 0, ev >> 16);
+    put16(u + 4, (uint32_t)(total - t->off_udp));
+
+    uint8_t *b = out + t->off_bth;
+    b[0] = (uint8_t)opcode;
+    b[1] = (uint8_t)(bth_flags >> 8);
+    b[8] = (uint8_t)bth_flags;
+    b[9] = psn >> 16; b[10] = psn >> 8; b[11] = psn;
+
+    uint8_t *r = out + t->off_reth;
+    put32(r, (uint32_t)(va >> 32));
+    put32(r + 4, (uint32_t)va);
+    put32(r + 12, (uint32_t)payload_len);
+
+    /* Extension headers in the order the reference builder writes them. */
+    uint8_t *e = out + t->hdr_len;
+    uint8_t *e_imm = e, *e_ts = e;
+    if ((ext & MRC_EXT_IMM) && (ext & MRC_EXT_TSETH)) {
+        if (t->imm_first) e_ts = e + 8; else e_imm = e + 4;
+    }
+    if (ext & MRC_EXT_IMM) {
+        put32(e_imm, msn & 0xffffff);               /* reserved(8) | MSN(24) */
+        put32(e_imm + 4, imm);
+    }
+    if (ext & MRC_EXT_TSETH) {
+        put16(e_ts, timestamp);                     /* timestamp(16) | reserved(16) */
+        put16(e_ts + 2, 0);
+    }
+    if (payload_len)
+        memcpy(e + ext_len, payload, payload_len);
+
+    /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. */
+    uint8_t *ic = out + total - 4;
+    uint32_t crc = mrc_icrc(in, (size_t)(ic - in));
+    if (t->icrc_le) { ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24; }
+    else put32(ic, crc);
+
+    put16(u + 6, 0);
+    uint16_t c = (uint16_t)~udp6_sum(t->pseudo_sum, u, total - t->off_udp);
+    put16(u + 6, c ? c : 0xffff);
+    return total;
+}
+
+/* ---- batched packet socket I/O ---------------------------------------------------- */
+
+void mrc_batch_init(struct mrc_batch *b)
+{
+    memset(b->msgs, 0, sizeof(*b->msgs) * b->max);
+    for (unsigned i = 0; i < b->max; i++) {
+        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+}
+
+static int send_prepared(int fd, struct mrc_batch *b, unsigned n)
+{
+    unsigned done = 0;
+    while (done < n) {
+        int r = sendmmsg(fd, b->msgs + done, n - done, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+                return (int)done;  /* queue full: the caller retries the rest later */
+            return done ? (int)done : -errno;
+        }
+        if (r == 0)
+            break;
+        done += (unsigned)r;
+    }
+    return (int)done;
+}
+
+int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data,
+                   const uint32_t *offs, unsigned n)
+{
+    size_t off = 0;
+    if (n > b->max)
+        n = b->max;
+    for (unsigned i = 0; i < n; i++) {
+        size_t o = offs ? offs[i] : off;
+        b->iov[i].iov_base = (void *)(data + o);
+        b->iov[i].iov_len = b->lens[i];
+        b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
+        b->msgs[i].msg_hdr.msg_namelen = 0;
+        off = o + b->lens[i];
+    }
+    return send_prepared(fd, b, n);
+}
+
+int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n)
+{
+    if (n > b->max)
+        n = b->max;
+    for (unsigned i = 0; i < n; i++) {
+        b->iov[i].iov_base = b->bufs + (size_t)i * b->bufsize;
+        b->iov[i].iov_len = b->lens[i];
+        b->msgs[i].msg_hdr.msg_name = NULL;
+        b->msgs[i].msg_hdr.msg_namelen = 0;
+    }
+    return send_prepared(fd, b, n);
+}
+
+int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_outgoing,
+                   unsigned *nrecv)
+{
+    if (n > b->max)
+        n = b->max;
+    for (unsigned i = 0; i < n; i++) {
+        /* recvmmsg overwrites these; reset so every slot gets the full buffer again. */
+        b->iov[i].iov_base = b->bufs + (size_t)i * b->bufsize;
+        b->iov[i].iov_len = b->bufsize;
+        b->msgs[i].msg_hdr.msg_name = &b->addrs[i];
+        b->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_ll);
+        b->msgs[i].msg_hdr.msg_flags = 0;
+    }
+    int r;
+    do {
+        /* With `wait`, block for the first frame only, then take what is queued. */
+        r = recvmmsg(fd, b->msgs, n, wait ? MSG_WAITFORONE : MSG_DONTWAIT, NULL);
+    } while (r < 0 && errno == EINTR);
+    *nrecv = 0;
+    if (r < 0)
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    *nrecv = (unsigned)r;
+    unsigned k = 0;
+    for (unsigned i = 0; i < (unsigned)r; i++) {
+        uint8_t pt = b->addrs[i].sll_pkttype;
+        b->lens[i] = b->msgs[i].msg_len;
+        b->pkttype[i] = pt;
+        b->ifindex[i] = b->addrs[i].sll_ifindex;
+        if (skip_outgoing && pt == PACKET_OUTGOING)
+            continue;
+        b->idx[k++] = i;
+    }
+    return (int)k;
 }

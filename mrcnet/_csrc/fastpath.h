@@ -1,8 +1,116 @@
-/* mrcnet C fast path: small, byte-identical to the Python reference in mrcnet.wire. */
+/* mrcnet C fast path: small, byte-identical to the Python reference in mrcnet.wire.
+ *
+ * Three jobs only: checksums (UDP/IPv6, ICRC), patching a per-(QP, destination) frame
+ * template for each data packet, and sendmmsg/recvmmsg batching on a packet socket.
+ * The protocol logic stays in Python; every function here has a Python twin that the
+ * tests compare byte for byte (mrcnet/fastpath.py, mrcnet/wire/template.py). */
+#ifndef MRCNET_FASTPATH_H
+#define MRCNET_FASTPATH_H
+
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stddef.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <linux/if_packet.h>
+
+/* ---- checksums -------------------------------------------------------------------- */
 
 /* Internet checksum (RFC 1071) of UDP over IPv6: pseudo-header (src, dst, length, next
- * header 17) plus the UDP header and payload. Returns the value to store (0 -> 0xffff). */
+ * header 17) plus the UDP header and payload, with the checksum field taken as is (the
+ * caller zeroes it to compute, or leaves it to verify). Returns the value to store
+ * (a computed 0 is sent as 0xffff, RFC 8200 section 8.1). */
 uint16_t mrc_udp6_checksum(const uint8_t *src, const uint8_t *dst,
                            const uint8_t *udp, size_t udp_len);
+
+/* One's-complement sum of the pseudo-header and UDP datagram, folded to 16 bits
+ * (0xffff for a datagram whose stored checksum is right). */
+uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
+                      const uint8_t *udp, size_t udp_len);
+
+/* RoCEv2 invariant CRC over the inner packet: CRC-32 (zlib's) of 8 bytes of 0xff, then
+ * `len` bytes from `ip6` (inner IPv6 header onwards, up to but not including the ICRC)
+ * with the fields that change in flight taken as all ones: IPv6 traffic class, flow label
+ * and hop limit, the UDP checksum and the BTH reserved byte. Returns zlib's value; the
+ * caller stores it in the reference's byte order. Returns 0 if len is too short to hold
+ * IPv6 + UDP + BTH. */
+uint32_t mrc_icrc(const uint8_t *ip6, size_t len);
+
+/* ---- data frame template ---------------------------------------------------------- */
+
+#define MRC_TMPL_HDR_MAX 512
+
+/* Filled once per (QP, destination) by Python from a frame the reference builder made.
+ * Offsets are from the start of the Ethernet frame. */
+struct mrc_tmpl {
+    uint8_t  hdr[MRC_TMPL_HDR_MAX]; /* Ethernet .. end of RETH, copied to every frame */
+    uint32_t hdr_len;
+    uint32_t off_outer_ip;   /* outer IPv6 header */
+    uint32_t off_srh_segs;   /* first SRH segment (0: no SRH) */
+    uint32_t srh_segs_len;   /* bytes of segment list (16 x n) */
+    uint32_t off_inner_ip;   /* inner IPv6 header: the ICRC starts here */
+    uint32_t off_udp;
+    uint32_t off_bth;
+    uint32_t off_reth;
+    uint32_t imm_first;      /* 1: METH+ImmDt come before TSETH, 0: after */
+    uint32_t icrc_le;        /* 1: ICRC stored little-endian (RoCEv2), 0: big-endian */
+    uint32_t pseudo_sum;     /* folded one's-complement sum of inner src + dst */
+};
+
+/* Folded sum of the pseudo-header addresses, for mrc_tmpl.pseudo_sum. */
+uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
+
+/* Per-packet extension flags for mrc_patch_data(). */
+#define MRC_EXT_IMM   1u  /* METH (msn) + ImmDt (imm) follow the RETH */
+#define MRC_EXT_TSETH 2u  /* TSETH (timestamp) follows */
+
+/* Write one data frame into out[0:cap]: the template's headers patched with this packet's
+ * opcode, BTH bytes 1 and 8 (bth_flags bits 8-15: SE/M/Pad/TVer; bits 0-7: A/R/RTX/TS), PSN, EV (UDP source port = ev >> 16, low 16 bits
+ * of the outer flow label = ev & 0xffff), outer destination (16 bytes, NULL: keep the
+ * template's), SRH segments (srh_segs_len bytes, NULL: keep), RETH virtual address and
+ * length (= payload_len), the optional METH/ImmDt/TSETH, the payload, every length field,
+ * the ICRC and the UDP checksum. Returns the frame length, or 0 if cap is too small. */
+size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
+                      uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
+                      const uint8_t *outer_da, const uint8_t *srh_segs,
+                      uint64_t va, uint32_t ext, uint32_t msn, uint32_t imm,
+                      uint32_t timestamp, const uint8_t *payload, size_t payload_len);
+
+/* ---- batched packet socket I/O ---------------------------------------------------- */
+
+/* Buffers for one batch, allocated once by Python (ffi.new) and reused: `max` message
+ * headers, iovecs, sockaddr_ll slots and `max` receive buffers of `bufsize` bytes. */
+struct mrc_batch {
+    unsigned max;
+    uint32_t bufsize;
+    struct mmsghdr *msgs;
+    struct iovec *iov;
+    struct sockaddr_ll *addrs;
+    uint8_t *bufs;       /* max * bufsize bytes; frame i lives at bufs + i * bufsize */
+    uint32_t *lens;      /* per frame: length (send: filled by caller; recv: by kernel) */
+    uint8_t *pkttype;    /* recv: sll_pkttype (PACKET_HOST, PACKET_OUTGOING, ...) */
+    int32_t *ifindex;    /* recv: sll_ifindex */
+    uint32_t *idx;       /* recv: slot of the k-th kept frame */
+};
+
+/* Wires each message header to its iovec; called once after Python fills the pointers. */
+void mrc_batch_init(struct mrc_batch *b);
+
+/* Sends frames with sendmmsg on a bound packet socket. Frame i is `lens[i]` bytes at
+ * data + offs[i] (offs NULL: frames packed back to back from `data`). Returns the number
+ * sent (partial on EAGAIN or after a later error), or -errno if the first one failed. */
+int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data,
+                   const uint32_t *offs, unsigned n);
+
+/* Sends the frames already written into the batch's own buffers (slot i, lens[i]). */
+int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n);
+
+/* Receives up to min(n, max) frames with recvmmsg(MSG_DONTWAIT unless `wait`), into the
+ * batch's buffers. For each kept frame k (frames of packet type PACKET_OUTGOING dropped
+ * when skip_outgoing), idx[k] is its slot and lens/pkttype/ifindex[slot] describe it.
+ * Returns the number kept; *nrecv gets the number received. 0 on EAGAIN; -errno on error. */
+int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_outgoing,
+                   unsigned *nrecv);
+
+#endif

@@ -1,0 +1,436 @@
+"""The per-packet hot path: checksums, data-frame template patching, batched packet I/O.
+
+Every caller imports this module, never ``mrcnet._fastpath`` directly. It binds each
+operation to the C implementation (``mrcnet._fastpath``, built with cffi from
+mrcnet/_csrc) when that imports, and otherwise to a pure-Python twin that gives the same
+bytes; ``HAVE_C`` says which. A missing C module costs one ``RuntimeWarning`` at import.
+Set ``MRCNET_NO_FASTPATH=1`` to force the Python path (no warning: it was asked for).
+
+Both implementations stay reachable (``py_*`` functions, :class:`PyBatchIO`, and when
+built ``c_*``, :class:`CBatchIO`) so tests and tools/bench_wire.py compare them in one
+process.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import importlib
+import os
+import socket
+import warnings
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from mrcnet.constants import (
+    BTH_LEN,
+    IPPROTO_UDP,
+    IPV6_HEADER_LEN,
+    UDP_HEADER_LEN,
+)
+
+__all__ = [
+    "HAVE_C",
+    "BatchIO",
+    "PyBatchIO",
+    "Received",
+    "icrc",
+    "py_icrc",
+    "py_udp6_checksum",
+    "py_udp6_checksum_ok",
+    "recv_batch",
+    "send_batch",
+    "udp6_checksum",
+    "udp6_checksum_ok",
+]
+
+# Linux <linux/if_packet.h>: sll_pkttype of a frame this host sent (a packet socket sees
+# its own host's transmissions too; mrcd must not take them for received frames).
+PACKET_OUTGOING: Final = 4
+
+#: One received frame: (frame bytes, sll_pkttype, sll_ifindex). The memoryview points
+#: into the batch's reusable buffer and is valid until that batch's next ``recv``.
+Received = tuple[memoryview, int, int]
+
+_ONES8: Final = b"\xff" * 8
+_ICRC_HEAD: Final = IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN
+
+
+# ---- pure-Python reference -------------------------------------------------------------
+
+
+def _ones_sum(*parts: bytes | bytearray | memoryview) -> int:
+    """One's-complement 16-bit sum of big-endian words, folded to 0..0xFFFF.
+
+    Why modulo 0xFFFF: 2**16 is 1 modulo 0xFFFF, so a byte string read as one big integer
+    is congruent to the plain sum of its 16-bit words, which the end-around-carry sum
+    also is; int.from_bytes and % run in C, several times faster than a word loop. The
+    bytes are read little-endian (CPython converts that order about 2x faster) and the
+    result byte-swapped once: RFC 1071's sum is byte-order independent, and a zero-padded
+    odd tail (RFC 768) then needs no shift. The folded sum is 0 only when every word is
+    0; otherwise a remainder of 0 means 0xFFFF. Each part must have an even length except
+    the last.
+    """
+    total = 0
+    for p in parts:
+        total += int.from_bytes(p, "little")
+    r = total % 0xFFFF
+    if r == 0 and total:
+        r = 0xFFFF
+    return ((r & 0xFF) << 8) | (r >> 8)
+
+
+def py_udp6_checksum(
+    src: bytes | bytearray | memoryview,
+    dst: bytes | bytearray | memoryview,
+    udp: bytes | bytearray | memoryview,
+) -> int:
+    """UDP-over-IPv6 checksum to store (RFC 8200 sec. 8.1): pseudo-header + ``udp``.
+
+    ``src``/``dst`` are the 16-byte pseudo-header addresses (with an SRH, ``dst`` is the
+    final segment, segment list[0]; with an inner IPv6 header, its addresses). ``udp`` is
+    the UDP header and payload with the checksum field as it should count (zero it to
+    compute). A computed 0 is returned as 0xFFFF: 0 on the wire means "no checksum".
+    """
+    n = len(udp)
+    s = _ones_sum(src, dst, (n + IPPROTO_UDP).to_bytes(8, "big"), udp)
+    c = ~s & 0xFFFF
+    return c or 0xFFFF
+
+
+def py_udp6_checksum_ok(
+    src: bytes | bytearray | memoryview,
+    dst: bytes | bytearray | memoryview,
+    udp: bytes | bytearray | memoryview,
+) -> bool:
+    """True if the checksum stored in ``udp`` (bytes 6-7) is right for this datagram."""
+    n = len(udp)
+    return _ones_sum(src, dst, (n + IPPROTO_UDP).to_bytes(8, "big"), udp) == 0xFFFF
+
+
+def py_icrc(inner: bytes | bytearray | memoryview) -> int:
+    """RoCEv2 invariant CRC of the inner packet, as zlib.crc32 computes it.
+
+    ``inner`` runs from the inner IPv6 header up to, not including, the ICRC. The CRC
+    covers 8 bytes of 0xFF (RoCEv2's stand-in for the InfiniBand LRH) and then ``inner``
+    with the fields switches may change taken as all ones: IPv6 traffic class, flow label
+    and hop limit, the UDP checksum, and the BTH reserved byte.
+    """
+    if len(inner) < _ICRC_HEAD:
+        return 0
+    head = bytearray(inner[:_ICRC_HEAD])
+    head[0] |= 0x0F
+    head[1:4] = b"\xff\xff\xff"
+    head[7] = 0xFF
+    head[IPV6_HEADER_LEN + 6 : IPV6_HEADER_LEN + 8] = b"\xff\xff"
+    head[IPV6_HEADER_LEN + UDP_HEADER_LEN + 4] = 0xFF
+    crc = zlib.crc32(_ONES8)
+    crc = zlib.crc32(head, crc)
+    return zlib.crc32(inner[_ICRC_HEAD:], crc)
+
+
+class PyBatchIO:
+    """Pure-Python twin of :class:`CBatchIO`: one syscall per frame.
+
+    Same interface and the same zero-copy receive (``recvfrom_into`` reusable slots).
+    """
+
+    def __init__(self, fd: int, max_batch: int = 64, bufsize: int = 9216) -> None:
+        if max_batch < 1 or bufsize < 1:
+            raise ValueError("max_batch and bufsize must be positive")
+        self.fd = fd
+        self.max_batch = max_batch
+        self.bufsize = bufsize
+        # A socket object over the caller's fd, for recvfrom_into's sll address (packet
+        # type, interface). It is detached, never closed: the fd stays the caller's.
+        self._sock = socket.socket(fileno=fd)
+        self._buf = bytearray(max_batch * bufsize)
+        self._view = memoryview(self._buf)
+        self._ifindex: dict[str, int] = {}
+        #: Number of frames the last ``recv`` took from the socket, kept or not.
+        self.last_received = 0
+
+    def close(self) -> None:
+        """Let go of the fd without closing it (it belongs to the caller)."""
+        if self._sock.fileno() >= 0:
+            self._sock.detach()
+
+    def __del__(self) -> None:
+        sock = getattr(self, "_sock", None)
+        if sock is not None and sock.fileno() >= 0:
+            sock.detach()
+
+    def __enter__(self) -> PyBatchIO:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def slot(self, i: int) -> memoryview:
+        """Writable view of send/receive buffer ``i`` (``bufsize`` bytes)."""
+        return self._view[i * self.bufsize : (i + 1) * self.bufsize]
+
+    def send(self, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Send up to ``max_batch`` frames; returns how many went (partial when full)."""
+        sent = 0
+        for f in frames[: self.max_batch]:
+            try:
+                self._sock.send(f, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                if e.errno == _errno.ENOBUFS:
+                    break
+                if sent:
+                    break  # report the error on the next call, like sendmmsg
+                raise
+            sent += 1
+        return sent
+
+    def send_slots(self, lens: Sequence[int]) -> int:
+        """Send frames already written into slots 0..len(lens)-1, frame i ``lens[i]`` long."""
+        return self.send([self._view[i * self.bufsize : i * self.bufsize + n]
+                          for i, n in enumerate(lens)])
+
+    def recv(self, max_frames: int | None = None, *, wait: bool = False,
+             skip_outgoing: bool = True) -> list[Received]:
+        """Receive what is queued (up to ``max_frames``) without blocking, or with ``wait``
+        block for the first frame only. Frames this host sent are dropped unless
+        ``skip_outgoing`` is False. Views are valid until the next ``recv``."""
+        n = self.max_batch if max_frames is None else min(max_frames, self.max_batch)
+        out: list[Received] = []
+        got = 0
+        flags = 0 if wait else socket.MSG_DONTWAIT
+        bs = self.bufsize
+        for i in range(n):
+            try:
+                nbytes, addr = self._sock.recvfrom_into(self._view[i * bs : (i + 1) * bs],
+                                                        bs, flags)
+            except (BlockingIOError, InterruptedError):
+                break
+            got += 1
+            flags = socket.MSG_DONTWAIT
+            ifname, _proto, pkttype = addr[0], addr[1], addr[2]
+            if skip_outgoing and pkttype == PACKET_OUTGOING:
+                continue
+            idx = self._ifindex.get(ifname)
+            if idx is None:
+                idx = self._ifindex[ifname] = socket.if_nametoindex(ifname)
+            out.append((self._view[i * bs : i * bs + nbytes], pkttype, idx))
+        self.last_received = got
+        return out
+
+
+# ---- C implementation --------------------------------------------------------------------
+
+_C: Any = None
+_ffi: Any = None
+_FORCED_OFF: Final = os.environ.get("MRCNET_NO_FASTPATH", "") not in ("", "0")
+if not _FORCED_OFF:
+    try:
+        _fp_mod = importlib.import_module("mrcnet._fastpath")
+        _C = _fp_mod.lib
+        _ffi = _fp_mod.ffi
+    except ImportError as exc:  # the package works without it, only slower
+        warnings.warn(
+            f"mrcnet._fastpath is not built ({exc}); using the pure-Python fast path "
+            "(about 10x slower per packet). Rebuild: pip install -e . (needs a C compiler, "
+            "python3-dev and zlib1g-dev)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+#: True when the C fast path is in use.
+HAVE_C: bool = _C is not None
+
+
+def _as_ptr(b: bytes | bytearray | memoryview) -> Any:
+    # bytes pass to a uint8_t* argument as they are; writable or sliced buffers need a
+    # cdata view (no copy).
+    return b if type(b) is bytes else _ffi.from_buffer(b)
+
+
+def c_udp6_checksum(
+    src: bytes | bytearray | memoryview,
+    dst: bytes | bytearray | memoryview,
+    udp: bytes | bytearray | memoryview,
+) -> int:
+    """C twin of :func:`py_udp6_checksum`."""
+    try:  # bytes go straight in; other buffers need a cdata view (the rare case)
+        return int(_C.mrc_udp6_checksum(src, dst, udp, len(udp)))
+    except TypeError:
+        return int(_C.mrc_udp6_checksum(_as_ptr(src), _as_ptr(dst), _as_ptr(udp), len(udp)))
+
+
+def c_udp6_checksum_ok(
+    src: bytes | bytearray | memoryview,
+    dst: bytes | bytearray | memoryview,
+    udp: bytes | bytearray | memoryview,
+) -> bool:
+    """C twin of :func:`py_udp6_checksum_ok`."""
+    try:
+        return bool(_C.mrc_udp6_sum(src, dst, udp, len(udp)) == 0xFFFF)
+    except TypeError:
+        return bool(_C.mrc_udp6_sum(_as_ptr(src), _as_ptr(dst), _as_ptr(udp), len(udp))
+                    == 0xFFFF)
+
+
+def c_icrc(inner: bytes | bytearray | memoryview) -> int:
+    """C twin of :func:`py_icrc`."""
+    try:
+        return int(_C.mrc_icrc(inner, len(inner)))
+    except TypeError:
+        return int(_C.mrc_icrc(_as_ptr(inner), len(inner)))
+
+
+class CBatchIO:
+    """sendmmsg/recvmmsg on a packet socket with buffers allocated once and reused.
+
+    ``fd`` is a bound AF_PACKET socket (blocking or not: calls never block unless asked).
+    Frame i of a receive batch lands in slot i; ``recv`` returns memoryviews of the
+    slots (no copy), valid until the next ``recv``.
+    """
+
+    def __init__(self, fd: int, max_batch: int = 64, bufsize: int = 9216) -> None:
+        if _C is None:
+            raise RuntimeError("mrcnet._fastpath is not available")
+        if max_batch < 1 or bufsize < 1:
+            raise ValueError("max_batch and bufsize must be positive")
+        self.fd = fd
+        self.max_batch = max_batch
+        self.bufsize = bufsize
+        ffi = _ffi
+        # Everything is owned by this object (ffi.new frees with it); the struct only
+        # holds pointers, so keep the arrays referenced here.
+        self._msgs = ffi.new("struct mmsghdr[]", max_batch)
+        self._iov = ffi.new("struct iovec[]", max_batch)
+        self._addrs = ffi.new("struct sockaddr_ll[]", max_batch)
+        self._bufs = ffi.new("uint8_t[]", max_batch * bufsize)
+        self._lens = ffi.new("uint32_t[]", max_batch)
+        self._pkttype = ffi.new("uint8_t[]", max_batch)
+        self._ifindex = ffi.new("int32_t[]", max_batch)
+        self._idx = ffi.new("uint32_t[]", max_batch)
+        self._offs = ffi.new("uint32_t[]", max_batch)
+        self._nrecv = ffi.new("unsigned *")
+        b = self._b = ffi.new("struct mrc_batch *")
+        b.max = max_batch
+        b.bufsize = bufsize
+        b.msgs, b.iov, b.addrs, b.bufs = self._msgs, self._iov, self._addrs, self._bufs
+        b.lens, b.pkttype, b.ifindex, b.idx = self._lens, self._pkttype, self._ifindex, self._idx
+        _C.mrc_batch_init(b)
+        self._view = memoryview(ffi.buffer(self._bufs))  # type: ignore[arg-type]
+        #: Number of frames the last ``recv`` took from the socket, kept or not.
+        self.last_received = 0
+
+    def close(self) -> None:
+        """Nothing to release (the fd belongs to the caller); here for symmetry."""
+
+    def __enter__(self) -> CBatchIO:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def slot(self, i: int) -> memoryview:
+        """Writable view of send/receive buffer ``i`` (``bufsize`` bytes)."""
+        return self._view[i * self.bufsize : (i + 1) * self.bufsize]
+
+    def send(self, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Send up to ``max_batch`` frames in one sendmmsg; returns how many went.
+
+        A full queue (EAGAIN/ENOBUFS) gives a partial count; another error raises OSError
+        if nothing was sent, else shows on the next call.
+        """
+        frames = frames[: self.max_batch]
+        n = len(frames)
+        if n == 0:
+            return 0
+        # One join (a C loop) instead of one cdata conversion per frame; sendmmsg then
+        # points its iovecs into the joined buffer.
+        data = b"".join(frames)
+        self._lens[0:n] = [len(f) for f in frames]
+        r = int(_C.mrc_send_batch(self.fd, self._b, data, _ffi.NULL, n))
+        if r < 0:
+            raise OSError(-r, os.strerror(-r))
+        return r
+
+    def send_slots(self, lens: Sequence[int]) -> int:
+        """Send frames already written into slots 0..len(lens)-1 (zero copy)."""
+        n = min(len(lens), self.max_batch)
+        self._lens[0:n] = list(lens[:n])
+        r = int(_C.mrc_send_slots(self.fd, self._b, n))
+        if r < 0:
+            raise OSError(-r, os.strerror(-r))
+        return r
+
+    def recv(self, max_frames: int | None = None, *, wait: bool = False,
+             skip_outgoing: bool = True) -> list[Received]:
+        """Receive what is queued (up to ``max_frames``) in one recvmmsg without blocking,
+        or with ``wait`` block for the first frame only. Frames this host sent
+        (PACKET_OUTGOING) are dropped unless ``skip_outgoing`` is False."""
+        n = self.max_batch if max_frames is None else min(max_frames, self.max_batch)
+        k = int(_C.mrc_recv_batch(self.fd, self._b, n, int(wait), int(skip_outgoing),
+                                  self._nrecv))
+        self.last_received = int(self._nrecv[0])
+        if k < 0:
+            raise OSError(-k, os.strerror(-k))
+        if k == 0:
+            return []
+        bs = self.bufsize
+        v, lens, pt, ifx = self._view, self._lens, self._pkttype, self._ifindex
+        return [(v[i * bs : i * bs + lens[i]], pt[i], ifx[i])
+                for i in _ffi.unpack(self._idx, k)]
+
+
+# ---- public binding ----------------------------------------------------------------------
+
+udp6_checksum: Callable[..., int]
+udp6_checksum_ok: Callable[..., bool]
+icrc: Callable[[bytes | bytearray | memoryview], int]
+BatchIO: type[CBatchIO] | type[PyBatchIO]
+
+if HAVE_C:
+    udp6_checksum = c_udp6_checksum
+    udp6_checksum_ok = c_udp6_checksum_ok
+    icrc = c_icrc
+    BatchIO = CBatchIO
+else:
+    udp6_checksum = py_udp6_checksum
+    udp6_checksum_ok = py_udp6_checksum_ok
+    icrc = py_icrc
+    BatchIO = PyBatchIO
+
+_batches: dict[tuple[int, int, int], CBatchIO | PyBatchIO] = {}
+
+
+def _batch_for(fd: int, max_frames: int, bufsize: int) -> CBatchIO | PyBatchIO:
+    key = (fd, max_frames, bufsize)
+    b = _batches.get(key)
+    if b is None:
+        b = _batches[key] = BatchIO(fd, max_frames, bufsize)
+    return b
+
+
+def send_batch(fd: int, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+    """Send ``frames`` on the bound packet socket ``fd`` in batches; returns how many
+    went (fewer when the socket's queue is full). Long-lived callers should keep a
+    :data:`BatchIO` instead (no per-call lookup)."""
+    b = _batch_for(fd, 64, 1)
+    sent = 0
+    while sent < len(frames):
+        chunk = frames[sent : sent + 64]
+        r = b.send(chunk)
+        sent += r
+        if r < len(chunk):
+            break
+    return sent
+
+
+def recv_batch(fd: int, max_frames: int = 64, bufsize: int = 9216, *,
+               skip_outgoing: bool = True) -> list[tuple[bytes, int, int]]:
+    """Receive up to ``max_frames`` queued frames from ``fd`` without blocking, as
+    (bytes, sll_pkttype, sll_ifindex). Copies each frame (the batch buffer is shared);
+    use :data:`BatchIO` for zero-copy views."""
+    b = _batch_for(fd, max_frames, bufsize)
+    return [(bytes(v), pt, ifx) for v, pt, ifx in b.recv(skip_outgoing=skip_outgoing)]
+

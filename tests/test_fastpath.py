@@ -1,0 +1,184 @@
+"""mrcnet.fastpath checksums: the C and pure-Python paths against naive references.
+
+Both implementations are tested in one process (``py_*`` and ``c_*``); the binding
+switch (MRCNET_NO_FASTPATH, a missing C module) is tested in subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mrcnet import fastpath
+from mrcnet.constants import IPPROTO_UDP
+
+needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="mrcnet._fastpath not built")
+
+Checksum = Callable[[bytes, bytes, bytes], int]
+IMPLS: list[tuple[str, Checksum, Callable[[bytes, bytes, bytes], bool], Callable[[bytes], int]]]
+IMPLS = [("py", fastpath.py_udp6_checksum, fastpath.py_udp6_checksum_ok, fastpath.py_icrc)]
+if fastpath.HAVE_C:
+    IMPLS.append(("c", fastpath.c_udp6_checksum, fastpath.c_udp6_checksum_ok, fastpath.c_icrc))
+IMPL_IDS = [i[0] for i in IMPLS]
+
+
+def naive_udp6_checksum(src: bytes, dst: bytes, udp: bytes) -> int:
+    """RFC 1071 word loop with end-around carry: the textbook, slow and obvious."""
+    n = len(udp)
+    data = src + dst + n.to_bytes(4, "big") + bytes(3) + bytes([IPPROTO_UDP]) + udp
+    if len(data) % 2:
+        data += b"\0"
+    s = 0
+    for i in range(0, len(data), 2):
+        s += (data[i] << 8) | data[i + 1]
+        s = (s & 0xFFFF) + (s >> 16)
+    c = ~s & 0xFFFF
+    return c if c else 0xFFFF
+
+
+def naive_icrc(inner: bytes) -> int:
+    masked = bytearray(inner)
+    masked[0] |= 0x0F  # traffic class, low nibble of byte 0
+    masked[1:4] = b"\xff\xff\xff"  # rest of traffic class, flow label
+    masked[7] = 0xFF  # hop limit
+    masked[46:48] = b"\xff\xff"  # UDP checksum
+    masked[52] = 0xFF  # BTH reserved byte (BTH at 48)
+    return zlib.crc32(b"\xff" * 8 + bytes(masked))
+
+
+addr = st.binary(min_size=16, max_size=16)
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
+@settings(max_examples=500, deadline=None)
+@given(src=addr, dst=addr, body=st.binary(min_size=0, max_size=2000))
+def test_checksum_matches_word_loop(name: str, csum: Checksum, ok: object, _icrc: object,
+                                    src: bytes, dst: bytes, body: bytes) -> None:
+    udp = b"\x12\x34\x12\xb7" + (8 + len(body)).to_bytes(2, "big") + b"\0\0" + body
+    assert csum(src, dst, udp) == naive_udp6_checksum(src, dst, udp)
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
+@settings(max_examples=300, deadline=None)
+@given(src=addr, dst=addr, body=st.binary(min_size=0, max_size=300))
+def test_checksum_verifies_and_detects_flip(name: str, csum: Checksum,
+                                            ok: Callable[[bytes, bytes, bytes], bool],
+                                            _icrc: object, src: bytes, dst: bytes,
+                                            body: bytes) -> None:
+    udp = bytearray(b"\x00\x01\x12\xb7" + (8 + len(body)).to_bytes(2, "big") + b"\0\0" + body)
+    udp[6:8] = csum(src, dst, bytes(udp)).to_bytes(2, "big")
+    assert ok(src, dst, bytes(udp))
+    udp[0] ^= 0x40  # any single-bit change breaks a one's-complement sum
+    assert not ok(src, dst, bytes(udp))
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
+def test_checksum_zero_is_sent_as_ffff(name: str, csum: Checksum, ok: object,
+                                       _icrc: object) -> None:
+    # Find a datagram whose one's-complement sum is 0xFFFF: its checksum computes to 0,
+    # which UDP over IPv6 must send as 0xFFFF (RFC 8200 sec. 8.1).
+    src, dst = bytes(16), bytes(16)
+    udp = bytearray(b"\0\0\0\0\0\x0a\0\0\0\0")
+    partial = naive_udp6_checksum(src, dst, bytes(udp))
+    # Put the partial checksum into the last word: the total sum becomes 0xFFFF.
+    udp[8:10] = partial.to_bytes(2, "big")
+    assert csum(src, dst, bytes(udp)) == 0xFFFF == naive_udp6_checksum(src, dst, bytes(udp))
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview"])
+def test_checksum_takes_any_buffer(name: str, csum: Checksum, ok: object, _icrc: object,
+                                   kind: str) -> None:
+    src, dst = os.urandom(16), os.urandom(16)
+    frame = bytearray(os.urandom(7)) + b"\0\x01\x12\xb7\0\x0d\0\0" + os.urandom(5)
+    udp: bytes | bytearray | memoryview
+    if kind == "bytes":
+        udp = bytes(frame[7:])
+    elif kind == "bytearray":
+        udp = bytearray(frame[7:])
+    else:
+        udp = memoryview(frame)[7:]  # a slice at an odd offset
+    assert csum(src, dst, udp) == naive_udp6_checksum(src, dst, bytes(frame[7:]))  # type: ignore[arg-type]
+
+
+def test_checksum_matches_scapy() -> None:
+    """An independent oracle: scapy's IPv6/UDP checksum for random datagrams."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+
+    rnd = os.urandom
+    for n in (0, 1, 2, 3, 57, 1460):
+        pkt = IPv6(src="2001:db8::1", dst="fc00:0:1:2::9") / UDP(sport=0xBEEF, dport=4791) / rnd(n)
+        raw = bytes(pkt)
+        src, dst, udp = raw[8:24], raw[24:40], bytearray(raw[40:])
+        want = int.from_bytes(udp[6:8], "big")
+        udp[6:8] = b"\0\0"
+        for _name, csum, _ok, _ic in IMPLS:
+            assert csum(src, dst, bytes(udp)) == want
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "icrc"), IMPLS, ids=IMPL_IDS)
+@settings(max_examples=300, deadline=None)
+@given(inner=st.binary(min_size=60, max_size=1200))
+def test_icrc_matches_masked_zlib(name: str, csum: object, ok: object,
+                                  icrc: Callable[[bytes], int], inner: bytes) -> None:
+    assert icrc(inner) == naive_icrc(inner)
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "icrc"), IMPLS, ids=IMPL_IDS)
+def test_icrc_ignores_variant_fields(name: str, csum: object, ok: object,
+                                     icrc: Callable[[bytes], int]) -> None:
+    inner = bytearray(os.urandom(200))
+    base = icrc(bytes(inner))
+    for i in (0, 1, 2, 3, 7, 46, 47, 52):  # TC/flow label, hop limit, UDP csum, BTH resv
+        changed = bytearray(inner)
+        changed[i] ^= 0x0F if i == 0 else 0xA5
+        assert icrc(bytes(changed)) == base, i
+    changed = bytearray(inner)
+    changed[8] ^= 1  # source address is invariant
+    assert icrc(bytes(changed)) != base
+
+
+@needs_c
+def test_binding_prefers_c() -> None:
+    assert fastpath.udp6_checksum is fastpath.c_udp6_checksum
+    assert fastpath.BatchIO is fastpath.CBatchIO
+
+
+def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-W", "default", "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_env_var_forces_python_without_warning() -> None:
+    r = _run("import mrcnet.fastpath as f; print(f.HAVE_C, f.udp6_checksum.__name__)",
+             {"MRCNET_NO_FASTPATH": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "py_udp6_checksum"]
+    assert "RuntimeWarning" not in r.stderr
+
+
+def test_missing_module_warns_once_and_falls_back() -> None:
+    # sys.modules[name] = None makes the import fail exactly as an unbuilt module does.
+    code = (
+        "import sys, warnings\n"
+        "sys.modules['mrcnet._fastpath'] = None\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import mrcnet.fastpath as f\n"
+        "    import mrcnet.fastpath\n"
+        "print(f.HAVE_C, sum(issubclass(x.category, RuntimeWarning) for x in w))\n"
+        "print(f.udp6_checksum(bytes(16), bytes(16), bytes(8)))\n"
+    )
+    r = _run(code, {"MRCNET_NO_FASTPATH": ""})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[0] == "False 1"
+    assert int(lines[1]) == naive_udp6_checksum(bytes(16), bytes(16), bytes(8))
