@@ -1,0 +1,258 @@
+"""Hypothesis strategies and frame helpers shared by the tests in tests/wire/.
+
+Imported by the test modules as ``wire_strategies`` (pytest puts this directory on
+``sys.path``; the tests tree has no packages). Nothing here is a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from mrcnet.constants import (
+    BTH_LEN,
+    DATA_OPCODES,
+    DSCP_TRIMMED,
+    ECN,
+    ETH_HEADER_LEN,
+    ICRC_LEN,
+    IMM_OPCODES,
+    IPV6_HEADER_LEN,
+    SRH_TLV_PAD1,
+    SRH_TLV_PADN,
+    UDP_HEADER_LEN,
+    USID_MAX_PER_CONTAINER,
+    EndpointOp,
+    NackReason,
+    Opcode,
+    SackMode,
+)
+from mrcnet.wire import (
+    NETH,
+    SETH,
+    CCState,
+    EndpointHeader,
+    ProbeHeader,
+    Route,
+    build_data,
+    build_endpoint,
+    build_nack,
+    build_probe,
+    build_sack,
+    usid_container,
+)
+from mrcnet.wire.checksum import udp6_checksum
+from mrcnet.wire.icrc import icrc
+
+
+def uint(bits: int) -> st.SearchStrategy[int]:
+    """Any unsigned value of ``bits`` bits, edges included."""
+    return st.integers(0, (1 << bits) - 1)
+
+
+def sint(bits: int) -> st.SearchStrategy[int]:
+    """Any signed value of ``bits`` bits."""
+    lim = 1 << (bits - 1)
+    return st.integers(-lim, lim - 1)
+
+
+macs = st.binary(min_size=6, max_size=6)
+addrs = st.binary(min_size=16, max_size=16)
+blocks = st.binary(min_size=4, max_size=4)
+usid_values = st.integers(1, 0xFFFF)
+usid_lists = st.lists(usid_values, min_size=1, max_size=USID_MAX_PER_CONTAINER)
+evs = uint(32)
+psns = uint(24)
+qpns = uint(24)
+ecns = st.sampled_from(list(ECN))
+# A data frame marked DSCP_TRIMMED parses as trimmed on purpose: keep it out of round trips.
+data_dscps = st.integers(0, 63).filter(lambda d: d != DSCP_TRIMMED)
+
+
+@st.composite
+def srh_tlvs(draw: st.DrawFn, max_items: int = 4) -> bytes:
+    """A valid TLV area: Pad1, PadN and unknown TLVs, padded to a multiple of 8 octets."""
+    out = bytearray()
+    for _ in range(draw(st.integers(0, max_items))):
+        kind = draw(st.sampled_from(["pad1", "padn", "other"]))
+        if kind == "pad1":
+            out.append(SRH_TLV_PAD1)
+        elif kind == "padn":
+            n = draw(st.integers(0, 12))
+            out += bytes((SRH_TLV_PADN, n)) + bytes(n)
+        else:
+            value = draw(st.binary(max_size=12))
+            # type 0 is Pad1 (no length byte); anything else is a length-prefixed TLV
+            out += bytes((draw(st.integers(1, 255)), len(value))) + value
+    rem = -len(out) % 8
+    if rem == 1:
+        out.append(SRH_TLV_PAD1)
+    elif rem:
+        out += bytes((SRH_TLV_PADN, rem - 2)) + bytes(rem - 2)
+    return bytes(out)
+
+
+@st.composite
+def routes(draw: st.DrawFn, mode: str | None = None, encap: bool | None = None) -> Route:
+    """A route in uSID, SRH or plain mode (any when ``mode`` is None), encap or not."""
+    mode = mode or draw(st.sampled_from(["usid", "srh", "plain"]))
+    encap = draw(st.booleans()) if encap is None else encap
+    kw: dict[str, Any] = {}
+    if mode == "usid":
+        kw["usid"] = usid_container(draw(blocks), draw(usid_lists))
+    elif mode == "srh":
+        kw["segments"] = tuple(draw(st.lists(addrs, min_size=1, max_size=6)))
+    return Route(
+        draw(macs), draw(macs), draw(addrs), draw(addrs),
+        encap=encap, hop_limit=draw(st.integers(0, 255)), **kw,
+    )
+
+
+@dataclass
+class Spec:
+    """How a frame was built: the builder's keyword arguments, for comparing after parse."""
+
+    kind: str
+    route: Route
+    kw: dict[str, Any] = field(default_factory=dict)
+
+    def build(self) -> bytes:
+        """Build the frame this spec describes."""
+        return BUILDERS[self.kind](self.route, **self.kw)
+
+
+BUILDERS: dict[str, Callable[..., bytes]] = {
+    "data": build_data,
+    "sack": build_sack,
+    "nack": build_nack,
+    "probe": build_probe,
+    "endpoint": build_endpoint,
+}
+
+seths = st.builds(
+    SETH, ev=evs, cack_psn=psns, ack_offset=sint(16), sack_offset=sint(16),
+    max_psn_range=uint(16), mode=st.sampled_from(list(SackMode)), ece=st.booleans(),
+    bitmap=uint(64), imm_credit=uint(32),
+)
+ccstates = st.builds(
+    CCState, ts_echo=uint(16), ooo_count=uint(8), window_penalty=st.integers(0, 127),
+    rcvd_bytes=uint(32),
+)
+neths = st.builds(
+    NETH, reason=st.sampled_from(list(NackReason)), ev=evs, psn=psns, cack_psn=psns,
+    ts_echo=uint(16),
+)
+probes = st.builds(ProbeHeader, probe_id=uint(32), ev=evs, psn=psns, timestamp=uint(16))
+endpoints = st.builds(
+    EndpointHeader, op=st.sampled_from(list(EndpointOp)), request_id=uint(32), ev=evs,
+    timestamp=uint(16), port_mask=uint(16), status=uint(8),
+)
+
+
+@st.composite
+def data_specs(
+    draw: st.DrawFn, route: st.SearchStrategy[Route] | None = None, max_payload: int = 300
+) -> Spec:
+    """Any WRITE data frame: every opcode, with/without immediate and timestamp."""
+    opcode = draw(st.sampled_from(sorted(DATA_OPCODES)))
+    kw: dict[str, Any] = dict(
+        ev=draw(evs), opcode=opcode, dest_qp=draw(qpns), psn=draw(psns), va=draw(uint(64)),
+        rkey=draw(uint(32)), payload=draw(st.binary(max_size=max_payload)),
+        timestamp=draw(st.none() | uint(16)), rtx=draw(st.booleans()),
+        ack_req=draw(st.booleans()), ecn=draw(ecns), dscp=draw(data_dscps),
+    )
+    if opcode in IMM_OPCODES:
+        kw["msn"] = draw(psns)
+        kw["imm"] = draw(uint(32))
+    return Spec("data", draw(route or routes()), kw)
+
+
+@st.composite
+def control_specs(draw: st.DrawFn, route: st.SearchStrategy[Route] | None = None) -> Spec:
+    """Any control frame: SACK, ACK, NACK (every reason), probe, endpoint req/resp."""
+    r = draw(route or routes())
+    kind = draw(st.sampled_from(["sack", "nack", "probe", "endpoint"]))
+    ev = draw(evs)
+    if kind == "sack":
+        kw = dict(ev=ev, dest_qp=draw(qpns), seth=draw(seths), cc=draw(st.none() | ccstates),
+                  psn=draw(psns), ack=draw(st.booleans()))
+    elif kind == "nack":
+        kw = dict(ev=ev, dest_qp=draw(qpns), neth=draw(neths), psn=draw(psns))
+    elif kind == "probe":
+        kw = dict(ev=ev, dest_qp=draw(qpns), probe=draw(probes), psn=draw(psns))
+    else:
+        kw = dict(ev=ev, eph=draw(endpoints), response=draw(st.booleans()))
+    return Spec(kind, r, kw)
+
+
+def any_specs(route: st.SearchStrategy[Route] | None = None) -> st.SearchStrategy[Spec]:
+    """A data or control frame spec."""
+    return data_specs(route) | control_specs(route)
+
+
+# --- byte-level layout of a built frame -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Offsets of each header inside a frame built by mrcnet (for targeted corruption)."""
+
+    outer: int
+    srh: int | None
+    inner: int | None
+    udp: int
+    bth: int
+    ext: int
+    payload: int  # end of the extension headers
+    icrc: int  # start of the ICRC (= len(frame) - 4)
+    end: int
+
+
+def layout(frame: bytes) -> Layout:
+    """Find the headers of a *valid* frame by walking next-header fields (no parser used)."""
+    outer = ETH_HEADER_LEN
+    off = outer + IPV6_HEADER_LEN
+    nh = frame[outer + 6]
+    srh = inner = None
+    if nh == 43:
+        srh = off
+        nh = frame[off]
+        off += 8 + 8 * frame[off + 1]
+    if nh == 41:
+        inner = off
+        off += IPV6_HEADER_LEN
+    udp = off
+    bth = udp + UDP_HEADER_LEN
+    op = frame[bth]
+    flags = frame[bth + 8]
+    ext = bth + BTH_LEN
+    if op in DATA_OPCODES:
+        n = 16 + (8 if op in IMM_OPCODES else 0) + (4 if flags & 0x10 else 0)
+    elif op in (Opcode.SACK, Opcode.ACK):
+        n = 28 + 8
+    elif op == Opcode.NACK:
+        n = 20
+    else:
+        n = 16
+    return Layout(outer, srh, inner, udp, bth, ext, ext + n, len(frame) - ICRC_LEN, len(frame))
+
+
+def refresh(frame: bytes | bytearray, route: Route) -> bytes:
+    """Recompute ICRC and UDP checksum after an edit, so later checks see a valid frame."""
+    buf = bytearray(frame)
+    lay = layout(bytes(buf))
+    start = lay.inner if lay.inner is not None else lay.udp
+    buf[lay.icrc :] = icrc(buf[start : lay.icrc], has_ip=lay.inner is not None)
+    buf[lay.udp + 6 : lay.udp + 8] = b"\0\0"
+    if lay.inner is not None:
+        src = bytes(buf[lay.inner + 8 : lay.inner + 24])
+        dst = bytes(buf[lay.inner + 24 : lay.inner + 40])
+    else:
+        src, dst = route.src_ip, route.final_dst
+    csum = udp6_checksum(src, dst, buf[lay.udp :])
+    buf[lay.udp + 6 : lay.udp + 8] = csum.to_bytes(2, "big")
+    return bytes(buf)
+
