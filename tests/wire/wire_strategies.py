@@ -167,13 +167,13 @@ def data_specs(
     if opcode in IMM_OPCODES:
         kw["msn"] = draw(psns)
         kw["imm"] = draw(uint(32))
-    return Spec("data", draw(route or routes()), kw)
+    return Spec("data", draw(route if route is not None else routes()), kw)
 
 
 @st.composite
 def control_specs(draw: st.DrawFn, route: st.SearchStrategy[Route] | None = None) -> Spec:
     """Any control frame: SACK, ACK, NACK (every reason), probe, endpoint req/resp."""
-    r = draw(route or routes())
+    r = draw(route if route is not None else routes())
     kind = draw(st.sampled_from(["sack", "nack", "probe", "endpoint"]))
     ev = draw(evs)
     if kind == "sack":

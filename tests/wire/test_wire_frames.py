@@ -1,0 +1,292 @@
+"""Whole frames: parse_frame(build_x(...)) gives back every field and the payload.
+
+Every kind (data opcodes with/without immediate and timestamp, SACK, ACK, NACK of each
+reason, probe, endpoint EV probe / port status) in every mode (uSID, SRH, plain) with and
+without the inner IPv6 header.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wire_strategies import Spec, any_specs, control_specs, data_specs, layout, routes
+
+from mrcnet.constants import (
+    DATA_OPCODES,
+    DEFAULT_HOP_LIMIT,
+    DSCP_CONTROL,
+    ECN,
+    ENDPOINT_QPN,
+    ETH_P_IPV6,
+    IMM_OPCODES,
+    IPPROTO_IPV6,
+    IPPROTO_ROUTING,
+    IPPROTO_UDP,
+    MRC_UDP_PORT,
+    EndpointOp,
+    NackReason,
+    Opcode,
+    SackMode,
+)
+from mrcnet.wire import (
+    BTH,
+    NETH,
+    SETH,
+    CCState,
+    EndpointHeader,
+    Frame,
+    ProbeHeader,
+    Route,
+    build_data,
+    build_endpoint,
+    build_nack,
+    build_sack,
+    ip6,
+    parse_frame,
+    usid_container,
+    usid_final,
+)
+
+MODES = [(m, e) for m in ("usid", "srh", "plain") for e in (True, False)]
+MODE_IDS = [f"{m}-{'encap' if e else 'noencap'}" for m, e in MODES]
+
+
+def check_route(f: Frame, r: Route, ev: int) -> None:
+    """Ethernet, outer IPv6, SRH, inner IPv6 and UDP agree with the route and EV."""
+    assert f.eth.dst == r.dst_mac and f.eth.src == r.src_mac and f.eth.ethertype == ETH_P_IPV6
+    assert f.outer.src == r.src_ip
+    assert f.outer.dst == r.outer_dst
+    assert f.outer.hop_limit == r.hop_limit
+    assert f.ev == ev
+    assert f.outer.flow_label == ev & 0xFFFF
+    assert f.udp.sport == ev >> 16 and f.udp.dport == MRC_UDP_PORT
+    upper = IPPROTO_IPV6 if r.encap else IPPROTO_UDP
+    if r.segments is not None:
+        assert f.srh is not None
+        assert f.outer.next_header == IPPROTO_ROUTING
+        assert f.srh.next_header == upper
+        assert f.srh.segments == tuple(reversed(r.segments))
+        assert f.srh.segments_left == len(r.segments) - 1
+        assert f.srh.active_segment == f.outer.dst
+        assert f.srh.final_segment == r.final_dst
+    else:
+        assert f.srh is None
+        assert f.outer.next_header == upper
+    if r.encap:
+        assert f.inner is not None
+        assert f.inner.src == r.src_ip and f.inner.dst == r.dst_ip
+        assert f.inner.next_header == IPPROTO_UDP
+        assert f.inner.hop_limit == DEFAULT_HOP_LIMIT
+        assert f.inner.flow_label == 0
+        assert (f.inner.dscp, f.inner.ecn) == (f.outer.dscp, f.outer.ecn)
+        assert f.inner.payload_length == f.udp.length
+    else:
+        assert f.inner is None
+
+
+def check_frame(spec: Spec, raw: bytes, f: Frame) -> None:
+    """Every field the builder was given comes back from the parser."""
+    kw = spec.kw
+    check_route(f, spec.route, kw["ev"])
+    assert f.trimmed is False
+    lay = layout(raw)
+    assert f.udp.length == len(raw) - lay.udp
+    assert f.outer.payload_length == len(raw) - 54
+    if spec.kind == "data":
+        op = kw["opcode"]
+        assert f.bth.opcode == op and f.opcode is Opcode(op) and f.is_data
+        assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
+        assert f.bth.rtx == kw["rtx"] and f.bth.ack_req == kw["ack_req"]
+        assert f.bth.ts == (kw["timestamp"] is not None)
+        assert f.outer.dscp == kw["dscp"] and f.outer.ecn == kw["ecn"]
+        assert f.ce == (kw["ecn"] == ECN.CE)
+        assert f.reth is not None
+        assert (f.reth.va, f.reth.rkey, f.reth.length) == (kw["va"], kw["rkey"], len(kw["payload"]))
+        assert bytes(f.payload) == kw["payload"]
+        if op in IMM_OPCODES:
+            assert f.meth is not None and f.meth.msn == kw["msn"]
+            assert f.immdt is not None and f.immdt.imm == kw["imm"]
+        else:
+            assert f.meth is None and f.immdt is None
+        if kw["timestamp"] is None:
+            assert f.tseth is None
+        else:
+            assert f.tseth is not None and f.tseth.timestamp == kw["timestamp"]
+        assert (f.seth, f.cc, f.neth, f.probe, f.endpoint) == (None,) * 5
+        return
+    assert not f.is_data and f.reth is None and bytes(f.payload) == b""
+    assert f.outer.dscp == DSCP_CONTROL and f.outer.ecn == ECN.NOT_ECT
+    if spec.kind == "sack":
+        assert f.opcode is (Opcode.ACK if kw["ack"] else Opcode.SACK)
+        assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
+        assert f.seth == kw["seth"]
+        assert f.cc == (kw["cc"] or CCState())
+        assert (f.neth, f.probe, f.endpoint) == (None,) * 3
+    elif spec.kind == "nack":
+        assert f.opcode is Opcode.NACK
+        assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
+        assert f.neth == kw["neth"]
+        assert (f.seth, f.cc, f.probe, f.endpoint) == (None,) * 4
+    elif spec.kind == "probe":
+        assert f.opcode is Opcode.RELIABILITY_PROBE and f.bth.ack_req
+        assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
+        assert f.probe == kw["probe"]
+        assert (f.seth, f.cc, f.neth, f.endpoint) == (None,) * 4
+    else:
+        assert f.opcode is (Opcode.ENDPOINT_RESP if kw["response"] else Opcode.ENDPOINT_REQ)
+        assert f.bth.dest_qp == ENDPOINT_QPN
+        assert f.endpoint == kw["eph"]
+        assert (f.seth, f.cc, f.neth, f.probe) == (None,) * 4
+    assert f.meth is None and f.immdt is None and f.tseth is None
+
+
+def roundtrip(spec: Spec) -> None:
+    """Build, parse from bytes, bytearray and memoryview, and compare."""
+    raw = spec.build()
+    for buf in (raw, bytearray(raw), memoryview(raw)):
+        check_frame(spec, raw, parse_frame(buf))
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+def test_data_roundtrip(mode: str, encap: bool) -> None:
+    """Every WRITE opcode, with/without immediate and timestamp, round-trips."""
+
+    @settings(max_examples=80, deadline=None)
+    @given(spec=data_specs(routes(mode, encap)))
+    def check(spec: Spec) -> None:
+        roundtrip(spec)
+
+    check()
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+def test_control_roundtrip(mode: str, encap: bool) -> None:
+    """SACK/ACK, NACK, probe and endpoint frames round-trip."""
+
+    @settings(max_examples=80, deadline=None)
+    @given(spec=control_specs(routes(mode, encap)))
+    def check(spec: Spec) -> None:
+        roundtrip(spec)
+
+    check()
+
+
+# --- explicit coverage of each kind (so no combination is left to chance) ------------------
+
+
+def _route(mode: str, encap: bool) -> Route:
+    kw: dict[str, object] = {}
+    if mode == "usid":
+        kw["usid"] = usid_container(ip6("fc00::")[:4], [0x11, 0x22, 0x33])
+    elif mode == "srh":
+        kw["segments"] = (ip6("fd00:5::1"), ip6("fd00:6::1"), ip6("fd00:b::2"))
+    return Route(
+        bytes.fromhex("020000000001"), bytes.fromhex("020000000002"),
+        ip6("fd00:a::2"), ip6("fd00:b::2"), encap=encap, **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("opcode", sorted(DATA_OPCODES), ids=lambda o: Opcode(o).name)
+@pytest.mark.parametrize("timestamp", [None, 0, 0xFFFF])
+def test_each_data_opcode(mode: str, encap: bool, opcode: int, timestamp: int | None) -> None:
+    """Each data opcode x timestamp x mode, with a payload of odd length."""
+    imm = {"msn": 0xABCDEF, "imm": 0xDEADBEEF} if opcode in IMM_OPCODES else {}
+    spec = Spec("data", _route(mode, encap), dict(
+        ev=0xA5A55A5A, opcode=opcode, dest_qp=0x123456, psn=0xFFFFFF, va=2**64 - 1,
+        rkey=0x01020304, payload=bytes(range(255)), timestamp=timestamp, rtx=True,
+        ack_req=True, ecn=ECN.CE, dscp=0, **imm,
+    ))
+    roundtrip(spec)
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("reason", list(NackReason), ids=lambda r: r.name)
+def test_each_nack_reason(mode: str, encap: bool, reason: NackReason) -> None:
+    """A NACK of each reason round-trips."""
+    neth = NETH(reason, ev=0xFFFFFFFF, psn=0x10, cack_psn=0xF, ts_echo=0x1234)
+    roundtrip(Spec("nack", _route(mode, encap), dict(ev=7, dest_qp=9, neth=neth, psn=3)))
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("ack", [False, True])
+@pytest.mark.parametrize("mode_m", list(SackMode), ids=lambda m: m.name)
+def test_each_sack(mode: str, encap: bool, ack: bool, mode_m: SackMode) -> None:
+    """SACK and ACK, each M value, ECE set, CC state given."""
+    seth = SETH(0x89ABCDEF, 0xFFFFFE, -5, 7, 64, mode_m, True, 2**64 - 1, 0xFFFFFFFF)
+    cc = CCState(0xFFFF, 255, 127, 0xFFFFFFFF)
+    roundtrip(Spec("sack", _route(mode, encap), dict(
+        ev=0x10001, dest_qp=1, seth=seth, cc=cc, psn=0, ack=ack,
+    )))
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("response", [False, True])
+@pytest.mark.parametrize("op", list(EndpointOp), ids=lambda o: o.name)
+def test_each_endpoint(mode: str, encap: bool, response: bool, op: EndpointOp) -> None:
+    """EV probe and port status, request and response."""
+    eph = EndpointHeader(op, 42, ev=0xCAFEF00D, timestamp=9, port_mask=0b1011, status=1)
+    kw = dict(ev=0xCAFEF00D, eph=eph, response=response)
+    roundtrip(Spec("endpoint", _route(mode, encap), kw))
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+def test_probe(mode: str, encap: bool) -> None:
+    """A reliability probe round-trips."""
+    probe = ProbeHeader(probe_id=0xFFFFFFFF, ev=0x1234, psn=0xABCDEF, timestamp=0xFFFF)
+    roundtrip(Spec("probe", _route(mode, encap), dict(ev=0x1234, dest_qp=5, probe=probe, psn=0)))
+
+
+# --- builder argument checks ------------------------------------------------------------------
+
+
+def test_builder_rejects_bad_arguments() -> None:
+    """Non-WRITE opcodes, missing/unexpected immediates and bad routes raise ValueError."""
+    r = _route("usid", True)
+    base: dict[str, Any] = dict(ev=1, dest_qp=1, psn=1, va=0, rkey=0)
+    with pytest.raises(ValueError):
+        build_data(r, opcode=Opcode.SACK, **base)
+    with pytest.raises(ValueError):
+        build_data(r, opcode=Opcode.WRITE_ONLY_IMM, msn=1, **base)
+    with pytest.raises(ValueError):
+        build_data(r, opcode=Opcode.WRITE_ONLY_IMM, imm=1, **base)
+    with pytest.raises(ValueError):
+        build_data(r, opcode=Opcode.WRITE_ONLY, imm=1, **base)
+    with pytest.raises(ValueError):
+        build_data(r, opcode=Opcode.WRITE_ONLY, ev=2**32, dest_qp=1, psn=1, va=0, rkey=0)
+    with pytest.raises(ValueError):
+        build_data(r, opcode=Opcode.WRITE_ONLY, ev=1, dest_qp=1, psn=2**24, va=0, rkey=0)
+    with pytest.raises(ValueError):
+        build_nack(r, ev=1, dest_qp=2**24, neth=NETH(NackReason.TRIMMED, 1, 1))
+    with pytest.raises(ValueError):
+        Route(bytes(6), bytes(6), bytes(16), bytes(16), usid=bytes(16), segments=(bytes(16),))
+    with pytest.raises(ValueError):
+        Route(bytes(6), bytes(6), bytes(16), bytes(16), segments=())
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    spec=any_specs(routes("usid")),
+    container=st.lists(st.integers(1, 0xFFFF), min_size=1, max_size=6),
+)
+def test_with_usid_changes_only_the_path(spec: Spec, container: list[int]) -> None:
+    """Route.with_usid keeps everything but the outer destination."""
+    new = usid_container(b"\xfc\x00\x00\x00", container)
+    r2 = spec.route.with_usid(new)
+    assert r2.outer_dst == new and r2.final_dst == usid_final(new)
+    assert (r2.src_ip, r2.dst_ip, r2.encap, r2.hop_limit) == (
+        spec.route.src_ip, spec.route.dst_ip, spec.route.encap, spec.route.hop_limit,
+    )
+    roundtrip(Spec(spec.kind, r2, spec.kw))
+
+
+def test_build_frame_generic_bth() -> None:
+    """build_sack/build_endpoint produce the BTH their docstrings promise."""
+    r = _route("plain", False)
+    f = parse_frame(build_sack(r, ev=3, dest_qp=4, seth=SETH(3, 5)))
+    assert f.bth == BTH(Opcode.SACK, 4, 0)
+    f = parse_frame(build_endpoint(r, ev=3, eph=EndpointHeader(EndpointOp.PORT_STATUS, 1)))
+    assert f.bth == BTH(Opcode.ENDPOINT_REQ, ENDPOINT_QPN, 0)
