@@ -35,6 +35,7 @@ from scapy.fields import (
     BitField,
     ByteEnumField,
     ByteField,
+    ConditionalField,
     FCSField,
     IntField,
     ShortField,
@@ -119,14 +120,28 @@ class MRC_BTH(scapy_roce.BTH):  # type: ignore[misc]
         BitField("ts", 0, 1),
         BitField("resv4", 0, 4),
         BitField("psn", 0, 24),
-        # The ICRC is the frame's last 4 bytes, after the payload: a trailer field.
-        FCSField("icrc", None, fmt="<I"),
+        # The ICRC is the frame's last 4 bytes, after the payload: a trailer field. A
+        # trimmed frame has lost it with the payload (see pre_dissect).
+        ConditionalField(
+            FCSField("icrc", None, fmt="<I"), lambda pkt: not pkt.__dict__.get("icrc_absent")
+        ),
     ]
+
+    def pre_dissect(self, s: bytes) -> bytes:
+        """Note whether the frame was cut short (trimmed): then no ICRC ends it.
+
+        UDP hands its layer only the bytes its length covers, so fewer means a cut frame;
+        without this, scapy would take the last 4 header bytes of a trimmed frame as ICRC.
+        """
+        udp = self.underlayer
+        if isinstance(udp, UDP) and udp.len is not None and len(s) < udp.len - 8:
+            self.__dict__["icrc_absent"] = True
+        return s
 
     def post_build(self, p: bytes, pay: bytes) -> bytes:
         """Append the payload; fill the ICRC (the trailer's last 4 bytes) when unset."""
         p += pay
-        if self.icrc is None:
+        if self.icrc is None and not self.__dict__.get("icrc_absent"):
             p = p[:-4] + struct.pack("<I", mrc_icrc(self, p[:-4]))
         return p
 
