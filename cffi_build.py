@@ -23,7 +23,7 @@ ffibuilder.cdef(
                                const uint8_t *udp, size_t udp_len);
     uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
                           const uint8_t *udp, size_t udp_len);
-    uint32_t mrc_icrc(const uint8_t *ip6, size_t len);
+    uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
 
     #define MRC_TMPL_HDR_MAX 512
     #define MRC_EXT_IMM 1
@@ -41,12 +41,14 @@ ffibuilder.cdef(
         uint32_t imm_first;
         uint32_t icrc_le;
         uint32_t pseudo_sum;
+        uint8_t  pseudo_src[16];
     };
     size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
                           uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
                           const uint8_t *outer_da, const uint8_t *srh_segs,
-                          uint64_t va, uint32_t ext, uint32_t msn, uint32_t imm,
-                          uint32_t timestamp, const uint8_t *payload, size_t payload_len);
+                          const uint8_t *pseudo_dst, uint64_t va,
+                          uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                          const uint8_t *payload, size_t payload_len);
     uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
 
     struct mrc_batch {

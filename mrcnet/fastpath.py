@@ -18,16 +18,15 @@ import importlib
 import os
 import socket
 import warnings
-import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from mrcnet.constants import (
-    BTH_LEN,
-    IPPROTO_UDP,
-    IPV6_HEADER_LEN,
-    UDP_HEADER_LEN,
-)
+from mrcnet.constants import BTH_LEN, ICRC_LEN, IPPROTO_UDP, IPV6_HEADER_LEN, UDP_HEADER_LEN
+from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
+from mrcnet.wire.icrc import icrc as _ref_icrc
+
+if TYPE_CHECKING:
+    from mrcnet.wire.template import DataTemplate, PathSpec
 
 __all__ = [
     "HAVE_C",
@@ -52,8 +51,9 @@ PACKET_OUTGOING: Final = 4
 #: into the batch's reusable buffer and is valid until that batch's next ``recv``.
 Received = tuple[memoryview, int, int]
 
-_ONES8: Final = b"\xff" * 8
-_ICRC_HEAD: Final = IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN
+_ICRC_MIN_UDP: Final = UDP_HEADER_LEN + BTH_LEN
+_ICRC_MIN_IP: Final = IPV6_HEADER_LEN + _ICRC_MIN_UDP
+
 
 
 # ---- pure-Python reference -------------------------------------------------------------
@@ -103,30 +103,23 @@ def py_udp6_checksum_ok(
     dst: bytes | bytearray | memoryview,
     udp: bytes | bytearray | memoryview,
 ) -> bool:
-    """True if the checksum stored in ``udp`` (bytes 6-7) is right for this datagram."""
+    """True if the checksum stored in ``udp`` (bytes 6-7) is right for this datagram.
+
+    A stored 0 ("no checksum") is refused: IPv6 does not allow it (RFC 8200 sec. 8.1).
+    """
     n = len(udp)
+    if n >= UDP_HEADER_LEN and not (udp[6] or udp[7]):
+        return False
     return _ones_sum(src, dst, (n + IPPROTO_UDP).to_bytes(8, "big"), udp) == 0xFFFF
 
 
-def py_icrc(inner: bytes | bytearray | memoryview) -> int:
-    """RoCEv2 invariant CRC of the inner packet, as zlib.crc32 computes it.
+def py_icrc(covered: bytes | bytearray | memoryview, has_ip: bool = True) -> bytes:
+    """RoCEv2 invariant CRC, 4 bytes as stored: the reference, :func:`mrcnet.wire.icrc.icrc`.
 
-    ``inner`` runs from the inner IPv6 header up to, not including, the ICRC. The CRC
-    covers 8 bytes of 0xFF (RoCEv2's stand-in for the InfiniBand LRH) and then ``inner``
-    with the fields switches may change taken as all ones: IPv6 traffic class, flow label
-    and hop limit, the UDP checksum, and the BTH reserved byte.
+    ``covered`` runs from the inner IPv6 header (``has_ip``) or the UDP header up to, not
+    including, the ICRC.
     """
-    if len(inner) < _ICRC_HEAD:
-        return 0
-    head = bytearray(inner[:_ICRC_HEAD])
-    head[0] |= 0x0F
-    head[1:4] = b"\xff\xff\xff"
-    head[7] = 0xFF
-    head[IPV6_HEADER_LEN + 6 : IPV6_HEADER_LEN + 8] = b"\xff\xff"
-    head[IPV6_HEADER_LEN + UDP_HEADER_LEN + 4] = 0xFF
-    crc = zlib.crc32(_ONES8)
-    crc = zlib.crc32(head, crc)
-    return zlib.crc32(inner[_ICRC_HEAD:], crc)
+    return _ref_icrc(covered, has_ip)
 
 
 class PyBatchIO:
@@ -268,6 +261,8 @@ def c_udp6_checksum_ok(
     udp: bytes | bytearray | memoryview,
 ) -> bool:
     """C twin of :func:`py_udp6_checksum_ok`."""
+    if len(udp) >= UDP_HEADER_LEN and not (udp[6] or udp[7]):
+        return False
     try:
         return bool(_C.mrc_udp6_sum(src, dst, udp, len(udp)) == 0xFFFF)
     except TypeError:
@@ -275,12 +270,15 @@ def c_udp6_checksum_ok(
                     == 0xFFFF)
 
 
-def c_icrc(inner: bytes | bytearray | memoryview) -> int:
+def c_icrc(covered: bytes | bytearray | memoryview, has_ip: bool = True) -> bytes:
     """C twin of :func:`py_icrc`."""
+    if len(covered) < (_ICRC_MIN_IP if has_ip else _ICRC_MIN_UDP):
+        return _ref_icrc(covered, has_ip)  # too short to mask: the reference's edge case
     try:
-        return int(_C.mrc_icrc(inner, len(inner)))
+        crc = _C.mrc_icrc(covered, len(covered), has_ip)
     except TypeError:
-        return int(_C.mrc_icrc(_as_ptr(inner), len(inner)))
+        crc = _C.mrc_icrc(_as_ptr(covered), len(covered), has_ip)
+    return int(crc).to_bytes(ICRC_LEN, "little")
 
 
 class CBatchIO:
@@ -335,6 +333,12 @@ class CBatchIO:
         """Writable view of send/receive buffer ``i`` (``bufsize`` bytes)."""
         return self._view[i * self.bufsize : (i + 1) * self.bufsize]
 
+    def slot_ptr(self, i: int) -> Any:
+        """cdata pointer to buffer ``i``, for :meth:`CTemplate.patch` (``cap=bufsize``)."""
+        if not 0 <= i < self.max_batch:
+            raise IndexError(i)
+        return self._bufs + i * self.bufsize
+
     def send(self, frames: Sequence[bytes | bytearray | memoryview]) -> int:
         """Send up to ``max_batch`` frames in one sendmmsg; returns how many went.
 
@@ -382,11 +386,115 @@ class CBatchIO:
                 for i in _ffi.unpack(self._idx, k)]
 
 
+class CTemplate:
+    """C twin of :class:`mrcnet.wire.template.DataTemplate`: one C call per packet.
+
+    Made from a Python template (which found the offsets); ``patch`` takes the same
+    arguments and writes the same bytes. ``out`` may also be a cdata pointer (such as
+    :meth:`CBatchIO.slot_ptr`), then with ``cap``, to patch straight into a send slot.
+    """
+
+    def __init__(self, tmpl: DataTemplate) -> None:
+        if _C is None:
+            raise RuntimeError("mrcnet._fastpath is not available")
+        ffi = _ffi
+        hdr = tmpl.hdr
+        if len(hdr) > _C.MRC_TMPL_HDR_MAX:
+            raise ValueError(f"template headers of {len(hdr)} bytes exceed the C limit")
+        t = self._t = ffi.new("struct mrc_tmpl *")
+        ffi.memmove(t.hdr, hdr, len(hdr))
+        t.hdr_len = len(hdr)
+        t.off_outer_ip = tmpl.off_outer
+        t.off_srh_segs = tmpl.off_srh_segs
+        t.srh_segs_len = tmpl.srh_segs_len
+        t.off_inner_ip = tmpl.off_inner
+        t.off_udp = tmpl.off_udp
+        t.off_bth = tmpl.off_bth
+        t.off_reth = tmpl.off_reth
+        t.imm_first = int(tmpl.IMM_BEFORE_TSETH)
+        t.icrc_le = int(tmpl.ICRC_LITTLE_ENDIAN)
+        t.pseudo_sum = _C.mrc_tmpl_addr_sum(tmpl.pseudo_src, tmpl.pseudo_dst)
+        ffi.memmove(t.pseudo_src, tmpl.pseudo_src, 16)
+        #: The Python template this one was made from (offsets, ``path()``).
+        self.template = tmpl
+        self._cdata_type = ffi.CData
+        # Imported here: mrcnet.wire.template imports this module for its checksum.
+        from mrcnet.wire.template import check_data_args
+
+        self._check = check_data_args
+        self._null = ffi.NULL
+
+    def path(self, *, usid: bytes | None = None,
+             segments: Sequence[bytes] | None = None) -> PathSpec:
+        """Same as :meth:`DataTemplate.path`."""
+        return self.template.path(usid=usid, segments=segments)
+
+    def max_frame_len(self, payload_len: int) -> int:
+        """Same as :meth:`DataTemplate.max_frame_len`."""
+        return self.template.max_frame_len(payload_len)
+
+    def patch(
+        self,
+        out: bytearray | memoryview | Any,
+        *,
+        opcode: int,
+        psn: int,
+        ev: int,
+        va: int,
+        payload: bytes | bytearray | memoryview = b"",
+        path: PathSpec | None = None,
+        msn: int | None = None,
+        imm: int | None = None,
+        timestamp: int | None = None,
+        rtx: bool = False,
+        ack_req: bool = False,
+        cap: int | None = None,
+    ) -> int:
+        """Write one data frame into ``out``; returns its length (see DataTemplate.patch)."""
+        ext = _EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+        flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
+        if timestamp is not None:
+            ext |= _EXT_TSETH
+            flags |= F_TS
+        else:
+            timestamp = 0
+        if isinstance(out, self._cdata_type):
+            if cap is None:
+                raise ValueError("cap= is needed with a cdata output buffer")
+            ptr = out
+        else:
+            ptr = _ffi.from_buffer(out)
+            cap = len(out) if cap is None else min(cap, len(out))
+        null = self._null
+        if path is None:
+            da = segs = pd = null
+        else:
+            da = path.outer_da
+            segs = null if path.srh_segs is None else path.srh_segs
+            pd = null if path.pseudo_dst is None else path.pseudo_dst
+        if type(payload) is not bytes:
+            payload = _ffi.from_buffer(payload)
+        n = int(_C.mrc_patch_data(ptr, cap, self._t, opcode, flags, psn, ev, da, segs, pd, va,
+                                  ext, msn or 0, imm or 0, timestamp, payload, len(payload)))
+        if n == 0:
+            raise ValueError(f"a frame with {len(payload)} payload bytes does not fit "
+                             f"{cap} bytes or an IPv6 length field")
+        return n
+
+    def build(self, **fields: Any) -> bytes:
+        """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
+        buf = bytearray(self.max_frame_len(len(fields.get("payload", b""))))
+        return bytes(buf[: self.patch(buf, **fields)])
+
+
 # ---- public binding ----------------------------------------------------------------------
+
+#: A data-frame template of either implementation (same ``patch``/``path`` interface).
+Template: TypeAlias = "CTemplate | DataTemplate"
 
 udp6_checksum: Callable[..., int]
 udp6_checksum_ok: Callable[..., bool]
-icrc: Callable[[bytes | bytearray | memoryview], int]
+icrc: Callable[..., bytes]
 BatchIO: type[CBatchIO] | type[PyBatchIO]
 
 if HAVE_C:
@@ -394,6 +502,7 @@ if HAVE_C:
     udp6_checksum_ok = c_udp6_checksum_ok
     icrc = c_icrc
     BatchIO = CBatchIO
+    _EXT_IMM, _EXT_TSETH = int(_C.MRC_EXT_IMM), int(_C.MRC_EXT_TSETH)
 else:
     udp6_checksum = py_udp6_checksum
     udp6_checksum_ok = py_udp6_checksum_ok
@@ -434,3 +543,19 @@ def recv_batch(fd: int, max_frames: int = 64, bufsize: int = 9216, *,
     b = _batch_for(fd, max_frames, bufsize)
     return [(bytes(v), pt, ifx) for v, pt, ifx in b.recv(skip_outgoing=skip_outgoing)]
 
+
+def make_template(frame_or_template: bytes | bytearray | memoryview | DataTemplate) -> Template:
+    """The data-frame template mrcd should use: C when built, else the Python reference.
+
+    Takes a data frame made by :func:`mrcnet.wire.build_data` or a ``DataTemplate``.
+    """
+    from mrcnet.wire.template import DataTemplate  # here: template imports this module
+
+    t = (frame_or_template if isinstance(frame_or_template, DataTemplate)
+         else DataTemplate(frame_or_template))
+    return CTemplate(t) if HAVE_C else t
+
+
+def patch_data_frame(tmpl: Template, out: bytearray | memoryview | Any, **fields: Any) -> int:
+    """Write one data frame from ``tmpl`` into ``out`` (see ``DataTemplate.patch``)."""
+    return tmpl.patch(out, **fields)

@@ -18,11 +18,14 @@ from hypothesis import strategies as st
 
 from mrcnet import fastpath
 from mrcnet.constants import IPPROTO_UDP
+from mrcnet.wire import checksum as ref_checksum
+from mrcnet.wire.icrc import icrc as ref_icrc
 
 needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="mrcnet._fastpath not built")
 
 Checksum = Callable[[bytes, bytes, bytes], int]
-IMPLS: list[tuple[str, Checksum, Callable[[bytes, bytes, bytes], bool], Callable[[bytes], int]]]
+Icrc = Callable[..., bytes]
+IMPLS: list[tuple[str, Checksum, Callable[[bytes, bytes, bytes], bool], Icrc]]
 IMPLS = [("py", fastpath.py_udp6_checksum, fastpath.py_udp6_checksum_ok, fastpath.py_icrc)]
 if fastpath.HAVE_C:
     IMPLS.append(("c", fastpath.c_udp6_checksum, fastpath.c_udp6_checksum_ok, fastpath.c_icrc))
@@ -43,14 +46,17 @@ def naive_udp6_checksum(src: bytes, dst: bytes, udp: bytes) -> int:
     return c if c else 0xFFFF
 
 
-def naive_icrc(inner: bytes) -> int:
-    masked = bytearray(inner)
-    masked[0] |= 0x0F  # traffic class, low nibble of byte 0
-    masked[1:4] = b"\xff\xff\xff"  # rest of traffic class, flow label
-    masked[7] = 0xFF  # hop limit
-    masked[46:48] = b"\xff\xff"  # UDP checksum
-    masked[52] = 0xFF  # BTH reserved byte (BTH at 48)
-    return zlib.crc32(b"\xff" * 8 + bytes(masked))
+def naive_icrc(covered: bytes, has_ip: bool = True) -> bytes:
+    masked = bytearray(covered)
+    off = 0
+    if has_ip:
+        masked[0] |= 0x0F  # traffic class, low nibble of byte 0
+        masked[1:4] = b"\xff\xff\xff"  # rest of traffic class, flow label
+        masked[7] = 0xFF  # hop limit
+        off = 40
+    masked[off + 6 : off + 8] = b"\xff\xff"  # UDP checksum
+    masked[off + 12] = 0xFF  # BTH reserved byte
+    return zlib.crc32(b"\xff" * 8 + bytes(masked)).to_bytes(4, "little")
 
 
 addr = st.binary(min_size=16, max_size=16)
@@ -62,7 +68,8 @@ addr = st.binary(min_size=16, max_size=16)
 def test_checksum_matches_word_loop(name: str, csum: Checksum, ok: object, _icrc: object,
                                     src: bytes, dst: bytes, body: bytes) -> None:
     udp = b"\x12\x34\x12\xb7" + (8 + len(body)).to_bytes(2, "big") + b"\0\0" + body
-    assert csum(src, dst, udp) == naive_udp6_checksum(src, dst, udp)
+    want = naive_udp6_checksum(src, dst, udp)
+    assert csum(src, dst, udp) == want == ref_checksum.udp6_checksum(src, dst, udp)
 
 
 @pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
@@ -75,8 +82,25 @@ def test_checksum_verifies_and_detects_flip(name: str, csum: Checksum,
     udp = bytearray(b"\x00\x01\x12\xb7" + (8 + len(body)).to_bytes(2, "big") + b"\0\0" + body)
     udp[6:8] = csum(src, dst, bytes(udp)).to_bytes(2, "big")
     assert ok(src, dst, bytes(udp))
+    assert ref_checksum.udp6_checksum_ok(src, dst, bytes(udp))
     udp[0] ^= 0x40  # any single-bit change breaks a one's-complement sum
     assert not ok(src, dst, bytes(udp))
+
+
+@pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
+def test_stored_zero_checksum_is_refused(name: str, csum: Checksum,
+                                         ok: Callable[[bytes, bytes, bytes], bool],
+                                         _icrc: object) -> None:
+    # A datagram whose checksum computes to 0xFFFF may also "verify" with 0 stored, since
+    # 0 and 0xFFFF are both zero in one's complement; IPv6 forbids 0 (no checksum).
+    src, dst = bytes(16), bytes(16)
+    udp = bytearray(b"\0\0\0\0\0\x0a\0\0\0\0")
+    udp[8:10] = naive_udp6_checksum(src, dst, bytes(udp)).to_bytes(2, "big")
+    assert csum(src, dst, bytes(udp)) == 0xFFFF
+    assert not ok(src, dst, bytes(udp))  # stored 0
+    assert not ref_checksum.udp6_checksum_ok(src, dst, bytes(udp))
+    udp[6:8] = b"\xff\xff"
+    assert ok(src, dst, bytes(udp))
 
 
 @pytest.mark.parametrize(("name", "csum", "ok", "_icrc"), IMPLS, ids=IMPL_IDS)
@@ -126,15 +150,15 @@ def test_checksum_matches_scapy() -> None:
 
 @pytest.mark.parametrize(("name", "csum", "ok", "icrc"), IMPLS, ids=IMPL_IDS)
 @settings(max_examples=300, deadline=None)
-@given(inner=st.binary(min_size=60, max_size=1200))
-def test_icrc_matches_masked_zlib(name: str, csum: object, ok: object,
-                                  icrc: Callable[[bytes], int], inner: bytes) -> None:
-    assert icrc(inner) == naive_icrc(inner)
+@given(covered=st.binary(min_size=60, max_size=1200), has_ip=st.booleans())
+def test_icrc_matches_masked_zlib(name: str, csum: object, ok: object, icrc: Icrc,
+                                  covered: bytes, has_ip: bool) -> None:
+    assert icrc(covered, has_ip) == naive_icrc(covered, has_ip) == ref_icrc(covered, has_ip)
 
 
 @pytest.mark.parametrize(("name", "csum", "ok", "icrc"), IMPLS, ids=IMPL_IDS)
 def test_icrc_ignores_variant_fields(name: str, csum: object, ok: object,
-                                     icrc: Callable[[bytes], int]) -> None:
+                                     icrc: Icrc) -> None:
     inner = bytearray(os.urandom(200))
     base = icrc(bytes(inner))
     for i in (0, 1, 2, 3, 7, 46, 47, 52):  # TC/flow label, hop limit, UDP csum, BTH resv

@@ -86,23 +86,26 @@ uint16_t mrc_udp6_checksum(const uint8_t *src, const uint8_t *dst,
 #define UDP_LEN 8
 #define BTH_LEN 12
 
-uint32_t mrc_icrc(const uint8_t *ip6, size_t len)
+uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
 {
     static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     uint8_t head[IP6_LEN + UDP_LEN + BTH_LEN];
+    size_t ip = has_ip ? IP6_LEN : 0, hlen = ip + UDP_LEN + BTH_LEN;
 
-    if (len < sizeof head)
+    if (len < hlen)
         return 0;
-    /* Copy the 60 bytes that hold variant fields and mask them; CRC the rest in place. */
-    memcpy(head, ip6, sizeof head);
-    head[0] |= 0x0f;                               /* traffic class (low nibble of byte 0) */
-    head[1] = head[2] = head[3] = 0xff;            /* traffic class (rest) + flow label */
-    head[7] = 0xff;                                /* hop limit */
-    head[IP6_LEN + 6] = head[IP6_LEN + 7] = 0xff;  /* UDP checksum */
-    head[IP6_LEN + UDP_LEN + 4] = 0xff;            /* BTH reserved byte */
+    /* Copy the bytes that hold variant fields and mask them; CRC the rest in place. */
+    memcpy(head, p, hlen);
+    if (has_ip) {
+        head[0] |= 0x0f;                      /* traffic class (low nibble of byte 0) */
+        head[1] = head[2] = head[3] = 0xff;   /* traffic class (rest) + flow label */
+        head[7] = 0xff;                       /* hop limit */
+    }
+    head[ip + 6] = head[ip + 7] = 0xff;       /* UDP checksum */
+    head[ip + UDP_LEN + 4] = 0xff;            /* BTH reserved byte */
     uLong crc = crc32(0L, ones, sizeof ones);
-    crc = crc32(crc, head, sizeof head);
-    crc = crc32(crc, ip6 + sizeof head, (uInt)(len - sizeof head));
+    crc = crc32(crc, head, (uInt)hlen);
+    crc = crc32(crc, p + hlen, (uInt)(len - hlen));
     return (uint32_t)crc;
 }
 
@@ -117,8 +120,9 @@ static inline void put32(uint8_t *p, uint32_t v)
 size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
                       uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
                       const uint8_t *outer_da, const uint8_t *srh_segs,
-                      uint64_t va, uint32_t ext, uint32_t msn, uint32_t imm,
-                      uint32_t timestamp, const uint8_t *payload, size_t payload_len)
+                      const uint8_t *pseudo_dst, uint64_t va,
+                      uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                      const uint8_t *payload, size_t payload_len)
 {
     size_t ext_len = ((ext & MRC_EXT_IMM) ? 8 : 0) + ((ext & MRC_EXT_TSETH) ? 4 : 0);
     size_t total = t->hdr_len + ext_len + payload_len + 4;
@@ -137,8 +141,8 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     if (srh_segs && t->off_srh_segs)
         memcpy(out + t->off_srh_segs, srh_segs, t->srh_segs_len);
 
-    uint8_t *in = out + t->off_inner_ip;
-    put16(in + 4, (uint32_t)(total - t->off_inner_ip - IP6_LEN));
+    if (t->off_inner_ip)
+        put16(out + t->off_inner_ip + 4, (uint32_t)(total - t->off_inner_ip - IP6_LEN));
 
     uint8_t *u = out + t->off_udp;
     put16(u + 0, ev >> 16);
@@ -174,12 +178,14 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
 
     /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. */
     uint8_t *ic = out + total - 4;
-    uint32_t crc = mrc_icrc(in, (size_t)(ic - in));
+    uint8_t *cov = out + (t->off_inner_ip ? t->off_inner_ip : t->off_udp);
+    uint32_t crc = mrc_icrc(cov, (size_t)(ic - cov), t->off_inner_ip != 0);
     if (t->icrc_le) { ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24; }
     else put32(ic, crc);
 
     put16(u + 6, 0);
-    uint16_t c = (uint16_t)~udp6_sum(t->pseudo_sum, u, total - t->off_udp);
+    uint32_t ph = pseudo_dst ? addr_sum(t->pseudo_src, pseudo_dst) : t->pseudo_sum;
+    uint16_t c = (uint16_t)~udp6_sum(ph, u, total - t->off_udp);
     put16(u + 6, c ? c : 0xffff);
     return total;
 }

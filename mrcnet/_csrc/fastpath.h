@@ -29,13 +29,13 @@ uint16_t mrc_udp6_checksum(const uint8_t *src, const uint8_t *dst,
 uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
                       const uint8_t *udp, size_t udp_len);
 
-/* RoCEv2 invariant CRC over the inner packet: CRC-32 (zlib's) of 8 bytes of 0xff, then
- * `len` bytes from `ip6` (inner IPv6 header onwards, up to but not including the ICRC)
- * with the fields that change in flight taken as all ones: IPv6 traffic class, flow label
- * and hop limit, the UDP checksum and the BTH reserved byte. Returns zlib's value; the
- * caller stores it in the reference's byte order. Returns 0 if len is too short to hold
- * IPv6 + UDP + BTH. */
-uint32_t mrc_icrc(const uint8_t *ip6, size_t len);
+/* RoCEv2 invariant CRC: CRC-32 (zlib's) of 8 bytes of 0xff, then `len` bytes from `p`
+ * (up to but not including the ICRC) with the fields that change in flight taken as all
+ * ones. With has_ip, `p` is the inner IPv6 header (traffic class, flow label and hop limit
+ * masked), else the UDP header; then the UDP checksum and the BTH reserved byte are
+ * masked. Returns zlib's value (the reference stores it little-endian), or 0 if `len`
+ * cannot hold the headers. Mirrors mrcnet/wire/icrc.py. */
+uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
 
 /* ---- data frame template ---------------------------------------------------------- */
 
@@ -49,13 +49,15 @@ struct mrc_tmpl {
     uint32_t off_outer_ip;   /* outer IPv6 header */
     uint32_t off_srh_segs;   /* first SRH segment (0: no SRH) */
     uint32_t srh_segs_len;   /* bytes of segment list (16 x n) */
-    uint32_t off_inner_ip;   /* inner IPv6 header: the ICRC starts here */
+    uint32_t off_inner_ip;   /* inner IPv6 header, where the ICRC starts (0: none; the
+                                ICRC then starts at the UDP header) */
     uint32_t off_udp;
     uint32_t off_bth;
     uint32_t off_reth;
     uint32_t imm_first;      /* 1: METH+ImmDt come before TSETH, 0: after */
     uint32_t icrc_le;        /* 1: ICRC stored little-endian (RoCEv2), 0: big-endian */
-    uint32_t pseudo_sum;     /* folded one's-complement sum of inner src + dst */
+    uint32_t pseudo_sum;     /* folded sum of the pseudo-header addresses (native order) */
+    uint8_t  pseudo_src[16]; /* pseudo-header source, for a per-packet pseudo_dst */
 };
 
 /* Folded sum of the pseudo-header addresses, for mrc_tmpl.pseudo_sum. */
@@ -65,17 +67,21 @@ uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
 #define MRC_EXT_IMM   1u  /* METH (msn) + ImmDt (imm) follow the RETH */
 #define MRC_EXT_TSETH 2u  /* TSETH (timestamp) follows */
 
-/* Write one data frame into out[0:cap]: the template's headers patched with this packet's
- * opcode, BTH bytes 1 and 8 (bth_flags bits 8-15: SE/M/Pad/TVer; bits 0-7: A/R/RTX/TS), PSN, EV (UDP source port = ev >> 16, low 16 bits
- * of the outer flow label = ev & 0xffff), outer destination (16 bytes, NULL: keep the
- * template's), SRH segments (srh_segs_len bytes, NULL: keep), RETH virtual address and
- * length (= payload_len), the optional METH/ImmDt/TSETH, the payload, every length field,
- * the ICRC and the UDP checksum. Returns the frame length, or 0 if cap is too small. */
+/* Write one data frame into out[0:cap]: the template's headers patched with this
+ * packet's opcode, BTH bytes 1 and 8 (bth_flags bits 8-15: SE/M/Pad/TVer; bits 0-7:
+ * A/R/RTX/TS), PSN, EV (UDP source port = ev >> 16, low 16 bits of the outer flow label =
+ * ev & 0xffff), outer destination (16 bytes; NULL keeps the template's), SRH segments
+ * (srh_segs_len bytes, wire order; NULL keeps), checksum pseudo-header destination (NULL:
+ * the template's; only frames without an inner IPv6 header need one when the path
+ * changes), RETH virtual address and length (= payload_len), the optional METH/ImmDt/TSETH
+ * (ext flags), the payload, every length field, the ICRC and the UDP checksum.
+ * Returns the frame length, or 0 if it does not fit `cap` or an IPv6 length field. */
 size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
                       uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
                       const uint8_t *outer_da, const uint8_t *srh_segs,
-                      uint64_t va, uint32_t ext, uint32_t msn, uint32_t imm,
-                      uint32_t timestamp, const uint8_t *payload, size_t payload_len);
+                      const uint8_t *pseudo_dst, uint64_t va,
+                      uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                      const uint8_t *payload, size_t payload_len);
 
 /* ---- batched packet socket I/O ---------------------------------------------------- */
 
