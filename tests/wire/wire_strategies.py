@@ -42,6 +42,7 @@ from mrcnet.wire import (
     build_nack,
     build_probe,
     build_sack,
+    ip6,
     usid_container,
 )
 from mrcnet.wire.checksum import udp6_checksum
@@ -256,3 +257,57 @@ def refresh(frame: bytes | bytearray, route: Route) -> bytes:
     buf[lay.udp + 6 : lay.udp + 8] = csum.to_bytes(2, "big")
     return bytes(buf)
 
+
+
+# --- fixed sample frames: every kind in every mode -------------------------------------------
+
+MODES: list[tuple[str, bool]] = [(m, e) for m in ("usid", "srh", "plain") for e in (True, False)]
+
+
+def sample_route(mode: str, encap: bool) -> Route:
+    """A fixed route in ``mode`` ("usid", "srh" or "plain")."""
+    kw: dict[str, Any] = {}
+    if mode == "usid":
+        kw["usid"] = usid_container(bytes.fromhex("fc000000"), [0x11, 0x22, 0x33])
+    elif mode == "srh":
+        kw["segments"] = (ip6("fd00:5::1"), ip6("fd00:6::1"), ip6("fd00:b::2"))
+    return Route(
+        bytes.fromhex("020000000001"), bytes.fromhex("020000000002"),
+        ip6("fd00:a::2"), ip6("fd00:b::2"), encap=encap, **kw,
+    )
+
+
+def sample_specs(mode: str, encap: bool, payload: bytes = bytes(range(33))) -> list[Spec]:
+    """One spec of each frame kind (data with and without IMM/TS, SACK, ACK, NACK, ...)."""
+    r = sample_route(mode, encap)
+    data = dict(ev=0x12345678, dest_qp=0x42, psn=0x10, va=0x1000, rkey=7, payload=payload)
+    return [
+        Spec("data", r, dict(data, opcode=Opcode.WRITE_MIDDLE)),
+        Spec("data", r, dict(data, opcode=Opcode.WRITE_ONLY_IMM, msn=3, imm=4, timestamp=5)),
+        Spec("data", r, dict(data, opcode=Opcode.WRITE_FIRST, timestamp=0xFFFF)),
+        Spec("sack", r, dict(ev=9, dest_qp=0x42, seth=SETH(9, 100, bitmap=5), cc=None)),
+        Spec("sack", r, dict(ev=9, dest_qp=0x42, seth=SETH(9, 100), ack=True)),
+        Spec("nack", r, dict(ev=9, dest_qp=0x42, neth=NETH(NackReason.TRIMMED, 9, 17))),
+        Spec("probe", r, dict(ev=9, dest_qp=0x42, probe=ProbeHeader(1, 9, 17))),
+        Spec("endpoint", r, dict(ev=9, eph=EndpointHeader(EndpointOp.EV_PROBE, 1, ev=9))),
+        Spec("endpoint", r, dict(ev=9, eph=EndpointHeader(EndpointOp.PORT_STATUS, 2,
+                                                           port_mask=3), response=True)),
+    ]
+
+
+def all_sample_specs() -> list[Spec]:
+    """sample_specs for every mode and encap setting."""
+    return [s for m, e in MODES for s in sample_specs(m, e)]
+
+
+def spec_id(spec: Spec) -> str:
+    """A readable test id for a spec."""
+    r = spec.route
+    mode = "usid" if r.usid is not None else "srh" if r.segments is not None else "plain"
+    op = spec.kw.get("opcode")
+    what = Opcode(op).name if op is not None else spec.kind
+    if spec.kind == "sack" and spec.kw.get("ack"):
+        what = "ack"
+    if spec.kind == "endpoint":
+        what += "-resp" if spec.kw.get("response") else "-req"
+    return f"{what}-{mode}-{'encap' if r.encap else 'noencap'}"
