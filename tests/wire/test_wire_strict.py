@@ -46,10 +46,10 @@ TRUNC = {MalformedReason.TRUNCATED, MalformedReason.BAD_LENGTH}
 OUTER_PLEN = ETH_HEADER_LEN + 4  # offset of the outer payload length
 
 
-def reason_of(buf: bytes, **kw: bool) -> MalformedReason:
+def reason_of(buf: bytes, verify_icrc: bool = True) -> MalformedReason:
     """The reason parse_frame rejects ``buf`` with (fails the test if it parses)."""
     with pytest.raises(MalformedFrame) as exc:
-        parse_frame(buf, **kw)
+        parse_frame(buf, verify_icrc=verify_icrc)
     return exc.value.reason
 
 
