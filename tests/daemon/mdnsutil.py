@@ -1,0 +1,100 @@
+"""Network namespaces for the daemon tests: created and removed by exactly these helpers.
+
+Every name is ``md`` + a random suffix; a :class:`NsRegistry` deletes only what it made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def run(*args: str, ns: str | None = None, check: bool = True) -> str:
+    """Run a command (inside ``ns`` when given) and return its stdout."""
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+@contextlib.contextmanager
+def in_netns(name: str) -> Iterator[None]:
+    """Move the calling thread into netns ``name`` for the block (sockets made inside
+    stay in that namespace), then back."""
+    with open("/proc/thread-self/ns/net", "rb") as orig, \
+            open(f"/run/netns/{name}", "rb") as target:
+        if _libc.setns(target.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {name}")
+        try:
+            yield
+        finally:
+            if _libc.setns(orig.fileno(), CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back")
+
+
+@dataclass
+class NsRegistry:
+    """The namespaces one test made; :meth:`cleanup` removes exactly those."""
+
+    tag: str = field(default_factory=lambda: secrets.token_hex(3))
+    made: list[str] = field(default_factory=list)
+
+    def netns(self, role: str) -> str:
+        name = f"md{self.tag}{role}"
+        run("ip", "netns", "add", name)
+        self.made.append(name)
+        run("ip", "link", "set", "lo", "up", ns=name)
+        return name
+
+    def cleanup(self) -> None:
+        for name in reversed(self.made):
+            run("ip", "netns", "del", name, check=False)
+        self.made.clear()
+
+
+@dataclass
+class VethPair:
+    """Two namespaces joined by one veth link, with IPv6 addresses (no DAD)."""
+
+    ns_a: str
+    ns_b: str
+    if_a: str
+    if_b: str
+    ip_a: str
+    ip_b: str
+    mac_a: str
+    mac_b: str
+
+
+def make_veth_pair(reg: NsRegistry, mtu: int = 9000) -> VethPair:
+    """Namespaces ``md<tag>a`` and ``md<tag>b`` with veth ``eth0`` in each."""
+    a, b = reg.netns("a"), reg.netns("b")
+    tmp_a, tmp_b = f"md{reg.tag}va", f"md{reg.tag}vb"
+    run("ip", "link", "add", tmp_a, "mtu", str(mtu), "type", "veth", "peer", "name", tmp_b,
+        "mtu", str(mtu))
+    run("ip", "link", "set", tmp_a, "netns", a, "name", "eth0")
+    run("ip", "link", "set", tmp_b, "netns", b, "name", "eth0")
+    macs = {a: "02:00:00:00:0a:01", b: "02:00:00:00:0b:01"}
+    ips = {a: "fd00:4d52::a", b: "fd00:4d52::b"}
+    for ns in (a, b):
+        run("ip", "link", "set", "eth0", "address", macs[ns], ns=ns)
+        run("ip", "addr", "add", f"{ips[ns]}/64", "dev", "eth0", "nodad", ns=ns)
+        run("ip", "link", "set", "eth0", "up", ns=ns)
+    return VethPair(a, b, "eth0", "eth0", ips[a], ips[b], macs[a], macs[b])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,229 @@
+"""mrcnet.io: the BPF filter, PacketPort on a veth pair, the kernel drop rule, neighbours."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import needs_root
+from mdnsutil import NsRegistry, VethPair, in_netns, run
+
+from mrcnet.constants import ETH_P_IPV6, MRC_UDP_PORT, Opcode
+from mrcnet.io import CapabilityError, KernelDrop, PacketPort, neighbour_mac
+from mrcnet.io.bpf import mrc_filter, run_filter
+from mrcnet.wire import Route, build_data, ip6, mac_to_bytes, parse_frame
+
+SEG_MID = ip6("fc00:0:1::")
+
+
+def _route(v: VethPair, layout: str) -> Route:
+    base = dict(src_mac=mac_to_bytes(v.mac_a), dst_mac=mac_to_bytes(v.mac_b),
+                src_ip=ip6(v.ip_a), dst_ip=ip6(v.ip_b))
+    if layout == "udp":
+        return Route(**base, encap=False)  # type: ignore[arg-type]
+    if layout == "encap":
+        return Route(**base)  # type: ignore[arg-type]
+    if layout == "srh":
+        return Route(**base, segments=(ip6(v.ip_b),), encap=False)  # type: ignore[arg-type]
+    if layout == "srh-encap":
+        return Route(**base, segments=(SEG_MID, ip6(v.ip_b)))  # type: ignore[arg-type]
+    if layout == "usid":
+        return Route(**base, usid=ip6("fc00:0:1:2:3::"))  # type: ignore[arg-type]
+    raise ValueError(layout)
+
+
+LAYOUTS = ["udp", "encap", "srh", "srh-encap", "usid"]
+
+
+def _frame(v: VethPair, layout: str, psn: int, payload: bytes = b"x" * 64) -> bytes:
+    return build_data(_route(v, layout), ev=0x12345678 + psn, opcode=Opcode.WRITE_ONLY,
+                      dest_qp=7, psn=psn, va=0x1000, rkey=0x55, payload=payload)
+
+
+_FAKE = VethPair("a", "b", "eth0", "eth0", "fd00::a", "fd00::b",
+                 "02:00:00:00:0a:01", "02:00:00:00:0b:01")
+
+
+# --- the BPF program, interpreted in Python (no root) ------------------------------------
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_filter_accepts_every_mrc_layout(layout: str) -> None:
+    assert run_filter(mrc_filter(), _frame(_FAKE, layout, 1)) > 0
+
+
+def _udp6_frame(dport: int, nh_chain: list[int]) -> bytes:
+    eth = b"\x02" * 6 + b"\x04" * 6 + ETH_P_IPV6.to_bytes(2, "big")
+    ip = bytearray(40)
+    ip[0] = 0x60
+    ip[6] = nh_chain[0]
+    udp = (1234).to_bytes(2, "big") + dport.to_bytes(2, "big") + bytes(4)
+    return eth + bytes(ip) + udp + bytes(32)
+
+
+def test_filter_rejects_other_traffic() -> None:
+    prog = mrc_filter()
+    good = _frame(_FAKE, "udp", 1)
+    assert run_filter(prog, _udp6_frame(MRC_UDP_PORT, [17])) > 0
+    assert run_filter(prog, _udp6_frame(4792, [17])) == 0  # another UDP port
+    assert run_filter(prog, _udp6_frame(MRC_UDP_PORT, [6])) == 0  # TCP
+    assert run_filter(prog, _udp6_frame(MRC_UDP_PORT, [58])) == 0  # ICMPv6
+    arp = good[:12] + b"\x08\x06" + good[14:]
+    assert run_filter(prog, arp) == 0
+    assert run_filter(prog, good[:50]) == 0  # truncated inside the headers
+    # inner IPv6 carrying TCP
+    enc = bytearray(_frame(_FAKE, "encap", 1))
+    enc[54 + 6] = 6
+    assert run_filter(prog, bytes(enc)) == 0
+
+
+def test_filter_follows_srh_length() -> None:
+    # A longer SRH moves UDP further; the port must be read past it, not at a fixed spot.
+    f = _frame(_FAKE, "srh-encap", 1)
+    assert f[20] == 43 and run_filter(mrc_filter(), f) > 0
+    bad = bytearray(f)
+    srh_len = (bad[55] + 1) * 8
+    bad[54 + srh_len + 40 + 2 : 54 + srh_len + 40 + 4] = (4792).to_bytes(2, "big")
+    assert run_filter(mrc_filter(), bytes(bad)) == 0
+
+
+# --- PacketPort on a veth pair -----------------------------------------------------------
+
+def _drain(port: PacketPort, want: int, timeout: float = 2.0) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        frames = port.recv()
+        if not frames:
+            time.sleep(0.005)
+        got += [bytes(f) for f in frames]
+    return got
+
+
+@needs_root
+def test_frames_cross_the_veth_and_parse(veth: VethPair) -> None:
+    with in_netns(veth.ns_a):
+        pa = PacketPort(veth.if_a)
+    with in_netns(veth.ns_b):
+        pb = PacketPort(veth.if_b)
+    with pa, pb:
+        assert pa.mac == mac_to_bytes(veth.mac_a)
+        assert min(pb.buffer_sizes) >= 8 << 20
+        sent = [_frame(veth, layout, psn, payload=bytes([psn]) * (100 * psn))
+                for psn, layout in enumerate(LAYOUTS * 4, start=1)]
+        assert pa.send(sent) == len(sent)
+        got = _drain(pb, len(sent))
+        assert got == sent  # byte-exact, in order, nothing extra
+        for raw, psn in zip(got, range(1, len(sent) + 1), strict=True):
+            fr = parse_frame(raw)
+            assert fr.bth.psn == psn and bytes(fr.payload) == bytes([psn]) * (100 * psn)
+        # The sender never sees its own transmissions.
+        time.sleep(0.05)
+        assert pa.recv() == []
+        assert pa.stats.tx_frames == len(sent) and pb.stats.rx_frames == len(sent)
+
+
+@needs_root
+def test_non_mrc_traffic_is_filtered(veth: VethPair) -> None:
+    with in_netns(veth.ns_b):
+        pb = PacketPort(veth.if_b)
+    with pb:
+        # Kernel traffic from a to b: pings (ICMPv6, plus neighbour discovery) and UDP to
+        # other ports. None of it may reach the port.
+        _ping(veth, 3)
+        with in_netns(veth.ns_a), socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            for port in (4790, 4792, 53):
+                s.sendto(b"not mrc", (veth.ip_b, port))
+        time.sleep(0.1)
+        assert pb.recv() == []
+        # ...while an MRC frame right after does.
+        with in_netns(veth.ns_a), PacketPort(veth.if_a) as pa:
+            f = _frame(veth, "encap", 9)
+            pa.send([f])
+        assert _drain(pb, 1) == [f]
+
+
+def _ping(v: VethPair, count: int) -> None:
+    """Echo requests a -> b from a's kernel (no ping binary needed), answers awaited."""
+    with in_netns(v.ns_a), socket.socket(socket.AF_INET6, socket.SOCK_RAW,
+                                         socket.IPPROTO_ICMPV6) as s:
+        s.settimeout(1.0)
+        for seq in range(count):
+            # type 128 echo request; the kernel fills in the ICMPv6 checksum
+            s.sendto(bytes([128, 0, 0, 0, 0, 1, 0, seq]) + b"ping", (v.ip_b, 0))
+            while s.recv(2048)[0] != 129:  # until the echo reply
+                pass
+
+
+def _icmp_errors(sock: socket.socket) -> list[int]:
+    types = []
+    while True:
+        try:
+            data = sock.recv(2048)
+        except BlockingIOError:
+            return types
+        if data[0] < 128:  # error messages only (not ND, MLD or echo)
+            types.append(data[0])
+
+
+@needs_root
+def test_kernel_drop_stops_icmp_but_not_the_packet_tap(veth: VethPair) -> None:
+    with in_netns(veth.ns_a):
+        pa = PacketPort(veth.if_a)
+        icmp = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        icmp.setblocking(False)
+    with in_netns(veth.ns_b):
+        pb = PacketPort(veth.if_b)
+        drop = KernelDrop([veth.if_b])
+    with pa, pb, icmp:
+        # Control: without the rule, b's kernel answers a plain-UDP MRC frame.
+        _ping(veth, 1)  # resolves neighbours both ways
+        pa.send([_frame(veth, "udp", 1)])
+        assert len(_drain(pb, 1)) == 1
+        time.sleep(0.2)
+        assert 1 in _icmp_errors(icmp)  # destination unreachable (port)
+
+        with in_netns(veth.ns_b):
+            drop.install()
+        try:
+            time.sleep(1.1)  # past the ICMP rate limiter's 1 s bucket
+            frames = [_frame(veth, layout, 10 + i) for i, layout in enumerate(LAYOUTS)]
+            frames += [_frame(veth, "udp", 20 + i) for i in range(20)]
+            pa.send(frames)
+            assert _drain(pb, len(frames)) == frames  # the tap still sees every frame
+            time.sleep(0.2)
+            assert _icmp_errors(icmp) == []
+            with in_netns(veth.ns_b):
+                counters = drop.counters()
+            # Every layout (plain UDP, UDP past an SRH, IPv6-in-IPv6 with or without SRH)
+            # is caught by one of the two rules.
+            assert sum(counters) == len(frames)
+        finally:
+            with in_netns(veth.ns_b):
+                drop.remove()
+                tables = run("nft", "list", "tables")
+        assert drop.table not in tables
+
+
+@needs_root
+def test_neighbour_resolution(veth: VethPair) -> None:
+    with in_netns(veth.ns_a):
+        assert neighbour_mac(veth.if_a, veth.ip_b) == mac_to_bytes(veth.mac_b)
+
+
+@needs_root
+def test_missing_capability_gives_one_clear_error() -> None:
+    code = ("from mrcnet.io import PacketPort, CapabilityError\n"
+            "try:\n    PacketPort('lo')\n"
+            "except CapabilityError as e:\n    print(e)\n")
+    r = subprocess.run(["setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw",
+                        sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert "needs CAP_NET_RAW: run as root or grant the capability" in r.stdout, r.stderr
+    assert CapabilityError.__mro__[1].__name__ == "IOSetupError"
+
+
+def test_registry_names(nsreg: NsRegistry) -> None:
+    assert nsreg.tag and not nsreg.made
