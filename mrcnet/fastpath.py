@@ -14,9 +14,11 @@ process.
 from __future__ import annotations
 
 import errno as _errno
+import fcntl
 import importlib
 import os
 import socket
+import struct
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -50,6 +52,9 @@ PACKET_OUTGOING: Final = 4
 #: One received frame: (frame bytes, sll_pkttype, sll_ifindex). The memoryview points
 #: into the batch's reusable buffer and is valid until that batch's next ``recv``.
 Received = tuple[memoryview, int, int]
+
+_SIOCGIFINDEX: Final = 0x8933  # <linux/sockios.h>
+_IFREQ_INDEX: Final = struct.Struct("16si20x")  # struct ifreq: name, ifindex (40 bytes)
 
 _ICRC_MIN_UDP: Final = UDP_HEADER_LEN + BTH_LEN
 _ICRC_MIN_IP: Final = IPV6_HEADER_LEN + _ICRC_MIN_UDP
@@ -180,6 +185,13 @@ class PyBatchIO:
             sent += 1
         return sent
 
+    def _if_index(self, ifname: str) -> int:
+        # Ask through the socket itself (SIOCGIFINDEX): it may live in another netns than
+        # this thread, where socket.if_nametoindex would look.
+        ifr = fcntl.ioctl(self._sock.fileno(), _SIOCGIFINDEX,
+                          _IFREQ_INDEX.pack(ifname.encode(), 0))
+        return int(_IFREQ_INDEX.unpack(ifr)[1])
+
     def send_slots(self, lens: Sequence[int]) -> int:
         """Send frames already written into slots 0..len(lens)-1, frame i ``lens[i]`` long."""
         return self.send([self._view[i * self.bufsize : i * self.bufsize + n]
@@ -208,7 +220,7 @@ class PyBatchIO:
                 continue
             idx = self._ifindex.get(ifname)
             if idx is None:
-                idx = self._ifindex[ifname] = socket.if_nametoindex(ifname)
+                idx = self._ifindex[ifname] = self._if_index(ifname)
             out.append((self._view[i * bs : i * bs + nbytes], pkttype, idx))
         self.last_received = got
         return out

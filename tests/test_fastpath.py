@@ -21,7 +21,8 @@ from mrcnet.constants import IPPROTO_UDP
 from mrcnet.wire import checksum as ref_checksum
 from mrcnet.wire.icrc import icrc as ref_icrc
 
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="mrcnet._fastpath not built")
+NO_C = "C fast path off (not built, or MRCNET_NO_FASTPATH=1)"
+needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason=NO_C)
 
 Checksum = Callable[[bytes, bytes, bytes], int]
 Icrc = Callable[..., bytes]

@@ -20,7 +20,8 @@ from mrcnet.constants import DATA_OPCODES, DSCP_DATA, ECN, IMM_OPCODES, PSN_MASK
 from mrcnet.wire import Route, build_data, parse_frame, usid_container
 from mrcnet.wire.template import DataTemplate, PathSpec
 
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="mrcnet._fastpath not built")
+NO_C = "C fast path off (not built, or MRCNET_NO_FASTPATH=1)"
+needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason=NO_C)
 
 BLOCK = bytes.fromhex("fc000000")
 usid = st.integers(1, 0xFFFF)
@@ -183,7 +184,7 @@ def test_c_patch_into_batch_slot() -> None:
 @pytest.mark.parametrize("name", ["py", "c"])
 def test_patch_rejects_bad_fields(name: str) -> None:
     if name == "c" and not fastpath.HAVE_C:
-        pytest.skip("mrcnet._fastpath not built")
+        pytest.skip("C fast path off (not built, or MRCNET_NO_FASTPATH=1)")
     route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16),
                   usid=container([1]))
     t = DataTemplate.for_route(route, dest_qp=3, rkey=4)
