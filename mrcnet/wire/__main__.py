@@ -1,0 +1,246 @@
+"""Command line for the wire format: write the conformance pcap, decode captures.
+
+    python -m mrcnet.wire sample-pcap FILE        # one frame of every kind (see samples.py)
+    python -m mrcnet.wire samples                 # list the sample names
+    python -m mrcnet.wire decode FILE [--json]    # one line per frame, via parse_frame
+
+Exit status: 0 on success; 1 when the file cannot be read or is not a classic pcap of
+Ethernet frames (or, with ``decode --strict``, when a frame is not valid MRC); 2 for usage
+errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from mrcnet.constants import ECN, EndpointOp, NackReason, SackMode
+from mrcnet.errors import MalformedFrame
+from mrcnet.wire.ethernet import mac_to_str
+from mrcnet.wire.frame import Frame, parse_frame
+from mrcnet.wire.ipv6 import ip6_str
+from mrcnet.wire.pcap import PcapError, read_pcap, write_pcap
+from mrcnet.wire.samples import samples
+from mrcnet.wire.usid import usid_list
+
+_EXT_HEADERS = ("reth", "meth", "immdt", "tseth", "seth", "cc", "neth", "probe", "endpoint")
+
+
+@dataclass(slots=True)
+class Decoded:
+    """The summary of one captured frame: either the fields below or ``error``."""
+
+    index: int
+    timestamp: float
+    length: int
+    error: str | None = None
+    detail: str | None = None
+    opcode: str | None = None
+    ev: int | None = None
+    psn: int | None = None
+    qpn: int | None = None
+    payload_len: int | None = None
+    trimmed: bool = False
+    ecn: str | None = None
+    path: str | None = None
+    info: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """One human-readable line."""
+        head = f"{self.index:>4} {self.length:>5}B"
+        if self.error is not None:
+            return f"{head} MALFORMED {self.error}: {self.detail}"
+        assert self.ev is not None and self.psn is not None and self.qpn is not None
+        trim = " TRIMMED" if self.trimmed else ""
+        ce = " CE" if self.ecn == ECN.CE.name else ""
+        return (
+            f"{head} {self.opcode:<17} ev={self.ev:#010x} psn={self.psn:<8} "
+            f"qpn={self.qpn:#08x} payload={self.payload_len}B{trim}{ce}"
+            + (f" {self.info}" if self.info else "")
+            + f"  {self.path}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``None`` members dropped)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+
+
+def describe_path(f: Frame) -> str:
+    """The SRv6 path as a reader wants it: travel order, inner header if any."""
+    if f.srh is not None:
+        hops = " > ".join(ip6_str(s) for s in reversed(f.srh.segments))
+        path = f"srh [{hops}] left={f.srh.segments_left}"
+    else:
+        dst = ip6_str(f.outer.dst)
+        ids = usid_list(f.outer.dst)
+        # Only an encapsulated frame is sure to be uSID: its real destination is inside.
+        if f.inner is not None and f.inner.dst != f.outer.dst and ids:
+            path = f"usid {dst} [{' '.join(f'{u:x}' for u in ids)}]"
+        else:
+            path = f"to {dst}"
+    if f.inner is not None:
+        path += f" inner {ip6_str(f.inner.src)} > {ip6_str(f.inner.dst)}"
+    else:
+        path += f" from {ip6_str(f.outer.src)}"
+    return path
+
+
+def describe_control(f: Frame) -> str | None:
+    """The few fields that tell control frames apart (reason, reflected EV, op)."""
+    if f.seth is not None:
+        return f"cack={f.seth.cack_psn} reflects ev={f.seth.ev:#010x} {SackMode(f.seth.mode).name}"
+    if f.neth is not None:
+        return f"{NackReason(f.neth.reason).name} of psn={f.neth.psn} ev={f.neth.ev:#010x}"
+    if f.probe is not None:
+        return f"probe id={f.probe.probe_id} ev={f.probe.ev:#010x}"
+    if f.endpoint is not None:
+        e = f.endpoint
+        if e.op == EndpointOp.PORT_STATUS:
+            return f"PORT_STATUS ports={e.port_mask:#06b}"
+        return f"{EndpointOp(e.op).name} id={e.request_id} ev={e.ev:#010x}"
+    if f.immdt is not None:
+        return f"imm={f.immdt.imm:#010x}"
+    return None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return ip6_str(value) if len(value) == 16 else value.hex()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = True) -> Decoded:
+    """Summarise one frame; a frame that is not valid MRC gives ``error`` and ``detail``."""
+    d = Decoded(index, timestamp, len(data))
+    try:
+        f = parse_frame(data, verify_checksum=verify, verify_icrc=verify)
+    except MalformedFrame as exc:
+        d.error, d.detail = exc.reason.value, exc.detail
+        return d
+    d.opcode = f.opcode.name
+    d.ev, d.psn, d.qpn = f.ev, f.bth.psn, f.bth.dest_qp
+    d.payload_len = len(f.payload)
+    d.trimmed = f.trimmed
+    d.ecn = ECN(f.outer.ecn).name
+    d.path = describe_path(f)
+    d.info = describe_control(f)
+    d.fields = {
+        "eth": {"src": mac_to_str(f.eth.src), "dst": mac_to_str(f.eth.dst)},
+        "outer": _jsonable(asdict(f.outer)),
+        "srh": _jsonable(asdict(f.srh)) if f.srh is not None else None,
+        "inner": _jsonable(asdict(f.inner)) if f.inner is not None else None,
+        "udp": asdict(f.udp),
+        "bth": asdict(f.bth),
+    }
+    for name in _EXT_HEADERS:
+        hdr = getattr(f, name)
+        if hdr is not None:
+            d.fields[name] = asdict(hdr)
+    d.fields = {k: v for k, v in d.fields.items() if v is not None}
+    return d
+
+
+def decode_pcap(path: str | Path, *, verify: bool = True) -> Iterator[Decoded]:
+    """Decode every frame of a pcap (raises ``PcapError`` / ``OSError`` on a bad file)."""
+    for i, rec in enumerate(read_pcap(path), start=1):
+        yield decode_frame(i, rec.timestamp, rec.data, verify=verify)
+
+
+def _cmd_sample_pcap(args: argparse.Namespace, out: TextIO) -> int:
+    frames = [s.frame for s in samples()]
+    n = write_pcap(args.file, frames)
+    print(f"wrote {n} sample frames to {args.file}", file=out)
+    return 0
+
+
+def _cmd_samples(args: argparse.Namespace, out: TextIO) -> int:
+    for i, s in enumerate(samples(), start=1):
+        print(f"{i:>4} {s.name:<24} {s.description}", file=out)
+    return 0
+
+
+def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
+    bad = 0
+    for d in decode_pcap(args.file, verify=not args.no_verify):
+        bad += d.error is not None
+        if args.json:
+            print(json.dumps(d.as_json(), sort_keys=True), file=out)
+        else:
+            print(d.line(), file=out)
+    return 1 if bad and args.strict else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and documentation)."""
+    p = argparse.ArgumentParser(
+        prog="python -m mrcnet.wire",
+        description="MRC wire format tools: conformance samples and capture decoding.",
+        epilog="Example: python -m mrcnet.wire sample-pcap /tmp/mrc.pcap && "
+        "python -m mrcnet.wire decode /tmp/mrc.pcap",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sp = sub.add_parser(
+        "sample-pcap",
+        help="write one frame of every MRC kind to a pcap",
+        description="Write the conformance frames of mrcnet.wire.samples to FILE "
+        "(classic pcap, Ethernet), in the order 'samples' lists them.",
+    )
+    sp.add_argument("file", metavar="FILE", help="pcap file to write (overwritten)")
+    sp.set_defaults(func=_cmd_sample_pcap)
+    sl = sub.add_parser("samples", help="list the sample frames by name")
+    sl.set_defaults(func=_cmd_samples)
+    dp = sub.add_parser(
+        "decode",
+        help="print a one-line summary of every frame of a pcap",
+        description="Decode a classic pcap of Ethernet frames with mrcnet's parser: per "
+        "frame the opcode, EV, PSN, QPN, sizes, trimmed flag and SRv6 path; frames "
+        "that are not valid MRC are shown as MALFORMED with the reason.",
+    )
+    dp.add_argument("file", metavar="FILE", help="pcap file to read (pcapng: convert "
+                    "with 'editcap -F pcap')")
+    dp.add_argument("--json", action="store_true",
+                    help="one JSON object per line, with every header field")
+    dp.add_argument("--no-verify", action="store_true",
+                    help="skip UDP checksum and ICRC checks (captures with NIC offloads)")
+    dp.add_argument("--strict", action="store_true",
+                    help="exit 1 if any frame is not valid MRC")
+    dp.set_defaults(func=_cmd_decode)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        return int(args.func(args, out))
+    except FileNotFoundError as exc:
+        print(f"error: no such file: {exc.filename}", file=sys.stderr)
+    except IsADirectoryError as exc:
+        print(f"error: {exc.filename} is a directory, not a pcap file", file=sys.stderr)
+    except PermissionError as exc:
+        print(f"error: permission denied: {exc.filename}", file=sys.stderr)
+    except PcapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Conformance vectors: one MRC frame of every kind, with fixed, documented addresses.
+
+Every frame is built by :mod:`mrcnet.wire.frame`, so these are what mrcnet sends; they are
+written to a pcap by ``python -m mrcnet.wire sample-pcap FILE`` so other decoders (scapy
+with :mod:`mrcnet.scapy`, tshark) and other implementations can be checked against them.
+
+Addresses (RFC 4193 ULA space fc00::/16, locally administered MACs)::
+
+    sender NIC        02:00:00:00:01:01   fc00:1::1   its leaf: 02:00:00:00:10:01
+    receiver NIC      02:00:00:00:02:01   fc00:2::1   its leaf: 02:00:00:00:10:02
+    uSID block        fc00:0::/32 (F3216: 32-bit block, 16-bit uSIDs)
+    uSIDs             1001, 1002 = the two leaves, 2001 = spine, e001 / e002 = the
+                      sender's / receiver's own uSID (ends the path, decapsulates)
+    forward path      uSID fc00:0:1001:2001:1002:e002::
+                      SRH  fc00:0:1001:: > fc00:0:2001:: > fc00:0:1002:: > fc00:2::1
+    reverse path      uSID fc00:0:1002:2001:1001:e001::
+                      SRH  fc00:0:1002:: > fc00:0:2001:: > fc00:0:1001:: > fc00:1::1
+
+Data, probes and endpoint requests travel forward (to QPN 0x123); SACK, ACK, NACK and
+endpoint responses travel back (to QPN 0x456), reflecting the forward EV they answer.
+
+Unless its name says otherwise a frame is in uSID mode with an inner IPv6 header
+(``encap``); ``-srh`` frames carry a segment list, ``-noencap`` frames have no inner header,
+``-plain`` frames go straight to the receiver. ``write-middle-trimmed`` is a 1024-byte-payload
+data frame as a switch forwards it after trimming: cut to 256 bytes, outer DSCP re-marked
+``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were.
+
+Caveat for tools: in uSID mode without an inner header the UDP pseudo-header destination is
+the *fully shifted* container (``fc00:0:e002::``), what the receiver sees; a tool reading
+the frame as sent (unshifted) reports its checksum as bad. ``Sample.checksum_as_sent`` is
+False for those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from mrcnet.constants import (
+    DSCP_TRIMMED,
+    ETH_HEADER_LEN,
+    EndpointOp,
+    NackReason,
+    Opcode,
+    SackMode,
+)
+from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.ethernet import mac_to_bytes
+from mrcnet.wire.frame import (
+    Route,
+    build_data,
+    build_endpoint,
+    build_nack,
+    build_probe,
+    build_sack,
+)
+from mrcnet.wire.ipv6 import ip6
+from mrcnet.wire.nack import NETH
+from mrcnet.wire.probe import ProbeHeader
+from mrcnet.wire.sack import SETH, CCState
+from mrcnet.wire.usid import usid_container
+
+SENDER_MAC = mac_to_bytes("02:00:00:00:01:01")
+SENDER_LEAF_MAC = mac_to_bytes("02:00:00:00:10:01")
+RECEIVER_MAC = mac_to_bytes("02:00:00:00:02:01")
+RECEIVER_LEAF_MAC = mac_to_bytes("02:00:00:00:10:02")
+SENDER_IP = ip6("fc00:1::1")
+RECEIVER_IP = ip6("fc00:2::1")
+USID_BLOCK = ip6("fc00::")[:4]
+PATH_USIDS = (0x1001, 0x2001, 0x1002, 0xE002)
+REVERSE_USIDS = (0x1002, 0x2001, 0x1001, 0xE001)
+USID_PATH = usid_container(USID_BLOCK, PATH_USIDS)
+REVERSE_USID_PATH = usid_container(USID_BLOCK, REVERSE_USIDS)
+SRH_PATH = (ip6("fc00:0:1001::"), ip6("fc00:0:2001::"), ip6("fc00:0:1002::"), RECEIVER_IP)
+REVERSE_SRH_PATH = (
+    ip6("fc00:0:1002::"), ip6("fc00:0:2001::"), ip6("fc00:0:1001::"), SENDER_IP
+)
+
+QPN = 0x000123
+PEER_QPN = 0x000456
+TRIM_SIZE = 256
+
+_FWD = (SENDER_MAC, SENDER_LEAF_MAC, SENDER_IP, RECEIVER_IP)
+_REV = (RECEIVER_MAC, RECEIVER_LEAF_MAC, RECEIVER_IP, SENDER_IP)
+USID = Route(*_FWD, usid=USID_PATH)
+USID_NOENCAP = Route(*_FWD, usid=USID_PATH, encap=False)
+SRH = Route(*_FWD, segments=SRH_PATH)
+SRH_NOENCAP = Route(*_FWD, segments=SRH_PATH, encap=False)
+PLAIN = Route(*_FWD, encap=False)
+REVERSE_USID = Route(*_REV, usid=REVERSE_USID_PATH)
+REVERSE_SRH_NOENCAP = Route(*_REV, segments=REVERSE_SRH_PATH, encap=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One conformance frame and what it is."""
+
+    name: str
+    description: str
+    frame: bytes
+    mode: str  # "usid", "srh" or "plain"
+    encap: bool
+    trimmed: bool = False
+
+    @property
+    def checksum_as_sent(self) -> bool:
+        """True when the UDP checksum verifies against the frame's own outer header.
+
+        False for a trimmed frame (its bytes are gone) and for uSID mode without an inner
+        header (the pseudo-header destination is the container as it arrives, shifted).
+        """
+        return not self.trimmed and not (self.mode == "usid" and not self.encap)
+
+
+def switch_trim(frame: bytes, size: int = TRIM_SIZE, dscp: int = DSCP_TRIMMED) -> bytes:
+    """What a trimming switch forwards: the first ``size`` bytes, outer DSCP re-marked.
+
+    ECN is kept; the IPv6 payload length, UDP length and checksum are left unfixed, as
+    most switches do (see PROTOCOL-NOTES.md, section 6).
+    """
+    if size >= len(frame):
+        raise ValueError(f"a {len(frame)}-byte frame is not longer than the trim size {size}")
+    out = bytearray(frame[:size])
+    tc_hi = ETH_HEADER_LEN  # version(4) | traffic class(8) | flow label(20)
+    ecn = (out[tc_hi + 1] >> 4) & 0b11
+    tc = (dscp << 2) | ecn
+    out[tc_hi] = (out[tc_hi] & 0xF0) | (tc >> 4)
+    out[tc_hi + 1] = (out[tc_hi + 1] & 0x0F) | ((tc & 0x0F) << 4)
+    return bytes(out)
+
+
+def _payload(n: int, seed: int = 0) -> bytes:
+    """A recognisable payload: byte i is (seed + i) mod 256."""
+    return bytes((seed + i) % 256 for i in range(n))
+
+
+def _data(
+    route: Route,
+    op: Opcode,
+    psn: int,
+    *,
+    ev: int = 0x0001_1001,
+    payload: bytes | None = None,
+    imm: bool = False,
+    timestamp: int | None = None,
+    rtx: bool = False,
+    ack_req: bool = False,
+) -> bytes:
+    """A data frame to QPN at VA 0x10000000 + 64 * psn carrying 64 bytes (unless given)."""
+    return build_data(
+        route, ev=ev, opcode=op, dest_qp=QPN, psn=psn, va=0x1000_0000 + 64 * psn,
+        rkey=0xCAFE0001, payload=_payload(64, psn) if payload is None else payload,
+        msn=7 if imm else None, imm=0xC0FFEE00 if imm else None, timestamp=timestamp,
+        rtx=rtx, ack_req=ack_req,
+    )
+
+
+def _nack(reason: NackReason) -> bytes:
+    neth = NETH(reason=reason, ev=0x0001_1001, psn=103, cack_psn=101, ts_echo=0x1234)
+    return build_nack(REVERSE_USID, ev=0x0002_2001, dest_qp=PEER_QPN, neth=neth, psn=103)
+
+
+def _sack(route: Route, *, ack: bool = False) -> bytes:
+    seth = SETH(
+        ev=0x0001_1001, cack_psn=101, ack_offset=2, sack_offset=1, max_psn_range=64,
+        mode=SackMode.SKIP_ONCE, ece=True, bitmap=0b1011, imm_credit=8,
+    )
+    cc = CCState(ts_echo=0x1234, ooo_count=2, window_penalty=5, rcvd_bytes=6400)
+    return build_sack(route, ev=0x0002_2001, dest_qp=PEER_QPN, seth=seth, cc=cc, ack=ack)
+
+
+def _build() -> list[Sample]:
+    """Build every sample (cheap: a few dozen frames)."""
+    specs: list[tuple[str, str, Callable[[], bytes], Route, bool]] = [
+        ("write-first", "RDMA WRITE first packet", lambda: _data(USID, Opcode.WRITE_FIRST, 100),
+         USID, False),
+        ("write-middle", "RDMA WRITE middle packet",
+         lambda: _data(USID, Opcode.WRITE_MIDDLE, 101), USID, False),
+        ("write-last", "RDMA WRITE last packet", lambda: _data(USID, Opcode.WRITE_LAST, 102),
+         USID, False),
+        ("write-last-imm", "WRITE last with immediate (METH + ImmDt)",
+         lambda: _data(USID, Opcode.WRITE_LAST_IMM, 103, imm=True), USID, False),
+        ("write-only", "single-packet WRITE", lambda: _data(USID, Opcode.WRITE_ONLY, 104),
+         USID, False),
+        ("write-only-imm", "single-packet WRITE with immediate",
+         lambda: _data(USID, Opcode.WRITE_ONLY_IMM, 105, imm=True), USID, False),
+        ("write-only-ts", "WRITE with a send timestamp (BTH.TS, TSETH)",
+         lambda: _data(USID, Opcode.WRITE_ONLY, 106, timestamp=0x1234), USID, False),
+        ("write-last-imm-ts", "WRITE last with immediate and timestamp (TSETH after ImmDt)",
+         lambda: _data(USID, Opcode.WRITE_LAST_IMM, 107, timestamp=0x1235, imm=True), USID, False),
+        ("write-only-rtx", "retransmission (BTH.RTX) on another EV, ack requested",
+         lambda: _data(USID, Opcode.WRITE_ONLY, 104, ev=0x0001_1002, rtx=True, ack_req=True),
+         USID, False),
+        ("write-only-srh", "WRITE in SRH mode (segment list), inner header",
+         lambda: _data(SRH, Opcode.WRITE_ONLY, 108), SRH, False),
+        ("write-only-srh-noencap", "WRITE in SRH mode without inner header",
+         lambda: _data(SRH_NOENCAP, Opcode.WRITE_ONLY, 109), SRH_NOENCAP, False),
+        ("write-only-usid-noencap", "WRITE in uSID mode without inner header",
+         lambda: _data(USID_NOENCAP, Opcode.WRITE_ONLY, 110), USID_NOENCAP, False),
+        ("write-only-plain", "WRITE straight to the receiver (no SRv6, no inner header)",
+         lambda: _data(PLAIN, Opcode.WRITE_ONLY, 111), PLAIN, False),
+        ("write-middle-trimmed", "data frame trimmed by a switch to 256 bytes",
+         lambda: switch_trim(_data(USID, Opcode.WRITE_MIDDLE, 112, payload=_payload(1024))),
+         USID, True),
+        ("sack", "selective ACK reflecting EV 0x00011001", lambda: _sack(REVERSE_USID),
+         REVERSE_USID, False),
+        ("ack", "cumulative ACK (SETH + CC state)", lambda: _sack(REVERSE_USID, ack=True),
+         REVERSE_USID, False),
+        ("sack-srh-noencap", "SACK in SRH mode without inner header",
+         lambda: _sack(REVERSE_SRH_NOENCAP), REVERSE_SRH_NOENCAP, False),
+    ]
+    specs += [
+        (f"nack-{r.name.lower().replace('_', '-')}", f"NACK, reason {r.name} ({r.value:#04x})",
+         partial(_nack, r), REVERSE_USID, False)
+        for r in NackReason
+    ]
+    specs += [
+        ("probe", "reliability probe on EV 0x00011003",
+         lambda: build_probe(
+             USID, ev=0x0001_1003, dest_qp=QPN,
+             probe=ProbeHeader(probe_id=42, ev=0x0001_1003, psn=113, timestamp=0x1236),
+             psn=113,
+         ), USID, False),
+        ("ep-ev-probe-req", "endpoint EV probe request on EV 0x00011004",
+         lambda: build_endpoint(USID, ev=0x0001_1004, eph=EndpointHeader(
+             EndpointOp.EV_PROBE, request_id=9, ev=0x0001_1004, timestamp=0x1237)),
+         USID, False),
+        ("ep-ev-probe-resp", "endpoint EV probe response (echoes id, EV, timestamp)",
+         lambda: build_endpoint(REVERSE_USID, ev=0x0002_2004, response=True, eph=EndpointHeader(
+             EndpointOp.EV_PROBE, request_id=9, ev=0x0001_1004, timestamp=0x1237)),
+         REVERSE_USID, False),
+        ("ep-port-status", "endpoint port status: planes 0, 1 and 3 of 4 live",
+         lambda: build_endpoint(USID, ev=0x0001_1005, eph=EndpointHeader(
+             EndpointOp.PORT_STATUS, request_id=10, port_mask=0b1011)),
+         USID, False),
+    ]
+    out = []
+    for name, desc, make, route, trimmed in specs:
+        mode = "usid" if route.usid else "srh" if route.segments else "plain"
+        out.append(Sample(name, desc, make(), mode, route.encap, trimmed))
+    return out
+
+
+def samples() -> list[Sample]:
+    """Every conformance sample, in a fixed order (the pcap's order)."""
+    return _build()
+
+
+def sample(name: str) -> Sample:
+    """The sample called ``name``; ``KeyError`` lists the known names."""
+    for s in _build():
+        if s.name == name:
+            return s
+    raise KeyError(f"no sample {name!r}; known: {', '.join(s.name for s in _build())}")
