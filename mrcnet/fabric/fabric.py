@@ -180,15 +180,24 @@ class Fabric:
 
     def _build(self, say: Progress) -> None:
         desc = self.description
+        # Test hook: seconds to sleep between bring-up steps, so a test can kill a builder
+        # halfway and check that `down` still removes everything (docs/FABRIC.md).
+        delay = float(os.environ.get("MRC_FABRIC_STEP_DELAY", "0") or 0)
+
+        def step(msg: str) -> None:
+            if delay:
+                time.sleep(delay)
+            say(msg)
+
         nodes = desc.node_names()
-        say(f"creating {len(nodes)} namespaces and {len(desc.links)} links")
+        step(f"creating {len(nodes)} namespaces and {len(desc.links)} links")
         run_batches([ip_batch(None, plan.root_lines(desc), "create netns and veths")])
 
-        say("configuring sysctls")
+        step("configuring sysctls")
         for node in nodes:
             write_sysctls(desc.node_netns(node), plan.node_sysctls(desc, node))
 
-        say("installing addresses, static neighbours and static uSID routes")
+        step("installing addresses, static neighbours and static uSID routes")
         batches: list[Batch] = []
         for node in nodes:
             lines = plan.node_lines(desc, node)
@@ -200,7 +209,7 @@ class Fabric:
             if not plan.is_host(desc, node):
                 self._verify_seg6local(node, out)
 
-        say("attaching shapers and BPF trim/ECN programs")
+        step("attaching shapers and BPF trim/ECN programs")
         obj = self.record.bpf_object
         tcs = []
         shows: list[list[str]] = []
@@ -339,6 +348,19 @@ class Fabric:
         run_batches(batches)
 
     # --- observe ---------------------------------------------------------------------------
+    def counters(self) -> dict[str, dict[str, int]]:
+        """BPF egress counters of every link direction, keyed ``"<from>-><to>"``.
+
+        Cheap (a few bpf(2) calls per link, no netlink): meant for tests and tools that
+        diff counters around an experiment. Counts are frames handed to the link's
+        qdisc, after any trim; ``drops`` are frames the program dropped.
+        """
+        out = {}
+        for ln in self.description.links:
+            for end, peer in ((ln.a, ln.b), (ln.b, ln.a)):
+                out[f"{end.node}->{peer.node}"] = self.maps(end.node, end.ifname).read_counters()
+        return out
+
     def status(self) -> dict[str, Any]:
         """Per-link-direction counters, node netns names and failure settings."""
         self._reload_record()
