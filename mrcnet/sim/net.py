@@ -1,0 +1,474 @@
+"""Network elements: egress ports (queue + one direction of a link), switches, hosts.
+
+Frames are real bytes, carried as ``bytearray`` and patched in place. The per-hop work
+is kept to what a switch ASIC does: read the outer IPv6 destination at a fixed offset,
+match the switch's own locator, shift the uSID container (or step the SRH), look the
+result up in a static table, rewrite the MACs. Nothing parses the whole frame.
+
+Byte offsets used on the hot path (Ethernet + outer IPv6, optional SRH right after)::
+
+    0..12   destination + source MAC         rewritten by every switch egress
+    14, 15  version | traffic class | ...    DSCP and ECN live in these two bytes
+    20      outer next header                43 = routing header (SRH)
+    21      hop limit                        decremented by every switch
+    38..54  outer destination address        block(4) + six 16-bit uSIDs
+    57      SRH segments left
+    62..    SRH segment list (16 bytes each, list[0] = final segment)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from mrcnet.constants import DSCP_CONTROL, DSCP_DATA, DSCP_TRIMMED, ECN, IPPROTO_ROUTING
+from mrcnet.sim.engine import Simulator
+from mrcnet.sim.errors import SimError
+
+# Offsets into a frame (see the module docstring).
+_TC_HI = 14  # low nibble: DSCP bits 5..2
+_TC_LO = 15  # bits 7..6: DSCP bits 1..0; bits 5..4: ECN
+_NEXT_HEADER = 20
+_HOP_LIMIT = 21
+_DA = 38
+_DA_LOC_END = _DA + 6  # block (4 bytes) + the active uSID (2 bytes): a /48 locator
+_DA_END = _DA + 16
+_SRH_SL = 54 + 3
+_SRH_SEGS = 54 + 8
+
+# Precomputed traffic-class byte fragments, so the hot path is integer logic only.
+_DATA_TC_HI = DSCP_DATA >> 2
+_DATA_TC_LO = (DSCP_DATA & 3) << 6
+_CTRL_TC_HI = DSCP_CONTROL >> 2
+_CTRL_TC_LO = (DSCP_CONTROL & 3) << 6
+_TRIM_TC_HI = DSCP_TRIMMED >> 2
+_TRIM_TC_LO = (DSCP_TRIMMED & 3) << 6
+_ECN_SHIFT = 4
+_ECN_MASK = 0x3 << _ECN_SHIFT
+_CE = int(ECN.CE) << _ECN_SHIFT
+
+
+def frame_dscp(frame: bytes | bytearray) -> int:
+    """The outer DSCP of a frame."""
+    return ((frame[_TC_HI] & 0x0F) << 2) | (frame[_TC_LO] >> 6)
+
+
+def frame_ecn(frame: bytes | bytearray) -> int:
+    """The outer ECN field of a frame."""
+    return (frame[_TC_LO] & _ECN_MASK) >> _ECN_SHIFT
+
+
+class Receiver(Protocol):
+    """Whatever sits at the far end of a link: a switch or a host."""
+
+    name: str
+
+    def receive(self, frame: bytearray, port: int) -> None:
+        """Take a frame that arrived on local port ``port``."""
+
+
+@dataclass
+class PortCounters:
+    """What happened at one egress port (one direction of one link)."""
+
+    tx_frames: int = 0  #: frames put on the wire (including ones then lost on it)
+    tx_bytes: int = 0
+    trimmed: int = 0  #: data frames cut to a header because the data queue was full
+    ecn_marked: int = 0  #: ECT frames marked CE
+    drop_queue: int = 0  #: dropped at admission: queue full (drop-tail, or header queue full)
+    drop_down: int = 0  #: dropped because the link was down
+    drop_blackhole: int = 0  #: sent but silently discarded (one-way blackhole)
+    drop_loss: int = 0  #: sent but lost at random
+    max_queue_bytes: int = 0  #: high-water mark of the data queue
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain dict for JSON output."""
+        return dict(self.__dict__)
+
+
+class EgressPort:
+    """An output queue and the one-way link it feeds.
+
+    Two FIFOs: a strict-priority one for control frames and trimmed headers (NDP style,
+    served first) and a data one of ``queue_bytes``. A data frame that does not fit is
+    trimmed to ``trim_size`` bytes and re-marked DSCP_TRIMMED when trimming is on, else
+    dropped (drop-tail). ECT frames are marked CE when the data queue holds more than
+    ``ecn_bytes`` (0 = never) as they join it.
+
+    A frame leaving an idle port costs one event (its arrival at the far end); a busy port
+    adds one wake-up event per frame it dequeues.
+    """
+
+    __slots__ = (
+        "_arrive_cb",
+        "_data_bytes",
+        "_data_q",
+        "_prio_bytes",
+        "_prio_q",
+        "_s_per_byte",
+        "_wake_cb",
+        "_waking",
+        "blackhole",
+        "busy_until",
+        "counters",
+        "delay",
+        "dst",
+        "dst_port",
+        "ecn_bytes",
+        "loss",
+        "mac_rewrite",
+        "name",
+        "prio_queue_bytes",
+        "queue_bytes",
+        "rate_bps",
+        "sim",
+        "trim",
+        "trim_size",
+        "up",
+    )
+
+    def __init__(
+        self,
+        sim: Simulator,
+        name: str,
+        *,
+        rate_bps: float,
+        delay: float,
+        queue_bytes: int,
+        prio_queue_bytes: int,
+        trim: bool,
+        trim_size: int,
+        ecn_bytes: int,
+        mac_rewrite: bytes | None,
+    ) -> None:
+        self.sim = sim
+        self.name = name
+        self.rate_bps = rate_bps
+        self._s_per_byte = 8.0 / rate_bps
+        self.delay = delay
+        self.queue_bytes = queue_bytes  #: data queue capacity; 0 = unbounded (host NIC)
+        self.prio_queue_bytes = prio_queue_bytes
+        self.trim = trim
+        self.trim_size = trim_size
+        self.ecn_bytes = ecn_bytes
+        #: dst MAC + src MAC written into every frame leaving (a router's L2 rewrite)
+        self.mac_rewrite = mac_rewrite
+        self.dst: Receiver | None = None
+        self.dst_port = 0
+        self.up = True
+        self.blackhole = False
+        self.loss = 0.0
+        self.busy_until = 0.0
+        self.counters = PortCounters()
+        self._data_q: deque[bytearray] = deque()
+        self._prio_q: deque[bytearray] = deque()
+        self._data_bytes = 0
+        self._prio_bytes = 0
+        self._waking = False
+        # Bound methods made once: the hot path schedules them per frame.
+        self._arrive_cb = self._arrive
+        self._wake_cb = self._wake
+
+    def connect(self, dst: Receiver, dst_port: int) -> None:
+        """Attach the far end of the link."""
+        self.dst = dst
+        self.dst_port = dst_port
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes waiting in both queues (not counting the frame on the wire)."""
+        return self._data_bytes + self._prio_bytes
+
+    def send(self, frame: bytearray) -> None:
+        """Queue a frame for transmission (admission, trimming and ECN happen here)."""
+        if not self.up:
+            self.counters.drop_down += 1
+            return
+        if self.mac_rewrite is not None:
+            frame[0:12] = self.mac_rewrite
+        now = self.sim.now
+        if now >= self.busy_until and not self._waking:
+            # Idle port, empty queues: straight onto the wire.
+            self._transmit(frame, now)
+            return
+        hi = frame[_TC_HI] & 0x0F
+        lo = frame[_TC_LO]
+        if hi == _DATA_TC_HI and lo & 0xC0 == _DATA_TC_LO:
+            size = len(frame)
+            cap = self.queue_bytes
+            if cap and self._data_bytes + size > cap:
+                if not self.trim or size <= self.trim_size:
+                    self.counters.drop_queue += 1
+                    return
+                del frame[self.trim_size :]
+                frame[_TC_HI] = (frame[_TC_HI] & 0xF0) | _TRIM_TC_HI
+                frame[_TC_LO] = (lo & 0x3F) | _TRIM_TC_LO
+                self.counters.trimmed += 1
+                self._enqueue_prio(frame)
+            else:
+                # ECT(0)/ECT(1) -> CE past the threshold; Not-ECT and CE stay as they are.
+                ect = lo & _ECN_MASK
+                if self.ecn_bytes and self._data_bytes > self.ecn_bytes and ect and ect != _CE:
+                    frame[_TC_LO] = lo | _CE
+                    self.counters.ecn_marked += 1
+                self._data_q.append(frame)
+                self._data_bytes += size
+                if self._data_bytes > self.counters.max_queue_bytes:
+                    self.counters.max_queue_bytes = self._data_bytes
+        else:
+            # Control frames (and anything not marked as data) take the priority queue.
+            self._enqueue_prio(frame)
+        if not self._waking:
+            self._waking = True
+            self.sim.at(self.busy_until, self._wake_cb)
+
+    def _enqueue_prio(self, frame: bytearray) -> None:
+        size = len(frame)
+        if self.prio_queue_bytes and self._prio_bytes + size > self.prio_queue_bytes:
+            self.counters.drop_queue += 1
+            return
+        self._prio_q.append(frame)
+        self._prio_bytes += size
+
+    def _wake(self, _: object) -> None:
+        """The wire is free: send the next frame, priority queue first."""
+        self._waking = False
+        if self._prio_q:
+            frame = self._prio_q.popleft()
+            self._prio_bytes -= len(frame)
+        elif self._data_q:
+            frame = self._data_q.popleft()
+            self._data_bytes -= len(frame)
+        else:
+            return
+        now = self.sim.now
+        self._transmit(frame, now)
+        if self._prio_q or self._data_q:
+            self._waking = True
+            self.sim.at(self.busy_until, self._wake_cb)
+
+    def _transmit(self, frame: bytearray, now: float) -> None:
+        size = len(frame)
+        done = now + size * self._s_per_byte
+        self.busy_until = done
+        c = self.counters
+        c.tx_frames += 1
+        c.tx_bytes += size
+        if self.blackhole:
+            c.drop_blackhole += 1
+            return
+        if self.loss and self.sim.rng.random() < self.loss:
+            c.drop_loss += 1
+            return
+        self.sim.at(done + self.delay, self._arrive_cb, frame)
+
+    def _arrive(self, frame: bytearray) -> None:
+        # A frame still on the wire when the link went down is lost with it.
+        if not self.up:
+            self.counters.drop_down += 1
+            return
+        assert self.dst is not None
+        self.dst.receive(frame, self.dst_port)
+
+    def set_up(self, up: bool) -> None:
+        """Carrier up/down. Going down flushes both queues (counted as drop_down)."""
+        self.up = up
+        if not up:
+            self.counters.drop_down += len(self._data_q) + len(self._prio_q)
+            self._data_q.clear()
+            self._prio_q.clear()
+            self._data_bytes = self._prio_bytes = 0
+
+
+@dataclass
+class SwitchCounters:
+    """What a switch dropped, and why (forwarded frames are counted at its ports)."""
+
+    rx_frames: int = 0
+    drop_no_route: int = 0  #: no static route for the destination
+    drop_hop_limit: int = 0
+    drop_bad_sid: int = 0  #: End with nothing left to do (no next uSID, SRH exhausted)
+    drop_blackhole: int = 0  #: switch blackhole failure: links up, nothing forwarded
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain dict for JSON output."""
+        return dict(self.__dict__)
+
+
+class Switch:
+    """A leaf or spine: SRv6 End with the NEXT-C-SID flavor, static routes, no ECMP.
+
+    Exactly the kernel's ``seg6local action End flavors next-csid lblen 32 nflen 16`` on
+    the switch's /48 locator: if the destination matches the locator and the next uSID is
+    non-zero, shift the container left by one uSID; if it is zero, do classic SRH End
+    (segments left - 1, destination = the next segment). Then decrement the hop limit
+    and look the destination up: /48 locator routes first, then /128 host routes.
+    """
+
+    __slots__ = (
+        "blackhole", "counters", "locator", "name", "plane", "ports", "role",
+        "routes48", "routes128", "usid",
+    )
+
+    def __init__(self, name: str, role: str, plane: int, usid: int, locator: bytes) -> None:
+        self.name = name
+        self.role = role  #: "leaf" or "spine"
+        self.plane = plane
+        self.usid = usid
+        self.locator = locator  #: 6 bytes: uSID block + this switch's uSID
+        self.ports: list[EgressPort] = []
+        self.routes48: dict[bytes, EgressPort] = {}
+        self.routes128: dict[bytes, EgressPort] = {}
+        self.blackhole = False
+        self.counters = SwitchCounters()
+
+    def receive(self, frame: bytearray, port: int) -> None:
+        """Forward one frame (``port``, the ingress, does not matter to static routing)."""
+        c = self.counters
+        c.rx_frames += 1
+        if self.blackhole:
+            c.drop_blackhole += 1
+            return
+        if frame[_DA:_DA_LOC_END] == self.locator:
+            if frame[_DA_LOC_END] or frame[_DA_LOC_END + 1]:
+                # NEXT-C-SID: shift the remaining uSIDs left by 16 bits, zero-fill.
+                frame[_DA + 4 : _DA_END - 2] = frame[_DA_LOC_END:_DA_END]
+                frame[_DA_END - 2] = 0
+                frame[_DA_END - 1] = 0
+            elif frame[_NEXT_HEADER] == IPPROTO_ROUTING and frame[_SRH_SL] > 0:
+                sl = frame[_SRH_SL] - 1
+                frame[_SRH_SL] = sl
+                seg = _SRH_SEGS + 16 * sl
+                frame[_DA:_DA_END] = frame[seg : seg + 16]
+            else:
+                c.drop_bad_sid += 1
+                return
+        hl = frame[_HOP_LIMIT]
+        if hl <= 1:
+            c.drop_hop_limit += 1
+            return
+        frame[_HOP_LIMIT] = hl - 1
+        out = self.routes48.get(bytes(frame[_DA:_DA_LOC_END]))
+        if out is None:
+            out = self.routes128.get(bytes(frame[_DA:_DA_END]))
+            if out is None:
+                c.drop_no_route += 1
+                return
+        out.send(frame)
+
+
+class Endpoint(Protocol):
+    """The network side of a host stack (sans-I/O, like :class:`mrcnet.core.Host`)."""
+
+    def receive(self, frame: bytearray, port: int, now: float) -> None:
+        """A frame arrived on NIC port ``port``."""
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        """Frames ready to leave, each with the NIC port to send it on."""
+
+    def next_timer(self) -> float | None:
+        """When :meth:`handle_timer` wants to run next (absolute virtual time)."""
+
+    def handle_timer(self, now: float) -> None:
+        """The time from :meth:`next_timer` has come."""
+
+
+@dataclass
+class HostCounters:
+    """Frames a host's stack exchanged with the network."""
+
+    rx_frames: int = 0
+    tx_frames: int = 0
+    timer_fires: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain dict for JSON output."""
+        return dict(self.__dict__)
+
+
+class HostNode:
+    """A simulated machine: one NIC port per plane, and the stack that drives them.
+
+    After every input (frame or timer) the host drains ``frames_to_send`` onto its NIC
+    queues and re-arms one timer, exactly like mrcd's event loop; ``on_activity`` (if set)
+    runs after each of those so a runner can poll completions.
+    """
+
+    #: A stack whose timer fires this often at one instant without moving is broken;
+    #: stop the run with an error instead of spinning forever.
+    MAX_FIRES_PER_INSTANT = 10_000
+
+    def __init__(self, sim: Simulator, name: str, index: int, usid: int, leaf_index: int) -> None:
+        self.sim = sim
+        self.name = name
+        self.index = index
+        self.usid = usid
+        self.leaf_index = leaf_index  #: its leaf's index in every plane
+        self.nics: list[EgressPort] = []  #: index = port = plane
+        self.macs: list[bytes] = []  #: per port
+        self.addresses: list[bytes] = []  #: per port (a plane's unicast address)
+        self.endpoint: Endpoint | None = None
+        self.on_activity: Callable[[HostNode], None] | None = None
+        self.counters = HostCounters()
+        self._armed: float | None = None
+        self._same_instant = 0
+        self._last_fire = -1.0
+
+    def attach(self, endpoint: Endpoint) -> None:
+        """Plug a stack into this host and let it send whatever it has ready."""
+        self.endpoint = endpoint
+        self.sim.at(self.sim.now, self._kick_cb)
+
+    def receive(self, frame: bytearray, port: int) -> None:
+        """A frame arrived on NIC port ``port``: hand it to the stack."""
+        self.counters.rx_frames += 1
+        ep = self.endpoint
+        if ep is None:
+            return
+        ep.receive(frame, port, self.sim.now)
+        self.kick()
+
+    def _kick_cb(self, _: object) -> None:
+        self.kick()
+
+    def kick(self) -> None:
+        """Drain the stack's output onto the NICs and re-arm its timer."""
+        ep = self.endpoint
+        if ep is None:
+            return
+        now = self.sim.now
+        out = ep.frames_to_send(now)
+        if out:
+            nics = self.nics
+            self.counters.tx_frames += len(out)
+            for port, frame in out:
+                nics[port].send(bytearray(frame))
+        t = ep.next_timer()
+        if t is not None and t != self._armed:
+            self._armed = t
+            self.sim.at(t, self._timer, t)
+        if self.on_activity is not None:
+            self.on_activity(self)
+
+    def _timer(self, token: float) -> None:
+        # Stale wake-ups (the stack moved its timer since) are ignored, not cancelled:
+        # a heap has no cheap delete.
+        if token != self._armed or self.endpoint is None:
+            return
+        self._armed = None
+        now = self.sim.now
+        if now == self._last_fire:
+            self._same_instant += 1
+            if self._same_instant > self.MAX_FIRES_PER_INSTANT:
+                raise SimError(
+                    f"{self.name}: the stack's timer fired {self._same_instant} times at "
+                    f"t={now!r} without moving (next_timer() never advances)"
+                )
+        else:
+            self._last_fire = now
+            self._same_instant = 0
+        self.counters.timer_fires += 1
+        self.endpoint.handle_timer(now)
+        self.kick()
