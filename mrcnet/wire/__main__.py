@@ -58,8 +58,8 @@ class Decoded:
         if self.error is not None:
             return f"{head} MALFORMED {self.error}: {self.detail}"
         assert self.ev is not None and self.psn is not None and self.qpn is not None
-        trim = " TRIMMED" if self.trimmed else ""
-        ce = " CE" if self.ecn == ECN.CE.name else ""
+        trim = " [trimmed]" if self.trimmed else ""
+        ce = " [CE]" if self.ecn == ECN.CE.name else ""
         return (
             f"{head} {self.opcode:<17} ev={self.ev:#010x} psn={self.psn:<8} "
             f"qpn={self.qpn:#08x} payload={self.payload_len}B{trim}{ce}"
@@ -97,7 +97,7 @@ def describe_control(f: Frame) -> str | None:
     if f.seth is not None:
         return f"cack={f.seth.cack_psn} reflects ev={f.seth.ev:#010x} {SackMode(f.seth.mode).name}"
     if f.neth is not None:
-        return f"{NackReason(f.neth.reason).name} of psn={f.neth.psn} ev={f.neth.ev:#010x}"
+        return f"reason={NackReason(f.neth.reason).name} psn={f.neth.psn} ev={f.neth.ev:#010x}"
     if f.probe is not None:
         return f"probe id={f.probe.probe_id} ev={f.probe.ev:#010x}"
     if f.endpoint is not None:
