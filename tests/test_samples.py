@@ -336,3 +336,39 @@ def test_tshark_agrees(sample_pcap: Path, tmp_path: Path) -> None:
     write_pcap(one, [bytes(arrived)])
     ((status,),) = _tshark_fields(one, "udp.checksum.status")
     assert status == "1"
+
+
+# --- the demo (make demo) ---------------------------------------------------------------------
+
+
+def test_demo_keeps_the_pcap_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mrcnet import demo
+
+    keep = tmp_path / "kept"
+    assert demo.main(["--keep", str(keep)]) == 0
+    out = capsys.readouterr().out
+    assert [r.data for r in read_pcap(keep / demo.PCAP_NAME)] == [s.frame for s in ALL]
+    for s in ALL:
+        assert f" {s.name} " in out
+    assert "pcap kept" in out
+
+    made: list[Path] = []
+    real_run = demo.run
+
+    def spy(d: demo.Demo, steps: object = None) -> int:
+        made.append(d.workdir)
+        return real_run(d, [demo.step_write_samples, demo.step_decode])  # no tshark again
+
+    monkeypatch.setattr(demo, "run", spy)
+    assert demo.main([]) == 0
+    assert made and not made[0].exists()  # the temporary directory is gone
+
+
+def test_demo_fails_loudly_when_a_frame_does_not_parse(tmp_path: Path) -> None:
+    from mrcnet import demo
+
+    broken = [Sample("broken", "bad ICRC", BY_NAME["sack"].frame[:-1] + b"\x00", "usid", True)]
+    d = demo.Demo(tmp_path, out=io.StringIO(), samples=broken)
+    assert demo.run(d, [demo.step_write_samples, demo.step_decode]) == 1
