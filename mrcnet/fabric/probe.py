@@ -8,6 +8,7 @@ UDP 4791 / payload, exactly the shape mrcd sends, so the switches treat them the
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import time
 from collections.abc import Iterator
@@ -96,3 +97,40 @@ def parse_tclass(frame: bytes) -> tuple[int, int]:
     """(DSCP, ECN) of the outer IPv6 header of an Ethernet frame."""
     tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4)
     return tc >> 2, tc & 3
+
+
+def deliver(
+    desc: FabricDescription,
+    src: str | int,
+    dst: str | int,
+    plane: int,
+    spine: int | None,
+    count: int = 20,
+    size: int = 600,
+    timeout_s: float = 0.3,
+    srv6: str | None = None,
+) -> int:
+    """Send ``count`` frames src -> dst on one path; return how many reached ``dst``.
+
+    The receiver is an ETH_P_ALL packet socket on the destination port, which sees frames
+    before the host's tc ingress drop, like mrcd.
+    """
+    frame = build_frame(desc, src, dst, plane, spine, size=size, srv6=srv6)
+    dhost = desc.host(dst)
+    got = 0
+    with packet_socket(dhost.netns, dhost.port(plane).ifname) as rx:
+        rx.settimeout(timeout_s)
+        send_frames(desc, src, plane, [frame] * count)
+        try:
+            while got < count:
+                data, addr = rx.recvfrom(65535)
+                if addr[2] != socket.PACKET_OUTGOING and len(data) == size and data[12:14] == (
+                    ETH_P_IPV6.to_bytes(2, "big")
+                ):
+                    got += 1
+        except TimeoutError:
+            pass
+        except OSError as e:
+            if e.errno != errno.ENETDOWN:  # the receiving port is down: nothing arrives
+                raise
+    return got
