@@ -19,7 +19,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import UDP as ScapyUDP
 from scapy.layers.inet6 import IPv6 as ScapyIPv6
-from scapy.layers.inet6 import IPv6ExtHdrSegmentRouting
+from scapy.layers.inet6 import (
+    IPv6ExtHdrSegmentRouting,
+    IPv6ExtHdrSegmentRoutingTLVHMAC,
+    IPv6ExtHdrSegmentRoutingTLVIngressNode,
+    IPv6ExtHdrSegmentRoutingTLVPad1,
+    IPv6ExtHdrSegmentRoutingTLVPadN,
+)
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
@@ -219,7 +225,7 @@ def assert_agrees(frame: bytes) -> tuple[Packet, Frame]:
         )
         assert flags == f.srh.flags
         assert [a2b(a) for a in srh.addresses] == list(f.srh.segments)
-        assert srh.tlv_objects == []
+        assert b"".join(bytes(t) for t in srh.tlv_objects) == f.srh.tlvs
         nxt = srh.payload
     if f.inner is None:
         assert isinstance(nxt, ScapyUDP)
@@ -472,3 +478,54 @@ def test_scapy_built_sack_parses(
     cc = CCState(ts, ooo, penalty, rcvd)
     assert (f.opcode, f.seth, f.cc, f.ev) == (op, seth, cc, ev)
     assert raw == build_sack(route, ev=ev, dest_qp=qp, seth=seth, cc=cc, psn=psn, ack=ack)
+
+
+def test_checksum_that_computes_to_zero_is_sent_as_ffff() -> None:
+    """RFC 8200: a UDP checksum that computes to 0 goes out as 0xFFFF; scapy agrees.
+
+    The rkey was found by search so that this frame's checksum computes to exactly zero.
+    """
+    from mrcnet.wire.samples import PLAIN
+
+    frame = build_data(
+        PLAIN, ev=1, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=2, va=3, rkey=180520,
+        payload=b"ab",
+    )
+    _, f = assert_agrees(frame)
+    assert f.udp.checksum == 0xFFFF
+    assert_checksums_agree(frame, PLAIN)
+
+
+_SEGS = ["fc00:2::1", "fc00:0:2001::", "fc00:0:1001::"]  # as on the wire: final first
+_SRH_VARIANTS: dict[str, dict[str, Any]] = {
+    "padn-tlv": {"tlv_objects": [IPv6ExtHdrSegmentRoutingTLVPadN(padding=bytes(4))]},
+    "pad1-tlvs": {"tlv_objects": [IPv6ExtHdrSegmentRoutingTLVPad1()] * 8},
+    "ingress-node-tlv": {"tlv_objects": [IPv6ExtHdrSegmentRoutingTLVIngressNode()]},
+    "hmac-tlv": {"tlv_objects": [IPv6ExtHdrSegmentRoutingTLVHMAC(hmac=b"\x11" * 32)]},
+    "mid-path": {"segleft": 1},
+    "last-hop": {"segleft": 0},
+    "tag-and-oam-flag": {"tag": 0x1234, "oam": 1},
+}
+
+
+@pytest.mark.parametrize("encap", [False, True], ids=["noencap", "encap"])
+@pytest.mark.parametrize("variant", sorted(_SRH_VARIANTS))
+def test_scapy_built_srh_variants_parse(variant: str, encap: bool) -> None:
+    """SRHs our builder never writes (TLVs, flags, a frame caught mid-path) still parse,
+    with the checksum taken against the final segment, and both decoders agree."""
+    fields: dict[str, Any] = {"segleft": 2, **_SRH_VARIANTS[variant]}
+    srh = IPv6ExtHdrSegmentRouting(nh=41 if encap else 17, addresses=_SEGS, **fields)
+    pkt = Ether(dst="02:00:00:00:10:01", src="02:00:00:00:01:01") / ScapyIPv6(
+        src="fc00:1::1", dst=_SEGS[fields["segleft"]], tc=26 << 2 | 2, fl=5
+    ) / srh
+    if encap:
+        pkt = pkt / ScapyIPv6(src="fc00:1::1", dst="fc00:2::1", nh=17)
+    pkt = pkt / ScapyUDP(sport=1, dport=MRC_UDP_PORT) / MRC_BTH(
+        opcode=Opcode.WRITE_ONLY, dqpn=5, psn=9
+    ) / MRC_RETH(va=1, rkey=2, dma_len=4) / Raw(b"abcd")
+    frame = bytes(pkt)
+    _, f = assert_agrees(frame)
+    assert f.srh is not None and f.srh.segments_left == fields["segleft"]
+    assert f.srh.final_segment == a2b("fc00:2::1")
+    assert bytes(f.payload) == b"abcd"
+    assert scapy_rebuild(frame) == frame
