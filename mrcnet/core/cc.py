@@ -1,0 +1,175 @@
+"""Congestion control: a small pluggable interface, a registry by profile name, and NSCC.
+
+Like aioquic's congestion package: :func:`register_cc` binds a profile name to a class,
+:func:`create_cc` makes one per QP. The QP calls the hooks and obeys ``cwnd`` (bytes in
+flight). NSCC follows PROTOCOL-NOTES.md section 5 (Ultra Ethernet's NSCC as MRC uses it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+# --- NSCC parameters (fractions of the measured base RTT / BDP; see docs/CORE.md) -------
+NSCC_TARGET_FRACTION: Final = 0.5  # target queueing delay = this x base RTT
+NSCC_TARGET_FLOOR: Final = 1e-6  # never target less than 1 us of queueing
+NSCC_MAX_BDP: Final = 1.5  # max window = 1.5 x BDP
+NSCC_ALPHA: Final = 0.5  # proportional increase per acked byte at zero queueing
+NSCC_FI_BDP: Final = 0.01  # fair increase per RTT: 1% of BDP (at least one MTU)
+NSCC_GAMMA: Final = 0.8  # multiplicative decrease gain
+NSCC_MD_MIN: Final = 0.5  # never cut below half in one decrease
+NSCC_QA_DELAY: Final = 4.0  # quick adapt when queueing delay > 4 x target
+PENALTY_SCALE: Final = 254.0  # window penalty p (0..127) shrinks cwnd by p/254 (<= 50%)
+
+
+class CongestionControl:
+    """Interface every CC profile implements. ``cwnd`` is in bytes."""
+
+    cwnd: float
+
+    def __init__(self, mss: int, rate: float, base_rtt_hint: float) -> None:
+        self.mss = mss
+        self.rate = rate
+        self.cwnd = float(max(mss, rate * base_rtt_hint))
+
+    def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
+        """``acked`` bytes newly acknowledged; ``rtt`` a fresh sample if the ACK gave one;
+        ``ece``: the packet that triggered the ACK was CE-marked."""
+
+    def on_trim(self, now: float, lasthop: bool) -> None:
+        """A packet was trimmed (congestion)."""
+
+    def on_loss(self, now: float) -> None:
+        """A packet was lost (path failure or overflow)."""
+
+    def on_penalty(self, penalty: int, now: float) -> None:
+        """The receiver asked for a smaller window (0..127)."""
+
+
+CC_REGISTRY: dict[str, type[CongestionControl]] = {}
+
+
+def register_cc(name: str) -> Callable[[type[CongestionControl]], type[CongestionControl]]:
+    """Class decorator: make a CC class available under profile ``name``."""
+
+    def deco(cls: type[CongestionControl]) -> type[CongestionControl]:
+        CC_REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def create_cc(name: str, mss: int, rate: float, base_rtt_hint: float) -> CongestionControl:
+    """A new CC instance for profile ``name``; unknown names raise ``KeyError`` with the list."""
+    try:
+        cls = CC_REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown CC profile {name!r}; known: {sorted(CC_REGISTRY)}") from None
+    return cls(mss, rate, base_rtt_hint)
+
+
+@register_cc("fixed")
+class FixedWindow(CongestionControl):
+    """A constant window of one BDP (for tests and baselines): no reaction at all."""
+
+
+@register_cc("nscc")
+class NSCC(CongestionControl):
+    """UET's NSCC as MRC uses it: four quadrants of (ECN?) x (delay above target?).
+
+    - no ECN, low delay: proportional increase ``alpha x acked x (target - d) / target``
+    - no ECN, high delay: fair increase ``fi x acked / cwnd`` (fi bytes per RTT)
+    - ECN, high delay: multiplicative decrease, at most once per base RTT
+    - ECN, low delay: no change
+    - quick adapt on trim/loss or d > 4 x target: cwnd = bytes delivered in the last RTT,
+      at most once per base RTT.
+    ``d`` is the queueing delay (RTT sample minus the smallest RTT seen). Every parameter
+    scales with the measured BDP (rate x base RTT), rescaled when the base RTT drops.
+    """
+
+    def __init__(self, mss: int, rate: float, base_rtt_hint: float) -> None:
+        super().__init__(mss, rate, base_rtt_hint)
+        self.base_rtt = 0.0  # 0: no sample yet
+        self.delay = 0.0
+        self._rescale(base_rtt_hint)
+        self.cwnd = self.bdp
+        self.last_md = -1.0
+        self.last_qa = -1.0
+        self.qa_pending = False
+        self._delivered: deque[tuple[float, int]] = deque()
+        self._delivered_sum = 0
+        self.quadrant = ""  # last quadrant applied, for tests and stats
+
+    def _rescale(self, base_rtt: float) -> None:
+        self.scale_rtt = base_rtt
+        self.bdp = max(float(self.mss), self.rate * base_rtt)
+        self.maxwnd = NSCC_MAX_BDP * self.bdp
+        self.target = max(NSCC_TARGET_FLOOR, NSCC_TARGET_FRACTION * base_rtt)
+        self.fi = max(float(self.mss), NSCC_FI_BDP * self.bdp)
+
+    def _clamp(self) -> None:
+        self.cwnd = min(max(self.cwnd, float(self.mss)), self.maxwnd)
+
+    def _window_rtt(self) -> float:
+        return self.base_rtt or self.scale_rtt
+
+    def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
+        """Apply one ACK (see class docstring)."""
+        if acked:
+            dq = self._delivered
+            dq.append((now, acked))
+            self._delivered_sum += acked
+            horizon = now - self._window_rtt()
+            while dq and dq[0][0] < horizon:
+                self._delivered_sum -= dq.popleft()[1]
+        if rtt is not None and rtt > 0:
+            if self.base_rtt == 0.0 or rtt < self.base_rtt:
+                self.base_rtt = rtt
+                self._rescale(rtt)
+            self.delay = rtt - self.base_rtt
+        d, target = self.delay, self.target
+        if (self.qa_pending or d > NSCC_QA_DELAY * target) and self._quick_adapt(now):
+            return
+        if not ece:
+            if d < target:
+                self.quadrant = "proportional_increase"
+                self.cwnd += NSCC_ALPHA * acked * (target - d) / target
+            else:
+                self.quadrant = "fair_increase"
+                self.cwnd += self.fi * acked / self.cwnd
+        elif d >= target:
+            self.quadrant = "multiplicative_decrease"
+            if now - self.last_md >= self._window_rtt() or self.last_md < 0:
+                self.last_md = now
+                self.cwnd *= max(1.0 - NSCC_GAMMA * (d - target) / d, NSCC_MD_MIN)
+        else:
+            self.quadrant = "no_change"
+        self._clamp()
+
+    def _quick_adapt(self, now: float) -> bool:
+        if self.last_qa >= 0 and now - self.last_qa < self._window_rtt():
+            self.qa_pending = False
+            return False
+        self.last_qa = now
+        self.qa_pending = False
+        self.quadrant = "quick_adapt"
+        self.cwnd = max(float(self.mss), float(self._delivered_sum))
+        self._clamp()
+        return True
+
+    def on_trim(self, now: float, lasthop: bool) -> None:
+        """Trims ask for quick adapt at the next ACK (then we know what got through)."""
+        self.qa_pending = True
+
+    def on_loss(self, now: float) -> None:
+        """Losses, like trims, ask for quick adapt."""
+        self.qa_pending = True
+
+    def on_penalty(self, penalty: int, now: float) -> None:
+        """Receiver window penalty: shrink by penalty/254, at most once per base RTT."""
+        if penalty <= 0 or (self.last_md >= 0 and now - self.last_md < self._window_rtt()):
+            return
+        self.last_md = now
+        self.cwnd *= 1.0 - penalty / PENALTY_SCALE
+        self._clamp()

@@ -1,0 +1,139 @@
+"""Configuration of a host and its QPs, the Port record and the PathProvider protocol.
+
+Every knob the simulator and mrcd set lives in :class:`HostConfig` (per host) or
+:class:`QPAttrs` (per QP, mrc.h names). Time is in seconds, sizes in bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mrcnet.constants import ACK_TIMEOUT_MAX_EXP, ACK_TIMEOUT_UNIT_S, DEFAULT_EVS_PER_QP
+from mrcnet.wire import Route
+
+# --- core defaults (protocol-level choices of this implementation; see docs/CORE.md) ----
+DEFAULT_MTU_PAYLOAD = 4096
+DEFAULT_ACK_TIMEOUT_EXP = 14  # 1.024 us x 2^14 = 16.8 ms: initial RTO before any RTT sample
+DEFAULT_RETRY_CNT = 7
+DEFAULT_MAX_IMM_OUTSTANDING = 64
+EV_PROFILE_SPRAY = "spray"
+EV_PROFILE_ECMP = "ecmp"
+EV_PROFILES = frozenset({EV_PROFILE_SPRAY, EV_PROFILE_ECMP})
+
+
+class Access(enum.IntFlag):
+    """Memory-region access rights (verbs names)."""
+
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+    REMOTE_READ = 4  # accepted for API familiarity; MRC has no READ
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    """One NIC port of a host. Each port is one network plane."""
+
+    index: int
+    plane: int
+    mac: bytes
+    ip: bytes
+
+
+class PathProvider(Protocol):
+    """Where a host learns its paths to peers (the simulator and mrcd implement it).
+
+    ``routes(peer, plane)`` returns one :class:`~mrcnet.wire.Route` per distinct path to
+    ``peer`` in that plane (for a two-tier leaf-spine: one per spine), in a stable order:
+    the index in this sequence is the EV's *path index* (see :mod:`mrcnet.core.evs`).
+    ``planes(peer)`` names the planes in which ``peer`` can be reached.
+    """
+
+    def routes(self, peer: str, plane: int) -> Sequence[Route]: ...
+
+    def planes(self, peer: str) -> Sequence[int]: ...
+
+
+@dataclass(slots=True)
+class HostConfig:
+    """Per-host knobs.
+
+    - ``mtu_payload``: payload bytes per data packet.
+    - ``evs_per_qp``: EVs per QP, split evenly over the planes.
+    - ``ev_profile``: ``"spray"`` (MRC) or ``"ecmp"`` (one EV per QP by a hash of
+      (src, dst, qpn), no spraying, no EV retirement: a RoCE-like baseline).
+    - ``cc_profile``: a name in :data:`mrcnet.core.cc.CC_REGISTRY` (``"nscc"``, ``"fixed"``).
+    - ``ack_every``: the responder SACKs at least every this many in-order packets.
+    - ``ack_delay``: and at latest this long after an unacknowledged packet arrived.
+    - ``timeout_floor``: the smallest retransmission timeout (timers are the backstop).
+    - ``reorder_floor``: the smallest reorder allowance of SACK-based loss detection.
+    - ``retry_cnt``/``retry_linear``: retry budget: ``retry_linear`` timeouts at the base
+      RTO, then exponential backoff, ``retry_cnt`` timeouts in all before the QP fails.
+    - ``min_active_evs``: per plane, never fewer usable EVs than this (refill from the
+      least-bad paths when needed).
+    - ``probe_interval``/``probe_successes``: ASSUMED_BAD EVs are probed this often and
+      revived after this many consecutive successful probes.
+    - ``link_rate``: bytes/s of one port (NSCC's BDP = rate x planes x base RTT).
+    - ``base_rtt_hint``: RTT assumed before the first measurement.
+    - ``rx_window``: PSNs the responder accepts ahead of its cumulative ACK point.
+    - ``verify_checksums``: check UDP checksum and ICRC on receive (a simulator that
+      corrupts nothing may turn it off for speed).
+    - ``completion_events``: also report completions as events (besides the CQ).
+    """
+
+    mtu_payload: int = DEFAULT_MTU_PAYLOAD
+    evs_per_qp: int = DEFAULT_EVS_PER_QP
+    ev_profile: str = EV_PROFILE_SPRAY
+    cc_profile: str = "nscc"
+    ack_every: int = 4
+    ack_delay: float = 20e-6
+    timeout_floor: float = 200e-6
+    reorder_floor: float = 20e-6
+    retry_cnt: int = DEFAULT_RETRY_CNT
+    retry_linear: int = 3
+    min_active_evs: int = 2
+    probe_interval: float = 1e-3
+    probe_successes: int = 3
+    link_rate: float = 100e9 / 8
+    base_rtt_hint: float = 20e-6
+    rx_window: int = 4096
+    verify_checksums: bool = True
+    completion_events: bool = True
+    port_status_retries: int = 5
+
+
+@dataclass(slots=True)
+class QPAttrs:
+    """QP attributes (mrc.h names). ``None`` means: take the host default.
+
+    - ``peer``/``dest_qp_num``: the remote host name and QP number (set at INIT->RTR).
+    - ``sq_psn``/``rq_psn``: initial send / receive PSN (24 bits).
+    - ``ev_profile``/``cc_profile``/``evs_per_qp``: path and congestion profiles.
+    - ``max_imm_outstanding``: write-with-immediate messages in flight at most.
+    - ``retry_cnt``: retry budget (timeouts without progress before ERROR).
+    - ``timeout``: ack timeout exponent t: 1.024 us x 2^t, the RTO before any RTT sample.
+    """
+
+    peer: str | None = None
+    dest_qp_num: int | None = None
+    sq_psn: int = 0
+    rq_psn: int = 0
+    ev_profile: str | None = None
+    cc_profile: str | None = None
+    evs_per_qp: int | None = None
+    max_imm_outstanding: int = DEFAULT_MAX_IMM_OUTSTANDING
+    retry_cnt: int | None = None
+    timeout: int = DEFAULT_ACK_TIMEOUT_EXP
+
+    @property
+    def ack_timeout_s(self) -> float:
+        """The ack timeout in seconds."""
+        return ACK_TIMEOUT_UNIT_S * (1 << self.timeout)
+
+
+def check_timeout_exp(t: int) -> None:
+    """Raise ValueError unless ``t`` is a valid ack timeout exponent."""
+    if not 0 <= t <= ACK_TIMEOUT_MAX_EXP:
+        raise ValueError(f"timeout exponent {t} outside 0..{ACK_TIMEOUT_MAX_EXP}")

@@ -1,0 +1,398 @@
+"""Entropy values (EVs): how an EV names a path, and the per-QP EV manager.
+
+EV -> path is one pure function, :func:`ev_path` (and its inverse :func:`make_ev`)::
+
+    bit 31      : 1 (so the UDP source port, EV >> 16, is >= 0x8000 and never 0)
+    bits 24..30 : plane (7 bits)
+    bits 12..23 : path index in that plane = index into PathProvider.routes(peer, plane)
+                  (for a two-tier leaf-spine: the spine), 12 bits
+    bits  0..11 : instance: distinguishes several EVs on the same path, 12 bits
+
+So per-EV counters map to planes and spines directly, at both ends (the receiver decodes
+the reflected EV the same way; it needs no table).
+
+:class:`EVManager` keeps a QP's EV set: split evenly over the usable planes, a different EV
+per packet (round robin over planes, then over the plane's EVs), GOOD / SKIP / ASSUMED_BAD
+/ DENIED, refill from the same plane, per-EV RTT and counters, and probing of ASSUMED_BAD
+EVs. In the ``ecmp`` profile it holds one EV, chosen by a hash, that never retires.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+from mrcnet.core.events import PathStateChanged
+from mrcnet.core.states import EVState
+
+EV_MARK = 1 << 31
+EV_PLANE_SHIFT = 24
+EV_PLANE_MASK = 0x7F
+EV_PATH_SHIFT = 12
+EV_PATH_MASK = 0xFFF
+EV_INSTANCE_MASK = 0xFFF
+RTT_ALPHA = 0.125  # RFC 6298 smoothing
+RTT_BETA = 0.25
+
+
+def make_ev(plane: int, path: int, instance: int) -> int:
+    """The EV for (plane, path index, instance)."""
+    return (
+        EV_MARK
+        | (plane & EV_PLANE_MASK) << EV_PLANE_SHIFT
+        | (path & EV_PATH_MASK) << EV_PATH_SHIFT
+        | (instance & EV_INSTANCE_MASK)
+    )
+
+
+def ev_path(ev: int) -> tuple[int, int, int]:
+    """(plane, path index, instance) of an EV."""
+    return (
+        (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK,
+        (ev >> EV_PATH_SHIFT) & EV_PATH_MASK,
+        ev & EV_INSTANCE_MASK,
+    )
+
+
+class EVInfo:
+    """One EV of a QP: its path, state, RTT estimate and counters."""
+
+    __slots__ = (
+        "acked",
+        "ecn",
+        "ev",
+        "lost",
+        "min_rtt",
+        "path",
+        "plane",
+        "probe_due",
+        "probes_ok",
+        "probes_sent",
+        "rttvar",
+        "sent",
+        "srtt",
+        "state",
+        "trimmed",
+    )
+
+    def __init__(self, ev: int) -> None:
+        self.ev = ev
+        self.plane, self.path, _ = ev_path(ev)
+        self.state = EVState.GOOD
+        self.srtt = 0.0  # 0: no sample yet
+        self.rttvar = 0.0
+        self.min_rtt = 0.0
+        self.sent = 0
+        self.acked = 0
+        self.lost = 0
+        self.trimmed = 0
+        self.ecn = 0
+        self.probes_sent = 0
+        self.probes_ok = 0  # consecutive successful probes while ASSUMED_BAD
+        self.probe_due = 0.0
+
+    def rtt_sample(self, rtt: float) -> None:
+        """Fold one RTT measurement into srtt/rttvar (RFC 6298)."""
+        if self.srtt == 0.0:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+            self.min_rtt = rtt
+            return
+        self.rttvar += RTT_BETA * (abs(self.srtt - rtt) - self.rttvar)
+        self.srtt += RTT_ALPHA * (rtt - self.srtt)
+        self.min_rtt = min(self.min_rtt, rtt)
+
+    def stats(self) -> dict[str, object]:
+        """Counters and estimates, for mrcctl."""
+        return {
+            "ev": self.ev,
+            "plane": self.plane,
+            "path": self.path,
+            "state": self.state.value,
+            "srtt": self.srtt,
+            "min_rtt": self.min_rtt,
+            "sent": self.sent,
+            "acked": self.acked,
+            "lost": self.lost,
+            "trimmed": self.trimmed,
+            "ecn": self.ecn,
+            "probes_sent": self.probes_sent,
+        }
+
+
+class EVManager:
+    """The EV set of one QP (see module docstring).
+
+    ``paths`` maps each plane to its number of distinct paths. ``on_change`` gets every
+    state change as a :class:`PathStateChanged` event.
+    """
+
+    def __init__(
+        self,
+        qpn: int,
+        paths: dict[int, int],
+        *,
+        evs_per_qp: int,
+        ecmp_key: str | None = None,
+        min_active: int = 2,
+        probe_interval: float = 1e-3,
+        probe_successes: int = 3,
+        events: list[PathStateChanged] | None = None,
+    ) -> None:
+        self.qpn = qpn
+        self.paths = {p: n for p, n in paths.items() if n > 0}
+        self.ecmp = ecmp_key is not None
+        self.min_active = max(1, min_active)
+        self.probe_interval = probe_interval
+        self.probe_successes = probe_successes
+        self.events: list[PathStateChanged] = events if events is not None else []
+        self.evs: dict[int, EVInfo] = {}
+        self.active: dict[int, list[EVInfo]] = {p: [] for p in sorted(self.paths)}
+        self.spares: dict[int, list[EVInfo]] = {p: [] for p in sorted(self.paths)}
+        self.usable_planes: list[int] = sorted(self.paths)
+        self._rr_plane = 0
+        self._rr: dict[int, int] = {p: 0 for p in self.paths}
+        self._next_instance: dict[tuple[int, int], int] = {}
+        self._bad: dict[int, EVInfo] = {}  # ASSUMED_BAD EVs (probed)
+        self._last_resort = 0
+        self._rr_reverse = 0
+        self.next_probe = float("inf")
+        if not self.paths:
+            return
+        self.target = 1
+        self._ecmp_hash = 0
+        if ecmp_key is not None:
+            h = zlib.crc32(ecmp_key.encode())
+            planes = self.usable_planes
+            plane = planes[h % len(planes)]
+            self._ecmp_hash = h
+            self._add(plane, (h >> 8) % self.paths[plane])
+            return
+        per_plane = max(1, evs_per_qp // len(self.paths))
+        self.target = per_plane
+        for plane, npaths in sorted(self.paths.items()):
+            for i in range(per_plane):
+                self._add(plane, i % npaths)
+
+    # --- set management ---------------------------------------------------------------
+
+    def _add(self, plane: int, path: int) -> EVInfo:
+        key = (plane, path)
+        inst = self._next_instance.get(key, 0)
+        ev = make_ev(plane, path, inst)
+        while ev in self.evs:
+            inst = (inst + 1) & EV_INSTANCE_MASK
+            ev = make_ev(plane, path, inst)
+        self._next_instance[key] = (inst + 1) & EV_INSTANCE_MASK
+        info = EVInfo(ev)
+        self.evs[ev] = info
+        self.active[plane].append(info)
+        return info
+
+    def _set(self, info: EVInfo, new: EVState, cause: str) -> None:
+        old = info.state
+        if old is new:
+            return
+        info.state = new
+        self.events.append(PathStateChanged(self.qpn, info.ev, old, new, cause))
+
+    def _remove_active(self, info: EVInfo) -> None:
+        lst = self.active.get(info.plane)
+        if lst is not None and info in lst:
+            lst.remove(info)
+        sp = self.spares.get(info.plane)
+        if sp is not None and info in sp:
+            sp.remove(info)
+
+    def _bad_paths(self, plane: int) -> dict[int, int]:
+        bad: dict[int, int] = {}
+        for info in self.evs.values():
+            if info.plane == plane and info.state in (EVState.ASSUMED_BAD, EVState.DENIED):
+                bad[info.path] = bad.get(info.path, 0) + 1
+        return bad
+
+    def _refill(self, plane: int) -> None:
+        """Replace a retired EV from the same plane, keeping planes evenly loaded."""
+        lst = self.active[plane]
+        if len(lst) >= self.target:
+            return
+        if self.spares[plane]:
+            lst.append(self.spares[plane].pop())
+            return
+        bad = self._bad_paths(plane)
+        npaths = self.paths[plane]
+        clean = [p for p in range(npaths) if p not in bad]
+        if not clean:
+            # Every path of the plane has failed once: only keep the minimum going, on
+            # the paths with the fewest failures (probes will bring the rest back).
+            if len(lst) >= self.min_active:
+                return
+            clean = [min(range(npaths), key=lambda p: bad.get(p, 0))]
+        load = {p: 0 for p in clean}
+        for info in lst:
+            if info.path in load:
+                load[info.path] += 1
+        self._add(plane, min(clean, key=lambda p: (load[p], p)))
+
+    # --- per packet -----------------------------------------------------------------
+
+    def next_ev(self, avoid: int = -1) -> EVInfo:
+        """The EV for the next packet (round robin over planes, then over EVs).
+
+        ``avoid``: an EV not to use if any other is usable (a retransmission moves on).
+        Never fails: with no usable EV left it falls back to ASSUMED_BAD ones in turn,
+        so the retry budget, not a hang, decides the QP's fate.
+        """
+        if self.ecmp:
+            return self.ecmp_ev()
+        planes = self.usable_planes
+        n = len(planes)
+        for _ in range(n):
+            plane = planes[self._rr_plane % n]
+            self._rr_plane += 1
+            lst = self.active[plane]
+            m = len(lst)
+            i = self._rr[plane]
+            for _ in range(m):
+                info = lst[i % m]
+                i += 1
+                if info.state is EVState.SKIP:
+                    self._set(info, EVState.GOOD, "skip_done")
+                    continue
+                if info.ev == avoid and m > 1:
+                    continue
+                self._rr[plane] = i
+                return info
+            self._rr[plane] = i
+            if m:  # only SKIPped or avoided EVs: take the next one anyway
+                info = lst[i % m]
+                self._rr[plane] = i + 1
+                return info
+        return self._last_resort_ev()
+
+    def _last_resort_ev(self) -> EVInfo:
+        pool = [
+            i for i in self.evs.values()
+            if i.state is not EVState.DENIED and (not self.usable_planes or
+                                                 i.plane in self.usable_planes)
+        ] or list(self.evs.values())
+        self._last_resort += 1
+        return pool[self._last_resort % len(pool)]
+
+    def reverse_ev(self, plane: int) -> int:
+        """An EV for a SACK/NACK leaving on ``plane``: the QP's own live EVs in that plane
+        double as its reverse EV set (a path is the same links in both directions)."""
+        lst = self.active.get(plane)
+        if lst:
+            self._rr_reverse += 1
+            return lst[self._rr_reverse % len(lst)].ev
+        for info in self.evs.values():
+            if info.plane == plane:
+                return info.ev
+        return make_ev(plane, 0, 0)
+
+    # --- signals --------------------------------------------------------------------
+
+    def skip(self, ev: int, cause: str) -> None:
+        """ECN echo or a non-last-hop trim: skip this EV once."""
+        info = self.evs.get(ev)
+        if info is None or self.ecmp or info.state is not EVState.GOOD:
+            return
+        self._set(info, EVState.SKIP, cause)
+
+    def assume_bad(self, ev: int, now: float, cause: str) -> None:
+        """Loss or timeout on this EV: stop using it at once, refill, start probing."""
+        info = self.evs.get(ev)
+        if info is None or self.ecmp:
+            return
+        if info.state in (EVState.ASSUMED_BAD, EVState.DENIED):
+            return
+        self._set(info, EVState.ASSUMED_BAD, cause)
+        self._remove_active(info)
+        info.probes_ok = 0
+        info.probe_due = now + self.probe_interval
+        self._bad[ev] = info
+        self.next_probe = min(self.next_probe, info.probe_due)
+        if info.plane in self.active:
+            self._refill(info.plane)
+
+    def deny(self, ev: int) -> bool:
+        """Operator: never use this EV until allowed. False if the QP has no such EV."""
+        info = self.evs.get(ev)
+        if info is None:
+            return False
+        self._set(info, EVState.DENIED, "deny")
+        self._remove_active(info)
+        self._bad.pop(ev, None)
+        if info.plane in self.active:
+            self._refill(info.plane)
+        return True
+
+    def allow(self, ev: int) -> bool:
+        """Operator: a DENIED EV may be used again."""
+        info = self.evs.get(ev)
+        if info is None or info.state is not EVState.DENIED:
+            return False
+        self._set(info, EVState.GOOD, "allow")
+        self._revive_into_set(info)
+        return True
+
+    def _revive_into_set(self, info: EVInfo) -> None:
+        if info.plane not in self.active:
+            return
+        if len(self.active[info.plane]) < self.target or self.ecmp:
+            self.active[info.plane].append(info)
+        else:
+            self.spares[info.plane].append(info)
+
+    def probes_due(self, now: float) -> list[EVInfo]:
+        """ASSUMED_BAD EVs whose next probe is due; reschedules them."""
+        if now < self.next_probe:
+            return []
+        due = []
+        nxt = float("inf")
+        for info in self._bad.values():
+            if info.probe_due <= now:
+                if info.plane in self.usable_planes:
+                    due.append(info)
+                    info.probes_sent += 1
+                info.probe_due = now + self.probe_interval
+            nxt = min(nxt, info.probe_due)
+        self.next_probe = nxt
+        return due
+
+    def probe_result(self, ev: int, ok: bool, rtt: float | None = None) -> None:
+        """A probe on ``ev`` succeeded (response) or failed (timed out)."""
+        info = self._bad.get(ev)
+        if info is None:
+            return
+        if not ok:
+            info.probes_ok = 0
+            return
+        if rtt is not None:
+            info.rtt_sample(rtt)
+        info.probes_ok += 1
+        if info.probes_ok >= self.probe_successes:
+            del self._bad[ev]
+            self._set(info, EVState.GOOD, "probe")
+            self._revive_into_set(info)
+
+    def set_planes(self, planes: Sequence[int]) -> None:
+        """Only these planes may carry packets now (local ports and the peer's ports)."""
+        new = [p for p in sorted(self.paths) if p in set(planes)]
+        self.usable_planes = new
+        if self.ecmp and new and not any(i.plane in new for i in self.evs.values()):
+            # RoCE-like failover: the single EV moves to a live plane.
+            plane = new[self._ecmp_hash % len(new)]
+            self._add(plane, (self._ecmp_hash >> 8) % self.paths[plane])
+
+    def ecmp_ev(self) -> EVInfo:
+        """The ECMP profile's single EV (on a usable plane when there is one)."""
+        for info in self.evs.values():
+            if info.plane in self.usable_planes:
+                return info
+        return next(iter(self.evs.values()))
+
+    def stats(self) -> dict[int, dict[str, object]]:
+        """Per-EV counters."""
+        return {ev: info.stats() for ev, info in self.evs.items()}

@@ -1,0 +1,552 @@
+"""One MRC endpoint for a whole host: all its NIC ports (one per plane), MRs, CQs and QPs.
+
+Sans-I/O, like aioquic's QuicConnection: the caller feeds frames in with
+:meth:`Host.receive`, drains :meth:`Host.frames_to_send`, calls :meth:`Host.handle_timer`
+at :meth:`Host.next_timer`, and pulls events with :meth:`Host.next_event`. Time is always
+the argument ``now`` (float seconds). Nothing that arrives from the network raises: every
+bad frame is counted (``counters()``) and dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from mrcnet.constants import ENDPOINT_QPN, PSN_MASK, EndpointOp, Opcode
+from mrcnet.core.config import (
+    EV_PROFILES,
+    Access,
+    HostConfig,
+    PathProvider,
+    Port,
+    QPAttrs,
+    check_timeout_exp,
+)
+from mrcnet.core.errors import IllegalTransition, InvalidAttribute, InvalidRequest
+from mrcnet.core.events import (
+    Completion,
+    Event,
+    PathStateChanged,
+    PortStatusChanged,
+    WCStatus,
+)
+from mrcnet.core.evs import EVInfo, ev_path, make_ev
+from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
+from mrcnet.core.qp import QueuePair, WorkRequest, ts16
+from mrcnet.core.states import QP_TRANSITIONS, QPState
+from mrcnet.errors import MalformedFrame
+from mrcnet.wire import Frame, Route, build_endpoint, parse_frame
+from mrcnet.wire.endpoint import EndpointHeader
+
+_INF = float("inf")
+_MAX_QPN = 0xFFFFFE  # ENDPOINT_QPN (0xFFFFFF) is reserved
+_IMM_MAX = 0xFFFFFFFF
+_ID_MASK = 0xFFFFFFFF
+
+
+class CompletionQueue:
+    """A completion queue: QPs push, the application polls."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self._q: deque[Completion] = deque()
+
+    def push(self, c: Completion) -> None:
+        """Add one completion."""
+        self._q.append(c)
+
+    def poll(self, max_entries: int) -> list[Completion]:
+        """Take up to ``max_entries`` completions, oldest first."""
+        q = self._q
+        n = min(max_entries, len(q))
+        return [q.popleft() for _ in range(n)]
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+
+class Host:
+    """An MRC host (see module docstring).
+
+    ``ports``: one :class:`Port` per NIC port (each one plane); ``paths``: a
+    :class:`~mrcnet.core.config.PathProvider` that knows the routes to every peer.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        ports: Sequence[Port],
+        paths: PathProvider,
+        config: HostConfig | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config or HostConfig()
+        if self.config.ev_profile not in EV_PROFILES:
+            raise InvalidAttribute(
+                f"ev_profile {self.config.ev_profile!r}: use one of {sorted(EV_PROFILES)}")
+        self.ports = {p.index: p for p in ports}
+        self._plane_port = {p.plane: p.index for p in ports}
+        if len(self._plane_port) != len(ports):
+            raise InvalidAttribute("one port per plane: two ports share a plane")
+        self.port_up = {p.index: True for p in ports}
+        self.paths = paths
+        self.memory = MemoryTable(name)
+        self._cqs: dict[int, CompletionQueue] = {}
+        self._qps: dict[int, QueuePair] = {}
+        self._next_qpn = 1
+        self._events: deque[Event] = deque()
+        self.path_events: list[PathStateChanged] = []
+        self._ctrl: list[tuple[int, bytes]] = []
+        self._counters: dict[str, int] = {}
+        self._peer_routes: dict[str, dict[int, list[Route]]] = {}
+        self._ip_peer: dict[bytes, str] = {}
+        self._peer_live: dict[str, set[int]] = {}  # planes each peer reported alive
+        self._probe_id = 0
+        self._probes: dict[int, tuple[int, int, float]] = {}  # id -> (qpn, ev, sent)
+        self._probe_of_ev: dict[tuple[int, int], int] = {}
+        self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
+        self._last_now = 0.0
+        self.last_internal_error: BaseException | None = None
+
+    # --- counters and events ------------------------------------------------------------
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Bump a host counter."""
+        self._counters[name] = self._counters.get(name, 0) + n
+
+    def counters(self) -> dict[str, int]:
+        """Every host counter (frames, drops by reason, retransmissions ...)."""
+        return dict(self._counters)
+
+    def emit(self, event: Event) -> None:
+        """Queue an event for :meth:`next_event`."""
+        self._flush_path_events()
+        self._events.append(event)
+
+    def _flush_path_events(self) -> None:
+        if self.path_events:
+            self._events.extend(self.path_events)
+            self.path_events.clear()
+
+    def next_event(self) -> Event | None:
+        """The oldest pending event, or None."""
+        self._flush_path_events()
+        return self._events.popleft() if self._events else None
+
+    # --- memory, CQs, QPs -------------------------------------------------------------
+
+    def register_mr(
+        self, buffer: Buffer, access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+    ) -> MemoryRegion:
+        """Register a writable buffer; the returned region's ``addr``/``rkey`` go to peers."""
+        return self.memory.register(buffer, access)
+
+    def deregister_mr(self, mr: MemoryRegion) -> None:
+        """Unregister: later writes to it are refused."""
+        self.memory.deregister(mr)
+
+    def create_cq(self) -> CompletionQueue:
+        """A new completion queue."""
+        cq = CompletionQueue(len(self._cqs) + 1)
+        self._cqs[cq.handle] = cq
+        return cq
+
+    def create_qp(self, cq: CompletionQueue, attrs: QPAttrs | None = None) -> int:
+        """A new QP in RESET; returns its QP number."""
+        qpn = self._next_qpn
+        if qpn > _MAX_QPN:
+            raise InvalidRequest("out of QP numbers")
+        self._next_qpn += 1
+        self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs())
+        return qpn
+
+    def qp(self, qpn: int) -> QueuePair:
+        """The QP object (for inspection and tests)."""
+        try:
+            return self._qps[qpn]
+        except KeyError:
+            raise InvalidRequest(f"no QP {qpn} on host {self.name}") from None
+
+    def destroy_qp(self, qpn: int) -> None:
+        """Forget a QP (its outstanding work is flushed first)."""
+        qp = self.qp(qpn)
+        qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
+        del self._qps[qpn]
+
+    def modify_qp(self, qpn: int, to_state: QPState, now: float = 0.0, **attrs: Any) -> None:
+        """Move a QP through RESET -> INIT -> RTR -> RTS (or to ERROR/RESET), setting the
+        attributes that transition takes (see :data:`mrcnet.core.states.QP_TRANSITIONS`).
+
+        Connect = INIT -> RTR with ``peer``, ``dest_qp_num``, ``rq_psn``; then RTS with
+        ``sq_psn``. Raises :class:`IllegalTransition` or :class:`InvalidAttribute`.
+        """
+        qp = self.qp(qpn)
+        key = (qp.state, to_state)
+        rule = QP_TRANSITIONS.get(key)
+        if rule is None:
+            raise IllegalTransition(qpn, qp.state.value, to_state.value)
+        required, optional = rule
+        missing = required - attrs.keys()
+        if missing:
+            raise InvalidAttribute(
+                f"QP {qpn} {qp.state.value}->{to_state.value} needs {sorted(missing)}")
+        unknown = attrs.keys() - required - optional
+        if unknown:
+            raise InvalidAttribute(
+                f"QP {qpn} {qp.state.value}->{to_state.value} does not take {sorted(unknown)}"
+                f" (allowed: {sorted(required | optional)})")
+        self._check_attrs(attrs)
+        if to_state is QPState.ERROR:
+            qp.fail(WCStatus.WR_FLUSH_ERR, "moved to ERROR by modify_qp")
+            return
+        names = {f.name for f in fields(QPAttrs)}
+        for k, v in attrs.items():
+            if k in names:
+                setattr(qp.attrs, k, v)
+        if to_state is QPState.RESET:
+            qp.state = QPState.RESET
+            qp.error_reason = None
+            qp.evm = None
+            qp.cc = None
+            qp._reset_transport()
+            return
+        if to_state is QPState.RTR:
+            peer = str(attrs["peer"])
+            paths = self._paths_to(peer)
+            if not paths:
+                raise InvalidAttribute(f"no path from {self.name} to {peer} in any plane")
+            ips = frozenset(r.dst_ip for rs in paths.values() for r in rs)
+            qp.ready(paths, ips)
+            qp.state = QPState.RTR
+            qp.set_planes(self._planes_for(peer), now)
+            if qp.recv_posted:
+                qp.credit_update(now, self._ctrl)
+            return
+        if to_state is QPState.RTS and qp.state is QPState.RTR:
+            qp.start_sending()
+        qp.state = to_state
+
+    @staticmethod
+    def _check_attrs(attrs: dict[str, Any]) -> None:
+        for k in ("sq_psn", "rq_psn"):
+            if k in attrs and not 0 <= int(attrs[k]) <= PSN_MASK:
+                raise InvalidAttribute(f"{k}={attrs[k]} is not a 24-bit PSN")
+        if "dest_qp_num" in attrs and not 0 < int(attrs["dest_qp_num"]) <= _MAX_QPN:
+            raise InvalidAttribute(f"dest_qp_num={attrs['dest_qp_num']} out of range")
+        if "timeout" in attrs:
+            try:
+                check_timeout_exp(int(attrs["timeout"]))
+            except ValueError as e:
+                raise InvalidAttribute(str(e)) from None
+        if attrs.get("ev_profile") not in (None, *EV_PROFILES):
+            raise InvalidAttribute(f"ev_profile {attrs['ev_profile']!r} unknown")
+        for k in ("retry_cnt", "max_imm_outstanding", "evs_per_qp"):
+            if k in attrs and int(attrs[k]) < 0:
+                raise InvalidAttribute(f"{k} must not be negative")
+
+    def post_write(
+        self,
+        qpn: int,
+        wr_id: int,
+        local_mr: MemoryRegion,
+        offset: int,
+        length: int,
+        remote_addr: int,
+        rkey: int,
+        imm: int | None = None,
+    ) -> None:
+        """Post an RDMA WRITE (with immediate if ``imm`` is given) of ``length`` bytes
+        from ``local_mr[offset:]`` to (``remote_addr``, ``rkey``) on the peer."""
+        qp = self.qp(qpn)
+        if qp.state not in (QPState.INIT, QPState.RTR, QPState.RTS):
+            raise InvalidRequest(f"QP {qpn} is {qp.state.value}: post in INIT, RTR or RTS")
+        if offset < 0 or length < 0 or offset + length > local_mr.length:
+            raise InvalidRequest(
+                f"local range {offset}+{length} outside the region ({local_mr.length} bytes)")
+        if imm is not None and not 0 <= imm <= _IMM_MAX:
+            raise InvalidRequest(f"immediate {imm} is not a 32-bit value")
+        if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _ID_MASK:
+            raise InvalidRequest("remote address must be 64-bit and rkey 32-bit")
+        qp.post_write(WorkRequest(wr_id, local_mr.view, offset, length, remote_addr, rkey, imm,
+                                  self.config.mtu_payload))
+
+    def post_recv(self, qpn: int, wr_id: int, now: float = 0.0) -> None:
+        """Post a receive: credit for one incoming write-with-immediate."""
+        qp = self.qp(qpn)
+        if qp.state is QPState.ERROR:
+            raise InvalidRequest(f"QP {qpn} is in ERROR")
+        qp.post_recv(wr_id, now, self._ctrl)
+
+    def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
+        """Take up to ``max_entries`` completions from ``cq``."""
+        return cq.poll(max_entries)
+
+    # --- paths and planes -------------------------------------------------------------
+
+    def port_of_plane(self, plane: int) -> int:
+        """The local port index of ``plane`` (the first port if none matches)."""
+        idx = self._plane_port.get(plane)
+        return idx if idx is not None else next(iter(self.ports))
+
+    def _paths_to(self, peer: str) -> dict[int, list[Route]]:
+        paths = self._peer_routes.get(peer)
+        if paths is None:
+            paths = {}
+            for plane in self.paths.planes(peer):
+                if plane not in self._plane_port:
+                    continue
+                routes = list(self.paths.routes(peer, plane))
+                if routes:
+                    paths[plane] = routes
+                    for r in routes:
+                        self._ip_peer[r.dst_ip] = peer
+            self._peer_routes[peer] = paths
+        return paths
+
+    def refresh_paths(self, peer: str) -> None:
+        """Forget cached routes to ``peer`` (new QPs will ask the PathProvider again)."""
+        self._peer_routes.pop(peer, None)
+
+    def _planes_for(self, peer: str) -> list[int]:
+        local = {self.ports[i].plane for i, up in self.port_up.items() if up}
+        live = self._peer_live.get(peer)
+        planes = set(self._paths_to(peer)) & local
+        if live is not None:
+            planes &= live
+        return sorted(planes)
+
+    def _live_mask(self) -> int:
+        mask = 0
+        for i, up in self.port_up.items():
+            if up:
+                mask |= 1 << self.ports[i].plane
+        return mask
+
+    def set_port_state(self, port: int, up: bool, now: float) -> None:
+        """A local NIC port went down (or came back): stop (or resume) using its plane and
+        tell every peer with a QP here (PORT_STATUS endpoint request, retried)."""
+        if port not in self.ports:
+            raise InvalidRequest(f"no port {port} on host {self.name}")
+        if self.port_up[port] == up:
+            return
+        self.port_up[port] = up
+        self.emit(PortStatusChanged(port, self.ports[port].plane, up, None))
+        self._replan(now)
+        for peer in {qp.attrs.peer for qp in self._qps.values() if qp.attrs.peer}:
+            self._probe_id = (self._probe_id + 1) & _ID_MASK
+            self._port_status[peer] = (self._probe_id, 0, now)
+
+    def _replan(self, now: float) -> None:
+        for qp in self._qps.values():
+            if qp.attrs.peer and qp.state in (QPState.RTR, QPState.RTS):
+                qp.set_planes(self._planes_for(qp.attrs.peer), now)
+
+    def _send_port_status(self, now: float) -> None:
+        for peer, (rid, tries, due) in list(self._port_status.items()):
+            if due > now:
+                continue
+            if tries >= self.config.port_status_retries:
+                del self._port_status[peer]
+                self.count("port_status_unacked")
+                continue
+            eph = EndpointHeader(EndpointOp.PORT_STATUS, rid, port_mask=self._live_mask())
+            for plane, routes in self._paths_to(peer).items():
+                idx = self._plane_port.get(plane)
+                if idx is None or not self.port_up[idx]:
+                    continue
+                out_route = routes[0]
+                self._ctrl.append((idx, build_endpoint(out_route, ev=_plane_ev(plane), eph=eph)))
+            self._port_status[peer] = (rid, tries + 1, now + self.config.probe_interval)
+
+    def deny_ev(self, qpn: int, ev: int) -> bool:
+        """Operator: stop using ``ev`` on QP ``qpn``; True if the QP has that EV."""
+        evm = self.qp(qpn).evm
+        return evm.deny(ev) if evm is not None else False
+
+    def allow_ev(self, qpn: int, ev: int) -> bool:
+        """Operator: allow a DENIED EV again."""
+        evm = self.qp(qpn).evm
+        return evm.allow(ev) if evm is not None else False
+
+    def ev_stats(self, qpn: int) -> dict[int, dict[str, object]]:
+        """Per-EV state and counters of a QP."""
+        evm = self.qp(qpn).evm
+        return evm.stats() if evm is not None else {}
+
+    def qp_stats(self, qpn: int) -> dict[str, object]:
+        """State, window and counters of a QP."""
+        return self.qp(qpn).info()
+
+    # --- network side -----------------------------------------------------------------
+
+    def receive(self, frame: bytes | bytearray | memoryview, port: int, now: float) -> None:
+        """One frame from the network on local ``port``. Never raises."""
+        self._last_now = now
+        self.count("rx_frames")
+        try:
+            verify = self.config.verify_checksums
+            f = parse_frame(frame, verify_checksum=verify, verify_icrc=verify)
+        except MalformedFrame as e:
+            self.count(f"rx_malformed_{e.reason.value}")
+            return
+        except Exception as e:  # a parser bug must not take the host down
+            self.last_internal_error = e
+            self.count("rx_internal_error")
+            return
+        try:
+            self._dispatch(f, port, now)
+        except Exception as e:  # never crash on network input; count it loudly
+            self.last_internal_error = e
+            self.count("rx_internal_error")
+
+    def _dispatch(self, f: Frame, port: int, now: float) -> None:
+        p = self.ports.get(port)
+        if p is None or not self.port_up[port]:
+            self.count("rx_port_down")
+            return
+        bth = f.bth
+        if bth.dest_qp == ENDPOINT_QPN:
+            self._on_endpoint(f, p, now)
+            return
+        qp = self._qps.get(bth.dest_qp)
+        if qp is None:
+            self.count("rx_unknown_qpn")
+            return
+        if qp.state not in (QPState.RTR, QPState.RTS):
+            self.count("rx_qp_not_ready")
+            return
+        src = f.inner.src if f.inner is not None else f.outer.src
+        if src not in qp.peer_ips:
+            self.count("rx_wrong_peer")
+            return
+        op = bth.opcode
+        if f.reth is not None:
+            qp.on_data(f, p.plane, now, self._ctrl)
+        elif f.seth is not None:
+            qp.on_sack(f, now)
+        elif f.neth is not None:
+            qp.on_nack(f, now)
+        elif op == Opcode.RELIABILITY_PROBE:
+            qp.on_probe(f, p.plane, now, self._ctrl)
+        else:
+            self.count("rx_unexpected_opcode")
+
+    def _on_endpoint(self, f: Frame, port: Port, now: float) -> None:
+        eph = f.endpoint
+        assert eph is not None
+        src = f.inner.src if f.inner is not None else f.outer.src
+        peer = self._ip_peer.get(src)
+        if peer is None:
+            self.count("rx_endpoint_unknown_peer")
+            return
+        if f.bth.opcode == Opcode.ENDPOINT_REQ:
+            if eph.op == EndpointOp.EV_PROBE:
+                route = self._route_for_ev(peer, eph.ev)
+                if route is None:
+                    self.count("rx_probe_bad_ev")
+                    return
+                resp = EndpointHeader(EndpointOp.EV_PROBE, eph.request_id, eph.ev, eph.timestamp)
+                self._ctrl.append((route[0], build_endpoint(route[1], ev=eph.ev, eph=resp,
+                                                            response=True)))
+                self.count("tx_probe_response")
+            else:  # PORT_STATUS
+                live = {pl for pl in range(16) if eph.port_mask >> pl & 1}
+                old = self._peer_live.get(peer)
+                self._peer_live[peer] = live
+                for plane in self._paths_to(peer):
+                    was = old is None or plane in old
+                    if was != (plane in live):
+                        self.emit(PortStatusChanged(None, plane, plane in live, peer))
+                self._replan_peer(peer, now)
+                resp = EndpointHeader(EndpointOp.PORT_STATUS, eph.request_id,
+                                      port_mask=self._live_mask())
+                routes = self._paths_to(peer).get(port.plane)
+                if routes:
+                    self._ctrl.append((port.index, build_endpoint(
+                        routes[0], ev=_plane_ev(port.plane), eph=resp, response=True)))
+            return
+        # responses
+        if eph.op == EndpointOp.EV_PROBE:
+            rec = self._probes.pop(eph.request_id, None)
+            if rec is None:
+                self.count("rx_probe_stale")
+                return
+            qpn, ev, sent = rec
+            self._probe_of_ev.pop((qpn, ev), None)
+            qp = self._qps.get(qpn)
+            if qp is not None and qp.evm is not None and ev == eph.ev:
+                qp.evm.probe_result(ev, True, now - sent)
+        else:
+            st = self._port_status.get(peer)
+            if st is not None and st[0] == eph.request_id:
+                del self._port_status[peer]
+
+    def _replan_peer(self, peer: str, now: float) -> None:
+        for qp in self._qps.values():
+            if qp.attrs.peer == peer and qp.state in (QPState.RTR, QPState.RTS):
+                qp.set_planes(self._planes_for(peer), now)
+
+    def _route_for_ev(self, peer: str, ev: int) -> tuple[int, Route] | None:
+        plane, path, _ = ev_path(ev)
+        routes = self._paths_to(peer).get(plane)
+        idx = self._plane_port.get(plane)
+        if not routes or idx is None or path >= len(routes):
+            return None
+        return idx, routes[path]
+
+    def _send_probes(self, qp: QueuePair, due: list[EVInfo], now: float) -> None:
+        for info in due:
+            key = (qp.qpn, info.ev)
+            old = self._probe_of_ev.pop(key, None)
+            if old is not None and self._probes.pop(old, None) is not None and qp.evm:
+                qp.evm.probe_result(info.ev, False)
+            self._probe_id = (self._probe_id + 1) & _ID_MASK
+            rid = self._probe_id
+            port, route = qp.route(info.ev)
+            eph = EndpointHeader(EndpointOp.EV_PROBE, rid, info.ev, ts16(now))
+            self._ctrl.append((port, build_endpoint(route, ev=info.ev, eph=eph)))
+            self._probes[rid] = (qp.qpn, info.ev, now)
+            self._probe_of_ev[key] = rid
+            self.count("tx_ev_probe")
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        """Every frame ready to go now: (local port index, frame bytes)."""
+        self._last_now = now
+        out = self._ctrl
+        self._ctrl = []
+        for qp in self._qps.values():
+            if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
+                qp.emit(now, out)
+        self.count("tx_frames", len(out))
+        return out
+
+    def next_timer(self) -> float | None:
+        """When :meth:`handle_timer` must next run (None: no timer armed)."""
+        t = _INF
+        for qp in self._qps.values():
+            d = qp.deadline()
+            if d < t:
+                t = d
+        for _, _, due in self._port_status.values():
+            t = min(t, due)
+        return None if t == _INF else t
+
+    def handle_timer(self, now: float) -> None:
+        """Run every timer that is due at ``now``."""
+        self._last_now = now
+        for qp in list(self._qps.values()):
+            if qp.deadline() <= now:
+                qp.on_timer(now, self._ctrl)
+                if qp.evm is not None and qp.state is QPState.RTS:
+                    due = qp.evm.probes_due(now)
+                    if due:
+                        self._send_probes(qp, due, now)
+        if self._port_status:
+            self._send_port_status(now)
+
+
+def _plane_ev(plane: int) -> int:
+    """EV for connectionless endpoint frames in a plane (path 0, instance 0)."""
+    return make_ev(plane, 0, 0)

@@ -1,0 +1,864 @@
+"""One queue pair: the requester (send side) and the responder (receive side) of MRC.
+
+Follow a write: :meth:`QueuePair.post_write` queues a :class:`WorkRequest`;
+:meth:`QueuePair.emit` cuts it into MTU-sized packets (each with its own RETH address),
+sends each on the next EV, and records which EV each PSN went on. The peer's responder
+(:meth:`QueuePair.on_data`) checks rkey and bounds, places the payload, and SACKs;
+:meth:`QueuePair.on_sack` retires acknowledged packets, feeds RTT and ECN to the EV
+manager and CC, detects losses from the SACK (RACK-style: a packet sent before one that
+was acknowledged, still missing after that packet's RTT plus a reorder allowance), and
+completes work requests in order. Timers (:meth:`QueuePair.on_timer`) are the backstop.
+
+Internally PSNs are unbounded integers ("sequence numbers", ``seq``): the wire PSN is
+``seq & PSN_MASK``, and a received 24-bit PSN is unwrapped against the nearest reference
+(:func:`unwrap`), so wraparound needs no special case anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING
+
+from mrcnet.constants import (
+    IMM_OPCODES,
+    LAST_OPCODES,
+    PSN_MASK,
+    SACK_BITMAP_BITS,
+    TIMESTAMP_MOD,
+    WINDOW_PENALTY_MAX,
+    NackReason,
+    Opcode,
+    SackMode,
+)
+from mrcnet.core.cc import CongestionControl, create_cc
+from mrcnet.core.config import EV_PROFILE_ECMP, HostConfig, QPAttrs
+from mrcnet.core.events import (
+    Completion,
+    ImmediateReceived,
+    QPError,
+    WCOpcode,
+    WCStatus,
+    WriteCompleted,
+)
+from mrcnet.core.evs import EVInfo, EVManager, ev_path
+from mrcnet.core.states import QPState
+from mrcnet.wire import CCState, Frame, Route, build_data, build_nack, build_probe, build_sack
+from mrcnet.wire.nack import NETH
+from mrcnet.wire.probe import ProbeHeader
+from mrcnet.wire.sack import SETH
+
+if TYPE_CHECKING:
+    from mrcnet.core.host import CompletionQueue, Host
+
+_HALF = 1 << 23
+_MSN_MASK = 0xFFFFFF
+_CREDIT_MOD = 1 << 32
+_INF = float("inf")
+_S16_MAX = (1 << 15) - 1
+_ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
+_LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
+_PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
+_PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
+
+
+def unwrap(psn: int, ref: int) -> int:
+    """The unbounded sequence number nearest ``ref`` whose low 24 bits are ``psn``."""
+    d = (psn - ref) & PSN_MASK
+    if d >= _HALF:
+        d -= PSN_MASK + 1
+    return ref + d
+
+
+def _unwrap32(v: int, ref: int) -> int:
+    d = (v - ref) % _CREDIT_MOD
+    if d >= _CREDIT_MOD // 2:
+        d -= _CREDIT_MOD
+    return ref + d
+
+
+def ts16(now: float) -> int:
+    """The 16-bit microsecond timestamp carried in TSETH."""
+    return int(now * 1e6) % TIMESTAMP_MOD
+
+
+def retry_schedule(base: float, retry_cnt: int, linear: int) -> list[float]:
+    """Timeout before each (re)transmission of a packet nobody acknowledges: ``linear``
+    intervals of ``base``, then doubling; ``retry_cnt + 1`` in all. Their sum bounds how
+    long an unreachable peer takes to put the QP in ERROR."""
+    return [base * (1 if k <= linear else 2 ** (k - linear)) for k in range(retry_cnt + 1)]
+
+
+class WorkRequest:
+    """A posted RDMA WRITE (with or without immediate)."""
+
+    __slots__ = (
+        "imm",
+        "length",
+        "msn",
+        "next_pkt",
+        "npkts",
+        "offset",
+        "remote_addr",
+        "rkey",
+        "unacked",
+        "view",
+        "wr_id",
+    )
+
+    def __init__(
+        self, wr_id: int, view: memoryview, offset: int, length: int,
+        remote_addr: int, rkey: int, imm: int | None, mtu: int,
+    ) -> None:
+        self.wr_id = wr_id
+        self.view = view
+        self.offset = offset
+        self.length = length
+        self.remote_addr = remote_addr
+        self.rkey = rkey
+        self.imm = imm
+        self.msn = -1
+        self.npkts = max(1, -(-length // mtu))
+        self.next_pkt = 0
+        self.unacked = 0
+
+
+class Pkt:
+    """One data packet of a work request, from first send until acknowledged."""
+
+    __slots__ = ("ev", "length", "off", "opcode", "pending", "sent", "seq", "timeouts",
+                 "ts", "tx", "wr")
+
+    def __init__(self, seq: int, wr: WorkRequest, off: int, length: int, opcode: int) -> None:
+        self.seq = seq
+        self.wr = wr
+        self.off = off
+        self.length = length
+        self.opcode = opcode
+        self.ev = -1
+        self.sent = 0.0
+        self.ts = 0
+        self.tx = 0
+        self.timeouts = 0
+        self.pending = False  # waiting in the retransmit queue
+
+
+class QueuePair:
+    """An MRC queue pair. Created and driven by :class:`mrcnet.core.host.Host`."""
+
+    def __init__(self, host: Host, qpn: int, cq: CompletionQueue, attrs: QPAttrs) -> None:
+        self.host = host
+        self.cfg: HostConfig = host.config
+        self.qpn = qpn
+        self.cq = cq
+        self.attrs = attrs
+        self.state = QPState.RESET
+        self.error_reason: str | None = None
+        self.evm: EVManager | None = None
+        self.cc: CongestionControl | None = None
+        self.peer_ips: frozenset[bytes] = frozenset()
+        self._routes: dict[int, tuple[int, Route]] = {}
+        self.recv_wrs: deque[int] = deque()
+        self.recv_posted = 0  # receives ever posted (the immediate credit we advertise)
+        self._reset_transport()
+
+    # --- life cycle -------------------------------------------------------------------
+
+    def _reset_transport(self) -> None:
+        # requester
+        self.sq: deque[WorkRequest] = deque()  # not yet fully sent
+        self.wrs: deque[WorkRequest] = deque()  # sent, not yet completed (in order)
+        self.next_seq = self.snd_una = self.attrs.sq_psn
+        self.unacked: dict[int, Pkt] = {}
+        self.inflight: OrderedDict[int, Pkt] = OrderedDict()  # in transmission order
+        self.inflight_bytes = 0
+        self.rtx_q: deque[Pkt] = deque()
+        self.rto_at = _INF
+        self.rack_at = _INF
+        self.rack_sent = -1.0
+        self.rack_rtt = 0.0
+        self.srtt = 0.0
+        self.rttvar = 0.0
+        self.min_rtt = 0.0
+        self.next_msn = 0
+        self.peer_credit = 0
+        self.imm_outstanding = 0
+        self.credit_probe_at = _INF
+        self.credit_probes = 0
+        # responder
+        self.rcv_nxt = self.attrs.rq_psn
+        self.ooo: dict[int, tuple[int, int, int, int]] = {}  # seq -> (len, opcode, msn, imm)
+        self.rx_msg_bytes = 0
+        self.imm_done = 0  # next MSN to complete
+        self.rcvd_bytes = 0
+        self.ack_at = _INF
+        self.since_ack = 0
+        self.unreported: list[int] = []
+        self.ack_ev = 0
+        self.ack_ts = 0
+        self.ack_seq = 0
+        self.ack_ce = False
+        self.ack_plane = -1
+        self.penalty = 0.0
+        self.lasthop_trims: dict[int, dict[int, float]] = {}
+        self.sent_credit = -1
+        self.stats: dict[str, int] = {}
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Bump a per-QP counter (and the host's)."""
+        self.stats[name] = self.stats.get(name, 0) + n
+        self.host.count(name, n)
+
+    def ready(self, paths: dict[int, list[Route]], peer_ips: frozenset[bytes]) -> None:
+        """INIT -> RTR: the peer's paths are known; build the EV set and CC."""
+        a, cfg = self.attrs, self.cfg
+        self.peer_ips = peer_ips
+        self._paths = paths
+        profile = a.ev_profile or cfg.ev_profile
+        key = None
+        if profile == EV_PROFILE_ECMP:
+            key = f"{self.host.name}|{a.peer}|{self.qpn}"
+        self.evm = EVManager(
+            self.qpn,
+            {p: len(r) for p, r in paths.items()},
+            evs_per_qp=a.evs_per_qp or cfg.evs_per_qp,
+            ecmp_key=key,
+            min_active=cfg.min_active_evs,
+            probe_interval=cfg.probe_interval,
+            probe_successes=cfg.probe_successes,
+            events=self.host.path_events,
+        )
+        planes = len(paths) or 1
+        self.cc = create_cc(
+            a.cc_profile or cfg.cc_profile, cfg.mtu_payload, cfg.link_rate * planes,
+            cfg.base_rtt_hint,
+        )
+        self.next_seq = self.snd_una = a.sq_psn
+        self.rcv_nxt = a.rq_psn
+        self._routes.clear()
+
+    def start_sending(self) -> None:
+        """RTR -> RTS."""
+        self.next_seq = self.snd_una = self.attrs.sq_psn
+
+    def route(self, ev: int) -> tuple[int, Route]:
+        """(local port index, Route) of an EV, computed once per EV."""
+        r = self._routes.get(ev)
+        if r is None:
+            plane, path, _ = ev_path(ev)
+            routes = self._paths.get(plane) or next(iter(self._paths.values()))
+            r = (self.host.port_of_plane(plane), routes[path % len(routes)])
+            self._routes[ev] = r
+        return r
+
+    def fail(self, status: WCStatus, reason: str) -> None:
+        """Go to ERROR: flush every outstanding work request, tell the application."""
+        if self.state is QPState.ERROR:
+            return
+        self.state = QPState.ERROR
+        self.error_reason = reason
+        first = True
+        for wr in list(self.wrs) + [w for w in self.sq if w not in self.wrs]:
+            st = status if first else WCStatus.WR_FLUSH_ERR
+            first = False
+            self.cq.push(Completion(st, wr.wr_id, WCOpcode.RDMA_WRITE, 0, wr.imm, self.qpn))
+        while self.recv_wrs:
+            wr_id = self.recv_wrs.popleft()
+            self.cq.push(Completion(
+                WCStatus.WR_FLUSH_ERR, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, 0, None, self.qpn))
+        self.sq.clear()
+        self.wrs.clear()
+        self.unacked.clear()
+        self.inflight.clear()
+        self.inflight_bytes = 0
+        self.rtx_q.clear()
+        self.rto_at = self.rack_at = self.ack_at = self.credit_probe_at = _INF
+        self.host.emit(QPError(self.qpn, reason))
+
+    # --- requester: posting and sending ----------------------------------------------
+
+    def post_write(self, wr: WorkRequest) -> None:
+        """Queue a write; it is sent from :meth:`emit` once the QP is in RTS."""
+        self.sq.append(wr)
+
+    def has_work(self) -> bool:
+        """Anything to (re)transmit?"""
+        return bool(self.sq or self.rtx_q)
+
+    def emit(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """Append data frames the window allows: retransmissions first, then new data."""
+        cc, evm = self.cc, self.evm
+        if cc is None or evm is None:
+            return
+        cwnd = cc.cwnd
+        rtx_q = self.rtx_q
+        while True:
+            if rtx_q:
+                p = rtx_q[0]
+                if not p.pending:
+                    rtx_q.popleft()
+                    continue
+                if self.inflight and self.inflight_bytes + p.length > cwnd:
+                    return
+                rtx_q.popleft()
+                p.pending = False
+                self._send(p, now, out, evm.next_ev(avoid=p.ev), True)
+                continue
+            if not self.sq:
+                return
+            if self.inflight and self.inflight_bytes + self.cfg.mtu_payload > cwnd:
+                return
+            if self.next_seq - self.snd_una >= self.cfg.rx_window:
+                return
+            wr = self.sq[0]
+            if wr.next_pkt == 0:
+                if wr.imm is not None and not self._imm_allowed(now):
+                    return
+                self._start_wr(wr)
+            idx = wr.next_pkt
+            wr.next_pkt += 1
+            last = wr.next_pkt == wr.npkts
+            if last:
+                self.sq.popleft()
+            if wr.npkts == 1:
+                op = Opcode.WRITE_ONLY if wr.imm is None else Opcode.WRITE_ONLY_IMM
+            elif idx == 0:
+                op = Opcode.WRITE_FIRST
+            elif not last:
+                op = Opcode.WRITE_MIDDLE
+            else:
+                op = Opcode.WRITE_LAST if wr.imm is None else Opcode.WRITE_LAST_IMM
+            off = idx * self.cfg.mtu_payload
+            p = Pkt(self.next_seq, wr, off, min(self.cfg.mtu_payload, wr.length - off), op)
+            self.next_seq += 1
+            self.unacked[p.seq] = p
+            wr.unacked += 1
+            self._send(p, now, out, evm.next_ev(), False)
+
+    def _imm_allowed(self, now: float) -> bool:
+        if (self.next_msn < self.peer_credit
+                and self.imm_outstanding < self.attrs.max_imm_outstanding):
+            return True
+        if self.next_msn >= self.peer_credit and not self.inflight and self.credit_probe_at == _INF:
+            # Blocked on the peer's receive credit with nothing in flight: ask for a SACK
+            # (which carries the credit) now and then, counted against the retry budget.
+            self.credit_probe_at = now + self._base_timeout()
+        return False
+
+    def _base_timeout(self) -> float:
+        base = self.srtt + 4 * self.rttvar if self.srtt else self.attrs.ack_timeout_s
+        return max(self.cfg.timeout_floor, base)
+
+    def _start_wr(self, wr: WorkRequest) -> None:
+        self.wrs.append(wr)
+        if wr.imm is not None:
+            wr.msn = self.next_msn
+            self.next_msn += 1
+            self.imm_outstanding += 1
+
+    def _send(self, p: Pkt, now: float, out: list[tuple[int, bytes]], info: EVInfo,
+              rtx: bool) -> None:
+        wr = p.wr
+        port, route = self.route(info.ev)
+        ts = ts16(now)
+        start = wr.offset + p.off
+        imm = p.opcode in IMM_OPCODES
+        frame = build_data(
+            route,
+            ev=info.ev,
+            opcode=p.opcode,
+            dest_qp=self.attrs.dest_qp_num or 0,
+            psn=p.seq & PSN_MASK,
+            va=wr.remote_addr + p.off,
+            rkey=wr.rkey,
+            payload=wr.view[start : start + p.length],
+            msn=(wr.msn & _MSN_MASK) if imm else None,
+            imm=wr.imm if imm else None,
+            timestamp=ts,
+            rtx=rtx,
+            ack_req=p.opcode in LAST_OPCODES,
+        )
+        info.sent += 1
+        p.ev = info.ev
+        p.sent = now
+        p.ts = ts
+        p.tx += 1
+        self.inflight[p.seq] = p
+        self.inflight_bytes += p.length
+        if self.rto_at == _INF:
+            self.rto_at = now + self._rto(p)
+        if rtx:
+            self.count("tx_retransmit")
+        out.append((port, frame))
+
+    # --- requester: timers and loss -------------------------------------------------
+
+    def _rto(self, p: Pkt) -> float:
+        """Per-path timeout: the EV's own RTT estimate, else the QP's, with a floor; then
+        the retry phase's backoff (linear, then exponential)."""
+        evm = self.evm
+        info = evm.evs.get(p.ev) if evm is not None else None
+        if info is not None and info.srtt:
+            base = info.srtt + 4 * info.rttvar
+        elif self.srtt:
+            base = self.srtt + 4 * self.rttvar
+        else:
+            base = self.attrs.ack_timeout_s
+        base = max(self.cfg.timeout_floor, base)
+        k = p.timeouts - self.cfg.retry_linear
+        return base if k <= 0 else base * (1 << min(k, 30))
+
+    def _mark_lost(self, p: Pkt, now: float, cause: str) -> None:
+        """Take ``p`` out of flight and queue it for retransmission on another EV."""
+        if self.inflight.pop(p.seq, None) is not None:
+            self.inflight_bytes -= p.length
+        evm, cc = self.evm, self.cc
+        assert evm is not None and cc is not None
+        info = evm.evs.get(p.ev)
+        if cause == "trim":
+            if info is not None:
+                info.trimmed += 1
+            self.rtx_q.appendleft(p)
+        else:
+            if info is not None:
+                info.lost += 1
+            if cause in ("loss", "timeout"):
+                evm.assume_bad(p.ev, now, cause)
+                cc.on_loss(now)
+            self.rtx_q.append(p)
+        p.pending = True
+        self.count(f"lost_{cause}")
+
+    def _detect_losses(self, now: float) -> None:
+        """RACK over sprayed paths: a packet sent before the most recently sent packet
+        that was acknowledged is lost once that packet's RTT plus a reorder allowance has
+        passed since it was sent; otherwise a timer is set for that moment."""
+        if self.rack_sent < 0:
+            return
+        reo = max(self.cfg.reorder_floor, self.min_rtt / 4)
+        lost = []
+        self.rack_at = _INF
+        limit = self.rack_sent
+        wait = self.rack_rtt + reo
+        for p in self.inflight.values():
+            if p.sent >= limit:
+                break
+            if p.sent + wait <= now:
+                lost.append(p)
+            else:
+                self.rack_at = p.sent + wait
+                break
+        for p in lost:
+            self._mark_lost(p, now, "loss")
+
+    def _on_rto(self, now: float) -> None:
+        expired = []
+        nxt = _INF
+        for p in self.inflight.values():
+            t = p.sent + self._rto(p)
+            if t <= now:
+                expired.append(p)
+            elif t < nxt:
+                nxt = t
+        self.rto_at = nxt
+        for p in expired:
+            p.timeouts += 1
+            if p.timeouts > (self.attrs.retry_cnt if self.attrs.retry_cnt is not None
+                             else self.cfg.retry_cnt):
+                self._retry_exhausted(p, now)
+                return
+            self._mark_lost(p, now, "timeout")
+        if expired and self.inflight:
+            self.rto_at = min(self.rto_at, min(p.sent + self._rto(p)
+                                               for p in self.inflight.values()))
+
+    def _retry_exhausted(self, p: Pkt, now: float) -> None:
+        budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
+        self.fail(
+            WCStatus.RETRY_EXC_ERR,
+            f"peer unreachable: no acknowledgement from {self.attrs.peer} QP "
+            f"{self.attrs.dest_qp_num} for PSN {p.seq & PSN_MASK} after {budget} "
+            f"retransmissions on {len(self.evm.evs) if self.evm else 0} EVs "
+            f"(retry budget exhausted; check the peer host, its QP and the fabric)",
+        )
+
+    def deadline(self) -> float:
+        """Earliest time this QP needs ``on_timer``."""
+        t = min(self.rto_at, self.rack_at, self.ack_at, self.credit_probe_at)
+        if self.evm is not None and self.state in (QPState.RTR, QPState.RTS):
+            t = min(t, self.evm.next_probe)
+        return t
+
+    def on_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """Run whatever timers are due."""
+        if self.ack_at <= now:
+            self.send_sack(now, out)
+        if self.state is not QPState.RTS:
+            return
+        if self.rack_at <= now:
+            self._detect_losses(now)
+        if self.rto_at <= now:
+            self._on_rto(now)
+        if self.credit_probe_at <= now and self.state is QPState.RTS:
+            self._credit_probe(now, out)
+
+    def _credit_probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        self.credit_probes += 1
+        budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
+        if self.credit_probes > budget + 1:
+            self.fail(
+                WCStatus.RETRY_EXC_ERR,
+                f"peer unreachable: {self.attrs.peer} QP {self.attrs.dest_qp_num} did not "
+                f"answer {budget + 1} credit probes (retry budget exhausted)",
+            )
+            return
+        assert self.evm is not None
+        info = self.evm.next_ev()
+        port, route = self.route(info.ev)
+        out.append((port, build_probe(
+            route, ev=info.ev, dest_qp=self.attrs.dest_qp_num or 0,
+            probe=ProbeHeader(self.credit_probes, info.ev, self.next_seq & PSN_MASK, ts16(now)),
+        )))
+        base = self._base_timeout()
+        k = self.credit_probes - self.cfg.retry_linear
+        self.credit_probe_at = now + (base if k <= 0 else base * (1 << min(k, 30)))
+
+    # --- requester: acknowledgements -----------------------------------------------
+
+    def on_sack(self, f: Frame, now: float) -> None:
+        """A SACK (or ACK) from the peer's responder."""
+        s, cc_state = f.seth, f.cc
+        assert s is not None and cc_state is not None
+        cack = unwrap(s.cack_psn, self.snd_una)
+        if cack < self.snd_una or cack > self.next_seq:
+            self.count("rx_sack_out_of_window")
+            return
+        credit = _unwrap32(s.imm_credit, self.peer_credit)
+        if credit > self.peer_credit:
+            self.peer_credit = credit
+        self.credit_probe_at = _INF
+        self.credit_probes = 0
+        evm, cc = self.evm, self.cc
+        if evm is None or cc is None or self.state is not QPState.RTS:
+            return
+        # RTT from the packet that triggered the SACK, if this SACK is about its latest
+        # transmission (same EV and timestamp): the send time is kept as a float.
+        rtt = None
+        p = self.unacked.get(cack + s.ack_offset)
+        if p is not None and p.ev == s.ev and p.ts == cc_state.ts_echo and p.tx:
+            rtt = now - p.sent
+            info = evm.evs.get(p.ev)
+            if info is not None:
+                info.rtt_sample(rtt)
+            self._rtt_sample(rtt)
+        info = evm.evs.get(s.ev)
+        if info is not None:
+            info.acked += 1
+            if s.ece:
+                info.ecn += 1
+        if s.ece:
+            evm.skip(s.ev, "ecn")
+        if s.mode == SackMode.SKIP_ONCE:
+            evm.skip(s.ev, "receiver")
+        elif s.mode == SackMode.ALWAYS_SKIP:
+            evm.assume_bad(s.ev, now, "receiver")
+        acked = 0
+        unacked = self.unacked
+        if cack > self.snd_una:
+            for seq in range(self.snd_una, cack):
+                q = unacked.pop(seq, None)
+                if q is not None:
+                    acked += self._acked(q, now)
+            self.snd_una = cack
+        bm = s.bitmap
+        if bm:
+            base = cack + s.sack_offset
+            while bm:
+                low = bm & -bm
+                seq = base + low.bit_length() - 1
+                bm ^= low
+                q = unacked.pop(seq, None)
+                if q is not None:
+                    acked += self._acked(q, now)
+        cc.on_ack(acked, rtt, s.ece, now)
+        if cc_state.window_penalty:
+            cc.on_penalty(cc_state.window_penalty, now)
+        self._detect_losses(now)
+        if not self.inflight:
+            self.rto_at = _INF
+        if acked:
+            self._complete_wrs()
+
+    def _rtt_sample(self, rtt: float) -> None:
+        if self.srtt == 0.0:
+            self.srtt, self.rttvar, self.min_rtt = rtt, rtt / 2, rtt
+            return
+        self.rttvar += 0.25 * (abs(self.srtt - rtt) - self.rttvar)
+        self.srtt += 0.125 * (rtt - self.srtt)
+        self.min_rtt = min(self.min_rtt, rtt)
+
+    def _acked(self, p: Pkt, now: float) -> int:
+        if self.inflight.pop(p.seq, None) is not None:
+            self.inflight_bytes -= p.length
+        p.pending = False
+        p.wr.unacked -= 1
+        if p.sent > self.rack_sent:
+            self.rack_sent = p.sent
+            self.rack_rtt = now - p.sent
+        return p.length or 1
+
+    def _complete_wrs(self) -> None:
+        wrs = self.wrs
+        while wrs:
+            wr = wrs[0]
+            if wr.unacked or wr.next_pkt < wr.npkts:
+                return
+            wrs.popleft()
+            if wr.imm is not None:
+                self.imm_outstanding -= 1
+            self.cq.push(Completion(
+                WCStatus.SUCCESS, wr.wr_id, WCOpcode.RDMA_WRITE, wr.length, wr.imm, self.qpn))
+            if self.cfg.completion_events:
+                self.host.emit(WriteCompleted(self.qpn, wr.wr_id, wr.length))
+
+    def on_nack(self, f: Frame, now: float) -> None:
+        """A NACK: trimmed packets are retransmitted at once; an access error is fatal."""
+        n = f.neth
+        assert n is not None
+        if self.state is not QPState.RTS or self.evm is None or self.cc is None:
+            return
+        seq = unwrap(n.psn, self.snd_una)
+        p = self.unacked.get(seq)
+        if p is None or p.ev != n.ev:
+            # Not about the latest transmission of an outstanding packet: stale or forged.
+            self.count("rx_nack_stale")
+            return
+        if n.reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
+            lasthop = n.reason == NackReason.TRIMMED_LASTHOP
+            if not lasthop:
+                self.evm.skip(p.ev, "trim")
+            self.cc.on_trim(now, lasthop)
+            if not p.pending:
+                self._mark_lost(p, now, "trim")
+        elif n.reason == NackReason.UNEXP_EVENT:
+            self.fail(
+                WCStatus.REM_ACCESS_ERR,
+                f"remote access error: {self.attrs.peer} refused the write of wr_id "
+                f"{p.wr.wr_id} (rkey {p.wr.rkey:#x}, address {p.wr.remote_addr + p.off:#x}): "
+                "check the rkey and that the range lies inside the peer's memory region",
+            )
+        else:
+            # Resource shortage or window: let the timer resend it later (no path blame).
+            self.count("rx_nack_other")
+
+    # --- responder --------------------------------------------------------------------
+
+    def on_data(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:
+        """A data packet: check, place, and acknowledge (or NACK) it."""
+        bth, reth = f.bth, f.reth
+        assert reth is not None
+        seq = unwrap(bth.psn, self.rcv_nxt)
+        d = seq - self.rcv_nxt
+        if d >= self.cfg.rx_window or d <= -self.cfg.rx_window:
+            self.count("rx_psn_out_of_window")
+            return
+        mem = self.host.memory
+        tgt = mem.target(reth.rkey, reth.va, reth.length)
+        ev = f.ev
+        ts = f.tseth.timestamp if f.tseth is not None else 0
+        if isinstance(tgt, str):
+            self.count(f"rx_{tgt}")
+            if d >= 0:
+                self._nack(NackReason.UNEXP_EVENT, ev, seq, ts, plane, out)
+            return
+        if d < 0 or seq in self.ooo:
+            self.count("rx_duplicate")
+            self._note_ack(seq, ev, ts, f.ce, plane)
+            self.send_sack(now, out)
+            return
+        op = bth.opcode
+        if f.trimmed:
+            self.count("rx_trimmed")
+            self._nack(self._trim_reason(ev, plane, now), ev, seq, ts, plane, out)
+            return
+        imm = op in IMM_OPCODES
+        if imm:
+            assert f.meth is not None and f.immdt is not None
+            msn = f.meth.msn
+            if unwrap(msn, self.imm_done) >= self.recv_posted:
+                # The sender ran past our receive credit: refuse, it will resend.
+                self.count("rx_no_recv_credit")
+                self._nack(NackReason.NO_RESOURCE, ev, seq, ts, plane, out)
+                return
+            entry = (reth.length, op, msn, f.immdt.imm)
+        else:
+            entry = (reth.length, op, 0, 0)
+        mr, off = tgt
+        n = reth.length
+        if n:
+            mr.view[off : off + n] = f.payload
+        self.rcvd_bytes += n
+        self.count("rx_data")
+        if d == 0:
+            self._deliver(entry)
+            nxt = self.rcv_nxt = seq + 1
+            ooo = self.ooo
+            while nxt in ooo:
+                self._deliver(ooo.pop(nxt))
+                nxt += 1
+            self.rcv_nxt = nxt
+        else:
+            self.ooo[seq] = entry
+        self.unreported.append(seq)
+        self.since_ack += 1
+        self._note_ack(seq, ev, ts, f.ce, plane)
+        if (bth.ack_req or d != 0 or f.ce or self.since_ack >= self.cfg.ack_every
+                or self.unreported[0] < seq - SACK_BITMAP_BITS // 2):
+            self.send_sack(now, out)
+        elif self.ack_at == _INF:
+            self.ack_at = now + self.cfg.ack_delay
+
+    def _deliver(self, entry: tuple[int, int, int, int]) -> None:
+        """The cumulative point moved over one packet: account for message boundaries
+        and complete a write-with-immediate (in order, exactly once)."""
+        length, op, msn, imm = entry
+        self.rx_msg_bytes += length
+        if op in _LAST or op in _ONLY:
+            total = self.rx_msg_bytes
+            self.rx_msg_bytes = 0
+            if op in IMM_OPCODES:
+                if msn != self.imm_done & _MSN_MASK:
+                    self.count("rx_msn_mismatch")
+                self.imm_done += 1
+                wr_id = self.recv_wrs.popleft() if self.recv_wrs else -1
+                self.cq.push(Completion(
+                    WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm, self.qpn))
+                if self.cfg.completion_events:
+                    self.host.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
+
+    def _note_ack(self, seq: int, ev: int, ts: int, ce: bool, plane: int) -> None:
+        self.ack_seq, self.ack_ev, self.ack_ts, self.ack_ce, self.ack_plane = seq, ev, ts, ce, plane
+
+    def _trim_reason(self, ev: int, plane: int, now: float) -> NackReason:
+        """Last hop or not? Trims arriving close together on different paths of one plane
+        share only the last hop (the receiver's downlink): call that an incast."""
+        _, path, _ = ev_path(ev)
+        recent = self.lasthop_trims.setdefault(plane, {})
+        window = max(self.cfg.reorder_floor, self.srtt or self.cfg.base_rtt_hint)
+        lasthop = any(p != path and now - t <= window for p, t in recent.items())
+        recent[path] = now
+        if lasthop:
+            self.penalty = min(WINDOW_PENALTY_MAX, self.penalty + _PENALTY_PER_LASTHOP_TRIM)
+            return NackReason.TRIMMED_LASTHOP
+        return NackReason.TRIMMED
+
+    def _reverse(self, plane: int) -> tuple[int, int, Route]:
+        assert self.evm is not None
+        ev = self.evm.reverse_ev(plane) if plane in self.evm.usable_planes \
+            else self.evm.next_ev().ev
+        port, route = self.route(ev)
+        return ev, port, route
+
+    def _nack(self, reason: NackReason, ev: int, seq: int, ts: int, plane: int,
+              out: list[tuple[int, bytes]]) -> None:
+        if self.evm is None:
+            return
+        rev, port, route = self._reverse(plane)
+        out.append((port, build_nack(route, ev=rev, dest_qp=self.attrs.dest_qp_num or 0,
+                                     neth=NETH(reason, ev, seq & PSN_MASK,
+                                               self.rcv_nxt & PSN_MASK, ts))))
+        self.count("tx_nack")
+
+    def send_sack(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one
+        SACK per 64-PSN window so every packet received since the last SACK is reported),
+        the triggering packet's EV and timestamp, receive credit and CC state."""
+        self.ack_at = _INF
+        self.since_ack = 0
+        if self.evm is None or self.state not in (QPState.RTR, QPState.RTS):
+            return
+        rcv = self.rcv_nxt
+        pending = sorted(s for s in self.unreported if s > rcv)
+        self.unreported.clear()
+        bases: list[int] = []
+        for s in pending:
+            if not bases or s >= bases[-1] + SACK_BITMAP_BITS:
+                bases.append(s)
+        if not bases:
+            bases.append(rcv + 1)
+        ev, port, route = self._reverse(self.ack_plane if self.ack_plane >= 0
+                                        else self.evm.usable_planes[0]
+                                        if self.evm.usable_planes else 0)
+        penalty = int(self.penalty)
+        self.penalty *= _PENALTY_DECAY
+        ack_off = max(-_S16_MAX, min(_S16_MAX, self.ack_seq - rcv))
+        ooo = self.ooo
+        hi = max(ooo) if ooo else rcv
+        cc = CCState(self.ack_ts, min(255, len(ooo)), penalty, self.rcvd_bytes % _CREDIT_MOD)
+        credit = self.recv_posted % _CREDIT_MOD
+        self.sent_credit = self.recv_posted
+        for base in bases:
+            bm = 0
+            if len(ooo) < SACK_BITMAP_BITS:
+                for s in ooo:
+                    if base <= s < base + SACK_BITMAP_BITS:
+                        bm |= 1 << (s - base)
+            else:
+                for i in range(SACK_BITMAP_BITS):
+                    if base + i in ooo:
+                        bm |= 1 << i
+            seth = SETH(
+                ev=self.ack_ev, cack_psn=rcv & PSN_MASK, ack_offset=ack_off,
+                sack_offset=min(_S16_MAX, base - rcv), max_psn_range=min(0xFFFF, hi - rcv),
+                ece=self.ack_ce, bitmap=bm, imm_credit=credit,
+            )
+            out.append((port, build_sack(route, ev=ev, dest_qp=self.attrs.dest_qp_num or 0,
+                                         seth=seth, cc=cc)))
+            self.count("tx_sack")
+
+    def on_probe(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:
+        """A reliability probe: answer with a SACK reflecting its EV (and our credit)."""
+        assert f.probe is not None
+        self._note_ack(self.rcv_nxt - 1, f.ev, f.probe.timestamp, False, plane)
+        self.send_sack(now, out)
+
+    def post_recv(self, wr_id: int, now: float, out: list[tuple[int, bytes]]) -> None:
+        """A receive for one immediate: more credit; tell the peer if it may be waiting."""
+        self.recv_wrs.append(wr_id)
+        self.recv_posted += 1
+        self.credit_update(now, out)
+
+    def credit_update(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """Send a SACK carrying our receive credit (no RTT echo: ack_offset -1)."""
+        if self.state in (QPState.RTR, QPState.RTS) and self.evm is not None:
+            self._note_ack(self.rcv_nxt - 1, 0, 0, False, self.ack_plane)
+            self.send_sack(now, out)
+
+    # --- planes -----------------------------------------------------------------------
+
+    def set_planes(self, planes: list[int], now: float) -> None:
+        """Only ``planes`` may be used now: resend at once what is in flight elsewhere."""
+        evm = self.evm
+        if evm is None:
+            return
+        evm.set_planes(planes)
+        live = set(evm.usable_planes)
+        for p in list(self.inflight.values()):
+            if ev_path(p.ev)[0] not in live:
+                self._mark_lost(p, now, "port")
+
+    # --- stats ------------------------------------------------------------------------
+
+    def info(self) -> dict[str, object]:
+        """QP state and counters, for mrcctl."""
+        return {
+            "qpn": self.qpn,
+            "state": self.state.value,
+            "peer": self.attrs.peer,
+            "dest_qp_num": self.attrs.dest_qp_num,
+            "error": self.error_reason,
+            "cwnd": self.cc.cwnd if self.cc else 0,
+            "srtt": self.srtt,
+            "inflight": len(self.inflight),
+            "inflight_bytes": self.inflight_bytes,
+            "counters": dict(self.stats),
+        }

@@ -1,0 +1,50 @@
+"""QP and EV states, and the one table of legal QP state transitions (h11-style).
+
+An illegal transition fails by lookup in :data:`QP_TRANSITIONS`, loudly, with
+:class:`~mrcnet.core.errors.IllegalTransition`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+
+class QPState(enum.Enum):
+    """Queue-pair life cycle (mrc.h / verbs names)."""
+
+    RESET = "RESET"
+    INIT = "INIT"
+    RTR = "RTR"  # ready to receive: responder works, requester not yet
+    RTS = "RTS"  # ready to send
+    ERROR = "ERROR"
+
+
+class EVState(enum.Enum):
+    """State of one entropy value (one path) of a QP."""
+
+    GOOD = "GOOD"
+    SKIP = "SKIP"  # skip it once (ECN echo, non-last-hop trim), then GOOD again
+    ASSUMED_BAD = "ASSUMED_BAD"  # loss or timeout seen: out of use until probes succeed
+    DENIED = "DENIED"  # operator/controller said no: out of use until allowed
+
+
+_S = QPState
+
+#: (from, to) -> (required attributes, optional attributes). Anything else is illegal.
+#: RESET and ERROR are reachable from every state (tear-down and fatal error), as in verbs.
+QP_TRANSITIONS: Final[dict[tuple[QPState, QPState], tuple[frozenset[str], frozenset[str]]]] = {}
+
+_INIT_OPT = frozenset({"ev_profile", "cc_profile", "max_imm_outstanding", "evs_per_qp"})
+_RTR_REQ = frozenset({"peer", "dest_qp_num", "rq_psn"})
+_RTS_OPT = frozenset({"timeout", "retry_cnt", "sq_psn"})
+
+QP_TRANSITIONS[(_S.RESET, _S.INIT)] = (frozenset(), _INIT_OPT)
+QP_TRANSITIONS[(_S.INIT, _S.INIT)] = (frozenset(), _INIT_OPT)
+QP_TRANSITIONS[(_S.INIT, _S.RTR)] = (_RTR_REQ, _INIT_OPT | {"sq_psn"})
+QP_TRANSITIONS[(_S.RTR, _S.RTS)] = (frozenset(), _RTS_OPT)
+QP_TRANSITIONS[(_S.RTS, _S.RTS)] = (frozenset(), frozenset({"timeout", "retry_cnt"}))
+for _st in QPState:
+    QP_TRANSITIONS[(_st, _S.RESET)] = (frozenset(), frozenset())
+    QP_TRANSITIONS[(_st, _S.ERROR)] = (frozenset(), frozenset())
+del _st
