@@ -359,10 +359,13 @@ def test_scapy_summary_names_mrc_opcode() -> None:
     assert "NACK" in Ether(frame).summary()
 
 
-@settings(max_examples=40, deadline=None)
-@given(built=data_frames(), size=st.integers(0, 200))
-def test_trimmed_frame_headers_agree(built: tuple[Route, bytes], size: int) -> None:
-    """A switch-trimmed frame (DSCP re-marked, IP length left) decodes alike up to the cut."""
+@settings(max_examples=60, deadline=None)
+@given(built=data_frames(), size=st.integers(0, 200), fix_len=st.booleans())
+def test_trimmed_frame_headers_agree(
+    built: tuple[Route, bytes], size: int, fix_len: bool
+) -> None:
+    """A switch-trimmed frame (DSCP re-marked; outer IP length left, or fixed as a few
+    switches do) decodes alike up to the cut; scapy takes no ICRC from it."""
     frame = built[1]
     f0 = parse_frame(frame)
     hdr_end = len(frame) - 4 - len(f0.payload)
@@ -371,11 +374,15 @@ def test_trimmed_frame_headers_agree(built: tuple[Route, bytes], size: int) -> N
     tc = (DSCP_TRIMMED << 2) | f0.outer.ecn
     trimmed[14] = (trimmed[14] & 0xF0) | (tc >> 4)
     trimmed[15] = (trimmed[15] & 0x0F) | ((tc & 0x0F) << 4)
+    if fix_len:
+        trimmed[18:20] = (cut - 54).to_bytes(2, "big")
     f = parse_frame(bytes(trimmed))
     assert f.trimmed
     p = Ether(bytes(trimmed))
     assert p[ScapyIPv6].tc >> 2 == DSCP_TRIMMED
-    assert p[ScapyIPv6].plen == f.outer.payload_length == f0.outer.payload_length
+    assert p[ScapyIPv6].plen == f.outer.payload_length
+    assert f.outer.payload_length == (cut - 54 if fix_len else f0.outer.payload_length)
+    assert "icrc" not in p[MRC_BTH].fields
     bth = p[MRC_BTH]
     assert (bth.opcode, bth.dqpn, bth.psn) == (f.bth.opcode, f.bth.dest_qp, f.bth.psn)
     assert f.reth is not None
@@ -529,3 +536,22 @@ def test_scapy_built_srh_variants_parse(variant: str, encap: bool) -> None:
     assert f.srh.final_segment == a2b("fc00:2::1")
     assert bytes(f.payload) == b"abcd"
     assert scapy_rebuild(frame) == frame
+
+
+@pytest.mark.parametrize("sport", [53, 4789, MRC_UDP_PORT])
+def test_mrc_binding_wins_over_source_port_bindings(sport: int) -> None:
+    """The EV's high bits ride in the UDP source port, so they may equal a port scapy binds
+    another protocol to (DNS 53, VXLAN 4789 ...); destination 4791 must still mean MRC, and
+    MRC's BTH, not scapy's RoCE BTH (whose byte after DestQP differs)."""
+    import scapy.layers.dns  # binds UDP sport 53 to DNS
+    import scapy.layers.vxlan  # noqa: F401 - binds UDP sport 4789 to VXLAN
+
+    r = Route(b"\x02" * 6, b"\x02" * 6, a2b("fc00:1::1"), a2b("fc00:2::1"))
+    frame = build_data(
+        r, ev=(sport << 16) | 7, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=2, va=3, rkey=4,
+        timestamp=5, rtx=True,
+    )
+    bth = Ether(frame)[ScapyUDP].payload
+    assert type(bth) is MRC_BTH
+    assert (bth.rtx, bth.ts) == (1, 1)
+    assert_agrees(frame)
