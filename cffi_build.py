@@ -2,7 +2,7 @@
 
 The cdef below mirrors mrcnet/_csrc/fastpath.h. System structs are declared opaque
 (``...;``): API mode takes their real sizes from the system headers at build time.
-Links zlib for the ICRC (Debian: zlib1g-dev).
+Needs only a C compiler and the Python headers (the CRC is in mrcnet/_csrc/crc32.c).
 """
 
 from pathlib import Path
@@ -23,6 +23,8 @@ ffibuilder.cdef(
                                const uint8_t *udp, size_t udp_len);
     uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
                           const uint8_t *udp, size_t udp_len);
+    uint32_t mrc_crc32(uint32_t crc, const uint8_t *p, size_t n);
+    int mrc_crc32_impl(int want);
     uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
 
     #define MRC_TMPL_HDR_MAX 512
@@ -76,7 +78,6 @@ ffibuilder.set_source(
     '#include "fastpath.h"',
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
-    libraries=["z"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
 )
 

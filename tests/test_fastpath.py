@@ -172,6 +172,40 @@ def test_icrc_ignores_variant_fields(name: str, csum: object, ok: object,
 
 
 @needs_c
+@pytest.mark.parametrize("impl", ["clmul", "table"])
+def test_c_crc32_equals_zlib_for_every_length_and_alignment(impl: str) -> None:
+    """The C CRC-32 (PCLMULQDQ folding, or the slicing-by-8 table) against zlib.crc32:
+    every length through the 64-byte fold threshold and its 16-byte tails, odd offsets."""
+    lib = fastpath._C
+    active = lib.mrc_crc32_impl(1 if impl == "clmul" else 0)
+    try:
+        if impl == "clmul" and not active:
+            pytest.skip("this CPU has no PCLMULQDQ")
+        data = os.urandom(10_000)
+        for n in [*range(0, 300), 1023, 1024, 1025, 4096, 8191, 9000]:
+            for off in (0, 1, 3, 8):
+                chunk = data[off : off + n]
+                for seed in (0, 0xFFFFFFFF, 0x12345678):
+                    assert lib.mrc_crc32(seed, chunk, len(chunk)) == zlib.crc32(chunk, seed), (
+                        n, off, seed)
+    finally:
+        lib.mrc_crc32_impl(1)
+
+
+@needs_c
+@pytest.mark.parametrize("impl", ["clmul", "table"])
+@settings(max_examples=200, deadline=None)
+@given(covered=st.binary(min_size=60, max_size=9000), has_ip=st.booleans())
+def test_c_icrc_both_crc_codes(impl: str, covered: bytes, has_ip: bool) -> None:
+    lib = fastpath._C
+    lib.mrc_crc32_impl(1 if impl == "clmul" else 0)
+    try:
+        assert fastpath.c_icrc(covered, has_ip) == ref_icrc(covered, has_ip)
+    finally:
+        lib.mrc_crc32_impl(1)
+
+
+@needs_c
 def test_binding_prefers_c() -> None:
     assert fastpath.udp6_checksum is fastpath.c_udp6_checksum
     assert fastpath.BatchIO is fastpath.CBatchIO

@@ -29,6 +29,15 @@ uint16_t mrc_udp6_checksum(const uint8_t *src, const uint8_t *dst,
 uint16_t mrc_udp6_sum(const uint8_t *src, const uint8_t *dst,
                       const uint8_t *udp, size_t udp_len);
 
+/* CRC-32 as zlib's crc32() computes it (crc32.c: PCLMULQDQ folding when the CPU has it,
+ * else a slicing-by-8 table). mrc_crc32_raw works on the uninverted state:
+ * mrc_crc32(c, p, n) == ~mrc_crc32_raw(~c, p, n). */
+uint32_t mrc_crc32(uint32_t crc, const uint8_t *p, size_t n);
+uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n);
+/* Select the CRC code: 1 = PCLMULQDQ if the CPU has it, 0 = table (tests use both).
+ * Returns 1 if PCLMULQDQ is now in use. */
+int mrc_crc32_impl(int want);
+
 /* RoCEv2 invariant CRC: CRC-32 (zlib's) of 8 bytes of 0xff, then `len` bytes from `p`
  * (up to but not including the ICRC) with the fields that change in flight taken as all
  * ones. With has_ip, `p` is the inner IPv6 header (traffic class, flow label and hop limit
