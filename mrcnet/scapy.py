@@ -96,7 +96,7 @@ def _after_fixed_headers(pkt: Packet) -> type[Packet]:
     return Raw
 
 
-class MRC_BTH(scapy_roce.BTH):  # type: ignore[misc]
+class MRC_BTH(scapy_roce.BTH):
     """MRC Base Transport Header (12 bytes) plus the frame's trailing ICRC.
 
     scapy's RoCE BTH with MRC's byte after DestQP: A(ck request), R, RTX (retransmission),
@@ -167,7 +167,8 @@ def mrc_icrc(bth: Packet, bth_bytes: bytes) -> int:
     """
     udp = bth.underlayer
     if not isinstance(udp, UDP):
-        raise ValueError("an MRC BTH must sit on UDP to compute its ICRC")
+        raise ValueError("MRC_BTH computes its ICRC from the UDP header under it: build it as "
+                         "UDP()/MRC_BTH(), or give icrc= explicitly")
     udp_len = udp.len if udp.len is not None else 8 + len(bth_bytes) + 4
     head = b""
     ip = udp.underlayer
