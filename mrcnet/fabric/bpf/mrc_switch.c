@@ -12,8 +12,9 @@
  * elapsed time) because the real queue sits behind us in the tbf/prio qdisc
  * and tc egress runs before enqueue. Past the trim threshold an SRv6 frame is
  * cut to trim_size, re-marked to the trimmed DSCP and sent on the high
- * priority band; past the ECN threshold ECT frames get CE. IP length and
- * checksums are deliberately NOT fixed, like several real switches.
+ * priority band; past the ECN threshold ECT frames get CE. Only the outer IPv6
+ * payload length is fixed (Linux next hops drop a packet shorter than it);
+ * inner lengths and checksums are left wrong, like several real switches.
  *
  * DSCP code points come from mrcnet/constants.py through -D flags.
  */
@@ -172,6 +173,14 @@ int mrc_egress(struct __sk_buff *skb)
 					tc0[1] = (tc0[1] & 0x0f) | (__u8)(ntc << 4);
 					bpf_skb_store_bytes(skb, ETH_HLEN_, tc0, 2, 0);
 				}
+				/* The OUTER payload length is fixed, unlike on a real switch:
+				 * the next hop is a Linux router, and ip6_rcv drops a packet
+				 * shorter than its payload length. The inner IPv6 and UDP
+				 * lengths and the checksums stay as they were, so receivers
+				 * still see a trim exactly as a real switch leaves it
+				 * (trimmed DSCP, lengths larger than the frame). */
+				__be16 plen = bpf_htons((__u16)(cfg->trim_size - ETH_HLEN_ - 40));
+				bpf_skb_store_bytes(skb, ETH_HLEN_ + 4, &plen, 2, 0);
 				c->trims++;
 				high = 1;
 				len = skb->len;

@@ -1,0 +1,160 @@
+"""Kernel data path: shaping at the link rate, trimming and ECN marking in tc BPF."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from mrcnet.constants import DSCP_DATA, DSCP_TRIMMED, ECN
+from mrcnet.fabric import probe
+from mrcnet.fabric.bpfmap import F_ECN, F_TRIM
+from mrcnet.fabric.fabric import Fabric
+
+from .conftest import fabric_name
+
+pytestmark = pytest.mark.root
+
+TRIM_SPEC = "leafspine:planes=1,spines=1,leaves=2,hosts=1,rate=20mbit,mtu=1500"
+FRAME = 1500
+
+
+@pytest.fixture(scope="module")
+def slow_fabric(fabric_state_dir: object) -> Iterator[Fabric]:
+    from .conftest import _module_fabric
+
+    yield from _module_fabric(TRIM_SPEC, fabric_state_dir)  # type: ignore[arg-type]
+
+
+def _collect(fab: Fabric, dst: str, plane: int, send: Callable[[], None],
+             quiet_s: float = 0.3) -> list[bytes]:
+    """Frames (>= 100 bytes, IPv6) arriving at dst's port while ``send`` runs."""
+    d = fab.description
+    h = d.host(dst)
+    frames: list[bytes] = []
+    with probe.packet_socket(h.netns, h.port(plane).ifname) as rx:
+        rx.settimeout(quiet_s)
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        send()
+        try:
+            while True:
+                data, addr = rx.recvfrom(65535)
+                if addr[2] != socket.PACKET_OUTGOING and len(data) >= 100 and \
+                        data[12:14] == b"\x86\xdd" and data[20] in (41, 43):
+                    frames.append(data)
+        except TimeoutError:
+            pass
+    return frames
+
+
+def test_congested_port_trims(slow_fabric: Fabric) -> None:
+    fab = slow_fabric
+    d = fab.description
+    src, dst = d.hosts[0].name, d.hosts[-1].name
+    leaf = d.planes[0].leaves[d.hosts[0].leaf_index].name
+    trim_size = int(d.options["trim_size"])
+    n = 150
+    frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME)
+    before = fab.counters()
+    got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * n))
+    after = fab.counters()
+    trims = after[f"{leaf}->p0s0"]["trims"] - before[f"{leaf}->p0s0"]["trims"]
+    drops = after[f"{leaf}->p0s0"]["drops"] - before[f"{leaf}->p0s0"]["drops"]
+    trimmed = [f for f in got if len(f) == trim_size]
+    full = [f for f in got if len(f) == FRAME]
+    assert trims >= n // 2, (trims, drops)
+    assert len(trimmed) == trims  # every trimmed header made it (high priority band)
+    assert len(full) + len(trimmed) + drops == n
+    assert len(full) >= 5  # the queue held a few full frames before trimming started
+    assert all(probe.parse_tclass(f)[0] == DSCP_TRIMMED for f in trimmed)
+    assert all(probe.parse_tclass(f)[0] == DSCP_DATA for f in full)
+    st = fab.status()
+    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-p0s0"]
+    assert ln["directions"][f"{leaf}->p0s0"]["trims"] >= trims
+    # Trimmed headers overtake queued full frames (strict priority under the shaper):
+    # the last frame to arrive is a full one, though trimmed ones were sent after it.
+    assert len(got[-1]) == FRAME
+
+
+def test_no_trim_when_not_congested(slow_fabric: Fabric) -> None:
+    fab = slow_fabric
+    d = fab.description
+    src, dst = d.hosts[0].name, d.hosts[-1].name
+    frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME)
+    before = fab.counters()
+    # 40 frames of 1500 B at 2 ms intervals = 6 Mbit/s on a 20 Mbit/s link.
+    got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * 40, pace_s=0.002))
+    after = fab.counters()
+    assert sum(a["trims"] - before[k]["trims"] for k, a in after.items()) == 0
+    assert sum(a["ce"] - before[k]["ce"] for k, a in after.items()) == 0
+    assert len([f for f in got if len(f) == FRAME]) == 40
+
+
+def test_ecn_marks_before_trimming(slow_fabric: Fabric) -> None:
+    fab = slow_fabric
+    d = fab.description
+    src, dst = d.hosts[0].name, d.hosts[-1].name
+    leaf = d.planes[0].leaves[d.hosts[0].leaf_index].name
+    # ECN threshold 3 x MTU, trim threshold 8 x MTU: a burst of 7 frames gets CE on the
+    # tail and no trims.
+    frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME, ecn=ECN.ECT0)
+    before = fab.counters()
+    got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * 7))
+    after = fab.counters()
+    ce = after[f"{leaf}->p0s0"]["ce"] - before[f"{leaf}->p0s0"]["ce"]
+    marked = [f for f in got if probe.parse_tclass(f)[1] == ECN.CE]
+    assert len(got) == 7
+    assert ce >= 1 and len(marked) == ce
+    assert after[f"{leaf}->p0s0"]["trims"] == before[f"{leaf}->p0s0"]["trims"]
+    # ECN is off on the last hop (leaf -> host) by default, on elsewhere.
+    dst_leaf = d.planes[0].leaves[d.hosts[-1].leaf_index].name
+    assert not fab.maps(dst_leaf, dst).read_config().flags & F_ECN
+    cfg = fab.maps(leaf, "s0").read_config()
+    assert cfg.flags & F_ECN and cfg.flags & F_TRIM
+
+
+@pytest.fixture
+def rate_fabric(make_fabric: Callable[..., Fabric]) -> Fabric:
+    # Trimming off so that the shaper alone decides what the link carries.
+    return make_fabric(
+        "leafspine:planes=1,spines=1,leaves=1,hosts=2,rate=50mbit,mtu=1500,trim=off,ecn=off,"
+        "drop=off", name=fabric_name()
+    )
+
+
+def test_shaped_link_carries_its_rate(rate_fabric: Fabric) -> None:
+    fab = rate_fabric
+    d = fab.description
+    rate = d.links[0].rate_bps
+    frame = probe.build_frame(d, "h0", "h1", 0, 0, size=FRAME)
+    stop = threading.Event()
+
+    def blast() -> None:
+        h = d.host("h0")
+        with probe.packet_socket(h.netns, h.port(0).ifname) as s:
+            while not stop.is_set():
+                for _ in range(64):
+                    try:
+                        s.send(frame)
+                    except OSError:
+                        time.sleep(0.001)
+                # Offer about 4x the link rate, not more: the box has 2 shared cores.
+                time.sleep(64 * FRAME * 8 / (4 * rate))
+
+    t = threading.Thread(target=blast)
+    t.start()
+    try:
+        time.sleep(0.5)  # let the queue fill
+        b0 = fab.counters()["p0s0->p0l0"]["bytes"]
+        t0 = time.monotonic()
+        time.sleep(1.5)
+        b1 = fab.counters()["p0s0->p0l0"]["bytes"]
+        t1 = time.monotonic()
+    finally:
+        stop.set()
+        t.join()
+    carried = (b1 - b0) * 8 / (t1 - t0)
+    assert 0.7 * rate <= carried <= 1.15 * rate, f"carried {carried / 1e6:.1f} Mbit/s"
