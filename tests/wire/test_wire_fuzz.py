@@ -18,11 +18,13 @@ from collections.abc import Callable
 
 from wire_strategies import all_sample_specs
 
+from mrcnet import fastpath
 from mrcnet.constants import (
     DATA_OPCODES,
     DSCP_TRIMMED,
     ETH_HEADER_LEN,
     IPV6_HEADER_LEN,
+    MRC_UDP_PORT,
     UDP_HEADER_LEN,
     EndpointOp,
     NackReason,
@@ -45,6 +47,8 @@ from mrcnet.wire import (
     build_sack,
     parse_frame,
     usid_container,
+    usid_list,
+    usid_shift,
 )
 from mrcnet.wire._util import Buffer
 from mrcnet.wire.checksum import udp6_checksum
@@ -216,57 +220,115 @@ def mutate(rng: random.Random, corpus: list[bytes]) -> bytes:
     return bytes(buf)
 
 
-def check_frame(f: Frame) -> None:
-    """Everything a consumer touches on a parsed frame must work and be consistent."""
+def check_frame(f: Frame, buf: bytes) -> None:
+    """Everything a consumer touches on an accepted frame works and is self-consistent."""
     assert isinstance(f.ev, int) and 0 <= f.ev < 2**32
     assert f.opcode in set(Opcode)
+    assert f.udp.dport == MRC_UDP_PORT and f.bth.tver == 0
+    assert isinstance(f.ce, bool)
+    if f.srh is not None:
+        assert 0 <= f.srh.segments_left <= f.srh.last_entry
+    if f.inner is not None:
+        assert f.inner.payload_length == f.udp.length
     payload = bytes(f.payload)
     if f.is_data:
         assert f.reth is not None
         assert len(payload) <= f.reth.length
-        if not f.trimmed:
-            assert len(payload) == f.reth.length
+        assert payload in buf
     else:
         assert payload == b"" and not f.trimmed
-    _ = f.ce
+    if not f.trimmed:
+        # an accepted, untrimmed frame is exactly as long as its headers say
+        assert len(buf) == ETH_HEADER_LEN + IPV6_HEADER_LEN + f.outer.payload_length
+        if f.reth is not None:
+            assert len(payload) == f.reth.length
 
 
-def run(n: int, seed: int, feed: Callable[[Buffer], object] = parse_frame) -> Counter[str]:
-    """Parse ``n`` fuzz inputs; return counts per outcome. Raises on any other exception."""
+def in_flight(frame: bytes) -> list[bytes]:
+    """The frame as later hops see it: every uSID shift, every SRH step (still valid)."""
+    f = parse_frame(frame)
+    out = []
+    dst = f.outer.dst
+    if f.srh is None and len(usid_list(dst)) > 1:
+        while len(usid_list(dst)) > 1:
+            dst = usid_shift(dst)
+            out.append(frame[:38] + dst + frame[54:])
+    if f.srh is not None:
+        for sl in range(f.srh.segments_left - 1, -1, -1):
+            b = bytearray(frame)
+            b[57] = sl
+            b[38:54] = f.srh.segments[sl]
+            out.append(bytes(b))
+    return out
+
+
+def outcome(buf: Buffer, checksum_ok: Callable[[bytes, bytes, Buffer], bool]) -> str:
+    """'ok', 'trimmed' or the rejection reason, with the given checksum verifier."""
+    try:
+        f = parse_frame(buf, checksum_ok=checksum_ok)
+    except MalformedFrame as e:
+        return e.reason.value
+    return "trimmed" if f.trimmed else "ok"
+
+
+def run(n: int, seed: int, differential: int = 0) -> Counter[str]:
+    """Parse ``n`` fuzz inputs; return counts per outcome. Raises on any other exception.
+
+    Every ``differential``-th input is also parsed with the C checksum (when built): the
+    outcome must be identical.
+    """
     rng = random.Random(seed)
     corpus = [s.build() for s in all_sample_specs()]
     corpus += [random_frame(rng) for _ in range(300)]
+    corpus += [g for f in corpus[:: 3] for g in in_flight(f)]
     counts: Counter[str] = Counter()
     for i in range(n):
         buf = mutate(rng, corpus)
         try:
-            f = feed(memoryview(buf) if i % 7 == 0 else bytearray(buf) if i % 7 == 1 else buf)
+            f = parse_frame(memoryview(buf) if i % 7 == 0 else bytearray(buf) if i % 7 == 1
+                            else buf)
         except MalformedFrame as e:
             assert isinstance(e.reason, MalformedReason)
             counts[e.reason.value] += 1
-            continue
+            res = e.reason.value
         except Exception as e:  # the bug this test exists to find
             raise AssertionError(
                 f"seed={seed} i={i}: {type(e).__name__}: {e}\nframe={buf.hex()}"
             ) from e
-        assert isinstance(f, Frame)
-        check_frame(f)
-        counts["trimmed" if f.trimmed else "ok"] += 1
+        else:
+            assert isinstance(f, Frame)
+            check_frame(f, buf)
+            res = "trimmed" if f.trimmed else "ok"
+            counts[res] += 1
+        if differential and i % differential == 0 and fastpath.HAVE_C:
+            assert outcome(buf, fastpath.c_udp6_checksum_ok) == res, buf.hex()
+            counts["differential"] += 1
     return counts
 
 
 def test_fuzz_parse_frame() -> None:
     """100,000 mutated frames: Frame or MalformedFrame, never anything else."""
     t0 = time.perf_counter()
-    counts = run(N_FRAMES, SEED)
+    counts = run(N_FRAMES, SEED, differential=5)
     dt = time.perf_counter() - t0
-    total = sum(counts.values())
+    total = sum(counts.values()) - counts["differential"]
     print(f"\nfuzz: {total} frames in {dt:.1f} s = {total / dt:,.0f} frames/s; {dict(counts)}")
     assert total == N_FRAMES
     # The fuzzer must reach deep: valid and trimmed frames, and nearly every rejection reason.
     assert counts["ok"] > N_FRAMES // 100
     assert counts["trimmed"] > N_FRAMES // 1000
     assert set(MalformedReason) <= {r for r in MalformedReason if counts[r.value]}
+    assert counts["differential"] >= (N_FRAMES // 5 if fastpath.HAVE_C else 0)
+
+
+def test_in_flight_corpus_parses() -> None:
+    """Frames as seen mid-path (uSIDs shifted, SRH advanced) still verify."""
+    n = 0
+    for spec in all_sample_specs():
+        for g in in_flight(spec.build()):
+            assert isinstance(parse_frame(g), Frame)
+            n += 1
+    assert n > 0
 
 
 def test_fuzz_corpus_is_valid() -> None:
