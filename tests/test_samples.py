@@ -283,6 +283,9 @@ def test_cli_runs_as_a_module(tmp_path: Path) -> None:
     helped = subprocess.run([py, "-m", "mrcnet.wire", "decode", "--help"],
                             capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "--json" in helped.stdout
+    piped = subprocess.run([py, "-m", "mrcnet.wire", "decode", "-", "--strict"],
+                           input=path.read_bytes(), capture_output=True, timeout=60)
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == len(ALL)
     missing = subprocess.run([py, "-m", "mrcnet.wire", "decode", str(tmp_path / "x")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and "Traceback" not in missing.stderr

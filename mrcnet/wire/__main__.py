@@ -3,6 +3,7 @@
     python -m mrcnet.wire sample-pcap FILE        # one frame of every kind (see samples.py)
     python -m mrcnet.wire samples                 # list the sample names
     python -m mrcnet.wire decode FILE [--json]    # one line per frame, via parse_frame
+    tcpdump -U -w - -i IF udp port 4791 | python -m mrcnet.wire decode -   # live
 
 Exit status: 0 on success; 1 when the file cannot be read or is not a classic pcap of
 Ethernet frames (or, with ``decode --strict``, when a frame is not valid MRC); 2 for usage
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from mrcnet.constants import ECN, EndpointOp, NackReason, SackMode
 from mrcnet.errors import MalformedFrame
@@ -151,7 +152,7 @@ def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = Tr
     return d
 
 
-def decode_pcap(path: str | Path, *, verify: bool = True) -> Iterator[Decoded]:
+def decode_pcap(path: str | Path | BinaryIO, *, verify: bool = True) -> Iterator[Decoded]:
     """Decode every frame of a pcap (raises ``PcapError`` / ``OSError`` on a bad file)."""
     for i, rec in enumerate(read_pcap(path), start=1):
         yield decode_frame(i, rec.timestamp, rec.data, verify=verify)
@@ -172,12 +173,16 @@ def _cmd_samples(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
     bad = 0
-    for d in decode_pcap(args.file, verify=not args.no_verify):
+    # "-" reads a live capture from a pipe: tcpdump -U -w - ... | python -m mrcnet.wire decode -
+    src = sys.stdin.buffer if args.file == "-" else args.file
+    for d in decode_pcap(src, verify=not args.no_verify):
         bad += d.error is not None
         if args.json:
             print(json.dumps(d.as_json(), sort_keys=True), file=out)
         else:
             print(d.line(), file=out)
+        if src is sys.stdin.buffer:
+            out.flush()  # live capture: show each frame as it comes
     return 1 if bad and args.strict else 0
 
 
@@ -207,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "frame the opcode, EV, PSN, QPN, sizes, trimmed flag and SRv6 path; frames "
         "that are not valid MRC are shown as MALFORMED with the reason.",
     )
-    dp.add_argument("file", metavar="FILE", help="pcap file to read (pcapng: convert "
-                    "with 'editcap -F pcap')")
+    dp.add_argument("file", metavar="FILE", help="pcap file to read, '-' for standard "
+                    "input (pcapng: convert with 'editcap -F pcap')")
     dp.add_argument("--json", action="store_true",
                     help="one JSON object per line, with every header field")
     dp.add_argument("--no-verify", action="store_true",
