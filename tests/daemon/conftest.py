@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from mdnsutil import NsRegistry, VethPair, make_veth_pair
+from mdnsutil import Mrcd, NsRegistry, VethPair, make_veth_pair, start_mrcd, write_config
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, raw sockets)")
 
@@ -23,3 +25,27 @@ def nsreg() -> Iterator[NsRegistry]:
 @pytest.fixture
 def veth(nsreg: NsRegistry) -> VethPair:
     return make_veth_pair(nsreg)
+
+
+@dataclass
+class MrcdPair:
+    veth: VethPair
+    a: Mrcd
+    b: Mrcd
+
+
+@pytest.fixture
+def mrcd_pair(veth: VethPair, tmp_path: Path) -> Iterator[MrcdPair]:
+    """mrcd "ha" in namespace a and "hb" in namespace b, directly cabled peers."""
+    cfg_a, cfg_b = str(tmp_path / "ha.toml"), str(tmp_path / "hb.toml")
+    sock_a, sock_b = str(tmp_path / "ha.sock"), str(tmp_path / "hb.sock")
+    write_config(cfg_a, "ha", veth.if_a, veth.ip_a, sock_a, {"hb": veth.ip_b})
+    write_config(cfg_b, "hb", veth.if_b, veth.ip_b, sock_b, {"ha": veth.ip_a})
+    started: list[Mrcd] = []
+    try:
+        started.append(start_mrcd("ha", veth.ns_a, cfg_a, sock_a, str(tmp_path)))
+        started.append(start_mrcd("hb", veth.ns_b, cfg_b, sock_b, str(tmp_path)))
+        yield MrcdPair(veth, started[0], started[1])
+    finally:
+        for m in started:
+            m.stop()

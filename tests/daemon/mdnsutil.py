@@ -10,6 +10,7 @@ import ctypes
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -98,3 +99,61 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+MRCD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), ".venv", "bin", "mrcd")
+
+
+@dataclass
+class Mrcd:
+    """An mrcd process this test started (stopped by PID, never by name)."""
+
+    name: str
+    ns: str
+    config: str
+    socket: str
+    proc: subprocess.Popen[bytes]
+    log: str
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM to exactly this PID
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        return self.proc.returncode
+
+    def logs(self) -> str:
+        with open(self.log) as f:
+            return f.read()
+
+
+def write_config(path: str, host: str, ifname: str, ip: str, sock: str,
+                 peers: dict[str, str], extra: str = "") -> None:
+    lines = [f'host = "{host}"', f'socket = "{sock}"', 'log_level = "debug"', extra,
+             "[[port]]", f'ifname = "{ifname}"', "plane = 0", f'address = "{ip}"']
+    for name, addr in peers.items():
+        lines += [f"[peers.{name}]", f'control = "{addr}"', f'addresses = ["{addr}"]']
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def start_mrcd(name: str, ns: str, config: str, sock: str, logdir: str,
+               timeout: float = 15.0) -> Mrcd:
+    log = os.path.join(logdir, f"{name}.log")
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, MRCD, "--config", config],
+                                stdout=lf, stderr=subprocess.STDOUT)
+    m = Mrcd(name, ns, config, sock, proc, log)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(sock) or "mrcd ready" not in m.logs():
+        if proc.poll() is not None:
+            raise RuntimeError(f"mrcd {name} exited {proc.returncode}: {m.logs()}")
+        if time.monotonic() > deadline:
+            m.stop()
+            raise RuntimeError(f"mrcd {name} not ready in {timeout} s: {m.logs()}")
+        time.sleep(0.05)
+    return m

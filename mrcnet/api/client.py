@@ -1,0 +1,423 @@
+"""Verbs-like client library (after the public ``mrc.h``) talking to the local mrcd.
+
+::
+
+    ctx = Context("/run/mrcd/h1.sock")
+    mr = ctx.alloc_mr(1 << 20)                 # shared with mrcd: writes land here
+    cq = ctx.create_cq()
+    qp = ctx.create_qp(cq)
+    peer = qp.connect("h0", service=1, expose=[mr])   # or ctx.listen(...) + qp.accept()
+    qp.post_write(mr, 0, 4096, peer.regions[0], imm=7, wr_id=1)
+    wc = cq.wait()                              # blocking; `await cq.wait_async()` too
+
+Memory regions are memfd files mapped by both this process and mrcd (the fd travels with
+SCM_RIGHTS), so mrcd places incoming writes directly in the application's memory and
+reads outgoing ones from it: payload bytes never cross the Unix socket.
+
+A :class:`Context` is not thread-safe: use one per thread (or guard it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import errno
+import mmap
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mrcnet.api.errors import (
+    BY_NAME,
+    AccessDenied,
+    ApiError,
+    BadLkey,
+    DaemonNotRunning,
+    InvalidArgument,
+    OutOfBounds,
+    ProtocolError,
+)
+from mrcnet.api.protocol import PROTOCOL_VERSION, Message, recv_msg, send_msg
+
+__all__ = [
+    "Access",
+    "CompletionQueue",
+    "Context",
+    "MemoryRegion",
+    "PeerInfo",
+    "QueuePair",
+    "RemoteRegion",
+    "WorkCompletion",
+    "default_socket_path",
+]
+
+#: Environment variable naming mrcd's socket (else /run/mrcd/<hostname>.sock).
+SOCKET_ENV = "MRCD_SOCKET"
+
+
+def default_socket_path() -> str:
+    """``$MRCD_SOCKET``, else ``/run/mrcd/<short hostname>.sock``."""
+    return os.environ.get(SOCKET_ENV) or f"/run/mrcd/{socket.gethostname().split('.')[0]}.sock"
+
+
+class Access(enum.IntFlag):
+    """Memory-region access rights (verbs names; same values as mrcd's core)."""
+
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+
+
+@dataclass(frozen=True)
+class RemoteRegion:
+    """A peer's memory region this QP may write into (learnt when connecting)."""
+
+    addr: int
+    length: int
+    rkey: int
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """The other end of a connected QP."""
+
+    host: str
+    qpn: int
+    regions: tuple[RemoteRegion, ...]
+    private: Any
+    max_imm_outstanding: int
+
+
+@dataclass(frozen=True)
+class WorkCompletion:
+    """One completion (verbs ``ibv_wc``): ``status`` is ``"SUCCESS"`` or an error name."""
+
+    status: str
+    wr_id: int
+    opcode: str  #: "RDMA_WRITE" (requester) or "RECV_RDMA_WITH_IMM" (responder)
+    byte_len: int
+    imm: int | None
+    qpn: int
+
+    @property
+    def ok(self) -> bool:
+        """True for a successful completion."""
+        return self.status == "SUCCESS"
+
+
+@dataclass
+class MemoryRegion:
+    """Registered memory shared with mrcd. ``buf`` is the application's view of it."""
+
+    ctx: Context = field(repr=False)
+    addr: int
+    length: int
+    lkey: int
+    rkey: int
+    buf: memoryview = field(repr=False)
+    _map: mmap.mmap = field(repr=False)
+
+    def remote(self) -> RemoteRegion:
+        """What a peer needs to write here (send it with ``expose=[mr]``)."""
+        return RemoteRegion(self.addr, self.length, self.rkey)
+
+    def check(self, offset: int, length: int) -> None:
+        """Raise :class:`OutOfBounds` unless [offset, offset+length) fits the region."""
+        if offset < 0 or length < 0 or offset + length > self.length:
+            raise OutOfBounds(f"[{offset}, {offset + length}) is outside the memory region "
+                              f"of {self.length} bytes (lkey {self.lkey:#x})")
+
+    def deregister(self) -> None:
+        """Unregister (mrcd stops using it) and unmap it here."""
+        self.ctx._call("dereg_mr", lkey=self.lkey)
+        self.ctx._mrs.pop(self.lkey, None)
+        self.buf.release()
+        self._map.close()
+
+
+class CompletionQueue:
+    """Completions pushed by mrcd, polled here (no round trip per poll)."""
+
+    def __init__(self, ctx: Context, handle: int, depth: int) -> None:
+        self.ctx = ctx
+        self.handle = handle
+        self.depth = depth
+        self._wcs: collections.deque[WorkCompletion] = collections.deque()
+
+    def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
+        """Completions available now (never blocks)."""
+        self.ctx._pump(block=False)
+        return self._take(max_entries)
+
+    def _take(self, n: int) -> list[WorkCompletion]:
+        return [self._wcs.popleft() for _ in range(min(n, len(self._wcs)))]
+
+    def wait(self, timeout: float | None = None, max_entries: int = 16) -> list[WorkCompletion]:
+        """Block until at least one completion (or ``timeout``: then ``[]``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._wcs:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return []
+            self.ctx._pump(block=True, timeout=left)
+        return self._take(max_entries)
+
+    async def wait_async(self, max_entries: int = 16) -> list[WorkCompletion]:
+        """Await at least one completion (asyncio)."""
+        while not self._wcs:
+            await self.ctx._readable()
+            self.ctx._pump(block=False)
+        return self._take(max_entries)
+
+
+class QueuePair:
+    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate)."""
+
+    def __init__(self, ctx: Context, qpn: int, cq: CompletionQueue) -> None:
+        self.ctx = ctx
+        self.qpn = qpn
+        self.cq = cq
+        self.peer: PeerInfo | None = None
+
+    def connect(self, peer: str, service: int, *, expose: Sequence[MemoryRegion] = (),
+                private: Any = None, timeout: float = 10.0) -> PeerInfo:
+        """Connect to the QP that ``peer`` listens with on ``service``; mrcd exchanges the
+        QP attributes with the peer's mrcd. ``expose``: regions the peer may write."""
+        r = self.ctx._call("connect", timeout=timeout, qpn=self.qpn, peer=peer,
+                           service=service, mrs=[m.lkey for m in expose], private=private)
+        self.peer = _peer_info(r)
+        return self.peer
+
+    def accept(self, timeout: float | None = None) -> PeerInfo:
+        """Wait until a peer connected to the service this QP listens on (see
+        :meth:`Context.listen`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.qpn not in self.ctx._connected:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"no peer connected to QP {self.qpn} in {timeout} s")
+            self.ctx._pump(block=True, timeout=left)
+        self.peer = self.ctx._connected.pop(self.qpn)
+        return self.peer
+
+    async def accept_async(self) -> PeerInfo:
+        """:meth:`accept` for asyncio."""
+        while self.qpn not in self.ctx._connected:
+            await self.ctx._readable()
+            self.ctx._pump(block=False)
+        self.peer = self.ctx._connected.pop(self.qpn)
+        return self.peer
+
+    def post_write(self, mr: MemoryRegion, offset: int, length: int, remote: RemoteRegion,
+                   remote_offset: int = 0, *, imm: int | None = None, wr_id: int = 0) -> None:
+        """RDMA WRITE ``mr[offset:offset+length]`` to ``remote`` at ``remote_offset``;
+        with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive)."""
+        if mr.ctx is not self.ctx or mr.lkey not in self.ctx._mrs:
+            raise BadLkey(f"lkey {mr.lkey:#x} is not a registered region of this context")
+        mr.check(offset, length)
+        if remote_offset < 0 or remote_offset + length > remote.length:
+            raise OutOfBounds(f"[{remote_offset}, {remote_offset + length}) is outside the "
+                              f"remote region of {remote.length} bytes")
+        if imm is not None and not 0 <= imm < 1 << 32:
+            raise InvalidArgument(f"immediate {imm} is not a 32-bit value")
+        self.ctx._call("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
+                       addr=mr.addr + offset, length=length,
+                       remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
+
+    def post_recv(self, wr_id: int = 0) -> None:
+        """Post a receive: one incoming write-with-immediate completes it."""
+        self.ctx._call("post_recv", qpn=self.qpn, wr_id=wr_id)
+
+    def destroy(self) -> None:
+        """Tear the QP down (outstanding requests are flushed)."""
+        self.ctx._call("destroy_qp", qpn=self.qpn)
+
+
+def _peer_info(r: Message) -> PeerInfo:
+    return PeerInfo(
+        host=r["peer"], qpn=r["peer_qpn"],
+        regions=tuple(RemoteRegion(m["addr"], m["length"], m["rkey"]) for m in r["mrs"]),
+        private=r.get("private"), max_imm_outstanding=r.get("max_imm", 0),
+    )
+
+
+class Context:
+    """A connection to the local mrcd (verbs: an opened device context)."""
+
+    def __init__(self, path: str | None = None, *, timeout: float = 10.0) -> None:
+        self.path = path or default_socket_path()
+        self.timeout = timeout
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(self.path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise DaemonNotRunning(f"mrcd is not running at {self.path} (start it with "
+                                   "mrcd --config FILE, or set MRCD_SOCKET)") from None
+        except PermissionError:
+            sock.close()
+            raise AccessDenied(f"no permission to use mrcd at {self.path}: ask for a "
+                               "group in its socket_mode") from None
+        self._sock = sock
+        self._next_id = 1
+        self._responses: dict[int, Message] = {}
+        self._cqs: dict[int, CompletionQueue] = {}
+        self._mrs: dict[int, MemoryRegion] = {}
+        self._connected: dict[int, PeerInfo] = {}
+        self._events: collections.deque[Message] = collections.deque()
+        hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid())
+        self.host: str = hello["host"]
+        self.planes: int = hello["planes"]
+
+    # --- plumbing -----------------------------------------------------------------------
+    def fileno(self) -> int:
+        """The socket's fd (readable when mrcd pushed completions or events)."""
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        """Disconnect; mrcd destroys this context's QPs, CQs and regions."""
+        for mr in list(self._mrs.values()):
+            with contextlib.suppress(BufferError, ValueError):
+                mr.buf.release()
+                mr._map.close()
+        self._mrs.clear()
+        self._sock.close()
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, op: str, *, timeout: float | None = None, fds: list[int] | None = None,
+              **args: Any) -> Message:
+        rid = self._next_id
+        self._next_id += 1
+        try:
+            send_msg(self._sock, {"id": rid, "op": op, **args}, fds)
+        except (BrokenPipeError, ConnectionResetError):
+            raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while rid not in self._responses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"mrcd did not answer {op} in {timeout or self.timeout} s")
+            self._pump(block=True, timeout=left)
+        resp = self._responses.pop(rid)
+        if "error" in resp:
+            err = resp["error"]
+            raise BY_NAME.get(err.get("type", ""), ApiError)(err.get("message", "?"))
+        ok: Message = resp.get("ok", {})
+        return ok
+
+    def _pump(self, *, block: bool, timeout: float | None = None) -> None:
+        """Read what mrcd sent: responses, completions, events (at most one wait)."""
+        self._sock.settimeout(timeout if block else 0.0)
+        first = True
+        while True:
+            try:
+                got = recv_msg(self._sock)
+            except (BlockingIOError, TimeoutError):
+                return
+            except OSError as e:
+                if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    return
+                raise DaemonNotRunning(f"mrcd at {self.path}: {e}") from None
+            finally:
+                if first:
+                    self._sock.settimeout(0.0)  # after the first message, only drain
+                    first = False
+            if got is None:
+                raise DaemonNotRunning(f"mrcd at {self.path} closed the connection")
+            msg, fds = got
+            for fd in fds:  # mrcd never sends fds; do not leak any
+                os.close(fd)
+            self._dispatch(msg)
+
+    def _dispatch(self, msg: Message) -> None:
+        push = msg.get("push")
+        if push is None:
+            self._responses[int(msg["id"])] = msg
+        elif push == "wc":
+            cq = self._cqs.get(msg["cq"])
+            if cq is not None:
+                cq._wcs.extend(WorkCompletion(w["status"], w["wr_id"], w["opcode"],
+                                              w["byte_len"], w.get("imm"), w["qpn"])
+                               for w in msg["wcs"])
+        elif push == "connected":
+            self._connected[msg["qpn"]] = _peer_info(msg)
+        elif push == "event":
+            self._events.append(msg["event"])
+        else:
+            raise ProtocolError(f"unknown push {push!r} from mrcd")
+
+    async def _readable(self) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        fd = self.fileno()
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_reader(fd, wake)
+        try:
+            await fut
+        finally:
+            loop.remove_reader(fd)
+
+    # --- verbs --------------------------------------------------------------------------
+    def alloc_mr(self, length: int,
+                 access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE) -> MemoryRegion:
+        """Allocate ``length`` bytes of memory shared with mrcd and register them."""
+        if length <= 0:
+            raise InvalidArgument(f"a memory region needs a positive length, got {length}")
+        fd = os.memfd_create("mrc-mr", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, length)
+            mp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            r = self._call("reg_mr", fds=[fd], length=length, access=int(access))
+        finally:
+            os.close(fd)  # both mappings keep the memory alive
+        mr = MemoryRegion(self, r["addr"], length, r["lkey"], r["rkey"], memoryview(mp), mp)
+        self._mrs[mr.lkey] = mr
+        return mr
+
+    def create_cq(self, depth: int = 1024) -> CompletionQueue:
+        """A completion queue."""
+        r = self._call("create_cq", depth=depth)
+        cq = self._cqs[r["cq"]] = CompletionQueue(self, r["cq"], depth)
+        return cq
+
+    def create_qp(self, cq: CompletionQueue, *, ev_profile: str | None = None,
+                  cc_profile: str | None = None,
+                  max_imm_outstanding: int | None = None) -> QueuePair:
+        """A QP in INIT, ready to :meth:`QueuePair.connect` or be given to :meth:`listen`.
+
+        One CQ takes both its send completions and its receive (immediate) completions.
+        """
+        r = self._call("create_qp", cq=cq.handle, ev_profile=ev_profile,
+                       cc_profile=cc_profile, max_imm=max_imm_outstanding)
+        return QueuePair(self, r["qpn"], cq)
+
+    def listen(self, service: int, qp: QueuePair, *, expose: Sequence[MemoryRegion] = (),
+               private: Any = None) -> None:
+        """Let the next peer that connects to ``service`` connect to ``qp`` (mrcd answers
+        for the application; :meth:`QueuePair.accept` then returns the peer)."""
+        self._call("listen", service=service, qpn=qp.qpn, mrs=[m.lkey for m in expose],
+                   private=private)
+
+    def stats(self, qp: QueuePair | None = None) -> Message:
+        """mrcd's counters (host, ports; with ``qp`` also that QP's state and counters)."""
+        if qp is None:
+            return self._call("stats")
+        return self._call("stats", qpn=qp.qpn)
+
+    def get_async_event(self, timeout: float | None = 0.0) -> Message | None:
+        """The next asynchronous event (QP error, path state...), or None."""
+        if not self._events:
+            self._pump(block=bool(timeout), timeout=timeout)
+        return self._events.popleft() if self._events else None

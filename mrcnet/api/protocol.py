@@ -1,0 +1,68 @@
+"""The client <-> mrcd protocol on the local Unix socket.
+
+The socket is ``AF_UNIX`` ``SOCK_SEQPACKET``: every message is one datagram, kept whole,
+so a file descriptor (a memory region's memfd, sent with SCM_RIGHTS) arrives with exactly
+the request it belongs to. A message is one UTF-8 JSON object:
+
+- request (client -> mrcd): ``{"id": n, "op": "<name>", ...arguments}``
+- response (mrcd -> client): ``{"id": n, "ok": {...}}`` or
+  ``{"id": n, "error": {"type": "<ApiError subclass>", "message": "..."}}``
+- push (mrcd -> client, unsolicited): ``{"push": "wc" | "event" | "connected", ...}``
+
+The first request must be ``hello`` with ``"v": PROTOCOL_VERSION``. Who may talk to mrcd
+is decided by the socket file's permissions (``socket_mode`` in mrcd's configuration).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any, Final
+
+__all__ = ["MAX_FDS", "MAX_MESSAGE", "PROTOCOL_VERSION", "decode", "encode", "recv_msg",
+           "send_msg"]
+
+PROTOCOL_VERSION: Final = 1
+#: Bytes per message: control only (payload bytes live in shared memory, never here).
+MAX_MESSAGE: Final = 1 << 16
+MAX_FDS: Final = 4
+
+Message = dict[str, Any]
+
+
+def encode(msg: Message) -> bytes:
+    """One message as bytes."""
+    data = json.dumps(msg, separators=(",", ":")).encode()
+    if len(data) > MAX_MESSAGE:
+        raise ValueError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    return data
+
+
+def decode(data: bytes) -> Message:
+    """Bytes to a message (ValueError if it is not a JSON object)."""
+    msg = json.loads(data)
+    if not isinstance(msg, dict):
+        raise ValueError("a message must be a JSON object")
+    return msg
+
+
+def send_msg(sock: socket.socket, msg: Message, fds: list[int] | None = None) -> None:
+    """Send one message, with ``fds`` attached (SCM_RIGHTS) when given."""
+    data = encode(msg)
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.send(data)
+
+
+def recv_msg(sock: socket.socket) -> tuple[Message, list[int]] | None:
+    """Receive one message and the fds that came with it; None at end of stream.
+
+    Raises BlockingIOError on a non-blocking socket with nothing queued.
+    """
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    if not data:
+        for fd in fds:
+            socket.close(fd)
+        return None
+    return decode(data), fds

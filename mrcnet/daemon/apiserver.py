@@ -1,0 +1,214 @@
+"""mrcd's side of the client API: the Unix socket, one :class:`Session` per client.
+
+The socket is ``SOCK_SEQPACKET`` (one message per datagram, fds attached to the message
+they belong to; see :mod:`mrcnet.api.protocol`). Sessions are driven by the event loop
+(``add_reader``); requests are handed to a dispatcher, which answers with a dict or raises
+an :class:`~mrcnet.api.errors.ApiError` (sent back by class name). Replies and pushes that
+do not fit the socket now wait in a per-session outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import errno
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from mrcnet.api.errors import ApiError, ProtocolError
+from mrcnet.api.protocol import PROTOCOL_VERSION, Message, encode, recv_msg
+
+__all__ = ["ApiServer", "Session"]
+
+log = structlog.get_logger("mrcd.api")
+
+#: A request handler: (session, message, fds) -> reply, or an awaitable of one.
+Dispatcher = Callable[["Session", Message, list[int]], "Message | Awaitable[Message]"]
+
+
+class Session:
+    """One connected client: its socket, outbox, and the resources it owns."""
+
+    def __init__(self, server: ApiServer, sock: socket.socket, sid: int) -> None:
+        self.server = server
+        self.sock = sock
+        self.sid = sid
+        self.pid = 0
+        self.hello = False
+        self.closed = False
+        self.outbox: collections.deque[bytes] = collections.deque()
+        #: Resources, for clean-up when the client goes away (the engine fills them).
+        self.mrs: dict[int, Any] = {}
+        self.cqs: set[int] = set()
+        self.qps: set[int] = set()
+        self.listens: set[int] = set()
+
+    def send(self, msg: Message) -> None:
+        """Queue a reply or push; sent now if the socket has room."""
+        if self.closed:
+            return
+        self.outbox.append(encode(msg))
+        self._flush()
+
+    def _flush(self) -> None:
+        loop = self.server.loop
+        while self.outbox:
+            try:
+                self.sock.send(self.outbox[0])
+            except (BlockingIOError, InterruptedError):
+                loop.add_writer(self.sock.fileno(), self._flush)
+                return
+            except OSError:
+                self.server.drop(self)
+                return
+            self.outbox.popleft()
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_writer(self.sock.fileno())
+
+
+class ApiServer:
+    """Listens on the Unix socket at ``path`` and feeds requests to ``dispatch``."""
+
+    def __init__(self, path: str, mode: int, dispatch: Dispatcher,
+                 on_close: Callable[[Session], None], host: str, planes: int) -> None:
+        self.path = path
+        self.mode = mode
+        self.dispatch = dispatch
+        self.on_close = on_close
+        self.host = host
+        self.planes = planes
+        self.sessions: dict[int, Session] = {}
+        self._next_sid = 1
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the server runs on."""
+        assert self._loop is not None
+        return self._loop
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Create the socket file (refusing to replace a live mrcd's) and listen."""
+        self._loop = loop
+        if os.path.exists(self.path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                probe.connect(self.path)
+            except OSError:
+                os.unlink(self.path)  # stale: its mrcd is gone
+            else:
+                raise OSError(errno.EADDRINUSE,
+                              f"another mrcd already serves {self.path}")
+            finally:
+                probe.close()
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Create the file with no access, then open it up: no window where others could
+        # connect under a wider umask.
+        old = os.umask(0o777)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, self.mode)
+        sock.listen(64)
+        sock.setblocking(False)
+        self._sock = sock
+        loop.add_reader(sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        """Drop every session, stop listening and remove the socket file."""
+        for s in list(self.sessions.values()):
+            self.drop(s)
+        if self._sock is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.setblocking(False)
+            s = Session(self, conn, self._next_sid)
+            self._next_sid += 1
+            self.sessions[s.sid] = s
+            self.loop.add_reader(conn.fileno(), self._readable, s)
+
+    def drop(self, s: Session) -> None:
+        """Forget a client and release what it owned."""
+        if s.closed:
+            return
+        s.closed = True
+        self.sessions.pop(s.sid, None)
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(s.sock.fileno())
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_writer(s.sock.fileno())
+        try:
+            self.on_close(s)
+        finally:
+            s.sock.close()
+            log.info("client gone", session=s.sid, pid=s.pid)
+
+    def _readable(self, s: Session) -> None:
+        for _ in range(64):  # a bounded burst, then let the data path run
+            try:
+                got = recv_msg(s.sock)
+            except (BlockingIOError, InterruptedError):
+                return
+            except (OSError, ValueError):
+                self.drop(s)
+                return
+            if got is None:
+                self.drop(s)
+                return
+            msg, fds = got
+            self._handle(s, msg, fds)
+            if s.closed:
+                return
+
+    def _handle(self, s: Session, msg: Message, fds: list[int]) -> None:
+        rid = msg.get("id")
+        try:
+            if not s.hello:
+                if msg.get("op") != "hello":
+                    raise ProtocolError("the first request must be hello")
+                if msg.get("v") != PROTOCOL_VERSION:
+                    raise ProtocolError(f"client protocol version {msg.get('v')!r}; this "
+                                        f"mrcd speaks {PROTOCOL_VERSION}")
+                s.hello = True
+                s.pid = int(msg.get("pid", 0))
+                log.info("client connected", session=s.sid, pid=s.pid)
+                s.send({"id": rid, "ok": {"host": self.host, "planes": self.planes}})
+                return
+            result = self.dispatch(s, msg, fds)
+        except ApiError as e:
+            for fd in fds:
+                os.close(fd)
+            s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+            return
+        if isinstance(result, dict):
+            s.send({"id": rid, "ok": result})
+        else:
+            self.loop.create_task(self._finish(s, rid, result))
+
+    async def _finish(self, s: Session, rid: Any, pending: Awaitable[Message]) -> None:
+        try:
+            result = await pending
+        except ApiError as e:
+            s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+        else:
+            s.send({"id": rid, "ok": result})

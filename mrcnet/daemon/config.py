@@ -1,0 +1,204 @@
+"""mrcd's configuration file (TOML) and its checks.
+
+Example (every key but ``host`` and ``[[port]]`` is optional)::
+
+    host = "h0"                       # this host's name (as in the fabric description)
+    socket = "/run/mrcd/h0.sock"      # Unix socket of the client API
+    socket_mode = "0660"              # who may use mrcd: the socket file's permissions
+    fabric = "/var/lib/mrc-fabric/f1/description.json"   # paths, MACs and addresses
+    control_port = 47910              # TCP port of the mrcd-to-mrcd control channel
+    ev_profile = "spray"              # "spray" (MRC) or "ecmp" (RoCE-like baseline)
+    cc_profile = "nscc"               # congestion control ("nscc", "fixed")
+    kernel_drop = true                # nftables rule: the kernel must not answer MRC
+    log_format = "console"            # or "json" (structlog)
+    log_level = "info"
+
+    [[port]]                          # one per NIC port = plane
+    ifname = "eth0"
+    plane = 0
+    # address = "fd00::a"             # default: from the fabric, else the interface's
+    # next_hop = "fd00::1"            # L2 next hop (default: fabric's leaf, or the peer)
+
+    [peers.h1]                        # only without a fabric: directly cabled peers
+    control = "fd00::b"               # its control-channel address
+    addresses = ["fd00::b"]           # its port address in plane 0, 1, ...
+
+Every problem is reported as one :class:`ConfigError` naming the file and key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from mrcnet.errors import MrcError
+
+__all__ = ["ConfigError", "DaemonConfig", "PeerConfig", "PortConfig", "load_config"]
+
+DEFAULT_CONTROL_PORT: Final = 47910
+DEFAULT_SOCKET_DIR: Final = "/run/mrcd"
+EV_PROFILES: Final = ("spray", "ecmp")
+CC_PROFILES: Final = ("nscc", "fixed")
+LOG_FORMATS: Final = ("console", "json")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+class ConfigError(MrcError):
+    """The configuration file is missing, not TOML, or has a bad or missing key."""
+
+
+@dataclass(frozen=True)
+class PortConfig:
+    """One NIC port mrcd drives."""
+
+    ifname: str
+    plane: int
+    address: str | None = None  #: this port's unicast IPv6 address
+    next_hop: str | None = None  #: IPv6 address of the L2 next hop (neighbour lookup)
+    next_hop_mac: str | None = None  #: or its MAC, given outright
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    """A peer reachable without a fabric description (back-to-back cabling, tests)."""
+
+    name: str
+    control: str  #: address of its control channel
+    addresses: tuple[str, ...]  #: its port address per plane
+    control_port: int = DEFAULT_CONTROL_PORT
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything mrcd reads from its configuration file."""
+
+    host: str
+    ports: tuple[PortConfig, ...]
+    socket: str
+    socket_mode: int = 0o660
+    fabric: str | None = None
+    control_port: int = DEFAULT_CONTROL_PORT
+    control_listen: tuple[str, ...] = ()  #: empty: the port addresses
+    ev_profile: str = "spray"
+    cc_profile: str = "nscc"
+    kernel_drop: bool = True
+    log_format: str = "console"
+    log_level: str = "info"
+    peers: dict[str, PeerConfig] = field(default_factory=dict)
+    source: str = "<memory>"  #: the file it came from (for messages)
+
+
+def _want(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str,
+          default: Any = ..., choices: tuple[Any, ...] | None = None) -> Any:
+    if key not in d:
+        if default is ...:
+            raise ConfigError(f"{where}: missing key {key!r}")
+        return default
+    value = d[key]
+    # bool is an int in Python; a port number of `true` is still wrong.
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{where}: {key} = {value!r}, expected one of {', '.join(choices)}")
+    return value
+
+
+def _addr(value: str, where: str) -> str:
+    try:
+        return str(ipaddress.IPv6Address(value))
+    except ValueError:
+        raise ConfigError(f"{where}: {value!r} is not an IPv6 address") from None
+
+
+def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig:
+    """Check a parsed TOML document and build the configuration."""
+    known = {"host", "socket", "socket_mode", "fabric", "control_port", "control_listen",
+             "ev_profile", "cc_profile", "kernel_drop", "log_format", "log_level", "port",
+             "peers"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
+    host = _want(data, "host", str, source)
+    raw_ports = _want(data, "port", list, source)
+    if not raw_ports:
+        raise ConfigError(f"{source}: at least one [[port]] is needed")
+    ports = []
+    for i, p in enumerate(raw_ports):
+        where = f"{source}: port #{i + 1}"
+        if not isinstance(p, dict):
+            raise ConfigError(f"{where}: must be a table ([[port]])")
+        extra = sorted(set(p) - {"ifname", "plane", "address", "next_hop", "next_hop_mac"})
+        if extra:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}")
+        addr = _want(p, "address", str, where, None)
+        nh = _want(p, "next_hop", str, where, None)
+        ports.append(PortConfig(
+            ifname=_want(p, "ifname", str, where),
+            plane=_want(p, "plane", int, where),
+            address=_addr(addr, where) if addr else None,
+            next_hop=_addr(nh, where) if nh else None,
+            next_hop_mac=_want(p, "next_hop_mac", str, where, None),
+        ))
+    planes = [p.plane for p in ports]
+    if sorted(planes) != list(range(len(planes))):
+        raise ConfigError(f"{source}: port planes must be 0..{len(planes) - 1}, one port "
+                          f"each; got {planes}")
+    mode_s = _want(data, "socket_mode", str, source, "0660")
+    try:
+        mode = int(mode_s, 8)
+    except ValueError:
+        raise ConfigError(f"{source}: socket_mode {mode_s!r} is not octal (e.g. \"0660\")")\
+            from None
+    peers: dict[str, PeerConfig] = {}
+    for name, pd in _want(data, "peers", dict, source, {}).items():
+        where = f"{source}: peers.{name}"
+        if not isinstance(pd, dict):
+            raise ConfigError(f"{where}: must be a table")
+        addrs = _want(pd, "addresses", list, where)
+        peers[name] = PeerConfig(
+            name=name,
+            control=_addr(_want(pd, "control", str, where), where),
+            addresses=tuple(_addr(a, where) for a in addrs),
+            control_port=_want(pd, "control_port", int, where, DEFAULT_CONTROL_PORT),
+        )
+    fabric = _want(data, "fabric", str, source, None)
+    if fabric is None and not peers:
+        raise ConfigError(f"{source}: give a fabric description (fabric = \"...\") or "
+                          "directly cabled [peers]")
+    control_port = _want(data, "control_port", int, source, DEFAULT_CONTROL_PORT)
+    if not 0 < control_port < 65536:
+        raise ConfigError(f"{source}: control_port {control_port} is not a TCP port")
+    return DaemonConfig(
+        host=host,
+        ports=tuple(ports),
+        socket=_want(data, "socket", str, source, f"{DEFAULT_SOCKET_DIR}/{host}.sock"),
+        socket_mode=mode,
+        fabric=fabric,
+        control_port=control_port,
+        control_listen=tuple(_addr(a, source) for a in _want(data, "control_listen", list,
+                                                               source, [])),
+        ev_profile=_want(data, "ev_profile", str, source, "spray", EV_PROFILES),
+        cc_profile=_want(data, "cc_profile", str, source, "nscc", CC_PROFILES),
+        kernel_drop=_want(data, "kernel_drop", bool, source, True),
+        log_format=_want(data, "log_format", str, source, "console", LOG_FORMATS),
+        log_level=_want(data, "log_level", str, source, "info", LOG_LEVELS),
+        peers=peers,
+        source=source,
+    )
+
+
+def load_config(path: str | Path) -> DaemonConfig:
+    """Read and check the configuration file at ``path``."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read configuration {path}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    return parse_config(data, str(path))

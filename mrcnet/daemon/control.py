@@ -1,0 +1,177 @@
+"""The out-of-band control channel between mrcd instances (TCP, JSON lines, versioned).
+
+Connecting a QP needs the peer QP's attributes, as RoCE needs rdma_cm or a socket
+exchange. mrcd does it for the application: the connecting side's mrcd opens a TCP
+connection to the peer's mrcd on the hosts' plain IPv6 addresses and sends one line::
+
+    {"v": 1, "type": "connect", "src": "h0", "service": 1, "qpn": 17, "psn": 4660,
+     "ev_profile": "spray", "cc_profile": "nscc", "max_imm": 64,
+     "mrs": [{"addr": ..., "length": ..., "rkey": ...}], "private": <any JSON>}
+
+and the peer's mrcd answers one line, ``{"v": 1, "type": "accept", ...same fields}`` (its
+own QP, PSN, profiles, exposed regions) or ``{"v": 1, "type": "reject", "reason": "..."}``.
+The accepting side moves its QP to RTS *before* it answers, so the first data packet
+never finds it unready. A version other than :data:`CONTROL_VERSION` is rejected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+
+from mrcnet.errors import MrcError
+
+__all__ = ["CONTROL_VERSION", "ConnectRequest", "ControlError", "ControlServer",
+           "control_request"]
+
+CONTROL_VERSION: Final = 1
+MAX_LINE: Final = 1 << 16
+#: A peer that sends nothing for this long is dropped (the exchange is one line each way).
+IDLE_TIMEOUT: Final = 10.0
+
+log = structlog.get_logger("mrcd.control")
+
+
+class ControlError(MrcError):
+    """The control exchange failed: peer unreachable, rejected, or a bad message."""
+
+
+@dataclass(frozen=True)
+class ConnectRequest:
+    """One side's QP attributes as they travel (both the request and the accept)."""
+
+    src: str
+    qpn: int
+    psn: int
+    ev_profile: str
+    cc_profile: str
+    max_imm: int
+    mrs: tuple[dict[str, int], ...]
+    private: Any = None
+    service: int = 0
+
+    def to_msg(self, kind: str) -> dict[str, Any]:
+        """The JSON object of a ``connect`` or ``accept`` line."""
+        return {"v": CONTROL_VERSION, "type": kind, "src": self.src, "service": self.service,
+                "qpn": self.qpn, "psn": self.psn, "ev_profile": self.ev_profile,
+                "cc_profile": self.cc_profile, "max_imm": self.max_imm,
+                "mrs": list(self.mrs), "private": self.private}
+
+    @classmethod
+    def from_msg(cls, msg: dict[str, Any]) -> ConnectRequest:
+        """Check and convert a received line (ControlError when malformed)."""
+        try:
+            mrs = tuple({"addr": int(m["addr"]), "length": int(m["length"]),
+                         "rkey": int(m["rkey"])} for m in msg["mrs"])
+            req = cls(src=str(msg["src"]), qpn=int(msg["qpn"]), psn=int(msg["psn"]),
+                      ev_profile=str(msg["ev_profile"]), cc_profile=str(msg["cc_profile"]),
+                      max_imm=int(msg["max_imm"]), mrs=mrs, private=msg.get("private"),
+                      service=int(msg.get("service", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ControlError(f"malformed control message: {e!r}") from None
+        if not (0 <= req.qpn < 1 << 24 and 0 <= req.psn < 1 << 24 and req.max_imm >= 0):
+            raise ControlError("control message field out of range (qpn, psn or max_imm)")
+        return req
+
+
+def _encode(msg: dict[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
+def _decode(line: bytes) -> dict[str, Any]:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        raise ControlError("control line is not JSON") from None
+    if not isinstance(msg, dict):
+        raise ControlError("control line is not a JSON object")
+    if msg.get("v") != CONTROL_VERSION:
+        raise ControlError(f"control protocol version {msg.get('v')!r} is not supported "
+                           f"(this mrcd speaks {CONTROL_VERSION})")
+    return msg
+
+
+#: Handles a ``connect``: returns the accept message's attributes, or raises ControlError
+#: (its text becomes the reject reason).
+ConnectHandler = Callable[[ConnectRequest], Awaitable[ConnectRequest]]
+
+
+class ControlServer:
+    """Listens for peers' connect requests and answers through ``handler``."""
+
+    def __init__(self, handler: ConnectHandler, addresses: Sequence[str], port: int) -> None:
+        self.handler = handler
+        self.addresses = list(addresses) or ["::"]
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Bind and listen (OSError if the address is taken)."""
+        self._server = await asyncio.start_server(self._serve, self.addresses, self.port,
+                                                  limit=MAX_LINE, reuse_address=True)
+
+    async def close(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                line = await asyncio.wait_for(reader.readline(), IDLE_TIMEOUT)
+                if not line:
+                    break
+                try:
+                    msg = _decode(line)
+                    if msg.get("type") != "connect":
+                        raise ControlError(f"unknown control message type {msg.get('type')!r}")
+                    req = ConnectRequest.from_msg(msg)
+                    reply = (await self.handler(req)).to_msg("accept")
+                except ControlError as e:
+                    log.info("connect rejected", peer=peer, reason=str(e))
+                    reply = {"v": CONTROL_VERSION, "type": "reject", "reason": str(e)}
+                writer.write(_encode(reply))
+                await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError, ValueError):
+            pass  # a silent or broken peer: nothing to answer
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+async def control_request(address: str, port: int, req: ConnectRequest,
+                          timeout: float = 5.0) -> ConnectRequest:
+    """Send a connect request to the mrcd at ``address``; the peer's accept or
+    :class:`ControlError` (unreachable, rejected, malformed)."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(address, port, limit=MAX_LINE), timeout)
+    except (OSError, TimeoutError) as e:
+        raise ControlError(f"cannot reach mrcd at [{address}]:{port}: {e}") from None
+    try:
+        writer.write(_encode(req.to_msg("connect")))
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+    except (OSError, TimeoutError) as e:
+        raise ControlError(f"mrcd at [{address}]:{port} did not answer: {e!r}") from None
+    finally:
+        writer.close()
+    if not line:
+        raise ControlError(f"mrcd at [{address}]:{port} closed the connection")
+    msg = _decode(line)
+    if msg.get("type") == "reject":
+        raise ControlError(f"peer refused: {msg.get('reason', '?')}")
+    if msg.get("type") != "accept":
+        raise ControlError(f"unexpected control reply {msg.get('type')!r}")
+    return ConnectRequest.from_msg(msg)

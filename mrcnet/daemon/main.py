@@ -1,0 +1,72 @@
+"""``mrcd``: the MRC daemon. ``mrcd --config /etc/mrcd.toml`` (see docs/MRCD.md).
+
+Exit status: 0 after SIGINT/SIGTERM, 2 for a bad configuration, 1 for anything that
+stops it from starting (missing capability, unknown interface, address in use...). Each
+failure is one line on stderr saying what to do, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import uvloop
+
+from mrcnet.daemon.config import ConfigError, DaemonConfig, load_config
+from mrcnet.daemon.engine import Daemon
+from mrcnet.daemon.logs import setup_logging
+from mrcnet.errors import MrcError
+
+__all__ = ["main", "serve"]
+
+
+async def serve(cfg: DaemonConfig) -> None:
+    """Open everything, serve until SIGINT/SIGTERM, clean up."""
+    d = Daemon(cfg)
+    try:
+        d.open()
+    except BaseException:
+        d.close()
+        raise
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, d.stop)
+    await d.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mrcd`` command."""
+    ap = argparse.ArgumentParser(prog="mrcd", description="MRC daemon: runs MRC queue "
+                                 "pairs for local applications over raw packet sockets")
+    ap.add_argument("-c", "--config", required=True, help="TOML configuration file")
+    ap.add_argument("--check", action="store_true",
+                    help="only check the configuration and exit")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"mrcd: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"mrcd: {args.config} is valid")
+        return 0
+    setup_logging(cfg.log_format, cfg.log_level)
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve(cfg))
+    except MrcError as e:
+        print(f"mrcd: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"mrcd: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""mrcd end to end on two namespaces: connect, 1 MiB write-with-immediate, clean exit."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import MrcdPair, needs_root
+from mdnsutil import run
+
+from mrcnet.api import Context
+
+MIB = 1 << 20
+
+
+@needs_root
+def test_one_mib_write_lands_byte_exact(mrcd_pair: MrcdPair) -> None:
+    a, b = mrcd_pair.a, mrcd_pair.b
+    with Context(b.socket) as cb, Context(a.socket) as ca:
+        assert (ca.host, cb.host) == ("ha", "hb")
+        # Responder: a region to be written, a QP listening on service 1, one receive.
+        mr_b = cb.alloc_mr(MIB)
+        cq_b = cb.create_cq()
+        qp_b = cb.create_qp(cq_b)
+        cb.listen(1, qp_b, expose=[mr_b], private={"hello": "from hb"})
+        qp_b.post_recv(wr_id=99)
+        # Requester: fill a region with random bytes, connect, write it all.
+        mr_a = ca.alloc_mr(MIB)
+        data = os.urandom(MIB)
+        mr_a.buf[:] = data
+        cq_a = ca.create_cq()
+        qp_a = ca.create_qp(cq_a)
+        peer = qp_a.connect("hb", 1)
+        assert peer.host == "hb" and peer.private == {"hello": "from hb"}
+        assert peer.regions[0].length == MIB
+        qp_a.post_write(mr_a, 0, MIB, peer.regions[0], imm=0xC0FFEE, wr_id=7)
+        wcs = cq_a.wait(timeout=30)
+        assert [(w.status, w.wr_id, w.opcode) for w in wcs] == [("SUCCESS", 7, "RDMA_WRITE")]
+        accepted = qp_b.accept(timeout=5)
+        assert accepted.host == "ha" and accepted.qpn == qp_a.qpn
+        wcs_b = cq_b.wait(timeout=10)
+        assert [(w.status, w.wr_id, w.opcode, w.imm, w.byte_len) for w in wcs_b] == [
+            ("SUCCESS", 99, "RECV_RDMA_WITH_IMM", 0xC0FFEE, MIB)]
+        assert bytes(mr_b.buf) == data
+    # Clean shutdown: exit 0, socket file and kernel rule gone.
+    for m, ns in ((a, mrcd_pair.veth.ns_a), (b, mrcd_pair.veth.ns_b)):
+        assert m.stop() == 0, m.logs()
+        assert not os.path.exists(m.socket)
+        assert "mrcd_" not in run("nft", "list", "tables", ns=ns)
