@@ -25,6 +25,7 @@ from scapy.layers.inet6 import (
     IPv6ExtHdrSegmentRoutingTLVIngressNode,
     IPv6ExtHdrSegmentRoutingTLVPad1,
     IPv6ExtHdrSegmentRoutingTLVPadN,
+    in6_pseudoheader,
 )
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
@@ -331,6 +332,11 @@ def assert_checksums_agree(frame: bytes, route: Route) -> None:
     its last uSID), since its pseudo-header destination is that final address.
     """
     arrived = route.usid is not None and not route.encap
+    if route.segments is not None and not route.encap:
+        # scapy's pseudo-header takes the SRH's final segment (list[0]), as RFC 8754 says.
+        udp = Ether(frame)[ScapyUDP]
+        ph = in6_pseudoheader(socket.IPPROTO_UDP, udp, udp.len)
+        assert a2b(ph.dst) == route.segments[-1] == route.final_dst
     rebuilt = scapy_rebuild(frame, arrived=arrived)
     if not arrived:
         assert rebuilt == frame
