@@ -74,8 +74,6 @@ from mrcnet.wire import (
 )
 from mrcnet.wire.ethernet import mac_to_str
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
 # A few hundred examples in all, bounded: this machine's 2 cores are shared.
 ORACLE = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
