@@ -1,0 +1,170 @@
+"""The client library against live mrcds: typed errors, clean-up, asyncio, control channel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import MrcdPair, needs_root
+
+from mrcnet.api import (
+    BadLkey,
+    ConnectError,
+    Context,
+    DaemonNotRunning,
+    InvalidQP,
+    OutOfBounds,
+    RemoteRegion,
+)
+from mrcnet.daemon.control import (
+    CONTROL_VERSION,
+    ConnectRequest,
+    ControlError,
+    ControlServer,
+    control_request,
+)
+
+
+def test_daemon_not_running(tmp_path: Path) -> None:
+    with pytest.raises(DaemonNotRunning, match=f"mrcd is not running at {tmp_path}/none"):
+        Context(str(tmp_path / "none.sock"))
+
+
+@needs_root
+def test_bad_calls_raise_typed_errors(mrcd_pair: MrcdPair) -> None:
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.a.socket) as other:
+        mr = ca.alloc_mr(4096)
+        foreign = other.alloc_mr(4096)
+        cq = ca.create_cq()
+        qp = ca.create_qp(cq)
+        far = RemoteRegion(0x1000, 4096, 1)
+        with pytest.raises(OutOfBounds):
+            qp.post_write(mr, 4000, 200, far)
+        with pytest.raises(OutOfBounds):
+            qp.post_write(mr, 0, 100, far, remote_offset=4090)
+        with pytest.raises(BadLkey):
+            qp.post_write(foreign, 0, 10, far)
+        # mrcd checks too: a forged lkey and another client's QP number.
+        with pytest.raises(BadLkey):
+            ca._call("post_write", qpn=qp.qpn, lkey=foreign.lkey, addr=foreign.addr,
+                     length=1, remote_addr=0, rkey=1)
+        with pytest.raises(InvalidQP):
+            other._call("post_recv", qpn=qp.qpn)
+        with pytest.raises(ConnectError, match="no peer 'nobody'"):
+            qp.connect("nobody", 1)
+        with pytest.raises(ConnectError, match="no QP listens on service 42 at hb"):
+            qp.connect("hb", 42)
+        # The QP is still usable after a failed connect.
+        assert ca.stats(qp)["qp"]["state"] == "INIT"
+
+
+@needs_root
+def test_client_exit_releases_its_resources(mrcd_pair: MrcdPair) -> None:
+    ca = Context(mrcd_pair.a.socket)
+    cq = ca.create_cq()
+    qp = ca.create_qp(cq)
+    ca.listen(5, qp)
+    ca.close()
+    with Context(mrcd_pair.a.socket) as cb:
+        # Service 5 is free again and the old QP is gone.
+        q2 = cb.create_qp(cb.create_cq())
+        cb.listen(5, q2)
+        with pytest.raises(InvalidQP):
+            cb._call("post_recv", qpn=qp.qpn)
+
+
+@needs_root
+def test_asyncio_completions(mrcd_pair: MrcdPair) -> None:
+    async def scenario() -> None:
+        with Context(mrcd_pair.b.socket) as cb, Context(mrcd_pair.a.socket) as ca:
+            mr_b = cb.alloc_mr(65536)
+            cq_b = cb.create_cq()
+            qp_b = cb.create_qp(cq_b)
+            cb.listen(2, qp_b, expose=[mr_b])
+            for i in range(3):
+                qp_b.post_recv(wr_id=i)
+            mr_a = ca.alloc_mr(65536)
+            mr_a.buf[:] = bytes(range(256)) * 256
+            cq_a = ca.create_cq()
+            qp_a = ca.create_qp(cq_a)
+            peer = qp_a.connect("hb", 2)
+            assert (await asyncio.wait_for(qp_b.accept_async(), 5)).qpn == qp_a.qpn
+            for i in range(3):
+                qp_a.post_write(mr_a, i * 1000, 1000, peer.regions[0], i * 1000, imm=i,
+                                wr_id=10 + i)
+            got: list[int] = []
+            while len(got) < 3:
+                wcs = await asyncio.wait_for(cq_b.wait_async(), 10)
+                got += [w.imm for w in wcs if w.ok and w.imm is not None]
+            assert got == [0, 1, 2]  # immediates complete in order
+            done: list[int] = []
+            while len(done) < 3:
+                done += [w.wr_id for w in await asyncio.wait_for(cq_a.wait_async(), 10)]
+            assert sorted(done) == [10, 11, 12]
+            assert bytes(mr_b.buf[:3000]) == bytes(mr_a.buf[:3000])
+    asyncio.run(scenario())
+
+
+# --- control channel, in-process on loopback ---------------------------------------------
+
+def _req(src: str = "h0") -> ConnectRequest:
+    return ConnectRequest(src, 5, 100, "spray", "nscc", 64, ({"addr": 1, "length": 2,
+                                                              "rkey": 3},), {"x": 1}, 9)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_control_exchange_and_rejects() -> None:
+    async def scenario() -> None:
+        seen: list[ConnectRequest] = []
+
+        async def handler(req: ConnectRequest) -> ConnectRequest:
+            seen.append(req)
+            if req.service != 9:
+                raise ControlError("no QP listens on service")
+            return ConnectRequest("h1", 6, 200, "spray", "nscc", 32, (), None, req.service)
+
+        port = _free_port()
+        server = ControlServer(handler, ["::1"], port)
+        await server.start()
+        try:
+            reply = await control_request("::1", port, _req())
+            assert (reply.src, reply.qpn, reply.psn, reply.max_imm) == ("h1", 6, 200, 32)
+            assert seen == [_req()]
+            with pytest.raises(ControlError, match="peer refused: no QP listens"):
+                await control_request("::1", port, ConnectRequest(**{**_req().__dict__,
+                                                                     "service": 1}))
+            # A future protocol version is refused with a reason, not dropped.
+            r, w = await asyncio.open_connection("::1", port)
+            w.write(json.dumps({**_req().to_msg("connect"), "v": CONTROL_VERSION + 1})
+                    .encode() + b"\n")
+            answer = json.loads(await r.readline())
+            w.close()
+            assert answer["type"] == "reject" and "version" in answer["reason"]
+        finally:
+            await server.close()
+        with pytest.raises(ControlError, match="cannot reach mrcd"):
+            await control_request("::1", port, _req(), timeout=2)
+    asyncio.run(scenario())
+
+
+def test_memfd_is_shared_not_copied() -> None:
+    # The mechanism the API relies on, in one process: two maps of one memfd.
+    import mmap
+    fd = os.memfd_create("t")
+    os.ftruncate(fd, 4096)
+    m1 = mmap.mmap(fd, 4096)
+    m2 = mmap.mmap(fd, 4096)
+    os.close(fd)
+    m2[10:15] = b"hello"
+    assert m1[10:15] == b"hello"
+    m1.close()
+    m2.close()

@@ -1,0 +1,100 @@
+"""mrcd configuration checks and the command's exit codes (no root needed for most)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_root
+from mdnsutil import MRCD, VethPair, write_config
+
+from mrcnet.daemon.config import ConfigError, load_config, parse_config
+
+GOOD = {
+    "host": "h0",
+    "port": [{"ifname": "eth0", "plane": 0}],
+    "peers": {"h1": {"control": "fd00::b", "addresses": ["fd00::b"]}},
+}
+
+
+def test_good_config_and_defaults() -> None:
+    cfg = parse_config(GOOD)
+    assert cfg.host == "h0" and cfg.ports[0].ifname == "eth0"
+    assert cfg.socket == "/run/mrcd/h0.sock" and cfg.socket_mode == 0o660
+    assert cfg.peers["h1"].addresses == ("fd00::b",)
+    assert cfg.ev_profile == "spray" and cfg.kernel_drop
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"host": None}, "missing key 'host'"),
+    ({"bogus": 1}, "unknown key(s) bogus"),
+    ({"port": []}, "at least one [[port]]"),
+    ({"port": [{"ifname": "eth0", "plane": 1}]}, "port planes must be 0..0"),
+    ({"port": [{"ifname": "eth0"}]}, "missing key 'plane'"),
+    ({"control_port": True}, "control_port must be int"),
+    ({"control_port": 70000}, "is not a TCP port"),
+    ({"ev_profile": "random"}, "expected one of spray, ecmp"),
+    ({"socket_mode": "rw"}, "is not octal"),
+    ({"peers": {"h1": {"control": "nope", "addresses": []}}}, "is not an IPv6 address"),
+    ({"peers": None}, "give a fabric description"),
+])
+def test_bad_config_says_what(change: dict[str, object], message: str) -> None:
+    data = {**GOOD, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "x.toml")
+    assert message in str(exc.value) and str(exc.value).startswith("x.toml")
+
+
+def test_unreadable_and_not_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read configuration"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("host = \n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_config(bad)
+
+
+def _mrcd(*args: str, pre: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(pre or []), MRCD, *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('host = "h0"\n')
+    r = _mrcd("--config", str(bad))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"mrcd: {bad}: missing key 'port'"]
+
+
+def test_check_only(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    write_config(str(good), "h0", "eth0", "fd00::a", str(tmp_path / "s"), {"h1": "fd00::b"})
+    r = _mrcd("--config", str(good), "--check")
+    assert r.returncode == 0 and "is valid" in r.stdout
+
+
+@needs_root
+def test_missing_interface_and_capability(veth: VethPair, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    write_config(str(cfg), "ha", "nosuch0", veth.ip_a, str(tmp_path / "s"), {"hb": veth.ip_b})
+    r = _mrcd("--config", str(cfg), pre=["ip", "netns", "exec", veth.ns_a])
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "mrcd: no network interface 'nosuch0' in this namespace"]
+    write_config(str(cfg), "ha", veth.if_a, veth.ip_a, str(tmp_path / "s"), {"hb": veth.ip_b})
+    r = _mrcd("--config", str(cfg), pre=["ip", "netns", "exec", veth.ns_a, "setpriv",
+                                         "--bounding-set=-net_raw", "--inh-caps=-net_raw"])
+    assert r.returncode == 1
+    assert "needs CAP_NET_RAW: run as root or grant the capability" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_python_m_entry_point() -> None:
+    r = subprocess.run([sys.executable, "-m", "mrcnet.daemon.main", "--help"],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0 and "--config" in r.stdout
