@@ -23,7 +23,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from mrcnet.constants import BTH_LEN, ICRC_LEN, IPPROTO_UDP, IPV6_HEADER_LEN, UDP_HEADER_LEN
+from mrcnet.constants import (
+    BTH_LEN,
+    DATA_OPCODES,
+    ICRC_LEN,
+    IMM_OPCODES,
+    IPPROTO_UDP,
+    IPV6_HEADER_LEN,
+    PSN_MASK,
+    UDP_HEADER_LEN,
+)
 from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
 from mrcnet.wire.icrc import icrc as _ref_icrc
 
@@ -55,6 +64,9 @@ Received = tuple[memoryview, int, int]
 
 _SIOCGIFINDEX: Final = 0x8933  # <linux/sockios.h>
 _IFREQ_INDEX: Final = struct.Struct("16si20x")  # struct ifreq: name, ifindex (40 bytes)
+
+_U64_MAX: Final = (1 << 64) - 1
+_PLAIN_DATA_OPS: Final = frozenset(int(op) for op in DATA_OPCODES - IMM_OPCODES)
 
 _ICRC_MIN_UDP: Final = UDP_HEADER_LEN + BTH_LEN
 _ICRC_MIN_IP: Final = IPV6_HEADER_LEN + _ICRC_MIN_UDP
@@ -463,13 +475,21 @@ class CTemplate:
         cap: int | None = None,
     ) -> int:
         """Write one data frame into ``out``; returns its length (see DataTemplate.patch)."""
-        ext = _EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
-        flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
-        if timestamp is not None:
-            ext |= _EXT_TSETH
-            flags |= F_TS
-        else:
+        # The common packet (no immediate, no timestamp, fields in range) is checked inline;
+        # anything else goes through the full check, which also words the errors.
+        if (timestamp is None and msn is None and imm is None and opcode in _PLAIN_DATA_OPS
+                and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX):
+            ext = 0
+            flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
             timestamp = 0
+        else:
+            ext = _EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+            flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
+            if timestamp is not None:
+                ext |= _EXT_TSETH
+                flags |= F_TS
+            else:
+                timestamp = 0
         if isinstance(out, self._cdata_type):
             if cap is None:
                 raise ValueError("cap= is needed with a cdata output buffer")
