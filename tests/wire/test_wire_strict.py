@@ -415,3 +415,43 @@ def test_endpoint_constants() -> None:
     assert 3 not in set(NackReason) and 0 not in set(NackReason)
     assert 3 not in set(EndpointOp) and 0 not in set(EndpointOp)
     assert 0x04 not in set(Opcode)
+
+
+# --- single-bit errors anywhere in the protected part ---------------------------------------
+
+# Inner IPv6 bits a router may change (traffic class, flow label, hop limit): the ICRC masks
+# them and the UDP pseudo-header does not include them, so flipping them is not an error.
+_INNER_MUTABLE = {(0, b) for b in range(4)} | {(i, b) for i in (1, 2, 3, 7) for b in range(8)}
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES)
+def test_every_single_bit_flip_is_caught(mode: str, encap: bool) -> None:
+    """Flip each bit from the inner header (or UDP) to the ICRC: always MalformedFrame.
+
+    One's-complement sums catch every single-bit error, so no flip may parse, except the
+    inner header's in-flight-mutable bits, which must parse unchanged otherwise.
+    """
+    for spec in sample_specs(mode, encap, payload=b"\x5a" * 9):
+        raw = spec.build()
+        lay = layout(raw)
+        start = lay.inner if lay.inner is not None else lay.udp
+        for i in range(start, lay.end):
+            for bit in range(8):
+                bad = put(raw, i, bytes([raw[i] ^ (1 << bit)]))
+                if lay.inner is not None and (i - lay.inner, bit) in _INNER_MUTABLE:
+                    assert headers(parse_frame(bad))[3:] == headers(parse_frame(raw))[3:]
+                    continue
+                with pytest.raises(MalformedFrame):
+                    parse_frame(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=data_specs().filter(lambda s: len(s.kw["payload"]) > 0), data=st.data())
+def test_payload_bit_flip(spec: Spec, data: st.DataObject) -> None:
+    """Any payload bit flipped: BAD_ICRC, or BAD_CHECKSUM when the ICRC is not checked."""
+    raw = spec.build()
+    lay = layout(raw)
+    i = data.draw(st.integers(lay.payload, lay.icrc - 1))
+    bad = put(raw, i, bytes([raw[i] ^ (1 << data.draw(st.integers(0, 7)))]))
+    assert reason_of(bad) is MalformedReason.BAD_ICRC
+    assert reason_of(bad, verify_icrc=False) is MalformedReason.BAD_CHECKSUM
