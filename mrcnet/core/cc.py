@@ -92,6 +92,7 @@ class NSCC(CongestionControl):
         super().__init__(mss, rate, base_rtt_hint)
         self.base_rtt = 0.0  # 0: no sample yet
         self.delay = 0.0
+        self.srtt = 0.0
         self._rescale(base_rtt_hint)
         self.cwnd = self.bdp
         self.last_md = -1.0
@@ -114,13 +115,18 @@ class NSCC(CongestionControl):
     def _window_rtt(self) -> float:
         return self.base_rtt or self.scale_rtt
 
+    def _delivery_rtt(self) -> float:
+        # "What was delivered in the last RTT" must use the RTT packets see now (queueing
+        # included): over the base RTT alone a jittery path looks like a collapse.
+        return max(self.srtt, self._window_rtt())
+
     def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
         """Apply one ACK (see class docstring)."""
         if acked:
             dq = self._delivered
             dq.append((now, acked))
             self._delivered_sum += acked
-            horizon = now - self._window_rtt()
+            horizon = now - self._delivery_rtt()
             while dq and dq[0][0] < horizon:
                 self._delivered_sum -= dq.popleft()[1]
         if rtt is not None and rtt > 0:
@@ -128,6 +134,7 @@ class NSCC(CongestionControl):
                 self.base_rtt = rtt
                 self._rescale(rtt)
             self.delay = rtt - self.base_rtt
+            self.srtt = rtt if self.srtt == 0.0 else self.srtt + 0.125 * (rtt - self.srtt)
         d, target = self.delay, self.target
         if (self.qa_pending or d > NSCC_QA_DELAY * target) and self._quick_adapt(now):
             return

@@ -434,7 +434,8 @@ class QueuePair:
         passed since it was sent; otherwise a timer is set for that moment."""
         if self.rack_sent < 0:
             return
-        reo = max(self.cfg.reorder_floor, self.min_rtt / 4)
+        # The allowance covers path skew and the peer's ACK coalescing delay.
+        reo = max(self.cfg.reorder_floor, self.min_rtt / 4) + self.cfg.ack_delay
         lost = []
         self.rack_at = _INF
         limit = self.rack_sent
@@ -529,9 +530,12 @@ class QueuePair:
         s, cc_state = f.seth, f.cc
         assert s is not None and cc_state is not None
         cack = unwrap(s.cack_psn, self.snd_una)
-        if cack < self.snd_una or cack > self.next_seq:
+        if cack > self.next_seq or cack <= self.snd_una - self.cfg.rx_window:
             self.count("rx_sack_out_of_window")
             return
+        if cack < self.snd_una:
+            # An older SACK overtaken by a newer one: its bitmap may still be news.
+            self.count("rx_sack_stale")
         credit = _unwrap32(s.imm_credit, self.peer_credit)
         if credit > self.peer_credit:
             self.peer_credit = credit
@@ -576,6 +580,8 @@ class QueuePair:
                 low = bm & -bm
                 seq = base + low.bit_length() - 1
                 bm ^= low
+                if seq >= self.next_seq:
+                    break
                 q = unacked.pop(seq, None)
                 if q is not None:
                     acked += self._acked(q, now)
