@@ -315,11 +315,16 @@ def test_tshark_agrees(sample_pcap: Path, tmp_path: Path) -> None:
     rows = _tshark_fields(
         sample_pcap, "frame.number", "ipv6.routing.type", "ipv6.routing.segleft",
         "ipv6.routing.srh.addr", "udp.dstport", "udp.checksum.status", "ipv6.dst",
+        "frame.protocols", "_ws.malformed",
     )
     assert len(rows) == len(ALL)
     for row, s in zip(rows, ALL, strict=True):
-        _, rtype, segleft, addrs, dport, status, dsts = row
+        _, rtype, segleft, addrs, dport, status, dsts, protocols, malformed = row
         assert dport == "4791", s.name
+        # tshark hands UDP 4791 to its RoCEv2 (InfiniBand BTH) dissector; only the
+        # trimmed frame, shorter than its IP length says, is malformed to it.
+        assert protocols.endswith(":udp:infiniband"), (s.name, protocols)
+        assert bool(malformed) == s.trimmed, s.name
         if s.mode == "srh":
             assert rtype == "4" and segleft == str(len(SRH_PATH) - 1), s.name
             assert len(addrs.split(",")) == len(SRH_PATH), s.name
