@@ -175,7 +175,7 @@ class Host:
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         del self._qps[qpn]
 
-    def modify_qp(self, qpn: int, to_state: QPState, now: float = 0.0, **attrs: Any) -> None:
+    def modify_qp(self, qpn: int, to_state: QPState, *, now: float = 0.0, **attrs: Any) -> None:
         """Move a QP through RESET -> INIT -> RTR -> RTS (or to ERROR/RESET), setting the
         attributes that transition takes (see :data:`mrcnet.core.states.QP_TRANSITIONS`).
 

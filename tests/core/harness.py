@@ -14,6 +14,7 @@ import heapq
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mrcnet.constants import DSCP_TRIMMED, ETH_HEADER_LEN
 from mrcnet.core import Host, HostConfig, Port
@@ -201,7 +202,7 @@ def trim(frame: bytes) -> bytes:
 
 
 def connect(net: Net, a: int, b: int, *, psn_a: int = 0, psn_b: int = 0,
-            attrs: dict[str, object] | None = None, recvs: int = 0
+            attrs: dict[str, Any] | None = None, recvs: int = 0
             ) -> tuple[int, int]:
     """Create and connect a QP pair between hosts a and b; returns (qpn_a, qpn_b)."""
     from mrcnet.core import QPState

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from mrcnet.errors import MrcError
 from .harness import Net, connect
 
 S = QPState
-_CONNECT = {
+_CONNECT: dict[QPState, dict[str, Any]] = {
     S.RTR: {"peer": "h1", "dest_qp_num": 1, "rq_psn": 0},
     S.RTS: {"sq_psn": 0},
 }

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from mrcnet.core import ImmediateReceived, WCOpcode, WCStatus, WriteCompleted
 
 from .harness import Net, connect
 
 
-def _setup(net: Net, size: int, recvs: int = 8, **kw: object) -> tuple:
-    qa, qb = connect(net, 0, 1, recvs=recvs, **kw)  # type: ignore[arg-type]
+def _setup(net: Net, size: int, recvs: int = 8, **kw: Any) -> tuple[Any, ...]:
+    qa, qb = connect(net, 0, 1, recvs=recvs, **kw)
     ha, hb = net.h(0), net.h(1)
     src = bytearray(os.urandom(size))
     dst = bytearray(size)
