@@ -89,6 +89,7 @@ def test_every_frame_kind_is_present() -> None:
         modes
     )
     assert [s.name for s, f in parsed if f.trimmed] == ["write-middle-trimmed"]
+    assert [s.name for s, f in parsed if f.ce] == ["write-only-ce"]
 
 
 @pytest.mark.parametrize("s", ALL, ids=[s.name for s in ALL])
@@ -229,6 +230,9 @@ def test_cli_decode_prints_one_line_per_frame(sample_pcap: Path) -> None:
             assert "usid fc00:0:" in line
     assert "fc00:0:1001:: > fc00:0:2001:: > fc00:0:1002:: > fc00:2::1" in out.getvalue()
     assert "NO_PKT_BUFFER" in out.getvalue()
+    assert [i for i, line in enumerate(lines) if "[CE]" in line] == [
+        [s.name for s in ALL].index("write-only-ce")
+    ]
 
 
 def test_cli_decode_json_has_every_header(sample_pcap: Path) -> None:

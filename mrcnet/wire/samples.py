@@ -23,7 +23,8 @@ Unless its name says otherwise a frame is in uSID mode with an inner IPv6 header
 (``encap``); ``-srh`` frames carry a segment list, ``-noencap`` frames have no inner header,
 ``-plain`` frames go straight to the receiver. ``write-middle-trimmed`` is a 1024-byte-payload
 data frame as a switch forwards it after trimming: cut to 256 bytes, outer DSCP re-marked
-``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were.
+``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were; ``write-only-ce``
+is a data frame a switch marked CE (outer ECN only).
 
 Caveat for tools: in uSID mode without an inner header the UDP pseudo-header destination is
 the *fully shifted* container (``fc00:0:e002::``), what the receiver sees; a tool reading
@@ -39,6 +40,7 @@ from functools import partial
 
 from mrcnet.constants import (
     DSCP_TRIMMED,
+    ECN,
     ETH_HEADER_LEN,
     EndpointOp,
     NackReason,
@@ -130,6 +132,17 @@ def switch_trim(frame: bytes, size: int = TRIM_SIZE, dscp: int = DSCP_TRIMMED) -
     return bytes(out)
 
 
+def switch_mark_ce(frame: bytes) -> bytes:
+    """What an ECN-marking switch forwards: the outer ECN field set to CE, nothing else.
+
+    The inner header keeps the sender's ECT(0); neither the ICRC nor the UDP checksum
+    covers the outer traffic class, so the frame still verifies.
+    """
+    out = bytearray(frame)
+    out[ETH_HEADER_LEN + 1] |= ECN.CE << 4  # ECN: the traffic class's low 2 bits
+    return bytes(out)
+
+
 def _payload(n: int, seed: int = 0) -> bytes:
     """A recognisable payload: byte i is (seed + i) mod 256."""
     return bytes((seed + i) % 256 for i in range(n))
@@ -203,6 +216,8 @@ def _build() -> list[Sample]:
         ("write-middle-trimmed", "data frame trimmed by a switch to 256 bytes",
          lambda: switch_trim(_data(USID, Opcode.WRITE_MIDDLE, 112, payload=_payload(1024))),
          USID, True),
+        ("write-only-ce", "data frame a switch marked Congestion Experienced (outer ECN)",
+         lambda: switch_mark_ce(_data(USID, Opcode.WRITE_ONLY, 114)), USID, False),
         ("sack", "selective ACK reflecting EV 0x00011001", lambda: _sack(REVERSE_USID),
          REVERSE_USID, False),
         ("ack", "cumulative ACK (SETH + CC state)", lambda: _sack(REVERSE_USID, ack=True),
