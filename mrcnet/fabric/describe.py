@@ -149,6 +149,7 @@ class FabricDescription:
     hosts: list[Host]
     links: list[Link]
     options: dict[str, Any] = field(default_factory=dict)
+    paths: dict[str, Any] = field(default_factory=dict)  #: how paths are built (informative)
 
     # --- lookups ------------------------------------------------------------------------
     @property

@@ -58,6 +58,16 @@ def parse_rate(text: str | int) -> int:
     return int(float(m.group(1)) * _RATE_UNITS[m.group(2) or "bit"])
 
 
+def format_rate(bps: int) -> str:
+    """Inverse of :func:`parse_rate` with the largest exact unit ("1gbit", "none")."""
+    if not bps:
+        return "none"
+    for unit in ("tbit", "gbit", "mbit", "kbit"):
+        if bps % _RATE_UNITS[unit] == 0:
+            return f"{bps // _RATE_UNITS[unit]}{unit}"
+    return f"{bps}bit"
+
+
 def _parse_bool(text: str | bool) -> bool:
     if isinstance(text, bool):
         return text
@@ -142,7 +152,7 @@ class TopologySpec:
             f"spines={self.spines}",
             f"leaves={self.leaves}",
             f"hosts={self.hosts}",
-            f"rate={self.rate_bps}bit" if self.rate_bps else "rate=none",
+            f"rate={format_rate(self.rate_bps)}",
             f"mtu={self.mtu}",
             f"srv6={self.srv6}",
         ]
@@ -270,7 +280,7 @@ def allocate(spec: TopologySpec, name: str, fabric_id: int) -> FabricDescription
         planes.append(
             Plane(
                 index=p,
-                host_prefix=f"fd00:{fabric_id:x}:{p:x}::/48",
+                host_prefix=str(ipaddress.IPv6Network(f"fd00:{fabric_id:x}:{p:x}::/48")),
                 leaves=[switch("leaf", i) for i in range(spec.leaves)],
                 spines=[switch("spine", i) for i in range(spec.spines)],
             )
@@ -330,6 +340,14 @@ def allocate(spec: TopologySpec, name: str, fabric_id: int) -> FabricDescription
         "host_shaping": spec.host_shaping,
         "control_plane_spine": 0,
     }
+    paths = {
+        # How to build a path; FabricDescription.path_container / path_segments do it.
+        "usid_container": "<block>:<src leaf usid>:<spine usid>:<dst leaf usid>:<dst host usid>::",
+        "srh_segments": ["<block>:<src leaf usid>::", "<block>:<spine usid>::",
+                         "<block>:<dst leaf usid>::", "<block>:<dst host usid>::"],
+        "same_leaf_container": "<block>:<leaf usid>:<dst host usid>::",
+        "spines_per_plane": spec.spines,
+    }
     return FabricDescription(
         version=DESCRIPTION_VERSION,
         name=name,
@@ -344,4 +362,5 @@ def allocate(spec: TopologySpec, name: str, fabric_id: int) -> FabricDescription
         hosts=hosts,
         links=links,
         options=options,
+        paths=paths,
     )

@@ -132,3 +132,21 @@ def test_plan_routes_are_static_and_single_path() -> None:
         assert len(prefixes) == len(set(prefixes)), "one route per prefix: no ECMP"
     srh = _desc("leafspine:srv6=srh")
     assert "flavors" not in plan.seg6local_line(srh, srh.switches()[0].usid)
+
+
+def test_seg6local_readback_must_show_flavors() -> None:
+    """The route read back from the kernel is checked: a missing flavors clause fails."""
+    from mrcnet.fabric.fabric import Fabric
+    from mrcnet.fabric.state import StateRecord
+
+    d = _desc()
+    fab = Fabric(d, StateRecord(name="lab", fabric_id=d.fabric_id))
+    sw = d.switches()[0]
+    prefix = sw.locator
+    good = f"{prefix}  encap seg6local action End flavors next-csid lblen 32 nflen 16 dev sid0"
+    fab._verify_seg6local(sw.name, good + "\n")
+    # what a pyroute2 0.9.7 install leaves: the flavors attribute silently dropped
+    with pytest.raises(FabricError, match="next-csid"):
+        fab._verify_seg6local(sw.name, f"{prefix}  encap seg6local action End dev sid0\n")
+    with pytest.raises(FabricError):
+        fab._verify_seg6local(sw.name, "")
