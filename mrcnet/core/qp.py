@@ -173,6 +173,7 @@ class QueuePair:
         self.inflight_bytes = 0
         self.rtx_q: deque[Pkt] = deque()
         self.rto_at = _INF
+        self.retries = 0
         self.rack_at = _INF
         self.rack_sent = -1.0
         self.rack_rtt = 0.0
@@ -385,7 +386,7 @@ class QueuePair:
         self.inflight[p.seq] = p
         self.inflight_bytes += p.length
         if self.rto_at == _INF:
-            self.rto_at = now + self._rto(p)
+            self.rto_at = now + self._rto(p) * self._backoff()
         if rtx:
             self.count("tx_retransmit")
         out.append((port, frame))
@@ -393,8 +394,8 @@ class QueuePair:
     # --- requester: timers and loss -------------------------------------------------
 
     def _rto(self, p: Pkt) -> float:
-        """Per-path timeout: the EV's own RTT estimate, else the QP's, with a floor; then
-        the retry phase's backoff (linear, then exponential)."""
+        """Per-path timeout of ``p``: its EV's own RTT estimate, else the QP's, else the
+        QP's ack timeout attribute; never below the floor."""
         evm = self.evm
         info = evm.evs.get(p.ev) if evm is not None else None
         if info is not None and info.srtt:
@@ -403,9 +404,19 @@ class QueuePair:
             base = self.srtt + 4 * self.rttvar
         else:
             base = self.attrs.ack_timeout_s
-        base = max(self.cfg.timeout_floor, base)
-        k = p.timeouts - self.cfg.retry_linear
-        return base if k <= 0 else base * (1 << min(k, 30))
+        return max(self.cfg.timeout_floor, base)
+
+    def _backoff(self) -> float:
+        """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
+        k = self.retries - self.cfg.retry_linear
+        return 1.0 if k <= 0 else float(1 << min(k, 30))
+
+    def _arm_rto(self) -> None:
+        """The retransmission timer follows the oldest packet in flight (per-path RTO)."""
+        for p in self.inflight.values():
+            self.rto_at = p.sent + self._rto(p) * self._backoff()
+            return
+        self.rto_at = _INF
 
     def _mark_lost(self, p: Pkt, now: float, cause: str) -> None:
         """Take ``p`` out of flight and queue it for retransmission on another EV."""
@@ -452,25 +463,27 @@ class QueuePair:
             self._mark_lost(p, now, "loss")
 
     def _on_rto(self, now: float) -> None:
+        """Timer backstop: every packet past its per-path RTO is lost (its EV retires);
+        one retry round is counted, and the next round waits the backed-off timeout.
+        Rounds without any acknowledgement in between exhaust the retry budget."""
         expired = []
-        nxt = _INF
+        backoff = self._backoff()
         for p in self.inflight.values():
-            t = p.sent + self._rto(p)
-            if t <= now:
+            if p.sent + self._rto(p) * backoff <= now:
                 expired.append(p)
-            elif t < nxt:
-                nxt = t
-        self.rto_at = nxt
+        if not expired:
+            self._arm_rto()
+            return
+        self.retries += 1
+        budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
+        if self.retries > budget:
+            self._retry_exhausted(expired[0], now)
+            return
         for p in expired:
             p.timeouts += 1
-            if p.timeouts > (self.attrs.retry_cnt if self.attrs.retry_cnt is not None
-                             else self.cfg.retry_cnt):
-                self._retry_exhausted(p, now)
-                return
             self._mark_lost(p, now, "timeout")
-        if expired and self.inflight:
-            self.rto_at = min(self.rto_at, min(p.sent + self._rto(p)
-                                               for p in self.inflight.values()))
+        self.count("rto_rounds")
+        self.rto_at = now + self._base_timeout() * self._backoff()
 
     def _retry_exhausted(self, p: Pkt, now: float) -> None:
         budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
@@ -589,10 +602,12 @@ class QueuePair:
         if cc_state.window_penalty:
             cc.on_penalty(cc_state.window_penalty, now)
         self._detect_losses(now)
-        if not self.inflight:
-            self.rto_at = _INF
         if acked:
+            self.retries = 0
+            self._arm_rto()
             self._complete_wrs()
+        elif not self.inflight:
+            self.rto_at = _INF
 
     def _rtt_sample(self, rtt: float) -> None:
         if self.srtt == 0.0:
