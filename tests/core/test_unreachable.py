@@ -48,7 +48,7 @@ def test_peer_dies_mid_transfer() -> None:
     cfg = HostConfig(timeout_floor=200e-6)
     imp = Impairments()
     net = Net(config=cfg, imp=imp)
-    qa, qb = connect(net, 0, 1)
+    qa, _ = connect(net, 0, 1)
     ha, hb = net.h(0), net.h(1)
     src = bytearray(4 << 20)
     dst = bytearray(4 << 20)
