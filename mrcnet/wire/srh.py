@@ -77,8 +77,8 @@ class SRH:
         """Serialize, with TLVs appended as given (their total must keep 8-octet alignment)."""
         if not self.segments:
             raise ValueError("an SRH needs at least one segment")
-        if len(self.segments) > 128:
-            raise ValueError("an SRH holds at most 128 segments")
+        if len(self.segments) > 127:
+            raise ValueError("an SRH holds at most 127 segments (hdr ext len is 8 bits)")
         if len(self.tlvs) % 8:
             raise ValueError("SRH TLVs must pad the header to a multiple of 8 octets")
         if not 0 <= self.segments_left <= self.last_entry:
