@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wire_strategies import (
+    SPEC,
     addrs,
     blocks,
     ccstates,
@@ -33,6 +34,8 @@ from mrcnet.constants import (
     BTH_LEN,
     EV_FLOW_LABEL_MASK,
     FLOW_LABEL_MASK,
+    IPPROTO_IPV6,
+    IPPROTO_ROUTING,
     IPV6_HEADER_LEN,
     SRH_FIXED_LEN,
     SRH_TLV_PAD1,
@@ -72,6 +75,7 @@ from mrcnet.wire import (
     usid_list,
     usid_shift,
 )
+from mrcnet.wire.bth import F_TS
 
 FEW = settings(max_examples=60, deadline=None)
 SOME = settings(max_examples=150, deadline=None)
@@ -581,3 +585,14 @@ def test_seth_signed_offsets(value: int) -> None:
     assert int.from_bytes(raw[8:10], "big", signed=True) == value
     assert SETH.unpack_from(raw) == hdr
 
+
+
+def test_constants_agree_with_the_protocol_notes() -> None:
+    """mrcnet.constants and the header classes agree with the sizes the notes give."""
+    assert SPEC["nh_routing"] == IPPROTO_ROUTING and SPEC["nh_ipv6"] == IPPROTO_IPV6
+    assert SPEC["srh_fixed"] == SRH_FIXED_LEN and SPEC["bth_ts_flag"] == F_TS
+    assert SPEC["reth"] == RETH.LEN and SPEC["tseth"] == TSETH.LEN
+    assert SPEC["meth+immdt"] == METH.LEN + ImmDt.LEN
+    assert SPEC["seth+cc"] == SETH.LEN + CCState.LEN
+    assert SPEC["neth"] == NETH.LEN and SPEC["prbh"] == ProbeHeader.LEN
+    assert SPEC["eph"] == EndpointHeader.LEN

@@ -212,17 +212,27 @@ class Layout:
     end: int
 
 
+# Wire facts spelled out from PROTOCOL-NOTES.md / RFC 8200 / RFC 8754 on purpose, instead of
+# imported from mrcnet.constants: the layout walk is an independent oracle, and
+# test_wire_headers checks that the constants agree with it.
+SPEC = {
+    "nh_routing": 43, "nh_ipv6": 41, "srh_fixed": 8, "bth_ts_flag": 0x10,
+    "reth": 16, "meth+immdt": 8, "tseth": 4, "seth+cc": 28 + 8, "neth": 20, "prbh": 16,
+    "eph": 16,
+}
+
+
 def layout(frame: bytes) -> Layout:
     """Find the headers of a *valid* frame by walking next-header fields (no parser used)."""
     outer = ETH_HEADER_LEN
     off = outer + IPV6_HEADER_LEN
     nh = frame[outer + 6]
     srh = inner = None
-    if nh == 43:
+    if nh == SPEC["nh_routing"]:
         srh = off
         nh = frame[off]
-        off += 8 + 8 * frame[off + 1]
-    if nh == 41:
+        off += SPEC["srh_fixed"] + 8 * frame[off + 1]
+    if nh == SPEC["nh_ipv6"]:
         inner = off
         off += IPV6_HEADER_LEN
     udp = off
@@ -231,13 +241,17 @@ def layout(frame: bytes) -> Layout:
     flags = frame[bth + 8]
     ext = bth + BTH_LEN
     if op in DATA_OPCODES:
-        n = 16 + (8 if op in IMM_OPCODES else 0) + (4 if flags & 0x10 else 0)
+        n = SPEC["reth"]
+        n += SPEC["meth+immdt"] if op in IMM_OPCODES else 0
+        n += SPEC["tseth"] if flags & SPEC["bth_ts_flag"] else 0
     elif op in (Opcode.SACK, Opcode.ACK):
-        n = 28 + 8
+        n = SPEC["seth+cc"]
     elif op == Opcode.NACK:
-        n = 20
+        n = SPEC["neth"]
+    elif op == Opcode.RELIABILITY_PROBE:
+        n = SPEC["prbh"]
     else:
-        n = 16
+        n = SPEC["eph"]
     return Layout(outer, srh, inner, udp, bth, ext, ext + n, len(frame) - ICRC_LEN, len(frame))
 
 
@@ -256,7 +270,6 @@ def refresh(frame: bytes | bytearray, route: Route) -> bytes:
     csum = udp6_checksum(src, dst, buf[lay.udp :])
     buf[lay.udp + 6 : lay.udp + 8] = csum.to_bytes(2, "big")
     return bytes(buf)
-
 
 
 # --- fixed sample frames: every kind in every mode -------------------------------------------
