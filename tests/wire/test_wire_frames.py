@@ -265,6 +265,25 @@ def test_builder_rejects_bad_arguments() -> None:
         Route(bytes(6), bytes(6), bytes(16), bytes(16), usid=bytes(16), segments=(bytes(16),))
     with pytest.raises(ValueError):
         Route(bytes(6), bytes(6), bytes(16), bytes(16), segments=())
+    ok = dict(opcode=Opcode.WRITE_ONLY, **base)
+    for bad_route in (
+        Route(bytes(6), bytes(6), bytes(16), bytes(16), hop_limit=256),
+        Route(bytes(6), bytes(6), bytes(15), bytes(16)),
+        Route(bytes(6), bytes(6), bytes(16), bytes(17), encap=True),
+        Route(bytes(5), bytes(6), bytes(16), bytes(16)),
+        Route(bytes(6), bytes(6), bytes(16), bytes(16), segments=(bytes(16), bytes(8))),
+    ):
+        with pytest.raises(ValueError):
+            build_data(bad_route, **ok)
+    with pytest.raises(ValueError):
+        build_data(r, dscp=64, **ok)
+    with pytest.raises(ValueError):
+        build_data(r, ecn=4, **ok)
+    with pytest.raises(ValueError):  # UDP length would overflow 16 bits
+        build_data(r, payload=bytes(65536 - 8 - 12 - 16 - 4 + 1), **ok)
+    with pytest.raises(ValueError):  # outer IPv6 payload length would overflow 16 bits
+        build_data(r, payload=bytes(65535 - 40 - 8 - 12 - 16 - 4 + 1), **ok)
+    assert build_data(r, payload=bytes(65535 - 40 - 8 - 12 - 16 - 4), **ok)
 
 
 @settings(max_examples=50, deadline=None)
