@@ -23,10 +23,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-import structlog
-
 from mrcnet.fabric import plan
-from mrcnet.fabric.bpfmap import F_BLACKHOLE, LinkConfig, LinkMaps, compile_object
+from mrcnet.fabric.bpfmap import F_BLACKHOLE, LinkMaps, compile_object
 from mrcnet.fabric.describe import FabricDescription, Link, load, save
 from mrcnet.fabric.errors import FabricError
 from mrcnet.fabric.nsutil import (
@@ -53,8 +51,6 @@ from mrcnet.fabric.state import (
     used_fabric_ids,
 )
 from mrcnet.fabric.topology import TopologySpec, allocate, parse_spec, validate_name
-
-log = structlog.get_logger("mrcnet.fabric")
 
 Progress = Callable[[str], None]
 
@@ -263,8 +259,12 @@ class Fabric:
         return cls(load(fabric_dir(name) / "description.json"), record)
 
     def down(self) -> None:
-        """Remove everything this fabric made (processes, namespaces, state)."""
-        down(self.name)
+        """Remove everything this fabric made (processes, namespaces, state).
+
+        Idempotent: a fabric already removed (e.g. by ``mrc-fabric down``) is left alone.
+        """
+        if (fabric_dir(self.name) / "state.json").exists():
+            down(self.name, force=True)
 
     def _teardown(self) -> None:
         _teardown_record(self.record)
@@ -318,25 +318,40 @@ class Fabric:
         self.description.host(host).port(plane)
         return PortControl(self, host, plane)
 
-    def _set_failure(self, key: str, value: Any) -> None:
+    def _edit_failure(self, key: str, edit: Callable[[dict[str, Any]], None]) -> None:
+        """Change one failure entry of the state record (under the fabric lock)."""
         with fabric_lock(self.name):
             rec = StateRecord.load(self.name)
-            if value is None:
-                rec.failures.pop(key, None)
+            entry = dict(rec.failures.get(key) or {})
+            edit(entry)
+            entry = {k: v for k, v in entry.items() if v not in (None, False, [], {})}
+            if entry:
+                rec.failures[key] = entry
             else:
-                rec.failures[key] = value
-            rec.processes = self.record.processes
-            self.record = rec
+                rec.failures.pop(key, None)
             rec.save()
+            self.record = rec
 
     def _reload_record(self) -> None:
         self.record = StateRecord.load(self.name)
 
-    def _update_config(self, node: str, ifname: str, fn: Callable[[LinkConfig], None]) -> None:
-        m = self.maps(node, ifname)
-        cfg = m.read_config()
-        fn(cfg)
-        m.write_config(cfg)
+    def _apply_failures(self, ends: Sequence[tuple[str, str]]) -> None:
+        """Write each end's BPF config: its default plus what the failure record says.
+
+        Declarative on purpose: a node restore cannot undo a link blackhole (or the other
+        way round) because every config is recomputed from the whole record.
+        """
+        desc = self.description
+        failures = self.record.failures
+        for node, ifname in ends:
+            ln = next(x for x in desc.links_of(node) if x.end(node).ifname == ifname)
+            direction = f"{node}->{ln.peer(node).node}"
+            link_f = failures.get(f"link:{ln.name}") or {}
+            cfg = plan.default_config(desc, node, ifname)
+            if direction in link_f.get("blackhole", []) or failures.get(f"node:{node}"):
+                cfg.flags |= F_BLACKHOLE
+            cfg.loss_ppm = round(float(link_f.get("loss_pct", {}).get(direction, 0)) * 10_000)
+            self.maps(node, ifname).write_config(cfg)
 
     def _set_admin(self, ends: Sequence[tuple[str, str]], up: bool) -> None:
         """Admin up/down of interfaces; on up, re-install what admin down flushed."""
@@ -479,55 +494,55 @@ class LinkControl:
     def _ends(self) -> list[tuple[str, str]]:
         return [(e.node, e.ifname) for e in (self.link_.a, self.link_.b)]
 
+    def _directions(self, both: bool) -> list[str]:
+        fwd = f"{self.a}->{self.b}"
+        return [fwd, f"{self.b}->{self.a}"] if both else [fwd]
+
     def down(self) -> None:
-        """Both ends administratively down (like pulling the cable)."""
+        """Both ends administratively down (like pulling the cable); stops a flap."""
+        self._stop_flap()
         self.fab._set_admin(self._ends(), up=False)
-        self.fab._set_failure(self.key, {"state": "down"})
+        self.fab._edit_failure(self.key, lambda f: f.update(down=True))
 
     def up(self) -> None:
-        """Both ends up again, addresses/neighbours/routes re-installed."""
+        """Both ends up again (addresses, neighbours, routes re-installed); stops a flap.
+
+        Blackhole and loss settings stay; :meth:`clear` removes everything.
+        """
         self._stop_flap()
         self.fab._set_admin(self._ends(), up=True)
-        self.fab._set_failure(self.key, None)
+        self.fab._edit_failure(self.key, lambda f: f.pop("down", None))
 
     def blackhole(self, both: bool = False) -> None:
         """Drop every frame a -> b (and b -> a with ``both``); the link stays up."""
-        self._set_flags(both, blackhole=True)
+        dirs = self._directions(both)
+
+        def edit(f: dict[str, Any]) -> None:
+            f["blackhole"] = sorted(set(f.get("blackhole", [])) | set(dirs))
+
+        self.fab._edit_failure(self.key, edit)
+        self.fab._apply_failures(self._ends())
 
     def loss(self, pct: float, both: bool = False) -> None:
         """Drop ``pct`` percent of frames a -> b at random (b -> a too with ``both``)."""
         if not 0 <= pct <= 100:
             raise FabricError(f"loss {pct}% is not in 0..100")
-        self._set_flags(both, loss_ppm=round(pct * 10_000))
+        dirs = self._directions(both)
 
-    def _set_flags(
-        self, both: bool, blackhole: bool | None = None, loss_ppm: int | None = None
-    ) -> None:
-        ends = [self.link_.end(self.a)] + ([self.link_.end(self.b)] if both else [])
+        def edit(f: dict[str, Any]) -> None:
+            loss = dict(f.get("loss_pct", {}))
+            for d in dirs:
+                loss[d] = pct
+            f["loss_pct"] = {k: v for k, v in loss.items() if v}
 
-        def apply(cfg: LinkConfig) -> None:
-            if blackhole is not None:
-                cfg.flags = (cfg.flags | F_BLACKHOLE) if blackhole else (cfg.flags & ~F_BLACKHOLE)
-            if loss_ppm is not None:
-                cfg.loss_ppm = loss_ppm
-
-        for e in ends:
-            self.fab._update_config(e.node, e.ifname, apply)
-        prev = dict(self.fab.record.failures.get(self.key) or {})
-        direction = "both" if both else f"{self.a}->{self.b}"
-        if blackhole:
-            prev["blackhole"] = direction
-        if loss_ppm is not None:
-            prev["loss_pct"] = loss_ppm / 10_000
-            prev["loss_direction"] = direction
-        self.fab._set_failure(self.key, prev)
+        self.fab._edit_failure(self.key, edit)
+        self.fab._apply_failures(self._ends())
 
     def flap(self, period_ms: int) -> int:
         """Toggle the link down/up every ``period_ms`` in a background process; its PID."""
         if period_ms < 10:
             raise FabricError("flap period must be at least 10 ms")
         self._stop_flap()
-        env = dict(os.environ)
         p = subprocess.Popen(
             [sys.executable, "-m", "mrcnet.fabric.flap", self.fab.name, self.a, self.b,
              str(period_ms)],
@@ -535,10 +550,10 @@ class LinkControl:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C in the caller's terminal does not hit it
-            env=env,
+            env=dict(os.environ),  # same MRC_FABRIC_STATE_DIR as ours
         )
         start = None
-        for _ in range(50):
+        for _ in range(100):
             start = proc_start_time(p.pid)
             if start is not None:
                 break
@@ -547,40 +562,36 @@ class LinkControl:
         with fabric_lock(self.fab.name):
             r = StateRecord.load(self.fab.name)
             r.processes.append(rec)
-            r.failures[self.key] = {"flap_ms": period_ms, "pid": p.pid}
             r.save()
-            self.fab.record = r
+        self.fab._edit_failure(self.key, lambda f: f.update(flap_ms=period_ms, flap_pid=p.pid))
         return p.pid
 
     def _stop_flap(self) -> None:
         with fabric_lock(self.fab.name):
             r = StateRecord.load(self.fab.name)
-            keep = []
-            for p in r.processes:
-                if p.what.startswith(f"flap {self.link_.name} "):
-                    p.kill()
-                else:
-                    keep.append(p)
-            r.processes = keep
+            mine = [p for p in r.processes if p.what.startswith(f"flap {self.link_.name} ")]
+            if not mine:
+                return
+            for p in mine:
+                p.kill()
+            r.processes = [p for p in r.processes if p not in mine]
             r.save()
-            self.fab.record = r
+
+        def edit(f: dict[str, Any]) -> None:
+            f.pop("flap_ms", None)
+            f.pop("flap_pid", None)
+
+        self.fab._edit_failure(self.key, edit)
 
     def clear(self) -> None:
-        """Undo every failure on this link: stop flapping, bring up, no blackhole, no loss."""
+        """Undo every failure on this link: stop flapping, bring up, no blackhole, no loss.
+
+        A switch blackholed as a whole (``node ... blackhole``) stays blackholed.
+        """
         self._stop_flap()
         self.fab._set_admin(self._ends(), up=True)
-
-        def reset(cfg: LinkConfig) -> None:
-            cfg.flags &= ~F_BLACKHOLE
-            cfg.loss_ppm = 0
-
-        for node, ifname in self._ends():
-            # A switch that is blackholed as a whole stays blackholed.
-            if not self.fab.record.failures.get(f"node:{node}"):
-                self.fab._update_config(node, ifname, reset)
-            else:
-                self.fab._update_config(node, ifname, lambda c: setattr(c, "loss_ppm", 0))
-        self.fab._set_failure(self.key, None)
+        self.fab._edit_failure(self.key, lambda f: f.clear())
+        self.fab._apply_failures(self._ends())
 
 
 class NodeControl:
@@ -589,23 +600,21 @@ class NodeControl:
     def __init__(self, fab: Fabric, switch: str) -> None:
         self.fab, self.switch = fab, switch
 
-    def _set(self, on: bool) -> None:
-        def apply(cfg: LinkConfig) -> None:
-            cfg.flags = (cfg.flags | F_BLACKHOLE) if on else (cfg.flags & ~F_BLACKHOLE)
-
-        for ln in self.fab.description.links_of(self.switch):
-            end = ln.end(self.switch)
-            self.fab._update_config(end.node, end.ifname, apply)
+    def _ends(self) -> list[tuple[str, str]]:
+        return [
+            (self.switch, ln.end(self.switch).ifname)
+            for ln in self.fab.description.links_of(self.switch)
+        ]
 
     def blackhole(self) -> None:
         """Forward nothing (every egress drops) while every link stays up."""
-        self._set(True)
-        self.fab._set_failure(f"node:{self.switch}", {"blackhole": True})
+        self.fab._edit_failure(f"node:{self.switch}", lambda f: f.update(blackhole=True))
+        self.fab._apply_failures(self._ends())
 
     def restore(self) -> None:
-        """Forward again."""
-        self._set(False)
-        self.fab._set_failure(f"node:{self.switch}", None)
+        """Forward again (link blackholes set separately stay)."""
+        self.fab._edit_failure(f"node:{self.switch}", lambda f: f.clear())
+        self.fab._apply_failures(self._ends())
 
 
 class PortControl:
@@ -614,16 +623,17 @@ class PortControl:
     def __init__(self, fab: Fabric, host: str, plane: int) -> None:
         self.fab, self.host, self.plane = fab, host, plane
         self.ifname = fab.description.host(host).port(plane).ifname
+        self.key = f"port:{host}:{plane}"
 
     def down(self) -> None:
         """The host's port admin down (its leaf sees the carrier go)."""
         self.fab._set_admin([(self.host, self.ifname)], up=False)
-        self.fab._set_failure(f"port:{self.host}:{self.plane}", {"state": "down"})
+        self.fab._edit_failure(self.key, lambda f: f.update(down=True))
 
     def up(self) -> None:
         """The port up again, address and routes re-installed."""
         self.fab._set_admin([(self.host, self.ifname)], up=True)
-        self.fab._set_failure(f"port:{self.host}:{self.plane}", None)
+        self.fab._edit_failure(self.key, lambda f: f.clear())
 
 
 # --- removal ---------------------------------------------------------------------------------

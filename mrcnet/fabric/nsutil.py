@@ -20,11 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from mrcnet.fabric.errors import FabricError, PermissionProblem, ToolMissing
-
-log = structlog.get_logger("mrcnet.fabric")
 
 NETNS_RUN_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000

@@ -79,7 +79,7 @@ def test_link_down_and_up(fab: Fabric) -> None:
     assert all(v["oper"] == "down" for v in ln["directions"].values())
     assert _deliver(fab, 0, 0) == 0
     assert _deliver(fab, 0, 1) == 20  # the other spine is untouched
-    assert st["failures"][f"link:{leaf}-p0s0"] == {"state": "down"}
+    assert st["failures"][f"link:{leaf}-p0s0"] == {"down": True}
     fab.link(leaf, "p0s0").up()
     assert _deliver(fab, 0, 0) == 20  # routes and neighbours were re-installed
     assert _deliver(fab, 0, 0, reverse=True) == 20
@@ -163,3 +163,25 @@ def test_flap_runs_in_background_and_clear_stops_it(fab: Fabric) -> None:
     assert not proc.alive()
     assert StateRecord.load(fab.name).processes == []
     assert _deliver(fab, 0, 0) == 20
+
+
+def test_failures_compose(fab: Fabric) -> None:
+    """A node restore keeps a link blackhole; a link clear keeps a node blackhole."""
+    d = fab.description
+    leaf = d.planes[0].leaves[d.hosts[0].leaf_index].name
+    fab.link("p0s0", leaf).blackhole()  # spine -> leaf only
+    fab.node("p0s0").blackhole()
+    fab.node("p0s0").restore()
+    assert _deliver(fab, 0, 0) == 20  # h0 -> h1 does not use p0s0 -> leaf(h0)
+    assert _deliver(fab, 0, 0, reverse=True) == 0  # h1 -> h0 does: still blackholed
+    fab.node("p0s0").blackhole()
+    fab.link("p0s0", leaf).clear()
+    assert _deliver(fab, 0, 0) == 0  # the switch as a whole is still blackholed
+    fab.node("p0s0").restore()
+    assert _deliver(fab, 0, 0) == 20 and _deliver(fab, 0, 0, reverse=True) == 20
+    fab.link(leaf, "p0s1").loss(100, both=True)
+    fab.link(leaf, "p0s1").down()
+    fab.link(leaf, "p0s1").up()  # up undoes down only: the loss stays
+    assert _deliver(fab, 0, 1) == 0
+    rec = StateRecord.load(fab.name).failures
+    assert rec[f"link:{leaf}-p0s1"] == {"loss_pct": {f"{leaf}->p0s1": 100, f"p0s1->{leaf}": 100}}
