@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from mrcnet.core.events import PathStateChanged
 from mrcnet.core.states import EVState
@@ -102,7 +103,7 @@ class EVInfo:
         self.srtt += RTT_ALPHA * (rtt - self.srtt)
         self.min_rtt = min(self.min_rtt, rtt)
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         """Counters and estimates, for mrcctl."""
         return {
             "ev": self.ev,
@@ -393,6 +394,6 @@ class EVManager:
                 return info
         return next(iter(self.evs.values()))
 
-    def stats(self) -> dict[int, dict[str, object]]:
+    def stats(self) -> dict[int, dict[str, Any]]:
         """Per-EV counters."""
         return {ev: info.stats() for ev, info in self.evs.items()}

@@ -370,12 +370,12 @@ class Host:
         evm = self.qp(qpn).evm
         return evm.allow(ev) if evm is not None else False
 
-    def ev_stats(self, qpn: int) -> dict[int, dict[str, object]]:
+    def ev_stats(self, qpn: int) -> dict[int, dict[str, Any]]:
         """Per-EV state and counters of a QP."""
         evm = self.qp(qpn).evm
         return evm.stats() if evm is not None else {}
 
-    def qp_stats(self, qpn: int) -> dict[str, object]:
+    def qp_stats(self, qpn: int) -> dict[str, Any]:
         """State, window and counters of a QP."""
         return self.qp(qpn).info()
 

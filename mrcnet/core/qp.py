@@ -17,7 +17,7 @@ Internally PSNs are unbounded integers ("sequence numbers", ``seq``): the wire P
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mrcnet.constants import (
     IMM_OPCODES,
@@ -772,18 +772,25 @@ class QueuePair:
             return NackReason.TRIMMED_LASTHOP
         return NackReason.TRIMMED
 
-    def _reverse(self, plane: int) -> tuple[int, int, Route]:
-        assert self.evm is not None
-        ev = self.evm.reverse_ev(plane) if plane in self.evm.usable_planes \
-            else self.evm.next_ev().ev
-        port, route = self.route(ev)
-        return ev, port, route
+    def _reverse(self, plane: int, ev: int = 0) -> tuple[int, int, Route]:
+        """EV, port and route for a SACK/NACK. It goes back on the path the triggering
+        packet came on: that path just worked, and the sender steers it (a path the sender
+        retired carries no data, hence no SACKs either). Without a usable triggering EV,
+        the QP's own live EVs in the plane are the reverse set."""
+        evm = self.evm
+        assert evm is not None
+        if ev and ev_path(ev)[0] in evm.usable_planes and ev_path(ev)[0] in self._paths:
+            port, route = self.route(ev)
+            return ev, port, route
+        rev = evm.reverse_ev(plane) if plane in evm.usable_planes else evm.next_ev().ev
+        port, route = self.route(rev)
+        return rev, port, route
 
     def _nack(self, reason: NackReason, ev: int, seq: int, ts: int, plane: int,
               out: list[tuple[int, bytes]]) -> None:
         if self.evm is None:
             return
-        rev, port, route = self._reverse(plane)
+        rev, port, route = self._reverse(plane, ev)
         out.append((port, build_nack(route, ev=rev, dest_qp=self.attrs.dest_qp_num or 0,
                                      neth=NETH(reason, ev, seq & PSN_MASK,
                                                self.rcv_nxt & PSN_MASK, ts))))
@@ -798,17 +805,17 @@ class QueuePair:
         if self.evm is None or self.state not in (QPState.RTR, QPState.RTS):
             return
         rcv = self.rcv_nxt
-        pending = sorted(s for s in self.unreported if s > rcv)
-        self.unreported.clear()
-        bases: list[int] = []
-        for s in pending:
-            if not bases or s >= bases[-1] + SACK_BITMAP_BITS:
+        # The first window always starts right after the cumulative point, so every SACK
+        # repeats what is still missing before it (a lost SACK costs nothing); extra
+        # windows only for packets further out that no SACK has reported yet.
+        bases: list[int] = [rcv + 1]
+        for s in sorted(s for s in self.unreported if s > rcv + SACK_BITMAP_BITS):
+            if s >= bases[-1] + SACK_BITMAP_BITS:
                 bases.append(s)
-        if not bases:
-            bases.append(rcv + 1)
+        self.unreported.clear()
         ev, port, route = self._reverse(self.ack_plane if self.ack_plane >= 0
                                         else self.evm.usable_planes[0]
-                                        if self.evm.usable_planes else 0)
+                                        if self.evm.usable_planes else 0, self.ack_ev)
         penalty = int(self.penalty)
         self.penalty *= _PENALTY_DECAY
         ack_off = max(-_S16_MAX, min(_S16_MAX, self.ack_seq - rcv))
@@ -869,7 +876,7 @@ class QueuePair:
 
     # --- stats ------------------------------------------------------------------------
 
-    def info(self) -> dict[str, object]:
+    def info(self) -> dict[str, Any]:
         """QP state and counters, for mrcctl."""
         return {
             "qpn": self.qpn,

@@ -18,7 +18,7 @@ from typing import Any
 
 from mrcnet.constants import DSCP_TRIMMED, ETH_HEADER_LEN
 from mrcnet.core import Host, HostConfig, Port
-from mrcnet.wire import Route, usid_container
+from mrcnet.wire import Frame, Route, parse_frame, usid_container
 
 BLOCK = b"\xfc\x00\x00\x00"
 SPINE_USID = 0x100
@@ -81,6 +81,7 @@ class Impairments:
     dead_paths: set[tuple[int, int]] = field(default_factory=set)  # (plane, spine)
     dead_hosts: set[str] = field(default_factory=set)
     drop_if: Callable[[bytes], bool] | None = None
+    trim_if: Callable[[bytes], bool] | None = None
 
 
 class Net:
@@ -113,6 +114,16 @@ class Net:
         self.tx_log: list[tuple[float, str, int, bytes]] = []
         self.log_tx = False
 
+    def data_frames(self, since: float = 0.0, src: str | None = None) -> list[Frame]:
+        """Parsed data frames sent (needs ``log_tx``), optionally from one host."""
+        out = []
+        for t, s, _port, f in self.tx_log:
+            if t >= since and (src is None or s == src):
+                fr = parse_frame(f)
+                if fr.is_data:
+                    out.append(fr)
+        return out
+
     def h(self, i: int) -> Host:
         return self.hosts[f"h{i}"]
 
@@ -141,7 +152,9 @@ class Net:
         copies = 2 if imp.dup and rng.random() < imp.dup else 1
         for _ in range(copies):
             f = frame
-            if imp.trim and len(f) > TRIM_TO + 64 and rng.random() < imp.trim:
+            if len(f) > TRIM_TO + 64 and (
+                    (imp.trim and rng.random() < imp.trim)
+                    or (imp.trim_if is not None and imp.trim_if(f))):
                 f = trim(f)
                 self.trimmed += 1
             t = self.now + imp.delay + (rng.random() * imp.jitter if imp.jitter else 0.0)

@@ -1,0 +1,264 @@
+"""EV manager behaviour: SKIP on trims (not last hop), ASSUMED_BAD on loss with no further
+use, probes revive after k successes, deny/allow, port status, even planes, ECMP mode."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+from mrcnet.constants import NackReason
+from mrcnet.core import (
+    EVManager,
+    EVState,
+    HostConfig,
+    PathStateChanged,
+    PortStatusChanged,
+    ev_path,
+    make_ev,
+)
+from mrcnet.wire import build_nack, parse_frame
+from mrcnet.wire.nack import NETH
+
+from .harness import Impairments, Net, connect
+
+
+def _events(host: Any) -> list[Any]:
+    out = []
+    while (e := host.next_event()) is not None:
+        out.append(e)
+    return out
+
+
+def _write(net: Net, qa: int, size: int, wr_id: int = 1) -> tuple[bytearray, bytearray]:
+    ha, hb = net.h(0), net.h(1)
+    src = bytearray(bytes(range(256)) * (size // 256 + 1))[:size]
+    dst = bytearray(size)
+    ms, md = ha.register_mr(src), hb.register_mr(dst)
+    ha.post_write(qa, wr_id, ms, 0, size, md.addr, md.rkey)
+    return src, dst
+
+
+def test_ev_encoding_round_trips() -> None:
+    for plane, path, inst in [(0, 0, 0), (7, 4095, 4095), (127, 3, 9)]:
+        ev = make_ev(plane, path, inst)
+        assert ev_path(ev) == (plane, path, inst)
+        assert ev >> 16 >= 0x8000  # UDP source port never 0
+
+
+def test_ev_set_split_evenly_and_a_different_ev_per_packet() -> None:
+    m = EVManager(1, {0: 4, 1: 4, 2: 4, 3: 4}, evs_per_qp=128)
+    per_plane = Counter(i.plane for i in m.evs.values())
+    assert per_plane == {0: 32, 1: 32, 2: 32, 3: 32}
+    per_path = Counter((i.plane, i.path) for i in m.evs.values())
+    assert set(per_path.values()) == {8}
+    seq = [m.next_ev().ev for _ in range(256)]
+    assert all(a != b for a, b in itertools.pairwise(seq))
+    assert Counter(seq) == Counter({ev: 2 for ev in m.evs})  # every EV used, evenly
+
+
+def _nack_first_packet(reason: NackReason) -> tuple[Net, int, int, list[PathStateChanged]]:
+    net = Net(planes=1, spines=4)
+    qa, _ = connect(net, 0, 1)
+    ha = net.h(0)
+    _write(net, qa, 4 * 4096)
+    frames = ha.frames_to_send(0.0)  # captured, never delivered
+    first = parse_frame(frames[0][1])
+    assert first.is_data
+    back = net.fabric.provider("h1").routes("h0", 0)[0]
+    nack = build_nack(back, ev=make_ev(0, 0, 0), dest_qp=qa,
+                      neth=NETH(reason, first.ev, first.bth.psn))
+    _events(ha)
+    ha.receive(nack, 0, 1e-6)
+    retx = [parse_frame(f) for _, f in ha.frames_to_send(1e-6)]
+    assert [f.bth.psn for f in retx] == [first.bth.psn]  # retransmitted at once
+    assert retx[0].bth.rtx and retx[0].ev != first.ev  # marked RTX, on another EV
+    return net, qa, first.ev, [e for e in _events(ha) if isinstance(e, PathStateChanged)]
+
+
+def test_trim_nack_skips_the_ev_once() -> None:
+    net, qa, ev, events = _nack_first_packet(NackReason.TRIMMED)
+    assert events == [PathStateChanged(qa, ev, EVState.GOOD, EVState.SKIP, "trim")]
+    assert net.h(0).ev_stats(qa)[ev]["trimmed"] == 1
+
+
+def test_last_hop_trim_does_not_move_the_ev() -> None:
+    net, qa, ev, events = _nack_first_packet(NackReason.TRIMMED_LASTHOP)
+    assert events == []
+    assert net.h(0).ev_stats(qa)[ev]["state"] == "GOOD"
+
+
+def test_receiver_classifies_trims_on_one_path_vs_incast() -> None:
+    spine = 1
+    imp = Impairments()
+    net = Net(planes=1, spines=4, imp=imp)
+    qa, _ = connect(net, 0, 1)
+    imp.trim_if = lambda f: net._spine(f) == spine and len(f) > 1000
+    src, dst = _write(net, qa, 512 * 1024)
+    net.run(until=lambda: len(net.h(0).qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    hb = net.h(1)
+    assert hb.counters()["rx_trimmed"] > 0
+    skips = [e for e in _events(net.h(0)) if isinstance(e, PathStateChanged)
+             and e.new is EVState.SKIP]
+    assert skips and all(ev_path(e.ev)[1] == spine for e in skips)
+
+
+def test_loss_retires_the_ev_at_once_and_it_is_never_used_again() -> None:
+    dead = (0, 2)
+    net = Net(planes=2, spines=4, imp=Impairments(dead_paths={dead}))
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    src, dst = _write(net, qa, 2 << 20)
+    net.run(until=lambda: len(net.h(0).qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    events = [e for e in _events(net.h(0)) if isinstance(e, PathStateChanged)]
+    bad = {e.ev: e for e in events if e.new is EVState.ASSUMED_BAD}
+    assert bad, "no EV retired"
+    assert all(ev_path(ev)[:2] == dead for ev in bad)
+    assert all(e.cause in ("loss", "timeout") for e in bad.values())
+    # (test_retired_ev_sends_no_data_after_retirement checks the frames themselves)
+    stats = net.h(0).ev_stats(qa)
+    for ev in bad:
+        assert stats[ev]["state"] == "ASSUMED_BAD"
+        assert int(stats[ev]["lost"]) >= 1
+    # refills came from the same plane, avoiding the dead path
+    per_plane = Counter(s["plane"] for s in stats.values() if s["state"] == "GOOD")
+    assert per_plane[0] == per_plane[1] == 64
+
+
+def test_retired_ev_sends_no_data_after_retirement() -> None:
+    dead = (1, 3)
+    net = Net(planes=2, spines=4, imp=Impairments(dead_paths={dead}))
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    _write(net, qa, 1 << 20)
+    ha = net.h(0)
+    seen_bad: dict[int, float] = {}
+
+    def watch() -> bool:
+        for e in _events(ha):
+            if isinstance(e, PathStateChanged) and e.new is EVState.ASSUMED_BAD:
+                seen_bad.setdefault(e.ev, net.now)
+        return len(ha.qp(qa).cq) > 0
+
+    net.run(until=watch, max_time=1.0)
+    assert seen_bad
+    for t, name, _port, raw in net.tx_log:
+        if name != "h0":
+            continue
+        fr = parse_frame(raw)
+        if fr.is_data and fr.ev in seen_bad:
+            assert t <= seen_bad[fr.ev], "data sent on an ASSUMED_BAD EV"
+
+
+def test_probes_revive_an_ev_after_k_successes() -> None:
+    k = 3
+    cfg = HostConfig(probe_interval=100e-6, probe_successes=k)
+    imp = Impairments(dead_paths={(0, 1)})
+    net = Net(planes=1, spines=2, config=cfg, imp=imp)
+    qa, _ = connect(net, 0, 1)
+    _write(net, qa, 256 * 1024)
+    ha = net.h(0)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    bad = [ev for ev, s in ha.ev_stats(qa).items() if s["state"] == "ASSUMED_BAD"]
+    assert bad
+    _events(ha)
+    # while the path is dead, probes fail and nothing revives
+    net.run(max_time=net.now + 10 * cfg.probe_interval)
+    assert all(ha.ev_stats(qa)[ev]["state"] == "ASSUMED_BAD" for ev in bad)
+    assert ha.counters()["tx_ev_probe"] > 0
+    imp.dead_paths.clear()
+    t0 = net.now
+    net.run(max_time=t0 + (k - 1) * cfg.probe_interval)
+    assert all(ha.ev_stats(qa)[ev]["state"] == "ASSUMED_BAD" for ev in bad)  # k-1: not yet
+    net.run(max_time=t0 + (k + 1.5) * cfg.probe_interval)
+    assert all(ha.ev_stats(qa)[ev]["state"] == "GOOD" for ev in bad)
+    revived = [e for e in _events(ha) if isinstance(e, PathStateChanged)]
+    assert {e.ev for e in revived if e.cause == "probe"} == set(bad)
+
+
+def test_deny_and_allow() -> None:
+    net = Net(planes=1, spines=2)
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    ha = net.h(0)
+    ev = next(iter(ha.ev_stats(qa)))
+    assert ha.deny_ev(qa, ev)
+    assert ha.ev_stats(qa)[ev]["state"] == "DENIED"
+    assert not ha.deny_ev(qa, make_ev(0, 0, 4000))  # not one of this QP's EVs
+    src, dst = _write(net, qa, 512 * 1024)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    assert all(f.ev != ev for f in net.data_frames(src="h0"))
+    assert ha.allow_ev(qa, ev)
+    assert ha.ev_stats(qa)[ev]["state"] == "GOOD"
+    kinds = [(e.old, e.new, e.cause) for e in _events(ha) if isinstance(e, PathStateChanged)
+             and e.ev == ev]
+    assert kinds == [(EVState.GOOD, EVState.DENIED, "deny"),
+                     (EVState.DENIED, EVState.GOOD, "allow")]
+
+
+def test_peer_port_down_stops_the_plane() -> None:
+    net = Net(planes=2, spines=2)
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    ha, hb = net.h(0), net.h(1)
+    src, dst = _write(net, qa, 1 << 20)
+    net.run(until=lambda: hb.counters().get("rx_data", 0) > 20, max_time=1.0)
+    hb.set_port_state(1, False, net.now)
+    t_down = net.now
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    ev_a = [e for e in _events(ha) if isinstance(e, PortStatusChanged)]
+    assert ev_a == [PortStatusChanged(None, 1, False, "h1")]
+    ev_b = [e for e in _events(hb) if isinstance(e, PortStatusChanged)]
+    assert ev_b == [PortStatusChanged(1, 1, False, None)]
+    # once the PORT_STATUS arrived (one hop), h0 sent nothing more on plane 1
+    late = [f for f in net.data_frames(since=t_down + 2 * net.imp.delay, src="h0")]
+    assert late and all(ev_path(f.ev)[0] == 0 for f in late)
+
+
+def test_local_port_down_stops_the_plane() -> None:
+    net = Net(planes=2, spines=2)
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    ha = net.h(0)
+    ha.set_port_state(0, False, 0.0)
+    src, dst = _write(net, qa, 256 * 1024)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    assert all(ev_path(f.ev)[0] == 1 for f in net.data_frames(src="h0"))
+
+
+def test_planes_stay_evenly_loaded_after_refill() -> None:
+    net = Net(planes=2, spines=4, imp=Impairments(dead_paths={(0, 0), (0, 1)}))
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    src, dst = _write(net, qa, 2 << 20)
+    ha = net.h(0)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    frames = net.data_frames(src="h0")
+    per_plane = Counter(ev_path(f.ev)[0] for f in frames)
+    assert abs(per_plane[0] - per_plane[1]) <= 0.05 * len(frames)
+    good = [s for s in ha.ev_stats(qa).values() if s["state"] == "GOOD"]
+    assert Counter(s["plane"] for s in good) == {0: 64, 1: 64}
+    # EVs created by refill (nothing lost on them) avoid the dead paths
+    refills = [s for s in good if s["plane"] == 0 and int(s["ev"]) & 0xFFF > 0]
+    assert refills and all(s["path"] in (2, 3) for s in refills)
+
+
+def test_ecmp_profile_uses_one_ev_and_never_retires_it() -> None:
+    cfg = HostConfig(ev_profile="ecmp")
+    net = Net(planes=2, spines=4, config=cfg, imp=Impairments(loss=0.02))
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    src, dst = _write(net, qa, 1 << 20)
+    ha = net.h(0)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=5.0)
+    assert dst == src
+    evs = {f.ev for f in net.data_frames(src="h0")}
+    assert len(evs) == 1
+    assert all(s["state"] == "GOOD" for s in ha.ev_stats(qa).values())
+    assert ha.counters().get("tx_retransmit", 0) > 0
