@@ -1,0 +1,131 @@
+"""NSCC: each quadrant, quick adapt, the window cap, BDP scaling, and the CC registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from mrcnet.core import CC_REGISTRY, NSCC, CongestionControl, create_cc, register_cc
+from mrcnet.core.cc import NSCC_ALPHA, NSCC_GAMMA, NSCC_MAX_BDP
+
+MSS = 4096
+RATE = 100e9 / 8  # bytes/s
+BASE = 10e-6  # base RTT: BDP = 125 kB
+
+
+def _cc(cwnd: float = 60_000.0) -> NSCC:
+    cc = NSCC(MSS, RATE, BASE)
+    cc.on_ack(0, BASE, False, 0.0)  # learn the base RTT
+    cc.cwnd = cwnd
+    return cc
+
+
+def test_scaled_to_bdp() -> None:
+    cc = _cc()
+    assert cc.bdp == pytest.approx(RATE * BASE)
+    assert cc.maxwnd == pytest.approx(NSCC_MAX_BDP * RATE * BASE)
+    assert cc.target == pytest.approx(0.5 * BASE)
+    # a smaller base RTT rescales everything
+    cc.on_ack(0, BASE / 2, False, 1e-3)
+    assert cc.bdp == pytest.approx(RATE * BASE / 2)
+    assert cc.maxwnd == pytest.approx(NSCC_MAX_BDP * RATE * BASE / 2)
+
+
+def test_proportional_increase_when_no_ecn_and_low_delay() -> None:
+    cc = _cc()
+    d = cc.target / 4
+    cc.on_ack(MSS, BASE + d, False, 1e-3)
+    assert cc.quadrant == "proportional_increase"
+    want = 60_000 + NSCC_ALPHA * MSS * (cc.target - d) / cc.target
+    assert cc.cwnd == pytest.approx(want)
+
+
+def test_fair_increase_when_no_ecn_and_high_delay() -> None:
+    cc = _cc()
+    d = 2 * cc.target
+    cc.on_ack(MSS, BASE + d, False, 1e-3)
+    assert cc.quadrant == "fair_increase"
+    assert cc.cwnd == pytest.approx(60_000 + cc.fi * MSS / 60_000)
+
+
+def test_multiplicative_decrease_once_per_base_rtt() -> None:
+    cc = _cc()
+    d = 3 * cc.target
+    cc.on_ack(MSS, BASE + d, True, 1e-3)
+    assert cc.quadrant == "multiplicative_decrease"
+    factor = max(1 - NSCC_GAMMA * (d - cc.target) / d, 0.5)
+    assert cc.cwnd == pytest.approx(60_000 * factor)
+    after_first = cc.cwnd
+    cc.on_ack(MSS, BASE + d, True, 1e-3 + BASE / 2)  # same base RTT: no second cut
+    assert cc.cwnd == pytest.approx(after_first)
+    cc.on_ack(MSS, BASE + d, True, 1e-3 + 2 * BASE)
+    assert cc.cwnd < after_first
+
+
+def test_decrease_is_at_most_half() -> None:
+    cc = _cc()
+    d = 3.9 * cc.target  # large delay, still below the quick-adapt threshold
+    cc.on_ack(MSS, BASE + d, True, 1e-3)
+    assert cc.cwnd >= 0.5 * 60_000 - 1e-6
+
+
+def test_no_change_when_ecn_and_low_delay() -> None:
+    cc = _cc()
+    cc.on_ack(MSS, BASE + cc.target / 2, True, 1e-3)
+    assert cc.quadrant == "no_change"
+    assert cc.cwnd == 60_000
+
+
+def test_quick_adapt_on_trim_sets_window_to_delivered_in_last_rtt() -> None:
+    cc = _cc(100_000)
+    t = 1e-3
+    for i in range(5):  # 5 x MSS delivered within one RTT
+        cc.on_ack(MSS, BASE, False, t + i * 1e-7)
+    cc.on_trim(t + 1e-6, lasthop=False)
+    cc.on_ack(MSS, BASE, False, t + 2e-6)
+    assert cc.quadrant == "quick_adapt"
+    assert cc.cwnd == pytest.approx(6 * MSS)
+
+
+def test_quick_adapt_on_huge_delay_at_most_once_per_rtt() -> None:
+    cc = _cc(100_000)
+    t = 1e-3
+    cc.on_ack(MSS, BASE, False, t)
+    big = BASE + 5 * cc.target
+    cc.on_ack(MSS, big, False, t + 1e-7)
+    assert cc.quadrant == "quick_adapt"
+    w = cc.cwnd
+    cc.on_ack(MSS, big, False, t + 2e-7)  # within the same RTT: ordinary quadrant
+    assert cc.quadrant == "fair_increase"
+    assert cc.cwnd >= w
+
+
+def test_window_capped_at_one_and_a_half_bdp() -> None:
+    cc = _cc()
+    for i in range(10_000):
+        cc.on_ack(MSS, BASE, False, 1e-3 + i * 1e-7)
+    assert cc.cwnd == pytest.approx(NSCC_MAX_BDP * RATE * BASE)
+
+
+def test_receiver_window_penalty() -> None:
+    cc = _cc(100_000)
+    cc.on_penalty(127, 1e-3)
+    assert cc.cwnd == pytest.approx(50_000)
+    cc.on_penalty(127, 1e-3 + 1e-7)  # once per RTT
+    assert cc.cwnd == pytest.approx(50_000)
+
+
+def test_registry() -> None:
+    assert {"nscc", "fixed"} <= set(CC_REGISTRY)
+    assert isinstance(create_cc("nscc", MSS, RATE, BASE), NSCC)
+    with pytest.raises(KeyError, match="known"):
+        create_cc("cubic", MSS, RATE, BASE)
+
+    @register_cc("test-double")
+    class Double(CongestionControl):
+        def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
+            self.cwnd *= 2
+
+    cc = create_cc("test-double", MSS, RATE, BASE)
+    cc.on_ack(1, None, False, 0.0)
+    assert cc.cwnd == 2 * RATE * BASE
+    del CC_REGISTRY["test-double"]
