@@ -144,9 +144,9 @@ def run_batches(batches: Sequence[Batch], parallel: int = 8) -> list[str]:
             out, err = p.communicate(b.text())
             outputs[i] = out
             if p.returncode != 0:
-                errors.append(f"{b.what}: {err.strip() or 'exit ' + str(p.returncode)}")
-    if errors:
-        raise FabricError("; ".join(errors[:3]))
+                errors.append(f"{b.what}: {' '.join(err.split()) or 'exit ' + str(p.returncode)}")
+        if errors:  # stop here: later batches would only add noise to the first error
+            raise FabricError("; ".join(errors[:3]))
     return outputs
 
 

@@ -102,6 +102,7 @@ def test_host_drop_after_packet_tap(usid_fabric: Fabric) -> None:
     h0, h1 = d.hosts[0], d.hosts[-1]
     frame = probe.build_frame(d, h0.name, h1.name, 0, 0, size=300)
     before = _host_drops(fab)
+    c0 = fab.counters()
     with probe.packet_socket(h1.netns, "p0") as all_rx, probe.packet_socket(
         h1.netns, "p0", ETH_P_IPV6
     ) as v6_rx:
@@ -123,7 +124,11 @@ def test_host_drop_after_packet_tap(usid_fabric: Fabric) -> None:
         except TimeoutError:
             pass
     after = _host_drops(fab)
+    c1 = fab.counters()
     assert seen_all == 10
+    # The destination kernel answered nothing (no ICMP errors back out of its port).
+    back = f"{h1.name}->{h1.port(0).leaf}"
+    assert c1[back]["pkts"] - c0[back]["pkts"] < 3
     assert seen_v6 == 0
     assert after[h1.name] - before[h1.name] == 10
 

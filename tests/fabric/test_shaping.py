@@ -157,4 +157,4 @@ def test_shaped_link_carries_its_rate(rate_fabric: Fabric) -> None:
         stop.set()
         t.join()
     carried = (b1 - b0) * 8 / (t1 - t0)
-    assert 0.7 * rate <= carried <= 1.15 * rate, f"carried {carried / 1e6:.1f} Mbit/s"
+    assert 0.6 * rate <= carried <= 1.2 * rate, f"carried {carried / 1e6:.1f} Mbit/s"
