@@ -66,8 +66,7 @@ ffibuilder.cdef(
         uint32_t *idx;
     };
     void mrc_batch_init(struct mrc_batch *b);
-    int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data,
-                       const uint32_t *offs, unsigned n);
+    int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n);
     int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n);
     int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait,
                        int skip_outgoing, unsigned *nrecv);

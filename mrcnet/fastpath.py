@@ -180,6 +180,12 @@ class PyBatchIO:
         """Writable view of send/receive buffer ``i`` (``bufsize`` bytes)."""
         return self._view[i * self.bufsize : (i + 1) * self.bufsize]
 
+    def slot_ptr(self, i: int) -> memoryview:
+        """Buffer ``i`` to patch into: the twin of :meth:`CBatchIO.slot_ptr` (a view here)."""
+        if not 0 <= i < self.max_batch:
+            raise IndexError(i)
+        return self.slot(i)
+
     def send(self, frames: Sequence[bytes | bytearray | memoryview]) -> int:
         """Send up to ``max_batch`` frames; returns how many went (partial when full)."""
         sent = 0
@@ -332,7 +338,6 @@ class CBatchIO:
         self._pkttype = ffi.new("uint8_t[]", max_batch)
         self._ifindex = ffi.new("int32_t[]", max_batch)
         self._idx = ffi.new("uint32_t[]", max_batch)
-        self._offs = ffi.new("uint32_t[]", max_batch)
         self._nrecv = ffi.new("unsigned *")
         b = self._b = ffi.new("struct mrc_batch *")
         b.max = max_batch
@@ -377,7 +382,7 @@ class CBatchIO:
         # points its iovecs into the joined buffer.
         data = b"".join(frames)
         self._lens[0:n] = [len(f) for f in frames]
-        r = int(_C.mrc_send_batch(self.fd, self._b, data, _ffi.NULL, n))
+        r = int(_C.mrc_send_batch(self.fd, self._b, data, n))
         if r < 0:
             raise OSError(-r, os.strerror(-r))
         return r

@@ -264,19 +264,17 @@ static int send_prepared(int fd, struct mrc_batch *b, unsigned n)
     return (int)done;
 }
 
-int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data,
-                   const uint32_t *offs, unsigned n)
+int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n)
 {
     size_t off = 0;
     if (n > b->max)
         n = b->max;
     for (unsigned i = 0; i < n; i++) {
-        size_t o = offs ? offs[i] : off;
-        b->iov[i].iov_base = (void *)(data + o);
+        b->iov[i].iov_base = (void *)(data + off);
         b->iov[i].iov_len = b->lens[i];
         b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
         b->msgs[i].msg_hdr.msg_namelen = 0;
-        off = o + b->lens[i];
+        off += b->lens[i];
     }
     return send_prepared(fd, b, n);
 }

@@ -112,11 +112,10 @@ struct mrc_batch {
 /* Wires each message header to its iovec; called once after Python fills the pointers. */
 void mrc_batch_init(struct mrc_batch *b);
 
-/* Sends frames with sendmmsg on a bound packet socket. Frame i is `lens[i]` bytes at
- * data + offs[i] (offs NULL: frames packed back to back from `data`). Returns the number
- * sent (partial on EAGAIN or after a later error), or -errno if the first one failed. */
-int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data,
-                   const uint32_t *offs, unsigned n);
+/* Sends n frames with sendmmsg on a bound packet socket: frame i is `lens[i]` bytes, the
+ * frames packed back to back from `data`. Returns the number sent (partial when the queue
+ * is full, or before a frame that failed), or -errno if the first one failed. */
+int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n);
 
 /* Sends the frames already written into the batch's own buffers (slot i, lens[i]). */
 int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n);

@@ -186,12 +186,14 @@ class DataTemplate:
         timestamp: int | None = None,
         rtx: bool = False,
         ack_req: bool = False,
+        cap: int | None = None,
     ) -> int:
         """Write one data frame into ``out`` (from offset 0); returns its length.
 
         The arguments mean what :func:`mrcnet.wire.build_data`'s do; ``path`` (from
-        :meth:`path`) replaces the template's own path. Raises ``ValueError`` for a
-        field out of range or an ``out`` too small.
+        :meth:`path`) replaces the template's own path; ``cap`` limits how much of ``out``
+        may be used. Raises ``ValueError`` for a field out of range or a frame that does
+        not fit.
         """
         imm_ext = check_data_args(opcode, psn, ev, va, msn, imm, timestamp)
         hdr = self.hdr
@@ -200,8 +202,9 @@ class DataTemplate:
         ext_len = (METH_LEN + IMMDT_LEN if imm_ext else 0) + (
             TSETH_LEN if timestamp is not None else 0)
         total = hlen + ext_len + plen + ICRC_LEN
-        if total > len(out):
-            raise ValueError(f"frame of {total} bytes does not fit a {len(out)}-byte buffer")
+        room = len(out) if cap is None else min(cap, len(out))
+        if total > room:
+            raise ValueError(f"frame of {total} bytes does not fit a {room}-byte buffer")
         if total - self.off_outer - IPV6_HEADER_LEN > _MAX_IPV6_PAYLOAD:
             raise ValueError(f"payload of {plen} bytes overflows the IPv6 payload length")
         mv = memoryview(out)
