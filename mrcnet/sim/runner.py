@@ -104,6 +104,8 @@ class RunResult:
     sim_time: float  #: virtual seconds simulated
     events: int  #: simulator events run
     wall: float  #: wall-clock seconds spent running events
+    cpu: float  #: CPU seconds spent running events
+    makespan_ideal: float  #: the busiest host's bytes (sent or received) / its bandwidth
     failures: list[str] = field(default_factory=list)
     ports: dict[str, dict[str, Any]] = field(default_factory=dict)
     switches: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -111,8 +113,16 @@ class RunResult:
 
     @property
     def events_per_second(self) -> float:
-        """Simulator throughput."""
-        return self.events / self.wall if self.wall > 0 else 0.0
+        """Simulator throughput: events per CPU second (wall time on a shared machine
+        measures the neighbours too)."""
+        return self.events / self.cpu if self.cpu > 0 else 0.0
+
+    @property
+    def makespan(self) -> float | None:
+        """First start to last finish, or None if a flow never finished."""
+        if any(r.finish is None for r in self.flows):
+            return None
+        return max(r.finish or 0.0 for r in self.flows) - min(r.flow.start for r in self.flows)
 
     @property
     def completed(self) -> list[FlowResult]:
@@ -141,9 +151,14 @@ class RunResult:
             "p100_slowdown": self.slowdown_percentile(100),
             "mean_slowdown": statistics.fmean(done) if done else math.nan,
             "last_finish": max(fin) if fin else None,
+            "makespan": self.makespan,
+            "makespan_ideal": self.makespan_ideal,
+            "makespan_ratio": (self.makespan / self.makespan_ideal
+                               if self.makespan is not None else None),
             "sim_time": self.sim_time,
             "events": self.events,
             "wall_seconds": self.wall,
+            "cpu_seconds": self.cpu,
             "events_per_second": self.events_per_second,
         }
 
@@ -309,6 +324,13 @@ class SimRun:
                                f"{h.last_internal_error!r}") from h.last_internal_error
         return self.result()
 
+    def _makespan_ideal(self) -> float:
+        load: dict[tuple[str, int], int] = {}
+        for f in self.flows:
+            load[("tx", f.src)] = load.get(("tx", f.src), 0) + f.size
+            load[("rx", f.dst)] = load.get(("rx", f.dst), 0) + f.size
+        return max(load.values()) * 8 / self.spec.host_bandwidth_bps
+
     def result(self) -> RunResult:
         """The measurements so far."""
         fab = self.fabric
@@ -324,6 +346,8 @@ class SimRun:
             sim_time=self.sim.now,
             events=self.sim.events,
             wall=self.sim.wall_seconds,
+            cpu=self.sim.cpu_seconds,
+            makespan_ideal=self._makespan_ideal(),
             failures=[f.describe() for f in self.failures],
             ports=ports,
             switches={s.name: s.counters.as_dict() for s in fab.switches()},

@@ -8,10 +8,11 @@ core will send.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from mrcnet.constants import ECN, Opcode
+from mrcnet.constants import DATA_OPCODES, ECN, IPPROTO_IPV6, Opcode
 from mrcnet.sim.topology import Fabric
-from mrcnet.wire import Frame, Route, build_data, parse_frame
+from mrcnet.wire import Frame, Route, build_data, ev_from_headers, parse_frame
 
 
 def data_frame(route: Route, *, psn: int, payload_len: int, ev: int = 1,
@@ -117,3 +118,53 @@ class Sink:
     def ce(self) -> int:
         """Frames that arrived marked CE."""
         return sum(1 for _, _, f in self.frames if f.ce)
+
+
+# Offsets of a uSID-mode data frame with an inner IPv6 header (what the core sends).
+_NEXT_HEADER = 20
+_UDP_SPORT = 14 + 40 + 40
+_BTH_OPCODE = _UDP_SPORT + 8
+_FLOW_LABEL_LO = 16
+
+
+@dataclass
+class SentFrame:
+    """One data frame a tapped host handed to its NIC."""
+
+    time: float
+    port: int
+    ev: int
+    opcode: int
+
+
+class SendTap:
+    """Wraps a host's stack and records every data frame it sends (EV, time, port)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sent: list[SentFrame] = []
+
+    def receive(self, frame: bytearray, port: int, now: float) -> None:
+        """Pass through."""
+        self.inner.receive(frame, port, now)
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        """Pass through, recording data frames."""
+        out: list[tuple[int, bytes]] = self.inner.frames_to_send(now)
+        for port, f in out:
+            assert f[_NEXT_HEADER] == IPPROTO_IPV6, "tap expects uSID mode with inner IPv6"
+            op = f[_BTH_OPCODE]
+            if op in DATA_OPCODES:
+                sport = int.from_bytes(f[_UDP_SPORT : _UDP_SPORT + 2], "big")
+                lo = int.from_bytes(f[_FLOW_LABEL_LO : _FLOW_LABEL_LO + 2], "big")
+                self.sent.append(SentFrame(now, port, ev_from_headers(sport, lo), op))
+        return out
+
+    def next_timer(self) -> float | None:
+        """Pass through."""
+        t: float | None = self.inner.next_timer()
+        return t
+
+    def handle_timer(self, now: float) -> None:
+        """Pass through."""
+        self.inner.handle_timer(now)
