@@ -7,7 +7,9 @@
 #ifndef MRCNET_FASTPATH_H
 #define MRCNET_FASTPATH_H
 
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* sendmmsg, recvmmsg, struct mmsghdr */
+#endif
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
