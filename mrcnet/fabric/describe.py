@@ -180,7 +180,13 @@ class FabricDescription:
         for h in self.hosts:
             if h.name == name:
                 return h.netns
-        return self.switch(name).netns
+        for s in self.switches():
+            if s.name == name:
+                return s.netns
+        raise FabricError(
+            f"no node {name!r} in fabric {self.name} (hosts h0..h{len(self.hosts) - 1}, "
+            "switches p<plane>l<i> / p<plane>s<i>)"
+        )
 
     def node_names(self) -> list[str]:
         """Every node name, hosts first."""
@@ -294,6 +300,12 @@ def load(path: str | os.PathLike[str]) -> FabricDescription:
     except json.JSONDecodeError as e:
         raise FabricError(f"fabric description {path} is not JSON: {e}") from e
     return FabricDescription.from_dict(data)
+
+
+def default_path(name: str) -> Path:
+    """Where mrc-fabric writes fabric ``name``'s description (honours MRC_FABRIC_STATE_DIR)."""
+    root = os.environ.get("MRC_FABRIC_STATE_DIR") or "/run/mrcnet/fabrics"
+    return Path(root) / name / "description.json"
 
 
 def save(desc: FabricDescription, path: str | os.PathLike[str]) -> None:

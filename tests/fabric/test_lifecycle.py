@@ -212,7 +212,9 @@ def test_cli_up_status_exec_down(private_state_dir: Path) -> None:
     fabric_state_dir = private_state_dir
     name = fabric_name()
     try:
-        r = _cli("up", "leafspine:planes=2,spines=1,leaves=1,hosts=2", "--name", name)
+        toml = private_state_dir.parent / "lab.toml"
+        toml.write_text("[fabric]\nplanes = 2\nspines = 1\nleaves = 1\nhosts = 2\n")
+        r = _cli("up", str(toml), "--name", name)
         assert r.returncode == 0, r.stderr
         desc_path = Path(r.stdout.strip())
         assert desc_path.is_file()
@@ -228,6 +230,11 @@ def test_cli_up_status_exec_down(private_state_dir: Path) -> None:
         out = _cli("exec", name, "h1", "--", "ip", "-6", "addr", "show", "dev", "p1")
         assert out.returncode == 0 and "fd00:" in out.stdout
         assert _cli("describe", name, "--path").stdout.strip() == str(desc_path)
+        from mrcnet.fabric.describe import default_path
+
+        assert default_path(name) == desc_path
+        bad = _cli("exec", name, "h9", "--", "true")
+        assert bad.returncode == 1 and "no node 'h9'" in bad.stderr
         r = _cli("down", "--all")
         assert r.returncode == 0, r.stderr
         assert _netns_with(name) == [] and not (fabric_state_dir / name).exists()
