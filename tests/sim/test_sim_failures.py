@@ -44,7 +44,7 @@ def test_link_down_for_a_while_loses_exactly_that_window() -> None:
 
 
 def test_link_down_then_up_spec() -> None:
-    fab, sink = _run(["link:L0.0-S0.1@200us:down", "link:L0.0-S0.1@400us:up"])
+    _, sink = _run(["link:L0.0-S0.1@200us:down", "link:L0.0-S0.1@400us:up"])
     assert len(sink.frames) == 80
 
 
@@ -126,5 +126,5 @@ def test_bad_failure_specs_say_what_is_wrong(bad: str) -> None:
                                      "link:h0-S0.1@0:down"])
 def test_unknown_nodes_are_rejected_when_scheduled(unknown: str) -> None:
     fab = Fabric(Simulator(), parse_topology(SPEC))
-    with pytest.raises(SpecError, match="no (link|switch)"):
+    with pytest.raises(SpecError, match=r"no (link|switch)"):
         schedule_failure(fab, parse_failure(unknown))
