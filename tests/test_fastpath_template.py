@@ -17,7 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrcnet import fastpath
-from mrcnet.constants import DATA_OPCODES, DSCP_DATA, ECN, IMM_OPCODES, PSN_MASK, Opcode
+from mrcnet.constants import (
+    DATA_OPCODES,
+    DSCP_DATA,
+    ECN,
+    ENDPOINT_QPN,
+    IMM_OPCODES,
+    PSN_MASK,
+    Opcode,
+)
 from mrcnet.wire import Route, build_data, parse_frame, usid_container
 from mrcnet.wire.template import DataTemplate, PathSpec
 
@@ -58,7 +66,9 @@ def flows(draw: st.DrawFn) -> Flow:
         src_ip=draw(addr), dst_ip=draw(addr), encap=encap,
         hop_limit=draw(st.integers(1, 255)), **kw,
     )
-    return Flow(route, mode, draw(st.integers(0, 0xFFFFFF)), draw(st.integers(0, 0xFFFFFFFF)),
+    # Any QPN but ENDPOINT_QPN (reserved for endpoint operations); any DSCP a sender may use.
+    return Flow(route, mode, draw(st.integers(0, ENDPOINT_QPN - 1)),
+                draw(st.integers(0, 0xFFFFFFFF)),
                 draw(st.sampled_from([DSCP_DATA, 0, 63])), draw(st.sampled_from(list(ECN))))
 
 
