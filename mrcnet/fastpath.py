@@ -6,9 +6,26 @@ mrcnet/_csrc) when that imports, and otherwise to a pure-Python twin that gives 
 bytes; ``HAVE_C`` says which. A missing C module costs one ``RuntimeWarning`` at import.
 Set ``MRCNET_NO_FASTPATH=1`` to force the Python path (no warning: it was asked for).
 
+What mrcd uses:
+
+- ``make_template(frame_or_DataTemplate)`` once per (QP, destination), ``tmpl.path(usid=
+  ...)`` or ``tmpl.path(segments=...)`` once per EV, then per packet
+  ``tmpl.patch(out, opcode=, psn=, ev=, va=, payload=, path=, msn=, imm=, timestamp=,
+  rtx=, ack_req=, cap=) -> length``; ``out`` is a bytearray/memoryview or, fastest,
+  ``io.slot_ptr(i)`` of a batch (then ``cap=io.bufsize``) followed by
+  ``io.send_slots(lengths)``: no copy but the payload's.
+- ``BatchIO(fd, max_batch, bufsize)`` per port: ``send(frames) -> sent``,
+  ``send_slots(lengths) -> sent``, ``recv(max_frames=None, wait=False,
+  skip_outgoing=True) -> [(memoryview, pkttype, ifindex)]`` (views valid until the next
+  ``recv``), ``slot(i)``/``slot_ptr(i)``, ``last_received``. A full queue gives a partial
+  count; other errors raise ``OSError`` with its errno.
+- ``udp6_checksum(src, dst, udp) -> int``, ``udp6_checksum_ok(src, dst, udp) -> bool``
+  (pluggable into ``wire.parse_frame(checksum_ok=...)``), ``icrc(covered, has_ip) ->
+  bytes``, and the stateless ``send_batch(fd, frames)`` / ``recv_batch(fd, ...)``.
+
 Both implementations stay reachable (``py_*`` functions, :class:`PyBatchIO`, and when
-built ``c_*``, :class:`CBatchIO`) so tests and tools/bench_wire.py compare them in one
-process.
+built ``c_*``, :class:`CBatchIO`, :class:`CTemplate`) so tests and tools/bench_wire.py
+compare them in one process.
 """
 
 from __future__ import annotations
@@ -41,10 +58,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HAVE_C",
+    "PACKET_OUTGOING",
     "BatchIO",
+    "CBatchIO",
+    "CTemplate",
     "PyBatchIO",
     "Received",
+    "Template",
+    "c_icrc",
+    "c_udp6_checksum",
+    "c_udp6_checksum_ok",
     "icrc",
+    "make_template",
+    "patch_data_frame",
     "py_icrc",
     "py_udp6_checksum",
     "py_udp6_checksum_ok",
@@ -72,7 +98,6 @@ _ICRC_MIN_UDP: Final = UDP_HEADER_LEN + BTH_LEN
 _ICRC_MIN_IP: Final = IPV6_HEADER_LEN + _ICRC_MIN_UDP
 
 
-
 # ---- pure-Python reference -------------------------------------------------------------
 
 
@@ -97,6 +122,11 @@ def _ones_sum(*parts: bytes | bytearray | memoryview) -> int:
     return ((r & 0xFF) << 8) | (r >> 8)
 
 
+def _pseudo_tail(udp_len: int) -> bytes:
+    # The pseudo-header after the addresses: 32-bit length, 3 zero bytes, next header.
+    return (udp_len << 32 | IPPROTO_UDP).to_bytes(8, "big")
+
+
 def py_udp6_checksum(
     src: bytes | bytearray | memoryview,
     dst: bytes | bytearray | memoryview,
@@ -110,7 +140,7 @@ def py_udp6_checksum(
     compute). A computed 0 is returned as 0xFFFF: 0 on the wire means "no checksum".
     """
     n = len(udp)
-    s = _ones_sum(src, dst, (n + IPPROTO_UDP).to_bytes(8, "big"), udp)
+    s = _ones_sum(src, dst, _pseudo_tail(n), udp)
     c = ~s & 0xFFFF
     return c or 0xFFFF
 
@@ -127,7 +157,7 @@ def py_udp6_checksum_ok(
     n = len(udp)
     if n >= UDP_HEADER_LEN and not (udp[6] or udp[7]):
         return False
-    return _ones_sum(src, dst, (n + IPPROTO_UDP).to_bytes(8, "big"), udp) == 0xFFFF
+    return _ones_sum(src, dst, _pseudo_tail(n), udp) == 0xFFFF
 
 
 def py_icrc(covered: bytes | bytearray | memoryview, has_ip: bool = True) -> bytes:
