@@ -81,6 +81,9 @@ class HostConfig:
     - ``verify_checksums``: check UDP checksum and ICRC on receive (a simulator that
       corrupts nothing may turn it off for speed).
     - ``completion_events``: also report completions as events (besides the CQ).
+    - ``port_status_retries``: PORT_STATUS sends to a peer before giving up.
+    - ``use_templates``: build data frames by patching per-route header templates
+      (:mod:`mrcnet.fastpath`, C when built) instead of :func:`mrcnet.wire.build_data`.
     """
 
     mtu_payload: int = DEFAULT_MTU_PAYLOAD
@@ -102,6 +105,7 @@ class HostConfig:
     verify_checksums: bool = True
     completion_events: bool = True
     port_status_retries: int = 5
+    use_templates: bool = True
 
 
 @dataclass(slots=True)

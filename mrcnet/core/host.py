@@ -118,7 +118,14 @@ class Host:
 
     def counters(self) -> dict[str, int]:
         """Every host counter (frames, drops by reason, retransmissions ...)."""
-        return dict(self._counters)
+        c = dict(self._counters)
+        # hot per-packet counters live on the QPs (plain attributes); add them up here
+        for name, attr in (("rx_data", "rx_packets"), ("tx_data", "tx_packets"),
+                           ("tx_sack", "tx_sacks")):
+            total = c.get(name, 0) + sum(getattr(q, attr) for q in self._qps.values())
+            if total:
+                c[name] = total
+        return c
 
     def emit(self, event: Event) -> None:
         """Queue an event for :meth:`next_event`."""

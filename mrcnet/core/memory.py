@@ -31,6 +31,10 @@ class MemoryRegion:
     rkey: int
     access: Access
     view: memoryview = field(repr=False)
+    remote_write: bool = field(default=False, repr=False)  # access flag, precomputed
+
+    def __post_init__(self) -> None:
+        self.remote_write = bool(self.access & Access.REMOTE_WRITE)
 
 
 class MemoryTable:
@@ -73,7 +77,7 @@ class MemoryTable:
         mr = self._by_rkey.get(rkey)
         if mr is None:
             return "bad_rkey"
-        if not mr.access & Access.REMOTE_WRITE:
+        if not mr.remote_write:
             return "no_remote_write"
         off = va - mr.addr
         if off < 0 or off + length > mr.length:

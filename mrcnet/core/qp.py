@@ -32,6 +32,7 @@ from mrcnet.constants import (
 )
 from mrcnet.core.cc import CongestionControl, create_cc
 from mrcnet.core.config import EV_PROFILE_ECMP, HostConfig, QPAttrs
+from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.events import (
     Completion,
     ImmediateReceived,
@@ -42,10 +43,12 @@ from mrcnet.core.events import (
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path
 from mrcnet.core.states import QPState
-from mrcnet.wire import CCState, Frame, Route, build_data, build_nack, build_probe, build_sack
+from mrcnet.fastpath import make_template
+from mrcnet.wire import CCState, Frame, Route, build_data, build_nack, build_probe
 from mrcnet.wire.nack import NETH
 from mrcnet.wire.probe import ProbeHeader
 from mrcnet.wire.sack import SETH
+from mrcnet.wire.template import DataTemplate
 
 if TYPE_CHECKING:
     from mrcnet.core.host import CompletionQueue, Host
@@ -57,6 +60,7 @@ _INF = float("inf")
 _S16_MAX = (1 << 15) - 1
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
+_TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
 _PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
 
@@ -157,6 +161,12 @@ class QueuePair:
         self.cc: CongestionControl | None = None
         self.peer_ips: frozenset[bytes] = frozenset()
         self._routes: dict[int, tuple[int, Route]] = {}
+        self._tmpl: dict[tuple[object, ...], Any] = {}
+        self._tmpl_ev: dict[tuple[int, int], tuple[int, Any, Any]] = {}
+        self._sack_tmpl: dict[int, SackTemplate] = {}
+        self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
+        self.tx_packets = 0
+        self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
         self.recv_posted = 0  # receives ever posted (the immediate credit we advertise)
         self._reset_transport()
@@ -236,10 +246,45 @@ class QueuePair:
         self.next_seq = self.snd_una = a.sq_psn
         self.rcv_nxt = a.rq_psn
         self._routes.clear()
+        self._tmpl.clear()
+        self._tmpl_ev.clear()
+        self._sack_tmpl.clear()
 
     def start_sending(self) -> None:
         """RTR -> RTS."""
         self.next_seq = self.snd_una = self.attrs.sq_psn
+
+    def _data_path(self, ev: int, rkey: int) -> tuple[int, Any, Any] | None:
+        """(port, template, path spec) for data frames on ``ev`` with ``rkey``: the
+        headers are built once per (route shape, rkey) and patched per packet (C when
+        built); None when the route cannot be templated (then build_data is used)."""
+        key = (ev, rkey)
+        hit = self._tmpl_ev.get(key)
+        if hit is not None:
+            return hit
+        port, route = self.route(ev)
+        shape = (route.src_mac, route.dst_mac, route.src_ip, route.dst_ip, route.encap,
+                 route.hop_limit, route.usid is None,
+                 len(route.segments) if route.segments else 0, rkey)
+        try:
+            tmpl = self._tmpl.get(shape)
+            if tmpl is None:
+                tmpl = make_template(DataTemplate.for_route(
+                    route, dest_qp=self.attrs.dest_qp_num or 0, rkey=rkey))
+                self._tmpl[shape] = tmpl
+            if route.usid is not None:
+                spec = tmpl.path(usid=route.usid)
+            elif route.segments is not None:
+                spec = tmpl.path(segments=route.segments)
+            else:
+                spec = None
+        except ValueError:
+            return None
+        hit = (port, tmpl, spec)
+        if len(self._tmpl_ev) > _TEMPLATE_CACHE_MAX:
+            self._tmpl_ev.clear()
+        self._tmpl_ev[key] = hit
+        return hit
 
     def route(self, ev: int) -> tuple[int, Route]:
         """(local port index, Route) of an EV, computed once per EV."""
@@ -359,25 +404,39 @@ class QueuePair:
     def _send(self, p: Pkt, now: float, out: list[tuple[int, bytes]], info: EVInfo,
               rtx: bool) -> None:
         wr = p.wr
-        port, route = self.route(info.ev)
+        ev = info.ev
         ts = ts16(now)
         start = wr.offset + p.off
         imm = p.opcode in IMM_OPCODES
-        frame = build_data(
-            route,
-            ev=info.ev,
-            opcode=p.opcode,
-            dest_qp=self.attrs.dest_qp_num or 0,
-            psn=p.seq & PSN_MASK,
-            va=wr.remote_addr + p.off,
-            rkey=wr.rkey,
-            payload=wr.view[start : start + p.length],
-            msn=(wr.msn & _MSN_MASK) if imm else None,
-            imm=wr.imm if imm else None,
-            timestamp=ts,
-            rtx=rtx,
-            ack_req=p.opcode in LAST_OPCODES,
-        )
+        payload = wr.view[start : start + p.length]
+        tp = self._data_path(ev, wr.rkey) if self.cfg.use_templates else None
+        if tp is not None:
+            port, tmpl, spec = tp
+            buf = bytearray(tmpl.max_frame_len(p.length))
+            n = tmpl.patch(
+                buf, opcode=p.opcode, psn=p.seq & PSN_MASK, ev=ev,
+                va=wr.remote_addr + p.off, payload=payload, path=spec,
+                msn=(wr.msn & _MSN_MASK) if imm else None, imm=wr.imm if imm else None,
+                timestamp=ts, rtx=rtx, ack_req=p.opcode in LAST_OPCODES,
+            )
+            frame = bytes(memoryview(buf)[:n])
+        else:
+            port, route = self.route(ev)
+            frame = build_data(
+                route,
+                ev=ev,
+                opcode=p.opcode,
+                dest_qp=self.attrs.dest_qp_num or 0,
+                psn=p.seq & PSN_MASK,
+                va=wr.remote_addr + p.off,
+                rkey=wr.rkey,
+                payload=payload,
+                msn=(wr.msn & _MSN_MASK) if imm else None,
+                imm=wr.imm if imm else None,
+                timestamp=ts,
+                rtx=rtx,
+                ack_req=p.opcode in LAST_OPCODES,
+            )
         info.sent += 1
         p.ev = info.ev
         p.sent = now
@@ -387,6 +446,7 @@ class QueuePair:
         self.inflight_bytes += p.length
         if self.rto_at == _INF:
             self.rto_at = now + self._rto(p) * self._backoff()
+        self.tx_packets += 1
         if rtx:
             self.count("tx_retransmit")
         out.append((port, frame))
@@ -718,7 +778,7 @@ class QueuePair:
         if n:
             mr.view[off : off + n] = f.payload
         self.rcvd_bytes += n
-        self.count("rx_data")
+        self.rx_packets += 1
         if d == 0:
             self._deliver(entry)
             nxt = self.rcv_nxt = seq + 1
@@ -839,9 +899,14 @@ class QueuePair:
                 sack_offset=min(_S16_MAX, base - rcv), max_psn_range=min(0xFFFF, hi - rcv),
                 ece=self.ack_ce, bitmap=bm, imm_credit=credit,
             )
-            out.append((port, build_sack(route, ev=ev, dest_qp=self.attrs.dest_qp_num or 0,
-                                         seth=seth, cc=cc)))
-            self.count("tx_sack")
+            tmpl = self._sack_tmpl.get(ev)
+            if tmpl is None:
+                if len(self._sack_tmpl) > _TEMPLATE_CACHE_MAX:
+                    self._sack_tmpl.clear()
+                tmpl = self._sack_tmpl[ev] = SackTemplate(
+                    route, ev=ev, dest_qp=self.attrs.dest_qp_num or 0)
+            out.append((port, tmpl.build(seth, cc)))
+            self.tx_sacks += 1
 
     def on_probe(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:
         """A reliability probe: answer with a SACK reflecting its EV (and our credit)."""
@@ -888,5 +953,13 @@ class QueuePair:
             "srtt": self.srtt,
             "inflight": len(self.inflight),
             "inflight_bytes": self.inflight_bytes,
-            "counters": dict(self.stats),
+            "counters": self.counters(),
         }
+
+    def counters(self) -> dict[str, int]:
+        """Per-QP counters, hot ones included."""
+        c = dict(self.stats)
+        c["rx_data"] = self.rx_packets
+        c["tx_data"] = self.tx_packets
+        c["tx_sack"] = self.tx_sacks
+        return c
