@@ -287,8 +287,8 @@ if not _FORCED_OFF:
     except ImportError as exc:  # the package works without it, only slower
         warnings.warn(
             f"mrcnet._fastpath is not built ({exc}); using the pure-Python fast path "
-            "(about 10x slower per packet). Rebuild: pip install -e . (needs a C compiler, "
-            "python3-dev and zlib1g-dev)",
+            "(several times slower per packet). Rebuild: pip install -e . (needs a C "
+            "compiler and the Python headers, Debian: gcc python3-dev)",
             RuntimeWarning,
             stacklevel=2,
         )
