@@ -140,11 +140,21 @@ def run_batches(batches: Sequence[Batch], parallel: int = 8) -> list[str]:
                 text=True,
             )
             procs.append((i, b, p))
-        for i, b, p in procs:
-            out, err = p.communicate(b.text())
-            outputs[i] = out
-            if p.returncode != 0:
-                errors.append(f"{b.what}: {' '.join(err.split()) or 'exit ' + str(p.returncode)}")
+        try:
+            for i, b, p in procs:
+                out, err = p.communicate(b.text())
+                outputs[i] = out
+                if p.returncode != 0:
+                    msg = " ".join(err.split()) or f"exit {p.returncode}"
+                    errors.append(f"{b.what}: {msg}")
+        except BaseException:
+            # Interrupted (SIGTERM/SIGINT): stop our own children before the caller tears
+            # down, so no batch keeps creating things behind the cleanup.
+            for _, _, p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+            raise
         if errors:  # stop here: later batches would only add noise to the first error
             raise FabricError("; ".join(errors[:3]))
     return outputs
