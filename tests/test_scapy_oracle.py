@@ -82,6 +82,8 @@ ORACLE = settings(
 u8 = st.integers(0, 0xFF)
 u16 = st.integers(0, 0xFFFF)
 u24 = st.integers(0, 0xFFFFFF)
+# Connected QPs: every QPN but the one reserved for endpoint operations.
+qpn_conn = st.integers(0, ENDPOINT_QPN - 1)
 u32 = st.integers(0, 0xFFFFFFFF)
 s16 = st.integers(-0x8000, 0x7FFF)
 addr = st.binary(min_size=16, max_size=16)
@@ -117,7 +119,7 @@ def data_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     imm = op in IMM_OPCODES
     route = draw(routes())
     return route, build_data(
-        route, ev=draw(u32), opcode=op, dest_qp=draw(u24), psn=draw(u24),
+        route, ev=draw(u32), opcode=op, dest_qp=draw(qpn_conn), psn=draw(u24),
         va=draw(st.integers(0, 2**64 - 1)), rkey=draw(u32),
         payload=draw(st.binary(max_size=96)),
         msn=draw(u24) if imm else None, imm=draw(u32) if imm else None,
@@ -139,7 +141,7 @@ def sack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     cc = CCState(draw(u16), draw(u8), draw(st.integers(0, 127)), draw(u32))
     route = draw(routes())
     return route, build_sack(
-        route, ev=draw(u32), dest_qp=draw(u24), seth=seth, cc=cc, psn=draw(u24),
+        route, ev=draw(u32), dest_qp=draw(qpn_conn), seth=seth, cc=cc, psn=draw(u24),
         ack=draw(st.booleans()),
     )
 
@@ -152,7 +154,7 @@ def nack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
         cack_psn=draw(u24), ts_echo=draw(u16),
     )
     route = draw(routes())
-    return route, build_nack(route, ev=draw(u32), dest_qp=draw(u24), neth=neth, psn=draw(u24))
+    return route, build_nack(route, ev=draw(u32), dest_qp=draw(qpn_conn), neth=neth, psn=draw(u24))
 
 
 @st.composite
@@ -160,7 +162,8 @@ def probe_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     """A reliability probe frame."""
     probe = ProbeHeader(draw(u32), draw(u32), draw(u24), draw(u16))
     route = draw(routes())
-    return route, build_probe(route, ev=draw(u32), dest_qp=draw(u24), probe=probe, psn=draw(u24))
+    frame = build_probe(route, ev=draw(u32), dest_qp=draw(qpn_conn), probe=probe, psn=draw(u24))
+    return route, frame
 
 
 @st.composite
@@ -424,7 +427,7 @@ def scapy_route_layers(route: Route, ev: int, dscp: int, ecn: int) -> Packet:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    route=routes(), ev=u32, op=st.sampled_from(sorted(DATA_OPCODES)), qp=u24, psn=u24,
+    route=routes(), ev=u32, op=st.sampled_from(sorted(DATA_OPCODES)), qp=qpn_conn, psn=u24,
     va=st.integers(0, 2**64 - 1), rkey=u32, payload=st.binary(max_size=64),
     msn=u24, imm=u32, ts=st.none() | u16, rtx=st.booleans(), ack_req=st.booleans(),
 )
@@ -464,7 +467,7 @@ def test_scapy_built_data_parses(
 
 @settings(max_examples=60, deadline=None)
 @given(
-    route=routes(), ev=u32, qp=u24, psn=u24, sev=u32, cack=u24, ack_off=s16, sack_off=s16,
+    route=routes(), ev=u32, qp=qpn_conn, psn=u24, sev=u32, cack=u24, ack_off=s16, sack_off=s16,
     rng=u16, mode=st.sampled_from(list(SackMode)), ece=st.booleans(),
     bitmap=st.integers(0, 2**64 - 1), credit=u32, ts=u16, ooo=u8,
     penalty=st.integers(0, 127), rcvd=u32, ack=st.booleans(),

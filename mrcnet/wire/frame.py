@@ -135,7 +135,20 @@ def build_frame(
     ecn: int = ECN.ECT0,
     checksum: Callable[[bytes, bytes, Buffer], int] = udp6_checksum,
 ) -> bytes:
-    """Build a complete frame (any kind) from a BTH, its extension headers and payload."""
+    """Build a complete frame (any kind) from a BTH, its extension headers and payload.
+
+    Raises ``ValueError`` for what a receiver would reject: the trimmed DSCP (only a
+    switch sets it), or the endpoint QPN with anything but an endpoint opcode.
+    """
+    if dscp == DSCP_TRIMMED:
+        raise ValueError("DSCP_TRIMMED is set by switches that trim, never by a sender")
+    endpoint_op = bth.opcode in (Opcode.ENDPOINT_REQ, Opcode.ENDPOINT_RESP)
+    if (bth.dest_qp == ENDPOINT_QPN) != endpoint_op:
+        raise ValueError(
+            f"QPN {ENDPOINT_QPN:#x} is reserved for endpoint operations"
+            if not endpoint_op
+            else "endpoint operations go to ENDPOINT_QPN"
+        )
     l4 = bth.pack() + b"".join(h.pack() for h in ext) + bytes(payload)
     udp_len = UDP_HEADER_LEN + len(l4) + ICRC_LEN
     udp_hdr = UDP(sport=ev_to_sport(ev), length=udp_len).pack()
@@ -354,6 +367,10 @@ def parse_frame(
     frame = Frame(eth, outer, srh, inner, udp, bth, mv[0:0])
 
     op = bth.opcode
+    if bth.dest_qp == ENDPOINT_QPN and op not in (Opcode.ENDPOINT_REQ, Opcode.ENDPOINT_RESP):
+        raise MalformedFrame(
+            MalformedReason.BAD_FIELD, f"{Opcode(op).name} to the endpoint QPN"
+        )
     is_data = op in DATA_OPCODES
     if is_data:
         frame.reth = RETH.unpack_from(mv, off)

@@ -22,6 +22,7 @@ from mrcnet import fastpath
 from mrcnet.constants import (
     DATA_OPCODES,
     DSCP_TRIMMED,
+    ENDPOINT_QPN,
     ETH_HEADER_LEN,
     IPV6_HEADER_LEN,
     MRC_UDP_PORT,
@@ -85,11 +86,11 @@ def random_frame(rng: random.Random) -> bytes:
         imm = {"msn": rng.getrandbits(24), "imm": rng.getrandbits(32)} if op in (
             Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM) else {}
         return build_data(
-            r, ev=ev, opcode=op, dest_qp=rng.getrandbits(24), psn=rng.getrandbits(24),
+            r, ev=ev, opcode=op, dest_qp=rng.randrange(ENDPOINT_QPN), psn=rng.getrandbits(24),
             va=rng.getrandbits(64), rkey=rng.getrandbits(32),
             payload=rng.randbytes(rng.choice((0, 1, 7, 64, 300))),
             timestamp=rng.choice((None, rng.getrandbits(16))), rtx=rng.random() < 0.5,
-            dscp=rng.choice((26, DSCP_TRIMMED, rng.randrange(64))), **imm,  # type: ignore[arg-type]
+            dscp=rng.choice((26, 46, rng.randrange(DSCP_TRIMMED))), **imm,  # type: ignore[arg-type]
         )
     if kind == 2:
         seth = SETH(ev, rng.getrandbits(24), rng.randrange(-32768, 32768),
@@ -98,14 +99,14 @@ def random_frame(rng: random.Random) -> bytes:
                     rng.getrandbits(32))
         cc = CCState(rng.getrandbits(16), rng.getrandbits(8), rng.randrange(128),
                      rng.getrandbits(32))
-        return build_sack(r, ev=ev, dest_qp=rng.getrandbits(24), seth=seth, cc=cc,
+        return build_sack(r, ev=ev, dest_qp=rng.randrange(ENDPOINT_QPN), seth=seth, cc=cc,
                           ack=rng.random() < 0.5)
     if kind == 3:
         neth = NETH(rng.choice(list(NackReason)), ev, rng.getrandbits(24))
-        return build_nack(r, ev=ev, dest_qp=rng.getrandbits(24), neth=neth)
+        return build_nack(r, ev=ev, dest_qp=rng.randrange(ENDPOINT_QPN), neth=neth)
     if kind == 4:
         probe = ProbeHeader(rng.getrandbits(32), ev, rng.getrandbits(24))
-        return build_probe(r, ev=ev, dest_qp=rng.getrandbits(24), probe=probe)
+        return build_probe(r, ev=ev, dest_qp=rng.randrange(ENDPOINT_QPN), probe=probe)
     eph = EndpointHeader(rng.choice(list(EndpointOp)), rng.getrandbits(32), ev,
                          port_mask=rng.getrandbits(16))
     return build_endpoint(r, ev=ev, eph=eph, response=rng.random() < 0.5)

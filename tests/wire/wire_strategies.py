@@ -17,6 +17,7 @@ from mrcnet.constants import (
     DATA_OPCODES,
     DSCP_TRIMMED,
     ECN,
+    ENDPOINT_QPN,
     ETH_HEADER_LEN,
     ICRC_LEN,
     IMM_OPCODES,
@@ -68,6 +69,8 @@ usid_lists = st.lists(usid_values, min_size=1, max_size=USID_MAX_PER_CONTAINER)
 evs = uint(32)
 psns = uint(24)
 qpns = uint(24)
+# Connected QPs: every QPN but the one reserved for endpoint operations.
+conn_qpns = st.integers(0, ENDPOINT_QPN - 1)
 ecns = st.sampled_from(list(ECN))
 # A data frame marked DSCP_TRIMMED parses as trimmed on purpose: keep it out of round trips.
 data_dscps = st.integers(0, 63).filter(lambda d: d != DSCP_TRIMMED)
@@ -160,7 +163,7 @@ def data_specs(
     """Any WRITE data frame: every opcode, with/without immediate and timestamp."""
     opcode = draw(st.sampled_from(sorted(DATA_OPCODES)))
     kw: dict[str, Any] = dict(
-        ev=draw(evs), opcode=opcode, dest_qp=draw(qpns), psn=draw(psns), va=draw(uint(64)),
+        ev=draw(evs), opcode=opcode, dest_qp=draw(conn_qpns), psn=draw(psns), va=draw(uint(64)),
         rkey=draw(uint(32)), payload=draw(st.binary(max_size=max_payload)),
         timestamp=draw(st.none() | uint(16)), rtx=draw(st.booleans()),
         ack_req=draw(st.booleans()), ecn=draw(ecns), dscp=draw(data_dscps),
@@ -178,12 +181,12 @@ def control_specs(draw: st.DrawFn, route: st.SearchStrategy[Route] | None = None
     kind = draw(st.sampled_from(["sack", "nack", "probe", "endpoint"]))
     ev = draw(evs)
     if kind == "sack":
-        kw = dict(ev=ev, dest_qp=draw(qpns), seth=draw(seths), cc=draw(st.none() | ccstates),
+        kw = dict(ev=ev, dest_qp=draw(conn_qpns), seth=draw(seths), cc=draw(st.none() | ccstates),
                   psn=draw(psns), ack=draw(st.booleans()))
     elif kind == "nack":
-        kw = dict(ev=ev, dest_qp=draw(qpns), neth=draw(neths), psn=draw(psns))
+        kw = dict(ev=ev, dest_qp=draw(conn_qpns), neth=draw(neths), psn=draw(psns))
     elif kind == "probe":
-        kw = dict(ev=ev, dest_qp=draw(qpns), probe=draw(probes), psn=draw(psns))
+        kw = dict(ev=ev, dest_qp=draw(conn_qpns), probe=draw(probes), psn=draw(psns))
     else:
         kw = dict(ev=ev, eph=draw(endpoints), response=draw(st.booleans()))
     return Spec(kind, r, kw)
