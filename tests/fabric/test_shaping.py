@@ -50,14 +50,17 @@ def _collect(fab: Fabric, dst: str, plane: int, send: Callable[[], None],
     return frames
 
 
-def test_congested_port_trims(slow_fabric: Fabric) -> None:
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_congested_port_trims(slow_fabric: Fabric, srv6: str) -> None:
+    """Also SRH frames: a usid fabric's End next-csid does classic End when the SRH asks."""
     fab = slow_fabric
+    time.sleep(0.2)  # let the previous test's queue drain
     d = fab.description
     src, dst = d.hosts[0].name, d.hosts[-1].name
     leaf = d.planes[0].leaves[d.hosts[0].leaf_index].name
     trim_size = int(d.options["trim_size"])
     n = 150
-    frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME)
+    frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME, srv6=srv6)
     before = fab.counters()
     got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * n))
     after = fab.counters()
