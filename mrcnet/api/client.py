@@ -151,6 +151,7 @@ class CompletionQueue:
     def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
         """Completions available now (never blocks)."""
         self.ctx._pump(block=False)
+        self.ctx._raise_deferred()
         return self._take(max_entries)
 
     def _take(self, n: int) -> list[WorkCompletion]:
@@ -164,6 +165,7 @@ class CompletionQueue:
             if left is not None and left <= 0:
                 return []
             self.ctx._pump(block=True, timeout=left)
+            self.ctx._raise_deferred()
         return self._take(max_entries)
 
     async def wait_async(self, max_entries: int = 16) -> list[WorkCompletion]:
@@ -171,6 +173,7 @@ class CompletionQueue:
         while not self._wcs:
             await self.ctx._readable()
             self.ctx._pump(block=False)
+        self.ctx._raise_deferred()
         return self._take(max_entries)
 
 
@@ -224,13 +227,13 @@ class QueuePair:
                               f"remote region of {remote.length} bytes")
         if imm is not None and not 0 <= imm < 1 << 32:
             raise InvalidArgument(f"immediate {imm} is not a 32-bit value")
-        self.ctx._call("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
+        self.ctx._post("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
                        addr=mr.addr + offset, length=length,
                        remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
 
     def post_recv(self, wr_id: int = 0) -> None:
         """Post a receive: one incoming write-with-immediate completes it."""
-        self.ctx._call("post_recv", qpn=self.qpn, wr_id=wr_id)
+        self.ctx._post("post_recv", qpn=self.qpn, wr_id=wr_id)
 
     def destroy(self) -> None:
         """Tear the QP down (outstanding requests are flushed)."""
@@ -269,6 +272,8 @@ class Context:
         self._mrs: dict[int, MemoryRegion] = {}
         self._connected: dict[int, PeerInfo] = {}
         self._events: collections.deque[Message] = collections.deque()
+        self._unanswered: dict[int, str] = {}  # pipelined requests: id -> op
+        self._deferred: collections.deque[Message] = collections.deque()
         hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid())
         self.host: str = hello["host"]
         self.planes: int = hello["planes"]
@@ -293,14 +298,36 @@ class Context:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _send(self, msg: Message, fds: list[int] | None = None) -> None:
+        self._raise_deferred()
+        self._sock.settimeout(self.timeout)  # a full mrcd queue blocks, bounded
+        try:
+            send_msg(self._sock, msg, fds)
+        except (BrokenPipeError, ConnectionResetError):
+            raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
+        except TimeoutError:
+            raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") from None
+
+    def _raise_deferred(self) -> None:
+        if self._deferred:
+            err = self._deferred.popleft()
+            raise BY_NAME.get(err.get("type", ""), ApiError)(
+                "an earlier " + err.get("op", "request") + " failed: " + err.get("message", "?"))
+
+    def _post(self, op: str, **args: Any) -> None:
+        """Send a request without waiting: mrcd answers only if it fails, and that error
+        is raised by a later call of this context (as verbs report a failed work request
+        in a later completion)."""
+        rid = self._next_id
+        self._next_id += 1
+        self._unanswered[rid] = op
+        self._send({"id": rid, "op": op, "reply": "errors", **args})
+
     def _call(self, op: str, *, timeout: float | None = None, fds: list[int] | None = None,
               **args: Any) -> Message:
         rid = self._next_id
         self._next_id += 1
-        try:
-            send_msg(self._sock, {"id": rid, "op": op, **args}, fds)
-        except (BrokenPipeError, ConnectionResetError):
-            raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
+        self._send({"id": rid, "op": op, **args}, fds)
         deadline = time.monotonic() + (timeout or self.timeout)
         while rid not in self._responses:
             left = deadline - time.monotonic()
@@ -308,6 +335,7 @@ class Context:
                 raise TimeoutError(f"mrcd did not answer {op} in {timeout or self.timeout} s")
             self._pump(block=True, timeout=left)
         resp = self._responses.pop(rid)
+        self._raise_deferred()  # a pipelined post that failed before this request ran
         if "error" in resp:
             err = resp["error"]
             raise BY_NAME.get(err.get("type", ""), ApiError)(err.get("message", "?"))
@@ -341,7 +369,13 @@ class Context:
     def _dispatch(self, msg: Message) -> None:
         push = msg.get("push")
         if push is None:
-            self._responses[int(msg["id"])] = msg
+            rid = int(msg["id"])
+            op = self._unanswered.pop(rid, None)
+            if op is not None:
+                if "error" in msg:
+                    self._deferred.append({**msg["error"], "op": op})
+            else:
+                self._responses[rid] = msg
         elif push == "wc":
             cq = self._cqs.get(msg["cq"])
             if cq is not None:

@@ -4,7 +4,8 @@ The socket is ``AF_UNIX`` ``SOCK_SEQPACKET``: every message is one datagram, kep
 so a file descriptor (a memory region's memfd, sent with SCM_RIGHTS) arrives with exactly
 the request it belongs to. A message is one UTF-8 JSON object:
 
-- request (client -> mrcd): ``{"id": n, "op": "<name>", ...arguments}``
+- request (client -> mrcd): ``{"id": n, "op": "<name>", ...arguments}``; with
+  ``"reply": "errors"`` mrcd answers only a failure (pipelined posts)
 - response (mrcd -> client): ``{"id": n, "ok": {...}}`` or
   ``{"id": n, "error": {"type": "<ApiError subclass>", "message": "..."}}``
 - push (mrcd -> client, unsolicited): ``{"push": "wc" | "event" | "connected", ...}``

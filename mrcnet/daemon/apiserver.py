@@ -201,7 +201,8 @@ class ApiServer:
             s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
             return
         if isinstance(result, dict):
-            s.send({"id": rid, "ok": result})
+            if msg.get("reply") != "errors":  # pipelined requests hear only of failures
+                s.send({"id": rid, "ok": result})
         else:
             self.loop.create_task(self._finish(s, rid, result))
 

@@ -19,6 +19,10 @@ Example (every key but ``host`` and ``[[port]]`` is optional)::
     # address = "fd00::a"             # default: from the fabric, else the interface's
     # next_hop = "fd00::1"            # L2 next hop (default: fabric's leaf, or the peer)
 
+    [core]                            # protocol knobs: any HostConfig field (see
+    timeout_floor = 0.01              # mrcnet/core/config.py); mrcd's defaults suit a
+                                      # Python event loop (ms timers), see DAEMON_CORE
+
     [peers.h1]                        # only without a fabric: directly cabled peers
     control = "fd00::b"               # its control-channel address
     addresses = ["fd00::b"]           # its port address in plane 0, 1, ...
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from mrcnet.core.config import HostConfig
 from mrcnet.errors import MrcError
 
 __all__ = ["ConfigError", "DaemonConfig", "PeerConfig", "PortConfig", "load_config"]
@@ -44,6 +49,23 @@ EV_PROFILES: Final = ("spray", "ecmp")
 CC_PROFILES: Final = ("nscc", "fixed")
 LOG_FORMATS: Final = ("console", "json")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+#: mrcd's defaults for the core, where they differ from HostConfig's. The core's defaults
+#: suit a simulator or a NIC (RTO floor 200 us); a Python daemon on an asyncio loop sees
+#: millisecond scheduling delays, and a timeout that fires before a SACK could be processed
+#: retransmits spuriously and retires good EVs. Timers stay the backstop; SACK-based loss
+#: detection (reorder_floor) reacts first.
+DAEMON_CORE: Final[dict[str, Any]] = {
+    "timeout_floor": 0.02,
+    "reorder_floor": 0.002,
+    "ack_delay": 0.0005,
+    # Probes of retired EVs: at 10 ms, 128 retired EVs made 12,800 probes/s, more than
+    # a Python mrcd can answer in time, and late answers count as failures (measured).
+    "probe_interval": 0.1,
+    "base_rtt_hint": 0.0005,
+    "link_rate": 10e9 / 8,
+}
 
 
 class ConfigError(MrcError):
@@ -88,6 +110,7 @@ class DaemonConfig:
     log_format: str = "console"
     log_level: str = "info"
     peers: dict[str, PeerConfig] = field(default_factory=dict)
+    core: dict[str, Any] = field(default_factory=lambda: dict(DAEMON_CORE))
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -118,7 +141,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     """Check a parsed TOML document and build the configuration."""
     known = {"host", "socket", "socket_mode", "fabric", "control_port", "control_listen",
              "ev_profile", "cc_profile", "kernel_drop", "log_format", "log_level", "port",
-             "peers"}
+             "peers", "core"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -172,6 +195,23 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     control_port = _want(data, "control_port", int, source, DEFAULT_CONTROL_PORT)
     if not 0 < control_port < 65536:
         raise ConfigError(f"{source}: control_port {control_port} is not a TCP port")
+    core = dict(DAEMON_CORE)
+    fields = HostConfig.__dataclass_fields__
+    for key, value in _want(data, "core", dict, source, {}).items():
+        where = f"{source}: core.{key}"
+        if key in ("ev_profile", "cc_profile", "completion_events", "mtu_payload"):
+            raise ConfigError(f"{where}: set by mrcd itself (use the top-level key, or the "
+                              "interface MTU)")
+        if key not in fields:
+            raise ConfigError(f"{where}: unknown core setting (see HostConfig in "
+                              "mrcnet/core/config.py)")
+        default = getattr(HostConfig(), key)
+        want: type = type(default)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ConfigError(f"{where} must be {want.__name__}, got {value!r}")
+        core[key] = value
     return DaemonConfig(
         host=host,
         ports=tuple(ports),
@@ -187,6 +227,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         log_format=_want(data, "log_format", str, source, "console", LOG_FORMATS),
         log_level=_want(data, "log_level", str, source, "info", LOG_LEVELS),
         peers=peers,
+        core=core,
         source=source,
     )
 

@@ -54,6 +54,9 @@ WC_PER_PUSH = 256
 #: SRH, UDP, BTH, RETH, METH + ImmDt, TSETH, ICRC): the payload must fit the rest of the MTU.
 DATA_OVERHEAD = 2 * IPV6_HEADER_LEN + 8 + 4 * 16 + 8 + 12 + 16 + 8 + 4 + 4
 MIN_PAYLOAD = 256
+#: EVs per QP towards directly cabled peers: every EV of a plane is the same single path
+#: there, so many EVs only multiply per-EV state and probes.
+STATIC_EVS_PER_QP = 16
 
 
 def payload_for_mtu(mtu: int) -> int:
@@ -130,8 +133,11 @@ class Daemon:
         else:
             self.paths = StaticPaths(cfg.peers, self.local)
         mtu = min(p.mtu for p in self.ports)
+        knobs = dict(cfg.core)
+        if isinstance(self.paths, StaticPaths):
+            knobs.setdefault("evs_per_qp", STATIC_EVS_PER_QP * len(self.ports))
         hc = HostConfig(ev_profile=cfg.ev_profile, cc_profile=cfg.cc_profile,
-                        mtu_payload=payload_for_mtu(mtu), completion_events=False)
+                        mtu_payload=payload_for_mtu(mtu), completion_events=False, **knobs)
         self.host = core.Host(cfg.host, [core.Port(lp.index, lp.plane, lp.mac, lp.ip)
                                          for lp in self.local], self.paths, hc)
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
@@ -258,8 +264,8 @@ class Daemon:
                 owner = self._qp_owner.get(qpn)
                 if owner is not None:
                     owner.send({"push": "event", "event": body})
-                if isinstance(ev, core.QPError):
-                    self.log.warning("QP error", qpn=qpn, reason=ev.reason)
+                    if isinstance(ev, core.QPError):  # (not for a QP its client destroyed)
+                        self.log.warning("QP error", qpn=qpn, reason=ev.reason)
             elif self.api is not None:
                 for s in list(self.api.sessions.values()):
                     s.send({"push": "event", "event": body})

@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", "--config", required=True, help="TOML configuration file")
     ap.add_argument("--check", action="store_true",
                     help="only check the configuration and exit")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="write cProfile statistics of the whole run to FILE (pstats)")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config)
@@ -53,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mrcd: {args.config} is valid")
         return 0
     setup_logging(cfg.log_format, cfg.log_level)
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(serve(cfg))
@@ -65,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         pass
+    finally:
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(args.profile)
     return 0
 
 

@@ -142,10 +142,10 @@ def write_config(path: str, host: str, ifname: str, ip: str, sock: str,
 
 
 def start_mrcd(name: str, ns: str, config: str, sock: str, logdir: str,
-               timeout: float = 15.0) -> Mrcd:
+               timeout: float = 15.0, args: tuple[str, ...] = ()) -> Mrcd:
     log = os.path.join(logdir, f"{name}.log")
     with open(log, "wb") as lf:
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, MRCD, "--config", config],
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, MRCD, "--config", config, *args],
                                 stdout=lf, stderr=subprocess.STDOUT)
     m = Mrcd(name, ns, config, sock, proc, log)
     deadline = time.monotonic() + timeout

@@ -60,6 +60,13 @@ def test_bad_calls_raise_typed_errors(mrcd_pair: MrcdPair) -> None:
             qp.connect("hb", 42)
         # The QP is still usable after a failed connect.
         assert ca.stats(qp)["qp"]["state"] == "INIT"
+        # Posts are pipelined: a failure mrcd finds is raised by the next call.
+        qp2 = ca.create_qp(cq)
+        qp2.destroy()
+        qp2.post_recv(wr_id=1)
+        with pytest.raises(InvalidQP, match="an earlier post_recv failed: no QP"):
+            ca.stats()
+        assert "host" in ca.stats()  # reported once
 
 
 @needs_root

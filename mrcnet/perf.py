@@ -1,0 +1,196 @@
+"""``mrc-perf``: RDMA WRITE bandwidth between two mrcd hosts, like perftest's ib_write_bw.
+
+::
+
+    mrc-perf server                    # on host B (its mrcd at $MRCD_SOCKET)
+    mrc-perf client hB --all           # on host A: a table of sizes and rates
+
+The server exposes one memory region and listens on a service; the client connects its
+QP through mrcd (which exchanges QP attributes with the server's mrcd), then for each
+size posts ``--iters`` RDMA WRITEs with at most ``--tx-depth`` outstanding. The last
+write of each size carries an immediate, so the server knows a size is done (and can
+check the bytes with ``--verify``). The client prints one row per size; ``--json``
+prints the same as JSON lines for tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from mrcnet.api import (
+    ApiError,
+    CompletionQueue,
+    Context,
+    MemoryRegion,
+    QueuePair,
+    RemoteRegion,
+    WorkCompletion,
+)
+
+__all__ = ["Result", "main", "run_client", "run_server"]
+
+DEFAULT_SERVICE = 18515  # perftest's port, as a service number
+DEFAULT_SIZE = 65536
+ALL_SIZES = [1 << k for k in range(6, 21, 2)]  # 64 B .. 1 MiB, x4 steps
+END_IMM = 0xFFFFFFFF
+RECV_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Result:
+    """One row of the client's table."""
+
+    size: int
+    iters: int
+    seconds: float
+    gbps: float
+    mpps: float
+    errors: int
+
+
+def _pattern(mr: MemoryRegion) -> None:
+    # A non-repeating-at-small-scale pattern: byte i = (i * 7 + i >> 8) mod 256.
+    n = mr.length
+    block = bytes(((i * 7) + (i >> 8)) & 0xFF for i in range(min(n, 1 << 16)))
+    for off in range(0, n, len(block)):
+        mr.buf[off : off + len(block)] = block[: n - off]
+
+
+def _wait(cq: CompletionQueue, timeout: float) -> list[WorkCompletion]:
+    wcs = cq.wait(timeout=timeout, max_entries=256)
+    if not wcs:
+        raise TimeoutError(f"no completion in {timeout} s (is the peer alive?)")
+    return wcs
+
+
+def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: float,
+               out: list[str]) -> int:
+    """Serve one client run; returns the number of sizes whose bytes did not verify."""
+    mr = ctx.alloc_mr(size)
+    cq = ctx.create_cq()
+    qp = ctx.create_qp(cq)
+    ctx.listen(service, qp, expose=[mr])
+    for i in range(RECV_DEPTH):
+        qp.post_recv(wr_id=i)
+    out.append(f"mrc-perf server on {ctx.host}: waiting on service {service} "
+               f"({size} bytes exposed)")
+    peer = qp.accept(timeout=None)
+    out.append(f"connected: {peer.host} QP {peer.qpn}")
+    bad = 0
+    expected = ctx.alloc_mr(size) if verify else None
+    if expected is not None:
+        _pattern(expected)
+    while True:
+        for wc in _wait(cq, timeout):
+            if not wc.ok:
+                out.append(f"error completion: {wc.status}")
+                return bad + 1
+            qp.post_recv(wr_id=wc.wr_id)
+            if wc.imm == END_IMM:
+                return bad
+            if expected is not None and wc.imm is not None:
+                n = wc.imm  # the client sends the size it just wrote as the immediate
+                if bytes(mr.buf[:n]) != bytes(expected.buf[:n]):
+                    bad += 1
+                    out.append(f"size {n}: bytes differ from the pattern")
+
+
+def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_depth: int,
+               service: int, timeout: float) -> list[Result]:
+    """Run every size against ``peer``'s server; one :class:`Result` per size."""
+    biggest = max(sizes)
+    mr = ctx.alloc_mr(biggest)
+    _pattern(mr)
+    cq = ctx.create_cq()
+    qp = ctx.create_qp(cq)
+    info = qp.connect(peer, service)
+    if not info.regions or info.regions[0].length < biggest:
+        raise ApiError(f"the server exposes {info.regions[0].length if info.regions else 0} "
+                       f"bytes; run it with --size {biggest} or more")
+    remote = info.regions[0]
+    results = [_one_size(qp, cq, mr, remote, size, iters, tx_depth, timeout)
+               for size in sizes]
+    qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=1 << 40)
+    _wait(cq, timeout)
+    return results
+
+
+def _one_size(qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, remote: RemoteRegion,
+              size: int, iters: int, tx_depth: int, timeout: float) -> Result:
+    posted = done = errors = 0
+    t0 = time.perf_counter()
+    while done < iters:
+        while posted < iters and posted - done < tx_depth:
+            last = posted == iters - 1
+            qp.post_write(mr, 0, size, remote, imm=size if last else None, wr_id=posted)
+            posted += 1
+        for wc in _wait(cq, timeout):
+            done += 1
+            errors += not wc.ok
+    dt = time.perf_counter() - t0
+    return Result(size, iters, dt, size * iters * 8 / dt / 1e9, iters / dt / 1e6, errors)
+
+
+def _table(results: Sequence[Result]) -> list[str]:
+    lines = [f"{'#bytes':>10} {'#iterations':>12} {'BW average[Gb/s]':>17} "
+             f"{'MsgRate[Mpps]':>14} {'errors':>7}"]
+    for r in results:
+        lines.append(f"{r.size:>10} {r.iters:>12} {r.gbps:>17.3f} {r.mpps:>14.6f} "
+                     f"{r.errors:>7}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mrc-perf`` command."""
+    ap = argparse.ArgumentParser(prog="mrc-perf", description="RDMA WRITE bandwidth over "
+                                 "MRC between two mrcd hosts (like ib_write_bw)")
+    ap.add_argument("--socket", help="mrcd's socket (default $MRCD_SOCKET or "
+                    "/run/mrcd/<hostname>.sock)")
+    ap.add_argument("--service", type=int, default=DEFAULT_SERVICE)
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds without progress "
+                    "before giving up")
+    sub = ap.add_subparsers(dest="mode", required=True)
+    sv = sub.add_parser("server", help="wait for one client run")
+    sv.add_argument("-s", "--size", type=int, default=max(ALL_SIZES),
+                    help="bytes of memory to expose (the client's largest size)")
+    sv.add_argument("--verify", action="store_true", help="check the written bytes")
+    cl = sub.add_parser("client", help="measure against PEER's server")
+    cl.add_argument("peer", help="host name of the server (as mrcd knows it)")
+    cl.add_argument("-s", "--size", type=int, default=DEFAULT_SIZE)
+    cl.add_argument("-a", "--all", action="store_true", help=f"sizes {ALL_SIZES[0]} .. "
+                    f"{ALL_SIZES[-1]}")
+    cl.add_argument("-n", "--iters", type=int, default=200)
+    cl.add_argument("-t", "--tx-depth", type=int, default=16)
+    cl.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    args = ap.parse_args(argv)
+    try:
+        with Context(args.socket) as ctx:
+            if args.mode == "server":
+                lines: list[str] = []
+                bad = run_server(ctx, args.size, args.service, args.verify, args.timeout,
+                                 lines)
+                print("\n".join(lines))
+                if args.verify:
+                    print("verify: ok" if not bad else f"verify: {bad} size(s) differ")
+                return 1 if bad else 0
+            sizes = ALL_SIZES if args.all else [args.size]
+            results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth,
+                                 args.service, args.timeout)
+            if args.json:
+                for r in results:
+                    print(json.dumps(asdict(r)))
+            else:
+                print("\n".join(_table(results)))
+            return 1 if any(r.errors for r in results) else 0
+    except (ApiError, TimeoutError) as e:
+        print(f"mrc-perf: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""mrc-perf server/client between two mrcds: a table of rates and verified bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from conftest import MrcdPair, needs_root
+
+PERF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), ".venv", "bin", "mrc-perf")
+
+
+@needs_root
+def test_perf_client_and_server(mrcd_pair: MrcdPair) -> None:
+    server = subprocess.Popen([PERF, "--socket", mrcd_pair.b.socket, "--timeout", "60",
+                               "server", "--size", "262144", "--verify"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)  # the server listens before the client connects
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
+                            "client", "hb", "--size", "262144", "--iters", "8",
+                            "--tx-depth", "4", "--json"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(rows) == 1 and rows[0]["size"] == 262144 and rows[0]["iters"] == 8
+        assert rows[0]["errors"] == 0 and rows[0]["gbps"] > 0
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        assert "connected: ha" in out and "verify: ok" in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_perf_without_mrcd(tmp_path: object) -> None:
+    r = subprocess.run([PERF, "--socket", "/nonexistent/mrcd.sock", "client", "hb"],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 1
+    assert r.stderr.startswith("mrc-perf: mrcd is not running at /nonexistent/mrcd.sock")
