@@ -1,0 +1,152 @@
+"""Smaller promises: frame byte identity, receive credit, ACK coalescing, incast trims,
+receiver window penalty, counters."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from mrcnet.constants import NackReason
+from mrcnet.core import HostConfig, WCOpcode, WCStatus
+from mrcnet.core.ctrl import SackTemplate
+from mrcnet.wire import CCState, Route, build_sack, parse_frame, usid_container
+from mrcnet.wire.sack import SETH
+
+from .harness import Impairments, Net, connect
+
+
+def _write(net: Net, qa: int, size: int, wr_id: int = 1, imm: int | None = None
+           ) -> tuple[bytearray, bytearray]:
+    ha, hb = net.h(0), net.h(1)
+    src = bytearray(random.Random(size).randbytes(size))
+    dst = bytearray(size)
+    ms, md = ha.register_mr(src), hb.register_mr(dst)
+    ha.post_write(qa, wr_id, ms, 0, size, md.addr, md.rkey, imm=imm)
+    return src, dst
+
+
+def _tx(use_templates: bool) -> list[bytes]:
+    net = Net(config=HostConfig(use_templates=use_templates), imp=Impairments(loss=0.05),
+              seed=4)
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1, recvs=1)
+    _write(net, qa, 300_000, imm=5)
+    net.run(until=lambda: len(net.h(0).qp(qa).cq) > 0, max_time=1.0)
+    return [f for _, name, _, f in net.tx_log if name == "h0"]
+
+
+def test_template_frames_are_byte_identical_to_the_reference_builder() -> None:
+    a, b = _tx(True), _tx(False)
+    assert len(a) == len(b) > 70
+    assert a == b
+
+
+@pytest.mark.parametrize("mode", ["usid", "srh", "plain"])
+@pytest.mark.parametrize("encap", [True, False])
+def test_sack_template_matches_build_sack(mode: str, encap: bool) -> None:
+    kw: dict[str, Any] = {}
+    if mode == "usid":
+        kw["usid"] = usid_container(b"\xfc\0\0\0", [1, 2, 3])
+    elif mode == "srh":
+        kw["segments"] = (bytes(15) + b"\x07", bytes(15) + b"\x01")
+    r = Route(b"\x02" * 6, b"\x04" * 6, bytes(15) + b"\x09", bytes(15) + b"\x01",
+              encap=encap, **kw)
+    t = SackTemplate(r, ev=0x80012345, dest_qp=7)
+    for i in range(5):
+        s = SETH(ev=i, cack_psn=99 + i, ack_offset=-3, sack_offset=1, max_psn_range=5,
+                 bitmap=0xF0F0 << i, imm_credit=77, ece=bool(i & 1))
+        c = CCState(5, 2, i, 99999)
+        assert t.build(s, c) == build_sack(r, ev=0x80012345, dest_qp=7, seth=s, cc=c)
+
+
+def test_sender_never_exceeds_the_peers_receive_credit() -> None:
+    net = Net()
+    qa, qb = connect(net, 0, 1, recvs=2)
+    ha, hb = net.h(0), net.h(1)
+    src = bytearray(100)
+    dst = bytearray(100)
+    ms, md = ha.register_mr(src), hb.register_mr(dst)
+    for i in range(5):
+        ha.post_write(qa, i, ms, i, 1, md.addr + i, md.rkey, imm=i)
+    net.run(max_time=0.01)
+    assert [c.wr_id for c in ha.poll_cq(ha.qp(qa).cq, 10)] == [0, 1]
+    assert [c.imm for c in hb.poll_cq(hb.qp(qb).cq, 10)] == [0, 1]
+    assert hb.counters().get("rx_no_recv_credit", 0) == 0
+    for i in range(3):
+        hb.post_recv(qb, 100 + i, now=net.now)
+    net.run(max_time=net.now + 0.01)
+    assert [c.wr_id for c in ha.poll_cq(ha.qp(qa).cq, 10)] == [2, 3, 4]
+    got = hb.poll_cq(hb.qp(qb).cq, 10)
+    assert [(c.wr_id, c.imm, c.opcode) for c in got] == [
+        (100, 2, WCOpcode.RECV_RDMA_WITH_IMM), (101, 3, WCOpcode.RECV_RDMA_WITH_IMM),
+        (102, 4, WCOpcode.RECV_RDMA_WITH_IMM)]
+
+
+def test_max_imm_outstanding_limits_the_sender() -> None:
+    net = Net()
+    qa, _ = connect(net, 0, 1, recvs=10, attrs={"max_imm_outstanding": 1})
+    ha = net.h(0)
+    ms = ha.register_mr(bytearray(10))
+    md = net.h(1).register_mr(bytearray(10))
+    net.run(max_time=1e-4)  # the peer's credit (10 receives) arrives
+    assert ha.qp(qa).peer_credit == 10
+    for i in range(3):
+        ha.post_write(qa, i, ms, 0, 1, md.addr, md.rkey, imm=i)
+    qp = ha.qp(qa)
+    net.flush()
+    assert qp.imm_outstanding == 1 and len(qp.inflight) == 1
+    net.run(max_time=0.01)
+    assert [c.status for c in ha.poll_cq(qp.cq, 10)] == [WCStatus.SUCCESS] * 3
+
+
+def test_ack_coalescing_knob() -> None:
+    sacks = {}
+    for every in (1, 8):
+        net = Net(config=HostConfig(ack_every=every))
+        qa, _ = connect(net, 0, 1)
+        src, dst = _write(net, qa, 64 * 4096)
+        cq = net.h(0).qp(qa).cq
+        net.run(until=lambda: len(cq) > 0, max_time=1.0)  # noqa: B023
+        assert dst == src
+        sacks[every] = net.h(1).counters()["tx_sack"]
+    assert sacks[1] >= 60
+    assert sacks[8] <= sacks[1] / 4
+
+
+def test_incast_trims_are_last_hop_and_shrink_the_window() -> None:
+    imp = Impairments()
+    net = Net(n_hosts=2, planes=1, spines=4, imp=imp, seed=2)
+    qa, _ = connect(net, 0, 1)
+    rng = random.Random(1)
+    # trims spread over every spine at once: only the receiver's downlink is common
+    imp.trim_if = lambda f: len(f) > 1000 and rng.random() < 0.3
+    net.log_tx = True
+    src, dst = _write(net, qa, 1 << 20)
+    ha, hb = net.h(0), net.h(1)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    nacks = [parse_frame(f).neth for _, name, _, f in net.tx_log
+             if name == "h1" and parse_frame(f).neth is not None]
+    reasons = [n.reason for n in nacks if n is not None]
+    assert reasons.count(NackReason.TRIMMED_LASTHOP) > reasons.count(NackReason.TRIMMED)
+    penalties = [parse_frame(f).cc for _, name, _, f in net.tx_log if name == "h1"]
+    assert any(c is not None and c.window_penalty > 0 for c in penalties)
+    assert hb.counters()["rx_trimmed"] == len(reasons)
+    skips = sum(1 for s in ha.ev_stats(qa).values() if s["trimmed"])
+    assert skips > 0  # trimmed packets were counted per EV
+
+
+def test_counters_and_stats_shapes() -> None:
+    net = Net()
+    qa, _ = connect(net, 0, 1)
+    _write(net, qa, 40_000)
+    net.run(until=lambda: len(net.h(0).qp(qa).cq) > 0, max_time=1.0)
+    c0, c1 = net.h(0).counters(), net.h(1).counters()
+    assert c0["tx_data"] == c1["rx_data"] == 10
+    assert c1["tx_sack"] >= 1 and c0["rx_frames"] == c1["tx_sack"]
+    st = net.h(0).qp_stats(qa)
+    assert st["state"] == "RTS" and st["inflight"] == 0
+    evs = net.h(0).ev_stats(qa)
+    assert len(evs) == 128 and sum(s["sent"] for s in evs.values()) == 10
