@@ -197,6 +197,7 @@ class QueuePair:
         self.credit_probes = 0
         # responder
         self.rcv_nxt = self.attrs.rq_psn
+        self.rx_high = self.rcv_nxt  # highest PSN received out of order
         self.ooo: dict[int, tuple[int, int, int, int]] = {}  # seq -> (len, opcode, msn, imm)
         self.rx_msg_bytes = 0
         self.imm_done = 0  # next MSN to complete
@@ -244,7 +245,7 @@ class QueuePair:
             cfg.base_rtt_hint,
         )
         self.next_seq = self.snd_una = a.sq_psn
-        self.rcv_nxt = a.rq_psn
+        self.rcv_nxt = self.rx_high = a.rq_psn
         self._routes.clear()
         self._tmpl.clear()
         self._tmpl_ev.clear()
@@ -789,6 +790,8 @@ class QueuePair:
             self.rcv_nxt = nxt
         else:
             self.ooo[seq] = entry
+            if seq > self.rx_high:
+                self.rx_high = seq
         self.unreported.append(seq)
         self.since_ack += 1
         self._note_ack(seq, ev, ts, f.ce, plane)
@@ -880,7 +883,7 @@ class QueuePair:
         self.penalty *= _PENALTY_DECAY
         ack_off = max(-_S16_MAX, min(_S16_MAX, self.ack_seq - rcv))
         ooo = self.ooo
-        hi = max(ooo) if ooo else rcv
+        hi = max(self.rx_high, rcv)
         cc = CCState(self.ack_ts, min(255, len(ooo)), penalty, self.rcvd_bytes % _CREDIT_MOD)
         credit = self.recv_posted % _CREDIT_MOD
         self.sent_credit = self.recv_posted

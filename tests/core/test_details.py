@@ -150,3 +150,38 @@ def test_counters_and_stats_shapes() -> None:
     assert st["state"] == "RTS" and st["inflight"] == 0
     evs = net.h(0).ev_stats(qa)
     assert len(evs) == 128 and sum(s["sent"] for s in evs.values()) == 10
+
+
+def test_bad_rkey_from_the_application_fails_the_qp_with_a_clear_reason() -> None:
+    net = Net()
+    qa, _ = connect(net, 0, 1)
+    ha, hb = net.h(0), net.h(1)
+    ms = ha.register_mr(bytearray(5000))
+    md = hb.register_mr(bytearray(100))
+    ha.post_write(qa, 1, ms, 0, 5000, md.addr, md.rkey)  # 5000 bytes into 100
+    net.run(until=lambda: ha.qp(qa).error_reason is not None, max_time=1.0)
+    reason = ha.qp(qa).error_reason
+    assert reason is not None and "remote access error" in reason and "wr_id 1" in reason
+    (c,) = ha.poll_cq(ha.qp(qa).cq, 4)
+    assert c.status is WCStatus.REM_ACCESS_ERR
+    assert hb.counters()["rx_out_of_bounds"] >= 1
+    assert net.now < 0.01  # at once, not after the retry budget
+
+
+def test_port_down_then_up_brings_the_plane_back() -> None:
+    net = Net(planes=2, spines=2)
+    net.log_tx = True
+    qa, _ = connect(net, 0, 1)
+    ha, hb = net.h(0), net.h(1)
+    hb.set_port_state(1, False, 0.0)
+    net.run(max_time=1e-4)
+    hb.set_port_state(1, True, net.now)
+    net.run(max_time=2e-4)
+    t0 = net.now
+    src, dst = _write(net, qa, 256 * 1024)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    assert dst == src
+    from mrcnet.core import ev_path
+
+    planes = {ev_path(f.ev)[0] for f in net.data_frames(since=t0, src="h0")}
+    assert planes == {0, 1}
