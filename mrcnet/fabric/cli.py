@@ -296,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("b", metavar="B", help="node name, e.g. p0s1 or p0l0")
     s.add_argument("action", choices=["down", "up", "blackhole", "loss", "flap", "clear"])
     s.add_argument("value", nargs="?", metavar="PCT", help="loss percentage (0-100)")
-    s.add_argument("--period", type=int, metavar="MS", help="flap half-period in ms")
+    s.add_argument("--period", type=int, metavar="MS",
+                   help="flap: time between toggles (down for MS, up for MS)")
     s.add_argument("--both", action="store_true", help="blackhole/loss in both directions")
     s.set_defaults(fn=cmd_link)
 
