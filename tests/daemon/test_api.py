@@ -6,10 +6,13 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import MrcdPair, needs_root
+from mdnsutil import VethPair
 
 from mrcnet.api import (
     BadLkey,
@@ -175,3 +178,56 @@ def test_memfd_is_shared_not_copied() -> None:
     assert m1[10:15] == b"hello"
     m1.close()
     m2.close()
+
+
+@needs_root
+def test_socket_permissions_decide_who_may_use_mrcd(veth: VethPair, tmp_path: Path) -> None:
+    import tempfile
+
+    from mdnsutil import start_mrcd, write_config
+
+    # A world-traversable directory, so only the socket file's own mode matters.
+    d = tempfile.mkdtemp(prefix="md", dir="/tmp")
+    os.chmod(d, 0o755)
+    sock = f"{d}/ha.sock"
+    code = ("import sys\nfrom mrcnet.api import Context, AccessDenied\n"
+            f"try:\n    c = Context({sock!r}); print('host', c.host)\n"
+            "except AccessDenied as e:\n    print('denied', e)\n")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 sys.executable, "-c", code]
+    try:
+        for mode, expect in (("0600", "denied no permission to use mrcd"),
+                             ("0666", "host ha")):
+            cfg = str(tmp_path / f"ha{mode}.toml")
+            write_config(cfg, "ha", veth.if_a, veth.ip_a, sock, {"hb": veth.ip_b},
+                         extra=f'socket_mode = "{mode}"')
+            m = start_mrcd("ha", veth.ns_a, cfg, sock, str(tmp_path))
+            try:
+                assert oct(os.stat(sock).st_mode & 0o777) == oct(int(mode, 8))
+                r = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30,
+                                   check=False)
+                assert r.stdout.startswith(expect), r.stdout + r.stderr
+            finally:
+                assert m.stop() == 0
+    finally:
+        os.rmdir(d)
+
+
+@needs_root
+def test_peer_loss_fails_the_qp_with_an_event(mrcd_pair: MrcdPair) -> None:
+    with Context(mrcd_pair.b.socket) as cb, Context(mrcd_pair.a.socket) as ca:
+        mr_b = cb.alloc_mr(65536)
+        qp_b = cb.create_qp(cb.create_cq())
+        cb.listen(3, qp_b, expose=[mr_b])
+        mr_a = ca.alloc_mr(65536)
+        qp_a = ca.create_qp(ca.create_cq())
+        peer = qp_a.connect("hb", 3)
+        assert mrcd_pair.b.stop() == 0  # the peer host's mrcd goes away
+        qp_a.post_write(mr_a, 0, 65536, peer.regions[0], wr_id=4)
+        wcs = qp_a.cq.wait(timeout=60)
+        assert [(w.status, w.wr_id) for w in wcs] == [("RETRY_EXC_ERR", 4)]
+        ev = ca.get_async_event(timeout=5)
+        while ev is not None and ev["type"] != "QPError":
+            ev = ca.get_async_event(timeout=5)
+        assert ev is not None and ev["qpn"] == qp_a.qpn
+        assert "peer unreachable" in ev["reason"]
