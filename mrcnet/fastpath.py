@@ -23,9 +23,10 @@ What mrcd uses:
   (pluggable into ``wire.parse_frame(checksum_ok=...)``), ``icrc(covered, has_ip) ->
   bytes``, and the stateless ``send_batch(fd, frames)`` / ``recv_batch(fd, ...)``.
 
-Both implementations stay reachable (``py_*`` functions, :class:`PyBatchIO`, and when
-built ``c_*``, :class:`CBatchIO`, :class:`CTemplate`) so tests and tools/bench_wire.py
-compare them in one process.
+Both implementations stay reachable so tests and tools/bench_wire.py compare them in one
+process: ``py_*`` (the checksum and ICRC twins are the mrcnet.wire reference functions
+themselves), :class:`PyBatchIO`, :class:`mrcnet.wire.template.DataTemplate`, and when
+built ``c_*``, :class:`CBatchIO`, :class:`CTemplate`.
 """
 
 from __future__ import annotations
@@ -38,23 +39,22 @@ import socket
 import struct
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from mrcnet.constants import (
     BTH_LEN,
     DATA_OPCODES,
     ICRC_LEN,
     IMM_OPCODES,
-    IPPROTO_UDP,
     IPV6_HEADER_LEN,
     PSN_MASK,
     UDP_HEADER_LEN,
 )
 from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
+from mrcnet.wire.checksum import udp6_checksum as py_udp6_checksum
+from mrcnet.wire.checksum import udp6_checksum_ok as py_udp6_checksum_ok
 from mrcnet.wire.icrc import icrc as _ref_icrc
-
-if TYPE_CHECKING:
-    from mrcnet.wire.template import DataTemplate, PathSpec
+from mrcnet.wire.template import DataTemplate, PathSpec, check_data_args
 
 __all__ = [
     "HAVE_C",
@@ -99,65 +99,6 @@ _ICRC_MIN_IP: Final = IPV6_HEADER_LEN + _ICRC_MIN_UDP
 
 
 # ---- pure-Python reference -------------------------------------------------------------
-
-
-def _ones_sum(*parts: bytes | bytearray | memoryview) -> int:
-    """One's-complement 16-bit sum of big-endian words, folded to 0..0xFFFF.
-
-    Why modulo 0xFFFF: 2**16 is 1 modulo 0xFFFF, so a byte string read as one big integer
-    is congruent to the plain sum of its 16-bit words, which the end-around-carry sum
-    also is; int.from_bytes and % run in C, several times faster than a word loop. The
-    bytes are read little-endian (CPython converts that order about 2x faster) and the
-    result byte-swapped once: RFC 1071's sum is byte-order independent, and a zero-padded
-    odd tail (RFC 768) then needs no shift. The folded sum is 0 only when every word is
-    0; otherwise a remainder of 0 means 0xFFFF. Each part must have an even length except
-    the last.
-    """
-    total = 0
-    for p in parts:
-        total += int.from_bytes(p, "little")
-    r = total % 0xFFFF
-    if r == 0 and total:
-        r = 0xFFFF
-    return ((r & 0xFF) << 8) | (r >> 8)
-
-
-def _pseudo_tail(udp_len: int) -> bytes:
-    # The pseudo-header after the addresses: 32-bit length, 3 zero bytes, next header.
-    return (udp_len << 32 | IPPROTO_UDP).to_bytes(8, "big")
-
-
-def py_udp6_checksum(
-    src: bytes | bytearray | memoryview,
-    dst: bytes | bytearray | memoryview,
-    udp: bytes | bytearray | memoryview,
-) -> int:
-    """UDP-over-IPv6 checksum to store (RFC 8200 sec. 8.1): pseudo-header + ``udp``.
-
-    ``src``/``dst`` are the 16-byte pseudo-header addresses (with an SRH, ``dst`` is the
-    final segment, segment list[0]; with an inner IPv6 header, its addresses). ``udp`` is
-    the UDP header and payload with the checksum field as it should count (zero it to
-    compute). A computed 0 is returned as 0xFFFF: 0 on the wire means "no checksum".
-    """
-    n = len(udp)
-    s = _ones_sum(src, dst, _pseudo_tail(n), udp)
-    c = ~s & 0xFFFF
-    return c or 0xFFFF
-
-
-def py_udp6_checksum_ok(
-    src: bytes | bytearray | memoryview,
-    dst: bytes | bytearray | memoryview,
-    udp: bytes | bytearray | memoryview,
-) -> bool:
-    """True if the checksum stored in ``udp`` (bytes 6-7) is right for this datagram.
-
-    A stored 0 ("no checksum") is refused: IPv6 does not allow it (RFC 8200 sec. 8.1).
-    """
-    n = len(udp)
-    if n >= UDP_HEADER_LEN and not (udp[6] or udp[7]):
-        return False
-    return _ones_sum(src, dst, _pseudo_tail(n), udp) == 0xFFFF
 
 
 def py_icrc(covered: bytes | bytearray | memoryview, has_ip: bool = True) -> bytes:
@@ -477,9 +418,6 @@ class CTemplate:
         #: The Python template this one was made from (offsets, ``path()``).
         self.template = tmpl
         self._cdata_type = ffi.CData
-        # Imported here: mrcnet.wire.template imports this module for its checksum.
-        from mrcnet.wire.template import check_data_args
-
         self._check = check_data_args
         self._null = ffi.NULL
 
@@ -616,8 +554,6 @@ def make_template(frame_or_template: bytes | bytearray | memoryview | DataTempla
 
     Takes a data frame made by :func:`mrcnet.wire.build_data` or a ``DataTemplate``.
     """
-    from mrcnet.wire.template import DataTemplate  # here: template imports this module
-
     t = (frame_or_template if isinstance(frame_or_template, DataTemplate)
          else DataTemplate(frame_or_template))
     return CTemplate(t) if HAVE_C else t

@@ -217,10 +217,11 @@ def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_env_var_forces_python_without_warning() -> None:
-    r = _run("import mrcnet.fastpath as f; print(f.HAVE_C, f.udp6_checksum.__name__)",
+    r = _run("import mrcnet.fastpath as f, mrcnet.wire.checksum as ref; "
+             "print(f.HAVE_C, f.udp6_checksum is ref.udp6_checksum, f.BatchIO.__name__)",
              {"MRCNET_NO_FASTPATH": "1"})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["False", "py_udp6_checksum"]
+    assert r.stdout.split() == ["False", "True", "PyBatchIO"]
     assert "RuntimeWarning" not in r.stderr
 
 

@@ -36,9 +36,9 @@ from mrcnet.constants import (
     UDP_HEADER_LEN,
     Opcode,
 )
-from mrcnet.fastpath import py_udp6_checksum, py_udp6_checksum_ok
 from mrcnet.wire._util import Buffer
 from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
+from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
 from mrcnet.wire.frame import Route, build_data, parse_frame
 from mrcnet.wire.icrc import icrc
 from mrcnet.wire.usid import usid_final
@@ -124,7 +124,7 @@ class DataTemplate:
             if route is not None:
                 self.usid_pseudo = route.usid is not None
             else:  # parse_frame checked that one of the two verifies
-                self.usid_pseudo = not py_udp6_checksum_ok(f.outer.src, f.outer.dst, udp)
+                self.usid_pseudo = not udp6_checksum_ok(f.outer.src, f.outer.dst, udp)
             self.pseudo_src = f.outer.src
             self.pseudo_dst = usid_final(f.outer.dst) if self.usid_pseudo else f.outer.dst
 
@@ -251,7 +251,7 @@ class DataTemplate:
         start = self.off_inner or u
         mv[end:total] = icrc(mv[start:end], has_ip=bool(self.off_inner))
         mv[u + 6 : u + 8] = b"\0\0"
-        _U16.pack_into(mv, u + 6, py_udp6_checksum(self.pseudo_src, pseudo_dst, mv[u:total]))
+        _U16.pack_into(mv, u + 6, udp6_checksum(self.pseudo_src, pseudo_dst, mv[u:total]))
         return total
 
     def build(self, **fields: object) -> bytes:
