@@ -3,7 +3,7 @@
     with Fabric.up("leafspine:planes=2,spines=2,leaves=2,hosts=1", name="demo") as fab:
         fab.link("p0l0", "p0s1").blackhole()
         print(fab.status()["links"][0])
-        fab.exec("h0", ["ping", "-c1", fab.description.host("h1").port(0).address])
+        fab.exec("h0", ["ip", "-6", "route"], check=True)
 
 Every namespace is recorded in the state file *before* it is created; ``down`` deletes
 exactly the recorded ones that exist, so it also cleans up after a builder that died.
@@ -133,6 +133,15 @@ class Fabric:
 
         with global_lock():
             d = fabric_dir(name)
+            if d.is_dir() and not (d / "state.json").exists():
+                # Leftover of an interrupted `down` (lock file, temp files): no record
+                # means nothing of this fabric is left to protect.
+                for f in d.iterdir():
+                    if f.is_file() and (f.name in ("lock", "description.json")
+                                        or f.name.endswith(".tmp")):
+                        f.unlink()
+                with contextlib.suppress(OSError):
+                    d.rmdir()
             if d.exists():
                 raise FabricError(
                     f"fabric name {name!r} is already in use (state in {d}); "
