@@ -184,3 +184,47 @@ def test_the_healed_path_carries_data_again(failover: Failover) -> None:
                if h == "h0" and e.new is EVState.GOOD and e.cause == "probe"
                and ev_path(e.ev)[:2] == (0, 3)]
     assert any(ev_path(s.ev)[:2] == (0, 3) and s.time > min(revived) for s in tap.sent)
+
+
+def _goodput_run(spec: str, fails: list[str]) -> tuple[SimRun, list[tuple[float, int]]]:
+    run = SimRun(parse_topology(spec), [Flow(0, 0, 1, 0.0, 40 << 20)],
+                 failures=[parse_failure(f) for f in fails])
+    rq = run.qps[0][1]
+    samples: list[tuple[float, int]] = []
+
+    def sample(_: object) -> None:
+        samples.append((run.sim.now, run.hosts[1].qp(rq).rcvd_bytes))
+        run.sim.after(50e-6, sample)
+
+    run.sim.at(0.0, sample)
+    run.run(until=0.05)
+    return run, samples
+
+
+@pytest.mark.xfail(reason="core gap: when the spine links are the bottleneck (12.5G spine "
+                   "links, 100G NICs), a failed spine link costs 25% of goodput, not 1/8 "
+                   "(measured 0.75 of before, needs >= 0.875). Likely: planes stay evenly "
+                   "loaded, so the plane left with 7 of 8 paths overloads; its queues stretch "
+                   "the RTT while the window stays at its 1.5 BDP cap (no trims, 69 CE marks)")
+def test_goodput_holds_when_the_spines_are_the_bottleneck() -> None:
+    spec = "leafspine:planes=2,spines=8,leaves=2,hosts=1,rate=12.5gbit,host_rate=100gbit"
+    run, samples = _goodput_run(spec, ["link:L0.0-S0.3@0.5ms..1.5ms:down"])
+    assert run.result().flows[0].error is None
+    before = _goodput(samples, 0.2e-3, FAIL_AT)
+    during = _goodput(samples, FAIL_AT + 0.1e-3, HEAL_AT)
+    assert during >= 7 / 8 * before, f"{during / before:.3f} of before"
+
+
+@pytest.mark.parametrize(("fail", "bound"), [
+    ("loss:*=0.1%", 1.10),  # the paper: 0.1% random loss barely matters
+    ("switch:S0.2@0.3ms:blackhole", 1.10),  # a silently dead switch barely matters
+])
+def test_random_loss_and_a_dead_switch_barely_matter(fail: str, bound: float) -> None:
+    spec = parse_topology("leafspine:planes=2,spines=8,leaves=2,hosts=1")
+    run = SimRun(spec, [Flow(0, 0, 1, 0.0, 40 << 20)], failures=[parse_failure(fail)])
+    res = run.run(until=0.05)
+    r = res.flows[0]
+    assert r.error is None and r.slowdown is not None and r.slowdown <= bound
+    drops = sum(c["drop_loss"] for c in res.ports.values()) + sum(
+        c["drop_blackhole"] for c in res.switches.values())
+    assert drops > 0  # the failure did hit the flow
