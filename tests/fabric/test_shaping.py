@@ -161,3 +161,30 @@ def test_shaped_link_carries_its_rate(rate_fabric: Fabric) -> None:
         t.join()
     carried = (b1 - b0) * 8 / (t1 - t0)
     assert 0.6 * rate <= carried <= 1.2 * rate, f"carried {carried / 1e6:.1f} Mbit/s"
+
+
+@pytest.mark.parametrize("ecn_last_hop", [False, True])
+def test_last_hop_trims_and_ecn_option(
+    make_fabric: Callable[..., Fabric], ecn_last_hop: bool
+) -> None:
+    """Incast at the receiver's port: trims on the leaf -> host link; CE only if enabled."""
+    fab = make_fabric(
+        "leafspine:planes=1,spines=1,leaves=1,hosts=2,rate=20mbit,mtu=1500,"
+        f"ecn_last_hop={str(ecn_last_hop).lower()}"
+    )
+    d = fab.description
+    # Same leaf, direct path [leaf, dst host]: the first congested port is the last hop.
+    frame = probe.build_frame(d, "h0", "h1", 0, None, size=FRAME, ecn=ECN.ECT0)
+    before = fab.counters()
+    got = _collect(fab, "h1", 0, lambda: probe.send_frames(d, "h0", 0, [frame] * 60))
+    after = fab.counters()
+    last = after["p0l0->h1"]
+    trims = last["trims"] - before["p0l0->h1"]["trims"]
+    ce = last["ce"] - before["p0l0->h1"]["ce"]
+    assert trims >= 20
+    assert len([f for f in got if probe.parse_tclass(f)[0] == DSCP_TRIMMED]) == trims
+    if ecn_last_hop:
+        assert ce >= 1
+    else:
+        assert ce == 0
+        assert not any(probe.parse_tclass(f)[1] == ECN.CE for f in got)
