@@ -9,6 +9,7 @@ bad frame is counted (``counters()``) and dropped.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import fields
@@ -109,6 +110,11 @@ class Host:
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._last_now = 0.0
         self.last_internal_error: BaseException | None = None
+        # Timers: a heap of (deadline, qpn) with lazy deletion; QPs touched by a call are
+        # "dirty" and re-read at the next next_timer(), so it costs O(touched), not O(QPs).
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, float] = {}
+        self._dirty: set[int] = set()
 
     # --- counters and events ------------------------------------------------------------
 
@@ -167,6 +173,7 @@ class Host:
             raise InvalidRequest("out of QP numbers")
         self._next_qpn += 1
         self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs())
+        self._dirty.add(qpn)
         return qpn
 
     def qp(self, qpn: int) -> QueuePair:
@@ -181,6 +188,8 @@ class Host:
         qp = self.qp(qpn)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         del self._qps[qpn]
+        self._armed.pop(qpn, None)
+        self._dirty.discard(qpn)
 
     def modify_qp(self, qpn: int, to_state: QPState, *, now: float = 0.0, **attrs: Any) -> None:
         """Move a QP through RESET -> INIT -> RTR -> RTS (or to ERROR/RESET), setting the
@@ -190,6 +199,7 @@ class Host:
         ``sq_psn``. Raises :class:`IllegalTransition` or :class:`InvalidAttribute`.
         """
         qp = self.qp(qpn)
+        self._dirty.add(qpn)
         key = (qp.state, to_state)
         rule = QP_TRANSITIONS.get(key)
         if rule is None:
@@ -276,6 +286,7 @@ class Host:
             raise InvalidRequest(f"immediate {imm} is not a 32-bit value")
         if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _ID_MASK:
             raise InvalidRequest("remote address must be 64-bit and rkey 32-bit")
+        self._dirty.add(qpn)
         qp.post_write(WorkRequest(wr_id, local_mr.view, offset, length, remote_addr, rkey, imm,
                                   self.config.mtu_payload))
 
@@ -284,6 +295,7 @@ class Host:
         qp = self.qp(qpn)
         if qp.state is QPState.ERROR:
             raise InvalidRequest(f"QP {qpn} is in ERROR")
+        self._dirty.add(qpn)
         qp.post_recv(wr_id, now, self._ctrl)
 
     def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
@@ -346,6 +358,7 @@ class Host:
             self._port_status[peer] = (self._probe_id, 0, now)
 
     def _replan(self, now: float) -> None:
+        self._dirty.update(self._qps)
         for qp in self._qps.values():
             if qp.attrs.peer and qp.state in (QPState.RTR, QPState.RTS):
                 qp.set_planes(self._planes_for(qp.attrs.peer), now)
@@ -370,11 +383,13 @@ class Host:
     def deny_ev(self, qpn: int, ev: int) -> bool:
         """Operator: stop using ``ev`` on QP ``qpn``; True if the QP has that EV."""
         evm = self.qp(qpn).evm
+        self._dirty.add(qpn)
         return evm.deny(ev) if evm is not None else False
 
     def allow_ev(self, qpn: int, ev: int) -> bool:
         """Operator: allow a DENIED EV again."""
         evm = self.qp(qpn).evm
+        self._dirty.add(qpn)
         return evm.allow(ev) if evm is not None else False
 
     def ev_stats(self, qpn: int) -> dict[int, dict[str, Any]]:
@@ -429,6 +444,7 @@ class Host:
             self.count("rx_wrong_peer")
             return
         op = bth.opcode
+        self._dirty.add(qp.qpn)
         if f.reth is not None:
             qp.on_data(f, p.plane, now, self._ctrl)
         elif f.seth is not None:
@@ -483,6 +499,7 @@ class Host:
             qpn, ev, sent = rec
             self._probe_of_ev.pop((qpn, ev), None)
             qp = self._qps.get(qpn)
+            self._dirty.add(qpn)
             if qp is not None and qp.evm is not None and ev == eph.ev:
                 qp.evm.probe_result(ev, True, now - sent)
         else:
@@ -491,6 +508,7 @@ class Host:
                 del self._port_status[peer]
 
     def _replan_peer(self, peer: str, now: float) -> None:
+        self._dirty.update(self._qps)
         for qp in self._qps.values():
             if qp.attrs.peer == peer and qp.state in (QPState.RTR, QPState.RTS):
                 qp.set_planes(self._planes_for(peer), now)
@@ -525,17 +543,39 @@ class Host:
         self._ctrl = []
         for qp in self._qps.values():
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
+                self._dirty.add(qp.qpn)
                 qp.emit(now, out)
+        if not all(self.port_up.values()):
+            # A port that is down sends nothing (a QP with no live plane at all keeps
+            # "sending" into it, so its retry budget, not a hang, ends it).
+            kept = [(p, f) for p, f in out if self.port_up.get(p, False)]
+            self.count("tx_port_down", len(out) - len(kept))
+            out = kept
         self.count("tx_frames", len(out))
         return out
 
+    def _refresh_timers(self) -> None:
+        heap, armed = self._heap, self._armed
+        for qpn in self._dirty:
+            qp = self._qps.get(qpn)
+            if qp is None:
+                continue
+            d = qp.deadline()
+            if armed.get(qpn) != d:
+                armed[qpn] = d
+                if d < _INF:
+                    heapq.heappush(heap, (d, qpn))
+        self._dirty.clear()
+        while heap and armed.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        if len(heap) > 4 * len(self._qps) + 64:  # too many stale entries: rebuild
+            self._heap = [(d, q) for q, d in armed.items() if d < _INF and q in self._qps]
+            heapq.heapify(self._heap)
+
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
-        t = _INF
-        for qp in self._qps.values():
-            d = qp.deadline()
-            if d < t:
-                t = d
+        self._refresh_timers()
+        t = self._heap[0][0] if self._heap else _INF
         for _, _, due in self._port_status.values():
             t = min(t, due)
         return None if t == _INF else t
@@ -543,13 +583,24 @@ class Host:
     def handle_timer(self, now: float) -> None:
         """Run every timer that is due at ``now``."""
         self._last_now = now
-        for qp in list(self._qps.values()):
-            if qp.deadline() <= now:
-                qp.on_timer(now, self._ctrl)
-                if qp.evm is not None and qp.state is QPState.RTS:
-                    due = qp.evm.probes_due(now)
-                    if due:
-                        self._send_probes(qp, due, now)
+        self._refresh_timers()
+        heap = self._heap
+        due_qps = []
+        while heap and heap[0][0] <= now:
+            d, qpn = heapq.heappop(heap)
+            if self._armed.get(qpn) == d:
+                self._armed.pop(qpn, None)
+                due_qps.append(qpn)
+        for qpn in due_qps:
+            qp = self._qps.get(qpn)
+            if qp is None:
+                continue
+            self._dirty.add(qpn)
+            qp.on_timer(now, self._ctrl)
+            if qp.evm is not None and qp.state is QPState.RTS:
+                due = qp.evm.probes_due(now)
+                if due:
+                    self._send_probes(qp, due, now)
         if self._port_status:
             self._send_port_status(now)
 

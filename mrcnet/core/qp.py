@@ -559,7 +559,7 @@ class QueuePair:
     def deadline(self) -> float:
         """Earliest time this QP needs ``on_timer``."""
         t = min(self.rto_at, self.rack_at, self.ack_at, self.credit_probe_at)
-        if self.evm is not None and self.state in (QPState.RTR, QPState.RTS):
+        if self.evm is not None and self.state is QPState.RTS:
             t = min(t, self.evm.next_probe)
         return t
 

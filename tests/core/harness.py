@@ -185,6 +185,9 @@ class Net:
             nt = host.next_timer()
             if nt is not None and nt <= self.now:
                 host.handle_timer(self.now)
+                after = host.next_timer()
+                # a timer that stays due after handle_timer would be a busy loop
+                assert after is None or after > self.now, (host.name, after, self.now)
         self.flush()
         return True
 
