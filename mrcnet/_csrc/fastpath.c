@@ -193,8 +193,7 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     put16(u + 4, (uint32_t)(total - t->off_udp));
 
     uint8_t *b = out + t->off_bth;
-    b[0] = (uint8_t)opcode;
-    b[1] = (uint8_t)(bth_flags >> 8);
+    b[0] = (uint8_t)opcode;                         /* byte 1 (SE/M/Pad/TVer) stays */
     b[8] = (uint8_t)bth_flags;
     b[9] = psn >> 16; b[10] = psn >> 8; b[11] = psn;
 

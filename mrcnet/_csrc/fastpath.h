@@ -79,9 +79,9 @@ uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
 #define MRC_EXT_TSETH 2u  /* TSETH (timestamp) follows */
 
 /* Write one data frame into out[0:cap]: the template's headers patched with this
- * packet's opcode, BTH bytes 1 and 8 (bth_flags bits 8-15: SE/M/Pad/TVer; bits 0-7:
- * A/R/RTX/TS), PSN, EV (UDP source port = ev >> 16, low 16 bits of the outer flow label =
- * ev & 0xffff), outer destination (16 bytes; NULL keeps the template's), SRH segments
+ * packet's opcode, BTH flag byte (bth_flags: A/R/RTX/TS, BTH byte 8; byte 1 stays the
+ * template's), PSN, EV (UDP source port = ev >> 16, low 16 bits of the outer flow label
+ * = ev & 0xffff), outer destination (16 bytes; NULL keeps the template's), SRH segments
  * (srh_segs_len bytes, wire order; NULL keeps), checksum pseudo-header destination (NULL:
  * the template's; only frames without an inner IPv6 header need one when the path
  * changes), RETH virtual address and length (= payload_len), the optional METH/ImmDt/TSETH
