@@ -40,6 +40,8 @@ from mrcnet.daemon.control import ConnectRequest, ControlError, ControlServer, c
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths, UnknownPeer
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
+from mrcnet.io.linkwatch import LinkWatch
+from mrcnet.io.packet_port import interface_running
 from mrcnet.wire import mac_to_bytes
 
 __all__ = ["Daemon"]
@@ -99,6 +101,7 @@ class Daemon:
         self._timer_at: float | None = None
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
+        self._links: LinkWatch | None = None
         # Ownership, for pushes and clean-up.
         self._cqs: dict[int, tuple[core.CompletionQueue, Session]] = {}
         self._qp_owner: dict[int, Session] = {}
@@ -150,6 +153,12 @@ class Daemon:
             self.api.close()
             self.api = None
         loop = self._loop
+        if self._links is not None:
+            if loop is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    loop.remove_reader(self._links.fileno())
+            self._links.close()
+            self._links = None
         for port in self.ports:
             if loop is not None and not port.closed:
                 with contextlib.suppress(ValueError, OSError):
@@ -179,6 +188,7 @@ class Daemon:
         try:
             for i, port in enumerate(self.ports):
                 loop.add_reader(port.fileno(), self._on_port_readable, i)
+            self._watch_links(loop)
             self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, self._dispatch,
                                  self._on_session_closed, self.cfg.host, len(self.ports))
             self.api.start(loop)
@@ -195,6 +205,30 @@ class Daemon:
             if self.control is not None:
                 await self.control.close()
             self.close()
+
+    # --- port state ---------------------------------------------------------------------
+    def _watch_links(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Follow the ports' carrier: a port that goes down takes its plane out of use."""
+        initial = {p.ifindex: interface_running(p.ifname) for p in self.ports}
+        self._links = LinkWatch(initial, initial)
+        loop.add_reader(self._links.fileno(), self._on_link_change)
+        now = time.monotonic()
+        assert self.host is not None
+        for i, p in enumerate(self.ports):
+            if not initial[p.ifindex]:
+                self.log.warning("port down at start", port=p.ifname)
+                self.host.set_port_state(i, False, now)
+
+    def _on_link_change(self) -> None:
+        assert self._links is not None and self.host is not None
+        by_index = {p.ifindex: i for i, p in enumerate(self.ports)}
+        now = time.monotonic()
+        for ifindex, up in self._links.changes():
+            i = by_index[ifindex]
+            self.log.warning("port " + ("up" if up else "down"), port=self.ports[i].ifname,
+                             plane=self.local[i].plane)
+            self.host.set_port_state(i, up, now)
+        self._pump(now)
 
     # --- data path ----------------------------------------------------------------------
     def _on_port_readable(self, index: int) -> None:

@@ -38,7 +38,7 @@ from mrcnet.constants import ETH_HEADER_LEN
 from mrcnet.io.bpf import attach_filter
 from mrcnet.io.errors import CapabilityError, IOSetupError
 
-__all__ = ["PacketPort", "PortStats", "interface_mac", "interface_mtu"]
+__all__ = ["PacketPort", "PortStats", "interface_mac", "interface_mtu", "interface_running"]
 
 # <linux/if_packet.h>
 SOL_PACKET: Final = 263
@@ -49,6 +49,9 @@ PACKET_IGNORE_OUTGOING: Final = 23
 SO_SNDBUFFORCE: Final = 32
 SO_RCVBUFFORCE: Final = 33
 # <linux/sockios.h>
+SIOCGIFFLAGS: Final = 0x8913
+IFF_UP: Final = 0x1
+IFF_RUNNING: Final = 0x40  # operationally up (carrier)
 SIOCGIFMTU: Final = 0x8921
 SIOCGIFHWADDR: Final = 0x8927
 
@@ -76,6 +79,12 @@ def _ifreq(ifname: str, request: int) -> bytes:
 def interface_mtu(ifname: str) -> int:
     """The interface's MTU (bytes of IP packet, without the Ethernet header)."""
     return int(struct.unpack_from("i", _ifreq(ifname, SIOCGIFMTU), 16)[0])
+
+
+def interface_running(ifname: str) -> bool:
+    """Whether the interface is up and has carrier (IFF_UP and IFF_RUNNING)."""
+    flags = struct.unpack_from("H", _ifreq(ifname, SIOCGIFFLAGS), 16)[0]
+    return bool(flags & IFF_UP) and bool(flags & IFF_RUNNING)
 
 
 def interface_mac(ifname: str) -> bytes:

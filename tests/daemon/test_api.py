@@ -231,3 +231,25 @@ def test_peer_loss_fails_the_qp_with_an_event(mrcd_pair: MrcdPair) -> None:
             ev = ca.get_async_event(timeout=5)
         assert ev is not None and ev["qpn"] == qp_a.qpn
         assert "peer unreachable" in ev["reason"]
+
+
+@needs_root
+def test_port_carrier_loss_is_reported(mrcd_pair: MrcdPair) -> None:
+    from mdnsutil import run
+
+    v = mrcd_pair.veth
+    with Context(mrcd_pair.a.socket) as ca:
+        def next_port_event() -> dict[str, object]:
+            for _ in range(50):
+                ev = ca.get_async_event(timeout=0.2)
+                if ev is not None and ev["type"] == "PortStatusChanged":
+                    return ev
+            raise AssertionError("no PortStatusChanged event")
+
+        # b's end goes down: a's port loses carrier, a's mrcd takes plane 0 out of use.
+        run("ip", "link", "set", v.if_b, "down", ns=v.ns_b)
+        assert next_port_event() == {"type": "PortStatusChanged", "port": 0, "plane": 0,
+                                     "up": False, "peer": None}
+        run("ip", "link", "set", v.if_b, "up", ns=v.ns_b)
+        assert next_port_event()["up"] is True
+    assert "port down" in mrcd_pair.a.logs()
