@@ -241,3 +241,20 @@ def test_core_accepts_every_forwarded_frame_with_checksums_verified(srv6: str) -
     for name, counters in res.hosts.items():
         bad = {k: v for k, v in counters.items() if k.startswith("rx_malformed")}
         assert not bad, f"{name} rejected frames: {bad}"
+
+
+def test_a_failure_on_the_ecmp_path_kills_the_baseline_but_not_mrc() -> None:
+    spec = parse_topology("leafspine:planes=2,spines=8,leaves=2,hosts=1")
+    flows = [Flow(0, 0, 1, 0.0, 40 << 20)]
+    probe = SimRun(spec, flows, transport="ecmp")
+    (ev,) = probe.hosts[0].qp(probe.qps[0][0]).evm.evs  # type: ignore[union-attr]
+    plane, spine, _ = ev_path(ev)
+    fail = parse_failure(f"link:L{plane}.0-S{plane}.{spine}@0.3ms:down")
+    ecmp = SimRun(spec, flows, transport="ecmp", failures=[fail]).run(until=1.0)
+    mrc = SimRun(spec, flows, transport="mrc", failures=[fail]).run(until=1.0)
+    # No routing reconvergence in a static fabric: the hashed path stays dead, the QP
+    # exhausts its retries. MRC retires the EVs on it and hardly notices.
+    assert ecmp.flows[0].finish is None
+    assert ecmp.flows[0].error is not None and "retry budget exhausted" in ecmp.flows[0].error
+    assert mrc.flows[0].error is None
+    assert mrc.flows[0].slowdown is not None and mrc.flows[0].slowdown < 1.1
