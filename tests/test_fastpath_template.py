@@ -26,7 +26,7 @@ from mrcnet.constants import (
     PSN_MASK,
     Opcode,
 )
-from mrcnet.wire import Route, build_data, parse_frame, usid_container
+from mrcnet.wire import BTH, RETH, Route, build_data, build_frame, parse_frame, usid_container
 from mrcnet.wire.template import DataTemplate, PathSpec
 
 NO_C = "C fast path off (not built, or MRCNET_NO_FASTPATH=1)"
@@ -224,3 +224,16 @@ def test_make_template_follows_binding() -> None:
                        payload=b"abc")
     t = fastpath.make_template(frame)
     assert isinstance(t, fastpath.CTemplate if fastpath.HAVE_C else DataTemplate)
+
+
+def test_template_keeps_bth_byte1() -> None:
+    """SE/M/Pad/TVer are the template's: neither patcher touches BTH byte 1."""
+    route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16),
+                  usid=container([1, 2]))
+    t = DataTemplate(build_frame(route, ev=0, bth=BTH(Opcode.WRITE_ONLY, 5, 0, se=True,
+                                                      migreq=True), ext=[RETH(0, 9, 0)]), route)
+    want = build_frame(route, ev=7, bth=BTH(Opcode.WRITE_FIRST, 5, 77, se=True, migreq=True,
+                                            rtx=True), ext=[RETH(4096, 9, 3)], payload=b"abc")
+    for _name, impl in impls(t):
+        assert impl.build(opcode=Opcode.WRITE_FIRST, psn=77, ev=7, va=4096, payload=b"abc",
+                          rtx=True) == want
