@@ -157,6 +157,11 @@ class EVManager:
         self._bad: dict[int, EVInfo] = {}  # ASSUMED_BAD EVs (probed)
         self._last_resort = 0
         self._rr_reverse = 0
+        # Per plane: the active EVs grouped by path (rebuilt when the set changes), and a
+        # rotation counter per path: packets go round robin over paths, then over each
+        # path's EVs, so every live path of a plane carries the same share.
+        self._rings: dict[int, list[list[EVInfo]]] = {}
+        self._inst_rr: dict[tuple[int, int], int] = {}
         self.next_probe = float("inf")
         if not self.paths:
             return
@@ -188,6 +193,7 @@ class EVManager:
         info = EVInfo(ev)
         self.evs[ev] = info
         self.active[plane].append(info)
+        self._rings.pop(plane, None)
         return info
 
     def _set(self, info: EVInfo, new: EVState, cause: str) -> None:
@@ -201,6 +207,7 @@ class EVManager:
         lst = self.active.get(info.plane)
         if lst is not None and info in lst:
             lst.remove(info)
+            self._rings.pop(info.plane, None)
         sp = self.spares.get(info.plane)
         if sp is not None and info in sp:
             sp.remove(info)
@@ -219,6 +226,7 @@ class EVManager:
             return
         if self.spares[plane]:
             lst.append(self.spares[plane].pop())
+            self._rings.pop(plane, None)
             return
         bad = self._bad_paths(plane)
         npaths = self.paths[plane]
@@ -237,38 +245,57 @@ class EVManager:
 
     # --- per packet -----------------------------------------------------------------
 
-    def next_ev(self, avoid: int = -1) -> EVInfo:
-        """The EV for the next packet (round robin over planes, then over EVs).
+    def _ring(self, plane: int) -> list[list[EVInfo]]:
+        ring = self._rings.get(plane)
+        if ring is None:
+            by: dict[int, list[EVInfo]] = {}
+            for info in self.active[plane]:
+                by.setdefault(info.path, []).append(info)
+            ring = self._rings[plane] = [by[p] for p in sorted(by)]
+        return ring
 
-        ``avoid``: an EV not to use if any other is usable (a retransmission moves on).
-        Never fails: with no usable EV left it falls back to ASSUMED_BAD ones in turn,
-        so the retry budget, not a hang, decides the QP's fate.
+    def next_ev(self, avoid: int = -1) -> EVInfo:
+        """The EV for the next packet: round robin over planes, then over the plane's
+        paths, then over each path's EVs (so a plane's live paths share its load equally,
+        however many EVs each holds after refills).
+
+        ``avoid``: an EV whose path not to use if any other is usable (a retransmission
+        moves on). Never fails: with no usable EV left it falls back to ASSUMED_BAD ones
+        in turn, so the retry budget, not a hang, decides the QP's fate.
         """
         if self.ecmp:
             return self.ecmp_ev()
         planes = self.usable_planes
         n = len(planes)
+        fallback: EVInfo | None = None
+        avoid_path = (avoid >> EV_PATH_SHIFT) if avoid >= 0 else -1
         for _ in range(n):
             plane = planes[self._rr_plane % n]
             self._rr_plane += 1
-            lst = self.active[plane]
-            m = len(lst)
+            ring = self._ring(plane)
+            m = len(ring)
+            if not m:
+                continue
             i = self._rr[plane]
             for _ in range(m):
-                info = lst[i % m]
+                lst = ring[i % m]
                 i += 1
+                key = (plane, lst[0].path)
+                c = self._inst_rr.get(key, 0)
+                self._inst_rr[key] = c + 1
+                info = lst[c % len(lst)]
                 if info.state is EVState.SKIP:
                     self._set(info, EVState.GOOD, "skip_done")
+                    fallback = fallback or info
                     continue
-                if info.ev == avoid and m > 1:
+                if (info.ev >> EV_PATH_SHIFT) == avoid_path:
+                    fallback = fallback or info
                     continue
                 self._rr[plane] = i
                 return info
             self._rr[plane] = i
-            if m:  # only SKIPped or avoided EVs: take the next one anyway
-                info = lst[i % m]
-                self._rr[plane] = i + 1
-                return info
+        if fallback is not None:
+            return fallback
         return self._last_resort_ev()
 
     def _last_resort_ev(self) -> EVInfo:
@@ -341,10 +368,19 @@ class EVManager:
     def _revive_into_set(self, info: EVInfo) -> None:
         if info.plane not in self.active:
             return
-        if len(self.active[info.plane]) < self.target or self.ecmp:
-            self.active[info.plane].append(info)
-        else:
-            self.spares[info.plane].append(info)
+        lst = self.active[info.plane]
+        if len(lst) >= self.target and not self.ecmp and lst:
+            # Keep the set size: the revived EV takes the place of one on the path that
+            # has the most EVs (a refill), so the healed path carries data again at once.
+            counts: dict[int, int] = {}
+            for i in lst:
+                counts[i.path] = counts.get(i.path, 0) + 1
+            crowded = max(counts, key=lambda p: (counts[p], p))
+            victim = next(i for i in reversed(lst) if i.path == crowded)
+            lst.remove(victim)
+            self.spares[info.plane].append(victim)
+        lst.append(info)
+        self._rings.pop(info.plane, None)
 
     def probes_due(self, now: float) -> list[EVInfo]:
         """ASSUMED_BAD EVs whose next probe is due; reschedules them."""
