@@ -15,7 +15,8 @@ import secrets
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -126,13 +127,21 @@ def test_frames(dst: bytes, src: bytes, n: int) -> list[bytes]:
 test_frames.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
-def recv_all(b: Any, want: int, tries: int = 200) -> list[tuple[bytes, int, int]]:
+def poll(step: Callable[[], object], done: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Call ``step`` until ``done()``: frames cross a veth in softirq context, which a
+    loaded machine may run late, so receivers poll with a deadline, never a fixed count."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step()
+        if done() or time.monotonic() > deadline:
+            return
+        time.sleep(0.0005)
+
+
+def recv_all(b: Any, want: int) -> list[tuple[bytes, int, int]]:
     got: list[tuple[bytes, int, int]] = []
-    for _ in range(tries):
-        got += [(bytes(v), pt, ifx) for v, pt, ifx in b.recv()]
-        if len(got) >= want:
-            break
-        os.sched_yield()
+    poll(lambda: got.extend((bytes(v), pt, ifx) for v, pt, ifx in b.recv()),
+         lambda: len(got) >= want)
     return got
 
 
@@ -161,20 +170,20 @@ def test_recv_skips_own_outgoing_frames(veth: VethPair, kind: str) -> None:
         frames = test_frames(veth.mac_b, veth.mac_a, 10)
         assert fastpath.send_batch(sa.fileno(), frames) == 10
         seen: list[Any] = []
-        received = 0
-        for _ in range(200):
-            seen += b.recv()
-            received += b.last_received  # taken from the socket, then dropped
-            if received >= 10:
-                break
-        assert (received, seen) == (10, [])
+        received = [0]
+
+        def step() -> None:
+            seen.extend(b.recv())
+            received[0] += b.last_received  # taken from the socket, then dropped
+
+        poll(step, lambda: received[0] >= 10)
+        assert (received[0], seen) == (10, [])
         assert fastpath.send_batch(sa.fileno(), frames) == 10
-        got = []
-        for _ in range(200):
-            got += [(bytes(v), pt) for v, pt, _ in b.recv(skip_outgoing=False)
-                    if v[12:14] == ETH_P_TEST.to_bytes(2, "big")]
-            if len(got) >= 10:
-                break
+        got: list[tuple[bytes, int]] = []
+        ours = ETH_P_TEST.to_bytes(2, "big")
+        poll(lambda: got.extend((bytes(v), pt) for v, pt, _ in b.recv(skip_outgoing=False)
+                                if v[12:14] == ours),
+             lambda: len(got) >= 10)
         assert [g[0] for g in got] == frames
         assert {g[1] for g in got} == {fastpath.PACKET_OUTGOING}
 
@@ -186,12 +195,17 @@ def test_recv_in_small_batches_and_wait(veth: VethPair, kind: str) -> None:
         frames = test_frames(veth.mac_b, veth.mac_a, 20)
         assert fastpath.send_batch(sa.fileno(), frames) == 20
         b = batch(kind, sb.fileno(), max_batch=8, bufsize=2048)
-        got = [bytes(v) for v, _, _ in b.recv(wait=True)]  # frames are queued: no block
+        sb.setblocking(True)  # wait=True blocks for the first frame only on a blocking fd
+        got = [bytes(v) for v, _, _ in b.recv(wait=True)]
+        sb.setblocking(False)
         assert 1 <= len(got) <= 8
-        while len(got) < 20:
+
+        def step() -> None:
             more = b.recv(3)
             assert len(more) <= 3
-            got += [bytes(v) for v, _, _ in more]
+            got.extend(bytes(v) for v, _, _ in more)
+
+        poll(step, lambda: len(got) >= 20)
         assert got == frames
 
 
@@ -250,12 +264,10 @@ def test_patched_mrc_frames_cross_the_veth(veth: VethPair) -> None:
                         ev=0x10000 * i + 7, va=4096 * i, payload=bytes([i]) * (100 * i + 1))
                 for i in range(32)]
         assert tx.send_slots(lens) == 32
-        frames = []
-        for _ in range(200):
-            frames += [parse_frame(v, checksum_ok=fastpath.c_udp6_checksum_ok)
-                       for v, _, _ in rx.recv()]
-            if len(frames) == 32:
-                break
+        frames: list[Any] = []
+        poll(lambda: frames.extend(parse_frame(v, checksum_ok=fastpath.c_udp6_checksum_ok)
+                                   for v, _, _ in rx.recv()),
+             lambda: len(frames) >= 32)
         assert [(f.bth.psn, f.ev, len(f.payload)) for f in frames] == [
             (i, 0x10000 * i + 7, 100 * i + 1) for i in range(32)]
 
@@ -266,8 +278,6 @@ def test_stateless_helpers(veth: VethPair) -> None:
         frames = test_frames(veth.mac_b, veth.mac_a, 100)  # more than one batch of 64
         assert fastpath.send_batch(sa.fileno(), frames) == 100
         got: list[bytes] = []
-        for _ in range(200):
-            got += [f for f, _, _ in fastpath.recv_batch(sb.fileno(), 64, 2048)]
-            if len(got) >= 100:
-                break
+        poll(lambda: got.extend(f for f, _, _ in fastpath.recv_batch(sb.fileno(), 64, 2048)),
+             lambda: len(got) >= 100)
         assert got == frames
