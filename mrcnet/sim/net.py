@@ -105,6 +105,7 @@ class EgressPort:
         "_arrive_cb",
         "_data_bytes",
         "_data_q",
+        "_last_down",
         "_prio_bytes",
         "_prio_q",
         "_s_per_byte",
@@ -167,6 +168,7 @@ class EgressPort:
         self._data_bytes = 0
         self._prio_bytes = 0
         self._waking = False
+        self._last_down = -1.0  # virtual time of the last carrier loss (-1: never)
         # Bound methods made once: the hot path schedules them per frame.
         self._arrive_cb = self._arrive
         self._wake_cb = self._wake
@@ -265,8 +267,12 @@ class EgressPort:
         self.sim.at(done + self.delay, self._arrive_cb, frame)
 
     def _arrive(self, frame: bytearray) -> None:
-        # A frame still on the wire when the link went down is lost with it.
-        if not self.up:
+        # A frame on the wire when the link went down is lost with it, even if the link
+        # is up again by the time the frame would have arrived (a short flap).
+        ld = self._last_down
+        if not self.up or (
+            ld >= 0.0 and ld >= self.sim.now - self.delay - len(frame) * self._s_per_byte
+        ):
             self.counters.drop_down += 1
             return
         assert self.dst is not None
@@ -274,6 +280,8 @@ class EgressPort:
 
     def set_up(self, up: bool) -> None:
         """Carrier up/down. Going down flushes both queues (counted as drop_down)."""
+        if not up and self.up:
+            self._last_down = self.sim.now
         self.up = up
         if not up:
             self.counters.drop_down += len(self._data_q) + len(self._prio_q)

@@ -128,3 +128,10 @@ def test_unknown_nodes_are_rejected_when_scheduled(unknown: str) -> None:
     fab = Fabric(Simulator(), parse_topology(SPEC))
     with pytest.raises(SpecError, match=r"no (link|switch)"):
         schedule_failure(fab, parse_failure(unknown))
+
+
+def test_a_flap_shorter_than_the_wire_still_loses_the_frame_on_it() -> None:
+    # 1 us of delay; the link drops for 100 ns while the first frame is on the wire.
+    fab, sink = _run(["link:L0.0-S0.1@2.5us..2.6us:down"], count=2)
+    assert len(sink.frames) == 1
+    assert fab.links["L0.0-S0.1"].ab.counters.drop_down == 1
