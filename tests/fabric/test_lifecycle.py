@@ -179,12 +179,19 @@ def test_cli_errors_are_one_line(fabric_state_dir: Path, args: list[str], messag
     assert not (fabric_state_dir / "fbtbad").exists()
 
 
-def test_not_root_is_refused(fabric_state_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "drop",
+    [
+        ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"],  # not root
+        ["--bounding-set=-net_admin", "--inh-caps=-net_admin"],  # root without the cap
+    ],
+    ids=["not-root", "no-cap-net-admin"],
+)
+def test_not_root_is_refused(fabric_state_dir: Path, drop: list[str]) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to drop privileges")
     r = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-         *CLI, "up", "leafspine:planes=1", "--name", "fbtnoroot"],
+        ["setpriv", *drop, *CLI, "up", "leafspine:planes=1", "--name", "fbtnoroot"],
         capture_output=True, text=True, timeout=60,
     )
     assert r.returncode == 1
