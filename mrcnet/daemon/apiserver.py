@@ -196,9 +196,14 @@ class ApiServer:
                 return
             result = self.dispatch(s, msg, fds)
         except ApiError as e:
-            for fd in fds:
-                os.close(fd)
+            self._close_fds(fds)
             s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+            return
+        except Exception as e:  # a bug in mrcd: answer, log, keep serving
+            self._close_fds(fds)
+            log.exception("request failed", op=msg.get("op"), session=s.sid)
+            s.send({"id": rid, "error": {"type": "ApiError",
+                                         "message": f"internal error in mrcd: {e!r}"}})
             return
         if isinstance(result, dict):
             if msg.get("reply") != "errors":  # pipelined requests hear only of failures
@@ -206,10 +211,20 @@ class ApiServer:
         else:
             self.loop.create_task(self._finish(s, rid, result))
 
+    @staticmethod
+    def _close_fds(fds: list[int]) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):  # the handler may have closed it already
+                os.close(fd)
+
     async def _finish(self, s: Session, rid: Any, pending: Awaitable[Message]) -> None:
         try:
             result = await pending
         except ApiError as e:
             s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+        except Exception as e:
+            log.exception("request failed", session=s.sid)
+            s.send({"id": rid, "error": {"type": "ApiError",
+                                         "message": f"internal error in mrcd: {e!r}"}})
         else:
             s.send({"id": rid, "ok": result})

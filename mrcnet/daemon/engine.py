@@ -102,6 +102,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
+        #: Internal errors caught in callbacks (a bug if not 0; see the log).
+        self.errors = 0
         # Ownership, for pushes and clean-up.
         self._cqs: dict[int, tuple[core.CompletionQueue, Session]] = {}
         self._qp_owner: dict[int, Session] = {}
@@ -223,15 +225,31 @@ class Daemon:
         assert self._links is not None and self.host is not None
         by_index = {p.ifindex: i for i, p in enumerate(self.ports)}
         now = time.monotonic()
-        for ifindex, up in self._links.changes():
-            i = by_index[ifindex]
-            self.log.warning("port " + ("up" if up else "down"), port=self.ports[i].ifname,
-                             plane=self.local[i].plane)
-            self.host.set_port_state(i, up, now)
-        self._pump(now)
+        try:
+            for ifindex, up in self._links.changes():
+                i = by_index[ifindex]
+                self.log.warning("port " + ("up" if up else "down"),
+                                 port=self.ports[i].ifname, plane=self.local[i].plane)
+                self.host.set_port_state(i, up, now)
+            self._pump(now)
+        except Exception:
+            self._guarded("link change")
 
     # --- data path ----------------------------------------------------------------------
+    def _guarded(self, what: str) -> None:
+        """Log a bug in a callback; the loop and the timer keep going (never crash on it)."""
+        self.errors += 1
+        self.log.exception("internal error", where=what)
+        with contextlib.suppress(Exception):
+            self._rearm()
+
     def _on_port_readable(self, index: int) -> None:
+        try:
+            self._receive(index)
+        except Exception:
+            self._guarded("receive")
+
+    def _receive(self, index: int) -> None:
         host = self.host
         assert host is not None
         port = self.ports[index]
@@ -322,8 +340,11 @@ class Daemon:
         self._timer_at = None
         now = time.monotonic()
         assert self.host is not None
-        self.host.handle_timer(now)
-        self._pump(now)
+        try:
+            self.host.handle_timer(now)
+            self._pump(now)
+        except Exception:
+            self._guarded("timer")
 
     # --- client API ---------------------------------------------------------------------
     def _dispatch(self, s: Session, msg: Message, fds: list[int]) -> Message | Awaitable[Message]:
@@ -565,7 +586,7 @@ class Daemon:
 
     def _op_stats(self, s: Session, msg: Message) -> Message:
         assert self.host is not None
-        out: Message = {"host": self.host.counters(),
+        out: Message = {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
                         "ports": {p.ifname: vars(p.stats) for p in self.ports}}
         if "qpn" in msg:
             out["qp"] = {k: v for k, v in self.host.qp_stats(self._qpn(s, msg)).items()

@@ -214,9 +214,10 @@ class PacketPort:
     def send(self, frames: Iterable[bytes | bytearray | memoryview]) -> int:
         """Queue ``frames`` for transmission and send as many as the socket takes now.
 
-        Returns how many went out in this call (older backlog first). Frames that do not
-        fit wait in the backlog; past :data:`MAX_BACKLOG` the newest are dropped (and
-        counted): MRC recovers losses, and an unbounded queue would only add delay.
+        Returns how many were done with in this call (sent, or dropped as unsendable),
+        older backlog first. Frames that do not fit wait in the backlog; past
+        :data:`MAX_BACKLOG` the newest are dropped (and counted): MRC recovers losses, and
+        an unbounded queue would only add delay.
         """
         if self._backlog:
             before = len(self._backlog)
@@ -224,25 +225,25 @@ class PacketPort:
             self._trim_backlog()
             self.stats.tx_backlogged += len(self._backlog) - before
             return self.flush()
-        batch = list(frames)  # a copy: oversized frames are removed from it
-        sent = self._send_list(batch)
-        if sent < len(batch):
-            self._backlog.extend(batch[sent:])
-            self.stats.tx_backlogged += len(batch) - sent
+        batch = frames if isinstance(frames, list) else list(frames)
+        done = self._send_list(batch)
+        if done < len(batch):
+            self._backlog.extend(batch[done:])
+            self.stats.tx_backlogged += len(batch) - done
             self._trim_backlog()
-        return sent
+        return done
 
     def flush(self) -> int:
-        """Retry the backlog; returns how many frames went out."""
+        """Retry the backlog; returns how many frames are done with (sent or dropped)."""
         total = 0
         while self._backlog:
             chunk = [self._backlog[i] for i in range(min(len(self._backlog),
                                                          self._io.max_batch))]
-            sent = self._send_list(chunk)
-            for _ in range(sent):
+            done = self._send_list(chunk)
+            for _ in range(done):
                 self._backlog.popleft()
-            total += sent
-            if sent < len(chunk):
+            total += done
+            if done < len(chunk):
                 break
         return total
 
@@ -252,28 +253,36 @@ class PacketPort:
             self.stats.tx_dropped += 1
 
     def _send_list(self, frames: list[bytes | bytearray | memoryview]) -> int:
-        sent = 0
+        """Send from the front of ``frames``; returns how many leading frames are done
+        with (sent, or dropped because they can never go). Stops when the socket is full."""
+        done = 0
         step = self._io.max_batch
-        while sent < len(frames):
-            chunk = frames[sent : sent + step]
+        while done < len(frames):
+            chunk = frames[done : done + step]
             try:
                 n = self._io.send(chunk)
             except OSError as e:
                 if e.errno in (errno.EAGAIN, errno.ENOBUFS):
                     n = 0
+                elif e.errno in (errno.ENETDOWN, errno.ENXIO):
+                    # The link is down: these frames cannot go anywhere. MRC resends what
+                    # matters on other planes once mrcd marks the port down.
+                    self.stats.tx_dropped += len(chunk)
+                    done += len(chunk)
+                    continue
                 elif e.errno == errno.EMSGSIZE:
-                    # One frame larger than the MTU: a caller bug; drop it, keep going.
+                    # The first frame is larger than the MTU: a caller bug; drop it.
                     self.stats.tx_dropped += 1
-                    frames.pop(sent)
+                    done += 1
                     continue
                 else:
                     raise
             self.stats.tx_batches += 1
             self.stats.tx_frames += n
-            sent += n
+            done += n
             if n < len(chunk):
                 break
-        return sent
+        return done
 
 
 def _ifindex(ifname: str) -> int:

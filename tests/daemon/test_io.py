@@ -227,3 +227,15 @@ def test_missing_capability_gives_one_clear_error() -> None:
 
 def test_registry_names(nsreg: NsRegistry) -> None:
     assert nsreg.tag and not nsreg.made
+
+
+@needs_root
+def test_send_on_a_down_link_drops_and_counts(veth: VethPair) -> None:
+    with in_netns(veth.ns_a):
+        pa = PacketPort(veth.if_a)
+    with pa:
+        run("ip", "link", "set", veth.if_a, "down", ns=veth.ns_a)
+        frames = [_frame(veth, "udp", i) for i in range(100)]
+        assert pa.send(frames) == 100  # done with: dropped, never queued, no exception
+        assert pa.stats.tx_dropped == 100 and pa.backlog == 0 and pa.stats.tx_frames == 0
+        run("ip", "link", "set", veth.if_a, "up", ns=veth.ns_a)
