@@ -176,9 +176,6 @@ def test_probes_bring_the_path_back_after_the_link_heals(failover: Failover) -> 
     assert all(info[ev]["state"] == EVState.GOOD.value for ev in back)
 
 
-@pytest.mark.xfail(reason="core gap: a revived EV joins the spares when its plane's active "
-                   "set was refilled from other paths (mrcnet/core/evs.py _revive_into_set),"
-                   " so the healed path carries no data until some other EV retires")
 def test_the_healed_path_carries_data_again(failover: Failover) -> None:
     run, tap, _, _ = failover
     revived = [t for t, h, e in run.path_events
