@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from mrcnet.constants import DSCP_DATA, DSCP_TRIMMED, ECN
+from mrcnet.constants import DSCP_CONTROL, DSCP_DATA, DSCP_TRIMMED, ECN
 from mrcnet.fabric import probe
 from mrcnet.fabric.bpfmap import F_ECN, F_TRIM
 from mrcnet.fabric.fabric import Fabric
@@ -188,3 +188,18 @@ def test_last_hop_trims_and_ecn_option(
     else:
         assert ce == 0
         assert not any(probe.parse_tclass(f)[1] == ECN.CE for f in got)
+
+
+def test_control_dscp_overtakes_queued_data(slow_fabric: Fabric) -> None:
+    """SACK/NACK-like frames (DSCP_CONTROL) go in the strict-priority band, like trims."""
+    fab = slow_fabric
+    d = fab.description
+    src, dst = d.hosts[0].name, d.hosts[-1].name
+    time.sleep(0.2)
+    data = probe.build_frame(d, src, dst, 0, 0, size=FRAME)
+    ctl = probe.build_frame(d, src, dst, 0, 0, size=200, dscp=DSCP_CONTROL)
+    got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [data] * 6 + [ctl]))
+    sizes = [len(f) for f in got]
+    assert sorted(sizes) == sorted([FRAME] * 6 + [200])
+    # Sent last, it arrives before some of the data queued behind the shaper.
+    assert sizes.index(200) < 6, sizes
