@@ -19,14 +19,25 @@ from hypothesis import strategies as st
 from mrcnet import fastpath
 from mrcnet.constants import (
     DATA_OPCODES,
+    DSCP_CONTROL,
     DSCP_DATA,
     ECN,
     ENDPOINT_QPN,
     IMM_OPCODES,
     PSN_MASK,
+    NackReason,
     Opcode,
 )
-from mrcnet.wire import BTH, RETH, Route, build_data, build_frame, parse_frame, usid_container
+from mrcnet.wire import (
+    BTH,
+    NETH,
+    RETH,
+    Route,
+    build_data,
+    build_frame,
+    parse_frame,
+    usid_container,
+)
 from mrcnet.wire.template import DataTemplate, PathSpec
 
 NO_C = "C fast path off (not built, or MRCNET_NO_FASTPATH=1)"
@@ -237,3 +248,14 @@ def test_template_keeps_bth_byte1() -> None:
     for _name, impl in impls(t):
         assert impl.build(opcode=Opcode.WRITE_FIRST, psn=77, ev=7, va=4096, payload=b"abc",
                           rtx=True) == want
+
+
+def test_template_refuses_non_data_and_trimmed_frames() -> None:
+    route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16))
+    frame = build_data(route, ev=1, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=1, va=0, rkey=0,
+                       payload=bytes(100))
+    with pytest.raises(ValueError, match="trimmed"):
+        DataTemplate(frame[:-50])  # cut after the headers, as a trimming switch does
+    with pytest.raises(ValueError, match="data frame"):
+        DataTemplate(build_frame(route, ev=1, bth=BTH(Opcode.NACK, 1, 0), ext=[
+            NETH(reason=NackReason.TRIMMED, ev=1, psn=0)], dscp=DSCP_CONTROL))

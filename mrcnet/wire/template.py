@@ -99,6 +99,8 @@ class DataTemplate:
         f = parse_frame(frame)
         if not f.is_data or f.reth is None:
             raise ValueError(f"a template needs a data frame, got {f.opcode.name}")
+        if f.trimmed:
+            raise ValueError("a template needs a whole frame, not a trimmed one")
         off = ETH_HEADER_LEN + IPV6_HEADER_LEN
         self.off_outer = ETH_HEADER_LEN
         self.off_srh_segs = self.srh_segs_len = 0
