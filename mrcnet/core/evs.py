@@ -121,6 +121,18 @@ class EVInfo:
         }
 
 
+class _ProbeGroup:
+    """The ASSUMED_BAD EVs of one path: probed together, one probe per interval."""
+
+    __slots__ = ("due", "evs", "ok", "rr")
+
+    def __init__(self, due: float) -> None:
+        self.evs: list[EVInfo] = []
+        self.due = due
+        self.ok = 0  # consecutive successful probes
+        self.rr = 0
+
+
 class EVManager:
     """The EV set of one QP (see module docstring).
 
@@ -155,6 +167,9 @@ class EVManager:
         self._rr: dict[int, int] = {p: 0 for p in self.paths}
         self._next_instance: dict[tuple[int, int], int] = {}
         self._bad: dict[int, EVInfo] = {}  # ASSUMED_BAD EVs (probed)
+        # EVs of one path share its fate (SRv6: the EV names the path), so bad EVs are
+        # probed per path: one probe per path and interval, k successes revive them all.
+        self._groups: dict[tuple[int, int], _ProbeGroup] = {}
         self._last_resort = 0
         self._rr_reverse = 0
         # Per plane: the active EVs grouped by path (rebuilt when the set changes), and a
@@ -224,17 +239,32 @@ class EVManager:
         lst = self.active[plane]
         if len(lst) >= self.target:
             return
-        if self.spares[plane]:
-            lst.append(self.spares[plane].pop())
-            self._rings.pop(plane, None)
-            return
         bad = self._bad_paths(plane)
+        spares = self.spares[plane]
+        for i, sp in enumerate(spares):
+            if sp.path not in bad:
+                lst.append(spares.pop(i))
+                self._rings.pop(plane, None)
+                return
         npaths = self.paths[plane]
         clean = [p for p in range(npaths) if p not in bad]
         if not clean:
-            # Every path of the plane has failed once: only keep the minimum going, on
-            # the paths with the fewest failures (probes will bring the rest back).
+            # Every path of the plane has failed: keep only the minimum going. Reuse the
+            # bad EV whose path looks best (most probe successes) instead of minting new
+            # EVs on failed paths, so the set stays bounded under any loss pattern.
             if len(lst) >= self.min_active:
+                return
+            groups = [(g.ok, -g.due, key) for key, g in self._groups.items()
+                      if key[0] == plane]
+            if groups:
+                key = max(groups)[2]
+                g = self._groups[key]
+                info = g.evs[0]
+                del self._bad[info.ev]
+                self._ungroup(info)
+                self._set(info, EVState.GOOD, "min_active")
+                lst.append(info)
+                self._rings.pop(plane, None)
                 return
             clean = [min(range(npaths), key=lambda p: bad.get(p, 0))]
         load = {p: 0 for p in clean}
@@ -337,10 +367,16 @@ class EVManager:
             return
         self._set(info, EVState.ASSUMED_BAD, cause)
         self._remove_active(info)
-        info.probes_ok = 0
-        info.probe_due = now + self.probe_interval
         self._bad[ev] = info
-        self.next_probe = min(self.next_probe, info.probe_due)
+        key = (info.plane, info.path)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = _ProbeGroup(now + self.probe_interval)
+            self.next_probe = min(self.next_probe, g.due)
+        g.ok = 0  # fresh evidence against the path
+        g.evs.append(info)
+        info.probes_ok = 0
+        info.probe_due = g.due
         if info.plane in self.active:
             self._refill(info.plane)
 
@@ -351,7 +387,8 @@ class EVManager:
             return False
         self._set(info, EVState.DENIED, "deny")
         self._remove_active(info)
-        self._bad.pop(ev, None)
+        if self._bad.pop(ev, None) is not None:
+            self._ungroup(info)
         if info.plane in self.active:
             self._refill(info.plane)
         return True
@@ -382,37 +419,60 @@ class EVManager:
         lst.append(info)
         self._rings.pop(info.plane, None)
 
+    def _ungroup(self, info: EVInfo) -> None:
+        key = (info.plane, info.path)
+        g = self._groups.get(key)
+        if g is not None and info in g.evs:
+            g.evs.remove(info)
+            if not g.evs:
+                del self._groups[key]
+
     def probes_due(self, now: float) -> list[EVInfo]:
-        """ASSUMED_BAD EVs whose next probe is due; reschedules them."""
+        """One EV per bad path whose probe is due (rotating over the path's bad EVs);
+        reschedules them."""
         if now < self.next_probe:
             return []
         due = []
         nxt = float("inf")
-        for info in self._bad.values():
-            if info.probe_due <= now:
-                if info.plane in self.usable_planes:
-                    due.append(info)
+        usable = self.usable_planes
+        for (plane, _), g in self._groups.items():
+            if g.due <= now:
+                g.due = now + self.probe_interval
+                if plane in usable:
+                    info = g.evs[g.rr % len(g.evs)]
+                    g.rr += 1
                     info.probes_sent += 1
-                info.probe_due = now + self.probe_interval
-            nxt = min(nxt, info.probe_due)
+                    due.append(info)
+            nxt = min(nxt, g.due)
         self.next_probe = nxt
         return due
 
     def probe_result(self, ev: int, ok: bool, rtt: float | None = None) -> None:
-        """A probe on ``ev`` succeeded (response) or failed (timed out)."""
+        """A probe on ``ev`` succeeded (response) or failed (unanswered by the next one).
+        ``probe_successes`` successes in a row revive every bad EV of its path."""
         info = self._bad.get(ev)
         if info is None:
             return
+        key = (info.plane, info.path)
+        g = self._groups.get(key)
+        if g is None:
+            return
         if not ok:
-            info.probes_ok = 0
+            g.ok = 0
+            for i in g.evs:
+                i.probes_ok = 0
             return
         if rtt is not None:
             info.rtt_sample(rtt)
-        info.probes_ok += 1
-        if info.probes_ok >= self.probe_successes:
-            del self._bad[ev]
-            self._set(info, EVState.GOOD, "probe")
-            self._revive_into_set(info)
+        g.ok += 1
+        for i in g.evs:
+            i.probes_ok = g.ok
+        if g.ok >= self.probe_successes:
+            del self._groups[key]
+            for i in g.evs:
+                del self._bad[i.ev]
+                self._set(i, EVState.GOOD, "probe")
+                self._revive_into_set(i)
 
     def set_planes(self, planes: Sequence[int]) -> None:
         """Only these planes may carry packets now (local ports and the peer's ports)."""

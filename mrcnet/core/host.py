@@ -106,7 +106,7 @@ class Host:
         self._peer_live: dict[str, set[int]] = {}  # planes each peer reported alive
         self._probe_id = 0
         self._probes: dict[int, tuple[int, int, float]] = {}  # id -> (qpn, ev, sent)
-        self._probe_of_ev: dict[tuple[int, int], int] = {}
+        self._probe_of_path: dict[tuple[int, int, int], int] = {}  # (qpn, plane, path)
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._last_now = 0.0
         self.last_internal_error: BaseException | None = None
@@ -497,7 +497,9 @@ class Host:
                 self.count("rx_probe_stale")
                 return
             qpn, ev, sent = rec
-            self._probe_of_ev.pop((qpn, ev), None)
+            plane, path, _ = ev_path(ev)
+            if self._probe_of_path.get((qpn, plane, path)) == eph.request_id:
+                del self._probe_of_path[(qpn, plane, path)]
             qp = self._qps.get(qpn)
             self._dirty.add(qpn)
             if qp is not None and qp.evm is not None and ev == eph.ev:
@@ -523,17 +525,19 @@ class Host:
 
     def _send_probes(self, qp: QueuePair, due: list[EVInfo], now: float) -> None:
         for info in due:
-            key = (qp.qpn, info.ev)
-            old = self._probe_of_ev.pop(key, None)
-            if old is not None and self._probes.pop(old, None) is not None and qp.evm:
-                qp.evm.probe_result(info.ev, False)
+            key = (qp.qpn, info.plane, info.path)
+            old = self._probe_of_path.pop(key, None)
+            if old is not None:
+                rec = self._probes.pop(old, None)
+                if rec is not None and qp.evm:  # unanswered until the next one: failed
+                    qp.evm.probe_result(rec[1], False)
             self._probe_id = (self._probe_id + 1) & _ID_MASK
             rid = self._probe_id
             port, route = qp.route(info.ev)
             eph = EndpointHeader(EndpointOp.EV_PROBE, rid, info.ev, ts16(now))
             self._ctrl.append((port, build_endpoint(route, ev=info.ev, eph=eph)))
             self._probes[rid] = (qp.qpn, info.ev, now)
-            self._probe_of_ev[key] = rid
+            self._probe_of_path[key] = rid
             self.count("tx_ev_probe")
 
     def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:

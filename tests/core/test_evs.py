@@ -262,3 +262,19 @@ def test_ecmp_profile_uses_one_ev_and_never_retires_it() -> None:
     assert len(evs) == 1
     assert all(s["state"] == "GOOD" for s in ha.ev_stats(qa).values())
     assert ha.counters().get("tx_retransmit", 0) > 0
+
+
+def test_bad_evs_are_probed_per_path_not_per_ev() -> None:
+    cfg = HostConfig(probe_interval=100e-6, probe_successes=2)
+    imp = Impairments(dead_paths={(0, 1)})
+    net = Net(planes=1, spines=2, config=cfg, imp=imp)
+    qa, _ = connect(net, 0, 1)
+    _write(net, qa, 512 * 1024)
+    ha = net.h(0)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    bad = [ev for ev, s in ha.ev_stats(qa).items() if s["state"] == "ASSUMED_BAD"]
+    assert len(bad) > 1  # several EVs of the one dead path
+    before = ha.counters()["tx_ev_probe"]
+    net.run(max_time=net.now + 20 * cfg.probe_interval)
+    sent = ha.counters()["tx_ev_probe"] - before
+    assert 18 <= sent <= 21  # one probe per interval for the one bad path
