@@ -40,6 +40,10 @@ HOST_PREFIX = "fd00:1"  # + ":<plane>::<host uSID>"
 _MAX_PER_PLANE = 256
 _MAX_PLANES = 16
 _MAX_HOSTS = 0x1000
+# A trimmed frame must keep every header of the largest data frame: Ethernet 14, outer
+# IPv6 40, inner IPv6 40, UDP 8, BTH 12, RETH 16, METH 4, ImmDt 4, TSETH 4 (= 142), plus
+# the SRH (8 + 16 per segment, 4 segments) in srh mode.
+_MIN_TRIM = {"usid": 144, "srh": 144 + 8 + 4 * 16}
 
 SPEC_HELP = """\
 leafspine:KEY=VALUE,... (every key optional):
@@ -55,6 +59,7 @@ leafspine:KEY=VALUE,... (every key optional):
   hdr_queue=64k     strict-priority queue for control frames and trimmed headers
   trim=on           trim data frames that overflow the data queue (off: drop-tail)
   trim_size=256     bytes a trimmed frame keeps, from the Ethernet header on
+                    (at least 144 in usid mode, 216 in srh mode: all headers)
   ecn=3pkt          mark CE on ECT frames joining a data queue longer than this (off)
   ecn_last_hop=off  also mark on leaf->host ports (off: ECN steers paths, not incast)
   srv6=usid         usid (F3216 containers, no SRH) or srh (classic segment list)
@@ -93,13 +98,16 @@ class LeafSpineSpec:
             (1280 <= self.mtu <= 65535, "mtu must be 1280..65535"),
             (self.queue_bytes >= self.mtu, "queue must hold at least one MTU-sized frame"),
             (self.hdr_queue_bytes >= self.trim_size, "hdr_queue must hold a trimmed header"),
-            (160 <= self.trim_size <= self.mtu, "trim_size must be 160..mtu (headers fit)"),
             (self.ecn_bytes >= 0, "ecn must be >= 0 (0 = off)"),
             (self.srv6 in ("usid", "srh"), "srv6 must be usid or srh"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise SpecError(f"topology: {msg}")
+        low = _MIN_TRIM[self.srv6]
+        if not low <= self.trim_size <= self.mtu:
+            raise SpecError(f"topology: trim_size must be {low}..mtu in {self.srv6} mode "
+                            "(a trimmed frame keeps all its headers)")
 
     @property
     def n_hosts(self) -> int:

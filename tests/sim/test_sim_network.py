@@ -218,3 +218,13 @@ def test_path_provider_gives_one_route_per_spine_per_plane() -> None:
     assert len({r.usid for r in routes}) == 8
     assert routes == list(paths.routes(5, 1)) == list(paths.routes(fab.hosts[5].addresses[0], 1))
     assert all(r.src_ip == fab.hosts[0].addresses[1] for r in routes)
+
+
+@pytest.mark.parametrize(("srv6", "size"), [("usid", 144), ("srh", 216)])
+def test_smallest_trim_keeps_every_header_parseable(srv6: str, size: int) -> None:
+    _, sink = _incast(f"leafspine:planes=1,spines=4,leaves=4,hosts=1,queue=20k,"
+                      f"trim_size={size},srv6={srv6}")
+    assert sink.trimmed > 0
+    for raw, (_, _, f) in zip(sink.raw, sink.frames, strict=True):
+        if f.trimmed:
+            assert len(raw) == size and f.reth is not None and f.reth.length == 4000
