@@ -101,13 +101,13 @@ def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: flo
 
 
 def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_depth: int,
-               service: int, timeout: float) -> list[Result]:
+               service: int, timeout: float, cc_profile: str | None = None) -> list[Result]:
     """Run every size against ``peer``'s server; one :class:`Result` per size."""
     biggest = max(sizes)
     mr = ctx.alloc_mr(biggest)
     _pattern(mr)
     cq = ctx.create_cq()
-    qp = ctx.create_qp(cq)
+    qp = ctx.create_qp(cq, cc_profile=cc_profile)
     info = qp.connect(peer, service)
     if not info.regions or info.regions[0].length < biggest:
         raise ApiError(f"the server exposes {info.regions[0].length if info.regions else 0} "
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{ALL_SIZES[-1]}")
     cl.add_argument("-n", "--iters", type=int, default=200)
     cl.add_argument("-t", "--tx-depth", type=int, default=16)
+    cl.add_argument("--cc", help="congestion control profile of the QP (default: mrcd's)")
     cl.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = ap.parse_args(argv)
     try:
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1 if bad else 0
             sizes = ALL_SIZES if args.all else [args.size]
             results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth,
-                                 args.service, args.timeout)
+                                 args.service, args.timeout, args.cc)
             if args.json:
                 for r in results:
                     print(json.dumps(asdict(r)))

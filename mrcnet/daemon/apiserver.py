@@ -75,10 +75,13 @@ class ApiServer:
     """Listens on the Unix socket at ``path`` and feeds requests to ``dispatch``."""
 
     def __init__(self, path: str, mode: int, dispatch: Dispatcher,
-                 on_close: Callable[[Session], None], host: str, planes: int) -> None:
+                 on_close: Callable[[Session], None], host: str, planes: int,
+                 after_burst: Callable[[], None] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.dispatch = dispatch
+        #: Called once after a burst of requests (the engine sends what they queued).
+        self.after_burst = after_burst
         self.on_close = on_close
         self.host = host
         self.planes = planes
@@ -164,21 +167,25 @@ class ApiServer:
             log.info("client gone", session=s.sid, pid=s.pid)
 
     def _readable(self, s: Session) -> None:
-        for _ in range(64):  # a bounded burst, then let the data path run
-            try:
-                got = recv_msg(s.sock)
-            except (BlockingIOError, InterruptedError):
-                return
-            except (OSError, ValueError):
-                self.drop(s)
-                return
-            if got is None:
-                self.drop(s)
-                return
-            msg, fds = got
-            self._handle(s, msg, fds)
-            if s.closed:
-                return
+        try:
+            for _ in range(64):  # a bounded burst, then let the data path run
+                try:
+                    got = recv_msg(s.sock)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except (OSError, ValueError):
+                    self.drop(s)
+                    return
+                if got is None:
+                    self.drop(s)
+                    return
+                msg, fds = got
+                self._handle(s, msg, fds)
+                if s.closed:
+                    return
+        finally:
+            if self.after_burst is not None:
+                self.after_burst()
 
     def _handle(self, s: Session, msg: Message, fds: list[int]) -> None:
         rid = msg.get("id")

@@ -192,7 +192,8 @@ class Daemon:
                 loop.add_reader(port.fileno(), self._on_port_readable, i)
             self._watch_links(loop)
             self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, self._dispatch,
-                                 self._on_session_closed, self.cfg.host, len(self.ports))
+                                 self._on_session_closed, self.cfg.host, len(self.ports),
+                                 after_burst=self._after_requests)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
@@ -363,9 +364,13 @@ class Daemon:
             raise InvalidArgument(f"{op}: bad or missing argument {e}") from None
         except (core.InvalidRequest, core.InvalidAttribute, core.IllegalTransition) as e:
             raise InvalidQP(str(e)) from None
-        if isinstance(result, dict):
+        return result  # the API server calls _after_requests once per burst
+
+    def _after_requests(self) -> None:
+        try:
             self._pump()
-        return result
+        except Exception:
+            self._guarded("requests")
 
     def _qpn(self, s: Session, msg: Message) -> int:
         qpn = int(msg["qpn"])
