@@ -199,11 +199,16 @@ def _host_list(text: str) -> list[int]:
     return out
 
 
+def _plain(rst: str) -> str:
+    """Docstring text for a terminal: no reST literal markers."""
+    return rst.replace("``", "").replace("\n::\n", "").replace("::\n", ":\n")
+
+
 def cmd_specs(_: argparse.Namespace) -> int:
     """``mrc-sim specs``: the grammars."""
     print("TOPOLOGY (--topology)\n" + SPEC_HELP)
-    print("FAILURES (--fail, repeatable)" + FAIL_HELP)
-    print("TRAFFIC MATRIX (--matrix FILE)" + (MATRIX_DOC or ""))
+    print("FAILURES (--fail, repeatable)" + _plain(FAIL_HELP))
+    print("TRAFFIC MATRIX (--matrix FILE)\n" + _plain(MATRIX_DOC or ""))
     return 0
 
 
@@ -240,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all-ports", action="store_true",
                    help="list every port, not only those that carried or dropped frames")
-    r.add_argument("--seed", type=int, default=1, help="random seed (loss, hashing); default 1")
+    r.add_argument("--seed", type=int, default=1, help="random seed (random loss); default 1")
     r.add_argument("--until", metavar="TIME", help="stop at this virtual time (e.g. 50ms)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a protocol-core HostConfig field, e.g. probe_interval=250e-6, "

@@ -1,6 +1,6 @@
 """Failure specs: what breaks, where, when, and for how long.
 
-Grammar (times take s/ms/us/ns; ``@`` defaults to 0, no ``..END`` means "for good")::
+Grammar::
 
     link:A-B[@START[..END]][:down]          carrier lost both ways (frames in flight too)
     link:A-B@START:up                        carrier back (heal an earlier open-ended down)
@@ -13,6 +13,7 @@ Grammar (times take s/ms/us/ns; ``@`` defaults to 0, no ``..END`` means "for goo
     loss:A>B[@START[..END]]=P                one direction only
     loss:*[@START[..END]]=P                  every leaf-spine link, both directions
 
+Times take s/ms/us/ns; no ``@`` means from 0; no ``..END`` means for good.
 Nodes: hosts ``h<i>``, leaves ``L<plane>.<i>``, spines ``S<plane>.<i>``. Examples:
 ``link:L0.1-S0.3@0.5ms:down``, ``switch:S1.2@1ms:blackhole``, ``loss:*=0.1%``,
 ``link:L0.0-S0.2@1ms..3ms:flap=50us/200us``.
@@ -29,7 +30,7 @@ from mrcnet.sim.net import EgressPort
 from mrcnet.sim.topology import Fabric
 from mrcnet.sim.units import format_time, parse_fraction, parse_time
 
-FAIL_HELP = __doc__.split("Grammar", 1)[1] if __doc__ else ""
+FAIL_HELP = __doc__.split("Grammar::", 1)[1] if __doc__ else ""
 
 _LINK_ACTIONS = ("down", "up", "blackhole", "flap")
 _SWITCH_ACTIONS = ("down", "blackhole")
