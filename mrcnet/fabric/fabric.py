@@ -12,6 +12,7 @@ exactly the recorded ones that exist, so it also cleans up after a builder that 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from mrcnet.fabric.nsutil import (
     tc_batch,
     write_sysctls,
 )
+from mrcnet.fabric.seg6nl import SEG6_LOCAL_ACTION_END, seg6local_routes
 from mrcnet.fabric.state import (
     ProcRecord,
     StateRecord,
@@ -213,6 +215,7 @@ class Fabric:
         for node, out in zip(nodes, outputs, strict=True):
             if not plan.is_host(desc, node):
                 self._verify_seg6local(node, out)
+                self._verify_seg6local_netlink(node)
 
         step("attaching shapers and BPF trim/ECN programs")
         obj = self.record.bpf_object
@@ -255,6 +258,22 @@ class Fabric:
             f"(got: {[ln for ln in route_show.splitlines() if ln.startswith(prefix)]}); "
             "this kernel/iproute2 lacks SRv6 NEXT-C-SID (needs Linux >= 6.1, iproute2 >= 6.1)"
         )
+
+    def _verify_seg6local_netlink(self, node: str) -> None:
+        """The same check on the kernel's netlink attributes (decoded by seg6nl)."""
+        desc = self.description
+        sw = desc.switch(node)
+        want = ipaddress.IPv6Network(sw.locator)
+        usid = desc.srv6 == "usid"
+        for r in seg6local_routes(sw.netns):
+            if r.dst == want:
+                ok = r.action == SEG6_LOCAL_ACTION_END and r.next_csid == usid
+                if usid:
+                    ok = ok and (r.lblen, r.nflen) == (desc.lblen, desc.nflen)
+                if ok:
+                    return
+                raise FabricError(f"{node}: kernel seg6local route for {want} is {r}")
+        raise FabricError(f"{node}: no seg6local route for {want} in the kernel")
 
     @classmethod
     def load(cls, name: str) -> Fabric:

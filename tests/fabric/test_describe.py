@@ -150,3 +150,15 @@ def test_seg6local_readback_must_show_flavors() -> None:
         fab._verify_seg6local(sw.name, f"{prefix}  encap seg6local action End dev sid0\n")
     with pytest.raises(FabricError):
         fab._verify_seg6local(sw.name, "")
+
+
+def test_seg6nl_flavors_round_trip() -> None:
+    """Our rtnetlink encoding of SEG6_LOCAL_FLAVORS decodes back to the same route."""
+    from mrcnet.fabric import seg6nl
+
+    net = ipaddress.IPv6Network("fc00:1a2b:1001::/48")
+    body = seg6nl.encode_end_route(net, oif=7, next_csid=True, lblen=32, nflen=16)
+    r = seg6nl.decode_route(body)
+    assert r == seg6nl.Seg6LocalRoute(net, 7, seg6nl.SEG6_LOCAL_ACTION_END, True, 32, 16)
+    plain = seg6nl.decode_route(seg6nl.encode_end_route(net, 7, False, 32, 16))
+    assert plain is not None and not plain.next_csid and plain.lblen == 0

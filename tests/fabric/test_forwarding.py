@@ -191,3 +191,20 @@ def test_tcp_between_hosts(usid_fabric: Fabric) -> None:
         if srv.poll() is None:
             srv.kill()
             srv.wait()
+
+
+def test_seg6nl_install_matches_iproute2(usid_fabric: Fabric) -> None:
+    """A route installed by our own netlink encoder reads back with its flavours."""
+    from mrcnet.fabric import seg6nl
+
+    sw = usid_fabric.description.switches()[0]
+    prefix = f"{usid_fabric.description.block.network_address}".rstrip(":") + ":fffe::/48"
+    seg6nl.install_end_route(sw.netns, prefix, "sid0", next_csid=True, lblen=32, nflen=16)
+    try:
+        out = subprocess.run(["ip", "-n", sw.netns, "-6", "route", "show", prefix],
+                             capture_output=True, text=True, check=True).stdout
+        assert "encap seg6local action End flavors next-csid lblen 32 nflen 16" in out
+        [r] = [r for r in seg6nl.seg6local_routes(sw.netns) if str(r.dst) == prefix]
+        assert r.next_csid and (r.lblen, r.nflen) == (32, 16)
+    finally:
+        subprocess.run(["ip", "-n", sw.netns, "-6", "route", "del", prefix], check=True)
