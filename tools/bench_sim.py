@@ -9,6 +9,7 @@ the switches and links cost on their own.
 
     .venv/bin/python tools/bench_sim.py                 # default: a minute or two
     .venv/bin/python tools/bench_sim.py --size 1m --json
+    .venv/bin/python tools/bench_sim.py --incast      # + 8->1 incast, trim vs drop-tail
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any
 from mrcnet.constants import Opcode
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError
-from mrcnet.sim.matrix import permutation
+from mrcnet.sim.matrix import Flow, incast, permutation
 from mrcnet.sim.runner import SimRun
-from mrcnet.sim.topology import Fabric, LeafSpineSpec, parse_topology
+from mrcnet.sim.topology import Fabric, LeafSpineSpec, parse_topology, with_options
 from mrcnet.sim.units import parse_bytes
 from mrcnet.wire import build_data
 
@@ -93,20 +94,36 @@ def bench_transport(spec: LeafSpineSpec, transport: str, size: int, seed: int,
                     verbose: bool) -> dict[str, Any]:
     """One permutation run with ``transport``; the headline figures."""
     flows = permutation(spec.n_hosts, size, seed=seed)
+    return bench_run(transport, spec, flows, transport, seed, verbose)
+
+
+def bench_incast(spec: LeafSpineSpec, size: int, verbose: bool) -> list[dict[str, Any]]:
+    """8->1 incast onto h0 from hosts on other leaves, with trimming and with drop-tail."""
+    senders = [h for h in range(spec.n_hosts) if h // spec.hosts != 0][:8]
+    if len(senders) < 8:
+        raise SimError("the incast needs 8 hosts off the receiver's leaf")
+    flows = incast(senders, 0, size)
+    return [bench_run(label, with_options(spec, trim=trim), flows, "mrc", 1, verbose)
+            for label, trim in (("mrc trim", True), ("mrc drop-tail", False))]
+
+
+def bench_run(label: str, spec: LeafSpineSpec, flows: list[Flow], transport: str, seed: int,
+              verbose: bool) -> dict[str, Any]:
+    """Run ``flows``; the headline figures."""
     run = SimRun(spec, flows, transport=transport, seed=seed)
     t0 = time.perf_counter()
 
     def progress(r: SimRun) -> None:
         if verbose:
             done = sum(1 for x in r.results.values() if x.finish is not None)
-            print(f"  [{transport}] t={r.sim.now * 1e3:.3f}ms events={r.sim.events} "
+            print(f"  [{label}] t={r.sim.now * 1e3:.3f}ms events={r.sim.events} "
                   f"done={done}/{len(flows)} wall={time.perf_counter() - t0:.0f}s",
                   file=sys.stderr)
 
     res = run.run(until=1.0, progress=progress)
     s = res.summary()
     return {
-        "transport": transport,
+        "transport": label,
         "flows": s["flows"],
         "completed": s["completed"],
         "qp_errors": s["errors"],
@@ -117,6 +134,7 @@ def bench_transport(spec: LeafSpineSpec, transport: str, size: int, seed: int,
         "trimmed": sum(c["trimmed"] for c in res.ports.values()),
         "ecn_marked": sum(c["ecn_marked"] for c in res.ports.values()),
         "dropped": sum(c["drop_queue"] for c in res.ports.values()),
+        "timeout_retransmits": sum(h.get("lost_timeout", 0) for h in res.hosts.values()),
         "sim_time": s["sim_time"],
         "events": s["events"],
         "cpu_seconds": s["cpu_seconds"],
@@ -131,6 +149,13 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _print_table(cols: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
+    table = [[h for h, _ in cols]] + [[_fmt(r[k]) for _, k in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for row in table:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table (or JSON)."""
     ap = argparse.ArgumentParser(description=__doc__,
@@ -142,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transports", default="mrc,ecmp", help="comma list (default mrc,ecmp)")
     ap.add_argument("--raw-frames", type=int, default=200,
                     help="frames per host for the network-only measurement (0 = skip)")
+    ap.add_argument("--incast", action="store_true",
+                    help="also run an 8->1 incast (4 MiB per sender), trimming vs drop-tail")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = ap.parse_args(argv)
@@ -150,12 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         size = parse_bytes(args.size)
         rows = [bench_transport(spec, t.strip(), size, args.seed, not args.quiet)
                 for t in args.transports.split(",") if t.strip()]
+        inc = bench_incast(spec, 4 << 20, not args.quiet) if args.incast else []
         net = bench_network(spec, args.raw_frames, 8192) if args.raw_frames > 0 else None
     except SimError as e:
         print(f"bench_sim: error: {e}", file=sys.stderr)
         return 2
     out = {"topology": spec.to_line(), "hosts": spec.n_hosts, "flow_size": size,
-           "seed": args.seed, "transports": rows, "network_only": net}
+           "seed": args.seed, "transports": rows, "incast": inc, "network_only": net}
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -166,10 +194,14 @@ def main(argv: list[str] | None = None) -> int:
             ("makespan/ideal", "makespan_over_ideal"), ("done", "completed"),
             ("QP err", "qp_errors"), ("trims", "trimmed"), ("drops", "dropped"),
             ("events", "events"), ("CPU s", "cpu_seconds"), ("events/s", "events_per_second")]
-    table = [[h for h, _ in cols]] + [[_fmt(r[k]) for _, k in cols] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-    for row in table:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    _print_table(cols, rows)
+    if inc:
+        print("\n8->1 incast onto h0, 4 MiB per sender (makespan over total bytes / h0's "
+              "bandwidth)")
+        _print_table([("run", "transport"), ("makespan/ideal", "makespan_over_ideal"),
+                      ("P100 fct/ideal", "p100_fct_over_ideal"), ("trims", "trimmed"),
+                      ("drops", "dropped"), ("timeout rtx", "timeout_retransmits"),
+                      ("QP err", "qp_errors"), ("events/s", "events_per_second")], inc)
     if net is not None:
         print(f"network only (raw frames, no core): {net['events']} events in "
               f"{net['cpu_seconds']:.2f} CPU s = {net['events_per_second']:,.0f} events/s, "
