@@ -47,7 +47,7 @@ def test_fair_increase_when_no_ecn_and_high_delay() -> None:
     assert cc.cwnd == pytest.approx(60_000 + cc.fi * MSS / 60_000)
 
 
-def test_multiplicative_decrease_once_per_base_rtt() -> None:
+def test_multiplicative_decrease_once_per_base_rtt_and_only_on_new_feedback() -> None:
     cc = _cc()
     d = 3 * cc.target
     cc.on_ack(MSS, BASE + d, True, 1e-3)
@@ -57,7 +57,11 @@ def test_multiplicative_decrease_once_per_base_rtt() -> None:
     after_first = cc.cwnd
     cc.on_ack(MSS, BASE + d, True, 1e-3 + BASE / 2)  # same base RTT: no second cut
     assert cc.cwnd == pytest.approx(after_first)
+    # a base RTT later, but about a packet sent before the cut: still no cut
     cc.on_ack(MSS, BASE + d, True, 1e-3 + 2 * BASE)
+    assert cc.cwnd == pytest.approx(after_first)
+    # feedback from a packet sent after the cut: cut again
+    cc.on_ack(MSS, BASE + d, True, 1e-3 + 2 * (BASE + d))
     assert cc.cwnd < after_first
 
 
