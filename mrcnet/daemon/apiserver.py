@@ -23,7 +23,7 @@ import structlog
 from mrcnet.api.errors import ApiError, ProtocolError
 from mrcnet.api.protocol import PROTOCOL_VERSION, Message, encode, recv_msg
 
-__all__ = ["ApiServer", "Session"]
+__all__ = ["ApiServer", "Session", "claim_socket_path"]
 
 log = structlog.get_logger("mrcd.api")
 
@@ -71,6 +71,24 @@ class Session:
             loop.remove_writer(self.sock.fileno())
 
 
+def claim_socket_path(path: str) -> None:
+    """Make sure no live mrcd serves ``path``; remove a stale socket file left there.
+
+    Raises OSError(EADDRINUSE) if another mrcd answers on it.
+    """
+    if not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # stale: its mrcd is gone
+    else:
+        raise OSError(errno.EADDRINUSE, f"another mrcd already serves {path}")
+    finally:
+        probe.close()
+
+
 class ApiServer:
     """Listens on the Unix socket at ``path`` and feeds requests to ``dispatch``."""
 
@@ -99,17 +117,7 @@ class ApiServer:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create the socket file (refusing to replace a live mrcd's) and listen."""
         self._loop = loop
-        if os.path.exists(self.path):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                probe.connect(self.path)
-            except OSError:
-                os.unlink(self.path)  # stale: its mrcd is gone
-            else:
-                raise OSError(errno.EADDRINUSE,
-                              f"another mrcd already serves {self.path}")
-            finally:
-                probe.close()
+        claim_socket_path(self.path)
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Create the file with no access, then open it up: no window where others could

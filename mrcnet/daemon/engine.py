@@ -34,7 +34,7 @@ from mrcnet.api.errors import (
 from mrcnet.api.protocol import Message
 from mrcnet.constants import IPV6_HEADER_LEN, PSN_MASK
 from mrcnet.core import Access, HostConfig, QPState
-from mrcnet.daemon.apiserver import ApiServer, Session
+from mrcnet.daemon.apiserver import ApiServer, Session, claim_socket_path
 from mrcnet.daemon.config import DaemonConfig
 from mrcnet.daemon.control import ConnectRequest, ControlError, ControlServer, control_request
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths, UnknownPeer
@@ -115,6 +115,7 @@ class Daemon:
     def open(self) -> None:
         """Open ports, install the kernel drop rule, build the core (raises on problems)."""
         cfg = self.cfg
+        claim_socket_path(cfg.socket)  # before any side effect: fail fast, leave nothing
         if cfg.fabric:
             self.desc = load(cfg.fabric)
             self.desc.host(cfg.host)  # the host must be in it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,30 @@ def test_python_m_entry_point() -> None:
     r = subprocess.run([sys.executable, "-m", "mrcnet.daemon.main", "--help"],
                        capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0 and "--config" in r.stdout
+
+
+@needs_root
+def test_second_mrcd_on_one_socket_fails_cleanly(veth: VethPair, tmp_path: Path) -> None:
+    import socket as so
+
+    from mdnsutil import run, start_mrcd
+
+    sock = str(tmp_path / "ha.sock")
+    # A stale socket file (its mrcd was SIGKILLed) does not stop a new mrcd.
+    stale = so.socket(so.AF_UNIX, so.SOCK_SEQPACKET)
+    stale.bind(sock)
+    stale.close()
+    cfg = str(tmp_path / "ha.toml")
+    write_config(cfg, "ha", veth.if_a, veth.ip_a, sock, {"hb": veth.ip_b})
+    first = start_mrcd("ha", veth.ns_a, cfg, sock, str(tmp_path))
+    try:
+        r = _mrcd("--config", cfg, pre=["ip", "netns", "exec", veth.ns_a])
+        assert r.returncode == 1
+        assert r.stderr.strip().splitlines() == [f"mrcd: another mrcd already serves {sock}"]
+        # The failed one removed its own kernel rule and left the first one's alone.
+        tables = run("nft", "list", "tables", ns=veth.ns_a)
+        assert tables.count("mrcd_") == 1
+        assert os.path.exists(sock)
+    finally:
+        assert first.stop() == 0
+    assert "mrcd_" not in run("nft", "list", "tables", ns=veth.ns_a)
