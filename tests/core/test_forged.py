@@ -121,3 +121,41 @@ def test_truncated_frames_counted_by_reason() -> None:
     malformed = sum(v for k, v in c.items() if k.startswith("rx_malformed_"))
     assert malformed == 50
     assert c.get("rx_data", 0) == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_fuzzed_frames_without_checksums_never_escape_the_region(data: st.DataObject) -> None:
+    """With checksum verification off (as the simulator runs), a flipped field reaches
+    the protocol logic: it may still not raise, nor write outside the target region."""
+    from mrcnet.core import HostConfig
+
+    net = Net(config=HostConfig(verify_checksums=False))
+    qa, qb = connect(net, 0, 1, psn_a=1000)
+    ha, hb = net.h(0), net.h(1)
+    guard = bytearray(4096)
+    hb.register_mr(guard)
+    dst = bytearray(8192)
+    md = hb.register_mr(dst)
+    route = net.fabric.provider("h0").routes("h1", 0)[1]
+    back = net.fabric.provider("h1").routes("h0", 0)[1]
+    kind = data.draw(st.sampled_from(["data", "sack"]))
+    if kind == "data":
+        frame = bytearray(_data(route, qb, 1000 + data.draw(st.integers(0, 5)),
+                                md.addr + 100, md.rkey, payload=b"\xab" * 200))
+        target = hb
+    else:
+        seth = SETH(ev=make_ev(0, 1, 0), cack_psn=1000, bitmap=3)
+        frame = bytearray(build_sack(back, ev=make_ev(0, 1, 0), dest_qp=qa, seth=seth,
+                                     cc=CCState()))
+        target = ha
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(14, len(frame) - 1))
+        frame[i] ^= data.draw(st.integers(1, 255))
+    target.receive(bytes(frame), 0, 0.0)
+    net.run(max_time=1e-3)  # whatever it triggered plays out
+    assert net.internal_errors() == 0
+    # the other region (adjacent addresses, another rkey) is never touched; a flip that
+    # keeps VA, rkey and length valid is indistinguishable from a real write to dst
+    assert guard == bytearray(4096)
+    assert len(dst) == 8192
