@@ -7,7 +7,6 @@ loses its link-local address, static neighbours and routes.
 
 from __future__ import annotations
 
-import ipaddress
 from collections import defaultdict
 
 from mrcnet.fabric.bpfmap import EGRESS_SECTION, F_ECN, F_TRIM, INGRESS_SECTION, LinkConfig
@@ -235,8 +234,3 @@ def root_lines(desc: FabricDescription) -> list[str]:
 def all_netns(desc: FabricDescription) -> list[str]:
     """Every namespace of the fabric, hosts first."""
     return [h.netns for h in desc.hosts] + [s.netns for s in desc.switches()]
-
-
-def host_prefix_len(desc: FabricDescription) -> int:
-    """Prefix length of the host address space (sanity helper for docs/tests)."""
-    return ipaddress.IPv6Network(desc.host_prefix).prefixlen
