@@ -7,6 +7,7 @@ set -euo pipefail
 need=()
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+have_cmd gcc      || need+=(gcc)
 have_cmd clang    || need+=(clang)
 have_cmd llc      || need+=(llvm)
 have_pkg libbpf-dev || need+=(libbpf-dev)

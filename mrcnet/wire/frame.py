@@ -317,8 +317,13 @@ def parse_frame(
     verify_checksum: bool = True,
     verify_icrc: bool = True,
     checksum_ok: Callable[[bytes, bytes, Buffer], bool] = udp6_checksum_ok,
+    icrc_fn: Callable[[Buffer, bool], bytes] = icrc,
 ) -> Frame:
-    """Parse an MRC frame strictly. Raises only ``MalformedFrame``; never copies payload."""
+    """Parse an MRC frame strictly. Raises only ``MalformedFrame``; never copies payload.
+
+    ``checksum_ok`` and ``icrc_fn`` let a caller plug in the C fast path
+    (``mrcnet.fastpath.udp6_checksum_ok`` / ``mrcnet.fastpath.icrc``).
+    """
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
@@ -426,7 +431,7 @@ def parse_frame(
 
     if verify_icrc:
         got = bytes(mv[end - ICRC_LEN : end])
-        want = icrc(mv[ip_payload_off : end - ICRC_LEN], has_ip=inner is not None)
+        want = icrc_fn(mv[ip_payload_off : end - ICRC_LEN], inner is not None)
         if got != want:
             raise MalformedFrame(MalformedReason.BAD_ICRC, f"ICRC {got.hex()} != {want.hex()}")
     if verify_checksum:
