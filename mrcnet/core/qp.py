@@ -41,7 +41,7 @@ from mrcnet.core.events import (
     WCStatus,
     WriteCompleted,
 )
-from mrcnet.core.evs import EVInfo, EVManager, ev_path
+from mrcnet.core.evs import EV_PATH_SHIFT, EVInfo, EVManager, ev_path
 from mrcnet.core.states import QPState
 from mrcnet.fastpath import make_template
 from mrcnet.wire import CCState, Frame, Route, build_data, build_nack, build_probe
@@ -902,13 +902,12 @@ class QueuePair:
                 sack_offset=min(_S16_MAX, base - rcv), max_psn_range=min(0xFFFF, hi - rcv),
                 ece=self.ack_ce, bitmap=bm, imm_credit=credit,
             )
-            tmpl = self._sack_tmpl.get(ev)
+            path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
+            tmpl = self._sack_tmpl.get(path_key)
             if tmpl is None:
-                if len(self._sack_tmpl) > _TEMPLATE_CACHE_MAX:
-                    self._sack_tmpl.clear()
-                tmpl = self._sack_tmpl[ev] = SackTemplate(
-                    route, ev=ev, dest_qp=self.attrs.dest_qp_num or 0)
-            out.append((port, tmpl.build(seth, cc)))
+                tmpl = self._sack_tmpl[path_key] = SackTemplate(
+                    route, dest_qp=self.attrs.dest_qp_num or 0)
+            out.append((port, tmpl.build(ev, seth, cc)))
             self.tx_sacks += 1
 
     def on_probe(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:

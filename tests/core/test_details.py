@@ -53,12 +53,13 @@ def test_sack_template_matches_build_sack(mode: str, encap: bool) -> None:
         kw["segments"] = (bytes(15) + b"\x07", bytes(15) + b"\x01")
     r = Route(b"\x02" * 6, b"\x04" * 6, bytes(15) + b"\x09", bytes(15) + b"\x01",
               encap=encap, **kw)
-    t = SackTemplate(r, ev=0x80012345, dest_qp=7)
+    t = SackTemplate(r, dest_qp=7)
     for i in range(5):
+        ev = 0x80012345 + i * 0x10001
         s = SETH(ev=i, cack_psn=99 + i, ack_offset=-3, sack_offset=1, max_psn_range=5,
                  bitmap=0xF0F0 << i, imm_credit=77, ece=bool(i & 1))
         c = CCState(5, 2, i, 99999)
-        assert t.build(s, c) == build_sack(r, ev=0x80012345, dest_qp=7, seth=s, cc=c)
+        assert t.build(ev, s, c) == build_sack(r, ev=ev, dest_qp=7, seth=s, cc=c)
 
 
 def test_sender_never_exceeds_the_peers_receive_credit() -> None:
