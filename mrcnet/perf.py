@@ -10,13 +10,16 @@ QP through mrcd (which exchanges QP attributes with the server's mrcd), then for
 size posts ``--iters`` RDMA WRITEs with at most ``--tx-depth`` outstanding. The last
 write of each size carries an immediate, so the server knows a size is done (and can
 check the bytes with ``--verify``). The client prints one row per size; ``--json``
-prints the same as JSON lines for tools.
+prints the same as JSON lines for tools. ``--tcp`` adds a kernel TCP stream between the
+same two hosts in the same run (the server's sink address travels as private data), so
+the table ends with the ratio MRC / TCP.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -37,7 +40,8 @@ __all__ = ["Result", "main", "run_client", "run_server"]
 DEFAULT_SERVICE = 18515  # perftest's port, as a service number
 DEFAULT_SIZE = 65536
 ALL_SIZES = [1 << k for k in range(6, 21, 2)]  # 64 B .. 1 MiB, x4 steps
-END_IMM = 0xFFFFFFFF
+END_IMM = 0xFFFFFFFF  # the last write: done
+END_TCP_IMM = 0xFFFFFFFE  # the last write: done, a TCP baseline stream follows
 RECV_DEPTH = 64
 
 
@@ -74,7 +78,22 @@ def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: flo
     mr = ctx.alloc_mr(size)
     cq = ctx.create_cq()
     qp = ctx.create_qp(cq)
-    ctx.listen(service, qp, expose=[mr])
+    # A kernel TCP sink on this host's plain address, for the client's side-by-side
+    # baseline (--tcp); its address travels in the connection's private data.
+    tcp = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    tcp.bind(("::", 0))
+    tcp.listen(1)
+    private = {"tcp": [ctx.addresses[0], tcp.getsockname()[1]]} if ctx.addresses else None
+    ctx.listen(service, qp, expose=[mr], private=private)
+    try:
+        return _serve(ctx, qp, cq, mr, size, service, verify, timeout, out, tcp)
+    finally:
+        tcp.close()
+
+
+def _serve(ctx: Context, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, size: int,
+           service: int, verify: bool, timeout: float, out: list[str],
+           tcp: socket.socket) -> int:
     for i in range(RECV_DEPTH):
         qp.post_recv(wr_id=i)
     out.append(f"mrc-perf server on {ctx.host}: waiting on service {service} "
@@ -91,7 +110,9 @@ def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: flo
                 out.append(f"error completion: {wc.status}")
                 return bad + 1
             qp.post_recv(wr_id=wc.wr_id)
-            if wc.imm == END_IMM:
+            if wc.imm in (END_IMM, END_TCP_IMM):
+                if wc.imm == END_TCP_IMM:
+                    _tcp_sink(tcp, timeout)
                 return bad
             if expected is not None and wc.imm is not None:
                 n = wc.imm  # the client sends the size it just wrote as the immediate
@@ -100,9 +121,38 @@ def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: flo
                     out.append(f"size {n}: bytes differ from the pattern")
 
 
+def _tcp_sink(tcp: socket.socket, timeout: float) -> None:
+    """Take one TCP stream (the client's baseline), until EOF."""
+    tcp.settimeout(timeout)
+    conn, _ = tcp.accept()
+    with conn:
+        conn.settimeout(timeout)
+        while conn.recv(1 << 20):
+            pass
+
+
+def tcp_baseline(address: str, port: int, nbytes: int, timeout: float) -> float:
+    """Gbit/s of one kernel TCP stream of ``nbytes`` to ``address``."""
+    block = bytes(1 << 20)
+    with socket.create_connection((address, port), timeout=timeout) as s:
+        t0 = time.perf_counter()
+        left = nbytes
+        while left > 0:
+            n = min(left, len(block))
+            s.sendall(block[:n])
+            left -= n
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)  # EOF: the sink has read everything
+        dt = time.perf_counter() - t0
+    return nbytes * 8 / dt / 1e9
+
+
 def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_depth: int,
-               service: int, timeout: float, cc_profile: str | None = None) -> list[Result]:
-    """Run every size against ``peer``'s server; one :class:`Result` per size."""
+               service: int, timeout: float, cc_profile: str | None = None,
+               tcp: bool = False) -> list[Result]:
+    """Run every size against ``peer``'s server; one :class:`Result` per size. With
+    ``tcp``, a last row (``size`` = -1) is a kernel TCP stream of as many bytes as the
+    largest size moved, to the server's host, measured in the same run."""
     biggest = max(sizes)
     mr = ctx.alloc_mr(biggest)
     _pattern(mr)
@@ -115,8 +165,14 @@ def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_dep
     remote = info.regions[0]
     results = [_one_size(qp, cq, mr, remote, size, iters, tx_depth, timeout)
                for size in sizes]
-    qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=1 << 40)
+    sink = info.private.get("tcp") if isinstance(info.private, dict) else None
+    tcp = tcp and bool(sink)
+    qp.post_write(mr, 0, 0, remote, imm=END_TCP_IMM if tcp else END_IMM, wr_id=1 << 40)
     _wait(cq, timeout)
+    if tcp and sink:
+        nbytes = biggest * iters
+        gbps = tcp_baseline(sink[0], int(sink[1]), nbytes, timeout)
+        results.append(Result(-1, 1, nbytes * 8 / gbps / 1e9, gbps, 0.0, 0))
     return results
 
 
@@ -139,7 +195,12 @@ def _one_size(qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, remote: Remo
 def _table(results: Sequence[Result]) -> list[str]:
     lines = [f"{'#bytes':>10} {'#iterations':>12} {'BW average[Gb/s]':>17} "
              f"{'MsgRate[Mpps]':>14} {'errors':>7}"]
+    best = max((r.gbps for r in results if r.size > 0), default=0.0)
     for r in results:
+        if r.size < 0:
+            lines.append(f"kernel TCP, same hosts, same run: {r.gbps:.3f} Gb/s; best MRC "
+                         f"size / TCP = {best / r.gbps:.2f}")
+            continue
         lines.append(f"{r.size:>10} {r.iters:>12} {r.gbps:>17.3f} {r.mpps:>14.6f} "
                      f"{r.errors:>7}")
     return lines
@@ -167,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("-n", "--iters", type=int, default=200)
     cl.add_argument("-t", "--tx-depth", type=int, default=16)
     cl.add_argument("--cc", help="congestion control profile of the QP (default: mrcd's)")
+    cl.add_argument("--tcp", action="store_true", help="also measure one kernel TCP stream "
+                    "to the server's host (side by side, same run)")
     cl.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = ap.parse_args(argv)
     try:
@@ -181,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1 if bad else 0
             sizes = ALL_SIZES if args.all else [args.size]
             results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth,
-                                 args.service, args.timeout, args.cc)
+                                 args.service, args.timeout, args.cc, args.tcp)
             if args.json:
                 for r in results:
                     print(json.dumps(asdict(r)))

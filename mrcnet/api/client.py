@@ -277,6 +277,8 @@ class Context:
         hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid())
         self.host: str = hello["host"]
         self.planes: int = hello["planes"]
+        #: This host's plain IPv6 address per plane (for out-of-band traffic of its own).
+        self.addresses: list[str] = list(hello.get("addresses", []))
 
     # --- plumbing -----------------------------------------------------------------------
     def fileno(self) -> int:

@@ -94,7 +94,8 @@ class ApiServer:
 
     def __init__(self, path: str, mode: int, dispatch: Dispatcher,
                  on_close: Callable[[Session], None], host: str, planes: int,
-                 after_burst: Callable[[], None] | None = None) -> None:
+                 after_burst: Callable[[], None] | None = None,
+                 addresses: list[str] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.dispatch = dispatch
@@ -103,6 +104,7 @@ class ApiServer:
         self.on_close = on_close
         self.host = host
         self.planes = planes
+        self.addresses = addresses or []
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -207,7 +209,8 @@ class ApiServer:
                 s.hello = True
                 s.pid = int(msg.get("pid", 0))
                 log.info("client connected", session=s.sid, pid=s.pid)
-                s.send({"id": rid, "ok": {"host": self.host, "planes": self.planes}})
+                s.send({"id": rid, "ok": {"host": self.host, "planes": self.planes,
+                                          "addresses": self.addresses}})
                 return
             result = self.dispatch(s, msg, fds)
         except ApiError as e:

@@ -194,7 +194,9 @@ class Daemon:
             self._watch_links(loop)
             self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, self._dispatch,
                                  self._on_session_closed, self.cfg.host, len(self.ports),
-                                 after_burst=self._after_requests)
+                                 after_burst=self._after_requests,
+                                 addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
+                                            for lp in self.local])
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]

@@ -15,19 +15,25 @@ PERF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 @needs_root
 def test_perf_client_and_server(mrcd_pair: MrcdPair) -> None:
-    server = subprocess.Popen([PERF, "--socket", mrcd_pair.b.socket, "--timeout", "60",
+    v = mrcd_pair.veth
+    # Each side runs in its host's namespace, as an application would (the TCP baseline
+    # goes between the hosts' plain addresses).
+    server = subprocess.Popen(["ip", "netns", "exec", v.ns_b,
+                               PERF, "--socket", mrcd_pair.b.socket, "--timeout", "60",
                                "server", "--size", "262144", "--verify"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.5)  # the server listens before the client connects
-        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
+        r = subprocess.run(["ip", "netns", "exec", v.ns_a,
+                            PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
                             "client", "hb", "--size", "262144", "--iters", "8",
-                            "--tx-depth", "4", "--json"],
+                            "--tx-depth", "4", "--tcp", "--json"],
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
         rows = [json.loads(line) for line in r.stdout.splitlines()]
-        assert len(rows) == 1 and rows[0]["size"] == 262144 and rows[0]["iters"] == 8
+        assert len(rows) == 2 and rows[0]["size"] == 262144 and rows[0]["iters"] == 8
         assert rows[0]["errors"] == 0 and rows[0]["gbps"] > 0
+        assert rows[1]["size"] == -1 and rows[1]["gbps"] > 0  # the kernel TCP baseline
         out, err = server.communicate(timeout=60)
         assert server.returncode == 0, err
         assert "connected: ha" in out and "verify: ok" in out
