@@ -259,7 +259,7 @@ class QueuePair:
         """(port, template, path spec) for data frames on ``ev`` with ``rkey``: the
         headers are built once per (route shape, rkey) and patched per packet (C when
         built); None when the route cannot be templated (then build_data is used)."""
-        key = (ev, rkey)
+        key = (ev >> EV_PATH_SHIFT, rkey)  # the path (plane, path index), not the instance
         hit = self._tmpl_ev.get(key)
         if hit is not None:
             return hit
@@ -288,13 +288,14 @@ class QueuePair:
         return hit
 
     def route(self, ev: int) -> tuple[int, Route]:
-        """(local port index, Route) of an EV, computed once per EV."""
-        r = self._routes.get(ev)
+        """(local port index, Route) of an EV, computed once per path."""
+        key = ev >> EV_PATH_SHIFT
+        r = self._routes.get(key)
         if r is None:
             plane, path, _ = ev_path(ev)
             routes = self._paths.get(plane) or next(iter(self._paths.values()))
             r = (self.host.port_of_plane(plane), routes[path % len(routes)])
-            self._routes[ev] = r
+            self._routes[key] = r
         return r
 
     def fail(self, status: WCStatus, reason: str) -> None:
