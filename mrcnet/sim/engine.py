@@ -9,6 +9,7 @@ scheduled, so every run is deterministic.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ class Simulator:
     """
 
     __slots__ = (
-        "_queue", "_seq", "_stopped", "cpu_seconds", "events", "now", "rng", "wall_seconds",
+        "_stopped", "cpu_seconds", "events", "now", "queue", "rng", "seq", "wall_seconds",
     )
 
     def __init__(self, seed: int = 1) -> None:
@@ -35,16 +36,18 @@ class Simulator:
         self.cpu_seconds = 0.0  #: CPU time of this process inside run() (immune to noisy
         #: neighbours on a shared machine, unlike wall time)
         self.rng = random.Random(seed)
-        self._queue: list[tuple[float, int, Callback, Any]] = []
-        self._seq = 0
+        #: The heap. Hot paths (links) push onto it directly with :attr:`seq` for speed;
+        #: everything else goes through :meth:`at`.
+        self.queue: list[tuple[float, int, Callback, Any]] = []
+        #: Tie-breaker: events at the same instant run in the order they were scheduled.
+        self.seq = itertools.count(1)
         self._stopped = False
 
     def at(self, when: float, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` at virtual time ``when`` (never earlier than now)."""
         if when < self.now:
             when = self.now
-        self._seq += 1
-        heapq.heappush(self._queue, (when, self._seq, fn, arg))
+        heapq.heappush(self.queue, (when, next(self.seq), fn, arg))
 
     def after(self, delay: float, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay`` seconds from now."""
@@ -57,7 +60,7 @@ class Simulator:
     @property
     def pending(self) -> int:
         """Events still queued."""
-        return len(self._queue)
+        return len(self.queue)
 
     def run(self, until: float | None = None, max_events: int | None = None) -> None:
         """Run events in time order until the queue is empty, ``until`` is reached,
@@ -66,7 +69,7 @@ class Simulator:
         With ``until`` the clock ends exactly at ``until`` if the queue outlasts it.
         """
         self._stopped = False
-        queue = self._queue
+        queue = self.queue
         pop = heapq.heappop
         limit = float("inf") if until is None else until
         budget = -1 if max_events is None else max_events
