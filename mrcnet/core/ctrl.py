@@ -21,10 +21,25 @@ from mrcnet.constants import (
 )
 from mrcnet.fastpath import icrc, udp6_checksum
 from mrcnet.wire import BTH, CCState, Route, build_sack, parse_frame
-from mrcnet.wire.sack import SETH
+from mrcnet.wire.sack import _CC, _F_ECE, _SETH, SETH
 
 _DUMMY = SETH(ev=0, cack_psn=0)
 _FLOW_LABEL_LOW16 = 2  # bytes 2-3 of an IPv6 header: the flow label's low 16 bits
+
+
+def pack_sack_fields(
+    ev: int, cack_psn: int, ack_offset: int, sack_offset: int, max_psn_range: int, ece: bool,
+    bitmap: int, imm_credit: int, ts_echo: int, ooo_count: int, window_penalty: int,
+    rcvd_bytes: int,
+) -> tuple[bytes, bytes]:
+    """SETH and CC-state bytes without the dataclasses' range checks (the responder's
+    values are in range by construction), with the wire module's own struct layouts, so
+    the layout still lives in one place (mrcnet/wire/sack.py). M field: NONE."""
+    return (
+        _SETH.pack(ev, cack_psn, ack_offset, sack_offset, max_psn_range,
+                   _F_ECE if ece else 0, bitmap, imm_credit),
+        _CC.pack(ts_echo, ooo_count, window_penalty, rcvd_bytes),
+    )
 
 
 class SackTemplate:
@@ -56,7 +71,11 @@ class SackTemplate:
 
     def build(self, ev: int, seth: SETH, cc: CCState) -> bytes:
         """One SACK frame travelling on ``ev``."""
-        l4 = self._bth + seth.pack() + cc.pack()
+        return self.build_raw(ev, seth.pack(), cc.pack())
+
+    def build_raw(self, ev: int, seth: bytes, cc: bytes) -> bytes:
+        """One SACK frame from packed SETH and CC state (see :func:`pack_sack_fields`)."""
+        l4 = self._bth + seth + cc
         udp = (ev >> EV_SPORT_SHIFT).to_bytes(2, "big") + self._udp_len + b"\x00\x00"
         head = bytearray(self._head)
         fl = ETH_HEADER_LEN + _FLOW_LABEL_LOW16

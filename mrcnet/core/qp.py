@@ -32,7 +32,7 @@ from mrcnet.constants import (
 )
 from mrcnet.core.cc import CongestionControl, create_cc
 from mrcnet.core.config import EV_PROFILE_ECMP, HostConfig, QPAttrs
-from mrcnet.core.ctrl import SackTemplate
+from mrcnet.core.ctrl import SackTemplate, pack_sack_fields
 from mrcnet.core.events import (
     Completion,
     ImmediateReceived,
@@ -44,10 +44,9 @@ from mrcnet.core.events import (
 from mrcnet.core.evs import EV_PATH_SHIFT, EVInfo, EVManager, ev_path
 from mrcnet.core.states import QPState
 from mrcnet.fastpath import make_template
-from mrcnet.wire import CCState, Frame, Route, build_data, build_nack, build_probe
+from mrcnet.wire import Frame, Route, build_data, build_nack, build_probe
 from mrcnet.wire.nack import NETH
 from mrcnet.wire.probe import ProbeHeader
-from mrcnet.wire.sack import SETH
 from mrcnet.wire.template import DataTemplate
 
 if TYPE_CHECKING:
@@ -885,8 +884,14 @@ class QueuePair:
         ack_off = max(-_S16_MAX, min(_S16_MAX, self.ack_seq - rcv))
         ooo = self.ooo
         hi = max(self.rx_high, rcv)
-        cc = CCState(self.ack_ts, min(255, len(ooo)), penalty, self.rcvd_bytes % _CREDIT_MOD)
         credit = self.recv_posted % _CREDIT_MOD
+        cack, ack_ev, ack_ce, max_range = rcv & PSN_MASK, self.ack_ev, self.ack_ce, \
+            min(0xFFFF, hi - rcv)
+        path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
+        tmpl = self._sack_tmpl.get(path_key)
+        if tmpl is None:
+            tmpl = self._sack_tmpl[path_key] = SackTemplate(
+                route, dest_qp=self.attrs.dest_qp_num or 0)
         self.sent_credit = self.recv_posted
         for base in bases:
             bm = 0
@@ -898,17 +903,11 @@ class QueuePair:
                 for i in range(SACK_BITMAP_BITS):
                     if base + i in ooo:
                         bm |= 1 << i
-            seth = SETH(
-                ev=self.ack_ev, cack_psn=rcv & PSN_MASK, ack_offset=ack_off,
-                sack_offset=min(_S16_MAX, base - rcv), max_psn_range=min(0xFFFF, hi - rcv),
-                ece=self.ack_ce, bitmap=bm, imm_credit=credit,
-            )
-            path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
-            tmpl = self._sack_tmpl.get(path_key)
-            if tmpl is None:
-                tmpl = self._sack_tmpl[path_key] = SackTemplate(
-                    route, dest_qp=self.attrs.dest_qp_num or 0)
-            out.append((port, tmpl.build(ev, seth, cc)))
+            seth, cc = pack_sack_fields(
+                ack_ev, cack, ack_off, min(_S16_MAX, base - rcv), max_range, ack_ce, bm,
+                credit, self.ack_ts, min(255, len(ooo)), penalty,
+                self.rcvd_bytes % _CREDIT_MOD)
+            out.append((port, tmpl.build_raw(ev, seth, cc)))
             self.tx_sacks += 1
 
     def on_probe(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:

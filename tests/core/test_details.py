@@ -186,3 +186,20 @@ def test_port_down_then_up_brings_the_plane_back() -> None:
 
     planes = {ev_path(f.ev)[0] for f in net.data_frames(since=t0, src="h0")}
     assert planes == {0, 1}
+
+
+def test_packed_sack_fields_match_the_wire_dataclasses() -> None:
+    from mrcnet.core.ctrl import pack_sack_fields
+
+    rng = random.Random(5)
+    for _ in range(200):
+        f = dict(ev=rng.getrandbits(32), cack_psn=rng.getrandbits(24),
+                 ack_offset=rng.randint(-32767, 32767), sack_offset=rng.randint(1, 32767),
+                 max_psn_range=rng.getrandbits(16), ece=rng.random() < 0.5,
+                 bitmap=rng.getrandbits(64), imm_credit=rng.getrandbits(32))
+        c = dict(ts_echo=rng.getrandbits(16), ooo_count=rng.getrandbits(8),
+                 window_penalty=rng.randint(0, 127), rcvd_bytes=rng.getrandbits(32))
+        seth, cc = pack_sack_fields(**f, **c)
+        assert seth == SETH(**f).pack()
+        assert cc == CCState(**c).pack()
+        assert SETH.unpack_from(seth) == SETH(**f)
