@@ -193,7 +193,7 @@ def test_packed_sack_fields_match_the_wire_dataclasses() -> None:
 
     rng = random.Random(5)
     for _ in range(200):
-        f = dict(ev=rng.getrandbits(32), cack_psn=rng.getrandbits(24),
+        f: dict[str, Any] = dict(ev=rng.getrandbits(32), cack_psn=rng.getrandbits(24),
                  ack_offset=rng.randint(-32767, 32767), sack_offset=rng.randint(1, 32767),
                  max_psn_range=rng.getrandbits(16), ece=rng.random() < 0.5,
                  bitmap=rng.getrandbits(64), imm_credit=rng.getrandbits(32))
