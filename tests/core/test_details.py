@@ -197,7 +197,7 @@ def test_packed_sack_fields_match_the_wire_dataclasses() -> None:
                  ack_offset=rng.randint(-32767, 32767), sack_offset=rng.randint(1, 32767),
                  max_psn_range=rng.getrandbits(16), ece=rng.random() < 0.5,
                  bitmap=rng.getrandbits(64), imm_credit=rng.getrandbits(32))
-        c = dict(ts_echo=rng.getrandbits(16), ooo_count=rng.getrandbits(8),
+        c: dict[str, Any] = dict(ts_echo=rng.getrandbits(16), ooo_count=rng.getrandbits(8),
                  window_penalty=rng.randint(0, 127), rcvd_bytes=rng.getrandbits(32))
         seth, cc = pack_sack_fields(**f, **c)
         assert seth == SETH(**f).pack()
