@@ -15,7 +15,19 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from mrcnet.constants import USID_BITS, USID_BLOCK_BITS
+from mrcnet.constants import (
+    BTH_LEN,
+    ETH_HEADER_LEN,
+    IMMDT_LEN,
+    IPV6_HEADER_LEN,
+    METH_LEN,
+    RETH_LEN,
+    SRH_FIXED_LEN,
+    TSETH_LEN,
+    UDP_HEADER_LEN,
+    USID_BITS,
+    USID_BLOCK_BITS,
+)
 from mrcnet.fabric.describe import (
     DESCRIPTION_VERSION,
     FabricDescription,
@@ -39,6 +51,12 @@ HOST_USID_BASE = 0x4000
 MAX_PLANES = 16
 MAX_PER_PLANE = 256
 MAX_HOSTS = 0x1000
+
+# A trimmed frame must keep every header of the largest data frame (Ethernet, outer and
+# inner IPv6, UDP, BTH, RETH, METH, ImmDt, TSETH), plus a 4-segment SRH in srh mode.
+MIN_TRIM_USID = (ETH_HEADER_LEN + 2 * IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN
+                 + METH_LEN + IMMDT_LEN + TSETH_LEN)
+MIN_TRIM = {"usid": MIN_TRIM_USID, "srh": MIN_TRIM_USID + SRH_FIXED_LEN + 4 * 16}
 
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
 
@@ -121,11 +139,16 @@ class TopologySpec:
             (self.hosts * self.leaves <= MAX_HOSTS, f"at most {MAX_HOSTS} hosts in total"),
             (1280 <= self.mtu <= 65535, "mtu must be 1280..65535"),
             (self.srv6 in ("usid", "srh"), "srv6 must be usid or srh"),
-            (64 <= self.trim_size <= self.mtu, "trim_size must be 64..mtu"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise SpecError(msg)
+        low = MIN_TRIM[self.srv6]
+        if not low <= self.trim_size <= self.mtu:
+            raise SpecError(
+                f"trim_size must be {low}..mtu in {self.srv6} mode: a trimmed frame keeps "
+                "every MRC header (Ethernet, IPv6 x2, SRH, UDP, BTH, RETH, METH, ImmDt, TSETH)"
+            )
 
     # Effective thresholds (the -1 defaults scale with the MTU, NDP-like shallow queue).
     @property

@@ -38,6 +38,8 @@ def test_toml_spec(tmp_path: Path) -> None:
         "leafspine:srv6=mpls",
         "leafspine:rate=fast",
         "leafspine:mtu=100",
+        "leafspine:trim_size=100",
+        "leafspine:srv6=srh,trim_size=200",
     ],
 )
 def test_bad_specs(bad: str) -> None:
