@@ -202,8 +202,8 @@ def _goodput_run(spec: str, fails: list[str]) -> tuple[SimRun, list[tuple[float,
 @pytest.mark.xfail(reason="core gap: when the spine links are the bottleneck (12.5G spine "
                    "links, 100G NICs), a failed spine link costs 16% of goodput, not 1/8 "
                    "(0.84 of before with the core at ac525ee, 0.75 before its NSCC change; "
-                   "needs >= 0.875). No trims: CE marks on the overloaded plane throttle "
-                   "the whole QP window")
+                   "needs >= 0.875). No trims; the overloaded plane sees CE marks "
+                   "(cause not yet pinned down)")
 def test_goodput_holds_when_the_spines_are_the_bottleneck() -> None:
     spec = "leafspine:planes=2,spines=8,leaves=2,hosts=1,rate=12.5gbit,host_rate=100gbit"
     run, samples = _goodput_run(spec, ["link:L0.0-S0.3@0.5ms..1.5ms:down"])
