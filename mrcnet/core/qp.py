@@ -738,65 +738,73 @@ class QueuePair:
         """A data packet: check, place, and acknowledge (or NACK) it."""
         bth, reth = f.bth, f.reth
         assert reth is not None
-        seq = unwrap(bth.psn, self.rcv_nxt)
-        d = seq - self.rcv_nxt
-        if d >= self.cfg.rx_window or d <= -self.cfg.rx_window:
+        rcv = self.rcv_nxt
+        seq = unwrap(bth.psn, rcv)
+        d = seq - rcv
+        win = self.cfg.rx_window
+        if d >= win or d <= -win:
             self.count("rx_psn_out_of_window")
             return
-        mem = self.host.memory
-        tgt = mem.target(reth.rkey, reth.va, reth.length)
         ev = f.ev
-        ts = f.tseth.timestamp if f.tseth is not None else 0
-        if isinstance(tgt, str):
+        tseth = f.tseth
+        ts = tseth.timestamp if tseth is not None else 0
+        n = reth.length
+        # rkey and bounds (MemoryTable.target, inlined: this runs for every packet)
+        mr = self.host.memory.lookup(reth.rkey)
+        off = reth.va - mr.addr if mr is not None else -1
+        if mr is None or not mr.remote_write or off < 0 or off + n > mr.length:
+            tgt = self.host.memory.target(reth.rkey, reth.va, n)
+            assert isinstance(tgt, str)
             self.count(f"rx_{tgt}")
             if d >= 0:
                 self._nack(NackReason.UNEXP_EVENT, ev, seq, ts, plane, out)
             return
-        if d < 0 or seq in self.ooo:
+        ooo = self.ooo
+        ce = f.ce
+        if d < 0 or seq in ooo:
             self.count("rx_duplicate")
-            self._note_ack(seq, ev, ts, f.ce, plane)
+            self._note_ack(seq, ev, ts, ce, plane)
             self.send_sack(now, out)
             return
-        op = bth.opcode
         if f.trimmed:
             self.count("rx_trimmed")
             self._nack(self._trim_reason(ev, plane, now), ev, seq, ts, plane, out)
             return
-        imm = op in IMM_OPCODES
-        if imm:
-            assert f.meth is not None and f.immdt is not None
-            msn = f.meth.msn
+        op = bth.opcode
+        if op in IMM_OPCODES:
+            meth, immdt = f.meth, f.immdt
+            assert meth is not None and immdt is not None
+            msn = meth.msn
             if unwrap(msn, self.imm_done) >= self.recv_posted:
                 # The sender ran past our receive credit: refuse, it will resend.
                 self.count("rx_no_recv_credit")
                 self._nack(NackReason.NO_RESOURCE, ev, seq, ts, plane, out)
                 return
-            entry = (reth.length, op, msn, f.immdt.imm)
+            entry = (n, op, msn, immdt.imm)
         else:
-            entry = (reth.length, op, 0, 0)
-        mr, off = tgt
-        n = reth.length
+            entry = (n, op, 0, 0)
         if n:
             mr.view[off : off + n] = f.payload
         self.rcvd_bytes += n
         self.rx_packets += 1
         if d == 0:
             self._deliver(entry)
-            nxt = self.rcv_nxt = seq + 1
-            ooo = self.ooo
+            nxt = seq + 1
             while nxt in ooo:
                 self._deliver(ooo.pop(nxt))
                 nxt += 1
             self.rcv_nxt = nxt
         else:
-            self.ooo[seq] = entry
+            ooo[seq] = entry
             if seq > self.rx_high:
                 self.rx_high = seq
-        self.unreported.append(seq)
+        unreported = self.unreported
+        unreported.append(seq)
         self.since_ack += 1
-        self._note_ack(seq, ev, ts, f.ce, plane)
-        if (bth.ack_req or d != 0 or f.ce or self.since_ack >= self.cfg.ack_every
-                or self.unreported[0] < seq - SACK_BITMAP_BITS // 2):
+        self.ack_seq, self.ack_ev, self.ack_ts, self.ack_ce, self.ack_plane = (
+            seq, ev, ts, ce, plane)
+        if (bth.ack_req or d or ce or self.since_ack >= self.cfg.ack_every
+                or unreported[0] < seq - SACK_BITMAP_BITS // 2):
             self.send_sack(now, out)
         elif self.ack_at == _INF:
             self.ack_at = now + self.cfg.ack_delay
