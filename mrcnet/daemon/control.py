@@ -2,16 +2,22 @@
 
 Connecting a QP needs the peer QP's attributes, as RoCE needs rdma_cm or a socket
 exchange. mrcd does it for the application: the connecting side's mrcd opens a TCP
-connection to the peer's mrcd on the hosts' plain IPv6 addresses and sends one line::
+connection to the peer's mrcd on the hosts' plain IPv6 addresses. Four lines, so that
+neither side's first packet can find the other unready::
 
-    {"v": 1, "type": "connect", "src": "h0", "service": 1, "qpn": 17, "psn": 4660,
-     "ev_profile": "spray", "cc_profile": "nscc", "max_imm": 64,
-     "mrs": [{"addr": ..., "length": ..., "rkey": ...}], "private": <any JSON>}
+    A -> B  {"v": 1, "type": "connect", "src": "h0", "service": 1, "qpn": 17, "psn": 4660,
+             "ev_profile": "spray", "cc_profile": "nscc", "max_imm": 64,
+             "mrs": [{"addr": ..., "length": ..., "rkey": ...}], "private": <any JSON>}
+    B -> A  {"v": 1, "type": "accept", ...the same fields for B's QP}     (or "reject")
+            A moves its QP to RTR (it can receive)
+    A -> B  {"v": 1, "type": "ready"}
+            B moves its QP to RTR and RTS; its first packet (the receive credit it
+            advertises at RTR) now finds A ready
+    B -> A  {"v": 1, "type": "established"}                            (or "reject")
+            A moves its QP to RTS and may send
 
-and the peer's mrcd answers one line, ``{"v": 1, "type": "accept", ...same fields}`` (its
-own QP, PSN, profiles, exposed regions) or ``{"v": 1, "type": "reject", "reason": "..."}``.
-The accepting side moves its QP to RTS *before* it answers, so the first data packet
-never finds it unready. A version other than :data:`CONTROL_VERSION` is rejected.
+A reject carries ``"reason"``. If the exchange stops before "ready", B gives the QP
+back to its listener unchanged. A version other than :data:`CONTROL_VERSION` is rejected.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import structlog
 
 from mrcnet.errors import MrcError
 
-__all__ = ["CONTROL_VERSION", "ConnectRequest", "ControlError", "ControlServer",
+__all__ = ["CONTROL_VERSION", "Acceptance", "ConnectRequest", "ControlError", "ControlServer",
            "control_request"]
 
 CONTROL_VERSION: Final = 1
@@ -97,9 +103,20 @@ def _decode(line: bytes) -> dict[str, Any]:
     return msg
 
 
-#: Handles a ``connect``: returns the accept message's attributes, or raises ControlError
-#: (its text becomes the reject reason).
-ConnectHandler = Callable[[ConnectRequest], Awaitable[ConnectRequest]]
+class Acceptance:
+    """What a connect handler decided: the accept to send, then either ``commit`` (the
+    peer is ready: finish the connection) or ``abort`` (the exchange broke off)."""
+
+    def __init__(self, reply: ConnectRequest, commit: Callable[[], None],
+                 abort: Callable[[], None]) -> None:
+        self.reply = reply
+        self.commit = commit
+        self.abort = abort
+
+
+#: Handles a ``connect``: returns the acceptance, or raises ControlError (its text becomes
+#: the reject reason).
+ConnectHandler = Callable[[ConnectRequest], Awaitable[Acceptance]]
 
 
 class ControlServer:
@@ -130,17 +147,7 @@ class ControlServer:
                 line = await asyncio.wait_for(reader.readline(), IDLE_TIMEOUT)
                 if not line:
                     break
-                try:
-                    msg = _decode(line)
-                    if msg.get("type") != "connect":
-                        raise ControlError(f"unknown control message type {msg.get('type')!r}")
-                    req = ConnectRequest.from_msg(msg)
-                    reply = (await self.handler(req)).to_msg("accept")
-                except ControlError as e:
-                    log.info("connect rejected", peer=peer, reason=str(e))
-                    reply = {"v": CONTROL_VERSION, "type": "reject", "reason": str(e)}
-                writer.write(_encode(reply))
-                await writer.drain()
+                await self._exchange(line, reader, writer, peer)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError,
                 asyncio.LimitOverrunError, ValueError):
             pass  # a silent or broken peer: nothing to answer
@@ -149,29 +156,80 @@ class ControlServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    async def _exchange(self, line: bytes, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter, peer: object) -> None:
+        """One connect: accept, wait for ready, commit, established (or reject)."""
+        acc: Acceptance | None = None
+        try:
+            msg = _decode(line)
+            if msg.get("type") != "connect":
+                raise ControlError(f"unexpected control message type {msg.get('type')!r}")
+            req = ConnectRequest.from_msg(msg)
+            acc = await self.handler(req)
+            writer.write(_encode(acc.reply.to_msg("accept")))
+            await writer.drain()
+            ready = await asyncio.wait_for(reader.readline(), IDLE_TIMEOUT)
+            if not ready:
+                raise ConnectionError("peer left before ready")
+            if _decode(ready).get("type") != "ready":
+                raise ControlError("expected ready")
+            acc.commit()
+            acc = None
+            writer.write(_encode({"v": CONTROL_VERSION, "type": "established"}))
+            await writer.drain()
+        except ControlError as e:
+            if acc is not None:
+                acc.abort()
+            log.info("connect rejected", peer=peer, reason=str(e))
+            writer.write(_encode({"v": CONTROL_VERSION, "type": "reject", "reason": str(e)}))
+            await writer.drain()
+        except BaseException:
+            if acc is not None:
+                acc.abort()
+            raise
+
 
 async def control_request(address: str, port: int, req: ConnectRequest,
+                          on_accept: Callable[[ConnectRequest], None] | None = None,
                           timeout: float = 5.0) -> ConnectRequest:
-    """Send a connect request to the mrcd at ``address``; the peer's accept or
-    :class:`ControlError` (unreachable, rejected, malformed)."""
+    """Connect to the mrcd at ``address``: send ``req``, call ``on_accept`` with the peer's
+    accept (move the QP to RTR there; raising ControlError aborts), then complete the
+    handshake. Returns the accept, or raises :class:`ControlError` (unreachable,
+    rejected, malformed)."""
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(address, port, limit=MAX_LINE), timeout)
     except (OSError, TimeoutError) as e:
         raise ControlError(f"cannot reach mrcd at [{address}]:{port}: {e}") from None
+    where = f"mrcd at [{address}]:{port}"
     try:
         writer.write(_encode(req.to_msg("connect")))
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
+        remote = ConnectRequest.from_msg(_expect(await _line(reader, timeout, where),
+                                                 "accept", where))
+        if on_accept is not None:
+            on_accept(remote)
+        writer.write(_encode({"v": CONTROL_VERSION, "type": "ready"}))
+        await writer.drain()
+        _expect(await _line(reader, timeout, where), "established", where)
+        return remote
     except (OSError, TimeoutError) as e:
-        raise ControlError(f"mrcd at [{address}]:{port} did not answer: {e!r}") from None
+        raise ControlError(f"{where} did not answer: {e!r}") from None
     finally:
         writer.close()
+
+
+async def _line(reader: asyncio.StreamReader, timeout: float, where: str) -> dict[str, Any]:
+    line = await asyncio.wait_for(reader.readline(), timeout)
     if not line:
-        raise ControlError(f"mrcd at [{address}]:{port} closed the connection")
-    msg = _decode(line)
+        raise ControlError(f"{where} closed the connection")
+    return _decode(line)
+
+
+def _expect(msg: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
     if msg.get("type") == "reject":
         raise ControlError(f"peer refused: {msg.get('reason', '?')}")
-    if msg.get("type") != "accept":
-        raise ControlError(f"unexpected control reply {msg.get('type')!r}")
-    return ConnectRequest.from_msg(msg)
+    if msg.get("type") != kind:
+        raise ControlError(f"unexpected control reply {msg.get('type')!r} from {where} "
+                           f"(wanted {kind})")
+    return msg

@@ -36,7 +36,13 @@ from mrcnet.constants import IPV6_HEADER_LEN, PSN_MASK
 from mrcnet.core import Access, HostConfig, QPState
 from mrcnet.daemon.apiserver import ApiServer, Session, claim_socket_path
 from mrcnet.daemon.config import DaemonConfig
-from mrcnet.daemon.control import ConnectRequest, ControlError, ControlServer, control_request
+from mrcnet.daemon.control import (
+    Acceptance,
+    ConnectRequest,
+    ControlError,
+    ControlServer,
+    control_request,
+)
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths, UnknownPeer
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
@@ -488,14 +494,37 @@ class Daemon:
         return (a.ev_profile or self.cfg.ev_profile, a.cc_profile or self.cfg.cc_profile,
                 a.max_imm_outstanding)
 
-    def _connect_qp(self, qpn: int, peer: str, remote: ConnectRequest, my_psn: int) -> None:
-        """INIT -> RTR -> RTS towards the peer's QP."""
+    def _to_rtr(self, qpn: int, peer: str, remote: ConnectRequest, my_psn: int) -> None:
+        """INIT -> RTR towards the peer's QP (ControlError when the core refuses)."""
         assert self.host is not None
         _, _, max_imm = self._qp_profile(qpn)
-        self.host.modify_qp(qpn, QPState.RTR, peer=peer, dest_qp_num=remote.qpn,
-                            rq_psn=remote.psn, sq_psn=my_psn,
-                            max_imm_outstanding=min(max_imm, remote.max_imm))
-        self.host.modify_qp(qpn, QPState.RTS)
+        try:
+            self.host.modify_qp(qpn, QPState.RTR, peer=peer, dest_qp_num=remote.qpn,
+                                rq_psn=remote.psn, sq_psn=my_psn,
+                                max_imm_outstanding=min(max_imm, remote.max_imm))
+        except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
+            raise ControlError(str(e)) from None
+
+    def _to_rts(self, qpn: int) -> None:
+        assert self.host is not None
+        try:
+            self.host.modify_qp(qpn, QPState.RTS)
+        except (core.IllegalTransition, core.InvalidRequest) as e:
+            raise ControlError(str(e)) from None
+
+    def _back_to_init(self, qpn: int) -> None:
+        """After a connection attempt broke off: the QP is as it was before (INIT)."""
+        assert self.host is not None
+        if qpn not in self._qp_owner:
+            return
+        ev, cc, max_imm = self._qp_profile(qpn)
+        try:
+            if self.host.qp(qpn).state is not QPState.INIT:
+                self.host.modify_qp(qpn, QPState.RESET)
+                self.host.modify_qp(qpn, QPState.INIT, ev_profile=ev, cc_profile=cc,
+                                    max_imm_outstanding=max_imm)
+        except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
+            self.log.error("QP not reset after a failed connect", qpn=qpn, error=str(e))
 
     async def _prepare_peer(self, peer: str) -> None:
         if isinstance(self.paths, StaticPaths):
@@ -514,6 +543,14 @@ class Daemon:
         assert self.paths is not None and self.host is not None
         ev, cc, max_imm = self._qp_profile(qpn)
         psn = secrets.randbelow(PSN_MASK + 1)
+
+        def on_accept(remote: ConnectRequest) -> None:
+            if remote.src != peer:
+                raise ControlError(f"{peer}'s control address answered as {remote.src!r}")
+            if self._qp_owner.get(qpn) is not s:
+                raise ControlError(f"QP {qpn} was destroyed while connecting")
+            self._to_rtr(qpn, peer, remote, psn)  # ready to receive before "ready"
+
         try:
             addr = self.paths.control_address(peer)
             port = (self.cfg.peers[peer].control_port if peer in self.cfg.peers
@@ -521,53 +558,60 @@ class Daemon:
             await self._prepare_peer(peer)
             req = ConnectRequest(self.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs),
                                  private, service)
-            remote = await control_request(addr, port, req)
+            remote = await control_request(addr, port, req, on_accept)
+            if self._qp_owner.get(qpn) is not s:
+                raise ControlError(f"QP {qpn} was destroyed while connecting")
+            self._to_rts(qpn)
         except (UnknownPeer, ControlError, IOSetupError) as e:
+            self._back_to_init(qpn)
             raise ConnectError(f"connecting QP {qpn} to {peer} service {service}: {e}") \
                 from None
-        if remote.src != peer:
-            raise ConnectError(f"{peer}'s control address answered as {remote.src!r}")
-        if self._qp_owner.get(qpn) is not s:
-            raise ConnectError(f"QP {qpn} was destroyed while connecting")
-        try:
-            self._connect_qp(qpn, peer, remote, psn)
-        except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
-            raise ConnectError(str(e)) from None
         self.log.info("QP connected", qpn=qpn, peer=peer, peer_qpn=remote.qpn,
                       service=service)
         self._pump()
         return {"peer": remote.src, "peer_qpn": remote.qpn, "mrs": list(remote.mrs),
                 "private": remote.private, "max_imm": remote.max_imm}
 
-    async def _on_connect_request(self, req: ConnectRequest) -> ConnectRequest:
-        held = self._listens.get(req.service)
+    async def _on_connect_request(self, req: ConnectRequest) -> Acceptance:
+        held = self._listens.pop(req.service, None)  # reserved for this exchange
         if held is None:
             raise ControlError(f"no QP listens on service {req.service} at {self.cfg.host}")
         s, qpn, lkeys, private = held
-        ev, cc, max_imm = self._qp_profile(qpn)
-        if req.ev_profile != ev:
-            raise ControlError(f"EV profile {req.ev_profile!r} does not match {ev!r}")
+
+        def give_back() -> None:
+            if not s.closed and qpn in self._qp_owner and req.service not in self._listens:
+                self._listens[req.service] = held
+
         try:
+            ev, cc, max_imm = self._qp_profile(qpn)
+            if req.ev_profile != ev:
+                raise ControlError(f"EV profile {req.ev_profile!r} does not match {ev!r}")
             await self._prepare_peer(req.src)
             mrs = self._exposed(s, lkeys)
-        except (UnknownPeer, IOSetupError, BadLkey) as e:
+        except (UnknownPeer, IOSetupError, BadLkey, ControlError) as e:
+            give_back()
             raise ControlError(str(e)) from None
-        if self._listens.get(req.service) is not held:
-            raise ControlError(f"service {req.service} stopped listening")
         psn = secrets.randbelow(PSN_MASK + 1)
-        try:
-            self._connect_qp(qpn, req.src, req, psn)
-        except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
-            raise ControlError(str(e)) from None
-        del self._listens[req.service]  # one connection per listen, as accept()
-        s.listens.discard(req.service)
-        s.send({"push": "connected", "qpn": qpn, "peer": req.src, "peer_qpn": req.qpn,
-                "mrs": list(req.mrs), "private": req.private, "max_imm": req.max_imm})
-        self.log.info("QP accepted", qpn=qpn, peer=req.src, peer_qpn=req.qpn,
-                      service=req.service)
-        self._pump()
-        return ConnectRequest(self.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs), private,
-                              req.service)
+
+        def commit() -> None:
+            if s.closed or self._qp_owner.get(qpn) is not s:
+                raise ControlError(f"the listening QP {qpn} went away")
+            self._to_rtr(qpn, req.src, req, psn)
+            self._to_rts(qpn)
+            s.listens.discard(req.service)  # one connection per listen, as accept()
+            s.send({"push": "connected", "qpn": qpn, "peer": req.src, "peer_qpn": req.qpn,
+                    "mrs": list(req.mrs), "private": req.private, "max_imm": req.max_imm})
+            self.log.info("QP accepted", qpn=qpn, peer=req.src, peer_qpn=req.qpn,
+                          service=req.service)
+            self._pump()
+
+        def abort() -> None:
+            self._back_to_init(qpn)
+            give_back()
+
+        reply = ConnectRequest(self.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs), private,
+                               req.service)
+        return Acceptance(reply, commit, abort)
 
     def _op_post_write(self, s: Session, msg: Message) -> Message:
         assert self.host is not None
