@@ -112,6 +112,10 @@ def _human(res: dict[str, Any], all_ports: bool) -> str:
     if sw:
         out += ["", "switch drops", _table(sw, ["switch", "no_route", "hop_limit", "bad_sid",
                                                   "blackhole"])]
+    if res["goodput"]:
+        rows = [[format_time(g["t"]), f"{g['bps'] / 1e9:.2f}G"] for g in res["goodput"]]
+        out += ["", "aggregate goodput (new data delivered, per sample interval)",
+                _table(rows, ["until", "goodput"])]
     out += [
         "",
         f"flows {s['completed']}/{s['flows']} completed, {s['errors']} QP errors; "
@@ -147,8 +151,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = with_options(spec, trim=parse_bool(args.trim))
     flows = load_matrix(args.matrix, n_hosts=spec.n_hosts)
     failures = [parse_failure(f) for f in args.fail]
+    sample = parse_time(args.sample) if args.sample else None
     run = SimRun(spec, flows, transport=args.transport, failures=failures, seed=args.seed,
-                 host_config=_parse_set(args.set))
+                 host_config=_parse_set(args.set), sample_interval=sample)
     until = parse_time(args.until) if args.until else None
 
     def progress(r: SimRun) -> None:
@@ -250,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a protocol-core HostConfig field, e.g. probe_interval=250e-6, "
                    "evs_per_qp=64, cc_profile=fixed (repeatable)")
+    r.add_argument("--sample", metavar="TIME",
+                   help="record aggregate goodput (new bytes delivered) every TIME, e.g. 100us")
     r.add_argument("--progress", action="store_true", help="progress lines on stderr")
     r.set_defaults(fn=cmd_run)
 

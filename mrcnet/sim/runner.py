@@ -110,6 +110,16 @@ class RunResult:
     ports: dict[str, dict[str, Any]] = field(default_factory=dict)
     switches: dict[str, dict[str, int]] = field(default_factory=dict)
     hosts: dict[str, dict[str, int]] = field(default_factory=dict)  #: core counters
+    #: (time, bytes delivered per flow id) every sample interval, when sampling was asked
+    samples: list[tuple[float, dict[int, int]]] = field(default_factory=list)
+
+    def goodput_series(self) -> list[tuple[float, float]]:
+        """(interval end, aggregate goodput in bit/s over the interval) from the samples."""
+        out = []
+        for (t0, a), (t1, b) in zip(self.samples, self.samples[1:], strict=False):
+            if t1 > t0:
+                out.append((t1, (sum(b.values()) - sum(a.values())) * 8 / (t1 - t0)))
+        return out
 
     @property
     def events_per_second(self) -> float:
@@ -173,6 +183,7 @@ class RunResult:
             "ports": self.ports,
             "switches": self.switches,
             "hosts": self.hosts,
+            "goodput": [{"t": t, "bps": g} for t, g in self.goodput_series()],
         }
 
 
@@ -180,7 +191,9 @@ class SimRun:
     """A fabric, one core Host per simulated host, a traffic matrix and failures.
 
     Build it, optionally inspect or instrument it (``fabric``, ``hosts``, ``qps``), then
-    :meth:`run`. ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields.
+    :meth:`run`. ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields. With
+    ``sample_interval`` the bytes each flow's responder has received (new data only) are
+    recorded every interval (:attr:`RunResult.samples`, :meth:`RunResult.goodput_series`).
     """
 
     def __init__(
@@ -192,6 +205,7 @@ class SimRun:
         failures: Iterable[Failure] = (),
         seed: int = 1,
         host_config: dict[str, Any] | None = None,
+        sample_interval: float | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise SpecError(f"unknown transport {transport!r}: use {' or '.join(TRANSPORTS)}")
@@ -227,6 +241,20 @@ class SimRun:
         self._setup()
         for fl in self.failures:
             schedule_failure(self.fabric, fl)
+        self.samples: list[tuple[float, dict[int, int]]] = []
+        if sample_interval is not None:
+            if sample_interval <= 0:
+                raise SpecError("the sample interval must be positive")
+            self._interval = sample_interval
+            self.sim.at(0.0, self._sample)
+
+    def _sample(self, _: object) -> None:
+        delivered = {
+            f.id: self.hosts[f.dst].qp(self.qps[f.id][1]).rcvd_bytes for f in self.flows
+        }
+        self.samples.append((self.sim.now, delivered))
+        if self._pending > 0:
+            self.sim.after(self._interval, self._sample)
 
     def _config(self, overrides: dict[str, Any]) -> HostConfig:
         spec = self.spec
@@ -297,6 +325,8 @@ class SimRun:
             elif isinstance(ev, PathStateChanged):
                 self.path_events.append((now, host.name, ev))
         if self._pending <= 0:
+            if self.samples and self.samples[-1][0] < now:
+                self._sample(None)  # the last interval ends when the last flow does
             self.sim.stop()
 
     def run(self, until: float | None = None, max_events: int | None = None,
@@ -352,4 +382,5 @@ class SimRun:
             ports=ports,
             switches={s.name: s.counters.as_dict() for s in fab.switches()},
             hosts={h.name: h.counters() for h in self.hosts},
+            samples=list(self.samples),
         )

@@ -147,3 +147,20 @@ def test_cli_matrix_and_specs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["specs"]) == 0
     out = capsys.readouterr().out
     assert "leafspine:" in out and "flap=DOWN/UP" in out and "src->dst" in out
+
+
+def test_cli_goodput_samples(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = tmp_path / "m.cm"
+    m.write_text("0->1 start 0 size 4m\n")
+    assert main(["run", "-t", "leafspine:planes=2,spines=2,leaves=2,hosts=1", "-m", str(m),
+                 "--sample", "20us", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    series = out["goodput"]
+    fct = out["flows"][0]["fct"]
+    assert len(series) == int(fct / 20e-6) + 1  # every 20 us, plus the tail at the finish
+    assert series[-1]["t"] == pytest.approx(fct)
+    # At most line rate (2 x 100G), give or take a packet per plane at the interval edges.
+    assert all(0 <= g["bps"] <= 200e9 + 2 * 8192 * 8 / 20e-6 for g in series)
+    delivered = sum(g["bps"] * (b["t"] - a["t"]) / 8
+                    for a, g, b in zip([{"t": 0.0}, *series], series, series, strict=False))
+    assert delivered == pytest.approx(4 << 20)
