@@ -27,8 +27,10 @@ examples:
   mrc-fabric port lab h1 0 down
   mrc-fabric probe lab h0 h3                     # frames through every plane/spine
   mrc-fabric down lab
-spec keys: planes spines leaves hosts(per leaf) rate mtu srv6(usid|srh) trim_size trim ecn
-  drop ecn_last_hop host_drop host_shaping   (see docs/FABRIC.md)
+spec keys: planes spines leaves hosts(per leaf) rate host_rate mtu srv6(usid|srh) trim_size
+  trim(on|off|size) queue ecn hdr_queue drop ecn_last_hop host_drop host_shaping delay(not
+  emulated); sizes in bytes (64k) or packets (8pkt); mrc-sim specs work unchanged
+  (see docs/FABRIC.md)
 state: $MRC_FABRIC_STATE_DIR (default /run/mrcnet/fabrics)
 """
 

@@ -97,18 +97,52 @@ def _parse_bool(text: str | bool) -> bool:
     raise SpecError(f"bad boolean {text!r}: use true or false")
 
 
-def _parse_bytes(text: str | int) -> int:
-    """Bytes, with optional k/m suffix (1024-based); "off" = 0 (disabled)."""
+@dataclass(frozen=True)
+class _Size:
+    """A byte count as written: plain bytes, or a number of MTU-sized packets ("8pkt")."""
+
+    value: int
+    pkts: bool = False
+
+    def bytes(self, mtu: int) -> int:
+        return self.value * mtu if self.pkts else self.value
+
+
+def _parse_size(text: str | int) -> _Size:
+    """Bytes with optional k/m suffix (1024-based) or ``Npkt`` (N x MTU); "off" = 0."""
+    if isinstance(text, bool):
+        raise SpecError(f"bad byte count {text!r}")
     if isinstance(text, int):
-        return text
+        return _Size(text)
     t = text.strip().lower()
     if t in ("off", "none", "0"):
-        return 0
-    m = re.fullmatch(r"(\d+)\s*(b|k|kb|m|mb)?", t)
+        return _Size(0)
+    m = re.fullmatch(r"(\d+)\s*(b|k|kb|m|mb|pkt)?", t)
     if not m:
-        raise SpecError(f"bad byte count {text!r}: use e.g. 256, 64k, 1m, off")
-    mult = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20}[m.group(2) or ""]
-    return int(m.group(1)) * mult
+        raise SpecError(f"bad byte count {text!r}: use e.g. 256, 64k, 1m, 8pkt, off")
+    unit = m.group(2) or ""
+    if unit == "pkt":
+        return _Size(int(m.group(1)), pkts=True)
+    mult = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20}[unit]
+    return _Size(int(m.group(1)) * mult)
+
+
+def _parse_switch(text: str | int | bool) -> _Size | None:
+    """``on`` (None: the default), ``off`` (0) or a size."""
+    if isinstance(text, bool):
+        return None if text else _Size(0)
+    if isinstance(text, str) and text.strip().lower() in ("on", "true", "yes"):
+        return None
+    return _parse_size(text)
+
+
+def _parse_delay(text: str | int | float) -> float:
+    if isinstance(text, int | float):
+        return float(text)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|ms|us|ns)?", text.strip().lower())
+    if not m:
+        raise SpecError(f"bad delay {text!r}: use e.g. 1us, 0.5ms")
+    return float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[m.group(2) or "s"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +163,8 @@ class TopologySpec:
     ecn_last_hop: bool = False  #: mark CE on leaf -> host links too
     host_drop: bool = True  #: hosts' kernels drop MRC frames after the packet-socket tap
     host_shaping: bool = False  #: shape host egress too (a NIC never sends above line rate)
+    host_rate_bps: int = -1  #: host <-> leaf links; -1 = same as rate_bps
+    delay_s: float = 0.0  #: accepted for mrc-sim spec compatibility; NOT emulated
 
     def __post_init__(self) -> None:
         checks = [
@@ -168,6 +204,11 @@ class TopologySpec:
             return self.drop_thresh
         return 4 * max(self.trim_bytes, self.ecn_bytes, 8 * self.mtu)
 
+    @property
+    def host_link_rate(self) -> int:
+        """Rate of host <-> leaf links in bit/s (0 = unshaped)."""
+        return self.rate_bps if self.host_rate_bps < 0 else self.host_rate_bps
+
     def to_line(self) -> str:
         """The one-line form of this spec."""
         parts = [
@@ -188,31 +229,76 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "leaves": ("leaves", int),
     "hosts": ("hosts", int),
     "rate": ("rate_bps", parse_rate),
+    "host_rate": ("host_rate_bps", parse_rate),
     "mtu": ("mtu", int),
     "srv6": ("srv6", str),
-    "trim_size": ("trim_size", _parse_bytes),
-    "trimsize": ("trim_size", _parse_bytes),
-    "trim": ("trim_thresh", _parse_bytes),
-    "ecn": ("ecn_thresh", _parse_bytes),
-    "drop": ("drop_thresh", _parse_bytes),
+    "trim_size": ("trim_size", _parse_size),
+    "trimsize": ("trim_size", _parse_size),
+    "trim": ("trim_thresh", _parse_switch),
+    "queue": ("queue", _parse_size),
+    "hdr_queue": ("hdr_queue", _parse_size),
+    "ecn": ("ecn_thresh", _parse_switch),
+    "drop": ("drop_thresh", _parse_size),
     "ecn_last_hop": ("ecn_last_hop", _parse_bool),
     "host_drop": ("host_drop", _parse_bool),
     "host_shaping": ("host_shaping", _parse_bool),
+    "delay": ("delay_s", _parse_delay),
 }
 
 
 def _build(items: dict[str, Any], where: str) -> TopologySpec:
-    kwargs: dict[str, Any] = {}
-    for key, raw in items.items():
+    """Convert and resolve spec items.
+
+    The keys of mrc-sim's spec are accepted too, so one spec drives both: ``queue`` (data
+    queue: the trim threshold; drop-tail there with ``trim=off``), ``hdr_queue`` (room for
+    trimmed headers above it: drop threshold = queue + hdr_queue), ``trim=on|off``,
+    ``ecn=Npkt``, ``host_rate``, and ``delay`` (recorded, not emulated: veth latency is
+    whatever the CPU gives).
+    """
+    raw: dict[str, Any] = {}
+    for key, value in items.items():
         if key not in _KEYS:
             raise SpecError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(_KEYS))})")
         attr, conv = _KEYS[key]
         try:
-            kwargs[attr] = conv(raw)
-        except ValueError as e:
-            raise SpecError(f"{where}: bad value {raw!r} for {key}") from e
+            raw[attr] = conv(value)
+        except (ValueError, TypeError) as e:
+            raise SpecError(f"{where}: bad value {value!r} for {key}") from e
+    mtu = int(raw.get("mtu", TopologySpec.mtu))
+
+    def size(attr: str) -> int | None:
+        v = raw.pop(attr, None)
+        return None if v is None else int(v.bytes(mtu))
+
+    trim_given = "trim_thresh" in raw
+    trim = size("trim_thresh")  # None: "on" (default threshold)
+    queue = size("queue")
+    hdr_queue = size("hdr_queue")
+    ecn_given = "ecn_thresh" in raw
+    ecn = size("ecn_thresh")
+    drop = size("drop_thresh")
+    tsize = size("trim_size")
+    kwargs: dict[str, Any] = dict(raw)
+    if tsize is not None:
+        kwargs["trim_size"] = tsize
+    trim_off = trim_given and trim == 0
+    if trim_off:
+        kwargs["trim_thresh"] = 0
+        if drop is None and queue is not None:
+            drop = queue  # no trimming: the data queue is drop-tail
+    elif trim is not None:
+        kwargs["trim_thresh"] = trim
+    elif queue is not None:
+        kwargs["trim_thresh"] = queue
+    if drop is None and hdr_queue is not None and not trim_off:
+        base = kwargs.get("trim_thresh", -1)
+        drop = (base if base > 0 else 8 * mtu) + hdr_queue
+    if drop is not None:
+        kwargs["drop_thresh"] = drop
+    if ecn_given and ecn is not None:
+        kwargs["ecn_thresh"] = ecn
     known = {f.name for f in fields(TopologySpec)}
-    assert set(kwargs) <= known
+    assert set(kwargs) <= known, set(kwargs) - known
     return TopologySpec(**kwargs)
 
 
@@ -322,7 +408,7 @@ def allocate(spec: TopologySpec, name: str, fabric_id: int) -> FabricDescription
             host_end = LinkEnd(hname, netns, f"p{pl.index}", next_mac(), LL_LOWER)
             leaf_end = LinkEnd(leaf.name, leaf.netns, hname, next_mac(), LL_UPPER)
             links.append(
-                Link(f"{hname}-{leaf.name}", pl.index, "host-leaf", spec.rate_bps,
+                Link(f"{hname}-{leaf.name}", pl.index, "host-leaf", spec.host_link_rate,
                      host_end, leaf_end)
             )
             ports.append(
@@ -362,6 +448,8 @@ def allocate(spec: TopologySpec, name: str, fabric_id: int) -> FabricDescription
         "host_drop": spec.host_drop,
         "host_shaping": spec.host_shaping,
         "control_plane_spine": 0,
+        "host_rate_bps": spec.host_link_rate,
+        "delay_s_not_emulated": spec.delay_s,
     }
     paths = {
         # How to build a path; FabricDescription.path_container / path_segments do it.

@@ -164,3 +164,23 @@ def test_seg6nl_flavors_round_trip() -> None:
     assert r == seg6nl.Seg6LocalRoute(net, 7, seg6nl.SEG6_LOCAL_ACTION_END, True, 32, 16)
     plain = seg6nl.decode_route(seg6nl.encode_end_route(net, 7, False, 32, 16))
     assert plain is not None and not plain.next_csid and plain.lblen == 0
+
+
+def test_mrc_sim_spec_keys_are_accepted() -> None:
+    """One spec drives mrc-sim and mrc-fabric: the sim's keys map onto the switch model."""
+    s = parse_spec(
+        "leafspine:planes=2,spines=4,leaves=2,hosts=2,rate=100gbit,host_rate=50gbit,"
+        "delay=1us,mtu=9000,queue=8pkt,hdr_queue=64k,trim=on,trim_size=256,ecn=3pkt,"
+        "ecn_last_hop=off,srv6=usid"
+    )
+    assert s.trim_bytes == 8 * 9000 and s.ecn_bytes == 3 * 9000
+    assert s.drop_bytes == 8 * 9000 + 64 * 1024
+    assert s.host_link_rate == 50_000_000_000 and s.rate_bps == 100_000_000_000
+    assert s.delay_s == pytest.approx(1e-6)
+    d = allocate(s, "lab", 7)
+    assert {ln.rate_bps for ln in d.links if ln.kind == "host-leaf"} == {50_000_000_000}
+    assert {ln.rate_bps for ln in d.links if ln.kind == "leaf-spine"} == {100_000_000_000}
+    off = parse_spec("leafspine:mtu=1500,queue=8pkt,trim=off,ecn=off")
+    assert (off.trim_bytes, off.drop_bytes, off.ecn_bytes) == (0, 8 * 1500, 0)
+    assert parse_spec("leafspine:trim=64k,ecn=20000").trim_bytes == 65536
+    assert parse_spec("leafspine:trim=64k,ecn=20000").ecn_bytes == 20000
