@@ -7,6 +7,9 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mrcnet.constants import NackReason
 from mrcnet.core import (
     EVManager,
@@ -278,3 +281,49 @@ def test_bad_evs_are_probed_per_path_not_per_ev() -> None:
     net.run(max_time=net.now + 20 * cfg.probe_interval)
     sent = ha.counters()["tx_ev_probe"] - before
     assert 18 <= sent <= 21  # one probe per interval for the one bad path
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["bad", "deny", "allow", "probe_ok",
+                                               "probe_fail", "planes", "skip", "send"]),
+                              st.integers(0, 10_000)), max_size=120))
+def test_ev_manager_invariants_under_random_operations(ops: list[tuple[str, int]]) -> None:
+    m = EVManager(1, {0: 4, 1: 4}, evs_per_qp=32, min_active=2, probe_interval=1e-3,
+                  probe_successes=2)
+    now = 0.0
+    for op, x in ops:
+        now += 1e-4
+        evs = list(m.evs)
+        ev = evs[x % len(evs)]
+        if op == "bad":
+            m.assume_bad(ev, now, "loss")
+        elif op == "deny":
+            m.deny(ev)
+        elif op == "allow":
+            m.allow(ev)
+        elif op == "probe_ok":
+            for info in m.probes_due(now + 1.0):
+                m.probe_result(info.ev, True, 1e-5)
+        elif op == "probe_fail":
+            for info in m.probes_due(now + 1.0):
+                m.probe_result(info.ev, False)
+        elif op == "planes":
+            m.set_planes([p for p in (0, 1) if (x >> p) & 1] or [0])
+        elif op == "skip":
+            m.skip(ev, "trim")
+        else:
+            info = m.next_ev()
+            live = [i for i in m.evs.values() if i.state in (EVState.GOOD, EVState.SKIP)
+                    and i.plane in m.usable_planes]
+            if live:
+                assert info.state is EVState.GOOD and info.plane in m.usable_planes
+            assert info.state is not EVState.DENIED or all(
+                i.state is EVState.DENIED for i in m.evs.values())
+        for plane, lst in m.active.items():
+            assert all(i.state in (EVState.GOOD, EVState.SKIP) for i in lst)
+            assert all(i.plane == plane for i in lst)
+            assert len(lst) <= m.target
+            assert len(set(id(i) for i in lst)) == len(lst)
+        assert len(m.evs) <= 32 + len(ops)  # at most one new EV per operation
+        bad = {i.ev for i in m.evs.values() if i.state is EVState.ASSUMED_BAD}
+        assert bad == set(m._bad)
