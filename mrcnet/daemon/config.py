@@ -1,6 +1,7 @@
 """mrcd's configuration file (TOML) and its checks.
 
-Example (every key but ``host`` and ``[[port]]`` is optional)::
+Example (every key but ``host`` and ``[[port]]`` is optional; with ``fabric`` the ports
+default to every port the description gives this host)::
 
     host = "h0"                       # this host's name (as in the fabric description)
     socket = "/run/mrcd/h0.sock"      # Unix socket of the client API
@@ -146,8 +147,10 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
     host = _want(data, "host", str, source)
-    raw_ports = _want(data, "port", list, source)
-    if not raw_ports:
+    fabric = _want(data, "fabric", str, source, None)
+    # With a fabric description the ports may come from it (every port of this host).
+    raw_ports = _want(data, "port", list, source, [] if fabric else ...)
+    if not raw_ports and not fabric:
         raise ConfigError(f"{source}: at least one [[port]] is needed")
     ports = []
     for i, p in enumerate(raw_ports):
@@ -167,7 +170,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
             next_hop_mac=_want(p, "next_hop_mac", str, where, None),
         ))
     planes = [p.plane for p in ports]
-    if sorted(planes) != list(range(len(planes))):
+    if ports and sorted(planes) != list(range(len(planes))):
         raise ConfigError(f"{source}: port planes must be 0..{len(planes) - 1}, one port "
                           f"each; got {planes}")
     mode_s = _want(data, "socket_mode", str, source, "0660")
@@ -188,7 +191,6 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
             addresses=tuple(_addr(a, where) for a in addrs),
             control_port=_want(pd, "control_port", int, where, DEFAULT_CONTROL_PORT),
         )
-    fabric = _want(data, "fabric", str, source, None)
     if fabric is None and not peers:
         raise ConfigError(f"{source}: give a fabric description (fabric = \"...\") or "
                           "directly cabled [peers]")

@@ -35,7 +35,7 @@ from mrcnet.api.protocol import Message
 from mrcnet.constants import IPV6_HEADER_LEN, PSN_MASK
 from mrcnet.core import Access, HostConfig, QPState
 from mrcnet.daemon.apiserver import ApiServer, Session, claim_socket_path
-from mrcnet.daemon.config import DaemonConfig
+from mrcnet.daemon.config import DaemonConfig, PortConfig
 from mrcnet.daemon.control import (
     Acceptance,
     ConnectRequest,
@@ -122,10 +122,13 @@ class Daemon:
         """Open ports, install the kernel drop rule, build the core (raises on problems)."""
         cfg = self.cfg
         claim_socket_path(cfg.socket)  # before any side effect: fail fast, leave nothing
+        port_cfgs = list(cfg.ports)
         if cfg.fabric:
             self.desc = load(cfg.fabric)
-            self.desc.host(cfg.host)  # the host must be in it
-        for i, pc in enumerate(sorted(cfg.ports, key=lambda p: p.plane)):
+            me = self.desc.host(cfg.host)  # the host must be in it
+            if not port_cfgs:
+                port_cfgs = [PortConfig(p.ifname, p.plane) for p in me.ports]
+        for i, pc in enumerate(sorted(port_cfgs, key=lambda p: p.plane)):
             port = PacketPort(pc.ifname)
             self.ports.append(port)
             fport = self.desc.host(cfg.host).port(pc.plane) if self.desc else None

@@ -49,6 +49,11 @@ def test_bad_config_says_what(change: dict[str, object], message: str) -> None:
     assert message in str(exc.value) and str(exc.value).startswith("x.toml")
 
 
+def test_fabric_config_may_omit_ports() -> None:
+    cfg = parse_config({"host": "h0", "fabric": "/x/description.json"})
+    assert cfg.ports == () and cfg.fabric == "/x/description.json"
+
+
 def test_unreadable_and_not_toml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read configuration"):
         load_config(tmp_path / "missing.toml")
