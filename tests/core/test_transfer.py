@@ -50,3 +50,29 @@ def test_zero_and_one_byte_writes_complete_in_order() -> None:
     assert dst[:3] == bytes(3) and dst[4] == 0
     (r,) = hb.poll_cq(hb.qp(qb).cq, 10)
     assert (r.imm, r.byte_len) == (9, 1)
+
+
+def test_all_to_all_many_qps_lossy() -> None:
+    from .harness import Impairments
+
+    net = Net(n_hosts=4, planes=2, spines=4, seed=3,
+              imp=Impairments(loss=0.02, dup=0.02, trim=0.05, jitter=10e-6))
+    jobs = []
+    for a in range(4):
+        for b in range(4):
+            if a == b:
+                continue
+            qa, _qb = connect(net, a, b, recvs=1)
+            ha, hb = net.h(a), net.h(b)
+            size = 20_000 + 7919 * (a * 4 + b)
+            src = bytearray(os.urandom(size))
+            dst = bytearray(size)
+            ms, md = ha.register_mr(src), hb.register_mr(dst)
+            ha.post_write(qa, a * 10 + b, ms, 0, size, md.addr, md.rkey, imm=a * 10 + b)
+            jobs.append((ha, qa, src, dst))
+    net.run(until=lambda: all(len(h.qp(q).cq) for h, q, _, _ in jobs), max_time=5.0)
+    for h, q, src, dst in jobs:
+        (c,) = [c for c in h.poll_cq(h.qp(q).cq, 10) if c.opcode is WCOpcode.RDMA_WRITE]
+        assert c.status is WCStatus.SUCCESS
+        assert dst == src
+    assert net.internal_errors() == 0
