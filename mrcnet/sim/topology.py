@@ -335,8 +335,11 @@ class Fabric:
                 leaf.routes128[addr] = down
                 name = f"{node.name}-{leaf.name}"
                 self.links[name] = Link(name, "host-leaf", p, up, down)
+        below: list[list[HostNode]] = [[] for _ in range(s.leaves)]
+        for hn in self.hosts:
+            below[hn.leaf_index].append(hn)
         for p in range(s.planes):
-            for leaf in self.leaves[p]:
+            for li, leaf in enumerate(self.leaves[p]):
                 for spine in self.spines[p]:
                     l_mac, s_mac = self._mac(), self._mac()
                     up = self._port(f"{leaf.name}>{spine.name}", rate=s.rate_bps,
@@ -351,18 +354,18 @@ class Fabric:
                     leaf.routes48[spine.locator] = up
                     spine.routes48[leaf.locator] = down
                     # Host locators and addresses below this leaf, reached via the spine.
-                    for hn in self.hosts:
-                        if hn.leaf_index == leaf.usid & 0xFF:
-                            spine.routes48[USID_BLOCK + hn.usid.to_bytes(2, "big")] = down
-                            spine.routes128[hn.addresses[p]] = down
+                    for hn in below[li]:
+                        spine.routes48[USID_BLOCK + hn.usid.to_bytes(2, "big")] = down
+                        spine.routes128[hn.addresses[p]] = down
                     name = f"{leaf.name}-{spine.name}"
                     self.links[name] = Link(name, "leaf-spine", p, up, down)
             # Plain IPv6 to a host on another leaf goes up through spine 0 (static, like
             # mrc-fabric's control-plane spine): no ECMP anywhere.
-            for leaf in self.leaves[p]:
+            for li, leaf in enumerate(self.leaves[p]):
+                up0 = leaf.routes48[self.spines[p][0].locator]
                 for hn in self.hosts:
-                    if hn.leaf_index != leaf.usid & 0xFF:
-                        leaf.routes128[hn.addresses[p]] = leaf.routes48[self.spines[p][0].locator]
+                    if hn.leaf_index != li:
+                        leaf.routes128[hn.addresses[p]] = up0
 
     def _switch(self, name: str, role: str, plane: int, usid: int) -> Switch:
         return Switch(name, role, plane, usid, USID_BLOCK + usid.to_bytes(USID_BITS // 8, "big"))

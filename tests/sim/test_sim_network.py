@@ -228,3 +228,21 @@ def test_smallest_trim_keeps_every_header_parseable(srv6: str, size: int) -> Non
     for raw, (_, _, f) in zip(sink.raw, sink.frames, strict=True):
         if f.trimmed:
             assert len(raw) == size and f.reth is not None and f.reth.length == 4000
+
+
+def test_plain_ipv6_goes_through_spine_zero() -> None:
+    fab = fabric()
+    sink = Sink()
+    fab.hosts[3].attach(sink)
+    r = fab.route(0, 3, 1, 2)
+    plain = Route(r.src_mac, r.dst_mac, r.src_ip, r.dst_ip, encap=False)
+
+    class Plain(Blaster):
+        def __post_init__(self) -> None:
+            self._frames = [data_frame(plain, psn=i, payload_len=100) for i in range(3)]
+
+    fab.hosts[0].attach(Plain(fab, 0, 3, 3, plane=1))
+    fab.sim.run()
+    assert len(sink.frames) == 3
+    assert all(f.outer.dst == fab.hosts[3].addresses[1] for _, _, f in sink.frames)
+    assert fab.links["L1.0-S1.0"].ab.counters.tx_frames == 3
