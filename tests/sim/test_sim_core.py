@@ -255,3 +255,17 @@ def test_a_failure_on_the_ecmp_path_kills_the_baseline_but_not_mrc() -> None:
     assert ecmp.flows[0].error is not None and "retry budget exhausted" in ecmp.flows[0].error
     assert mrc.flows[0].error is None
     assert mrc.flows[0].slowdown is not None and mrc.flows[0].slowdown < 1.1
+
+
+def test_a_7_to_1_incast_does_not_hurt_a_victim_flow_beside_it() -> None:
+    # The victim h12 -> h1 lands on the incast receiver's leaf, so it shares the spine
+    # downlinks into that leaf with the incast; only h0's own port is oversubscribed.
+    spec = parse_topology("leafspine:planes=2,spines=8,leaves=4,hosts=4")
+    victim = Flow(100, 12, 1, 0.0, 8 << 20)
+    crowd = [Flow(i, s, 0, 0.0, 4 << 20) for i, s in enumerate(range(4, 11))]
+    alone = SimRun(spec, [victim]).run(until=1.0).flows[0]
+    res = SimRun(spec, [victim, *crowd]).run(until=1.0)
+    beside = next(r for r in res.flows if r.flow.id == 100)
+    assert alone.slowdown is not None and beside.slowdown is not None
+    assert beside.slowdown <= 1.05 * alone.slowdown
+    assert sum(c["trimmed"] for c in res.ports.values()) > 0  # the incast did congest
