@@ -116,6 +116,7 @@ class Host:
         self._heap: list[tuple[float, int]] = []
         self._armed: dict[int, float] = {}
         self._dirty: set[int] = set()
+        self._sendq: set[int] = set()  # QPs to look at in the next frames_to_send
 
     # --- counters and events ------------------------------------------------------------
 
@@ -175,6 +176,7 @@ class Host:
         self._next_qpn += 1
         self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs())
         self._dirty.add(qpn)
+        self._sendq.add(qpn)
         return qpn
 
     def qp(self, qpn: int) -> QueuePair:
@@ -201,6 +203,7 @@ class Host:
         """
         qp = self.qp(qpn)
         self._dirty.add(qpn)
+        self._sendq.add(qpn)
         key = (qp.state, to_state)
         rule = QP_TRANSITIONS.get(key)
         if rule is None:
@@ -288,6 +291,7 @@ class Host:
         if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _ID_MASK:
             raise InvalidRequest("remote address must be 64-bit and rkey 32-bit")
         self._dirty.add(qpn)
+        self._sendq.add(qpn)
         qp.post_write(WorkRequest(wr_id, local_mr.view, offset, length, remote_addr, rkey, imm,
                                   self.config.mtu_payload))
 
@@ -297,6 +301,7 @@ class Host:
         if qp.state is QPState.ERROR:
             raise InvalidRequest(f"QP {qpn} is in ERROR")
         self._dirty.add(qpn)
+        self._sendq.add(qpn)
         qp.post_recv(wr_id, now, self._ctrl)
 
     def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
@@ -360,6 +365,7 @@ class Host:
 
     def _replan(self, now: float) -> None:
         self._dirty.update(self._qps)
+        self._sendq.update(self._qps)
         for qp in self._qps.values():
             if qp.attrs.peer and qp.state in (QPState.RTR, QPState.RTS):
                 qp.set_planes(self._planes_for(qp.attrs.peer), now)
@@ -385,12 +391,14 @@ class Host:
         """Operator: stop using ``ev`` on QP ``qpn``; True if the QP has that EV."""
         evm = self.qp(qpn).evm
         self._dirty.add(qpn)
+        self._sendq.add(qpn)
         return evm.deny(ev) if evm is not None else False
 
     def allow_ev(self, qpn: int, ev: int) -> bool:
         """Operator: allow a DENIED EV again."""
         evm = self.qp(qpn).evm
         self._dirty.add(qpn)
+        self._sendq.add(qpn)
         return evm.allow(ev) if evm is not None else False
 
     def ev_stats(self, qpn: int) -> dict[int, dict[str, Any]]:
@@ -447,6 +455,7 @@ class Host:
             return
         op = bth.opcode
         self._dirty.add(qp.qpn)
+        self._sendq.add(qp.qpn)
         if f.reth is not None:
             qp.on_data(f, p.plane, now, self._ctrl)
         elif f.seth is not None:
@@ -504,6 +513,7 @@ class Host:
                 del self._probe_of_path[(qpn, plane, path)]
             qp = self._qps.get(qpn)
             self._dirty.add(qpn)
+            self._sendq.add(qpn)
             if qp is not None and qp.evm is not None and ev == eph.ev:
                 qp.evm.probe_result(ev, True, now - sent)
         else:
@@ -513,6 +523,7 @@ class Host:
 
     def _replan_peer(self, peer: str, now: float) -> None:
         self._dirty.update(self._qps)
+        self._sendq.update(self._qps)
         for qp in self._qps.values():
             if qp.attrs.peer == peer and qp.state in (QPState.RTR, QPState.RTS):
                 qp.set_planes(self._planes_for(peer), now)
@@ -547,10 +558,16 @@ class Host:
         self._last_now = now
         out = self._ctrl
         self._ctrl = []
-        for qp in self._qps.values():
-            if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
-                self._dirty.add(qp.qpn)
+        # Only QPs touched since the last call can have something new to send: a QP
+        # blocked by its window or credit is unblocked only by a frame, a timer or an API
+        # call, each of which marks it.
+        qps = self._qps
+        for qpn in self._sendq:
+            qp = qps.get(qpn)
+            if qp is not None and qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
+                self._dirty.add(qpn)
                 qp.emit(now, out)
+        self._sendq.clear()
         if not all(self.port_up.values()):
             # A port that is down sends nothing (a QP with no live plane at all keeps
             # "sending" into it, so its retry budget, not a hang, ends it).
@@ -602,6 +619,7 @@ class Host:
             if qp is None:
                 continue
             self._dirty.add(qpn)
+            self._sendq.add(qpn)
             qp.on_timer(now, self._ctrl)
             if qp.evm is not None and qp.state is QPState.RTS:
                 due = qp.evm.probes_due(now)
