@@ -244,7 +244,7 @@ def test_a_failure_on_the_ecmp_path_kills_the_baseline_but_not_mrc() -> None:
     spec = parse_topology("leafspine:planes=2,spines=8,leaves=2,hosts=1")
     flows = [Flow(0, 0, 1, 0.0, 40 << 20)]
     probe = SimRun(spec, flows, transport="ecmp")
-    (ev,) = probe.hosts[0].qp(probe.qps[0][0]).evm.evs  # type: ignore[union-attr]
+    (ev,) = probe.hosts[0].ev_stats(probe.qps[0][0])
     plane, spine, _ = ev_path(ev)
     fail = parse_failure(f"link:L{plane}.0-S{plane}.{spine}@0.3ms:down")
     ecmp = SimRun(spec, flows, transport="ecmp", failures=[fail]).run(until=1.0)
