@@ -4,6 +4,7 @@
 
     mrc-perf server                    # on host B (its mrcd at $MRCD_SOCKET)
     mrc-perf client hB --all           # on host A: a table of sizes and rates
+    mrc-perf client hB --lat           # round trips instead (like ib_write_lat)
 
 The server exposes one memory region and listens on a service; the client connects its
 QP through mrcd (which exchanges QP attributes with the server's mrcd), then for each
@@ -35,14 +36,28 @@ from mrcnet.api import (
     WorkCompletion,
 )
 
-__all__ = ["Result", "main", "run_client", "run_server"]
+__all__ = ["Latency", "Result", "main", "run_client", "run_latency", "run_server"]
 
 DEFAULT_SERVICE = 18515  # perftest's port, as a service number
 DEFAULT_SIZE = 65536
 ALL_SIZES = [1 << k for k in range(6, 21, 2)]  # 64 B .. 1 MiB, x4 steps
 END_IMM = 0xFFFFFFFF  # the last write: done
 END_TCP_IMM = 0xFFFFFFFE  # the last write: done, a TCP baseline stream follows
+PING_FLAG = 0x80000000  # latency mode: imm = PING_FLAG | size, the server writes it back
 RECV_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One row of the latency table (microseconds, one-way = half the round trip)."""
+
+    size: int
+    iters: int
+    t_min: float
+    t_typical: float
+    t_avg: float
+    t_99: float
+    t_max: float
 
 
 @dataclass(frozen=True)
@@ -109,11 +124,17 @@ def _serve(ctx: Context, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, s
             if not wc.ok:
                 out.append(f"error completion: {wc.status}")
                 return bad + 1
+            if wc.opcode != "RECV_RDMA_WITH_IMM":
+                continue  # our own pong writes completing
             qp.post_recv(wr_id=wc.wr_id)
             if wc.imm in (END_IMM, END_TCP_IMM):
                 if wc.imm == END_TCP_IMM:
                     _tcp_sink(tcp, timeout)
                 return bad
+            if wc.imm is not None and wc.imm & PING_FLAG and peer.regions:
+                n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate
+                qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm)
+                continue
             if expected is not None and wc.imm is not None:
                 n = wc.imm  # the client sends the size it just wrote as the immediate
                 if bytes(mr.buf[:n]) != bytes(expected.buf[:n]):
@@ -192,6 +213,49 @@ def _one_size(qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, remote: Remo
     return Result(size, iters, dt, size * iters * 8 / dt / 1e9, iters / dt / 1e6, errors)
 
 
+def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, service: int,
+                timeout: float, cc_profile: str | None = None) -> list[Latency]:
+    """Ping-pong writes-with-immediate (like ib_write_lat): one :class:`Latency` per size."""
+    biggest = max(sizes)
+    mr = ctx.alloc_mr(biggest)
+    cq = ctx.create_cq()
+    qp = ctx.create_qp(cq, cc_profile=cc_profile)
+    info = qp.connect(peer, service, expose=[mr])  # the server writes its pongs here
+    remote = info.regions[0]
+    for i in range(RECV_DEPTH):
+        qp.post_recv(wr_id=i)
+    rows = []
+    for size in sizes:
+        samples = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            qp.post_write(mr, 0, size, remote, imm=PING_FLAG | size)
+            while True:
+                pong = [w for w in _wait(cq, timeout) if w.opcode == "RECV_RDMA_WITH_IMM"]
+                if pong:
+                    break
+            samples.append((time.perf_counter() - t0) / 2 * 1e6)
+            for w in pong:
+                qp.post_recv(wr_id=w.wr_id)
+        samples.sort()
+        rows.append(Latency(size, iters, samples[0], samples[len(samples) // 2],
+                            sum(samples) / len(samples),
+                            samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+                            samples[-1]))
+    qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=1 << 40)
+    _wait(cq, timeout)
+    return rows
+
+
+def _lat_table(rows: Sequence[Latency]) -> list[str]:
+    lines = [f"{'#bytes':>10} {'#iterations':>12} {'t_min[us]':>10} {'t_typical[us]':>14} "
+             f"{'t_avg[us]':>10} {'t_99[us]':>10} {'t_max[us]':>10}"]
+    for r in rows:
+        lines.append(f"{r.size:>10} {r.iters:>12} {r.t_min:>10.1f} {r.t_typical:>14.1f} "
+                     f"{r.t_avg:>10.1f} {r.t_99:>10.1f} {r.t_max:>10.1f}")
+    return lines
+
+
 def _table(results: Sequence[Result]) -> list[str]:
     lines = [f"{'#bytes':>10} {'#iterations':>12} {'BW average[Gb/s]':>17} "
              f"{'MsgRate[Mpps]':>14} {'errors':>7}"]
@@ -230,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--cc", help="congestion control profile of the QP (default: mrcd's)")
     cl.add_argument("--tcp", action="store_true", help="also measure one kernel TCP stream "
                     "to the server's host (side by side, same run)")
+    cl.add_argument("--lat", action="store_true", help="latency (ping-pong, like "
+                    "ib_write_lat) instead of bandwidth; one-way = half the round trip")
     cl.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = ap.parse_args(argv)
     try:
@@ -243,6 +309,15 @@ def main(argv: list[str] | None = None) -> int:
                     print("verify: ok" if not bad else f"verify: {bad} size(s) differ")
                 return 1 if bad else 0
             sizes = ALL_SIZES if args.all else [args.size]
+            if args.lat:
+                rows = run_latency(ctx, args.peer, sizes, args.iters, args.service,
+                                   args.timeout, args.cc)
+                if args.json:
+                    for row in rows:
+                        print(json.dumps(asdict(row)))
+                else:
+                    print("\n".join(_lat_table(rows)))
+                return 0
             results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth,
                                  args.service, args.timeout, args.cc, args.tcp)
             if args.json:

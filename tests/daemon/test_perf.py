@@ -43,6 +43,28 @@ def test_perf_client_and_server(mrcd_pair: MrcdPair) -> None:
             server.wait()
 
 
+@needs_root
+def test_perf_latency(mrcd_pair: MrcdPair) -> None:
+    server = subprocess.Popen([PERF, "--socket", mrcd_pair.b.socket, "--timeout", "60",
+                               "server", "--size", "65536"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
+                            "client", "hb", "--lat", "--size", "4096", "--iters", "20",
+                            "--json"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        (row,) = [json.loads(line) for line in r.stdout.splitlines()]
+        assert row["size"] == 4096 and row["iters"] == 20
+        assert 0 < row["t_min"] <= row["t_typical"] <= row["t_99"] <= row["t_max"]
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
 def test_perf_without_mrcd(tmp_path: object) -> None:
     r = subprocess.run([PERF, "--socket", "/nonexistent/mrcd.sock", "client", "hb"],
                        capture_output=True, text=True, timeout=30, check=False)
