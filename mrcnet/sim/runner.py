@@ -18,6 +18,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mrcnet.core import (
@@ -39,7 +40,7 @@ from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import Failure, schedule_failure
 from mrcnet.sim.matrix import Flow
 from mrcnet.sim.net import HostNode
-from mrcnet.sim.topology import Fabric, LeafSpineSpec
+from mrcnet.sim.topology import Fabric, LeafSpineSpec, leaf_name
 
 TRANSPORTS = {"mrc": EV_PROFILE_SPRAY, "ecmp": EV_PROFILE_ECMP}
 
@@ -300,6 +301,15 @@ class SimRun:
         for node, host in zip(self.fabric.hosts, self.hosts, strict=True):
             node.on_activity = self._drain_events
             node.attach(host)
+            # A NIC reports carrier changes to its driver: the core stops using the plane
+            # and tells its peers (PORT_STATUS); a switch-side failure it must discover.
+            for plane in range(self.spec.planes):
+                link = self.fabric.link(node.name, leaf_name(plane, node.leaf_index))
+                link.on_carrier.append(partial(self._carrier, node, plane))
+
+    def _carrier(self, node: HostNode, plane: int, up: bool) -> None:
+        self.hosts[node.index].set_port_state(plane, up, self.sim.now)
+        node.kick()
 
     def _start_flow(self, f: Flow) -> None:
         mr = self._mrs[f.dst]

@@ -14,7 +14,7 @@ Link names put the lower tier first: ``h3-L0.1``, ``L0.1-S0.3``.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -233,7 +233,11 @@ def spine_name(plane: int, index: int) -> str:
 
 
 class Link:
-    """A cable: two egress ports, ``ab`` (lower tier -> upper tier) and ``ba``."""
+    """A cable: two egress ports, ``ab`` (lower tier -> upper tier) and ``ba``.
+
+    ``on_carrier`` callbacks hear every carrier change (a host's NIC driver sees its
+    port go down or up; switches need no notice: static routes do not react).
+    """
 
     def __init__(self, name: str, kind: str, plane: int, ab: EgressPort, ba: EgressPort) -> None:
         self.name = name
@@ -241,6 +245,7 @@ class Link:
         self.plane = plane
         self.ab = ab
         self.ba = ba
+        self.on_carrier: list[Callable[[bool], None]] = []
         a, _, b = name.partition("-")
         self.a = a
         self.b = b
@@ -255,8 +260,12 @@ class Link:
 
     def set_up(self, up: bool) -> None:
         """Carrier up/down, both directions (a cable pulled, a port shut)."""
+        changed = self.ab.up != up or self.ba.up != up
         self.ab.set_up(up)
         self.ba.set_up(up)
+        if changed:
+            for cb in self.on_carrier:
+                cb(up)
 
 
 def _addr(text: str) -> bytes:

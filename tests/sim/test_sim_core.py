@@ -269,3 +269,23 @@ def test_a_7_to_1_incast_does_not_hurt_a_victim_flow_beside_it() -> None:
     assert alone.slowdown is not None and beside.slowdown is not None
     assert beside.slowdown <= 1.05 * alone.slowdown
     assert sum(c["trimmed"] for c in res.ports.values()) > 0  # the incast did congest
+
+
+@pytest.mark.parametrize("port", ["h0-L1.0", "h1-L1.1"], ids=["local", "peer"])
+def test_a_nic_port_down_halves_a_two_plane_flow_then_heals(port: str) -> None:
+    # The NIC reports carrier loss to its host's core (set_port_state); a peer learns it
+    # from PORT_STATUS. Either way the QP moves to the surviving plane at once.
+    spec = parse_topology("leafspine:planes=2,spines=8,leaves=2,hosts=1")
+    run = SimRun(spec, [Flow(0, 0, 1, 0.0, 40 << 20)], sample_interval=50e-6,
+                 failures=[parse_failure(f"link:{port}@0.3ms..1ms:down")])
+    res = run.run(until=0.05)
+    assert res.flows[0].error is None and res.flows[0].finish is not None
+    series = dict(res.goodput_series())
+
+    def mean(t0: float, t1: float) -> float:
+        vals = [g for t, g in series.items() if t0 < t <= t1]
+        return sum(vals) / len(vals)
+
+    before = mean(0.1e-3, 0.3e-3)
+    assert 0.45 <= mean(0.35e-3, 1e-3) / before <= 0.55  # (planes - 1) / planes
+    assert mean(1.1e-3, 1.6e-3) / before >= 0.95  # both planes again after the heal

@@ -135,3 +135,15 @@ def test_a_flap_shorter_than_the_wire_still_loses_the_frame_on_it() -> None:
     fab, sink = _run(["link:L0.0-S0.1@2.5us..2.6us:down"], count=2)
     assert len(sink.frames) == 1
     assert fab.links["L0.0-S0.1"].ab.counters.drop_down == 1
+
+
+def test_carrier_changes_are_reported_once_each() -> None:
+    fab = Fabric(Simulator(), parse_topology(SPEC))
+    heard: list[tuple[float, bool]] = []
+    fab.links["h0-L0.0"].on_carrier.append(lambda up: heard.append((fab.sim.now, up)))
+    for f in ("link:h0-L0.0@1us..2us:down", "link:h0-L0.0@1.5us:down",
+              "link:h0-L0.0@3us..4us:flap=0.25us/0.25us"):
+        schedule_failure(fab, parse_failure(f))
+    fab.sim.run()
+    assert [up for _, up in heard] == [False, True, False, True, False, True]
+    assert [t for t, _ in heard] == pytest.approx([1e-6, 2e-6, 3e-6, 3.25e-6, 3.5e-6, 3.75e-6])
