@@ -27,6 +27,9 @@ __all__ = ["ApiServer", "Session", "claim_socket_path"]
 
 log = structlog.get_logger("mrcd.api")
 
+#: Messages waiting for a client before mrcd gives up on it.
+MAX_OUTBOX = 1 << 16
+
 #: A request handler: (session, message, fds) -> reply, or an awaitable of one.
 Dispatcher = Callable[["Session", Message, list[int]], "Message | Awaitable[Message]"]
 
@@ -49,10 +52,16 @@ class Session:
         self.listens: set[int] = set()
 
     def send(self, msg: Message) -> None:
-        """Queue a reply or push; sent now if the socket has room."""
+        """Queue a reply or push; sent now if the socket has room. A client that lets
+        :data:`MAX_OUTBOX` messages pile up (it stopped reading) is dropped."""
         if self.closed:
             return
         self.outbox.append(encode(msg))
+        if len(self.outbox) > MAX_OUTBOX:
+            log.warning("client not reading its completions: dropped", session=self.sid,
+                        pid=self.pid, queued=len(self.outbox))
+            self.server.drop(self)
+            return
         self._flush()
 
     def _flush(self) -> None:

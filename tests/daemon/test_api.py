@@ -289,3 +289,21 @@ def test_port_carrier_loss_is_reported(mrcd_pair: MrcdPair) -> None:
         run("ip", "link", "set", v.if_b, "up", ns=v.ns_b)
         assert next_port_event()["up"] is True
     assert "port down" in mrcd_pair.a.logs()
+
+
+@needs_root
+def test_region_without_remote_write_is_refused(mrcd_pair: MrcdPair) -> None:
+    from mrcnet.api import Access
+
+    with Context(mrcd_pair.b.socket) as cb, Context(mrcd_pair.a.socket) as ca:
+        ro = cb.alloc_mr(4096, access=Access.LOCAL_WRITE)  # not writable from the network
+        qp_b = cb.create_qp(cb.create_cq())
+        cb.listen(6, qp_b, expose=[ro])
+        mr_a = ca.alloc_mr(4096)
+        mr_a.buf[:4] = b"evil"
+        qp_a = ca.create_qp(ca.create_cq())
+        peer = qp_a.connect("hb", 6)
+        qp_a.post_write(mr_a, 0, 4, peer.regions[0], wr_id=3)
+        wcs = qp_a.cq.wait(timeout=30)
+        assert [(w.status, w.wr_id) for w in wcs] == [("REM_ACCESS_ERR", 3)]
+        assert bytes(ro.buf[:4]) == bytes(4)
