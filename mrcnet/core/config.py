@@ -22,6 +22,18 @@ DEFAULT_MAX_IMM_OUTSTANDING = 64
 EV_PROFILE_SPRAY = "spray"
 EV_PROFILE_ECMP = "ecmp"
 EV_PROFILES = frozenset({EV_PROFILE_SPRAY, EV_PROFILE_ECMP})
+MPR_UNIT = 128  # mrc.h: max PSN range (MPR) is given in units of 128 PSNs
+RETRY_LINEAR_MAX = 7  # mrc.h: linear (fixed interval) retry limit
+RETRY_EXP_INFINITE = 25  # mrc.h: exponential retry limit 25 means "retry forever"
+
+#: mrc.h attribute names accepted by ``Host.modify_qp`` -> this module's names.
+#: (``retry_linear_cnt``/``retry_exp_cnt`` map to ``retry_linear``/``retry_cnt``.)
+MRC_H_ALIASES = {
+    "ev_profile_id": "ev_profile",
+    "cc_profile_id": "cc_profile",
+    "max_wimm": "max_imm_outstanding",
+    "retry_linear_cnt": "retry_linear",
+}
 
 
 class Access(enum.IntFlag):
@@ -118,6 +130,13 @@ class QPAttrs:
     - ``max_imm_outstanding``: write-with-immediate messages in flight at most.
     - ``retry_cnt``: retry budget (timeouts without progress before ERROR).
     - ``timeout``: ack timeout exponent t: 1.024 us x 2^t, the RTO before any RTT sample.
+    - ``retry_linear``: retry rounds at the base timeout before backing off exponentially.
+    - ``mpr``/``mpr_dest``: max PSN range as requester / responder, in units of 128 PSNs
+      (None: the host's ``rx_window``).
+    - ``max_wimm_dest``: immediates the responder lets the peer have in flight at most
+      (caps the receive credit it advertises).
+
+    ``modify_qp`` also takes the mrc.h spellings (see :data:`MRC_H_ALIASES`).
     """
 
     peer: str | None = None
@@ -130,6 +149,10 @@ class QPAttrs:
     max_imm_outstanding: int = DEFAULT_MAX_IMM_OUTSTANDING
     retry_cnt: int | None = None
     timeout: int = DEFAULT_ACK_TIMEOUT_EXP
+    retry_linear: int | None = None
+    mpr: int | None = None
+    mpr_dest: int | None = None
+    max_wimm_dest: int | None = None
 
     @property
     def ack_timeout_s(self) -> float:

@@ -18,6 +18,9 @@ from typing import Any
 from mrcnet.constants import ENDPOINT_QPN, PSN_MASK, EndpointOp, Opcode
 from mrcnet.core.config import (
     EV_PROFILES,
+    MRC_H_ALIASES,
+    RETRY_EXP_INFINITE,
+    RETRY_LINEAR_MAX,
     Access,
     HostConfig,
     PathProvider,
@@ -204,6 +207,7 @@ class Host:
         qp = self.qp(qpn)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
+        attrs = {MRC_H_ALIASES.get(k, k): v for k, v in attrs.items()}
         key = (qp.state, to_state)
         rule = QP_TRANSITIONS.get(key)
         if rule is None:
@@ -226,11 +230,18 @@ class Host:
         for k, v in attrs.items():
             if k in names:
                 setattr(qp.attrs, k, v)
+        if "retry_exp_cnt" in attrs:
+            # mrc.h counts the two phases separately; 25 exponential retries = forever
+            exp = int(attrs["retry_exp_cnt"])
+            lin = qp.retry_linear
+            qp.attrs.retry_cnt = (1 << 30) if exp >= RETRY_EXP_INFINITE else lin + exp
         if to_state is QPState.RESET:
             qp.state = QPState.RESET
             qp.error_reason = None
             qp.evm = None
             qp.cc = None
+            qp.recv_wrs.clear()  # RESET discards posted receives, as in verbs
+            qp.recv_posted = 0
             qp._reset_transport()
             return
         if to_state is QPState.RTR:
@@ -263,9 +274,19 @@ class Host:
                 raise InvalidAttribute(str(e)) from None
         if attrs.get("ev_profile") not in (None, *EV_PROFILES):
             raise InvalidAttribute(f"ev_profile {attrs['ev_profile']!r} unknown")
-        for k in ("retry_cnt", "max_imm_outstanding", "evs_per_qp"):
+        for k in ("retry_cnt", "max_imm_outstanding", "evs_per_qp", "max_wimm_dest",
+                  "retry_exp_cnt"):
             if k in attrs and int(attrs[k]) < 0:
                 raise InvalidAttribute(f"{k} must not be negative")
+        if "retry_linear" in attrs and not 0 <= int(attrs["retry_linear"]) <= RETRY_LINEAR_MAX:
+            raise InvalidAttribute(f"retry_linear_cnt {attrs['retry_linear']} outside "
+                                   f"0..{RETRY_LINEAR_MAX}")
+        if "retry_exp_cnt" in attrs and int(attrs["retry_exp_cnt"]) > RETRY_EXP_INFINITE:
+            raise InvalidAttribute(f"retry_exp_cnt {attrs['retry_exp_cnt']} outside "
+                                   f"0..{RETRY_EXP_INFINITE} (25: forever)")
+        for k in ("mpr", "mpr_dest"):
+            if k in attrs and not 0 < int(attrs[k]) <= 0xFF:
+                raise InvalidAttribute(f"{k}={attrs[k]} must be 1..255 (units of 128 PSNs)")
 
     def post_write(
         self,

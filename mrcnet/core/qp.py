@@ -31,7 +31,7 @@ from mrcnet.constants import (
     SackMode,
 )
 from mrcnet.core.cc import CongestionControl, create_cc
-from mrcnet.core.config import EV_PROFILE_ECMP, HostConfig, QPAttrs
+from mrcnet.core.config import EV_PROFILE_ECMP, MPR_UNIT, HostConfig, QPAttrs
 from mrcnet.core.ctrl import SackTemplate, pack_sack_fields
 from mrcnet.core.events import (
     Completion,
@@ -214,6 +214,30 @@ class QueuePair:
         self.sent_credit = -1
         self.stats: dict[str, int] = {}
 
+    @property
+    def tx_window(self) -> int:
+        """PSNs the requester may have outstanding (mrc.h MPR x 128, else the host's)."""
+        mpr = self.attrs.mpr
+        return mpr * MPR_UNIT if mpr else self.cfg.rx_window
+
+    @property
+    def rx_window(self) -> int:
+        """PSNs the responder accepts ahead of (and behind) its cumulative point."""
+        mpr = self.attrs.mpr_dest
+        return mpr * MPR_UNIT if mpr else self.cfg.rx_window
+
+    @property
+    def retry_linear(self) -> int:
+        """Retry rounds at the base timeout before exponential backoff."""
+        v = self.attrs.retry_linear
+        return v if v is not None else self.cfg.retry_linear
+
+    @property
+    def retry_budget(self) -> int:
+        """Retry rounds without progress before the QP fails."""
+        v = self.attrs.retry_cnt
+        return v if v is not None else self.cfg.retry_cnt
+
     def count(self, name: str, n: int = 1) -> None:
         """Bump a per-QP counter (and the host's)."""
         self.stats[name] = self.stats.get(name, 0) + n
@@ -354,7 +378,7 @@ class QueuePair:
                 return
             if self.inflight and self.inflight_bytes + self.cfg.mtu_payload > cwnd:
                 return
-            if self.next_seq - self.snd_una >= self.cfg.rx_window:
+            if self.next_seq - self.snd_una >= self.tx_window:
                 return
             wr = self.sq[0]
             if wr.next_pkt == 0:
@@ -469,7 +493,7 @@ class QueuePair:
 
     def _backoff(self) -> float:
         """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
-        k = self.retries - self.cfg.retry_linear
+        k = self.retries - self.retry_linear
         return 1.0 if k <= 0 else float(1 << min(k, 30))
 
     def _arm_rto(self) -> None:
@@ -536,7 +560,7 @@ class QueuePair:
             self._arm_rto()
             return
         self.retries += 1
-        budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
+        budget = self.retry_budget
         if self.retries > budget:
             self._retry_exhausted(expired[0], now)
             return
@@ -547,7 +571,7 @@ class QueuePair:
         self.rto_at = now + self._base_timeout() * self._backoff()
 
     def _retry_exhausted(self, p: Pkt, now: float) -> None:
-        budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
+        budget = self.retry_budget
         self.fail(
             WCStatus.RETRY_EXC_ERR,
             f"peer unreachable: no acknowledgement from {self.attrs.peer} QP "
@@ -578,7 +602,7 @@ class QueuePair:
 
     def _credit_probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
         self.credit_probes += 1
-        budget = self.attrs.retry_cnt if self.attrs.retry_cnt is not None else self.cfg.retry_cnt
+        budget = self.retry_budget
         if self.credit_probes > budget + 1:
             self.fail(
                 WCStatus.RETRY_EXC_ERR,
@@ -594,7 +618,7 @@ class QueuePair:
             probe=ProbeHeader(self.credit_probes, info.ev, self.next_seq & PSN_MASK, ts16(now)),
         )))
         base = self._base_timeout()
-        k = self.credit_probes - self.cfg.retry_linear
+        k = self.credit_probes - self.retry_linear
         self.credit_probe_at = now + (base if k <= 0 else base * (1 << min(k, 30)))
 
     # --- requester: acknowledgements -----------------------------------------------
@@ -604,7 +628,7 @@ class QueuePair:
         s, cc_state = f.seth, f.cc
         assert s is not None and cc_state is not None
         cack = unwrap(s.cack_psn, self.snd_una)
-        if cack > self.next_seq or cack <= self.snd_una - self.cfg.rx_window:
+        if cack > self.next_seq or cack <= self.snd_una - self.tx_window:
             self.count("rx_sack_out_of_window")
             return
         if cack < self.snd_una:
@@ -741,7 +765,7 @@ class QueuePair:
         rcv = self.rcv_nxt
         seq = unwrap(bth.psn, rcv)
         d = seq - rcv
-        win = self.cfg.rx_window
+        win = self.rx_window
         if d >= win or d <= -win:
             self.count("rx_psn_out_of_window")
             return
@@ -892,7 +916,10 @@ class QueuePair:
         ack_off = max(-_S16_MAX, min(_S16_MAX, self.ack_seq - rcv))
         ooo = self.ooo
         hi = max(self.rx_high, rcv)
-        credit = self.recv_posted % _CREDIT_MOD
+        posted = self.recv_posted
+        if self.attrs.max_wimm_dest is not None:  # responder's own cap on immediates
+            posted = min(posted, self.imm_done + self.attrs.max_wimm_dest)
+        credit = posted % _CREDIT_MOD
         cack, ack_ev, ack_ce, max_range = rcv & PSN_MASK, self.ack_ev, self.ack_ce, \
             min(0xFFFF, hi - rcv)
         path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on

@@ -35,15 +35,20 @@ _S = QPState
 #: RESET and ERROR are reachable from every state (tear-down and fatal error), as in verbs.
 QP_TRANSITIONS: Final[dict[tuple[QPState, QPState], tuple[frozenset[str], frozenset[str]]]] = {}
 
+# mrc.h: INIT takes the profiles; RTR the responder's limits; RTS the requester's limits,
+# retry counts and timeout. Immediate limits and PSN windows are also taken one step
+# early (RTR), as verbs does for most attributes.
 _INIT_OPT = frozenset({"ev_profile", "cc_profile", "max_imm_outstanding", "evs_per_qp"})
 _RTR_REQ = frozenset({"peer", "dest_qp_num", "rq_psn"})
-_RTS_OPT = frozenset({"timeout", "retry_cnt", "sq_psn"})
+_RTR_OPT = _INIT_OPT | {"sq_psn", "max_wimm_dest", "mpr_dest", "mpr"}
+_RTS_OPT = frozenset({"timeout", "retry_cnt", "retry_linear", "retry_exp_cnt", "sq_psn",
+                      "max_imm_outstanding", "mpr"})
 
 QP_TRANSITIONS[(_S.RESET, _S.INIT)] = (frozenset(), _INIT_OPT)
 QP_TRANSITIONS[(_S.INIT, _S.INIT)] = (frozenset(), _INIT_OPT)
-QP_TRANSITIONS[(_S.INIT, _S.RTR)] = (_RTR_REQ, _INIT_OPT | {"sq_psn"})
+QP_TRANSITIONS[(_S.INIT, _S.RTR)] = (_RTR_REQ, _RTR_OPT)
 QP_TRANSITIONS[(_S.RTR, _S.RTS)] = (frozenset(), _RTS_OPT)
-QP_TRANSITIONS[(_S.RTS, _S.RTS)] = (frozenset(), frozenset({"timeout", "retry_cnt"}))
+QP_TRANSITIONS[(_S.RTS, _S.RTS)] = (frozenset(), _RTS_OPT - {"sq_psn"})
 for _st in QPState:
     QP_TRANSITIONS[(_st, _S.RESET)] = (frozenset(), frozenset())
     QP_TRANSITIONS[(_st, _S.ERROR)] = (frozenset(), frozenset())

@@ -79,3 +79,50 @@ def test_modify_to_error_flushes_outstanding_writes() -> None:
     assert (c.wr_id, c.status) == (5, WCStatus.WR_FLUSH_ERR)
     ev = ha.next_event()
     assert ev is not None and getattr(ev, "reason", "") == "moved to ERROR by modify_qp"
+
+
+def test_mrc_h_attribute_names() -> None:
+    net = Net()
+    h = net.h(0)
+    q = h.create_qp(h.create_cq())
+    h.modify_qp(q, S.INIT, ev_profile_id="ecmp", cc_profile_id="fixed")
+    h.modify_qp(q, S.RTR, peer="h1", dest_qp_num=1, rq_psn=0, max_wimm_dest=3, mpr_dest=2)
+    h.modify_qp(q, S.RTS, sq_psn=0, max_wimm=5, mpr=1, retry_linear_cnt=2, retry_exp_cnt=4,
+                timeout=10)
+    qp = h.qp(q)
+    a = qp.attrs
+    assert (a.ev_profile, a.cc_profile, a.max_imm_outstanding) == ("ecmp", "fixed", 5)
+    assert (qp.tx_window, qp.rx_window) == (128, 256)
+    assert (qp.retry_linear, qp.retry_budget) == (2, 6)
+    h.modify_qp(q, S.RTS, retry_exp_cnt=25)
+    assert qp.retry_budget >= 1 << 30  # 25 = retry forever
+    with pytest.raises(InvalidAttribute, match="retry_linear_cnt"):
+        h.modify_qp(q, S.RTS, retry_linear_cnt=8)
+    with pytest.raises(InvalidAttribute, match="units of 128"):
+        h.modify_qp(q, S.RTS, mpr=0)
+
+
+def test_mpr_limits_outstanding_psns_and_max_wimm_dest_caps_credit() -> None:
+    from mrcnet.core import HostConfig
+
+    net = Net(config=HostConfig(base_rtt_hint=100e-6))  # a window far above 128 packets
+    ha, hb = net.h(0), net.h(1)
+    qa, qb = ha.create_qp(ha.create_cq()), hb.create_qp(hb.create_cq())
+    for h, q, peer, other in ((ha, qa, "h1", qb), (hb, qb, "h0", qa)):
+        h.modify_qp(q, S.INIT)
+        h.modify_qp(q, S.RTR, peer=peer, dest_qp_num=other, rq_psn=0, max_wimm_dest=2)
+        h.modify_qp(q, S.RTS, sq_psn=0)
+    for i in range(10):
+        hb.post_recv(qb, i)
+    ha.modify_qp(qa, S.RTS, mpr=1)
+    net.run(max_time=1e-4)
+    assert ha.qp(qa).peer_credit == 2  # 10 receives posted, but 2 at most in flight
+    src = bytearray(300 * 4096)
+    dst = bytearray(300 * 4096)
+    ms, md = ha.register_mr(src), hb.register_mr(dst)
+    ha.post_write(qa, 1, ms, 0, len(src), md.addr, md.rkey)
+    net.flush()
+    qp = ha.qp(qa)
+    assert qp.next_seq - qp.snd_una == 128  # MPR 1 = 128 PSNs outstanding at most
+    net.run(until=lambda: len(qp.cq) > 0, max_time=1.0)
+    assert dst == src
