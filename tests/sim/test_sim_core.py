@@ -200,10 +200,11 @@ def _goodput_run(spec: str, fails: list[str]) -> tuple[SimRun, list[tuple[float,
 
 
 @pytest.mark.xfail(reason="core gap: when the spine links are the bottleneck (12.5G spine "
-                   "links, 100G NICs), a failed spine link costs 16% of goodput, not 1/8 "
-                   "(0.84 of before with the core at ac525ee, 0.75 before its NSCC change; "
-                   "needs >= 0.875). No trims; the overloaded plane sees CE marks "
-                   "(cause not yet pinned down)")
+                   "links, 100G NICs), a failed spine link costs about 16% of goodput, not "
+                   "1/8 (0.82-0.84 of before; needs >= 0.875). Seen: both planes get exactly "
+                   "the same packet count, so plane 0's 7 surviving uplinks (87.5G) take "
+                   "100G; their queues (25-40 KB) get CE marks and NSCC cuts the QP's one "
+                   "window (758 KB -> 420-630 KB), which throttles plane 1 as well")
 def test_goodput_holds_when_the_spines_are_the_bottleneck() -> None:
     spec = "leafspine:planes=2,spines=8,leaves=2,hosts=1,rate=12.5gbit,host_rate=100gbit"
     run, samples = _goodput_run(spec, ["link:L0.0-S0.3@0.5ms..1.5ms:down"])
