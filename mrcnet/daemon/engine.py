@@ -274,6 +274,10 @@ class Daemon:
                 break
             for f in frames:
                 receive(f, index, now)
+            # Send after every batch, not after the whole wakeup: SACKs that wait behind
+            # hundreds of frames inflate the RTT the peer's congestion control sees.
+            self._send_out(now)
+            now = time.monotonic()
         self._pump(now)
 
     def _pump(self, now: float | None = None) -> None:
@@ -282,18 +286,24 @@ class Daemon:
         assert host is not None
         if now is None:
             now = time.monotonic()
-        out = host.frames_to_send(now)
-        if out:
-            if len(self.ports) == 1:
-                self._send(0, [f for _, f in out])
-            else:
-                by_port: dict[int, list[bytes]] = {}
-                for idx, frame in out:
-                    by_port.setdefault(idx, []).append(frame)
-                for idx, frames in by_port.items():
-                    self._send(idx, frames)
+        self._send_out(now)
         self._deliver()
         self._rearm()
+
+    def _send_out(self, now: float) -> None:
+        """Drain the core's frames into the ports, one batch per port."""
+        assert self.host is not None
+        out = self.host.frames_to_send(now)
+        if not out:
+            return
+        if len(self.ports) == 1:
+            self._send(0, [f for _, f in out])
+            return
+        by_port: dict[int, list[bytes]] = {}
+        for idx, frame in out:
+            by_port.setdefault(idx, []).append(frame)
+        for idx, frames in by_port.items():
+            self._send(idx, frames)
 
     def _send(self, index: int, frames: list[bytes]) -> None:
         port = self.ports[index]
