@@ -171,13 +171,16 @@ class Host:
         self._cqs[cq.handle] = cq
         return cq
 
-    def create_qp(self, cq: CompletionQueue, attrs: QPAttrs | None = None) -> int:
-        """A new QP in RESET; returns its QP number."""
+    def create_qp(self, cq: CompletionQueue, attrs: QPAttrs | None = None,
+                  recv_cq: CompletionQueue | None = None) -> int:
+        """A new QP in RESET; returns its QP number. Send completions go to ``cq``,
+        receive (immediate) completions to ``recv_cq`` if given, else also to ``cq``
+        (mrc.h has a send and a receive CQ per QP)."""
         qpn = self._next_qpn
         if qpn > _MAX_QPN:
             raise InvalidRequest("out of QP numbers")
         self._next_qpn += 1
-        self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs())
+        self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs(), recv_cq)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
         return qpn

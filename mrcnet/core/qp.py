@@ -148,11 +148,13 @@ class Pkt:
 class QueuePair:
     """An MRC queue pair. Created and driven by :class:`mrcnet.core.host.Host`."""
 
-    def __init__(self, host: Host, qpn: int, cq: CompletionQueue, attrs: QPAttrs) -> None:
+    def __init__(self, host: Host, qpn: int, cq: CompletionQueue, attrs: QPAttrs,
+                 recv_cq: CompletionQueue | None = None) -> None:
         self.host = host
         self.cfg: HostConfig = host.config
         self.qpn = qpn
-        self.cq = cq
+        self.cq = cq  # send completions (and receive ones without a recv_cq)
+        self.rcq = recv_cq if recv_cq is not None else cq  # (an empty CQ is falsy)
         self.attrs = attrs
         self.state = QPState.RESET
         self.error_reason: str | None = None
@@ -334,7 +336,7 @@ class QueuePair:
             self.cq.push(Completion(st, wr.wr_id, WCOpcode.RDMA_WRITE, 0, wr.imm, self.qpn))
         while self.recv_wrs:
             wr_id = self.recv_wrs.popleft()
-            self.cq.push(Completion(
+            self.rcq.push(Completion(
                 WCStatus.WR_FLUSH_ERR, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, 0, None, self.qpn))
         self.sq.clear()
         self.wrs.clear()
@@ -846,7 +848,7 @@ class QueuePair:
                     self.count("rx_msn_mismatch")
                 self.imm_done += 1
                 wr_id = self.recv_wrs.popleft() if self.recv_wrs else -1
-                self.cq.push(Completion(
+                self.rcq.push(Completion(
                     WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm, self.qpn))
                 if self.cfg.completion_events:
                     self.host.emit(ImmediateReceived(self.qpn, wr_id, imm, total))

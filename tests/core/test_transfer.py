@@ -76,3 +76,24 @@ def test_all_to_all_many_qps_lossy() -> None:
         assert c.status is WCStatus.SUCCESS
         assert dst == src
     assert net.internal_errors() == 0
+
+
+def test_separate_receive_cq() -> None:
+    from mrcnet.core import QPState
+
+    net = Net()
+    ha, hb = net.h(0), net.h(1)
+    qa = ha.create_qp(ha.create_cq())
+    scq, rcq = hb.create_cq(), hb.create_cq()
+    qb = hb.create_qp(scq, recv_cq=rcq)
+    for h, q, peer, other in ((ha, qa, "h1", qb), (hb, qb, "h0", qa)):
+        h.modify_qp(q, QPState.INIT)
+        h.modify_qp(q, QPState.RTR, peer=peer, dest_qp_num=other, rq_psn=0)
+        h.modify_qp(q, QPState.RTS, sq_psn=0)
+    hb.post_recv(qb, 77)
+    ms, md = ha.register_mr(bytearray(10)), hb.register_mr(bytearray(10))
+    ha.post_write(qa, 1, ms, 0, 10, md.addr, md.rkey, imm=3)
+    net.run(until=lambda: len(rcq) > 0, max_time=1.0)
+    assert len(scq) == 0
+    (c,) = hb.poll_cq(rcq, 4)
+    assert (c.wr_id, c.imm, c.opcode) == (77, 3, WCOpcode.RECV_RDMA_WITH_IMM)
