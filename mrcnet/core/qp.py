@@ -128,8 +128,7 @@ class WorkRequest:
 class Pkt:
     """One data packet of a work request, from first send until acknowledged."""
 
-    __slots__ = ("ev", "length", "off", "opcode", "pending", "sent", "seq", "timeouts",
-                 "ts", "tx", "wr")
+    __slots__ = ("ev", "length", "off", "opcode", "pending", "sent", "seq", "ts", "tx", "wr")
 
     def __init__(self, seq: int, wr: WorkRequest, off: int, length: int, opcode: int) -> None:
         self.seq = seq
@@ -141,7 +140,6 @@ class Pkt:
         self.sent = 0.0
         self.ts = 0
         self.tx = 0
-        self.timeouts = 0
         self.pending = False  # waiting in the retransmit queue
 
 
@@ -213,7 +211,6 @@ class QueuePair:
         self.ack_plane = -1
         self.penalty = 0.0
         self.lasthop_trims: dict[int, dict[int, float]] = {}
-        self.sent_credit = -1
         self.stats: dict[str, int] = {}
 
     @property
@@ -567,7 +564,6 @@ class QueuePair:
             self._retry_exhausted(expired[0], now)
             return
         for p in expired:
-            p.timeouts += 1
             self._mark_lost(p, now, "timeout")
         self.count("rto_rounds")
         self.rto_at = now + self._base_timeout() * self._backoff()
@@ -929,7 +925,6 @@ class QueuePair:
         if tmpl is None:
             tmpl = self._sack_tmpl[path_key] = SackTemplate(
                 route, dest_qp=self.attrs.dest_qp_num or 0)
-        self.sent_credit = self.recv_posted
         for base in bases:
             bm = 0
             if len(ooo) < SACK_BITMAP_BITS:
