@@ -42,7 +42,7 @@ from mrcnet.core.events import (
     WriteCompleted,
 )
 from mrcnet.core.evs import EV_PATH_SHIFT, EVInfo, EVManager, ev_path
-from mrcnet.core.states import QPState
+from mrcnet.core.states import EVState, QPState
 from mrcnet.fastpath import make_template
 from mrcnet.wire import Frame, Route, build_data, build_nack, build_probe
 from mrcnet.wire.nack import NETH
@@ -59,6 +59,8 @@ _INF = float("inf")
 _S16_MAX = (1 << 15) - 1
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
+REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious losses
+REO_DECAY_BYTES = 4 << 20  # ... and halves after this many bytes without one
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
 _PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
@@ -186,6 +188,8 @@ class QueuePair:
         self.rack_at = _INF
         self.rack_sent = -1.0
         self.rack_rtt = 0.0
+        self.reo_scale = 1
+        self.reo_clean = 0
         self.srtt = 0.0
         self.rttvar = 0.0
         self.min_rtt = 0.0
@@ -530,7 +534,8 @@ class QueuePair:
         if self.rack_sent < 0:
             return
         # The allowance covers path skew and the peer's ACK coalescing delay.
-        reo = max(self.cfg.reorder_floor, self.min_rtt / 4) + self.cfg.ack_delay
+        reo = max(self.cfg.reorder_floor, self.min_rtt / 4) * self.reo_scale \
+            + self.cfg.ack_delay
         lost = []
         self.rack_at = _INF
         limit = self.rack_sent
@@ -655,6 +660,11 @@ class QueuePair:
             info.acked += 1
             if s.ece:
                 info.ecn += 1
+            if info.state is EVState.ASSUMED_BAD:
+                # A packet on a retired EV got through: the path works (as good as a
+                # probe answer), and the loss that retired it was probably reordering.
+                evm.probe_result(s.ev, True)
+                self._spurious_loss()
         if s.ece:
             evm.skip(s.ev, "ecn")
         if s.mode == SackMode.SKIP_ONCE:
@@ -687,10 +697,22 @@ class QueuePair:
         self._detect_losses(now)
         if acked:
             self.retries = 0
+            if self.reo_scale > 1:
+                self.reo_clean += acked
+                if self.reo_clean >= REO_DECAY_BYTES:
+                    self.reo_scale = max(1, self.reo_scale // 2)
+                    self.reo_clean = 0
             self._arm_rto()
             self._complete_wrs()
         elif not self.inflight:
             self.rto_at = _INF
+
+    def _spurious_loss(self) -> None:
+        """RACK-style adaptation: a loss that was not one widens the reorder allowance
+        (doubling, up to x16); it narrows again after REO_DECAY_BYTES clean bytes."""
+        self.count("loss_spurious")
+        self.reo_scale = min(REO_SCALE_MAX, self.reo_scale * 2)
+        self.reo_clean = 0
 
     def _rtt_sample(self, rtt: float) -> None:
         if self.srtt == 0.0:
