@@ -170,7 +170,7 @@ def tcp_baseline(address: str, port: int, nbytes: int, timeout: float) -> float:
 
 def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_depth: int,
                service: int, timeout: float, cc_profile: str | None = None,
-               tcp: bool = False) -> list[Result]:
+               tcp: bool = False, warmup: int | None = None) -> list[Result]:
     """Run every size against ``peer``'s server; one :class:`Result` per size. With
     ``tcp``, a last row (``size`` = -1) is a kernel TCP stream of as many bytes as the
     largest size moved, to the server's host, measured in the same run."""
@@ -184,7 +184,8 @@ def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_dep
         raise ApiError(f"the server exposes {info.regions[0].length if info.regions else 0} "
                        f"bytes; run it with --size {biggest} or more")
     remote = info.regions[0]
-    results = [_one_size(qp, cq, mr, remote, size, iters, tx_depth, timeout)
+    results = [_one_size(qp, cq, mr, remote, size, iters, tx_depth, timeout,
+                         iters // 2 if warmup is None else warmup)
                for size in sizes]
     sink = info.private.get("tcp") if isinstance(info.private, dict) else None
     tcp = tcp and bool(sink)
@@ -198,7 +199,15 @@ def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_dep
 
 
 def _one_size(qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, remote: RemoteRegion,
-              size: int, iters: int, tx_depth: int, timeout: float) -> Result:
+              size: int, iters: int, tx_depth: int, timeout: float,
+              warmup: int = 0) -> Result:
+    # Warm-up writes first (untimed), so the window has opened when the clock starts.
+    posted = done = 0
+    while done < warmup:
+        while posted < warmup and posted - done < tx_depth:
+            qp.post_write(mr, 0, size, remote, wr_id=posted)
+            posted += 1
+        done += len(_wait(cq, timeout))
     posted = done = errors = 0
     t0 = time.perf_counter()
     while done < iters:
@@ -291,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{ALL_SIZES[-1]}")
     cl.add_argument("-n", "--iters", type=int, default=200)
     cl.add_argument("-t", "--tx-depth", type=int, default=16)
+    cl.add_argument("-w", "--warmup", type=int, help="untimed writes before each size "
+                    "(default: half of --iters)")
     cl.add_argument("--cc", help="congestion control profile of the QP (default: mrcd's)")
     cl.add_argument("--tcp", action="store_true", help="also measure one kernel TCP stream "
                     "to the server's host (side by side, same run)")
@@ -319,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(_lat_table(rows)))
                 return 0
             results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth,
-                                 args.service, args.timeout, args.cc, args.tcp)
+                                 args.service, args.timeout, args.cc, args.tcp,
+                                 args.warmup)
             if args.json:
                 for r in results:
                     print(json.dumps(asdict(r)))
