@@ -46,3 +46,42 @@ def test_one_mib_write_lands_byte_exact(mrcd_pair: MrcdPair) -> None:
         assert m.stop() == 0, m.logs()
         assert not os.path.exists(m.socket)
         assert "mrcd_" not in run("nft", "list", "tables", ns=ns)
+
+
+@needs_root
+def test_several_qps_at_once_keep_their_bytes_apart(mrcd_pair: MrcdPair) -> None:
+    n, size = 4, 256 * 1024
+    with Context(mrcd_pair.b.socket) as cb, Context(mrcd_pair.a.socket) as ca:
+        regions_b, qps_b = [], []
+        cq_b = cb.create_cq()
+        for i in range(n):
+            mr = cb.alloc_mr(size)
+            qp = cb.create_qp(cq_b)
+            cb.listen(10 + i, qp, expose=[mr])
+            qp.post_recv(wr_id=i)
+            regions_b.append(mr)
+            qps_b.append(qp)
+        cq_a = ca.create_cq()
+        src = ca.alloc_mr(n * size)
+        payloads = [bytes([i + 1]) * size for i in range(n)]
+        src.buf[:] = b"".join(payloads)
+        qps_a = []
+        for i in range(n):
+            qp = ca.create_qp(cq_a)
+            peer = qp.connect("hb", 10 + i)
+            qps_a.append((qp, peer))
+        for i, (qp, peer) in enumerate(qps_a):  # all in flight together
+            qp.post_write(src, i * size, size, peer.regions[0], imm=i, wr_id=100 + i)
+        done: list[int] = []
+        while len(done) < n:
+            done += [w.wr_id for w in cq_a.wait(timeout=30) if w.ok]
+        assert sorted(done) == [100 + i for i in range(n)]
+        got: dict[int, int] = {}
+        while len(got) < n:
+            for w in cq_b.wait(timeout=10):
+                assert w.ok and w.imm is not None
+                got[w.qpn] = w.imm
+        # Each responder QP got the immediate of the requester QP it is connected to.
+        assert {qp.qpn: i for i, qp in enumerate(qps_b)} == got
+        for i in range(n):
+            assert bytes(regions_b[i].buf) == payloads[i]
