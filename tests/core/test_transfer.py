@@ -97,3 +97,26 @@ def test_separate_receive_cq() -> None:
     assert len(scq) == 0
     (c,) = hb.poll_cq(rcq, 4)
     assert (c.wr_id, c.imm, c.opcode) == (77, 3, WCOpcode.RECV_RDMA_WITH_IMM)
+
+
+def test_immediate_sequence_numbers_wrap() -> None:
+    net = Net()
+    qa, qb = connect(net, 0, 1)
+    ha, hb = net.h(0), net.h(1)
+    start = (1 << 24) - 2  # MSNs are 24 bits on the wire
+    ha.qp(qa).next_msn = start
+    rq = hb.qp(qb)
+    rq.imm_done = start
+    rq.recv_posted = start
+    for i in range(5):
+        hb.post_recv(qb, 500 + i)
+    ms, md = ha.register_mr(bytearray(5)), hb.register_mr(bytearray(5))
+    net.run(max_time=1e-4)
+    for i in range(5):
+        ha.post_write(qa, i, ms, i, 1, md.addr + i, md.rkey, imm=100 + i)
+    net.run(until=lambda: len(ha.qp(qa).cq) >= 5, max_time=1.0)
+    assert [c.status for c in ha.poll_cq(ha.qp(qa).cq, 10)] == [WCStatus.SUCCESS] * 5
+    got = hb.poll_cq(rq.cq, 10)
+    assert [(c.wr_id, c.imm) for c in got] == [(500 + i, 100 + i) for i in range(5)]
+    assert hb.counters().get("rx_msn_mismatch", 0) == 0
+    assert rq.imm_done == start + 5
