@@ -13,7 +13,7 @@ from mdnsutil import NsRegistry, VethPair, in_netns, run
 
 from mrcnet.constants import ETH_P_IPV6, MRC_UDP_PORT, Opcode
 from mrcnet.io import CapabilityError, KernelDrop, PacketPort, neighbour_mac
-from mrcnet.io.bpf import mrc_filter, run_filter
+from mrcnet.io.bpf import attach_filter, mrc_filter, run_filter
 from mrcnet.wire import Route, build_data, ip6, mac_to_bytes, parse_frame
 
 SEG_MID = ip6("fc00:0:1::")
@@ -243,3 +243,30 @@ def test_send_on_a_down_link_drops_and_counts(veth: VethPair) -> None:
         assert pa.send(frames) == 100  # done with: dropped, never queued, no exception
         assert pa.stats.tx_dropped == 100 and pa.backlog == 0 and pa.stats.tx_frames == 0
         run("ip", "link", "set", veth.if_a, "up", ns=veth.ns_a)
+
+
+@needs_root
+def test_why_eth_p_all_an_ipv6_socket_misses_dropped_frames(veth: VethPair) -> None:
+    # The reason PacketPort binds ETH_P_ALL: a socket bound to ETH_P_IPV6 is served after
+    # the ingress hooks, so it never sees what the kernel drop rule drops.
+    with in_netns(veth.ns_a):
+        pa = PacketPort(veth.if_a)
+    with in_netns(veth.ns_b):
+        pb = PacketPort(veth.if_b)
+        ipv6_only = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        attach_filter(ipv6_only)  # MRC frames only (not the link's ND/MLD traffic)
+        ipv6_only.bind((veth.if_b, ETH_P_IPV6))
+        ipv6_only.setblocking(False)
+        drop = KernelDrop([veth.if_b])
+        drop.install()
+    try:
+        with pa, pb, ipv6_only:
+            frames = [_frame(veth, "encap", i) for i in range(10)]
+            pa.send(frames)
+            assert _drain(pb, 10) == frames
+            time.sleep(0.1)
+            with pytest.raises(BlockingIOError):
+                ipv6_only.recv(9216)
+    finally:
+        with in_netns(veth.ns_b):
+            drop.remove()
