@@ -131,3 +131,21 @@ def test_second_mrcd_on_one_socket_fails_cleanly(veth: VethPair, tmp_path: Path)
     finally:
         assert first.stop() == 0
     assert "mrcd_" not in run("nft", "list", "tables", ns=veth.ns_a)
+
+
+@needs_root
+def test_sigint_is_a_clean_stop(veth: VethPair, tmp_path: Path) -> None:
+    import signal
+
+    from mdnsutil import run, start_mrcd
+
+    sock = str(tmp_path / "ha.sock")
+    cfg = str(tmp_path / "ha.toml")
+    write_config(cfg, "ha", veth.if_a, veth.ip_a, sock, {"hb": veth.ip_b})
+    m = start_mrcd("ha", veth.ns_a, cfg, sock, str(tmp_path))
+    assert "mrcd_" in run("nft", "list", "tables", ns=veth.ns_a)
+    m.proc.send_signal(signal.SIGINT)  # exactly this PID
+    assert m.proc.wait(timeout=10) == 0, m.logs()
+    assert not os.path.exists(sock)
+    assert "mrcd_" not in run("nft", "list", "tables", ns=veth.ns_a)
+    assert "Traceback" not in m.logs()
