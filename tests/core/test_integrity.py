@@ -13,7 +13,7 @@ from mrcnet.core import Host, HostConfig, WCOpcode, WCStatus
 
 from .harness import Impairments, Net, connect
 
-_MAX_TOTAL = 1 << 20
+_MAX_TOTAL = 2 << 20
 
 
 def _transfer(sizes: list[int], imms: list[bool], imp: Impairments, seed: int,
@@ -65,15 +65,15 @@ def _transfer(sizes: list[int], imms: list[bool], imp: Impairments, seed: int,
     return net
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     writes=st.lists(
-        st.tuples(st.integers(1, 150_000), st.booleans()), min_size=1, max_size=8
+        st.tuples(st.integers(1, 400_000), st.booleans()), min_size=1, max_size=12
     ).filter(lambda w: sum(n for n, _ in w) <= _MAX_TOTAL),
     loss=st.sampled_from([0.0, 0.01, 0.05, 0.1]),
     dup=st.sampled_from([0.0, 0.02, 0.05]),
     trim=st.sampled_from([0.0, 0.02, 0.05]),
-    jitter=st.sampled_from([0.0, 5e-6, 30e-6]),
+    jitter=st.sampled_from([0.0, 5e-6, 30e-6, 100e-6]),
     seed=st.integers(0, 2**16),
     psn=st.sampled_from([0, 1, (1 << 24) - 3, 123456]),
 )
