@@ -23,7 +23,7 @@ import json
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from mrcnet.api import (
@@ -88,7 +88,7 @@ def _wait(cq: CompletionQueue, timeout: float) -> list[WorkCompletion]:
 
 
 def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: float,
-               out: list[str]) -> int:
+               say: Callable[[str], None] = print) -> int:
     """Serve one client run; returns the number of sizes whose bytes did not verify."""
     mr = ctx.alloc_mr(size)
     cq = ctx.create_cq()
@@ -101,20 +101,20 @@ def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: flo
     private = {"tcp": [ctx.addresses[0], tcp.getsockname()[1]]} if ctx.addresses else None
     ctx.listen(service, qp, expose=[mr], private=private)
     try:
-        return _serve(ctx, qp, cq, mr, size, service, verify, timeout, out, tcp)
+        return _serve(ctx, qp, cq, mr, size, service, verify, timeout, say, tcp)
     finally:
         tcp.close()
 
 
 def _serve(ctx: Context, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, size: int,
-           service: int, verify: bool, timeout: float, out: list[str],
+           service: int, verify: bool, timeout: float, say: Callable[[str], None],
            tcp: socket.socket) -> int:
     for i in range(RECV_DEPTH):
         qp.post_recv(wr_id=i)
-    out.append(f"mrc-perf server on {ctx.host}: waiting on service {service} "
+    say(f"mrc-perf server on {ctx.host}: waiting on service {service} "
                f"({size} bytes exposed)")
     peer = qp.accept(timeout=None)
-    out.append(f"connected: {peer.host} QP {peer.qpn}")
+    say(f"connected: {peer.host} QP {peer.qpn}")
     bad = 0
     expected = ctx.alloc_mr(size) if verify else None
     if expected is not None:
@@ -122,7 +122,7 @@ def _serve(ctx: Context, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, s
     while True:
         for wc in _wait(cq, timeout):
             if not wc.ok:
-                out.append(f"error completion: {wc.status}")
+                say(f"error completion: {wc.status}")
                 return bad + 1
             if wc.opcode != "RECV_RDMA_WITH_IMM":
                 continue  # our own pong writes completing
@@ -139,7 +139,7 @@ def _serve(ctx: Context, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, s
                 n = wc.imm  # the client sends the size it just wrote as the immediate
                 if bytes(mr.buf[:n]) != bytes(expected.buf[:n]):
                     bad += 1
-                    out.append(f"size {n}: bytes differ from the pattern")
+                    say(f"size {n}: bytes differ from the pattern")
 
 
 def _tcp_sink(tcp: socket.socket, timeout: float) -> None:
@@ -312,10 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Context(args.socket) as ctx:
             if args.mode == "server":
-                lines: list[str] = []
                 bad = run_server(ctx, args.size, args.service, args.verify, args.timeout,
-                                 lines)
-                print("\n".join(lines))
+                                 lambda line: print(line, flush=True))
                 if args.verify:
                     print("verify: ok" if not bad else f"verify: {bad} size(s) differ")
                 return 1 if bad else 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
 from conftest import MrcdPair, needs_root
 
@@ -23,7 +22,8 @@ def test_perf_client_and_server(mrcd_pair: MrcdPair) -> None:
                                "server", "--size", "262144", "--verify"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)  # the server listens before the client connects
+        assert server.stdout is not None
+        assert "waiting on service" in server.stdout.readline()  # it listens now
         r = subprocess.run(["ip", "netns", "exec", v.ns_a,
                             PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
                             "client", "hb", "--size", "262144", "--iters", "8",
@@ -49,7 +49,8 @@ def test_perf_latency(mrcd_pair: MrcdPair) -> None:
                                "server", "--size", "65536"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert server.stdout is not None
+        assert "waiting on service" in server.stdout.readline()
         r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
                             "client", "hb", "--lat", "--size", "4096", "--iters", "20",
                             "--json"],
