@@ -345,3 +345,14 @@ def test_reordering_is_learned_not_punished() -> None:
     assert c.get("tx_retransmit", 0) < 0.05 * 2048
     states = Counter(s["state"] for s in ha.ev_stats(qa).values())
     assert states["ASSUMED_BAD"] <= 8
+
+
+def test_minimum_active_evs_when_every_path_failed() -> None:
+    m = EVManager(1, {0: 2}, evs_per_qp=16, min_active=2)
+    for _ in range(5):  # keep failing whatever is active
+        for info in list(m.active[0]):
+            m.assume_bad(info.ev, 0.0, "loss")
+    assert len(m.active[0]) >= 2  # never fewer than the minimum
+    assert len(m.evs) <= 16 + 2  # reused bad EVs, not an ever-growing set
+    assert all(i.state is EVState.GOOD for i in m.active[0])
+    assert m.next_ev().state is EVState.GOOD
