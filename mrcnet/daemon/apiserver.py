@@ -104,9 +104,10 @@ class ApiServer:
     def __init__(self, path: str, mode: int, dispatch: Dispatcher,
                  on_close: Callable[[Session], None], host: str, planes: int,
                  after_burst: Callable[[], None] | None = None,
-                 addresses: list[str] | None = None) -> None:
+                 addresses: list[str] | None = None, group: int | None = None) -> None:
         self.path = path
         self.mode = mode
+        self.group = group  #: gid of the socket file (None: mrcd's own)
         self.dispatch = dispatch
         #: Called once after a burst of requests (the engine sends what they queued).
         self.after_burst = after_burst
@@ -138,6 +139,8 @@ class ApiServer:
             sock.bind(self.path)
         finally:
             os.umask(old)
+        if self.group is not None:
+            os.chown(self.path, -1, self.group)
         os.chmod(self.path, self.mode)
         sock.listen(64)
         sock.setblocking(False)

@@ -6,6 +6,7 @@ default to every port the description gives this host)::
     host = "h0"                       # this host's name (as in the fabric description)
     socket = "/run/mrcd/h0.sock"      # Unix socket of the client API
     socket_mode = "0660"              # who may use mrcd: the socket file's permissions
+    socket_group = "mrc"              # and its group (default: mrcd's own)
     fabric = "/var/lib/mrc-fabric/f1/description.json"   # paths, MACs and addresses
     control_port = 47910              # TCP port of the mrcd-to-mrcd control channel
     ev_profile = "spray"              # "spray" (MRC) or "ecmp" (RoCE-like baseline)
@@ -102,6 +103,7 @@ class DaemonConfig:
     ports: tuple[PortConfig, ...]
     socket: str
     socket_mode: int = 0o660
+    socket_group: str | None = None
     fabric: str | None = None
     control_port: int = DEFAULT_CONTROL_PORT
     control_listen: tuple[str, ...] = ()  #: empty: the port addresses
@@ -140,9 +142,9 @@ def _addr(value: str, where: str) -> str:
 
 def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig:
     """Check a parsed TOML document and build the configuration."""
-    known = {"host", "socket", "socket_mode", "fabric", "control_port", "control_listen",
-             "ev_profile", "cc_profile", "kernel_drop", "log_format", "log_level", "port",
-             "peers", "core"}
+    known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
+             "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
+             "log_level", "port", "peers", "core"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -219,6 +221,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         ports=tuple(ports),
         socket=_want(data, "socket", str, source, f"{DEFAULT_SOCKET_DIR}/{host}.sock"),
         socket_mode=mode,
+        socket_group=_want(data, "socket_group", str, source, None),
         fabric=fabric,
         control_port=control_port,
         control_listen=tuple(_addr(a, source) for a in _want(data, "control_listen", list,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import grp
 import mmap
 import os
 import secrets
@@ -108,6 +109,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
+        self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
         # Ownership, for pushes and clean-up.
@@ -122,6 +124,12 @@ class Daemon:
         """Open ports, install the kernel drop rule, build the core (raises on problems)."""
         cfg = self.cfg
         claim_socket_path(cfg.socket)  # before any side effect: fail fast, leave nothing
+        if cfg.socket_group is not None:
+            try:
+                self._gid = grp.getgrnam(cfg.socket_group).gr_gid
+            except KeyError:
+                raise IOSetupError(f"socket_group {cfg.socket_group!r}: no such group") \
+                    from None
         port_cfgs = list(cfg.ports)
         if cfg.fabric:
             self.desc = load(cfg.fabric)
@@ -205,7 +213,7 @@ class Daemon:
                                  self._on_session_closed, self.cfg.host, len(self.ports),
                                  after_burst=self._after_requests,
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
-                                            for lp in self.local])
+                                            for lp in self.local], group=self._gid)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]

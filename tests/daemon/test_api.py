@@ -232,14 +232,21 @@ def test_socket_permissions_decide_who_may_use_mrcd(veth: VethPair, tmp_path: Pa
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                  sys.executable, "-c", code]
     try:
-        for mode, expect in (("0600", "denied no permission to use mrcd"),
-                             ("0666", "host ha")):
-            cfg = str(tmp_path / f"ha{mode}.toml")
+        # nobody's primary group is set to nogroup (65534) by --regid below: a group
+        # grant through socket_group then lets it in.
+        for mode, group, expect in (("0600", "", "denied no permission to use mrcd"),
+                                    ("0666", "", "host ha"),
+                                    ("0660", "nogroup", "host ha")):
+            cfg = str(tmp_path / f"ha{mode}{group}.toml")
+            extra = f'socket_mode = "{mode}"' + (f'\nsocket_group = "{group}"' if group
+                                                 else "")
             write_config(cfg, "ha", veth.if_a, veth.ip_a, sock, {"hb": veth.ip_b},
-                         extra=f'socket_mode = "{mode}"')
+                         extra=extra)
             m = start_mrcd("ha", veth.ns_a, cfg, sock, str(tmp_path))
             try:
-                assert oct(os.stat(sock).st_mode & 0o777) == oct(int(mode, 8))
+                st = os.stat(sock)
+                assert oct(st.st_mode & 0o777) == oct(int(mode, 8))
+                assert st.st_gid == (65534 if group else 0)
                 r = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30,
                                    check=False)
                 assert r.stdout.startswith(expect), r.stdout + r.stderr
