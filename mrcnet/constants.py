@@ -63,6 +63,15 @@ class ECN(enum.IntEnum):
 EV_BITS: Final = 32
 EV_SPORT_SHIFT: Final = 16
 EV_FLOW_LABEL_MASK: Final = 0xFFFF
+# How mrcnet numbers its EVs (a local choice: peers only reflect EVs, never decode them):
+# bit 31 set | plane (7 bits, 24-30) | path index within the plane (12 bits, 12-23) |
+# instance (12 bits, 0-11). See mrcnet.core.evs.make_ev / ev_path.
+EV_MARK: Final = 1 << 31
+EV_PLANE_SHIFT: Final = 24
+EV_PLANE_MASK: Final = 0x7F
+EV_PATH_SHIFT: Final = 12
+EV_PATH_MASK: Final = 0xFFF
+EV_INSTANCE_MASK: Final = 0xFFF
 
 # --- BTH ------------------------------------------------------------------------------
 BTH_LEN: Final = 12
@@ -155,3 +164,6 @@ class EndpointOp(enum.IntEnum):
 ACK_TIMEOUT_UNIT_S: Final = 1.024e-6  # QP ack timeout = 1.024 us x 2^t
 ACK_TIMEOUT_MAX_EXP: Final = 24
 DEFAULT_EVS_PER_QP: Final = 128
+MPR_UNIT: Final = 128  # mrc.h: the max PSN range (MPR) is given in units of 128 PSNs
+RETRY_LINEAR_MAX: Final = 7  # mrc.h: limit of the linear (fixed-interval) retry phase
+RETRY_EXP_INFINITE: Final = 25  # mrc.h: an exponential retry count of 25 means "forever"

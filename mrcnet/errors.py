@@ -36,3 +36,27 @@ class MalformedFrame(MrcError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason.value}: {detail}" if detail else reason.value)
+
+
+# --- API misuse: raised to the caller, never for what arrives from the network ---------
+
+
+class IllegalTransition(MrcError):
+    """``modify_qp`` asked for a QP state change the state table does not allow."""
+
+    def __init__(self, qpn: int, from_state: str, to_state: str) -> None:
+        self.qpn = qpn
+        self.from_state = from_state
+        self.to_state = to_state
+        super().__init__(
+            f"QP {qpn}: illegal transition {from_state} -> {to_state} "
+            "(allowed: RESET->INIT->RTR->RTS, any->ERROR, any->RESET)"
+        )
+
+
+class InvalidAttribute(MrcError):
+    """A QP attribute is missing, unknown for this transition, or out of range."""
+
+
+class InvalidRequest(MrcError):
+    """An API call that cannot be carried out (unknown QPN, bad MR range, wrong state)."""

@@ -14,7 +14,6 @@ from mrcnet.core.config import (
     Port,
     QPAttrs,
 )
-from mrcnet.core.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.core.events import (
     Completion,
     Event,
@@ -31,6 +30,7 @@ from mrcnet.core.host import CompletionQueue, Host
 from mrcnet.core.memory import MemoryRegion
 from mrcnet.core.qp import retry_schedule
 from mrcnet.core.states import QP_TRANSITIONS, EVState, QPState
+from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 
 __all__ = [
     "CC_REGISTRY",

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mrcnet.constants import ACK_TIMEOUT_MAX_EXP, ACK_TIMEOUT_UNIT_S, DEFAULT_EVS_PER_QP
+from mrcnet.constants import (
+    ACK_TIMEOUT_MAX_EXP,
+    ACK_TIMEOUT_UNIT_S,
+    DEFAULT_EVS_PER_QP,
+)
 from mrcnet.wire import Route
 
 # --- core defaults (protocol-level choices of this implementation; see docs/CORE.md) ----
@@ -22,9 +26,6 @@ DEFAULT_MAX_IMM_OUTSTANDING = 64
 EV_PROFILE_SPRAY = "spray"
 EV_PROFILE_ECMP = "ecmp"
 EV_PROFILES = frozenset({EV_PROFILE_SPRAY, EV_PROFILE_ECMP})
-MPR_UNIT = 128  # mrc.h: max PSN range (MPR) is given in units of 128 PSNs
-RETRY_LINEAR_MAX = 7  # mrc.h: linear (fixed interval) retry limit
-RETRY_EXP_INFINITE = 25  # mrc.h: exponential retry limit 25 means "retry forever"
 
 #: mrc.h attribute names accepted by ``Host.modify_qp`` -> this module's names.
 #: (``retry_linear_cnt``/``retry_exp_cnt`` map to ``retry_linear``/``retry_cnt``.)

@@ -21,7 +21,7 @@ from mrcnet.constants import (
 )
 from mrcnet.fastpath import icrc, udp6_checksum
 from mrcnet.wire import BTH, CCState, Route, build_sack, parse_frame
-from mrcnet.wire.sack import _CC, _F_ECE, _SETH, SETH
+from mrcnet.wire.sack import CCSTATE_STRUCT, SETH, SETH_F_ECE, SETH_STRUCT
 
 _DUMMY = SETH(ev=0, cack_psn=0)
 _FLOW_LABEL_LOW16 = 2  # bytes 2-3 of an IPv6 header: the flow label's low 16 bits
@@ -36,9 +36,9 @@ def pack_sack_fields(
     values are in range by construction), with the wire module's own struct layouts, so
     the layout still lives in one place (mrcnet/wire/sack.py). M field: NONE."""
     return (
-        _SETH.pack(ev, cack_psn, ack_offset, sack_offset, max_psn_range,
-                   _F_ECE if ece else 0, bitmap, imm_credit),
-        _CC.pack(ts_echo, ooo_count, window_penalty, rcvd_bytes),
+        SETH_STRUCT.pack(ev, cack_psn, ack_offset, sack_offset, max_psn_range,
+                   SETH_F_ECE if ece else 0, bitmap, imm_credit),
+        CCSTATE_STRUCT.pack(ts_echo, ooo_count, window_penalty, rcvd_bytes),
     )
 
 

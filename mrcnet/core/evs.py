@@ -23,15 +23,17 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from mrcnet.constants import (
+    EV_INSTANCE_MASK,
+    EV_MARK,
+    EV_PATH_MASK,
+    EV_PATH_SHIFT,
+    EV_PLANE_MASK,
+    EV_PLANE_SHIFT,
+)
 from mrcnet.core.events import PathStateChanged
 from mrcnet.core.states import EVState
 
-EV_MARK = 1 << 31
-EV_PLANE_SHIFT = 24
-EV_PLANE_MASK = 0x7F
-EV_PATH_SHIFT = 12
-EV_PATH_MASK = 0xFFF
-EV_INSTANCE_MASK = 0xFFF
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
 

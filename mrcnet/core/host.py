@@ -15,12 +15,17 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from mrcnet.constants import ENDPOINT_QPN, PSN_MASK, EndpointOp, Opcode
+from mrcnet.constants import (
+    ENDPOINT_QPN,
+    PSN_MASK,
+    RETRY_EXP_INFINITE,
+    RETRY_LINEAR_MAX,
+    EndpointOp,
+    Opcode,
+)
 from mrcnet.core.config import (
     EV_PROFILES,
     MRC_H_ALIASES,
-    RETRY_EXP_INFINITE,
-    RETRY_LINEAR_MAX,
     Access,
     HostConfig,
     PathProvider,
@@ -28,7 +33,6 @@ from mrcnet.core.config import (
     QPAttrs,
     check_timeout_exp,
 )
-from mrcnet.core.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.core.events import (
     Completion,
     Event,
@@ -40,7 +44,7 @@ from mrcnet.core.evs import EVInfo, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair, WorkRequest, ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
-from mrcnet.errors import MalformedFrame
+from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest, MalformedFrame
 from mrcnet.fastpath import udp6_checksum_ok  # C when built, same answers
 from mrcnet.wire import Frame, Route, build_endpoint, parse_frame
 from mrcnet.wire.endpoint import EndpointHeader

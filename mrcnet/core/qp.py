@@ -20,8 +20,10 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
 from mrcnet.constants import (
+    EV_PATH_SHIFT,
     IMM_OPCODES,
     LAST_OPCODES,
+    MPR_UNIT,
     PSN_MASK,
     SACK_BITMAP_BITS,
     TIMESTAMP_MOD,
@@ -31,7 +33,7 @@ from mrcnet.constants import (
     SackMode,
 )
 from mrcnet.core.cc import CongestionControl, create_cc
-from mrcnet.core.config import EV_PROFILE_ECMP, MPR_UNIT, HostConfig, QPAttrs
+from mrcnet.core.config import EV_PROFILE_ECMP, HostConfig, QPAttrs
 from mrcnet.core.ctrl import SackTemplate, pack_sack_fields
 from mrcnet.core.events import (
     Completion,
@@ -41,7 +43,7 @@ from mrcnet.core.events import (
     WCStatus,
     WriteCompleted,
 )
-from mrcnet.core.evs import EV_PATH_SHIFT, EVInfo, EVManager, ev_path
+from mrcnet.core.evs import EVInfo, EVManager, ev_path
 from mrcnet.core.states import EVState, QPState
 from mrcnet.fastpath import make_template
 from mrcnet.wire import Frame, Route, build_data, build_nack, build_probe

@@ -1,7 +1,7 @@
 """QP and EV states, and the one table of legal QP state transitions (h11-style).
 
 An illegal transition fails by lookup in :data:`QP_TRANSITIONS`, loudly, with
-:class:`~mrcnet.core.errors.IllegalTransition`.
+:class:`~mrcnet.errors.IllegalTransition`.
 """
 
 from __future__ import annotations

@@ -32,11 +32,12 @@ from mrcnet.constants import (
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire._util import Buffer, check_range, check_signed, need
 
-_SETH = struct.Struct("!IIhhHHQI")
-_CC = struct.Struct("!HBBI")
+# Public so the core can pack SACKs per packet without building dataclasses.
+SETH_STRUCT = struct.Struct("!IIhhHHQI")
+CCSTATE_STRUCT = struct.Struct("!HBBI")
 _MODES = frozenset(int(m) for m in SackMode)
-_F_M = 0x0003
-_F_ECE = 0x0004
+SETH_F_MODE = 0x0003
+SETH_F_ECE = 0x0004
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +67,8 @@ class SETH:
             raise ValueError(f"SACK mode {self.mode!r} is not one of {sorted(_MODES)}")
         check_range("bitmap", self.bitmap, SACK_BITMAP_BITS)
         check_range("imm_credit", self.imm_credit, 32)
-        flags = int(self.mode) | (_F_ECE if self.ece else 0)
-        return _SETH.pack(
+        flags = int(self.mode) | (SETH_F_ECE if self.ece else 0)
+        return SETH_STRUCT.pack(
             self.ev,
             self.cack_psn,
             self.ack_offset,
@@ -82,8 +83,9 @@ class SETH:
     def unpack_from(cls, buf: Buffer, offset: int = 0) -> SETH:
         """Parse at ``offset``; an unknown M value raises ``MalformedFrame(BAD_FIELD)``."""
         need(buf, offset, SETH_LEN, "SETH")
-        ev, cack, ack_off, sack_off, rng, flags, bitmap, credit = _SETH.unpack_from(buf, offset)
-        mode = flags & _F_M
+        fields = SETH_STRUCT.unpack_from(buf, offset)
+        ev, cack, ack_off, sack_off, rng, flags, bitmap, credit = fields
+        mode = flags & SETH_F_MODE
         if mode not in _MODES:
             raise MalformedFrame(MalformedReason.BAD_FIELD, f"SACK M field {mode}")
         return cls(
@@ -93,7 +95,7 @@ class SETH:
             sack_offset=sack_off,
             max_psn_range=rng,
             mode=mode,
-            ece=bool(flags & _F_ECE),
+            ece=bool(flags & SETH_F_ECE),
             bitmap=bitmap,
             imm_credit=credit,
         )
@@ -117,13 +119,15 @@ class CCState:
         if not 0 <= self.window_penalty <= WINDOW_PENALTY_MAX:
             raise ValueError(f"window_penalty={self.window_penalty} outside 0..127")
         check_range("rcvd_bytes", self.rcvd_bytes, 32)
-        return _CC.pack(self.ts_echo, self.ooo_count, self.window_penalty, self.rcvd_bytes)
+        return CCSTATE_STRUCT.pack(
+            self.ts_echo, self.ooo_count, self.window_penalty, self.rcvd_bytes
+        )
 
     @classmethod
     def unpack_from(cls, buf: Buffer, offset: int = 0) -> CCState:
         """Parse at ``offset``; a penalty above 127 raises ``MalformedFrame(BAD_FIELD)``."""
         need(buf, offset, CCSTATE_LEN, "CC state")
-        ts, ooo, penalty, rcvd = _CC.unpack_from(buf, offset)
+        ts, ooo, penalty, rcvd = CCSTATE_STRUCT.unpack_from(buf, offset)
         if penalty > WINDOW_PENALTY_MAX:
             raise MalformedFrame(MalformedReason.BAD_FIELD, f"window penalty {penalty}")
         return cls(ts, ooo, penalty, rcvd)
