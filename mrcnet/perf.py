@@ -14,11 +14,16 @@ check the bytes with ``--verify``). The client prints one row per size; ``--json
 prints the same as JSON lines for tools. ``--tcp`` adds a kernel TCP stream between the
 same two hosts in the same run (the server's sink address travels as private data), so
 the table ends with the ratio MRC / TCP.
+
+``raw-sink`` / ``raw-send`` measure the ceiling under all of it: MRC-shaped frames through
+the packet sockets and the network on every path, no protocol and no mrcd (run each
+inside its host, as root: they open the ports themselves).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import socket
 import sys
@@ -35,6 +40,11 @@ from mrcnet.api import (
     RemoteRegion,
     WorkCompletion,
 )
+from mrcnet.daemon.paths import LocalPort
+from mrcnet.errors import MrcError
+from mrcnet.io import IOSetupError, PacketPort
+from mrcnet.io.bench import raw_send, raw_sink, routes_frames
+from mrcnet.wire import Route, mac_to_bytes
 
 __all__ = ["Latency", "Result", "main", "run_client", "run_latency", "run_server"]
 
@@ -308,7 +318,26 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--lat", action="store_true", help="latency (ping-pong, like "
                     "ib_write_lat) instead of bandwidth; one-way = half the round trip")
     cl.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    for name, text in (("raw-sink", "count raw MRC frames arriving (the ceiling, receive "
+                        "side; needs CAP_NET_RAW, run in the host)"),
+                       ("raw-send", "send raw MRC frames as fast as possible over every "
+                        "path (the ceiling, send side)")):
+        rp = sub.add_parser(name, help=text)
+        rp.add_argument("--fabric", help="fabric description file (ports and paths)")
+        rp.add_argument("--host", help="this host's name in the fabric")
+        rp.add_argument("--ifname", action="append", default=[],
+                        help="a port to use (repeat; without --fabric)")
+        rp.add_argument("--json", action="store_true", help="one JSON line")
+        if name == "raw-send":
+            rp.add_argument("peer", nargs="?", help="destination host (with --fabric)")
+            rp.add_argument("--dst-mac", help="next hop MAC (without --fabric)")
+            rp.add_argument("--src-ip", help="source address (without --fabric)")
+            rp.add_argument("--dst-ip", help="destination address (without --fabric)")
+            rp.add_argument("-s", "--size", type=int, default=8192, help="payload bytes")
+            rp.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args(argv)
+    if args.mode in ("raw-sink", "raw-send"):
+        return _raw_main(args)
     try:
         with Context(args.socket) as ctx:
             if args.mode == "server":
@@ -339,6 +368,76 @@ def main(argv: list[str] | None = None) -> int:
     except (ApiError, TimeoutError) as e:
         print(f"mrc-perf: {e}", file=sys.stderr)
         return 1
+
+
+def _raw_ports(args: argparse.Namespace) -> tuple[list[PacketPort], list[LocalPort]]:
+    from mrcnet.fabric.describe import load
+
+    if args.fabric:
+        if not args.host:
+            raise IOSetupError("--fabric needs --host (this host's name)")
+        me = load(args.fabric).host(args.host)
+        names = [(p.ifname, p.plane, p.address) for p in me.ports]
+    else:
+        if not args.ifname:
+            raise IOSetupError("give --ifname (repeatable) or --fabric and --host")
+        names = [(n, i, getattr(args, "src_ip", None) or "::") for i, n in
+                 enumerate(args.ifname)]
+    ports = [PacketPort(n) for n, _, _ in names]
+    local = [LocalPort(i, plane, n, p.mac, ipaddress.IPv6Address(addr).packed)
+             for i, ((n, plane, addr), p) in enumerate(zip(names, ports, strict=True))]
+    return ports, local
+
+
+def _raw_main(args: argparse.Namespace) -> int:
+    from mrcnet.daemon.paths import FabricPaths
+    from mrcnet.fabric.describe import load
+
+    try:
+        ports, local = _raw_ports(args)
+    except MrcError as e:
+        print(f"mrc-perf: {e}", file=sys.stderr)
+        return 1
+    try:
+        if args.mode == "raw-sink":
+            print(f"mrc-perf raw-sink: listening on {', '.join(p.ifname for p in ports)}",
+                  file=sys.stderr, flush=True)
+            try:
+                r = raw_sink(ports)
+            except TimeoutError as e:
+                print(f"mrc-perf: {e}", file=sys.stderr)
+                return 1
+        else:
+            if args.fabric:
+                if not args.peer:
+                    print("mrc-perf: raw-send --fabric needs the destination host",
+                          file=sys.stderr)
+                    return 1
+                paths = FabricPaths(load(args.fabric), args.host, local)
+                frames = [routes_frames(paths.routes(args.peer, lp.plane), args.size)
+                          for lp in local]
+            else:
+                if not (args.dst_mac and args.src_ip and args.dst_ip):
+                    print("mrc-perf: raw-send needs --dst-mac, --src-ip and --dst-ip "
+                          "(or --fabric)", file=sys.stderr)
+                    return 1
+                route = Route(local[0].mac, mac_to_bytes(args.dst_mac),
+                              ipaddress.IPv6Address(args.src_ip).packed,
+                              ipaddress.IPv6Address(args.dst_ip).packed)
+                frames = [routes_frames([route], args.size) for _ in local]
+            r = raw_send(ports, frames, args.seconds)
+    finally:
+        for p in ports:
+            p.close()
+    what = "received" if args.mode == "raw-sink" else "sent"
+    if args.json:
+        print(json.dumps({"frames": r.frames, "bytes": r.nbytes, "seconds": r.seconds,
+                          "kpps": r.kpps, "gbps": r.gbps, "trimmed": r.trimmed}))
+    else:
+        trims = f" ({r.trimmed} trimmed by switches)" if r.trimmed else ""
+        print(f"raw {what}: {r.frames} frames{trims} in {r.seconds:.2f} s: "
+              f"{r.kpps:.1f} kframes/s, {r.gbps:.3f} Gb/s")
+    return 0
 
 
 if __name__ == "__main__":

@@ -233,6 +233,13 @@ class PacketPort:
             self._trim_backlog()
         return done
 
+    def send_or_drop(self, frames: list[bytes | bytearray | memoryview]) -> int:
+        """Send what the socket takes now and drop the rest (counted): for offered-load
+        benchmarks. Returns how many were sent. The backlog is not involved."""
+        done = self._send_list(frames)
+        self.stats.tx_dropped += len(frames) - done
+        return done
+
     def flush(self) -> int:
         """Retry the backlog; returns how many frames are done with (sent or dropped)."""
         total = 0

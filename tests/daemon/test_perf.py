@@ -7,6 +7,7 @@ import os
 import subprocess
 
 from conftest import MrcdPair, needs_root
+from mdnsutil import VethPair
 
 PERF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), ".venv", "bin", "mrc-perf")
@@ -71,3 +72,29 @@ def test_perf_without_mrcd(tmp_path: object) -> None:
                        capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 1
     assert r.stderr.startswith("mrc-perf: mrcd is not running at /nonexistent/mrcd.sock")
+
+
+@needs_root
+def test_raw_ceiling_on_veth(veth: VethPair) -> None:
+    sink = subprocess.Popen(["ip", "netns", "exec", veth.ns_b, PERF, "raw-sink",
+                             "--ifname", veth.if_b, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert sink.stderr is not None
+        assert "listening on" in sink.stderr.readline()
+        r = subprocess.run(["ip", "netns", "exec", veth.ns_a, PERF, "raw-send",
+                            "--ifname", veth.if_a, "--dst-mac", veth.mac_b,
+                            "--src-ip", veth.ip_a, "--dst-ip", veth.ip_b,
+                            "--size", "1024", "--seconds", "0.5", "--json"],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 0, r.stderr
+        sent = json.loads(r.stdout)
+        out, err = sink.communicate(timeout=30)
+        assert sink.returncode == 0, err
+        got = json.loads(out)
+        assert sent["frames"] > 1000 and got["frames"] > 0
+        assert got["frames"] <= sent["frames"]
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
