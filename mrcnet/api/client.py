@@ -195,6 +195,16 @@ class QueuePair:
         self.peer = _peer_info(r)
         return self.peer
 
+    async def connect_async(self, peer: str, service: int, *,
+                            expose: Sequence[MemoryRegion] = (), private: Any = None,
+                            timeout: float = 10.0) -> PeerInfo:
+        """:meth:`connect` for asyncio (the loop keeps running while mrcd connects)."""
+        r = await self.ctx._call_async("connect", timeout=timeout, qpn=self.qpn, peer=peer,
+                                       service=service, mrs=[m.lkey for m in expose],
+                                       private=private)
+        self.peer = _peer_info(r)
+        return self.peer
+
     def accept(self, timeout: float | None = None) -> PeerInfo:
         """Wait until a peer connected to the service this QP listens on (see
         :meth:`Context.listen`)."""
@@ -336,7 +346,25 @@ class Context:
             if left <= 0:
                 raise TimeoutError(f"mrcd did not answer {op} in {timeout or self.timeout} s")
             self._pump(block=True, timeout=left)
-        resp = self._responses.pop(rid)
+        return self._result(self._responses.pop(rid))
+
+    async def _call_async(self, op: str, *, timeout: float | None = None,
+                          **args: Any) -> Message:
+        """:meth:`_call` without blocking the event loop while mrcd works on it."""
+        rid = self._next_id
+        self._next_id += 1
+        self._send({"id": rid, "op": op, **args})
+        limit = timeout or self.timeout
+        try:
+            async with asyncio.timeout(limit):
+                while rid not in self._responses:
+                    await self._readable()
+                    self._pump(block=False)
+        except TimeoutError:
+            raise TimeoutError(f"mrcd did not answer {op} in {limit} s") from None
+        return self._result(self._responses.pop(rid))
+
+    def _result(self, resp: Message) -> Message:
         self._raise_deferred()  # a pipelined post that failed before this request ran
         if "error" in resp:
             err = resp["error"]

@@ -102,8 +102,10 @@ def test_asyncio_completions(mrcd_pair: MrcdPair) -> None:
             mr_a.buf[:] = bytes(range(256)) * 256
             cq_a = ca.create_cq()
             qp_a = ca.create_qp(cq_a)
-            peer = qp_a.connect("hb", 2)
-            assert (await asyncio.wait_for(qp_b.accept_async(), 5)).qpn == qp_a.qpn
+            # Both ends wait in one event loop: connect_async must not block it.
+            peer, accepted = await asyncio.wait_for(
+                asyncio.gather(qp_a.connect_async("hb", 2), qp_b.accept_async()), 10)
+            assert accepted.qpn == qp_a.qpn and peer.qpn == qp_b.qpn
             for i in range(3):
                 qp_a.post_write(mr_a, i * 1000, 1000, peer.regions[0], i * 1000, imm=i,
                                 wr_id=10 + i)
