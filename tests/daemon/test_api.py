@@ -276,6 +276,10 @@ def test_peer_loss_fails_the_qp_with_an_event(mrcd_pair: MrcdPair) -> None:
             ev = ca.get_async_event(timeout=5)
         assert ev is not None and ev["qpn"] == qp_a.qpn
         assert "peer unreachable" in ev["reason"]
+        # And a new connection to the host whose mrcd is gone says so.
+        qp2 = ca.create_qp(ca.create_cq())
+        with pytest.raises(ConnectError, match=r"cannot reach mrcd at \[fd00:4d52::b\]"):
+            qp2.connect("hb", 3)
 
 
 @needs_root
