@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -255,7 +256,7 @@ def test_socket_permissions_decide_who_may_use_mrcd(veth: VethPair, tmp_path: Pa
             finally:
                 assert m.stop() == 0
     finally:
-        os.rmdir(d)
+        shutil.rmtree(d, ignore_errors=True)  # the directory this test made
 
 
 @needs_root
