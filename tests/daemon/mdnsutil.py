@@ -10,6 +10,7 @@ import ctypes
 import os
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -101,8 +102,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-MRCD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), ".venv", "bin", "mrcd")
+#: Console scripts of the environment running the tests (the venv's bin directory).
+BIN = os.path.dirname(sys.executable)
+MRCD = os.path.join(BIN, "mrcd")
 
 
 @dataclass

@@ -7,10 +7,9 @@ import os
 import subprocess
 
 from conftest import MrcdPair, needs_root
-from mdnsutil import VethPair
+from mdnsutil import BIN, VethPair
 
-PERF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), ".venv", "bin", "mrc-perf")
+PERF = os.path.join(BIN, "mrc-perf")
 
 
 @needs_root
