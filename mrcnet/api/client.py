@@ -259,9 +259,14 @@ def _peer_info(r: Message) -> PeerInfo:
 
 
 class Context:
-    """A connection to the local mrcd (verbs: an opened device context)."""
+    """A connection to the local mrcd (verbs: an opened device context).
 
-    def __init__(self, path: str | None = None, *, timeout: float = 10.0) -> None:
+    ``path_events``: also deliver ``PathStateChanged`` events (EV state changes) through
+    :meth:`get_async_event`; QP errors and port changes always come.
+    """
+
+    def __init__(self, path: str | None = None, *, timeout: float = 10.0,
+                 path_events: bool = False) -> None:
         self.path = path or default_socket_path()
         self.timeout = timeout
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -284,7 +289,9 @@ class Context:
         self._events: collections.deque[Message] = collections.deque()
         self._unanswered: dict[int, str] = {}  # pipelined requests: id -> op
         self._deferred: collections.deque[Message] = collections.deque()
-        hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid())
+        # Path (EV) state changes are many under loss: only sent when asked for.
+        hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid(),
+                           path_events=path_events)
         self.host: str = hello["host"]
         self.planes: int = hello["planes"]
         #: This host's plain IPv6 address per plane (for out-of-band traffic of its own).

@@ -50,6 +50,8 @@ class Session:
         self.cqs: set[int] = set()
         self.qps: set[int] = set()
         self.listens: set[int] = set()
+        #: Wants PathStateChanged events (many under loss: only on request).
+        self.path_events = False
 
     def send(self, msg: Message) -> None:
         """Queue a reply or push; sent now if the socket has room. A client that lets
@@ -220,6 +222,7 @@ class ApiServer:
                                         f"mrcd speaks {PROTOCOL_VERSION}")
                 s.hello = True
                 s.pid = int(msg.get("pid", 0))
+                s.path_events = bool(msg.get("path_events", False))
                 log.info("client connected", session=s.sid, pid=s.pid)
                 s.send({"id": rid, "ok": {"host": self.host, "planes": self.planes,
                                           "addresses": self.addresses}})

@@ -16,6 +16,7 @@ import contextlib
 import grp
 import socket
 import time
+from typing import Any
 
 import structlog
 
@@ -72,6 +73,13 @@ def _interface_address(ifname: str) -> str:
                 return str(a.get_attr("IFA_ADDRESS"))
     raise IOSetupError(f"{ifname} has no global IPv6 address: set address = \"...\" in its "
                        "[[port]] or give a fabric description")
+
+
+def _event_body(ev: core.Event) -> dict[str, Any]:
+    """A core event as JSON: its type name and fields (enums by value)."""
+    return {"type": type(ev).__name__, **{
+        k: (v.value if hasattr(v, "value") else v)
+        for k, v in ((name, getattr(ev, name)) for name in ev.__slots__)}}
 
 
 class Daemon(Verbs):
@@ -324,16 +332,17 @@ class Daemon(Verbs):
                      "byte_len": c.byte_len, "imm": c.imm, "qpn": c.qpn} for c in wcs]})
         while (ev := host.next_event()) is not None:
             qpn = getattr(ev, "qpn", None)
-            body = {"type": type(ev).__name__, **{
-                k: (v.value if hasattr(v, "value") else v)
-                for k, v in ((s, getattr(ev, s)) for s in ev.__slots__)}}
             if qpn is not None:
                 owner = self._qp_owner.get(qpn)
-                if owner is not None:
-                    owner.send({"push": "event", "event": body})
-                    if isinstance(ev, core.QPError):  # (not for a QP its client destroyed)
-                        self.log.warning("QP error", qpn=qpn, reason=ev.reason)
+                if owner is None:
+                    continue  # a QP its client destroyed
+                if isinstance(ev, core.PathStateChanged) and not owner.path_events:
+                    continue
+                owner.send({"push": "event", "event": _event_body(ev)})
+                if isinstance(ev, core.QPError):
+                    self.log.warning("QP error", qpn=qpn, reason=ev.reason)
             elif self.api is not None:
+                body = _event_body(ev)
                 for s in list(self.api.sessions.values()):
                     s.send({"push": "event", "event": body})
 

@@ -321,3 +321,34 @@ def test_region_without_remote_write_is_refused(mrcd_pair: MrcdPair) -> None:
         wcs = qp_a.cq.wait(timeout=30)
         assert [(w.status, w.wr_id) for w in wcs] == [("REM_ACCESS_ERR", 3)]
         assert bytes(ro.buf[:4]) == bytes(4)
+
+
+@needs_root
+def test_path_events_only_on_request(mrcd_pair: MrcdPair) -> None:
+    # The peer goes away: the QPs retire their EVs, then fail. A client that asked for
+    # path events hears of each EV; one that did not gets only the QP error.
+    with Context(mrcd_pair.b.socket) as cb, \
+            Context(mrcd_pair.a.socket, path_events=True) as loud, \
+            Context(mrcd_pair.a.socket) as quiet:
+        qps = []
+        for i, ctx in enumerate((loud, quiet)):
+            mr_b = cb.alloc_mr(65536)
+            qp_b = cb.create_qp(cb.create_cq())
+            cb.listen(20 + i, qp_b, expose=[mr_b])
+            mr = ctx.alloc_mr(65536)
+            qp = ctx.create_qp(ctx.create_cq())
+            qps.append((qp, mr, qp.connect("hb", 20 + i)))
+        assert mrcd_pair.b.stop() == 0
+        for qp, mr, peer in qps:
+            qp.post_write(mr, 0, 65536, peer.regions[0], wr_id=1)
+        for qp, _, _ in qps:
+            assert [w.status for w in qp.cq.wait(timeout=60)] == ["RETRY_EXC_ERR"]
+
+        def kinds(ctx: Context) -> set[str]:
+            seen: set[str] = set()
+            while (ev := ctx.get_async_event(timeout=0.2)) is not None:
+                seen.add(str(ev["type"]))
+            return seen
+
+        assert kinds(loud) == {"PathStateChanged", "QPError"}
+        assert kinds(quiet) == {"QPError"}
