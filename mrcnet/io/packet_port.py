@@ -8,7 +8,7 @@ Why ETH_P_ALL and not ETH_P_IPV6: only ETH_P_ALL sockets are *taps* (ptype_all),
 the kernel serves before tc ingress and the netfilter ingress hook. A socket bound to
 ETH_P_IPV6 is served with the protocol handlers, after those hooks, so it would never see
 a frame that the kernel drop rule (:mod:`mrcnet.io.kernel_drop`) or mrc-fabric's host
-ingress program drops (measured: tests/daemon/test_io.py). The BPF filter checks the
+ingress program drops (measured: tests/daemon/test_packet_io.py). The BPF filter checks the
 EtherType, so nothing but IPv6 MRC frames is queued either way.
 
 The socket is non-blocking, ignores this host's own transmissions (PACKET_IGNORE_OUTGOING;

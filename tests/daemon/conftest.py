@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from mdnsutil import Mrcd, NsRegistry, VethPair, make_veth_pair, start_mrcd, write_config
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, raw sockets)")
+from mdnsutil import (
+    Mrcd,
+    MrcdPair,
+    NsRegistry,
+    VethPair,
+    make_veth_pair,
+    start_mrcd,
+    write_config,
+)
 
 
 @pytest.fixture
@@ -25,13 +29,6 @@ def nsreg() -> Iterator[NsRegistry]:
 @pytest.fixture
 def veth(nsreg: NsRegistry) -> VethPair:
     return make_veth_pair(nsreg)
-
-
-@dataclass
-class MrcdPair:
-    veth: VethPair
-    a: Mrcd
-    b: Mrcd
 
 
 @pytest.fixture

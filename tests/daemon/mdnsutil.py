@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import pytest
+
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -159,3 +161,16 @@ def start_mrcd(name: str, ns: str, config: str, sock: str, logdir: str,
             raise RuntimeError(f"mrcd {name} not ready in {timeout} s: {m.logs()}")
         time.sleep(0.05)
     return m
+
+
+#: Skip marker for tests that need root (namespaces, raw sockets, nftables).
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, raw sockets)")
+
+
+@dataclass
+class MrcdPair:
+    """Two mrcds, "ha" in namespace a and "hb" in namespace b, on one veth link."""
+
+    veth: VethPair
+    a: Mrcd
+    b: Mrcd

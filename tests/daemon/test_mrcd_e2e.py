@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import MrcdPair, needs_root
-from mdnsutil import run
+from mdnsutil import MrcdPair, needs_root, run
 
 from mrcnet.api import Context
 

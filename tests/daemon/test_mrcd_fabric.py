@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import needs_root
-from mdnsutil import Mrcd, start_mrcd
+from mdnsutil import Mrcd, needs_root, start_mrcd
 
 from mrcnet.api import Context
 from mrcnet.fabric.fabric import Fabric

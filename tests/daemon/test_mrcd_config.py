@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_root
-from mdnsutil import MRCD, VethPair, write_config
+from mdnsutil import MRCD, VethPair, needs_root, write_config
 
 from mrcnet.daemon.config import ConfigError, load_config, parse_config
 

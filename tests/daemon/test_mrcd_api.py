@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MrcdPair, needs_root
-from mdnsutil import VethPair
+from mdnsutil import MrcdPair, VethPair, needs_root
 
 from mrcnet.api import (
     BadLkey,

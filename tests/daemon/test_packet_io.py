@@ -8,8 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import needs_root
-from mdnsutil import NsRegistry, VethPair, in_netns, run
+from mdnsutil import NsRegistry, VethPair, in_netns, needs_root, run
 
 from mrcnet.constants import ETH_P_IPV6, MRC_UDP_PORT, Opcode
 from mrcnet.io import CapabilityError, KernelDrop, PacketPort, neighbour_mac

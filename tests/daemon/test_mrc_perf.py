@@ -6,8 +6,7 @@ import json
 import os
 import subprocess
 
-from conftest import MrcdPair, needs_root
-from mdnsutil import BIN, VethPair
+from mdnsutil import BIN, MrcdPair, VethPair, needs_root
 
 PERF = os.path.join(BIN, "mrc-perf")
 
