@@ -70,6 +70,71 @@ ffibuilder.cdef(
     int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n);
     int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait,
                        int skip_outgoing, unsigned *nrecv);
+
+    #define MRC_OK                 0
+    #define MRC_TRUNCATED          1
+    #define MRC_BAD_ETHERTYPE      2
+    #define MRC_BAD_IP_VERSION     3
+    #define MRC_BAD_LENGTH         4
+    #define MRC_BAD_NEXT_HEADER    5
+    #define MRC_BAD_SRH            6
+    #define MRC_BAD_UDP_PORT       7
+    #define MRC_BAD_CHECKSUM       8
+    #define MRC_BAD_ICRC           9
+    #define MRC_BAD_OPCODE        10
+    #define MRC_BAD_VERSION       11
+    #define MRC_BAD_FIELD         12
+
+    #define MRC_VERIFY_ICRC      1
+    #define MRC_VERIFY_CHECKSUM  2
+
+    struct mrc_parsed {
+        int32_t  reason;
+        const char *why;
+
+        uint32_t end;
+        uint32_t src_off;
+        uint32_t srh_off;
+        uint32_t inner_off;
+        uint32_t udp_off;
+        uint32_t payload_off;
+        uint32_t payload_len;
+
+        uint32_t outer_dscp, outer_ecn, outer_flow_label, outer_next_header;
+        uint32_t outer_payload_length, outer_hop_limit;
+
+        uint32_t srh_next_header, srh_segments_left, srh_last_entry, srh_flags, srh_tag;
+        uint32_t srh_tlv_off, srh_tlv_len;
+
+        uint32_t inner_dscp, inner_ecn, inner_flow_label, inner_next_header;
+        uint32_t inner_payload_length, inner_hop_limit;
+
+        uint32_t sport, dport, udp_length, udp_checksum;
+
+        uint32_t opcode, dest_qp, psn, ack_req, rtx, ts, r, se, migreq, pad, tver, pkey;
+
+        uint32_t ev;
+        uint32_t ce;
+        uint32_t trimmed;
+        uint32_t is_data;
+
+        uint64_t va;
+        uint32_t rkey, length;
+        uint32_t has_imm, msn, imm, has_tseth, timestamp;
+
+        uint32_t has_seth, sack_ev, cack_psn;
+        int32_t  ack_offset, sack_offset;
+        uint32_t max_psn_range, mode, ece;
+        uint64_t bitmap;
+        uint32_t imm_credit, ts_echo, ooo_count, window_penalty, rcvd_bytes;
+
+        uint32_t has_neth, nack_reason, nack_ev, nack_psn, nack_cack_psn, nack_ts_echo;
+
+        uint32_t has_probe, probe_id, probe_ev, probe_psn, probe_timestamp;
+
+        uint32_t has_endpoint, ep_op, ep_status, ep_request_id, ep_ev, ep_timestamp, ep_port_mask;
+    };
+    int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify);
     """
 )
 ffibuilder.set_source(
