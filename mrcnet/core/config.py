@@ -97,6 +97,10 @@ class HostConfig:
     - ``port_status_retries``: PORT_STATUS sends to a peer before giving up.
     - ``use_templates``: build data frames by patching per-route header templates
       (:mod:`mrcnet.fastpath`, C when built) instead of :func:`mrcnet.wire.build_data`.
+    - ``fast_parse``: parse received frames with :class:`mrcnet.fastpath.FrameParser` (the
+      C parser when built); False: the reference :func:`mrcnet.wire.parse_frame`. Same
+      decisions either way (tests/wire/test_parse_differential.py); the switch exists to
+      measure the difference.
     """
 
     mtu_payload: int = DEFAULT_MTU_PAYLOAD
@@ -119,6 +123,7 @@ class HostConfig:
     completion_events: bool = True
     port_status_retries: int = 5
     use_templates: bool = True
+    fast_parse: bool = True
 
 
 @dataclass(slots=True)

@@ -45,8 +45,8 @@ from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair, WorkRequest, ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest, MalformedFrame
-from mrcnet.fastpath import udp6_checksum_ok  # C when built, same answers
-from mrcnet.wire import Frame, Route, build_endpoint, parse_frame
+from mrcnet.fastpath import FrameParser, PyParsed
+from mrcnet.wire import Route, build_endpoint
 from mrcnet.wire.endpoint import EndpointHeader
 
 _INF = float("inf")
@@ -124,6 +124,10 @@ class Host:
         self._armed: dict[int, float] = {}
         self._dirty: set[int] = set()
         self._sendq: set[int] = set()  # QPs to look at in the next frames_to_send
+        # One parser per host; with C its record is reused, so a frame's fields are read
+        # before the next frame is parsed (receive() is not re-entered).
+        self._parser = FrameParser(use_c=None if self.config.fast_parse else False)
+        self.rx_frames = 0  # hot counter: a plain attribute, folded into counters()
 
     # --- counters and events ------------------------------------------------------------
 
@@ -134,6 +138,8 @@ class Host:
     def counters(self) -> dict[str, int]:
         """Every host counter (frames, drops by reason, retransmissions ...)."""
         c = dict(self._counters)
+        if self.rx_frames:
+            c["rx_frames"] = c.get("rx_frames", 0) + self.rx_frames
         # hot per-packet counters live on the QPs (plain attributes); add them up here
         for name, attr in (("rx_data", "rx_packets"), ("tx_data", "tx_packets"),
                            ("tx_sack", "tx_sacks")):
@@ -443,11 +449,11 @@ class Host:
     def receive(self, frame: bytes | bytearray | memoryview, port: int, now: float) -> None:
         """One frame from the network on local ``port``. Never raises."""
         self._last_now = now
-        self.count("rx_frames")
+        self.rx_frames += 1
+        if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
+            frame = frame.cast("B")  # offsets below are byte offsets
         try:
-            verify = self.config.verify_checksums
-            f = parse_frame(frame, verify_checksum=verify, verify_icrc=verify,
-                            checksum_ok=udp6_checksum_ok)
+            f = self._parser.parse(frame, self.config.verify_checksums)
         except MalformedFrame as e:
             self.count(f"rx_malformed_{e.reason.value}")
             return
@@ -456,54 +462,55 @@ class Host:
             self.count("rx_internal_error")
             return
         try:
-            self._dispatch(f, port, now)
+            self._dispatch(f, frame, port, now)
         except Exception as e:  # never crash on network input; count it loudly
             self.last_internal_error = e
             self.count("rx_internal_error")
 
-    def _dispatch(self, f: Frame, port: int, now: float) -> None:
+    def _dispatch(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: int,
+                  now: float) -> None:
         p = self.ports.get(port)
         if p is None or not self.port_up[port]:
             self.count("rx_port_down")
             return
-        bth = f.bth
-        if bth.dest_qp == ENDPOINT_QPN:
-            self._on_endpoint(f, p, now)
+        dest_qp = f.dest_qp
+        if dest_qp == ENDPOINT_QPN:
+            self._on_endpoint(f, frame, p, now)
             return
-        qp = self._qps.get(bth.dest_qp)
+        qp = self._qps.get(dest_qp)
         if qp is None:
             self.count("rx_unknown_qpn")
             return
-        if qp.state not in (QPState.RTR, QPState.RTS):
+        if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
             self.count("rx_qp_not_ready")
             return
-        src = f.inner.src if f.inner is not None else f.outer.src
-        if src not in qp.peer_ips:
+        o = f.src_off
+        if bytes(frame[o : o + 16]) not in qp.peer_ips:
             self.count("rx_wrong_peer")
             return
-        op = bth.opcode
-        self._dirty.add(qp.qpn)
-        self._sendq.add(qp.qpn)
-        if f.reth is not None:
-            qp.on_data(f, p.plane, now, self._ctrl)
-        elif f.seth is not None:
+        self._dirty.add(dest_qp)
+        self._sendq.add(dest_qp)
+        if f.is_data:
+            qp.on_data(f, frame, p.plane, now, self._ctrl)
+        elif f.has_seth:
             qp.on_sack(f, now)
-        elif f.neth is not None:
+        elif f.has_neth:
             qp.on_nack(f, now)
-        elif op == Opcode.RELIABILITY_PROBE:
+        elif f.has_probe:
             qp.on_probe(f, p.plane, now, self._ctrl)
         else:
             self.count("rx_unexpected_opcode")
 
-    def _on_endpoint(self, f: Frame, port: Port, now: float) -> None:
-        eph = f.endpoint
-        assert eph is not None
-        src = f.inner.src if f.inner is not None else f.outer.src
-        peer = self._ip_peer.get(src)
+    def _on_endpoint(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: Port,
+                     now: float) -> None:
+        o = f.src_off
+        peer = self._ip_peer.get(bytes(frame[o : o + 16]))
         if peer is None:
             self.count("rx_endpoint_unknown_peer")
             return
-        if f.bth.opcode == Opcode.ENDPOINT_REQ:
+        eph = EndpointHeader(f.ep_op, f.ep_request_id, f.ep_ev, f.ep_timestamp,
+                             f.ep_port_mask, f.ep_status)
+        if f.opcode == Opcode.ENDPOINT_REQ:
             if eph.op == EndpointOp.EV_PROBE:
                 route = self._route_for_ev(peer, eph.ev)
                 if route is None:

@@ -45,8 +45,8 @@ from mrcnet.core.events import (
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path
 from mrcnet.core.states import EVState, QPState
-from mrcnet.fastpath import make_template
-from mrcnet.wire import Frame, Route, build_data, build_nack, build_probe
+from mrcnet.fastpath import PyParsed, make_template
+from mrcnet.wire import Route, build_data, build_nack, build_probe
 from mrcnet.wire.nack import NETH
 from mrcnet.wire.probe import ProbeHeader
 from mrcnet.wire.template import DataTemplate
@@ -628,10 +628,8 @@ class QueuePair:
 
     # --- requester: acknowledgements -----------------------------------------------
 
-    def on_sack(self, f: Frame, now: float) -> None:
-        """A SACK (or ACK) from the peer's responder."""
-        s, cc_state = f.seth, f.cc
-        assert s is not None and cc_state is not None
+    def on_sack(self, s: PyParsed, now: float) -> None:
+        """A SACK (or ACK) from the peer's responder (``s``: the parsed frame)."""
         cack = unwrap(s.cack_psn, self.snd_una)
         if cack > self.next_seq or cack <= self.snd_una - self.tx_window:
             self.count("rx_sack_out_of_window")
@@ -651,13 +649,13 @@ class QueuePair:
         # transmission (same EV and timestamp): the send time is kept as a float.
         rtt = None
         p = self.unacked.get(cack + s.ack_offset)
-        if p is not None and p.ev == s.ev and p.ts == cc_state.ts_echo and p.tx:
+        if p is not None and p.ev == s.sack_ev and p.ts == s.ts_echo and p.tx:
             rtt = now - p.sent
             info = evm.evs.get(p.ev)
             if info is not None:
                 info.rtt_sample(rtt)
             self._rtt_sample(rtt)
-        info = evm.evs.get(s.ev)
+        info = evm.evs.get(s.sack_ev)
         if info is not None:
             info.acked += 1
             if s.ece:
@@ -665,14 +663,14 @@ class QueuePair:
             if info.state is EVState.ASSUMED_BAD:
                 # A packet on a retired EV got through: the path works (as good as a
                 # probe answer), and the loss that retired it was probably reordering.
-                evm.probe_result(s.ev, True)
+                evm.probe_result(s.sack_ev, True)
                 self._spurious_loss()
         if s.ece:
-            evm.skip(s.ev, "ecn")
+            evm.skip(s.sack_ev, "ecn")
         if s.mode == SackMode.SKIP_ONCE:
-            evm.skip(s.ev, "receiver")
+            evm.skip(s.sack_ev, "receiver")
         elif s.mode == SackMode.ALWAYS_SKIP:
-            evm.assume_bad(s.ev, now, "receiver")
+            evm.assume_bad(s.sack_ev, now, "receiver")
         acked = 0
         unacked = self.unacked
         if cack > self.snd_una:
@@ -693,9 +691,9 @@ class QueuePair:
                 q = unacked.pop(seq, None)
                 if q is not None:
                     acked += self._acked(q, now)
-        cc.on_ack(acked, rtt, s.ece, now)
-        if cc_state.window_penalty:
-            cc.on_penalty(cc_state.window_penalty, now)
+        cc.on_ack(acked, rtt, s.ece != 0, now)
+        if s.window_penalty:
+            cc.on_penalty(s.window_penalty, now)
         self._detect_losses(now)
         if acked:
             self.retries = 0
@@ -748,26 +746,25 @@ class QueuePair:
             if self.cfg.completion_events:
                 self.host.emit(WriteCompleted(self.qpn, wr.wr_id, wr.length))
 
-    def on_nack(self, f: Frame, now: float) -> None:
+    def on_nack(self, n: PyParsed, now: float) -> None:
         """A NACK: trimmed packets are retransmitted at once; an access error is fatal."""
-        n = f.neth
-        assert n is not None
         if self.state is not QPState.RTS or self.evm is None or self.cc is None:
             return
-        seq = unwrap(n.psn, self.snd_una)
+        seq = unwrap(n.nack_psn, self.snd_una)
         p = self.unacked.get(seq)
-        if p is None or p.ev != n.ev:
+        if p is None or p.ev != n.nack_ev:
             # Not about the latest transmission of an outstanding packet: stale or forged.
             self.count("rx_nack_stale")
             return
-        if n.reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
-            lasthop = n.reason == NackReason.TRIMMED_LASTHOP
+        reason = n.nack_reason
+        if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
+            lasthop = reason == NackReason.TRIMMED_LASTHOP
             if not lasthop:
                 self.evm.skip(p.ev, "trim")
             self.cc.on_trim(now, lasthop)
             if not p.pending:
                 self._mark_lost(p, now, "trim")
-        elif n.reason == NackReason.UNEXP_EVENT:
+        elif reason == NackReason.UNEXP_EVENT:
             self.fail(
                 WCStatus.REM_ACCESS_ERR,
                 f"remote access error: {self.attrs.peer} refused the write of wr_id "
@@ -780,33 +777,35 @@ class QueuePair:
 
     # --- responder --------------------------------------------------------------------
 
-    def on_data(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:
-        """A data packet: check, place, and acknowledge (or NACK) it."""
-        bth, reth = f.bth, f.reth
-        assert reth is not None
+    def on_data(self, f: PyParsed, frame: bytes | bytearray | memoryview, plane: int,
+                now: float, out: list[tuple[int, bytes]]) -> None:
+        """A data packet (``f``: the parsed ``frame``): check, place, and acknowledge (or
+        NACK) it."""
         rcv = self.rcv_nxt
-        seq = unwrap(bth.psn, rcv)
-        d = seq - rcv
+        d = (f.psn - rcv) & PSN_MASK  # unwrap(psn, rcv) - rcv, inlined (every packet)
+        if d >= _HALF:
+            d -= PSN_MASK + 1
+        seq = rcv + d
         win = self.rx_window
         if d >= win or d <= -win:
             self.count("rx_psn_out_of_window")
             return
         ev = f.ev
-        tseth = f.tseth
-        ts = tseth.timestamp if tseth is not None else 0
-        n = reth.length
+        ts = f.timestamp  # 0 without a TSETH
+        n = f.length
+        rkey, va = f.rkey, f.va
         # rkey and bounds (MemoryTable.target, inlined: this runs for every packet)
-        mr = self.host.memory.lookup(reth.rkey)
-        off = reth.va - mr.addr if mr is not None else -1
+        mr = self.host.memory.lookup(rkey)
+        off = va - mr.addr if mr is not None else -1
         if mr is None or not mr.remote_write or off < 0 or off + n > mr.length:
-            tgt = self.host.memory.target(reth.rkey, reth.va, n)
+            tgt = self.host.memory.target(rkey, va, n)
             assert isinstance(tgt, str)
             self.count(f"rx_{tgt}")
             if d >= 0:
                 self._nack(NackReason.UNEXP_EVENT, ev, seq, ts, plane, out)
             return
         ooo = self.ooo
-        ce = f.ce
+        ce = f.ce != 0
         if d < 0 or seq in ooo:
             self.count("rx_duplicate")
             self._note_ack(seq, ev, ts, ce, plane)
@@ -816,21 +815,21 @@ class QueuePair:
             self.count("rx_trimmed")
             self._nack(self._trim_reason(ev, plane, now), ev, seq, ts, plane, out)
             return
-        op = bth.opcode
-        if op in IMM_OPCODES:
-            meth, immdt = f.meth, f.immdt
-            assert meth is not None and immdt is not None
-            msn = meth.msn
+        op = f.opcode
+        if f.has_imm:
+            msn = f.msn
             if unwrap(msn, self.imm_done) >= self.recv_posted:
                 # The sender ran past our receive credit: refuse, it will resend.
                 self.count("rx_no_recv_credit")
                 self._nack(NackReason.NO_RESOURCE, ev, seq, ts, plane, out)
                 return
-            entry = (n, op, msn, immdt.imm)
+            entry = (n, op, msn, f.imm)
         else:
             entry = (n, op, 0, 0)
-        if n:
-            mr.view[off : off + n] = f.payload
+        ack_req = f.ack_req
+        if n:  # untrimmed: the payload is all there, RETH length bytes at payload_off
+            po = f.payload_off
+            mr.view[off : off + n] = memoryview(frame)[po : po + n]
         self.rcvd_bytes += n
         self.rx_packets += 1
         if d == 0:
@@ -849,7 +848,7 @@ class QueuePair:
         self.since_ack += 1
         self.ack_seq, self.ack_ev, self.ack_ts, self.ack_ce, self.ack_plane = (
             seq, ev, ts, ce, plane)
-        if (bth.ack_req or d or ce or self.since_ack >= self.cfg.ack_every
+        if (ack_req or d or ce or self.since_ack >= self.cfg.ack_every
                 or unreported[0] < seq - SACK_BITMAP_BITS // 2):
             self.send_sack(now, out)
         elif self.ack_at == _INF:
@@ -966,10 +965,10 @@ class QueuePair:
             out.append((port, tmpl.build_raw(ev, seth, cc)))
             self.tx_sacks += 1
 
-    def on_probe(self, f: Frame, plane: int, now: float, out: list[tuple[int, bytes]]) -> None:
+    def on_probe(self, f: PyParsed, plane: int, now: float,
+                 out: list[tuple[int, bytes]]) -> None:
         """A reliability probe: answer with a SACK reflecting its EV (and our credit)."""
-        assert f.probe is not None
-        self._note_ack(self.rcv_nxt - 1, f.ev, f.probe.timestamp, False, plane)
+        self._note_ack(self.rcv_nxt - 1, f.ev, f.probe_timestamp, False, plane)
         self.send_sack(now, out)
 
     def post_recv(self, wr_id: int, now: float, out: list[tuple[int, bytes]]) -> None:
