@@ -73,6 +73,7 @@ class EVInfo:
         "probes_sent",
         "rttvar",
         "sent",
+        "skip_plane",
         "srtt",
         "state",
         "trimmed",
@@ -82,6 +83,7 @@ class EVInfo:
         self.ev = ev
         self.plane, self.path, _ = ev_path(ev)
         self.state = EVState.GOOD
+        self.skip_plane = False  # the pending SKIP came from ECN: hand the slot across planes
         self.srtt = 0.0  # 0: no sample yet
         self.rttvar = 0.0
         self.min_rtt = 0.0
@@ -291,6 +293,16 @@ class EVManager:
         paths, then over each path's EVs (so a plane's live paths share its load equally,
         however many EVs each holds after refills).
 
+        A SKIP EV (ECN echo, non-last-hop trim, receiver's SKIP_ONCE) is passed over once.
+        After an ECN echo its packet goes to the *next plane* when there is one, so
+        congestion moves load between planes, not only between a plane's paths: without
+        that a plane that lost a path keeps exactly its half of the packets and overloads
+        its surviving paths. The EV counts per plane stay even either way; only the choice
+        per packet moves. ECN is the fabric's graded signal of a loaded path (the last hop
+        does not mark); trims are not used for this: most come from the receiver's own
+        port (incast), which the last-hop heuristic does not always recognise, and
+        moving that load to another plane's port of the same receiver helps nothing.
+
         ``avoid``: an EV whose path not to use if any other is usable (a retransmission
         moves on). Never fails: with no usable EV left it falls back to ASSUMED_BAD ones
         in turn, so the retry budget, not a hang, decides the QP's fate.
@@ -301,13 +313,15 @@ class EVManager:
         n = len(planes)
         fallback: EVInfo | None = None
         avoid_path = (avoid >> EV_PATH_SHIFT) if avoid >= 0 else -1
-        for _ in range(n):
+        handed = False  # a skipped plane handed this packet on
+        for k in range(n):
             plane = planes[self._rr_plane % n]
             self._rr_plane += 1
             ring = self._ring(plane)
             m = len(ring)
             if not m:
                 continue
+            last_plane = k == n - 1  # no other plane left to hand a skipped slot to
             i = self._rr[plane]
             for _ in range(m):
                 lst = ring[i % m]
@@ -319,11 +333,18 @@ class EVManager:
                 if info.state is EVState.SKIP:
                     self._set(info, EVState.GOOD, "skip_done")
                     fallback = fallback or info
+                    if info.skip_plane and not last_plane:
+                        handed = True
+                        break  # this plane's turn goes to the next plane
                     continue
                 if (info.ev >> EV_PATH_SHIFT) == avoid_path:
                     fallback = fallback or info
                     continue
                 self._rr[plane] = i
+                if handed:
+                    # The packet was the skipped plane's: the plane that took it keeps
+                    # its own turn, so one ECN echo moves one packet.
+                    self._rr_plane -= 1
                 return info
             self._rr[plane] = i
         if fallback is not None:
@@ -354,10 +375,12 @@ class EVManager:
     # --- signals --------------------------------------------------------------------
 
     def skip(self, ev: int, cause: str) -> None:
-        """ECN echo or a non-last-hop trim: skip this EV once."""
+        """ECN echo or a non-last-hop trim: skip this EV once (after ECN, in favour of
+        another plane: see :meth:`next_ev`)."""
         info = self.evs.get(ev)
         if info is None or self.ecmp or info.state is not EVState.GOOD:
             return
+        info.skip_plane = cause == "ecn"
         self._set(info, EVState.SKIP, cause)
 
     def assume_bad(self, ev: int, now: float, cause: str) -> None:

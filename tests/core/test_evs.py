@@ -356,3 +356,65 @@ def test_minimum_active_evs_when_every_path_failed() -> None:
     assert len(m.evs) <= 16 + 2  # reused bad EVs, not an ever-growing set
     assert all(i.state is EVState.GOOD for i in m.active[0])
     assert m.next_ev().state is EVState.GOOD
+
+
+def _plane_counts(m: EVManager, n: int) -> Counter[int]:
+    return Counter(m.next_ev().plane for _ in range(n))
+
+
+def test_ecn_skip_hands_the_packet_to_another_plane() -> None:
+    """An ECN echo moves that EV's next turn to the next plane; the EV set stays even."""
+    m = EVManager(1, {0: 8, 1: 8}, evs_per_qp=128)
+    assert _plane_counts(m, 256) == {0: 128, 1: 128}  # even with no signals
+    marked = [i for i in m.active[0] if i.path in (0, 1)]
+    for info in marked:
+        m.skip(info.ev, "ecn")
+    got = _plane_counts(m, 128)
+    # Planes still take turns; a skipped plane-0 turn sends its packet on plane 1, which
+    # keeps its own turn: one echo moves one packet.
+    assert got == {0: 64 - len(marked), 1: 64 + len(marked)}
+    assert all(i.state is EVState.GOOD for i in marked)  # skipped once, then GOOD again
+    assert _plane_counts(m, 256) == {0: 128, 1: 128}  # back to even without new marks
+    assert Counter(i.plane for i in m.evs.values()) == {0: 64, 1: 64}
+    assert Counter(len(m.active[p]) for p in (0, 1)) == {64: 2}
+
+
+def test_trim_skip_stays_in_its_plane() -> None:
+    """A trim skips the EV once but its packet goes to another path of the same plane
+    (trims are mostly incast at the receiver's port: another plane would not help)."""
+    m = EVManager(1, {0: 8, 1: 8}, evs_per_qp=128)
+    for info in m.active[0][:8]:
+        m.skip(info.ev, "trim")
+    skipped = {i.ev for i in m.active[0][:8]}
+    seq = [m.next_ev() for _ in range(128)]
+    assert Counter(i.plane for i in seq) == {0: 64, 1: 64}
+    assert not skipped & {i.ev for i in seq[:16]}
+
+
+def test_ecn_skip_with_one_plane_moves_to_another_path() -> None:
+    m = EVManager(1, {0: 4}, evs_per_qp=16)
+    first = m.next_ev()
+    for _ in range(15):
+        m.next_ev()
+    m.skip(first.ev, "ecn")
+    nxt = m.next_ev()
+    assert nxt.ev != first.ev and nxt.path != first.path and first.state is EVState.GOOD
+
+
+def test_ecn_on_a_plane_that_lost_a_path_shifts_load_to_the_other_plane() -> None:
+    """The spine-failure case in miniature: plane 0 has 7 live paths, plane 1 has 8. With
+    one plane-0 packet in eight ECN-marked, plane 1 carries more than half."""
+    m = EVManager(1, {0: 8, 1: 8}, evs_per_qp=128)
+    m.assume_bad(m.active[0][3].ev, 0.0, "loss")  # path 3 of plane 0 is gone
+    for info in list(m.active[0]):
+        if info.path == 3:
+            m.assume_bad(info.ev, 0.0, "loss")
+    assert all(i.path != 3 for i in m.active[0]) and len(m.active[0]) == 64
+    counts: Counter[int] = Counter()
+    for k in range(4096):
+        info = m.next_ev()
+        counts[info.plane] += 1
+        if info.plane == 0 and k % 8 == 0:
+            m.skip(info.ev, "ecn")  # plane 0's queues mark some of its packets
+    assert counts[1] > counts[0] * 1.05
+    assert Counter(len(m.active[p]) for p in (0, 1)) == {64: 2}
