@@ -10,6 +10,8 @@ ratios mean something even when the absolute numbers drift (2 shared vCPUs here)
             c-template   mrcnet.fastpath.CTemplate.patch (one C call) into a reused buffer
     parse   py-ref       mrcnet.wire.parse_frame, pure-Python checksum and ICRC
             c-checksum   the same parse with the checksum verified in C
+            c-parse      mrcnet.fastpath.FrameParser (C mrc_parse: the whole parse, ICRC and
+                         checksum verified, into a reused flat record; the core's path)
     udp6 checksum / icrc: the kernels alone, Python vs C
 
 With ``--io`` (root), it also compares packet I/O on a veth pair in a private netns: one
@@ -138,6 +140,15 @@ def bench_size(size: int, duration: float, rounds: int) -> list[Result]:
             return BATCH
 
         parses["c-checksum"] = parse_c
+        parser = fastpath.FrameParser(use_c=True)
+
+        def parse_cfull() -> int:
+            parse = parser.parse
+            for f in frames:
+                parse(f)
+            return BATCH
+
+        parses["c-parse"] = parse_cfull
 
     # The kernels alone, on this frame's UDP datagram and ICRC-covered bytes.
     f0 = frames[0]
