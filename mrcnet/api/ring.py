@@ -533,8 +533,13 @@ class Channel:
         """Copy up to ``len(out)`` arrived bytes (ignoring message boundaries)."""
         n = 0
         buf = self.ring.buf
-        while self.arrived and n < len(out):
+        while self.arrived:
             e = self.arrived[0]
+            if not e[1]:  # an empty message: nothing for a byte stream
+                self.arrived.popleft()
+                continue
+            if n >= len(out):
+                break
             k = min(e[1], len(out) - n)
             out[n:n + k] = buf[e[0]:e[0] + k]
             n += k
@@ -741,8 +746,8 @@ class Acceptor:
         self.pending = None
         try:
             ch.connected(peer)
-        except SocketError:
-            ch.destroy()  # not a socket peer: it sees its QP fail
+        except (SocketError, ApiError):
+            ch.destroy()  # not a socket peer (or no memory for it): its QP fails
         else:
             self.ready.append(ch)
         if len(self.ready) < self.backlog:

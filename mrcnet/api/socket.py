@@ -174,14 +174,18 @@ class MrcSocket:
             if not mv:
                 return 0
             ch = self._ch
-            self._wait(ch.readable, "recv")
-            if ch.arrived:
-                return ch.read_into(mv)
-            if ch.eof:
-                return 0
-            if ch.error is not None:
-                raise ch.error
-            raise SocketClosed("the socket is closed")
+            while True:
+                self._wait(ch.readable, "recv")
+                if ch.arrived:
+                    n = ch.read_into(mv)
+                    if n:
+                        return n
+                    continue  # only empty messages were queued: not the end
+                if ch.eof:
+                    return 0
+                if ch.error is not None:
+                    raise ch.error
+                raise SocketClosed("the socket is closed")
 
     def recv(self, bufsize: int) -> bytes:
         """Up to ``bufsize`` bytes; ``b""`` at the end of the stream."""

@@ -118,18 +118,21 @@ class AsyncMrcSocket:
             if n <= 0:
                 return b""
             ch = self._ch
-            await self._wait(ch.readable, "recv")
-            with self._hub.cond:
-                if ch.arrived:
-                    buf = bytearray(min(n, ch.arrived_bytes))
-                    k = ch.read_into(memoryview(buf))
-                    del buf[k:]
-                    return bytes(buf)
-                if ch.eof:
-                    return b""
-                if ch.error is not None:
-                    raise ch.error
-                raise SocketClosed("the socket is closed")
+            while True:
+                await self._wait(ch.readable, "recv")
+                with self._hub.cond:
+                    if ch.arrived:
+                        buf = bytearray(min(n, ch.arrived_bytes))
+                        k = ch.read_into(memoryview(buf))
+                        if not k:
+                            continue  # only empty messages were queued: not the end
+                        del buf[k:]
+                        return bytes(buf)
+                    if ch.eof:
+                        return b""
+                    if ch.error is not None:
+                        raise ch.error
+                    raise SocketClosed("the socket is closed")
 
     async def recv_message(self) -> bytes:
         """The next whole message; :class:`EndOfStream` after the peer closed."""

@@ -334,3 +334,19 @@ def test_mrcd_not_running_names_the_path(tmp_path: Path) -> None:
     assert isinstance(ei.value, ConnectionRefusedError) and isinstance(ei.value, MrcError)
     with pytest.raises(MrcdNotRunning, match=re.escape(path)):
         create_server(1, mrcd=path)
+
+
+def test_stream_reads_skip_empty_messages(mrcd_pair: MrcdPair) -> None:
+    with create_server(17, mrcd=mrcd_pair.b.socket) as srv, \
+            create_connection(("hb", 17), timeout=30, mrcd=mrcd_pair.a.socket) as s:
+        conn, _ = srv.accept(timeout=30)
+        with conn:
+            conn.settimeout(30)
+            s.send_message(b"")
+            s.send_message(b"")
+            s.sendall(b"data")
+            assert conn.recv(100) == b"data"  # not b"" (that would mean the end)
+            s.send_message(b"")
+            conn.settimeout(0.3)
+            with pytest.raises(SocketTimeout):
+                conn.recv(100)
