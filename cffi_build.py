@@ -52,6 +52,8 @@ ffibuilder.cdef(
                           uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
                           const uint8_t *payload, size_t payload_len);
     uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
+    void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
+                          uint32_t udp_off, uint32_t pseudo_sum);
 
     struct mrc_batch {
         unsigned max;

@@ -25,6 +25,9 @@ What mrcd uses:
   reason. The result is a flat record of ints (header fields, offsets into the frame);
   the C parser reuses one record per ``FrameParser``, valid until its next ``parse``.
   :func:`parsed_to_frame` turns a record back into a ``wire.Frame``.
+- ``FrameFinisher(icrc_from, has_ip, udp_off, src, dst).finish(buf)``: ICRC and UDP
+  checksum of a control frame patched in place from a per-path template (the core's
+  SACKs).
 - ``udp6_checksum(src, dst, udp) -> int``, ``udp6_checksum_ok(src, dst, udp) -> bool``
   (pluggable into ``wire.parse_frame(checksum_ok=...)``), ``icrc(covered, has_ip) ->
   bytes``, and the stateless ``send_batch(fd, frames)`` / ``recv_batch(fd, ...)``.
@@ -55,9 +58,12 @@ from mrcnet.constants import (
     ETH_P_IPV6,
     ICRC_LEN,
     IMM_OPCODES,
+    IMMDT_LEN,
     IPV6_HEADER_LEN,
+    METH_LEN,
     PSN_MASK,
     SRH_FIXED_LEN,
+    TSETH_LEN,
     UDP_HEADER_LEN,
 )
 from mrcnet.errors import MalformedFrame, MalformedReason
@@ -91,6 +97,7 @@ __all__ = [
     "BatchIO",
     "CBatchIO",
     "CTemplate",
+    "FrameFinisher",
     "FrameParser",
     "PyBatchIO",
     "PyParsed",
@@ -128,6 +135,8 @@ _IFREQ_INDEX: Final = struct.Struct("16si20x")  # struct ifreq: name, ifindex (4
 _U64_MAX: Final = (1 << 64) - 1
 _PLAIN_DATA_OPS: Final = frozenset(int(op) for op in DATA_OPCODES - IMM_OPCODES)
 
+_IMM_EXT_LEN: Final = METH_LEN + IMMDT_LEN
+_TSETH_EXT_LEN: Final = TSETH_LEN
 _ICRC_MIN_UDP: Final = UDP_HEADER_LEN + BTH_LEN
 _ICRC_MIN_IP: Final = IPV6_HEADER_LEN + _ICRC_MIN_UDP
 
@@ -454,6 +463,7 @@ class CTemplate:
         self._cdata_type = ffi.CData
         self._check = check_data_args
         self._null = ffi.NULL
+        self._hdr_len = len(hdr)
 
     def path(self, *, usid: bytes | None = None,
              segments: Sequence[bytes] | None = None) -> PathSpec:
@@ -520,10 +530,86 @@ class CTemplate:
                              f"{cap} bytes or an IPv6 length field")
         return n
 
+    def frame(self, opcode: int, psn: int, ev: int, va: int,
+              payload: bytes | bytearray | memoryview, path: PathSpec | None,
+              msn: int | None, imm: int | None, timestamp: int | None, rtx: bool,
+              ack_req: bool) -> bytes:
+        """One data frame as ``bytes``, every field positional: the core's per-packet
+        call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into a
+        buffer of exactly the frame's size, so the only copy is ``bytes()``'s."""
+        if (msn is None and imm is None and opcode in _PLAIN_DATA_OPS
+                and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX
+                and (timestamp is None or 0 <= timestamp <= 0xFFFF)):
+            ext = 0
+        else:  # the full check, which also words the errors
+            ext = _EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+        flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
+        n = self._hdr_len + len(payload) + ICRC_LEN
+        if ext:
+            n += _IMM_EXT_LEN
+        if timestamp is not None:
+            ext |= _EXT_TSETH
+            flags |= F_TS
+            n += _TSETH_EXT_LEN
+        else:
+            timestamp = 0
+        null = self._null
+        if path is None:
+            da = segs = pd = null
+        else:
+            da = path.outer_da
+            segs = null if path.srh_segs is None else path.srh_segs
+            pd = null if path.pseudo_dst is None else path.pseudo_dst
+        if type(payload) is not bytes:
+            payload = _ffi.from_buffer(payload)
+        buf = bytearray(n)
+        if not _C.mrc_patch_data(_ffi.from_buffer(buf), n, self._t, opcode, flags, psn, ev, da,
+                                 segs, pd, va, ext, msn or 0, imm or 0, timestamp, payload,
+                                 len(payload)):
+            raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
+                             "IPv6 length field")
+        return bytes(buf)
+
     def build(self, **fields: Any) -> bytes:
         """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
         buf = bytearray(self.max_frame_len(len(fields.get("payload", b""))))
         return bytes(buf[: self.patch(buf, **fields)])
+
+
+class FrameFinisher:
+    """ICRC and UDP checksum for frames built in place from a per-path template (control
+    frames: everything but these two fields is copied or packed by the caller).
+
+    ``icrc_from``: where the ICRC starts (inner IPv6 header with ``has_ip``, else the UDP
+    header); ``udp_off``: the UDP header (the datagram runs to the frame's end);
+    ``pseudo_src``/``pseudo_dst``: the checksum's pseudo-header addresses. ``finish(buf)``
+    writes both into ``buf`` (a bytearray holding the whole frame): one C call when built
+    (``mrc_finish_frame``), else the reference functions; the same bytes either way.
+    """
+
+    __slots__ = ("_c", "_has_ip", "_icrc_from", "_pdst", "_psrc", "_sum", "_udp_off")
+
+    def __init__(self, icrc_from: int, has_ip: bool, udp_off: int, pseudo_src: bytes,
+                 pseudo_dst: bytes, use_c: bool | None = None) -> None:
+        self._c = HAVE_C if use_c is None else use_c
+        if self._c and _C is None:
+            raise RuntimeError("mrcnet._fastpath is not available")
+        self._icrc_from, self._has_ip, self._udp_off = icrc_from, has_ip, udp_off
+        self._psrc, self._pdst = bytes(pseudo_src), bytes(pseudo_dst)
+        self._sum = int(_C.mrc_tmpl_addr_sum(self._psrc, self._pdst)) if self._c else 0
+
+    def finish(self, buf: bytearray) -> None:
+        """Write the ICRC (last 4 bytes) and the UDP checksum of the frame in ``buf``."""
+        n = len(buf)
+        if self._c:
+            _C.mrc_finish_frame(_ffi.from_buffer(buf), n, self._icrc_from, self._has_ip,
+                                self._udp_off, self._sum)
+            return
+        u = self._udp_off
+        buf[u + 6 : u + 8] = b"\0\0"
+        buf[n - ICRC_LEN :] = py_icrc(buf[self._icrc_from : n - ICRC_LEN], self._has_ip)
+        csum = py_udp6_checksum(self._psrc, self._pdst, buf[u:])
+        buf[u + 6 : u + 8] = csum.to_bytes(2, "big")
 
 
 # ---- frame parser --------------------------------------------------------------------------

@@ -142,6 +142,10 @@ def check_flow(flow: Flow, pkts: list[tuple[dict[str, Any], Route]]) -> None:
             path = impl.path(**path_args) if path_args else None
             n = impl.patch(bufs[name], path=path, **fields)
             assert bytes(bufs[name][:n]) == want, (name, fields["opcode"], len(want))
+            got = impl.frame(fields["opcode"], fields["psn"], fields["ev"], fields["va"],
+                             fields["payload"], path, fields.get("msn"), fields.get("imm"),
+                             fields["timestamp"], fields["rtx"], fields["ack_req"])
+            assert got == want, (name, "frame()", fields["opcode"], len(want))
 
 
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -233,6 +233,18 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     return total;
 }
 
+void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
+                      uint32_t udp_off, uint32_t pseudo_sum)
+{
+    uint8_t *ic = frame + len - 4;
+    uint32_t crc = icrc_in_place(frame + icrc_from, (size_t)(ic - frame) - icrc_from, has_ip);
+    ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24;  /* little-endian */
+    uint8_t *u = frame + udp_off;
+    put16(u + 6, 0);
+    uint16_t c = (uint16_t)~udp6_sum(pseudo_sum, u, len - udp_off);
+    put16(u + 6, c ? c : 0xffff);
+}
+
 /* ---- batched packet socket I/O ---------------------------------------------------- */
 
 void mrc_batch_init(struct mrc_batch *b)

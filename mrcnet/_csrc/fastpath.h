@@ -95,6 +95,14 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
                       uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
                       const uint8_t *payload, size_t payload_len);
 
+/* Finish a frame whose every byte is in place but its ICRC and UDP checksum (a control
+ * frame patched from a per-path template): computes the ICRC over frame[icrc_from :
+ * len - 4] (from the inner IPv6 header with has_ip, else from the UDP header), stores it
+ * little-endian in the last 4 bytes, then the UDP checksum (the datagram at udp_off runs
+ * to the end; pseudo_sum from mrc_tmpl_addr_sum). Same bytes as the reference builder. */
+void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
+                      uint32_t udp_off, uint32_t pseudo_sum);
+
 /* ---- batched packet socket I/O ---------------------------------------------------- */
 
 /* Buffers for one batch, allocated once by Python (ffi.new) and reused: `max` message

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from mrcnet.constants import (
     EV_PATH_SHIFT,
+    EV_PLANE_MASK,
+    EV_PLANE_SHIFT,
     IMM_OPCODES,
     LAST_OPCODES,
     MPR_UNIT,
@@ -34,7 +36,7 @@ from mrcnet.constants import (
 )
 from mrcnet.core.cc import CongestionControl, create_cc
 from mrcnet.core.config import EV_PROFILE_ECMP, HostConfig, QPAttrs
-from mrcnet.core.ctrl import SackTemplate, pack_sack_fields
+from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.events import (
     Completion,
     ImmediateReceived,
@@ -61,6 +63,7 @@ _INF = float("inf")
 _S16_MAX = (1 << 15) - 1
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
+_ENDS = frozenset(int(op) for op in _ONLY + _LAST)  # opcodes that end a message
 REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious losses
 REO_DECAY_BYTES = 4 << 20  # ... and halves after this many bytes without one
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
@@ -366,7 +369,9 @@ class QueuePair:
         if cc is None or evm is None:
             return
         cwnd = cc.cwnd
-        rtx_q = self.rtx_q
+        rtx_q, sq, unacked = self.rtx_q, self.sq, self.unacked
+        mtu, tx_window, send, next_ev = self.cfg.mtu_payload, self.tx_window, self._send, \
+            evm.next_ev
         while True:
             if rtx_q:
                 p = rtx_q[0]
@@ -377,15 +382,16 @@ class QueuePair:
                     return
                 rtx_q.popleft()
                 p.pending = False
-                self._send(p, now, out, evm.next_ev(avoid=p.ev), True)
+                send(p, now, out, next_ev(avoid=p.ev), True)
                 continue
-            if not self.sq:
+            if not sq:
                 return
-            if self.inflight and self.inflight_bytes + self.cfg.mtu_payload > cwnd:
+            if self.inflight and self.inflight_bytes + mtu > cwnd:
                 return
-            if self.next_seq - self.snd_una >= self.tx_window:
+            seq = self.next_seq
+            if seq - self.snd_una >= tx_window:
                 return
-            wr = self.sq[0]
+            wr = sq[0]
             if wr.next_pkt == 0:
                 if wr.imm is not None and not self._imm_allowed(now):
                     return
@@ -394,7 +400,7 @@ class QueuePair:
             wr.next_pkt += 1
             last = wr.next_pkt == wr.npkts
             if last:
-                self.sq.popleft()
+                sq.popleft()
             if wr.npkts == 1:
                 op = Opcode.WRITE_ONLY if wr.imm is None else Opcode.WRITE_ONLY_IMM
             elif idx == 0:
@@ -403,12 +409,12 @@ class QueuePair:
                 op = Opcode.WRITE_MIDDLE
             else:
                 op = Opcode.WRITE_LAST if wr.imm is None else Opcode.WRITE_LAST_IMM
-            off = idx * self.cfg.mtu_payload
-            p = Pkt(self.next_seq, wr, off, min(self.cfg.mtu_payload, wr.length - off), op)
-            self.next_seq += 1
-            self.unacked[p.seq] = p
+            off = idx * mtu
+            p = Pkt(seq, wr, off, min(mtu, wr.length - off), op)
+            self.next_seq = seq + 1
+            unacked[seq] = p
             wr.unacked += 1
-            self._send(p, now, out, evm.next_ev(), False)
+            send(p, now, out, next_ev(), False)
 
     def _imm_allowed(self, now: float) -> bool:
         if (self.next_msn < self.peer_credit
@@ -442,14 +448,10 @@ class QueuePair:
         tp = self._data_path(ev, wr.rkey) if self.cfg.use_templates else None
         if tp is not None:
             port, tmpl, spec = tp
-            buf = bytearray(tmpl.max_frame_len(p.length))
-            n = tmpl.patch(
-                buf, opcode=p.opcode, psn=p.seq & PSN_MASK, ev=ev,
-                va=wr.remote_addr + p.off, payload=payload, path=spec,
-                msn=(wr.msn & _MSN_MASK) if imm else None, imm=wr.imm if imm else None,
-                timestamp=ts, rtx=rtx, ack_req=p.opcode in LAST_OPCODES,
-            )
-            frame = bytes(memoryview(buf)[:n])
+            frame = tmpl.frame(
+                p.opcode, p.seq & PSN_MASK, ev, wr.remote_addr + p.off, payload, spec,
+                (wr.msn & _MSN_MASK) if imm else None, wr.imm if imm else None, ts, rtx,
+                p.opcode in LAST_OPCODES)
         else:
             port, route = self.route(ev)
             frame = build_data(
@@ -833,7 +835,10 @@ class QueuePair:
         self.rcvd_bytes += n
         self.rx_packets += 1
         if d == 0:
-            self._deliver(entry)
+            if op in _ENDS:
+                self._deliver(entry)
+            else:  # _deliver's whole work for a packet inside a message
+                self.rx_msg_bytes += n
             nxt = seq + 1
             while nxt in ooo:
                 self._deliver(ooo.pop(nxt))
@@ -895,7 +900,8 @@ class QueuePair:
         the QP's own live EVs in the plane are the reverse set."""
         evm = self.evm
         assert evm is not None
-        if ev and ev_path(ev)[0] in evm.usable_planes and ev_path(ev)[0] in self._paths:
+        ev_plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK  # ev_path(ev)[0], inlined
+        if ev and ev_plane in evm.usable_planes and ev_plane in self._paths:
             port, route = self.route(ev)
             return ev, port, route
         rev = evm.reverse_ev(plane) if plane in evm.usable_planes else evm.next_ev().ev
@@ -925,9 +931,12 @@ class QueuePair:
         # repeats what is still missing before it (a lost SACK costs nothing); extra
         # windows only for packets further out that no SACK has reported yet.
         bases: list[int] = [rcv + 1]
-        for s in sorted(s for s in self.unreported if s > rcv + SACK_BITMAP_BITS):
-            if s >= bases[-1] + SACK_BITMAP_BITS:
-                bases.append(s)
+        far = rcv + SACK_BITMAP_BITS
+        extra = [s for s in self.unreported if s > far]  # usually none
+        if extra:
+            for s in sorted(extra):
+                if s >= bases[-1] + SACK_BITMAP_BITS:
+                    bases.append(s)
         self.unreported.clear()
         ev, port, route = self._reverse(self.ack_plane if self.ack_plane >= 0
                                         else self.evm.usable_planes[0]
@@ -958,11 +967,10 @@ class QueuePair:
                 for i in range(SACK_BITMAP_BITS):
                     if base + i in ooo:
                         bm |= 1 << i
-            seth, cc = pack_sack_fields(
-                ack_ev, cack, ack_off, min(_S16_MAX, base - rcv), max_range, ack_ce, bm,
+            out.append((port, tmpl.build_fields(
+                ev, ack_ev, cack, ack_off, min(_S16_MAX, base - rcv), max_range, ack_ce, bm,
                 credit, self.ack_ts, min(255, len(ooo)), penalty,
-                self.rcvd_bytes % _CREDIT_MOD)
-            out.append((port, tmpl.build_raw(ev, seth, cc)))
+                self.rcvd_bytes % _CREDIT_MOD)))
             self.tx_sacks += 1
 
     def on_probe(self, f: PyParsed, plane: int, now: float,

@@ -263,6 +263,16 @@ class DataTemplate:
         n = self.patch(buf, **fields)  # type: ignore[arg-type]
         return bytes(buf[:n])
 
+    def frame(self, opcode: int, psn: int, ev: int, va: int, payload: Buffer,
+              path: PathSpec | None, msn: int | None, imm: int | None,
+              timestamp: int | None, rtx: bool, ack_req: bool) -> bytes:
+        """One frame as ``bytes``, every field positional (the core's per-packet call;
+        :class:`mrcnet.fastpath.CTemplate` has the same method, one C call)."""
+        buf = bytearray(self.max_frame_len(len(payload)))
+        n = self.patch(buf, opcode=opcode, psn=psn, ev=ev, va=va, payload=payload, path=path,
+                       msn=msn, imm=imm, timestamp=timestamp, rtx=rtx, ack_req=ack_req)
+        return bytes(buf[:n])
+
 
 def check_data_args(opcode: int, psn: int, ev: int, va: int, msn: int | None,
                     imm: int | None, timestamp: int | None) -> bool:

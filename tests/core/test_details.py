@@ -11,6 +11,7 @@ import pytest
 from mrcnet.constants import NackReason
 from mrcnet.core import HostConfig, WCOpcode, WCStatus
 from mrcnet.core.ctrl import SackTemplate
+from mrcnet.fastpath import FrameFinisher
 from mrcnet.wire import CCState, Route, build_sack, parse_frame, usid_container
 from mrcnet.wire.sack import SETH
 
@@ -54,12 +55,28 @@ def test_sack_template_matches_build_sack(mode: str, encap: bool) -> None:
     r = Route(b"\x02" * 6, b"\x04" * 6, bytes(15) + b"\x09", bytes(15) + b"\x01",
               encap=encap, **kw)
     t = SackTemplate(r, dest_qp=7)
+    py = SackTemplate(r, dest_qp=7)
+    py._fin = FrameFinisher(*_finisher_args(py, r), use_c=False)  # the pure-Python finisher
     for i in range(5):
         ev = 0x80012345 + i * 0x10001
         s = SETH(ev=i, cack_psn=99 + i, ack_offset=-3, sack_offset=1, max_psn_range=5,
                  bitmap=0xF0F0 << i, imm_credit=77, ece=bool(i & 1))
         c = CCState(5, 2, i, 99999)
-        assert t.build(ev, s, c) == build_sack(r, ev=ev, dest_qp=7, seth=s, cc=c)
+        ref = build_sack(r, ev=ev, dest_qp=7, seth=s, cc=c)
+        assert t.build(ev, s, c) == ref
+        assert py.build(ev, s, c) == ref
+        for tm in (t, py):
+            assert tm.build_fields(ev, s.ev, s.cack_psn, s.ack_offset, s.sack_offset,
+                                   s.max_psn_range, s.ece, s.bitmap, s.imm_credit,
+                                   c.ts_echo, c.ooo_count, c.window_penalty,
+                                   c.rcvd_bytes) == ref
+
+
+def _finisher_args(t: SackTemplate, r: Route) -> tuple[int, bool, int, bytes, bytes]:
+    udp = t._udp_off
+    if r.encap:  # pseudo-header: inner addresses, else the final destination
+        return (udp - 40, True, udp, r.src_ip, r.dst_ip)
+    return (udp, False, udp, r.src_ip, r.final_dst)
 
 
 def test_sender_never_exceeds_the_peers_receive_credit() -> None:
