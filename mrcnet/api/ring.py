@@ -61,8 +61,9 @@ from mrcnet.api.client import (
     QueuePair,
     RemoteRegion,
     WorkCompletion,
+    default_socket_path,
 )
-from mrcnet.api.errors import ApiError, ConnectError, DaemonNotRunning
+from mrcnet.api.errors import AccessDenied, ApiError, ConnectError, DaemonNotRunning
 from mrcnet.errors import MrcError
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "ConnectionRefused",
     "ConnectionReset",
     "EndOfStream",
+    "MrcdAccessDenied",
     "MrcdNotRunning",
     "PeerUnreachable",
     "SocketClosed",
@@ -92,6 +94,17 @@ class MrcdNotRunning(DaemonNotRunning, SocketError, ConnectionRefusedError):
         self.path = path
         super().__init__(detail or f"mrcd is not running at {path} (start it with "
                          "mrcd --config FILE, or pass mrcd=PATH / set MRCD_SOCKET)")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class MrcdAccessDenied(AccessDenied, SocketError, PermissionError):
+    """mrcd's socket exists, but its mode/group do not let this user in (``path``)."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(detail)
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -219,11 +232,13 @@ class Hub:
     @classmethod
     def open(cls, path: str | None) -> Hub:
         """Open a context on mrcd at ``path`` (default ``$MRCD_SOCKET``)."""
+        where = path or default_socket_path()
         try:
             ctx = Context(path)
         except DaemonNotRunning as e:
-            from mrcnet.api.client import default_socket_path
-            raise MrcdNotRunning(path or default_socket_path()) from e
+            raise MrcdNotRunning(where) from e
+        except AccessDenied as e:
+            raise MrcdAccessDenied(where, str(e)) from e
         try:
             return cls(ctx)
         except ApiError:
