@@ -481,10 +481,15 @@ class Context:
         self._call("listen", service=service, qpn=qp.qpn, mrs=[m.lkey for m in expose],
                    private=private)
 
-    def stats(self, qp: QueuePair | None = None) -> Message:
-        """mrcd's counters (host, ports; with ``qp`` also that QP's state and counters)."""
+    def stats(self, qp: QueuePair | None = None, *, evs: bool = False) -> Message:
+        """mrcd's counters (host, ports; with ``qp`` also that QP's state and counters;
+        with ``evs=True`` also ``"evs"``: one dict per EV of the QP with its ``plane``,
+        ``path`` (the spine index in a leaf-spine fabric), ``state`` and counters
+        ``sent``, ``acked``, ``lost``, ``trimmed``, ``ecn``, ``probes_sent``)."""
         if qp is None:
             return self._call("stats")
+        if evs:
+            return self._call("stats", qpn=qp.qpn, evs=True)
         return self._call("stats", qpn=qp.qpn)
 
     def get_async_event(self, timeout: float | None = 0.0) -> Message | None:

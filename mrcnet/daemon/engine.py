@@ -244,9 +244,28 @@ class Daemon(Verbs):
                 self.log.warning("port " + ("up" if up else "down"),
                                  port=self.ports[i].ifname, plane=self.local[i].plane)
                 self.host.set_port_state(i, up, now)
+                self._reattach_port(i)
             self._pump(now)
         except Exception:
             self._guarded("link change")
+
+    def _reattach_port(self, index: int) -> None:
+        """Watch a port's socket again after its link changed.
+
+        When a link goes down the kernel sets ENETDOWN on the packet socket (EPOLLERR),
+        and libuv (uvloop) stops a poll handle that reports an error: without this the
+        port would never be read again after the link came back (measured on a fabric:
+        0 frames received on the port while its leaf sent 1,760). Reading consumes the
+        error (:meth:`PacketPort.recv` returns no frames and counts ``rx_link_down``).
+        """
+        loop = self._loop
+        if loop is None:
+            return
+        fd = self.ports[index].fileno()
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_reader(fd)
+        loop.add_reader(fd, self._on_port_readable, index)
+        self._receive(index)
 
     # --- data path ----------------------------------------------------------------------
     def _guarded(self, what: str) -> None:

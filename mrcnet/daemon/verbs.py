@@ -350,8 +350,16 @@ class Verbs:
         out: Message = {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
                         "ports": {p.ifname: vars(p.stats) for p in self.ports}}
         if "qpn" in msg:
-            out["qp"] = {k: v for k, v in self.host.qp_stats(self._qpn(s, msg)).items()
+            qpn = self._qpn(s, msg)
+            out["qp"] = {k: v for k, v in self.host.qp_stats(qpn).items()
                          if isinstance(v, int | float | str | dict | type(None))}
+            # The next PSN this QP expects as responder (24 bits), for tools and tests.
+            rcv = getattr(self.host.qp(qpn), "rcv_nxt", None)
+            if isinstance(rcv, int):
+                out["qp"]["rcv_psn"] = rcv & PSN_MASK
+            if msg.get("evs"):
+                # One entry per EV (plane, path = spine index, state, sent/acked/lost...).
+                out["evs"] = list(self.host.ev_stats(qpn).values())
         return out
 
     def _on_session_closed(self, s: Session) -> None:

@@ -102,6 +102,7 @@ class PortStats:
     tx_dropped: int = 0  #: frames dropped because the backlog was full
     rx_batches: int = 0  #: receive calls that returned at least one frame
     tx_batches: int = 0  #: send calls
+    rx_link_down: int = 0  #: receive calls that found the link down (ENETDOWN)
 
 
 class PacketPort:
@@ -199,7 +200,15 @@ class PacketPort:
         The views point into the port's reusable buffer: they are valid until the next
         :meth:`recv`; copy what must outlive that.
         """
-        got = self._io.recv(max_frames, wait=wait)
+        try:
+            got = self._io.recv(max_frames, wait=wait)
+        except OSError as e:
+            if e.errno not in (errno.ENETDOWN, errno.ENXIO):
+                raise
+            # The carrier dropped: the kernel reports it once on the socket (the socket
+            # stays usable once the link is back). Link state itself comes from rtnetlink.
+            self.stats.rx_link_down += 1
+            return []
         if got:
             self.stats.rx_frames += len(got)
             self.stats.rx_batches += 1

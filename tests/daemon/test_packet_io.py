@@ -157,7 +157,7 @@ def _ping(v: VethPair, count: int) -> None:
 
 
 def _icmp_errors(sock: socket.socket) -> list[int]:
-    types = []
+    types: list[int] = []
     while True:
         try:
             data = sock.recv(2048)
@@ -242,6 +242,27 @@ def test_send_on_a_down_link_drops_and_counts(veth: VethPair) -> None:
         assert pa.send(frames) == 100  # done with: dropped, never queued, no exception
         assert pa.stats.tx_dropped == 100 and pa.backlog == 0 and pa.stats.tx_frames == 0
         run("ip", "link", "set", veth.if_a, "up", ns=veth.ns_a)
+
+
+@needs_root
+def test_receive_after_the_link_went_down_returns_nothing(veth: VethPair) -> None:
+    """The kernel reports a carrier loss once on a packet socket (ENETDOWN from
+    recvmmsg); mrcd's port treats it as "no frames", not as an error, and works again
+    once the link is back (found on a fabric: a NIC port down mid-transfer)."""
+    with in_netns(veth.ns_b):
+        pb = PacketPort(veth.if_b)
+    with pb:
+        run("ip", "link", "set", veth.if_b, "down", ns=veth.ns_b)
+        assert pb.recv() == [] and pb.recv() == []
+        assert pb.stats.rx_link_down == 1
+        run("ip", "link", "set", veth.if_b, "up", ns=veth.ns_b)
+        with in_netns(veth.ns_a), PacketPort(veth.if_a) as pa:
+            deadline = time.monotonic() + 5
+            got: list[bytes] = []
+            while not got and time.monotonic() < deadline:  # until the carrier is back
+                pa.send([_frame(veth, "udp", 1)])
+                got = _drain(pb, 1, timeout=0.2)
+        assert got == [_frame(veth, "udp", 1)]
 
 
 @needs_root
