@@ -191,10 +191,26 @@ class MrcSocket:
 
     def recv(self, bufsize: int) -> bytes:
         """Up to ``bufsize`` bytes; ``b""`` at the end of the stream."""
-        buf = bytearray(bufsize)
-        n = self.recv_into(buf)
-        del buf[n:]
-        return bytes(buf)
+        with self._rlock, self._hub.cond:
+            self._check_open()
+            if bufsize <= 0:
+                return b""
+            ch = self._ch
+            while True:
+                self._wait(ch.readable, "recv")
+                if ch.arrived:
+                    # Sized by what arrived, not bufsize: recv(1 << 20) of a few bytes
+                    # allocates a few bytes.
+                    buf = bytearray(min(bufsize, ch.arrived_bytes))
+                    n = ch.read_into(memoryview(buf))
+                    if n:
+                        return bytes(buf)
+                    continue  # only empty messages were queued: not the end
+                if ch.eof:
+                    return b""
+                if ch.error is not None:
+                    raise ch.error
+                raise SocketClosed("the socket is closed")
 
     def recv_message(self) -> bytes:
         """The next whole message (as sent by one :meth:`send_message`); raises

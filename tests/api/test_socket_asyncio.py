@@ -42,6 +42,9 @@ def test_streams_echo_and_large_transfer(mrcd_pair: MrcdPair) -> None:
             writer.write(b"hello\n")
             await writer.drain()
             assert await reader.readline() == b"hello\n"
+            writer.write_message(b"")  # an empty message is nothing in a byte stream
+            writer.write(b"x")
+            assert await reader.readexactly(1) == b"x"
             data = os.urandom(16 * MIB)
             t0 = time.monotonic()
             writer.write(data)  # queued; sent by the writer's task while we read

@@ -22,6 +22,7 @@ from mrcnet.api.socket import (
     MrcListener,
     MrcSocket,
     PeerUnreachable,
+    SocketClosed,
     SocketTimeout,
     WouldBlock,
     create_connection,
@@ -350,3 +351,27 @@ def test_stream_reads_skip_empty_messages(mrcd_pair: MrcdPair) -> None:
             conn.settimeout(0.3)
             with pytest.raises(SocketTimeout):
                 conn.recv(100)
+
+
+def test_close_wakes_a_blocked_reader(mrcd_pair: MrcdPair) -> None:
+    with create_server(18, mrcd=mrcd_pair.b.socket) as srv, \
+            create_connection(("hb", 18), mrcd=mrcd_pair.a.socket) as s:
+        conn, _ = srv.accept(timeout=30)
+        errors: list[BaseException] = []
+
+        def reader() -> None:
+            try:
+                s.recv(10)
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        time.sleep(0.5)
+        s.close()  # from another thread, while recv waits (no timeout)
+        t.join(30)
+        assert not t.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], SocketClosed), errors
+        conn.settimeout(30)
+        assert conn.recv(10) == b""  # the peer saw the CLOSE
+        conn.close()
