@@ -418,3 +418,17 @@ def test_ecn_on_a_plane_that_lost_a_path_shifts_load_to_the_other_plane() -> Non
             m.skip(info.ev, "ecn")  # plane 0's queues mark some of its packets
     assert counts[1] > counts[0] * 1.05
     assert Counter(len(m.active[p]) for p in (0, 1)) == {64: 2}
+
+
+def test_ecn_skips_never_hand_packets_to_an_unusable_plane() -> None:
+    """With plane 1 out of use (port down), ECN echoes on plane 0 keep its packets on
+    plane 0: a skipped EV's turn only goes to planes still usable."""
+    m = EVManager(1, {0: 4, 1: 4}, evs_per_qp=32)
+    m.set_planes([0])
+    for info in m.active[0]:
+        m.skip(info.ev, "ecn")
+    assert {m.next_ev().plane for _ in range(64)} == {0}
+    m.set_planes([0, 1])
+    for info in m.active[1]:
+        m.skip(info.ev, "ecn")
+    assert _plane_counts(m, 64) == {0: 32 + 16, 1: 32 - 16}
