@@ -27,7 +27,7 @@ from __future__ import annotations
 import socket as _socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import EllipsisType, TracebackType
 
 from mrcnet.api.client import PeerInfo
@@ -148,11 +148,14 @@ class MrcSocket:
         self._timeout = None if flag else 0.0
 
     # -- waiting --
-    def _wait(self, ready: object, what: str) -> None:
-        """Wait (hub lock held) until ``ready()``; raise on timeout."""
-        assert callable(ready)
+    def _deadline(self) -> float | None:
+        """One deadline per call: a call that waits several times (sendall) still ends
+        after the timeout in all, as :meth:`socket.socket.sendall` does."""
+        return None if self._timeout is None else time.monotonic() + self._timeout
+
+    def _wait(self, ready: Callable[[], bool], what: str, deadline: float | None) -> None:
+        """Wait (hub lock held) until ``ready()``; raise once ``deadline`` passed."""
         t = self._timeout
-        deadline = None if t is None else time.monotonic() + t
         if not self._hub.wait(ready, deadline, self._ch.idle):
             if self._hub.error is not None:
                 raise self._hub.error
@@ -176,8 +179,9 @@ class MrcSocket:
             if not mv:
                 return 0
             ch = self._ch
+            deadline = self._deadline()
             while True:
-                self._wait(ch.readable, "recv")
+                self._wait(ch.readable, "recv", deadline)
                 if ch.arrived:
                     n = ch.read_into(mv)
                     if n:
@@ -196,8 +200,9 @@ class MrcSocket:
             if bufsize <= 0:
                 return b""
             ch = self._ch
+            deadline = self._deadline()
             while True:
-                self._wait(ch.readable, "recv")
+                self._wait(ch.readable, "recv", deadline)
                 if ch.arrived:
                     # Sized by what arrived, not bufsize: recv(1 << 20) of a few bytes
                     # allocates a few bytes.
@@ -218,8 +223,9 @@ class MrcSocket:
         with self._rlock, self._hub.cond:
             self._check_open()
             ch = self._ch
+            deadline = self._deadline()
             while True:
-                self._wait(ch.readable, "recv_message")
+                self._wait(ch.readable, "recv_message", deadline)
                 if ch.arrived:
                     if ch.read_message_part(self._msg):
                         out = bytes(self._msg)
@@ -248,13 +254,14 @@ class MrcSocket:
         ch = self._ch
         with self._wlock, self._hub.cond:
             self._check_open()
+            deadline = self._deadline()
             sent = 0
             while True:
                 self._hub.pump()  # credits that arrived meanwhile
                 sent += ch.write_some(mv[sent:], message_end=message)
                 if sent >= len(mv) or (sent and not all_):
                     return sent
-                self._wait(ch.writable, "send")
+                self._wait(ch.writable, "send", deadline)
 
     def send(self, data: BytesLike) -> int:
         """Send what the peer's ring has room for now (waiting for at least one byte);

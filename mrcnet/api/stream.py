@@ -98,9 +98,14 @@ class AsyncMrcSocket:
         """(peer host, peer QP number)."""
         return (self.peer.host, self.peer.qpn)
 
-    async def _wait(self, ready: Callable[[], bool], what: str) -> None:
+    def _deadline(self) -> float | None:
+        """One deadline per call: a call that waits several times (sendall) still ends
+        after ``timeout`` in all, as :meth:`socket.socket.sendall` does."""
+        return None if self.timeout is None else time.monotonic() + self.timeout
+
+    async def _wait(self, ready: Callable[[], bool], what: str,
+                    deadline: float | None) -> None:
         t = self.timeout
-        deadline = None if t is None else time.monotonic() + t
         if not await self._hub.wait_async(ready, deadline, self._ch.idle):
             if self._hub.error is not None:
                 raise self._hub.error
@@ -118,8 +123,9 @@ class AsyncMrcSocket:
             if n <= 0:
                 return b""
             ch = self._ch
+            deadline = self._deadline()
             while True:
-                await self._wait(ch.readable, "recv")
+                await self._wait(ch.readable, "recv", deadline)
                 with self._hub.cond:
                     if ch.arrived:
                         buf = bytearray(min(n, ch.arrived_bytes))
@@ -139,8 +145,9 @@ class AsyncMrcSocket:
         async with self._rlock:
             self._check_open()
             ch = self._ch
+            deadline = self._deadline()
             while True:
-                await self._wait(ch.readable, "recv_message")
+                await self._wait(ch.readable, "recv_message", deadline)
                 with self._hub.cond:
                     if ch.arrived:
                         if ch.read_message_part(self._msg):
@@ -178,12 +185,13 @@ class AsyncMrcSocket:
     async def _send(self, data: BytesLike, *, message: bool, all_: bool) -> int:
         mv = memoryview(data).cast("B")
         async with self._wlock:
+            deadline = self._deadline()
             sent = 0
             while True:
                 sent += self.try_send(mv[sent:], message=message)
                 if sent >= len(mv) or (sent and not all_):
                     return sent
-                await self._wait(self._ch.writable, "send")
+                await self._wait(self._ch.writable, "send", deadline)
 
     async def send(self, data: BytesLike) -> int:
         """Send what fits in the peer's ring (at least one byte); returns the count."""
@@ -199,7 +207,7 @@ class AsyncMrcSocket:
 
     async def flush(self) -> None:
         """Wait until everything sent is acknowledged by the peer's mrcd."""
-        await self._wait(self._ch.flushed, "flush")
+        await self._wait(self._ch.flushed, "flush", self._deadline())
         if self._ch.error is not None:
             raise self._ch.error
 

@@ -202,8 +202,10 @@ def test_timeouts(mrcd_pair: MrcdPair) -> None:
                     s.recv(10)
                 # The peer does not read: its 16 KiB ring fills, then send times out.
                 s.settimeout(1.0)
+                t0 = time.monotonic()
                 with pytest.raises(SocketTimeout, match="send timed out"):
                     s.sendall(b"x" * (64 << 10))
+                assert 0.9 < time.monotonic() - t0 < 10  # one timeout for the whole call
                 # Reading frees the ring; what was sent arrives in order.
                 conn.settimeout(30)
                 assert recv_exactly(conn, 16 << 10) == b"x" * (16 << 10)
