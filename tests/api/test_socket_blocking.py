@@ -377,3 +377,27 @@ def test_close_wakes_a_blocked_reader(mrcd_pair: MrcdPair) -> None:
         conn.settimeout(30)
         assert conn.recv(10) == b""  # the peer saw the CLOSE
         conn.close()
+
+
+def test_verbs_peer_is_not_accepted(mrcd_pair: MrcdPair) -> None:
+    """A plain verbs QP connecting to a socket service is dropped; the listener goes on."""
+    from mrcnet.api import Context
+
+    with create_server(19, mrcd=mrcd_pair.b.socket) as srv, \
+            Context(mrcd_pair.a.socket) as ctx:
+        qp = ctx.create_qp(ctx.create_cq())
+        qp.connect("hb", 19)  # mrcd accepts for the listener; the socket layer drops it
+        with pytest.raises(SocketTimeout):
+            srv.accept(timeout=0.5)
+        with create_connection(("hb", 19), timeout=30, mrcd=mrcd_pair.a.socket) as s:
+            conn, _ = srv.accept(timeout=30)
+            with conn:
+                s.send_message(b"ok")
+                conn.settimeout(30)
+                assert conn.recv_message() == b"ok"
+    # And a socket client connecting to a verbs listener is refused, saying why.
+    with Context(mrcd_pair.b.socket) as vctx:
+        vqp = vctx.create_qp(vctx.create_cq())
+        vctx.listen(20, vqp, expose=[vctx.alloc_mr(8192)])
+        with pytest.raises(ConnectionRefused, match="not a socket-API peer"):
+            create_connection(("hb", 20), timeout=30, mrcd=mrcd_pair.a.socket)
