@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import MrcdPair
 
 from mrcnet.api.socket import (
     ConnectionRefused,
@@ -21,6 +21,9 @@ from mrcnet.api.socket import (
     open_connection,
     start_server,
 )
+
+if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
+    from conftest import MrcdPair
 
 MIB = 1 << 20
 

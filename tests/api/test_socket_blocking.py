@@ -9,9 +9,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import MrcdPair
 
 from mrcnet.api.socket import (
     BrokenPipe,
@@ -29,6 +29,9 @@ from mrcnet.api.socket import (
     create_server,
 )
 from mrcnet.errors import MrcError
+
+if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
+    from conftest import MrcdPair
 
 MIB = 1 << 20
 

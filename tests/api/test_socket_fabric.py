@@ -6,8 +6,7 @@ import asyncio
 import os
 import threading
 import time
-
-from conftest import FabricPair
+from typing import TYPE_CHECKING
 
 from mrcnet.api.socket import (
     MrcSocket,
@@ -18,6 +17,9 @@ from mrcnet.api.socket import (
     open_connection,
     start_server,
 )
+
+if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
+    from conftest import FabricPair
 
 MIB = 1 << 20
 
