@@ -450,9 +450,9 @@ class Host:
         """One frame from the network on local ``port``. Never raises."""
         self._last_now = now
         self.rx_frames += 1
-        if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
-            frame = frame.cast("B")  # offsets below are byte offsets
         try:
+            if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
+                frame = frame.cast("B")  # offsets below are byte offsets
             f = self._parser.parse(frame, self.config.verify_checksums)
         except MalformedFrame as e:
             self.count(f"rx_malformed_{e.reason.value}")

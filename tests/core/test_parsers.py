@@ -45,3 +45,24 @@ def test_c_parser_and_parse_frame_drive_the_core_identically() -> None:
     assert len(log_c) == len(log_py)
     assert log_c == log_py
     assert dst_c == dst_py
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_receive_takes_any_buffer_and_never_raises(fast: bool) -> None:
+    """bytes, bytearray, memoryviews of any item size: the same frame, the same result;
+    a buffer no parser can read is counted, not raised."""
+    net = Net(planes=1, spines=2, config=HostConfig(fast_parse=fast))
+    qa, _qb = connect(net, 0, 1)
+    ha, hb = net.h(0), net.h(1)
+    src = bytearray(range(200)) * 40
+    dst = bytearray(len(src))
+    ms, md = ha.register_mr(src), hb.register_mr(dst)
+    ha.post_write(qa, 1, ms, 0, len(src), md.addr, md.rkey)
+    frames = [f for _, f in ha.frames_to_send(0.0)]
+    assert len(frames) == 2 and all(len(f) % 2 == 0 for f in frames)
+    hb.receive(memoryview(bytearray(frames[0])).cast("H"), 0, 0.0)
+    hb.receive(bytearray(frames[1]), 0, 0.0)
+    assert dst == src
+    hb.receive(memoryview(bytes(200))[::2], 0, 0.0)  # not contiguous
+    c = hb.counters()
+    assert c["rx_data"] == 2 and c["rx_frames"] == 3 and c["rx_internal_error"] == 1
