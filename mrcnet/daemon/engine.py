@@ -32,6 +32,7 @@ from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
+from mrcnet.io.kernel_drop import remove_stale_tables
 from mrcnet.io.linkwatch import LinkWatch
 from mrcnet.io.packet_port import interface_running
 from mrcnet.wire import mac_to_bytes
@@ -141,6 +142,12 @@ class Daemon(Verbs):
             self.local.append(LocalPort(i, pc.plane, pc.ifname, port.mac,
                                         socket.inet_pton(socket.AF_INET6, addr), nh_mac))
         if cfg.kernel_drop:
+            # An mrcd killed with SIGKILL leaves its table (and its drop rules) behind:
+            # remove those whose owner is gone (exact name format and pid check only).
+            stale = remove_stale_tables()
+            if stale:
+                self.log.warning("removed kernel drop tables of mrcds that are gone",
+                                 tables=stale)
             self.kdrop = KernelDrop([p.ifname for p in self.ports])
             self.kdrop.install()
         if self.desc is not None:

@@ -30,12 +30,15 @@ from typing import Final
 from mrcnet.constants import IPPROTO_IPV6, IPPROTO_UDP, IPV6_HEADER_LEN, MRC_UDP_PORT
 from mrcnet.io.errors import CapabilityError, IOSetupError
 
-__all__ = ["KernelDrop"]
+__all__ = ["KernelDrop", "remove_stale_tables", "stale_tables"]
 
 #: Ahead of any other ingress chain (they should not spend work on MRC frames).
 CHAIN_PRIORITY: Final = -500
 _NFT_TIMEOUT: Final = 10.0
 _IFNAME_RE: Final = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
+#: Exactly the table names :class:`KernelDrop` makes: ``mrcd_<pid>_<6 hex digits>``.
+TABLE_RE: Final = re.compile(r"^mrcd_([1-9][0-9]{0,9})_([0-9a-f]{6})$")
+_TABLE_LINE_RE: Final = re.compile(r"^table netdev (\S+)$")
 
 
 class KernelDrop:
@@ -52,7 +55,7 @@ class KernelDrop:
                 raise IOSetupError(f"bad interface name {name!r}")
         self.ifnames = list(ifnames)
         self.port = port
-        self.table = table or f"mrcd_{os.getpid()}_{secrets.token_hex(3)}"
+        self.table = table or f"mrcd_{os.getpid()}_{secrets.token_hex(3)}"  # see TABLE_RE
         self.installed = False
 
     def ruleset(self) -> str:
@@ -102,6 +105,67 @@ class KernelDrop:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def _pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie, killed but not yet reaped, counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # cannot tell: keep its table
+
+
+def stale_tables() -> list[str]:
+    """Kernel drop tables of this network namespace left by an mrcd that is gone.
+
+    A table is stale only if all of these hold: family ``netdev``; its name has exactly
+    the form :class:`KernelDrop` gives (``mrcd_<pid>_<6 hex>``, :data:`TABLE_RE`); its
+    comment names the same pid (``mrcd pid <pid>: ...``); and that pid is not running.
+    Anything else, including tables of live mrcds, is never touched. (PIDs are those of
+    mrcd's PID namespace: mrcds sharing a network namespace must share a PID namespace.)
+    """
+    out = _nft(["list", "tables", "netdev"])
+    stale: list[str] = []
+    for line in out.splitlines():
+        m = _TABLE_LINE_RE.match(line.strip())
+        if m is None:
+            continue
+        name = m.group(1)
+        nm = TABLE_RE.match(name)
+        if nm is None:
+            continue
+        pid = int(nm.group(1))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        try:
+            text = _nft(["list", "table", "netdev", name])
+        except IOSetupError:
+            continue  # gone meanwhile
+        if f'comment "mrcd pid {pid}: ' in text:
+            stale.append(name)
+    return stale
+
+
+def remove_stale_tables() -> list[str]:
+    """Delete the tables :func:`stale_tables` finds (by exact name); returns their names.
+
+    A table another process deletes at the same time is skipped silently.
+    """
+    removed: list[str] = []
+    for name in stale_tables():
+        try:
+            _nft(["delete", "table", "netdev", name])
+        except IOSetupError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def _nft(args: list[str], stdin: str | None = None) -> str:
