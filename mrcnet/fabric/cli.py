@@ -47,8 +47,22 @@ def cmd_up(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
 
     fab = Fabric.up(a.spec, name=a.name, progress=None if a.quiet else _progress)
+    pids: dict[str, int] = {}
+    if a.mrcd:
+        from mrcnet.fabric.mrcd import mrcd_dir, start_mrcds
+
+        if not a.quiet:
+            _progress(f"starting mrcd on {len(fab.description.hosts)} hosts")
+        try:
+            pids = start_mrcds(fab)
+        except BaseException:
+            fab.down()
+            raise
+        if not a.quiet:
+            _progress(f"mrcd running on every host: sockets in {mrcd_dir(fab.name)}")
     if a.json:
-        _emit({"name": fab.name, "description": str(fab.description_path)})
+        _emit({"name": fab.name, "description": str(fab.description_path),
+               **({"mrcd": pids} if a.mrcd else {})})
     else:
         print(fab.description_path)
     return 0
@@ -60,12 +74,22 @@ def cmd_down(a: argparse.Namespace) -> int:
     if a.all:
         if a.name:
             raise FabricError("give a NAME or --all, not both")
+        from mrcnet.fabric.mrcd import stop_mrcds
+        from mrcnet.fabric.state import list_names
+
+        for name in list_names():
+            stop_mrcds(name)
         done = down_all()
         for name, ns in done.items():
             _progress(f"removed {name} ({len(ns)} netns)")
         return 0
     if not a.name:
         raise FabricError("give the NAME of the fabric to remove (or --all)")
+    from mrcnet.fabric.mrcd import stop_mrcds
+
+    stopped = stop_mrcds(a.name)  # by PID, before their namespaces go
+    if stopped:
+        _progress(f"stopped mrcd {', '.join(map(str, stopped))}")
     ns = down(a.name, force=a.force)
     _progress(f"removed {a.name} ({len(ns)} netns)")
     return 0
@@ -105,8 +129,10 @@ def _flags(d: dict[str, Any]) -> str:
 
 def cmd_status(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
+    from mrcnet.fabric.mrcd import mrcd_status
 
     st = Fabric.load(a.name).status()
+    st["mrcd"] = mrcd_status(a.name)
     if a.json:
         _emit(st)
         return 0
@@ -136,6 +162,11 @@ def cmd_status(a: argparse.Namespace) -> int:
             print(f"  {k}: {v}")
     for p in st["processes"]:
         print(f"process {p['pid']} ({p['what']}): {'running' if p['alive'] else 'gone'}")
+    if st["mrcd"]:
+        print(f"\n{'HOST':<6} {'MRCD PID':>9}  STATE    SOCKET")
+        for host, m in st["mrcd"].items():
+            print(f"{host:<6} {m['pid']:>9}  {'running' if m['running'] else 'GONE':<8} "
+                  f"{m['socket']}")
     return 0
 
 
@@ -261,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", required=True, help="fabric name: 1-10 chars [a-z0-9]")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    s.add_argument("--mrcd", action="store_true",
+                   help="also start mrcd on every host (configs, logs and sockets under the "
+                   "fabric's state dir, mrcd/<host>.*; `down` stops them by PID)")
     s.set_defaults(fn=cmd_up)
 
     s = sub.add_parser("down", help="remove a fabric (exactly what it made)")

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Goodput side by side on one unshaped fabric: mrcd/mrc-perf vs kernel TCP vs raw packets.
+
+    .venv/bin/python tools/bench_goodput.py [--runs 3] [--mib 256] [--json] [--profile DIR]
+
+One fabric (default ``planes=2,spines=2,leaves=2,hosts=1,rate=none,mtu=9000``, named
+``mf<hex>`` in a private state directory), h0 -> h1, in this order per run:
+
+1. **raw**: ``mrc-perf raw-sink`` in h1, ``raw-send`` in h0 (batched C sendmmsg/recvmmsg on
+   the packet sockets, MRC-shaped 8 KiB-payload frames round robin over every (plane,
+   spine) path, no protocol, no mrcd). Goodput = payload of the frames that arrived
+   untrimmed / the sink's time from first to last frame.
+2. **tcp**: one kernel TCP stream of the same volume as the MRC run, h0 -> h1 on the
+   plane-0 addresses (python sendall of 1 MiB blocks / recv_into).
+3. **mrc**: mrcd on h0 and h1, ``mrc-perf server`` in h1, ``mrc-perf client h1`` in h0
+   (1 MiB writes, ``--tx-depth 16``): goodput as mrc-perf reports it.
+
+CPU: user+system seconds of the processes of each measurement (mrcds from
+/proc/<pid>/stat, the tools from their rusage) per GB moved, and the whole machine's busy
+CPU seconds per GB (/proc/stat: includes the kernel forwarding in the switch namespaces,
+and other users of this shared machine). Prints min / median / max over ``--runs`` and the
+ratios mrc/raw and mrc/tcp (of the medians). ``--profile DIR`` runs the mrcds under
+cProfile (``mrcd --profile``) in the last run and prints their top functions.
+Everything started is stopped by PID; the fabric is removed even on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pstats
+import resource
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BIN = os.path.dirname(sys.executable)
+MRCD = os.path.join(BIN, "mrcd")
+PERF = os.path.join(BIN, "mrc-perf")
+DEFAULT_SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=none,mtu=9000"
+RAW_PAYLOAD = 8192
+TICK = os.sysconf("SC_CLK_TCK")
+
+TCP_SINK = """
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+buf = bytearray(1 << 20)
+while c.recv_into(buf):
+    pass
+c.close()
+"""
+TCP_SEND = """
+import socket, sys, time
+n = int(sys.argv[3]); block = bytes(1 << 20)
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+t0 = time.perf_counter()
+while n > 0:
+    k = min(n, len(block)); s.sendall(block[:k]); n -= k
+s.shutdown(socket.SHUT_WR); s.recv(1)
+print(time.perf_counter() - t0)
+"""
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _machine_busy() -> float:
+    """Busy CPU seconds of the whole machine so far (all CPUs)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return (sum(v[:8]) - idle) / TICK
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+@dataclass
+class Meter:
+    """CPU seconds used by our reaped children, given live PIDs, and the machine."""
+
+    pids: list[int] = field(default_factory=list)
+    t0: float = 0.0
+    c0: float = 0.0
+    m0: float = 0.0
+    p0: dict[int, float] = field(default_factory=dict)
+
+    def __enter__(self) -> Meter:
+        self.t0, self.c0, self.m0 = time.perf_counter(), _children_cpu(), _machine_busy()
+        self.p0 = {p: _proc_cpu(p) for p in self.pids}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.proc = _children_cpu() - self.c0 + sum(
+            _proc_cpu(p) - c for p, c in self.p0.items())
+        self.machine = _machine_busy() - self.m0
+
+
+def _ns(fab: Any, host: str) -> list[str]:
+    return ["ip", "netns", "exec", fab.netns(host)]
+
+
+@contextlib.contextmanager
+def _mrcds(fab: Any, tmp: Path, profile: Path | None,
+           core: list[str]) -> Iterator[dict[str, tuple[int, str]]]:
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    socks: dict[str, tuple[int, str]] = {}
+    try:
+        for h in ("h0", "h1"):
+            sock = str(tmp / f"{h}.sock")
+            cfg = tmp / f"{h}.toml"
+            cfg.write_text(f'host = "{h}"\nsocket = "{sock}"\n'
+                           f'fabric = "{fab.description_path}"\nlog_level = "warning"\n'
+                           + ("[core]\n" + "\n".join(core) + "\n" if core else ""))
+            log = open(tmp / f"{h}.log", "wb")  # noqa: SIM115 (closed with the process)
+            args = [MRCD, "--config", str(cfg)]
+            if profile is not None:
+                args += ["--profile", str(profile / f"mrcd-{h}.prof")]
+            p = subprocess.Popen([*_ns(fab, h), *args], stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+            started[h] = p
+            deadline = time.monotonic() + 20
+            while not os.path.exists(sock):
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mrcd {h} did not start: "
+                                       f"{(tmp / f'{h}.log').read_text()}")
+                time.sleep(0.05)
+            socks[h] = (p.pid, sock)
+        time.sleep(0.3)
+        yield socks
+    finally:
+        for p in started.values():  # by PID: SIGTERM, then SIGKILL
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+
+
+def run_raw(fab: Any, seconds: float) -> dict[str, float]:
+    desc = str(fab.description_path)
+    with Meter() as m:
+        sink = subprocess.Popen([*_ns(fab, "h1"), PERF, "raw-sink", "--fabric", desc,
+                                                  "--host", "h1", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert sink.stderr is not None
+        sink.stderr.readline()  # "listening on ..."
+        send = subprocess.run([*_ns(fab, "h0"), PERF, "raw-send", "--fabric", desc, "--host",
+                                                "h0", "h1", "--seconds", str(seconds),
+                                                "--json"],
+                              capture_output=True, text=True, timeout=seconds + 60,
+                              check=True)
+        out, _ = sink.communicate(timeout=60)
+    r = json.loads(out)
+    s = json.loads(send.stdout)
+    nbytes = (r["frames"] - r["trimmed"]) * RAW_PAYLOAD
+    return {"gbps": nbytes * 8 / r["seconds"] / 1e9, "bytes": nbytes,
+            "sent_frames": s["frames"], "recv_frames": r["frames"], "trimmed": r["trimmed"],
+            "proc_cpu": m.proc, "machine_cpu": m.machine}
+
+
+def run_tcp(fab: Any, nbytes: int) -> dict[str, float]:
+    addr = fab.description.host("h1").port(0).address
+    py = sys.executable
+    with Meter() as m:
+        sink = subprocess.Popen([*_ns(fab, "h1"), py, "-c", TCP_SINK, addr, "5201"],
+                                stdout=subprocess.PIPE, text=True)
+        assert sink.stdout is not None
+        sink.stdout.readline()
+        r = subprocess.run([*_ns(fab, "h0"), py, "-c", TCP_SEND, addr, "5201", str(nbytes)],
+                           capture_output=True, text=True, timeout=300, check=True)
+        sink.wait(60)
+    dt = float(r.stdout)
+    return {"gbps": nbytes * 8 / dt / 1e9, "bytes": nbytes, "proc_cpu": m.proc,
+            "machine_cpu": m.machine}
+
+
+def run_mrc(fab: Any, tmp: Path, iters: int, profile: Path | None, core: list[str],
+            cc: str | None) -> dict[str, float]:
+    size = 1 << 20
+    with _mrcds(fab, tmp, profile, core) as socks:
+        with Meter([pid for pid, _ in socks.values()]) as m:
+            server = subprocess.Popen([*_ns(fab, "h1"), PERF, "--socket", socks["h1"][1],
+                                                        "--timeout", "60", "server",
+                                                        "--size", str(size)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            assert server.stdout is not None
+            server.stdout.readline()  # waiting on service ...
+            r = subprocess.run([*_ns(fab, "h0"), PERF, "--socket", socks["h0"][1],
+                                                 "--timeout", "60", "client", "h1", "--size",
+                                                 str(size), "--iters", str(iters),
+                                                 "--tx-depth", "16", "--json",
+                                                 *(["--cc", cc] if cc else [])],
+                               capture_output=True, text=True, timeout=600, check=False)
+            server.communicate(timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"mrc-perf client failed: {r.stderr}")
+    row = json.loads(r.stdout.splitlines()[0])
+    # The warm-up writes (iters // 2) moved data too: count them in the CPU per GB.
+    nbytes = size * (iters + iters // 2)
+    return {"gbps": row["gbps"], "bytes": nbytes, "errors": row["errors"],
+            "proc_cpu": m.proc, "machine_cpu": m.machine}
+
+
+def _profile_top(path: Path, n: int = 15) -> list[str]:
+    st = pstats.Stats(str(path))
+    total = st.total_tt  # type: ignore[attr-defined]
+    rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
+    out = [f"{path.name}: {total:.2f} s profiled (tottime = own time, cumtime = with callees)"]
+    for (fname, line, func), (_cc, nc, tt, ct, _callers) in rows[:n]:
+        where = f"{os.path.basename(fname)}:{line}({func})"
+        out.append(f"  {tt / total * 100:5.1f}%  tottime {tt:6.2f}  cumtime {ct:6.2f}  "
+                   f"calls {nc:>8}  {where}")
+    return out
+
+
+def _stats(xs: list[float]) -> str:
+    return f"{min(xs):7.3f} {statistics.median(xs):7.3f} {max(xs):7.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec", default=DEFAULT_SPEC)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--mib", type=int, default=256, help="MiB per MRC and TCP run")
+    ap.add_argument("--raw-seconds", type=float, default=3.0)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cc", help="congestion control of the MRC QP (default: mrcd's)")
+    ap.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
+                    help="an mrcd [core] setting (TOML value), e.g. --core ack_every=8")
+    ap.add_argument("--skip", action="append", default=[], choices=["raw", "tcp"],
+                    help="leave out a baseline (e.g. to try mrcd settings quickly)")
+    ap.add_argument("--profile", metavar="DIR", help="cProfile the mrcds of the last run")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_goodput: needs root (network namespaces, packet sockets)",
+              file=sys.stderr)
+        return 1
+    from mrcnet.fabric.fabric import Fabric
+
+    results: dict[str, list[dict[str, float]]] = {"raw": [], "tcp": [], "mrc": []}
+    prof_dir = Path(args.profile) if args.profile else None
+    if prof_dir:
+        prof_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mfbench") as td:
+        tmp = Path(td)
+        os.environ["MRC_FABRIC_STATE_DIR"] = str(tmp / "fabrics")
+        with Fabric.up(args.spec, name="mf" + secrets.token_hex(3)) as fab:
+            for i in range(args.runs):
+                last = i == args.runs - 1
+                if "raw" not in args.skip:
+                    results["raw"].append(run_raw(fab, args.raw_seconds))
+                if "tcp" not in args.skip:
+                    results["tcp"].append(run_tcp(fab, args.mib << 20))
+                results["mrc"].append(run_mrc(fab, tmp, args.mib, prof_dir if last else None,
+                                              args.core, args.cc))
+                print(f"run {i + 1}: " + ", ".join(f"{k} {v[-1]['gbps']:.2f} Gb/s"
+                                                   for k, v in results.items() if v),
+                      file=sys.stderr, flush=True)
+    results = {k: v for k, v in results.items() if v}
+    med = {k: statistics.median(r["gbps"] for r in v) for k, v in results.items()}
+    summary: dict[str, Any] = {"spec": args.spec, "runs": args.runs, "mib": args.mib,
+                               "cc": args.cc, "core": args.core}
+    for k, v in results.items():
+        summary[k] = {
+            "gbps": [r["gbps"] for r in v],
+            "proc_cpu_s_per_gb": [r["proc_cpu"] / (r["bytes"] / 1e9) for r in v],
+            "machine_cpu_s_per_gb": [r["machine_cpu"] / (r["bytes"] / 1e9) for r in v],
+            "detail": v,
+        }
+    summary["ratio_mrc_raw"] = med["mrc"] / med["raw"] if med.get("raw") else 0.0
+    summary["ratio_mrc_tcp"] = med["mrc"] / med["tcp"] if med.get("tcp") else 0.0
+    if prof_dir:
+        summary["profile"] = [line for h in ("h0", "h1")
+                              if (prof_dir / f"mrcd-{h}.prof").exists()
+                              for line in _profile_top(prof_dir / f"mrcd-{h}.prof")]
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{args.spec}, h0 -> h1, {args.runs} runs (min median max)")
+    print(f"{'':6} {'goodput Gb/s':>23}   {'process CPU s/GB':>23}   {'machine CPU s/GB':>23}")
+    for k in results:
+        s = summary[k]
+        print(f"{k:6} {_stats(s['gbps'])}   {_stats(s['proc_cpu_s_per_gb'])}   "
+              f"{_stats(s['machine_cpu_s_per_gb'])}")
+    print(f"mrc / raw = {summary['ratio_mrc_raw']:.2f}   mrc / tcp = "
+          f"{summary['ratio_mrc_tcp']:.2f}   (target: mrc >= 0.6 x raw)")
+    for line in summary.get("profile", []):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
