@@ -20,6 +20,7 @@ NSCC_FI_BDP: Final = 0.01  # fair increase per RTT: 1% of BDP (at least one MTU)
 NSCC_GAMMA: Final = 0.8  # multiplicative decrease gain
 NSCC_MD_MIN: Final = 0.5  # never cut below half in one decrease
 NSCC_QA_DELAY: Final = 4.0  # quick adapt when queueing delay > 4 x target
+NSCC_STANDING_RTTS: Final = 0.0  # queueing delay = min RTT over this many srtts - base
 PENALTY_SCALE: Final = 254.0  # window penalty p (0..127) shrinks cwnd by p/254 (<= 50%)
 
 
@@ -28,10 +29,13 @@ class CongestionControl:
 
     cwnd: float
 
-    def __init__(self, mss: int, rate: float, base_rtt_hint: float) -> None:
+    def __init__(self, mss: int, rate: float, base_rtt_hint: float, *,
+                 target_floor: float = 0.0, rtt_floor: float = 0.0) -> None:
         self.mss = mss
         self.rate = rate
-        self.cwnd = float(max(mss, rate * base_rtt_hint))
+        self.target_floor = target_floor
+        self.rtt_floor = rtt_floor
+        self.cwnd = float(max(mss, rate * max(base_rtt_hint, rtt_floor)))
 
     def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
         """``acked`` bytes newly acknowledged; ``rtt`` a fresh sample if the ACK gave one;
@@ -60,13 +64,15 @@ def register_cc(name: str) -> Callable[[type[CongestionControl]], type[Congestio
     return deco
 
 
-def create_cc(name: str, mss: int, rate: float, base_rtt_hint: float) -> CongestionControl:
-    """A new CC instance for profile ``name``; unknown names raise ``KeyError`` with the list."""
+def create_cc(name: str, mss: int, rate: float, base_rtt_hint: float, *,
+              target_floor: float = 0.0, rtt_floor: float = 0.0) -> CongestionControl:
+    """A new CC instance for profile ``name``; unknown names raise ``KeyError`` with the list.
+    ``target_floor``/``rtt_floor``: see ``HostConfig.cc_target_floor``/``cc_rtt_floor``."""
     try:
         cls = CC_REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown CC profile {name!r}; known: {sorted(CC_REGISTRY)}") from None
-    return cls(mss, rate, base_rtt_hint)
+    return cls(mss, rate, base_rtt_hint, target_floor=target_floor, rtt_floor=rtt_floor)
 
 
 @register_cc("fixed")
@@ -88,8 +94,10 @@ class NSCC(CongestionControl):
     scales with the measured BDP (rate x base RTT), rescaled when the base RTT drops.
     """
 
-    def __init__(self, mss: int, rate: float, base_rtt_hint: float) -> None:
-        super().__init__(mss, rate, base_rtt_hint)
+    def __init__(self, mss: int, rate: float, base_rtt_hint: float, *,
+                 target_floor: float = 0.0, rtt_floor: float = 0.0) -> None:
+        super().__init__(mss, rate, base_rtt_hint, target_floor=target_floor,
+                         rtt_floor=rtt_floor)
         self.base_rtt = 0.0  # 0: no sample yet
         self.delay = 0.0
         self.srtt = 0.0
@@ -98,22 +106,27 @@ class NSCC(CongestionControl):
         self.last_md = -1.0
         self.last_qa = -1.0
         self.qa_pending = False
+        # (time, RTT) samples, increasing RTTs: a sliding-window minimum
+        self._standing: deque[tuple[float, float]] = deque()
         self._delivered: deque[tuple[float, int]] = deque()
         self._delivered_sum = 0
         self.quadrant = ""  # last quadrant applied, for tests and stats
 
     def _rescale(self, base_rtt: float) -> None:
-        self.scale_rtt = base_rtt
-        self.bdp = max(float(self.mss), self.rate * base_rtt)
+        # The floors stand for the endpoint: its scheduling delay is part of every RTT
+        # the window has to cover, and part of every delay sample without being a queue.
+        eff = max(base_rtt, self.rtt_floor)
+        self.scale_rtt = eff
+        self.bdp = max(float(self.mss), self.rate * eff)
         self.maxwnd = NSCC_MAX_BDP * self.bdp
-        self.target = max(NSCC_TARGET_FLOOR, NSCC_TARGET_FRACTION * base_rtt)
+        self.target = max(NSCC_TARGET_FLOOR, self.target_floor, NSCC_TARGET_FRACTION * base_rtt)
         self.fi = max(float(self.mss), NSCC_FI_BDP * self.bdp)
 
     def _clamp(self) -> None:
         self.cwnd = min(max(self.cwnd, float(self.mss)), self.maxwnd)
 
     def _window_rtt(self) -> float:
-        return self.base_rtt or self.scale_rtt
+        return max(self.base_rtt, self.rtt_floor) if self.base_rtt else self.scale_rtt
 
     def _delivery_rtt(self) -> float:
         # "What was delivered in the last RTT" must use the RTT packets see now (queueing
@@ -133,8 +146,19 @@ class NSCC(CongestionControl):
             if self.base_rtt == 0.0 or rtt < self.base_rtt:
                 self.base_rtt = rtt
                 self._rescale(rtt)
-            self.delay = rtt - self.base_rtt
             self.srtt = rtt if self.srtt == 0.0 else self.srtt + 0.125 * (rtt - self.srtt)
+            # Queueing delay from the *standing* RTT: the smallest sample of the last
+            # half RTT (Copa's filter). A queue delays every packet, so it shows in the
+            # minimum; endpoint scheduling jitter delays some and not others, so the
+            # minimum drops it (one sample of mrcd's event loop can be 2 ms late).
+            st = self._standing
+            while st and st[-1][1] >= rtt:
+                st.pop()
+            st.append((now, rtt))
+            horizon = now - NSCC_STANDING_RTTS * self.srtt
+            while st[0][0] < horizon:
+                st.popleft()
+            self.delay = st[0][1] - self.base_rtt
         d, target = self.delay, self.target
         if (self.qa_pending or d > NSCC_QA_DELAY * target) and self._quick_adapt(now):
             return

@@ -97,6 +97,16 @@ class HostConfig:
     - ``port_status_retries``: PORT_STATUS sends to a peer before giving up.
     - ``use_templates``: build data frames by patching per-route header templates
       (:mod:`mrcnet.fastpath`, C when built) instead of :func:`mrcnet.wire.build_data`.
+    - ``cc_target_floor``: NSCC never targets less queueing delay than this (seconds).
+      An endpoint whose own scheduling adds jitter to every RTT sample (mrcd in Python:
+      0.1-2 ms) must set it above that jitter, or NSCC reads the jitter as a queue.
+    - ``cc_rtt_floor``: NSCC sizes its BDP (max window = 1.5 BDP, fair-increase step) and
+      its once-per-RTT decisions with at least this RTT. Set it to the endpoint RTT the
+      host really sees (mrcd: 1-2 ms), so the window can fill the link despite it.
+    - ``retire_ambiguous``: a loss on a path that has since delivered a packet sent
+      after the lost one is ambiguous (reordering, random drop): the EV is retired only
+      after this many such losses on the path within ``8 x srtt`` (1: at once). A loss
+      with no later packet through on its path retires the EV at once.
     - ``fast_parse``: parse received frames with :class:`mrcnet.fastpath.FrameParser` (the
       C parser when built); False: the reference :func:`mrcnet.wire.parse_frame`. Same
       decisions either way (tests/wire/test_parse_differential.py); the switch exists to
@@ -124,6 +134,9 @@ class HostConfig:
     port_status_retries: int = 5
     use_templates: bool = True
     fast_parse: bool = True
+    cc_target_floor: float = 0.0
+    cc_rtt_floor: float = 0.0
+    retire_ambiguous: int = 3
 
 
 @dataclass(slots=True)

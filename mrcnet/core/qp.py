@@ -66,6 +66,11 @@ _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
 _ENDS = frozenset(int(op) for op in _ONLY + _LAST)  # opcodes that end a message
 REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious losses
 REO_DECAY_BYTES = 4 << 20  # ... and halves after this many bytes without one
+REO_LEARN_MARGIN = 1.25  # a spurious loss sets the allowance to 1.25x what it needed
+_LOST_LOG_MAX = 4096  # packets declared lost remembered (to recognise late arrivals)
+SUSPECT_GRACE_RTTS = 0.5  # a suspected path retires this many srtts after the loss
+AMBIGUOUS_WINDOW_RTTS = 8  # ambiguous losses of one path count within 8 smoothed RTTs
+REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spurious loss
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
 _PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
@@ -195,6 +200,18 @@ class QueuePair:
         self.rack_rtt = 0.0
         self.reo_scale = 1
         self.reo_clean = 0
+        self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
+        self.reo_last = -_INF  # time of the last spurious loss
+        # seq -> (EV, TSETH stamp, time declared lost) of transmissions declared lost
+        self.lost_log: dict[int, tuple[int, int, float]] = {}
+        # path key (EV >> 12: plane and path) -> latest send time of a packet acknowledged
+        # on it; and (count, window start) of its ambiguous losses
+        self.path_acked: dict[int, float] = {}
+        self.path_amb: dict[int, tuple[int, float]] = {}
+        # path key -> (deadline, send time of the lost packet, its EVs) of a path under
+        # suspicion: retired at the deadline unless something newer gets through first
+        self.suspects: dict[int, tuple[float, float, list[int]]] = {}
+        self.suspect_at = _INF
         self.srtt = 0.0
         self.rttvar = 0.0
         self.min_rtt = 0.0
@@ -273,7 +290,7 @@ class QueuePair:
         planes = len(paths) or 1
         self.cc = create_cc(
             a.cc_profile or cfg.cc_profile, cfg.mtu_payload, cfg.link_rate * planes,
-            cfg.base_rtt_hint,
+            cfg.base_rtt_hint, target_floor=cfg.cc_target_floor, rtt_floor=cfg.cc_rtt_floor,
         )
         self.next_seq = self.snd_una = a.sq_psn
         self.rcv_nxt = self.rx_high = a.rq_psn
@@ -351,6 +368,8 @@ class QueuePair:
         self.inflight_bytes = 0
         self.rtx_q.clear()
         self.rto_at = self.rack_at = self.ack_at = self.credit_probe_at = _INF
+        self.suspect_at = _INF
+        self.suspects.clear()
         self.host.emit(QPError(self.qpn, reason))
 
     # --- requester: posting and sending ----------------------------------------------
@@ -525,11 +544,95 @@ class QueuePair:
             if info is not None:
                 info.lost += 1
             if cause in ("loss", "timeout"):
-                evm.assume_bad(p.ev, now, cause)
+                log = self.lost_log
+                if len(log) >= _LOST_LOG_MAX:
+                    for k in list(log)[: _LOST_LOG_MAX // 2]:
+                        del log[k]
+                log[p.seq] = (p.ev, p.ts, now)
+                if self._path_failed(p, now, cause):
+                    if cause == "timeout":
+                        evm.assume_bad(p.ev, now, cause)
+                    else:
+                        self._suspect(p, now)
                 cc.on_loss(now)
             self.rtx_q.append(p)
         p.pending = True
         self.count(f"lost_{cause}")
+
+    def _suspect(self, p: Pkt, now: float) -> None:
+        """A SACK-detected loss with nothing newer through on its path: that is what a
+        dead path looks like, and also what a late batch looks like when the endpoints
+        add scheduling jitter. Give the path a short grace (half a smoothed RTT, within
+        the allowance already waited): a newer packet acknowledged on it clears it,
+        otherwise its EVs retire. (After a real failure more packets on the path go
+        missing meanwhile; they join the same suspicion.)"""
+        key = p.ev >> 12
+        sus = self.suspects.get(key)
+        if sus is not None:
+            if p.ev not in sus[2]:
+                sus[2].append(p.ev)
+            return
+        self.count("loss_suspect")
+        grace = SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
+        self.suspects[key] = (now + grace, p.sent, [p.ev])
+        self.suspect_at = min(self.suspect_at, now + grace)
+
+    def _retire_suspects(self, now: float) -> None:
+        evm = self.evm
+        assert evm is not None
+        nxt = _INF
+        for key, (due, _, evs) in list(self.suspects.items()):
+            if due <= now:
+                del self.suspects[key]
+                # EVs of one path share its fate: retire the path's other EVs with them
+                # (or each would have to lose a packet of its own first).
+                plane, path, _ = ev_path(evs[0])
+                evs += [i.ev for i in evm.active.get(plane, ()) if i.path == path]
+                for ev in evs:
+                    evm.assume_bad(ev, now, "loss")
+            else:
+                nxt = min(nxt, due)
+        self.suspect_at = nxt
+
+    def _path_failed(self, p: Pkt, now: float, cause: str) -> bool:
+        """Does the loss of ``p`` condemn its path? At once if nothing sent on the path
+        after ``p`` has been acknowledged (a dead path delivers nothing newer). If a later
+        packet got through, the loss is ambiguous (reordering, endpoint jitter, a random
+        drop): only ``retire_ambiguous`` of them within a few RTTs retire the EV."""
+        key = p.ev >> 12
+        if cause == "timeout" and self.rack_sent <= p.sent:
+            # Nothing sent after p got through on *any* path: the peer (or this host's
+            # own scheduling) stalled, or everything is down. No path to blame; the
+            # retry budget decides.
+            self.count("timeout_unblamed")
+            return False
+        if self.path_acked.get(key, -1.0) <= p.sent:
+            return True
+        self.count("loss_ambiguous")
+        need = self.cfg.retire_ambiguous
+        if need <= 1:
+            return True
+        window = AMBIGUOUS_WINDOW_RTTS * max(self.srtt, self.cfg.reorder_floor)
+        n, start = self.path_amb.get(key, (0, now))
+        if now - start > window:
+            n, start = 0, now
+        n += 1
+        if n >= need:
+            self.path_amb.pop(key, None)
+            return True
+        self.path_amb[key] = (n, start)
+        return False
+
+    def _learn_reorder(self, late: float) -> None:
+        """A packet declared lost arrived ``late`` seconds after that: widen the allowance
+        to cover it (with a margin), never beyond the retransmission timeout."""
+        cap = max(self.cfg.timeout_floor, self.srtt + 4 * self.rttvar)
+        self.reo_learned = min(cap, max(
+            self.reo_learned, REO_LEARN_MARGIN * (self._reorder_allowance() + late)))
+
+    def _reorder_allowance(self) -> float:
+        base = max(self.cfg.reorder_floor, self.min_rtt / 4) * self.reo_scale
+        return max(base, self.reo_learned) + self.cfg.ack_delay
 
     def _detect_losses(self, now: float) -> None:
         """RACK over sprayed paths: a packet sent before the most recently sent packet
@@ -538,8 +641,7 @@ class QueuePair:
         if self.rack_sent < 0:
             return
         # The allowance covers path skew and the peer's ACK coalescing delay.
-        reo = max(self.cfg.reorder_floor, self.min_rtt / 4) * self.reo_scale \
-            + self.cfg.ack_delay
+        reo = self._reorder_allowance()
         lost = []
         self.rack_at = _INF
         limit = self.rack_sent
@@ -589,7 +691,7 @@ class QueuePair:
 
     def deadline(self) -> float:
         """Earliest time this QP needs ``on_timer``."""
-        t = min(self.rto_at, self.rack_at, self.ack_at, self.credit_probe_at)
+        t = min(self.rto_at, self.rack_at, self.ack_at, self.credit_probe_at, self.suspect_at)
         if self.evm is not None and self.state is QPState.RTS:
             t = min(t, self.evm.next_probe)
         return t
@@ -602,6 +704,8 @@ class QueuePair:
             return
         if self.rack_at <= now:
             self._detect_losses(now)
+        if self.suspect_at <= now:
+            self._retire_suspects(now)
         if self.rto_at <= now:
             self._on_rto(now)
         if self.credit_probe_at <= now and self.state is QPState.RTS:
@@ -650,7 +754,17 @@ class QueuePair:
         # RTT from the packet that triggered the SACK, if this SACK is about its latest
         # transmission (same EV and timestamp): the send time is kept as a float.
         rtt = None
-        p = self.unacked.get(cack + s.ack_offset)
+        trig = cack + s.ack_offset
+        spurious = False
+        if self.lost_log:
+            rec = self.lost_log.get(trig)
+            if rec is not None and rec[0] == s.sack_ev and rec[1] == s.ts_echo:
+                # The transmission we declared lost has arrived after all: learn how
+                # late it was, so the allowance covers it next time.
+                del self.lost_log[trig]
+                self._learn_reorder(now - rec[2])
+                spurious = True
+        p = self.unacked.get(trig)
         if p is not None and p.ev == s.sack_ev and p.ts == s.ts_echo and p.tx:
             rtt = now - p.sent
             info = evm.evs.get(p.ev)
@@ -666,7 +780,9 @@ class QueuePair:
                 # A packet on a retired EV got through: the path works (as good as a
                 # probe answer), and the loss that retired it was probably reordering.
                 evm.probe_result(s.sack_ev, True)
-                self._spurious_loss()
+                spurious = True
+        if spurious:
+            self._spurious_loss()
         if s.ece:
             evm.skip(s.sack_ev, "ecn")
         if s.mode == SackMode.SKIP_ONCE:
@@ -701,18 +817,30 @@ class QueuePair:
             self.retries = 0
             if self.reo_scale > 1:
                 self.reo_clean += acked
-                if self.reo_clean >= REO_DECAY_BYTES:
+                if self.reo_clean >= REO_DECAY_BYTES and self._reo_quiet(now):
                     self.reo_scale = max(1, self.reo_scale // 2)
+                    self.reo_learned /= 2
+                    self.reo_clean = 0
+            elif self.reo_learned:
+                self.reo_clean += acked
+                if self.reo_clean >= REO_DECAY_BYTES and self._reo_quiet(now):
+                    self.reo_learned /= 2
                     self.reo_clean = 0
             self._arm_rto()
             self._complete_wrs()
         elif not self.inflight:
             self.rto_at = _INF
 
+    def _reo_quiet(self, now: float) -> bool:
+        """Long enough without a spurious loss for the allowance to narrow (slowly: a
+        fast link moves REO_DECAY_BYTES in a fraction of one jittery RTT)."""
+        return now - self.reo_last >= REO_DECAY_RTTS * self.srtt
+
     def _spurious_loss(self) -> None:
         """RACK-style adaptation: a loss that was not one widens the reorder allowance
         (doubling, up to x16); it narrows again after REO_DECAY_BYTES clean bytes."""
         self.count("loss_spurious")
+        self.reo_last = self.host._last_now
         self.reo_scale = min(REO_SCALE_MAX, self.reo_scale * 2)
         self.reo_clean = 0
 
@@ -727,6 +855,23 @@ class QueuePair:
     def _acked(self, p: Pkt, now: float) -> int:
         if self.inflight.pop(p.seq, None) is not None:
             self.inflight_bytes -= p.length
+        key = p.ev >> 12
+        if p.sent > self.path_acked.get(key, -1.0):
+            self.path_acked[key] = p.sent
+        if self.suspects:
+            sus = self.suspects.get(key)
+            if sus is not None and p.sent >= sus[1]:
+                del self.suspects[key]  # something newer got through: the path works
+                self.count("loss_suspect_cleared")
+        if self.lost_log:
+            rec = self.lost_log.pop(p.seq, None)
+            if rec is not None and (p.pending or now - p.sent < self.min_rtt):
+                if self.suspects and self.suspects.pop(rec[0] >> 12, None) is not None:
+                    self.count("loss_suspect_cleared")  # the "lost" packet itself came
+                # Acknowledged before its retransmission was sent, or sooner than any
+                # RTT ever measured: the transmission declared lost arrived after all.
+                self._learn_reorder(now - rec[2])
+                self._spurious_loss()
         p.pending = False
         p.wr.unacked -= 1
         if p.sent > self.rack_sent:

@@ -18,6 +18,7 @@ Byte offsets used on the hot path (Ethernet + outer IPv6, optional SRH right aft
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -404,6 +405,51 @@ class HostCounters:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True, slots=True)
+class HostJitter:
+    """Endpoint processing model: a user-space stack (mrcd: Python on asyncio/uvloop) on
+    a busy host, not a NIC.
+
+    The stack runs one event loop per host. A frame or timer expiry does not reach the
+    core at once: the loop wakes ``wake`` later, drawn log-uniformly from
+    ``[wake_min, wake_max]`` (most wake-ups short, some long), plus ``spike`` with
+    probability ``spike_prob`` (GC, a neighbour's process, a page fault). It then handles
+    *everything* that queued up meanwhile as one batch, all at that instant (the core's
+    ``now``), and its frames leave after ``per_frame`` CPU seconds per frame handled (in
+    and out): the host is one CPU, so a busy host delays everything after it. Timers wake
+    on multiples of ``timer_resolution`` (epoll: 1 ms), never early, then queue like a
+    frame.
+    """
+
+    wake_min: float = 50e-6
+    wake_max: float = 2e-3
+    spike_prob: float = 0.0
+    spike: float = 0.0
+    per_frame: float = 0.0
+    timer_resolution: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.wake_min <= self.wake_max:
+            raise SimError("host jitter: need 0 < wake_min <= wake_max")
+        if not 0 <= self.spike_prob <= 1 or self.spike < 0 or self.per_frame < 0 \
+                or self.timer_resolution < 0:
+            raise SimError("host jitter: spike_prob in [0, 1], times >= 0")
+
+    def draw(self, rng: _Rng) -> float:
+        """One wake-up delay."""
+        lo, hi = self.wake_min, self.wake_max
+        d = lo if hi == lo else math.exp(rng.uniform(math.log(lo), math.log(hi)))
+        if self.spike_prob and rng.random() < self.spike_prob:
+            d += self.spike
+        return d
+
+
+class _Rng(Protocol):
+    def uniform(self, a: float, b: float) -> float: ...
+
+    def random(self) -> float: ...
+
+
 class HostNode:
     """A simulated machine: one NIC port per plane, and the stack that drives them.
 
@@ -431,6 +477,12 @@ class HostNode:
         self._armed: float | None = None
         self._same_instant = 0
         self._last_fire = -1.0
+        #: endpoint processing model (None: the stack reacts at once, zero CPU time)
+        self.jitter: HostJitter | None = None
+        self._rxq: list[tuple[bytearray, int]] = []
+        self._wake_at: float | None = None
+        self._busy_until = 0.0
+        self._timer_due = False
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
@@ -443,8 +495,64 @@ class HostNode:
         ep = self.endpoint
         if ep is None:
             return
+        if self.jitter is not None:
+            self._rxq.append((frame, port))
+            self._schedule_wake()
+            return
         ep.receive(frame, port, self.sim.now)
         self.kick()
+
+    # --- endpoint processing model (HostJitter) -----------------------------------------
+
+    def _schedule_wake(self) -> None:
+        if self._wake_at is not None:
+            return
+        jit = self.jitter
+        assert jit is not None
+        sim = self.sim
+        self._wake_at = t = max(sim.now, self._busy_until) + jit.draw(sim.rng)
+        sim.at(t, self._wake)
+
+    def _wake(self, _: object) -> None:
+        self._wake_at = None
+        ep, jit = self.endpoint, self.jitter
+        if ep is None or jit is None:
+            return
+        now = self.sim.now
+        q, self._rxq = self._rxq, []
+        for frame, port in q:
+            ep.receive(frame, port, now)
+        if self._timer_due:
+            self._timer_due = False
+            t = ep.next_timer()
+            if t is not None and t <= now:
+                self.counters.timer_fires += 1
+                ep.handle_timer(now)
+        out = ep.frames_to_send(now)
+        cost = jit.per_frame * (len(q) + len(out))
+        self._busy_until = now + cost
+        if out:
+            self.counters.tx_frames += len(out)
+            if cost > 0:
+                self.sim.at(now + cost, self._transmit, out)
+            else:
+                self._transmit(out)
+        self._arm(ep.next_timer())
+        if self.on_activity is not None:
+            self.on_activity(self)
+
+    def _transmit(self, out: list[tuple[int, bytes]]) -> None:
+        nics = self.nics
+        for port, frame in out:
+            nics[port].send(bytearray(frame))
+
+    def _arm(self, t: float | None) -> None:
+        if t is None or t == self._armed:
+            return
+        self._armed = t
+        res = self.jitter.timer_resolution if self.jitter is not None else 0.0
+        when = math.ceil(t / res - 1e-9) * res if res > 0 else t
+        self.sim.at(max(when, t), self._timer, t)
 
     def _kick_cb(self, _: object) -> None:
         self.kick()
@@ -453,6 +561,9 @@ class HostNode:
         """Drain the stack's output onto the NICs and re-arm its timer."""
         ep = self.endpoint
         if ep is None:
+            return
+        if self.jitter is not None:
+            self._schedule_wake()
             return
         now = self.sim.now
         out = ep.frames_to_send(now)
@@ -474,6 +585,10 @@ class HostNode:
         if token != self._armed or self.endpoint is None:
             return
         self._armed = None
+        if self.jitter is not None:
+            self._timer_due = True
+            self._schedule_wake()
+            return
         now = self.sim.now
         if now == self._last_fire:
             self._same_instant += 1

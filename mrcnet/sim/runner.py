@@ -39,7 +39,7 @@ from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import Failure, schedule_failure
 from mrcnet.sim.matrix import Flow
-from mrcnet.sim.net import HostNode
+from mrcnet.sim.net import HostJitter, HostNode
 from mrcnet.sim.topology import Fabric, LeafSpineSpec, leaf_name
 
 TRANSPORTS = {"mrc": EV_PROFILE_SPRAY, "ecmp": EV_PROFILE_ECMP}
@@ -195,6 +195,8 @@ class SimRun:
     :meth:`run`. ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields. With
     ``sample_interval`` the bytes each flow's responder has received (new data only) are
     recorded every interval (:attr:`RunResult.samples`, :meth:`RunResult.goodput_series`).
+    ``host_jitter`` (:class:`mrcnet.sim.net.HostJitter`) makes every host's stack react
+    late and serially, like mrcd in Python on a busy machine.
     """
 
     def __init__(
@@ -207,6 +209,7 @@ class SimRun:
         seed: int = 1,
         host_config: dict[str, Any] | None = None,
         sample_interval: float | None = None,
+        host_jitter: HostJitter | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise SpecError(f"unknown transport {transport!r}: use {' or '.join(TRANSPORTS)}")
@@ -224,6 +227,8 @@ class SimRun:
                 raise SpecError(f"flow {f.id} uses h{max(f.src, f.dst)}, the fabric has "
                                 f"h0..h{n - 1}")
         self.config = self._config(host_config or {})
+        for node in self.fabric.hosts:
+            node.jitter = host_jitter
         self.hosts: list[Host] = []
         for node in self.fabric.hosts:
             ports = [Port(p, p, node.macs[p], node.addresses[p]) for p in range(spec.planes)]

@@ -54,6 +54,7 @@ leafspine:KEY=VALUE,... (every key optional):
   rate=100gbit      every link's rate (bit, kbit, mbit, gbit, tbit)
   host_rate=RATE    host<->leaf links only (default: rate)
   delay=1us         propagation delay of every link (s, ms, us, ns)
+  skew=0            path skew: spine i's links get skew x i / (spines - 1) extra delay
   mtu=9000          largest frame the transport may send (bytes)
   queue=8pkt        data queue per switch port: bytes (64k) or MTU-sized packets (8pkt)
   hdr_queue=64k     strict-priority queue for control frames and trimmed headers
@@ -77,6 +78,7 @@ class LeafSpineSpec:
     rate_bps: float = 100e9
     host_rate_bps: float = 0.0  #: 0 = same as rate_bps
     delay: float = 1e-6
+    skew: float = 0.0  #: extra one-way delay of spine i's links: skew x i / (spines - 1)
     mtu: int = 9000
     queue_bytes: int = 8 * 9000
     hdr_queue_bytes: int = 64 * 1024
@@ -95,6 +97,7 @@ class LeafSpineSpec:
             (self.n_hosts <= _MAX_HOSTS, f"at most {_MAX_HOSTS} hosts in total"),
             (self.rate_bps > 0 and self.host_rate_bps >= 0, "rates must be positive"),
             (self.delay >= 0, "delay must be >= 0"),
+            (self.skew >= 0, "skew must be >= 0"),
             (1280 <= self.mtu <= 65535, "mtu must be 1280..65535"),
             (self.queue_bytes >= self.mtu, "queue must hold at least one MTU-sized frame"),
             (self.hdr_queue_bytes >= self.trim_size, "hdr_queue must hold a trimmed header"),
@@ -137,6 +140,10 @@ class LeafSpineSpec:
             parts.append(f"host_rate={format_rate(self.host_rate_bps)}")
         parts += [
             f"delay={format_time(self.delay)}",
+        ]
+        if self.skew:
+            parts.append(f"skew={format_time(self.skew)}")
+        parts += [
             f"mtu={self.mtu}",
             f"queue={self.queue_bytes}",
             f"hdr_queue={self.hdr_queue_bytes}",
@@ -174,8 +181,8 @@ def parse_topology(text: str) -> LeafSpineSpec:
             raise SpecError(f"topology: {key} given twice")
         items[key] = value.strip()
     known = {
-        "planes", "spines", "leaves", "hosts", "rate", "host_rate", "delay", "mtu", "queue",
-        "hdr_queue", "trim", "trim_size", "ecn", "ecn_last_hop", "srv6",
+        "planes", "spines", "leaves", "hosts", "rate", "host_rate", "delay", "skew", "mtu",
+        "queue", "hdr_queue", "trim", "trim_size", "ecn", "ecn_last_hop", "srv6",
     }
     unknown = set(items) - known
     if unknown:
@@ -193,6 +200,8 @@ def parse_topology(text: str) -> LeafSpineSpec:
         kw["host_rate_bps"] = parse_rate(items["host_rate"])
     if "delay" in items:
         kw["delay"] = parse_time(items["delay"])
+    if "skew" in items:
+        kw["skew"] = parse_time(items["skew"])
     kw["queue_bytes"] = parse_bytes(items.get("queue", "8pkt"), packet=mtu)
     kw["ecn_bytes"] = parse_bytes(items.get("ecn", "3pkt"), packet=mtu)
     if "hdr_queue" in items:
@@ -292,7 +301,7 @@ class Fabric:
         return bytes([0x02, 0xFB, 0x00, 0x01, self._mac_n >> 8 & 0xFF, self._mac_n & 0xFF])
 
     def _port(self, name: str, *, rate: float, last_hop: bool, src_mac: bytes | None,
-              dst_mac: bytes, host_nic: bool) -> EgressPort:
+              dst_mac: bytes, host_nic: bool, extra_delay: float = 0.0) -> EgressPort:
         s = self.spec
         if host_nic:
             # A NIC queue never drops or trims its own host's frames: the transport's
@@ -304,7 +313,8 @@ class Fabric:
             )
         assert src_mac is not None
         return EgressPort(
-            self.sim, name, rate_bps=rate, delay=s.delay, queue_bytes=s.queue_bytes,
+            self.sim, name, rate_bps=rate, delay=s.delay + extra_delay,
+            queue_bytes=s.queue_bytes,
             prio_queue_bytes=s.hdr_queue_bytes, trim=s.trim, trim_size=s.trim_size,
             ecn_bytes=0 if last_hop and not s.ecn_last_hop else s.ecn_bytes,
             mac_rewrite=dst_mac + src_mac,
@@ -349,13 +359,15 @@ class Fabric:
             below[hn.leaf_index].append(hn)
         for p in range(s.planes):
             for li, leaf in enumerate(self.leaves[p]):
-                for spine in self.spines[p]:
+                for si, spine in enumerate(self.spines[p]):
                     l_mac, s_mac = self._mac(), self._mac()
+                    extra = s.skew * si / max(1, s.spines - 1)
                     up = self._port(f"{leaf.name}>{spine.name}", rate=s.rate_bps,
-                                    last_hop=False, src_mac=l_mac, dst_mac=s_mac, host_nic=False)
+                                    last_hop=False, src_mac=l_mac, dst_mac=s_mac, host_nic=False,
+                                    extra_delay=extra)
                     down = self._port(f"{spine.name}>{leaf.name}", rate=s.rate_bps,
                                       last_hop=False, src_mac=s_mac, dst_mac=l_mac,
-                                      host_nic=False)
+                                      host_nic=False, extra_delay=extra)
                     up.connect(spine, len(spine.ports))
                     down.connect(leaf, len(leaf.ports))
                     leaf.ports.append(up)
