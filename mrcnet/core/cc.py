@@ -20,7 +20,6 @@ NSCC_FI_BDP: Final = 0.01  # fair increase per RTT: 1% of BDP (at least one MTU)
 NSCC_GAMMA: Final = 0.8  # multiplicative decrease gain
 NSCC_MD_MIN: Final = 0.5  # never cut below half in one decrease
 NSCC_QA_DELAY: Final = 4.0  # quick adapt when queueing delay > 4 x target
-NSCC_STANDING_RTTS: Final = 0.0  # queueing delay = min RTT over this many srtts - base
 PENALTY_SCALE: Final = 254.0  # window penalty p (0..127) shrinks cwnd by p/254 (<= 50%)
 
 
@@ -30,11 +29,13 @@ class CongestionControl:
     cwnd: float
 
     def __init__(self, mss: int, rate: float, base_rtt_hint: float, *,
-                 target_floor: float = 0.0, rtt_floor: float = 0.0) -> None:
+                 target_floor: float = 0.0, rtt_floor: float = 0.0,
+                 delay_filter: float = 0.0) -> None:
         self.mss = mss
         self.rate = rate
         self.target_floor = target_floor
         self.rtt_floor = rtt_floor
+        self.delay_filter = delay_filter
         self.cwnd = float(max(mss, rate * max(base_rtt_hint, rtt_floor)))
 
     def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
@@ -65,14 +66,16 @@ def register_cc(name: str) -> Callable[[type[CongestionControl]], type[Congestio
 
 
 def create_cc(name: str, mss: int, rate: float, base_rtt_hint: float, *,
-              target_floor: float = 0.0, rtt_floor: float = 0.0) -> CongestionControl:
+              target_floor: float = 0.0, rtt_floor: float = 0.0,
+              delay_filter: float = 0.0) -> CongestionControl:
     """A new CC instance for profile ``name``; unknown names raise ``KeyError`` with the list.
-    ``target_floor``/``rtt_floor``: see ``HostConfig.cc_target_floor``/``cc_rtt_floor``."""
+    The keywords: see ``HostConfig.cc_target_floor``/``cc_rtt_floor``/``cc_delay_filter``."""
     try:
         cls = CC_REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown CC profile {name!r}; known: {sorted(CC_REGISTRY)}") from None
-    return cls(mss, rate, base_rtt_hint, target_floor=target_floor, rtt_floor=rtt_floor)
+    return cls(mss, rate, base_rtt_hint, target_floor=target_floor, rtt_floor=rtt_floor,
+               delay_filter=delay_filter)
 
 
 @register_cc("fixed")
@@ -95,9 +98,10 @@ class NSCC(CongestionControl):
     """
 
     def __init__(self, mss: int, rate: float, base_rtt_hint: float, *,
-                 target_floor: float = 0.0, rtt_floor: float = 0.0) -> None:
+                 target_floor: float = 0.0, rtt_floor: float = 0.0,
+                 delay_filter: float = 0.0) -> None:
         super().__init__(mss, rate, base_rtt_hint, target_floor=target_floor,
-                         rtt_floor=rtt_floor)
+                         rtt_floor=rtt_floor, delay_filter=delay_filter)
         self.base_rtt = 0.0  # 0: no sample yet
         self.delay = 0.0
         self.srtt = 0.0
@@ -147,18 +151,21 @@ class NSCC(CongestionControl):
                 self.base_rtt = rtt
                 self._rescale(rtt)
             self.srtt = rtt if self.srtt == 0.0 else self.srtt + 0.125 * (rtt - self.srtt)
-            # Queueing delay from the *standing* RTT: the smallest sample of the last
-            # half RTT (Copa's filter). A queue delays every packet, so it shows in the
-            # minimum; endpoint scheduling jitter delays some and not others, so the
-            # minimum drops it (one sample of mrcd's event loop can be 2 ms late).
-            st = self._standing
-            while st and st[-1][1] >= rtt:
-                st.pop()
-            st.append((now, rtt))
-            horizon = now - NSCC_STANDING_RTTS * self.srtt
-            while st[0][0] < horizon:
-                st.popleft()
-            self.delay = st[0][1] - self.base_rtt
+            if self.delay_filter > 0:
+                # Queueing delay from the *standing* RTT: the smallest sample of the last
+                # delay_filter x srtt (Copa's filter, 0.5). A queue delays every packet,
+                # so it shows in the minimum; endpoint scheduling jitter delays some and
+                # not others, so the minimum drops it (mrcd's loop: up to 2 ms late).
+                st = self._standing
+                while st and st[-1][1] >= rtt:
+                    st.pop()
+                st.append((now, rtt))
+                horizon = now - self.delay_filter * self.srtt
+                while st[0][0] < horizon:
+                    st.popleft()
+                self.delay = st[0][1] - self.base_rtt
+            else:
+                self.delay = rtt - self.base_rtt
         d, target = self.delay, self.target
         if (self.qa_pending or d > NSCC_QA_DELAY * target) and self._quick_adapt(now):
             return

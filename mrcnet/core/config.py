@@ -103,6 +103,9 @@ class HostConfig:
     - ``cc_rtt_floor``: NSCC sizes its BDP (max window = 1.5 BDP, fair-increase step) and
       its once-per-RTT decisions with at least this RTT. Set it to the endpoint RTT the
       host really sees (mrcd: 1-2 ms), so the window can fill the link despite it.
+    - ``cc_delay_filter``: NSCC's queueing delay is the smallest RTT sample of the last
+      ``cc_delay_filter x srtt`` minus the base RTT (0: each sample alone). A queue delays
+      every sample, endpoint jitter only some: 0.5 (Copa's window) filters the jitter.
     - ``retire_ambiguous``: a loss on a path that has since delivered a packet sent
       after the lost one is ambiguous (reordering, random drop): the EV is retired only
       after this many such losses on the path within ``8 x srtt`` (1: at once). A loss
@@ -136,6 +139,7 @@ class HostConfig:
     fast_parse: bool = True
     cc_target_floor: float = 0.0
     cc_rtt_floor: float = 0.0
+    cc_delay_filter: float = 0.0
     retire_ambiguous: int = 3
 
 

@@ -291,6 +291,7 @@ class QueuePair:
         self.cc = create_cc(
             a.cc_profile or cfg.cc_profile, cfg.mtu_payload, cfg.link_rate * planes,
             cfg.base_rtt_hint, target_floor=cfg.cc_target_floor, rtt_floor=cfg.cc_rtt_floor,
+            delay_filter=cfg.cc_delay_filter,
         )
         self.next_seq = self.snd_una = a.sq_psn
         self.rcv_nxt = self.rx_high = a.rq_psn
@@ -510,7 +511,9 @@ class QueuePair:
         evm = self.evm
         info = evm.evs.get(p.ev) if evm is not None else None
         if info is not None and info.srtt:
-            base = info.srtt + 4 * info.rttvar
+            # An EV sees few samples; the QP's variance (endpoint jitter is common to
+            # every path) keeps a quiet EV's estimate from being too tight.
+            base = info.srtt + 4 * max(info.rttvar, self.rttvar)
         elif self.srtt:
             base = self.srtt + 4 * self.rttvar
         else:
