@@ -452,9 +452,12 @@ class EVManager:
             if not g.evs:
                 del self._groups[key]
 
-    def probes_due(self, now: float) -> list[EVInfo]:
+    def probes_due(self, now: float, timeout: float = 0.0) -> list[EVInfo]:
         """One EV per bad path whose probe is due (rotating over the path's bad EVs);
-        reschedules them."""
+        reschedules them ``max(probe_interval, timeout)`` later: a probe counts as failed
+        only when the next one goes, so it always has ``timeout`` (the QP's measured RTT
+        and variance) to be answered, and a slow endpoint is not probed faster than it
+        can answer."""
         if now < self.next_probe:
             return []
         due = []
@@ -462,7 +465,7 @@ class EVManager:
         usable = self.usable_planes
         for (plane, _), g in self._groups.items():
             if g.due <= now:
-                g.due = now + self.probe_interval
+                g.due = now + max(self.probe_interval, timeout)
                 if plane in usable:
                     info = g.evs[g.rr % len(g.evs)]
                     g.rr += 1
@@ -472,9 +475,12 @@ class EVManager:
         self.next_probe = nxt
         return due
 
-    def probe_result(self, ev: int, ok: bool, rtt: float | None = None) -> None:
+    def probe_result(self, ev: int, ok: bool, rtt: float | None = None,
+                     now: float | None = None) -> None:
         """A probe on ``ev`` succeeded (response) or failed (unanswered by the next one).
-        ``probe_successes`` successes in a row revive every bad EV of its path."""
+        ``probe_successes`` successes in a row revive every bad EV of its path. An answer
+        (at ``now``) brings the path's next probe forward to one probe interval after
+        this one was sent: the pace is the interval or the RTT, whichever is longer."""
         info = self._bad.get(ev)
         if info is None:
             return
@@ -490,6 +496,11 @@ class EVManager:
         if rtt is not None:
             info.rtt_sample(rtt)
         g.ok += 1
+        if now is not None and rtt is not None:
+            due = now + max(0.0, self.probe_interval - rtt)
+            if due < g.due:
+                g.due = due
+                self.next_probe = min(self.next_probe, due)
         for i in g.evs:
             i.probes_ok = g.ok
         if g.ok >= self.probe_successes:

@@ -550,7 +550,7 @@ class Host:
             self._dirty.add(qpn)
             self._sendq.add(qpn)
             if qp is not None and qp.evm is not None and ev == eph.ev:
-                qp.evm.probe_result(ev, True, now - sent)
+                qp.evm.probe_result(ev, True, now - sent, now)
         else:
             st = self._port_status.get(peer)
             if st is not None and st[0] == eph.request_id:
@@ -657,7 +657,7 @@ class Host:
             self._sendq.add(qpn)
             qp.on_timer(now, self._ctrl)
             if qp.evm is not None and qp.state is QPState.RTS:
-                due = qp.evm.probes_due(now)
+                due = qp.evm.probes_due(now, qp.probe_timeout())
                 if due:
                     self._send_probes(qp, due, now)
         if self._port_status:

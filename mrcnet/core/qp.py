@@ -446,6 +446,11 @@ class QueuePair:
             self.credit_probe_at = now + self._base_timeout()
         return False
 
+    def probe_timeout(self) -> float:
+        """How long an EV probe may take to be answered: the QP's RTT plus four
+        variances (endpoint scheduling delay included); 0 before any sample."""
+        return self.srtt + 4 * self.rttvar
+
     def _base_timeout(self) -> float:
         base = self.srtt + 4 * self.rttvar if self.srtt else self.attrs.ack_timeout_s
         return max(self.cfg.timeout_floor, base)
@@ -909,6 +914,9 @@ class QueuePair:
         reason = n.nack_reason
         if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
             lasthop = reason == NackReason.TRIMMED_LASTHOP
+            # A trim proves the path and the peer alive: the timeout retry budget is for
+            # silence, not congestion (the resend waits for the window like new data).
+            self.retries = 0
             if not lasthop:
                 self.evm.skip(p.ev, "trim")
             self.cc.on_trim(now, lasthop)

@@ -17,6 +17,7 @@ from mrcnet.core import (
     HostConfig,
     PathStateChanged,
     PortStatusChanged,
+    WCStatus,
     ev_path,
     make_ev,
 )
@@ -432,3 +433,76 @@ def test_ecn_skips_never_hand_packets_to_an_unusable_plane() -> None:
     for info in m.active[1]:
         m.skip(info.ev, "ecn")
     assert _plane_counts(m, 64) == {0: 32 + 16, 1: 32 - 16}
+
+
+def test_a_probe_slower_than_the_probe_interval_is_not_failed_and_revives_the_path() -> None:
+    """mrcd on a jittery host: probes every 100 us, answers after ~2 ms. A probe is
+    re-sent (and the previous one failed) only after max(interval, timeout), where the
+    timeout comes from the QP's RTT, so slow answers still count; an answer brings the
+    next probe forward (one interval after it was sent), so revival takes about
+    ``probe_successes`` RTTs, and the path is probed at most once per timeout."""
+    interval, timeout, rtt = 100e-6, 5e-3, 2e-3
+    m = EVManager(1, {0: 4}, evs_per_qp=16, probe_interval=interval, probe_successes=3)
+    bad = next(i for i in m.evs.values() if i.path == 1)
+    m.assume_bad(bad.ev, 0.0, "loss")
+    now, sent = interval, 0
+    while bad.state is EVState.ASSUMED_BAD and now < 0.1:
+        due = m.probes_due(now, timeout)
+        assert len(due) <= 1
+        if due:
+            sent += 1
+            # nothing more for this path until the answer or the timeout
+            assert m.probes_due(now + rtt / 2, timeout) == []
+            now += rtt
+            m.probe_result(due[0].ev, True, rtt, now)
+        else:
+            now = m.next_probe
+    assert bad.state is EVState.GOOD
+    assert sent == 3
+    assert now <= 3 * rtt + interval + 1e-9
+
+
+def test_an_unanswered_probe_is_repeated_once_per_timeout_not_per_interval() -> None:
+    interval, timeout = 100e-6, 5e-3
+    m = EVManager(1, {0: 4}, evs_per_qp=16, probe_interval=interval)
+    for i in list(m.evs.values()):
+        if i.path == 2:
+            m.assume_bad(i.ev, 0.0, "loss")  # four EVs of one path: probed as one
+    sent = 0
+    now = 0.0
+    while now < 0.1:
+        sent += len(m.probes_due(now, timeout))
+        now += interval
+    assert 0.1 / timeout - 1 <= sent <= 0.1 / timeout + 1
+
+
+def test_trim_nacks_do_not_exhaust_the_retry_budget() -> None:
+    """A congested fabric under the "fixed" CC: for 30 ms every data packet is trimmed
+    and half of the NACKs are lost (header queues overflowing too). Timeouts happen, but
+    each trim NACK proves the path and the peer alive, so the timeout retry budget is
+    not spent on them; the write completes once the congestion ends. (Before: "retry
+    budget exhausted" after retry_cnt + 1 rounds without a full acknowledgement.)"""
+    cfg = HostConfig(cc_profile="fixed", retry_cnt=3, retry_linear=1)
+    until = 30e-3
+    imp = Impairments()
+    net = Net(planes=1, spines=4, config=cfg, imp=imp)
+    qa, _ = connect(net, 0, 1, attrs={"timeout": 8})  # 262 us before any RTT sample
+    rng = net.rng
+    imp.trim_if = lambda f: net.now < until
+
+    def drop(f: bytes) -> bool:
+        if net.now >= until or len(f) > 200:
+            return False
+        return parse_frame(f, verify_checksum=False, verify_icrc=False).neth is not None \
+            and rng.random() < 0.5
+
+    imp.drop_if = drop
+    src, dst = _write(net, qa, 256 * 1024)
+    ha = net.h(0)
+    net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=1.0)
+    c = ha.qp_stats(qa)["counters"]
+    assert c.get("rto_rounds", 0) > cfg.retry_cnt + 1  # rounds without any ACK
+    assert c.get("lost_trim", 0) > 100
+    (wc,) = ha.poll_cq(ha.qp(qa).cq, 4)
+    assert wc.status is WCStatus.SUCCESS, ha.qp_stats(qa)["error"]
+    assert dst == src
