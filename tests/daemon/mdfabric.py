@@ -164,11 +164,12 @@ class Conn:
 
 
 def connect(a_sock: str, b_sock: str, b_host: str, service: int, size: int,
-            *, fill: bool = True) -> Conn:
+            *, fill: bool = True, path_events: bool = True) -> Conn:
     """A QP from the mrcd at ``a_sock`` to a listening QP at ``b_sock`` (host ``b_host``),
-    each side with a ``size``-byte region; the sender's region is random bytes."""
+    each side with a ``size``-byte region; the sender's region is random bytes. The
+    sender's context asks for PathStateChanged events unless ``path_events`` is False."""
     cb = Context(b_sock)
-    ca = Context(a_sock, path_events=True)
+    ca = Context(a_sock, path_events=path_events)
     try:
         mr_b = cb.alloc_mr(size)
         cq_b = cb.create_cq()

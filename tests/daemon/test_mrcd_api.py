@@ -324,8 +324,8 @@ def test_region_without_remote_write_is_refused(mrcd_pair: MrcdPair) -> None:
 
 @needs_root
 def test_path_events_only_on_request(mrcd_pair: MrcdPair) -> None:
-    # The peer goes away: the QPs retire their EVs, then fail. A client that asked for
-    # path events hears of each EV; one that did not gets only the QP error.
+    # The peer goes away: the QPs fail. A client that did not ask for path events gets
+    # only the QP error.
     with Context(mrcd_pair.b.socket) as cb, \
             Context(mrcd_pair.a.socket, path_events=True) as loud, \
             Context(mrcd_pair.a.socket) as quiet:
@@ -349,5 +349,9 @@ def test_path_events_only_on_request(mrcd_pair: MrcdPair) -> None:
                 seen.add(str(ev["type"]))
             return seen
 
-        assert kinds(loud) == {"PathStateChanged", "QPError"}
+        # Since core 57ae6c5 a timeout with nothing newer acknowledged anywhere (a dead
+        # peer) blames no path, so the loud context may hear of no EV here; the fabric
+        # tests (test_mrcd_fabric_paths) check that one that asked does hear of them
+        # under real path failures while one that did not hears nothing.
+        assert kinds(loud) - {"PathStateChanged"} == {"QPError"}
         assert kinds(quiet) == {"QPError"}

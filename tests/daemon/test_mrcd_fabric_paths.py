@@ -141,8 +141,27 @@ def test_path_failure_mid_transfer(fm: FabricMrcds, conn: Conn, kind: str) -> No
     fab: Fabric = fm.fab
     path, fail, restore = FAILURES[kind]
     total = 160 * MIB
-    t_fail, t_restore, used = _run_with_failure(conn, lambda: fail(fab), lambda: restore(fab),
-                                                total)
+    # A second QP from the same mrcd through the same failure, whose application did not
+    # ask for path events: it must get none (only the first context hears of EVs).
+    quiet = connect(fm.sock("h0"), fm.sock("h1"), "h1", next(_service), 32 * MIB,
+                    path_events=False)
+    try:
+        for i in range(32):
+            quiet.qp_a.post_write(quiet.mr_a, i * MIB, MIB, quiet.peer.regions[0], i * MIB,
+                                  wr_id=i)
+        t_fail, t_restore, used = _run_with_failure(conn, lambda: fail(fab),
+                                                    lambda: restore(fab), total)
+        got: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 32 and time.monotonic() < deadline:
+            got += [w.status for w in quiet.cq_a.wait(timeout=1, max_entries=32)]
+        assert got == ["SUCCESS"] * 32
+        quiet.drain_events()
+        assert quiet.events == [] and not [e for e in quiet.other_events
+                                           if e.get("type") == "QPError"]
+        _assert_exact(quiet, 32 * MIB)
+    finally:
+        quiet.close()
     _assert_exact(conn, total)
     bad = _bad_events(conn, path, t_fail)
     assert bad, f"no EV of {path} went ASSUMED_BAD"
@@ -177,23 +196,36 @@ def _assert_healthy(c: Conn) -> None:
 
 
 def test_one_percent_loss_on_a_link_mid_transfer(fm: FabricMrcds, conn: Conn) -> None:
-    """1 % random loss on p1l0 -> p1s0 (plane 1, spine 0): the lossy path's EVs are
-    retired as they lose packets, probes bring them back, every byte arrives."""
+    """1 % random loss on p1l0 -> p1s0 (plane 1, spine 0): every lost packet is resent,
+    every byte arrives, the application sees no error, and the path carries data after
+    the loss stops.
+
+    Whether the lossy path's EVs are retired is the core's policy: up to core 417a421 each
+    loss retired its EV (ASSUMED_BAD, revived by probes); since 57ae6c5 a loss retires a
+    path only when no newer packet got through it ("ambiguous losses need
+    corroboration"), so 1 % random loss usually retires nothing. Both are accepted here;
+    retired EVs must come back.
+    """
     path = (1, 0)
     link = fm.fab.link("p1l0", "p1s0")
     total = 160 * MIB
     before = fm.fab.counters()
+    c0 = conn.ca.stats(conn.qp_a)["qp"]["counters"]
     t_fail, t_restore, _ = _run_with_failure(conn, lambda: link.loss(1.0), link.clear,
                                              total)
     _assert_exact(conn, total)
-    bad = [e for e in _bad_events(conn, path, t_fail) if e.t < t_restore]
-    assert bad, f"no EV of {path} went ASSUMED_BAD under 1 % loss"
+    c1 = conn.ca.stats(conn.qp_a)["qp"]["counters"]
     after = fm.fab.counters()
     drops = after["p1l0->p1s0"]["drops"] - before["p1l0->p1s0"]["drops"]
     assert drops > 0  # the loss really happened
-    print(f"\n1 % loss on {path}: {drops} frames dropped, {len(bad)} ASSUMED_BAD "
-          f"transitions on the path, first {(bad[0].t - t_fail) * 1e3:.1f} ms after")
-    _wait_revived(conn, path, t_fail)
+    resent = c1.get("tx_retransmit", 0) - c0.get("tx_retransmit", 0)
+    assert resent >= 1
+    bad = [e for e in _bad_events(conn, path, t_fail) if e.t < t_restore]
+    print(f"\n1 % loss on {path}: {drops} frames dropped, {resent} retransmissions, "
+          f"{len(bad)} ASSUMED_BAD transitions on the path"
+          + (f", first {(bad[0].t - t_fail) * 1e3:.1f} ms after" if bad else ""))
+    if bad:
+        _wait_revived(conn, path, t_fail)
     _carries_data_again(conn, path)
     _assert_healthy(conn)
 
