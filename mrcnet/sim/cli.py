@@ -15,10 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mrcnet.sim.errors import SimError
+from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import FAIL_HELP, parse_failure
 from mrcnet.sim.matrix import __doc__ as MATRIX_DOC
 from mrcnet.sim.matrix import format_matrix, incast, load_matrix, permutation
+from mrcnet.sim.net import HostJitter
 from mrcnet.sim.topology import SPEC_HELP, parse_topology, with_options
 from mrcnet.sim.units import format_time, parse_bool, parse_bytes, parse_time
 
@@ -54,6 +55,41 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
                         value = parse_time(raw)
         out[key.strip()] = value
     return out
+
+
+#: ``--host-jitter mrcd``: mrcd's event loop as measured on the netns fabrics.
+MRCD_JITTER = "wake=50us..2ms,spike=1%:5ms,cpu=0.5us,timer=1ms"
+
+
+def parse_host_jitter(text: str) -> HostJitter:
+    """``wake=50us..2ms,spike=1%:5ms,cpu=0.5us,timer=1ms`` (every key optional) or
+    ``mrcd`` -> :class:`HostJitter`."""
+    if text.strip() == "mrcd":
+        text = MRCD_JITTER
+    kw: dict[str, float] = {}
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, eq, val = part.partition("=")
+            if not eq:
+                raise ValueError(part)
+            if key == "wake":
+                lo, _, hi = val.partition("..")
+                kw["wake_min"] = parse_time(lo)
+                kw["wake_max"] = parse_time(hi or lo)
+            elif key == "spike":
+                prob, _, size = val.partition(":")
+                kw["spike_prob"] = float(prob.rstrip("%")) / (100 if prob.endswith("%") else 1)
+                kw["spike"] = parse_time(size)
+            elif key == "cpu":
+                kw["per_frame"] = parse_time(val)
+            elif key == "timer":
+                kw["timer_resolution"] = parse_time(val)
+            else:
+                raise ValueError(part)
+        return HostJitter(**kw)
+    except (ValueError, SimError) as e:
+        raise SpecError(f"bad --host-jitter {text!r} ({e}): expected mrcd or "
+                        f"{MRCD_JITTER} (every key optional)") from None
 
 
 def _fmt_bytes(n: float) -> str:
@@ -153,7 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     failures = [parse_failure(f) for f in args.fail]
     sample = parse_time(args.sample) if args.sample else None
     run = SimRun(spec, flows, transport=args.transport, failures=failures, seed=args.seed,
-                 host_config=_parse_set(args.set), sample_interval=sample)
+                 host_config=_parse_set(args.set), sample_interval=sample,
+                 host_jitter=parse_host_jitter(args.host_jitter) if args.host_jitter else None)
     until = parse_time(args.until) if args.until else None
 
     def progress(r: SimRun) -> None:
@@ -257,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "evs_per_qp=64, cc_profile=fixed (repeatable)")
     r.add_argument("--sample", metavar="TIME",
                    help="record aggregate goodput (new bytes delivered) every TIME, e.g. 100us")
+    r.add_argument("--host-jitter", metavar="SPEC",
+                   help="endpoint processing model: 'mrcd' or "
+                        "wake=50us..2ms,spike=1%%:5ms,cpu=0.5us,timer=1ms (docs/SIM.md)")
     r.add_argument("--progress", action="store_true", help="progress lines on stderr")
     r.set_defaults(fn=cmd_run)
 

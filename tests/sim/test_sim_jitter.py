@@ -102,3 +102,26 @@ def test_probes_revive_a_path_when_the_rtt_exceeds_the_probe_interval() -> None:
     # Probe load: one per bad path and (RTT-based) interval, never per EV.
     probes = run.hosts[0].counters().get("tx_ev_probe", 0)
     assert probes <= 20e-3 / 250e-6 + 10
+
+
+def test_host_jitter_spec_parses_and_rejects_nonsense() -> None:
+    import pytest
+
+    from mrcnet.sim.cli import parse_host_jitter
+    from mrcnet.sim.errors import SpecError
+
+    m = parse_host_jitter("mrcd")
+    for name in ("wake_min", "wake_max", "spike_prob", "spike", "per_frame", "timer_resolution"):
+        assert getattr(m, name) == pytest.approx(getattr(MRCD_JITTER, name))
+    j = parse_host_jitter("wake=10us..20us,timer=1ms")
+    assert (j.wake_min, j.wake_max, j.timer_resolution, j.spike_prob) == pytest.approx(
+        (10e-6, 20e-6, 1e-3, 0))
+    for bad in ("wake=2ms..1ms", "nap=1ms", "spike=200%:1ms", "wake"):
+        with pytest.raises(SpecError, match="host-jitter"):
+            parse_host_jitter(bad)
+
+
+def test_a_jittery_host_is_deterministic_per_seed() -> None:
+    a = _run(4 << 20, {})[0].result().flows[0].finish
+    b = _run(4 << 20, {})[0].result().flows[0].finish
+    assert a == b
