@@ -475,6 +475,11 @@ class EVManager:
         self.next_probe = nxt
         return due
 
+    def bad_ev_on(self, plane: int, path: int) -> int | None:
+        """An ASSUMED_BAD EV of this path (one being probed), if any."""
+        g = self._groups.get((plane, path))
+        return g.evs[0].ev if g is not None and g.evs else None
+
     def probe_result(self, ev: int, ok: bool, rtt: float | None = None,
                      now: float | None = None) -> None:
         """A probe on ``ev`` succeeded (response) or failed (unanswered by the next one).

@@ -115,6 +115,9 @@ class Host:
         self._probe_id = 0
         self._probes: dict[int, tuple[int, int, float]] = {}  # id -> (qpn, ev, sent)
         self._probe_of_path: dict[tuple[int, int, int], int] = {}  # (qpn, plane, path)
+        # (peer, plane, path) -> id of the newest probe on that path by any QP: QPs to one
+        # peer share a path's fate, so they share its probes too
+        self._peer_path_probe: dict[tuple[str, int, int], int] = {}
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._last_now = 0.0
         self.last_internal_error: BaseException | None = None
@@ -551,6 +554,18 @@ class Host:
             self._sendq.add(qpn)
             if qp is not None and qp.evm is not None and ev == eph.ev:
                 qp.evm.probe_result(ev, True, now - sent, now)
+                ppk = (qp.attrs.peer or "", plane, path)
+                if self._peer_path_probe.get(ppk) == eph.request_id:
+                    del self._peer_path_probe[ppk]
+                # The same path works for every other QP to this peer that probes it.
+                for other in self._qps.values():
+                    if other is qp or other.attrs.peer != qp.attrs.peer or other.evm is None:
+                        continue
+                    oev = other.evm.bad_ev_on(plane, path)
+                    if oev is not None:
+                        other.evm.probe_result(oev, True, now - sent, now)
+                        self._dirty.add(other.qpn)
+                        self._sendq.add(other.qpn)
         else:
             st = self._port_status.get(peer)
             if st is not None and st[0] == eph.request_id:
@@ -579,6 +594,14 @@ class Host:
                 rec = self._probes.pop(old, None)
                 if rec is not None and qp.evm:  # unanswered until the next one: failed
                     qp.evm.probe_result(rec[1], False)
+            ppk = (qp.attrs.peer or "", info.plane, info.path)
+            shared = self._probes.get(self._peer_path_probe.get(ppk, -1))
+            if shared is not None and now - shared[2] < max(qp.cfg.probe_interval,
+                                                            qp.probe_timeout()):
+                # Another QP to the same peer has a probe of this path out: its answer
+                # counts for this QP too (one probe per path, not per QP).
+                self.count("tx_ev_probe_shared")
+                continue
             self._probe_id = (self._probe_id + 1) & _ID_MASK
             rid = self._probe_id
             port, route = qp.route(info.ev)
@@ -586,6 +609,7 @@ class Host:
             self._ctrl.append((port, build_endpoint(route, ev=info.ev, eph=eph)))
             self._probes[rid] = (qp.qpn, info.ev, now)
             self._probe_of_path[key] = rid
+            self._peer_path_probe[ppk] = rid
             self.count("tx_ev_probe")
 
     def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:

@@ -506,3 +506,28 @@ def test_trim_nacks_do_not_exhaust_the_retry_budget() -> None:
     (wc,) = ha.poll_cq(ha.qp(qa).cq, 4)
     assert wc.status is WCStatus.SUCCESS, ha.qp_stats(qa)["error"]
     assert dst == src
+
+
+def test_qps_to_one_peer_share_the_probes_of_a_path() -> None:
+    """Two QPs to the same peer both lose a path: the host sends one probe per path and
+    interval, not one per QP, and an answer revives the path for both."""
+    cfg = HostConfig(probe_interval=100e-6, probe_successes=2)
+    imp = Impairments(dead_paths={(0, 1)})
+    net = Net(planes=1, spines=2, config=cfg, imp=imp)
+    q1, _ = connect(net, 0, 1)
+    q2, _ = connect(net, 0, 1)
+    ha = net.h(0)
+    _write(net, q1, 512 * 1024)
+    _write(net, q2, 512 * 1024, wr_id=2)
+    net.run(until=lambda: len(ha.qp(q1).cq) > 0 and len(ha.qp(q2).cq) > 0, max_time=1.0)
+    for q in (q1, q2):
+        assert any(s["state"] == "ASSUMED_BAD" for s in ha.ev_stats(q).values())
+    before = ha.counters().get("tx_ev_probe", 0)
+    net.run(max_time=net.now + 20 * cfg.probe_interval)
+    sent = ha.counters()["tx_ev_probe"] - before
+    assert 18 <= sent <= 22  # one path, one probe per interval, whichever QP sends it
+    assert ha.counters().get("tx_ev_probe_shared", 0) >= 15
+    imp.dead_paths.clear()
+    net.run(max_time=net.now + 10 * cfg.probe_interval)
+    for q in (q1, q2):
+        assert all(s["state"] == "GOOD" for s in ha.ev_stats(q).values())
