@@ -27,7 +27,7 @@ JITTERY_HOST: dict[str, Any] = {
     "cc_target_floor": 2e-3,
     "cc_rtt_floor": 2e-3,
     "cc_delay_filter": 0.5,
-    "timeout_floor": 10e-3,
+    "timeout_floor": 20e-3,
 }
 #: 2 planes x 8 spines at 10 Gbit/s, 20 us of skew between the fastest and slowest spine.
 TOPO = "leafspine:planes=2,spines=8,leaves=2,hosts=1,rate=10gbit,delay=5us,skew=20us"
