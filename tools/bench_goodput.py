@@ -112,8 +112,9 @@ class Meter:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
-        self.proc = _children_cpu() - self.c0 + sum(
-            _proc_cpu(p) - c for p, c in self.p0.items())
+        self.live = sum(_proc_cpu(p) - c for p, c in self.p0.items())  # the given PIDs
+        self.children = _children_cpu() - self.c0  # tools started and reaped meanwhile
+        self.proc = self.children + self.live
         self.machine = _machine_busy() - self.m0
 
 
@@ -223,7 +224,8 @@ def run_mrc(fab: Any, tmp: Path, iters: int, profile: Path | None, core: list[st
     # The warm-up writes (iters // 2) moved data too: count them in the CPU per GB.
     nbytes = size * (iters + iters // 2)
     return {"gbps": row["gbps"], "bytes": nbytes, "errors": row["errors"],
-            "proc_cpu": m.proc, "machine_cpu": m.machine}
+            "proc_cpu": m.proc, "machine_cpu": m.machine, "mrcd_cpu": m.live,
+            "tools_cpu": m.children}
 
 
 def _profile_top(path: Path, n: int = 15) -> list[str]:
@@ -307,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         s = summary[k]
         print(f"{k:6} {_stats(s['gbps'])}   {_stats(s['proc_cpu_s_per_gb'])}   "
               f"{_stats(s['machine_cpu_s_per_gb'])}")
+    mrc = results["mrc"]
+    gb = [r["bytes"] / 1e9 for r in mrc]
+    split = [(r["mrcd_cpu"] / g, r["tools_cpu"] / g) for r, g in zip(mrc, gb, strict=True)]
+    print(f"mrc process CPU split: both mrcds {_stats([a for a, _ in split])}"
+          f" s/GB, mrc-perf client + server "
+          f"{_stats([b for _, b in split])} s/GB")
     print(f"mrc / raw = {summary['ratio_mrc_raw']:.2f}   mrc / tcp = "
           f"{summary['ratio_mrc_tcp']:.2f}   (target: mrc >= 0.6 x raw)")
     for line in summary.get("profile", []):

@@ -148,3 +148,14 @@ def test_sigint_is_a_clean_stop(veth: VethPair, tmp_path: Path) -> None:
     assert not os.path.exists(sock)
     assert "mrcd_" not in run("nft", "list", "tables", ns=veth.ns_a)
     assert "Traceback" not in m.logs()
+
+
+def test_timer_delay_never_early_and_at_most_a_millisecond_late() -> None:
+    from mrcnet.daemon.engine import timer_delay
+
+    assert timer_delay(-0.5) == 0.0 and timer_delay(0.0) == 0.0
+    for d in (1e-6, 0.0004, 0.0005, 0.000999, 0.001, 0.0011, 0.0199, 0.25):
+        got = timer_delay(d)
+        assert d <= got < d + 0.001 + 1e-12, (d, got)
+        # uvloop rounds to whole milliseconds: what we give it must survive that.
+        assert round(got * 1000) / 1000 >= d
