@@ -67,6 +67,13 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     "probe_interval": 0.1,
     "base_rtt_hint": 0.0005,
     "link_rate": 10e9 / 8,
+    # NSCC under a Python endpoint: mrcd's own scheduling adds 0.1-2 ms to RTT samples,
+    # which NSCC read as queueing (window ~50-130 KB, 0.46 Gb/s on an unshaped fabric).
+    # With these (core knobs made for this): 1.6-1.9 Gb/s and half the CPU per GB
+    # (tools/bench_goodput.py, 3 runs of 256 MiB; docs/MRCD.md).
+    "cc_target_floor": 0.001,
+    "cc_rtt_floor": 0.0015,
+    "cc_delay_filter": 0.5,
 }
 
 
