@@ -199,9 +199,9 @@ def run_tcp(fab: Any, nbytes: int) -> dict[str, float]:
             "machine_cpu": m.machine}
 
 
-def run_mrc(fab: Any, tmp: Path, iters: int, profile: Path | None, core: list[str],
-            cc: str | None) -> dict[str, float]:
-    size = 1 << 20
+def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[str],
+            cc: str | None, size: int = 1 << 20, depth: int = 16) -> dict[str, float]:
+    iters = max(1, nbytes // size)
     with _mrcds(fab, tmp, profile, core) as socks:
         with Meter([pid for pid, _ in socks.values()]) as m:
             server = subprocess.Popen([*_ns(fab, "h1"), PERF, "--socket", socks["h1"][1],
@@ -214,7 +214,7 @@ def run_mrc(fab: Any, tmp: Path, iters: int, profile: Path | None, core: list[st
             r = subprocess.run([*_ns(fab, "h0"), PERF, "--socket", socks["h0"][1],
                                                  "--timeout", "60", "client", "h1", "--size",
                                                  str(size), "--iters", str(iters),
-                                                 "--tx-depth", "16", "--json",
+                                                 "--tx-depth", str(depth), "--json",
                                                  *(["--cc", cc] if cc else [])],
                                capture_output=True, text=True, timeout=600, check=False)
             server.communicate(timeout=60)
@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--mib", type=int, default=256, help="MiB per MRC and TCP run")
     ap.add_argument("--raw-seconds", type=float, default=3.0)
+    ap.add_argument("--write-size", type=int, default=1 << 20, help="bytes per RDMA WRITE")
+    ap.add_argument("--tx-depth", type=int, default=16, help="writes outstanding")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cc", help="congestion control of the MRC QP (default: mrcd's)")
     ap.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
@@ -278,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                     results["raw"].append(run_raw(fab, args.raw_seconds))
                 if "tcp" not in args.skip:
                     results["tcp"].append(run_tcp(fab, args.mib << 20))
-                results["mrc"].append(run_mrc(fab, tmp, args.mib, prof_dir if last else None,
-                                              args.core, args.cc))
+                results["mrc"].append(run_mrc(fab, tmp, args.mib << 20,
+                                              prof_dir if last else None, args.core,
+                                              args.cc, args.write_size, args.tx_depth))
                 print(f"run {i + 1}: " + ", ".join(f"{k} {v[-1]['gbps']:.2f} Gb/s"
                                                    for k, v in results.items() if v),
                       file=sys.stderr, flush=True)
