@@ -1,31 +1,47 @@
 """The mrcnet demo, run by ``make demo`` (``python -m mrcnet.demo``).
 
-Today it shows the wire format, in three steps:
+What MRC does, on a real (emulated) fabric, in five steps:
 
-1. write one MRC frame of every kind (:mod:`mrcnet.wire.samples`) to a pcap;
-2. decode the pcap with mrcnet's own parser and print a table of every frame;
-3. if tshark is installed, have it decode the same file and say whether it agrees
-   (every frame is UDP 4791, SRH recognised, UDP checksums good).
+1. build a 2-plane leaf-spine fabric (2 spines and 2 leaves per plane, one host per
+   leaf, shaped links) out of network namespaces, and start an mrcd on every host;
+2. connect a QP from h0 to h1 (``mrcnet.api`` verbs over the mrcds' sockets) and stream
+   verified RDMA WRITEs, sprayed over every (plane, spine) path;
+3. mid-transfer take the spine link ``p0l0-p0s1`` down, then restore it, printing the
+   per-path picture (packets per path, EV states) before, during and after;
+4. check the result: the receiver's memory equals the sender's byte for byte, no error
+   reached the application, and how many packets were retransmitted;
+5. tear everything down (mrcds by PID, the fabric's namespaces, its state directory)
+   and check that nothing is left.
 
-The pcap goes to a temporary directory removed at the end, unless ``--keep [DIR]`` (then
-``DIR/mrc-samples.pcap``, default ``out/``), to open in Wireshark or scapy afterwards.
+``--keep`` leaves the fabric and its mrcds up to explore (``mrc-fabric status NAME``,
+``mrc-fabric down NAME``); ``--json`` prints a machine-readable summary on stdout (the
+progress lines then go to stderr); ``--pcap`` adds the wire-format part of the demo (one
+MRC frame of every kind written to a pcap, decoded by mrcnet and, if installed, tshark).
+SIGINT/SIGTERM stop the demo and still remove everything it made.
 
-Later issues grow this into the full fabric demo: each step is one ``step_*`` function
-taking the shared :class:`Demo` context and :func:`run` calls them in order, so a new step
-(fabric up, mrcd, a transfer, a failure) is one function and one line in ``STEPS``.
+Each step is one ``step_*`` function taking the shared :class:`Demo`; :func:`run` calls
+them in order and always runs :func:`step_teardown`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import json
+import os
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 from mrcnet.wire.__main__ import Decoded, decode_pcap
 from mrcnet.wire.pcap import write_pcap
@@ -34,39 +50,380 @@ from mrcnet.wire.samples import Sample, samples
 PCAP_NAME = "mrc-samples.pcap"
 TSHARK_TIMEOUT_S = 120
 
+SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate={rate},mtu=9000"
+SENDER, RECEIVER = "h0", "h1"
+FAIL_LINK = ("p0l0", "p0s1")  #: h0's plane-0 leaf to spine 1: the path (plane 0, spine 1)
+FAIL_PATH = (0, 1)
+SERVICE = 7
+MIB = 1 << 20
+REGION = 32 * MIB  #: the sender's random bytes; writes cycle over it
+CHUNK = 1 * MIB
+DEPTH = 16
+STALL_TIMEOUT_S = 30.0
+
 
 class DemoFailed(Exception):
     """A step found something wrong; the message says what."""
 
 
 @dataclass
+class Phase:
+    """One window of the transfer: per-path packets sent in it, EV states at its end."""
+
+    name: str
+    seconds: float = 0.0
+    sent: dict[str, int] = field(default_factory=dict)  #: "p0s1" -> data packets sent
+    states: dict[str, dict[str, int]] = field(default_factory=dict)  #: "p0s1" -> state -> n
+    bytes: int = 0
+
+
+@dataclass
 class Demo:
-    """What the steps share: where files go, where output goes, what earlier steps made."""
+    """What the steps share: options, output, and what earlier steps made."""
 
     workdir: Path
     out: TextIO = sys.stdout
+    rate: str = "500mbit"
+    before_s: float = 4.0
+    during_s: float = 5.0
+    after_s: float = 5.0
+    keep: bool = False
+    name: str = field(default_factory=lambda: "demo" + secrets.token_hex(3))
     samples: list[Sample] = field(default_factory=samples)
     pcap: Path | None = None
     decoded: list[Decoded] = field(default_factory=list)
+    fab: Any = None  #: mrcnet.fabric.fabric.Fabric once built
+    mrcd_pids: dict[str, int] = field(default_factory=dict)
+    conn: Any = None  #: _Conn once connected
+    phases: list[Phase] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  #: PathStateChanged, timed
+    t_down: float = 0.0
+    t_up: float = 0.0
+    result: dict[str, Any] = field(default_factory=dict)
+    leftovers: dict[str, Any] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
 
     def say(self, text: str = "") -> None:
         """Print one line of demo output."""
-        print(text, file=self.out)
+        print(text, file=self.out, flush=True)
 
 
+# --- 1. fabric + mrcds ---------------------------------------------------------------------
+def step_fabric(demo: Demo) -> None:
+    """Step 1: the fabric, and an mrcd on every host."""
+    from mrcnet.fabric.errors import FabricError
+    from mrcnet.fabric.fabric import Fabric
+    from mrcnet.fabric.mrcd import start_mrcds
+
+    spec = SPEC.format(rate=demo.rate)
+    demo.say(f"== 1. fabric {demo.name}: {spec}")
+    try:
+        demo.fab = Fabric.up(spec, name=demo.name, progress=lambda m: demo.say(f"      {m}"))
+        d = demo.fab.description
+        demo.say(f"      {len(d.planes)} planes x {len(d.planes[0].spines)} spines, "
+                 f"{len(d.hosts)} hosts, {len(d.links)} links at {demo.rate}; "
+                 f"a path is (plane, spine): 4 paths from {SENDER} to {RECEIVER}")
+        demo.mrcd_pids = start_mrcds(demo.fab)
+    except FabricError as exc:
+        raise DemoFailed(str(exc)) from exc
+    demo.say("      mrcd running on " + ", ".join(f"{h} (pid {p})"
+                                                 for h, p in demo.mrcd_pids.items()))
+
+
+def _sock(demo: Demo, host: str) -> str:
+    from mrcnet.fabric.mrcd import mrcd_dir
+    return str(mrcd_dir(demo.name) / f"{host}.sock")
+
+
+# --- 2. connect ----------------------------------------------------------------------------
+@dataclass
+class _Conn:
+    ca: Any
+    cb: Any
+    qp_a: Any
+    qp_b: Any
+    cq_a: Any
+    cq_b: Any
+    mr_a: Any
+    mr_b: Any
+    peer: Any
+
+    def close(self) -> None:
+        for c in (self.ca, self.cb):
+            with contextlib.suppress(Exception):
+                c.close()
+
+    def evs(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.ca.stats(self.qp_a, evs=True)["evs"]
+        return out
+
+    def qp_counters(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.ca.stats(self.qp_a)["qp"]
+        return out
+
+
+def step_connect(demo: Demo) -> None:
+    """Step 2: a QP from h0 to h1, each side with a region; the sender's is random."""
+    from mrcnet.api import Context
+    from mrcnet.api.errors import ApiError
+
+    demo.say()
+    demo.say(f"== 2. QP {SENDER} -> {RECEIVER} through the mrcds (mrcnet.api verbs)")
+    try:
+        cb = Context(_sock(demo, RECEIVER))
+        ca = Context(_sock(demo, SENDER), path_events=True)
+        mr_b = cb.alloc_mr(REGION)
+        cq_b = cb.create_cq()
+        qp_b = cb.create_qp(cq_b)
+        cb.listen(SERVICE, qp_b, expose=[mr_b])
+        qp_b.post_recv(wr_id=1)
+        mr_a = ca.alloc_mr(REGION)
+        mr_a.buf[:] = os.urandom(REGION)
+        cq_a = ca.create_cq()
+        qp_a = ca.create_qp(cq_a)
+        peer = qp_a.connect(RECEIVER, SERVICE)
+        qp_b.accept(timeout=10)
+    except ApiError as exc:
+        raise DemoFailed(f"connecting {SENDER} to {RECEIVER}: {exc}") from exc
+    demo.conn = _Conn(ca, cb, qp_a, qp_b, cq_a, cq_b, mr_a, mr_b, peer)
+    paths = sorted({_path_key(e) for e in demo.conn.evs()})
+    demo.say(f"      QP {qp_a.qpn:#x} -> {peer.qpn:#x}, {len(demo.conn.evs())} EVs over "
+             f"paths {', '.join(paths)}; {REGION // MIB} MiB of random bytes to write, "
+             f"{CHUNK // MIB} MiB per WRITE, {DEPTH} outstanding")
+
+
+def _path_key(ev: dict[str, Any]) -> str:
+    return f"p{ev['plane']}s{ev['path']}"
+
+
+# --- 3. transfer with a failure ------------------------------------------------------------
+def _snapshot(conn: _Conn) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    sent: dict[str, int] = {}
+    states: dict[str, dict[str, int]] = {}
+    for e in conn.evs():
+        k = _path_key(e)
+        sent[k] = sent.get(k, 0) + int(e["sent"])
+        st = states.setdefault(k, {})
+        st[e["state"]] = st.get(e["state"], 0) + 1
+    return sent, states
+
+
+def format_picture(phase: Phase, failed: str | None) -> str:
+    """One line per (plane, spine) path: packets sent in the phase, share, EV states."""
+    total = sum(phase.sent.values()) or 1
+    lines = [f"      {'path':<10} {'packets':>8} {'share':>6}  EV states at the end"]
+    for k in sorted(phase.sent):
+        st = phase.states.get(k, {})
+        states = ", ".join(f"{n} {s}" for s, n in sorted(st.items()))
+        mark = "  <- link p0l0-p0s1 down" if k == failed else ""
+        lines.append(f"      {'(' + k[1] + ',' + k[3:] + ')':<10} {phase.sent[k]:>8} "
+                     f"{100 * phase.sent[k] / total:>5.1f}%  {states}{mark}")
+    return "\n".join(lines)
+
+
+def step_transfer(demo: Demo) -> None:
+    """Step 3: stream WRITEs; fail a spine link in the middle, restore it, show each phase."""
+    conn: _Conn = demo.conn
+    fab = demo.fab
+    failed = f"p{FAIL_PATH[0]}s{FAIL_PATH[1]}"
+    demo.say()
+    total_s = demo.before_s + demo.during_s + demo.after_s
+    demo.say(f"== 3. streaming {SENDER} -> {RECEIVER} for {total_s:.0f} s; link "
+             f"{FAIL_LINK[0]}-{FAIL_LINK[1]} (path {FAIL_PATH}) down at "
+             f"{demo.before_s:.0f} s, up again at {demo.before_s + demo.during_s:.0f} s")
+    # Phase boundaries (seconds after start) and what happens at each.
+    marks = [demo.before_s, demo.before_s + demo.during_s, total_s]
+    names = ["before", "during", "after"]
+    posted = done = 0
+    bad: list[str] = []
+    start = last_done = time.monotonic()
+    prev_sent, _ = _snapshot(conn)
+    prev_t, prev_bytes = start, 0
+    stopping = False
+    while not stopping or done < posted:
+        now = time.monotonic()
+        while not stopping and posted - done < DEPTH:
+            off = (posted * CHUNK) % REGION
+            conn.qp_a.post_write(conn.mr_a, off, CHUNK, conn.peer.regions[0], off,
+                                 wr_id=posted)
+            posted += 1
+        wcs = conn.cq_a.wait(timeout=0.05, max_entries=DEPTH)
+        while (e := conn.ca.get_async_event(timeout=0)) is not None:
+            e = dict(e, t=time.monotonic() - start)
+            (demo.events if e.get("type") == "PathStateChanged" else
+             demo.result.setdefault("other_events", [])).append(e)
+        if wcs:
+            last_done = time.monotonic()
+            done += len(wcs)
+            bad += [w.status for w in wcs if not w.ok]
+            if bad:
+                raise DemoFailed(f"the application saw errors: {bad[:4]}")
+        elif now - last_done > STALL_TIMEOUT_S:
+            raise DemoFailed(f"no completion in {STALL_TIMEOUT_S:.0f} s ({done}/{posted})")
+        if len(demo.phases) < len(marks) and now - start >= marks[len(demo.phases)]:
+            sent, states = _snapshot(conn)
+            ph = Phase(names[len(demo.phases)], now - prev_t,
+                       {k: v - prev_sent.get(k, 0) for k, v in sent.items()}, states,
+                       done * CHUNK - prev_bytes)
+            demo.phases.append(ph)
+            prev_sent, prev_t, prev_bytes = sent, now, done * CHUNK
+            rate = 8 * ph.bytes / ph.seconds / 1e9 if ph.seconds else 0.0
+            demo.say()
+            demo.say(f"   -- {ph.name}: {ph.seconds:.1f} s, {ph.bytes / MIB:.0f} MiB "
+                     f"completed ({rate:.2f} Gb/s)")
+            demo.say(format_picture(ph, failed if ph.name == "during" else None))
+            if ph.name == "before":
+                demo.say(f"   >> link {FAIL_LINK[0]}-{FAIL_LINK[1]} down")
+                demo.t_down = time.monotonic() - start
+                fab.link(*FAIL_LINK).down()
+            elif ph.name == "during":
+                demo.say(f"   >> link {FAIL_LINK[0]}-{FAIL_LINK[1]} up")
+                demo.t_up = time.monotonic() - start
+                fab.link(*FAIL_LINK).up()
+            else:
+                stopping = True
+    # The last WRITE carries an immediate: the receiver's completion says all landed.
+    off = (posted * CHUNK) % REGION
+    conn.qp_a.post_write(conn.mr_a, off, CHUNK, conn.peer.regions[0], off, imm=42,
+                         wr_id=posted)
+    posted += 1
+    wcs = conn.cq_a.wait(timeout=STALL_TIMEOUT_S)
+    rwcs = conn.cq_b.wait(timeout=STALL_TIMEOUT_S)
+    elapsed = time.monotonic() - start
+    if not wcs or not wcs[0].ok:
+        raise DemoFailed(f"last WRITE: {wcs[0].status if wcs else 'no completion'}")
+    if not rwcs or not rwcs[0].ok or rwcs[0].imm != 42:
+        raise DemoFailed(f"receiver: {rwcs[0] if rwcs else 'no completion'}")
+    demo.result.update(writes=posted, bytes=posted * CHUNK, seconds=round(elapsed, 2))
+    _summarise_events(demo, failed)
+
+
+def _summarise_events(demo: Demo, failed: str) -> None:
+    ev_path = [(e, f"p{(e['ev'] >> 24) & 0x7F}s{(e['ev'] >> 12) & 0xFFF}")
+               for e in demo.events]
+    bad = [e["t"] for e, k in ev_path if k == failed and e["new"] == "ASSUMED_BAD"
+           and demo.t_down <= e["t"] < demo.t_up]
+    good = [e["t"] for e, k in ev_path if k == failed and e["new"] == "GOOD"
+            and e["t"] >= demo.t_up]
+    other_bad = [k for e, k in ev_path if k != failed and e["new"] == "ASSUMED_BAD"]
+    demo.result["failure"] = {
+        "link": "-".join(FAIL_LINK), "path": failed,
+        "first_assumed_bad_ms": round(1000 * (min(bad) - demo.t_down)) if bad else None,
+        "first_good_again_ms": round(1000 * (min(good) - demo.t_up)) if good else None,
+        "evs_assumed_bad_events": len(bad), "other_paths_assumed_bad_events": len(other_bad),
+    }
+    f = demo.result["failure"]
+    demo.say()
+    if f["first_assumed_bad_ms"] is not None:
+        demo.say(f"      first EV of {failed} ASSUMED_BAD {f['first_assumed_bad_ms']} ms after "
+                 f"the link went down ({len(bad)} EV state changes)")
+    if f["first_good_again_ms"] is not None:
+        demo.say(f"      first EV of {failed} GOOD again {f['first_good_again_ms']} ms after "
+                 "the link came back (probes)")
+
+
+# --- 4. result ----------------------------------------------------------------------------
+def step_result(demo: Demo) -> None:
+    """Step 4: byte-exact check, errors, retransmissions, and the per-EV verdict."""
+    conn: _Conn = demo.conn
+    same = hashlib.sha256(conn.mr_a.buf).digest() == hashlib.sha256(conn.mr_b.buf).digest()
+    counters = conn.qp_counters().get("counters", {})
+    r = demo.result
+    r.update(
+        verified=same,
+        goodput_gbps=round(8 * r["bytes"] / r["seconds"] / 1e9, 3),
+        app_errors=0,
+        retransmissions=int(counters.get("tx_retransmit", 0)),
+        data_packets=int(counters.get("tx_data", 0)),
+        phases=[vars(p) for p in demo.phases],
+    )
+    failed = f"p{FAIL_PATH[0]}s{FAIL_PATH[1]}"
+    during = next(p for p in demo.phases if p.name == "during")
+    after = next(p for p in demo.phases if p.name == "after")
+    r["failed_path_bad_during"] = during.states.get(failed, {}).get("ASSUMED_BAD", 0) > 0
+    r["failed_path_good_after"] = (after.states.get(failed, {}).get("GOOD", 0) > 0
+                                   and after.sent.get(failed, 0) > 0)
+    demo.say()
+    demo.say(f"== 4. result: {r['bytes'] / MIB:.0f} MiB in {r['seconds']:.1f} s "
+             f"({r['goodput_gbps']:.2f} Gb/s), receiver memory == sender memory: "
+             f"{'yes (sha256)' if same else 'NO'}")
+    demo.say(f"      errors seen by the application: none; retransmitted "
+             f"{r['retransmissions']} of {r['data_packets']} data packets")
+    demo.say(f"      path {failed}: EVs ASSUMED_BAD during the failure: "
+             f"{'yes' if r['failed_path_bad_during'] else 'NO'}; GOOD and carrying data "
+             f"after: {'yes' if r['failed_path_good_after'] else 'NO'}")
+    if not same:
+        raise DemoFailed("the receiver's memory differs from the sender's")
+    if not (r["failed_path_bad_during"] and r["failed_path_good_after"]):
+        raise DemoFailed("the failed path's EVs did not go ASSUMED_BAD and back as expected")
+
+
+# --- 5. teardown ---------------------------------------------------------------------------
+def _pid_running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _netns_of(name: str) -> list[str]:
+    try:
+        entries = os.listdir("/run/netns")
+    except OSError:
+        return []
+    return sorted(n for n in entries if n.startswith(name + "-"))
+
+
+def step_teardown(demo: Demo) -> None:
+    """Step 5: stop our mrcds by PID, remove the fabric, check nothing is left."""
+    from mrcnet.fabric.mrcd import stop_mrcds
+    from mrcnet.fabric.state import fabric_dir
+
+    if demo.conn is not None:
+        demo.conn.close()
+        demo.conn = None
+    demo.say()
+    if demo.fab is None:
+        return
+    if demo.keep:
+        demo.say(f"== 5. kept: fabric {demo.name} and its mrcds are still up. Try "
+                 f"'mrc-fabric status {demo.name}'; remove with 'mrc-fabric down {demo.name}'")
+        demo.leftovers = {"kept": True}
+        return
+    t = time.monotonic()
+    stop_mrcds(demo.name)
+    demo.fab.down()
+    demo.fab = None
+    left = {
+        "netns": _netns_of(demo.name),
+        "mrcd_pids": [p for p in demo.mrcd_pids.values() if _pid_running(p)],
+        "state_dir": [str(fabric_dir(demo.name))] if fabric_dir(demo.name).exists() else [],
+    }
+    demo.leftovers = left
+    demo.say(f"== 5. torn down in {time.monotonic() - t:.1f} s: "
+             f"{'nothing left' if not any(left.values()) else 'LEFT BEHIND: ' + str(left)}"
+             f" (no netns {demo.name}-*, mrcd pids "
+             f"{', '.join(str(p) for p in demo.mrcd_pids.values())} gone, no "
+             f"{fabric_dir(demo.name)})")
+    if any(left.values()):
+        raise DemoFailed(f"left behind: {left}")
+
+
+# --- optional: the wire format (--pcap) ----------------------------------------------------
 def step_write_samples(demo: Demo) -> None:
-    """Step 1: the conformance frames, written as a classic pcap."""
+    """The conformance frames, written as a classic pcap."""
     demo.pcap = demo.workdir / PCAP_NAME
     n = write_pcap(demo.pcap, [s.frame for s in demo.samples])
-    demo.say(f"== 1. wrote {n} sample frames (one of every MRC kind) to {demo.pcap}")
+    demo.say()
+    demo.say(f"== wire format: wrote {n} sample frames (one of every MRC kind) to {demo.pcap}")
 
 
 def step_decode(demo: Demo) -> None:
-    """Step 2: decode with mrcnet.wire.parse_frame and print a table."""
+    """Decode with mrcnet.wire.parse_frame and print a table."""
     assert demo.pcap is not None
     demo.decoded = list(decode_pcap(demo.pcap))
-    demo.say()
-    demo.say(f"== 2. decoded by mrcnet.wire.parse_frame ({len(demo.decoded)} frames)")
+    demo.say(f"   decoded by mrcnet.wire.parse_frame ({len(demo.decoded)} frames)")
     demo.say(format_table(demo.samples, demo.decoded))
     bad = [d for d in demo.decoded if d.error is not None]
     if bad:
@@ -153,12 +510,11 @@ def tshark_verdict(pcap: Path, sample_list: Sequence[Sample]) -> TsharkVerdict |
 
 
 def step_tshark(demo: Demo) -> None:
-    """Step 3: an independent decoder's opinion, when tshark is installed."""
+    """An independent decoder's opinion, when tshark is installed."""
     assert demo.pcap is not None
-    demo.say()
     v = tshark_verdict(demo.pcap, demo.samples)
     if v is None:
-        demo.say("== 3. tshark not installed, skipped (apt install tshark)")
+        demo.say("   tshark not installed, skipped (apt install tshark)")
         return
     summary = (
         f"{v.frames} frames, SRH recognised in {v.srh_seen} of {v.srh_expected}, UDP "
@@ -166,55 +522,107 @@ def step_tshark(demo: Demo) -> None:
     )
     if not v.agrees:
         raise DemoFailed(f"{v.version} disagrees: {summary}; " + "; ".join(v.problems))
-    demo.say(f"== 3. {v.version} agrees: {summary}")
-    demo.say("      (not checkable as sent: the trimmed frame, and the uSID frame without inner")
-    demo.say("      header, whose pseudo-header destination is the fully shifted container)")
+    demo.say(f"   {v.version} agrees: {summary}")
 
 
-STEPS: list[Callable[[Demo], None]] = [step_write_samples, step_decode, step_tshark]
+STEPS: list[Callable[[Demo], None]] = [step_fabric, step_connect, step_transfer, step_result]
+PCAP_STEPS: list[Callable[[Demo], None]] = [step_write_samples, step_decode, step_tshark]
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt, so the teardown in ``finally`` runs."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def run(demo: Demo, steps: Sequence[Callable[[Demo], None]] = STEPS) -> int:
-    """Run the steps in order; a failing step stops the demo with exit status 1."""
-    try:
-        for step in steps:
-            step(demo)
-    except DemoFailed as exc:
-        print(f"demo failed: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """Run the steps in order, then always the teardown; a failing step gives status 1,
+    an interruption 130."""
+    status = 0
+    with _signals_interrupt():
+        try:
+            for step in steps:
+                step(demo)
+        except DemoFailed as exc:
+            print(f"demo failed: {exc}", file=sys.stderr)
+            demo.result["error"] = str(exc)
+            status = 1
+        except KeyboardInterrupt:
+            print("demo interrupted: removing what it made", file=sys.stderr)
+            demo.result["error"] = "interrupted"
+            status = 130
+        finally:
+            try:
+                step_teardown(demo)
+            except DemoFailed as exc:
+                print(f"demo failed: {exc}", file=sys.stderr)
+                status = status or 1
+    return status
+
+
+def summary(demo: Demo, status: int) -> dict[str, Any]:
+    """The machine-readable summary printed by ``--json``."""
+    return {"ok": status == 0, "status": status, "fabric": demo.name,
+            "spec": SPEC.format(rate=demo.rate), "mrcd_pids": demo.mrcd_pids,
+            "result": demo.result, "leftovers": demo.leftovers,
+            "seconds": round(time.monotonic() - demo.t0, 1)}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The demo's command line."""
     p = argparse.ArgumentParser(
         prog="python -m mrcnet.demo",
-        description="mrcnet demo: one MRC frame of every kind, written to a pcap, decoded "
-        "by mrcnet and (if installed) checked by tshark.",
+        description="mrcnet demo: a 2-plane fabric with mrcd on its hosts, a verified "
+        "transfer sprayed over every path, a spine link failed and restored mid-transfer, "
+        "then everything removed. Needs root.",
     )
-    p.add_argument(
-        "--keep", nargs="?", const="out", default=None, metavar="DIR",
-        help="keep the pcap in DIR (default: out/) instead of a temporary directory",
-    )
+    p.add_argument("--keep", action="store_true",
+                   help="leave the fabric and its mrcds up to explore (remove them with "
+                   "'mrc-fabric down NAME')")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON summary on stdout (progress goes to stderr)")
+    p.add_argument("--pcap", nargs="?", const="out", default=None, metavar="DIR",
+                   help="also write one MRC frame of every kind to DIR/mrc-samples.pcap "
+                   "(default out/) and decode it (mrcnet, and tshark if installed)")
+    p.add_argument("--rate", default="500mbit", help="link rate (tc units; default 500mbit)")
+    p.add_argument("--seconds", type=float, nargs=3, default=(4.0, 5.0, 5.0),
+                   metavar=("BEFORE", "DURING", "AFTER"),
+                   help="length of the three phases of the transfer (default 4 5 5)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
-    if args.keep is not None:
-        workdir = Path(args.keep)
-        try:
-            workdir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            print(f"error: cannot create {workdir}: {exc.strerror}", file=sys.stderr)
-            return 1
-        status = run(Demo(workdir))
-        print(f"\npcap kept: {workdir / PCAP_NAME} (open it with wireshark, or decode it with "
-              f"'python -m mrcnet.wire decode {workdir / PCAP_NAME}')")
-        return status
+    out = sys.stderr if args.json else sys.stdout
+    if os.geteuid() != 0:
+        print("the demo needs root (it builds network namespaces): sudo make demo",
+              file=sys.stderr)
+        return 1
+    before, during, after = args.seconds
     with tempfile.TemporaryDirectory(prefix="mrcnet-demo-") as tmp:
-        return run(Demo(Path(tmp)))
+        demo = Demo(Path(tmp), out=out, rate=args.rate, before_s=before, during_s=during,
+                    after_s=after, keep=args.keep)
+        steps = list(STEPS)
+        if args.pcap is not None:
+            workdir = Path(args.pcap)
+            workdir.mkdir(parents=True, exist_ok=True)
+            demo.workdir = workdir
+            steps += PCAP_STEPS
+        status = run(demo, steps)
+        demo.say(f"demo {'done' if status == 0 else 'FAILED'} in "
+                 f"{time.monotonic() - demo.t0:.0f} s")
+        if args.json:
+            print(json.dumps(summary(demo, status), indent=1, default=str))
+        return status
 
 
 if __name__ == "__main__":
