@@ -116,6 +116,8 @@ def step_fabric(demo: Demo) -> None:
     from mrcnet.fabric.mrcd import start_mrcds
 
     spec = SPEC.format(rate=demo.rate)
+    if os.geteuid() != 0:
+        raise DemoFailed("the demo needs root (it builds network namespaces): sudo make demo")
     demo.say(f"== 1. fabric {demo.name}: {spec}")
     try:
         demo.fab = Fabric.up(spec, name=demo.name, progress=lambda m: demo.say(f"      {m}"))
@@ -584,9 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
         "transfer sprayed over every path, a spine link failed and restored mid-transfer, "
         "then everything removed. Needs root.",
     )
-    p.add_argument("--keep", action="store_true",
+    p.add_argument("--keep", nargs="?", const="", default=None, metavar="DIR",
                    help="leave the fabric and its mrcds up to explore (remove them with "
-                   "'mrc-fabric down NAME')")
+                   "'mrc-fabric down NAME'). With DIR (the demo's earlier form): only the "
+                   "wire-format part, its pcap kept in DIR (= --pcap DIR --no-fabric)")
+    p.add_argument("--no-fabric", action="store_true",
+                   help="skip the fabric part (with --pcap: only the wire format)")
     p.add_argument("--json", action="store_true",
                    help="print a JSON summary on stdout (progress goes to stderr)")
     p.add_argument("--pcap", nargs="?", const="out", default=None, metavar="DIR",
@@ -602,22 +607,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.keep:  # `--keep DIR`: the earlier wire-format demo, its pcap kept in DIR
+        args.pcap, args.no_fabric, args.keep = args.keep, True, None
     out = sys.stderr if args.json else sys.stdout
-    if os.geteuid() != 0:
-        print("the demo needs root (it builds network namespaces): sudo make demo",
-              file=sys.stderr)
-        return 1
     before, during, after = args.seconds
     with tempfile.TemporaryDirectory(prefix="mrcnet-demo-") as tmp:
         demo = Demo(Path(tmp), out=out, rate=args.rate, before_s=before, during_s=during,
-                    after_s=after, keep=args.keep)
-        steps = list(STEPS)
+                    after_s=after, keep=args.keep is not None)
+        steps = [] if args.no_fabric else list(STEPS)
         if args.pcap is not None:
             workdir = Path(args.pcap)
-            workdir.mkdir(parents=True, exist_ok=True)
+            try:
+                workdir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                print(f"error: cannot create {workdir}: {exc.strerror}", file=sys.stderr)
+                return 1
             demo.workdir = workdir
             steps += PCAP_STEPS
+        elif args.no_fabric:
+            steps += PCAP_STEPS  # nothing else to show: the pcap, in a temporary directory
         status = run(demo, steps)
+        if args.pcap is not None:
+            pcap = workdir / PCAP_NAME
+            demo.say(f"\npcap kept: {pcap} (open it with wireshark, or decode it with "
+                     f"'python -m mrcnet.wire decode {pcap}')")
         demo.say(f"demo {'done' if status == 0 else 'FAILED'} in "
                  f"{time.monotonic() - demo.t0:.0f} s")
         if args.json:
