@@ -1,0 +1,76 @@
+"""`make demo` end to end: ``python -m mrcnet.demo --json`` as a subprocess (root only).
+
+Checks the summary (verified bytes, no application error, the failed link's EVs
+ASSUMED_BAD during the failure and GOOD and carrying data after) and that the demo left
+nothing behind: no netns of its fabric, none of its mrcds, no state directory. This test
+only *reads* ``ip netns list`` and /proc; it never deletes or kills anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the demo builds network namespaces: root"),
+]
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 180
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    env = dict(os.environ, MRC_FABRIC_STATE_DIR=str(tmp_path / "fabrics"))
+    run = subprocess.run(
+        [sys.executable, "-m", "mrcnet.demo", "--json", "--seconds", "3", "4", "4"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    s: dict[str, Any] = json.loads(run.stdout)
+    name = s["fabric"]
+    assert name.startswith("demo")
+    r = s["result"]
+
+    # Verified data, no error seen by the application.
+    assert r["verified"] is True
+    assert r["app_errors"] == 0
+    assert r["bytes"] >= 64 * (1 << 20)
+    assert "error" not in r
+
+    # The failed link's path: ASSUMED_BAD during, GOOD and carrying data after.
+    path = r["failure"]["path"]
+    phases = {p["name"]: p for p in r["phases"]}
+    assert phases["during"]["states"][path].get("ASSUMED_BAD", 0) > 0
+    assert phases["during"]["states"][path].get("GOOD", 0) == 0
+    assert phases["after"]["states"][path].get("GOOD", 0) > 0
+    assert phases["after"]["sent"][path] > 0
+    assert r["failure"]["first_assumed_bad_ms"] is not None
+    assert r["failure"]["first_good_again_ms"] is not None
+    # Traffic moved: the failed path carried far less than the others while down.
+    during = phases["during"]["sent"]
+    assert during[path] < 0.05 * max(v for k, v in during.items() if k != path)
+
+    # Nothing left: netns, mrcds, state directory (checked, never deleted).
+    assert s["leftovers"] == {"netns": [], "mrcd_pids": [], "state_dir": []}
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert not [n for n in netns if n.startswith(name)]
+    assert s["mrcd_pids"] and not [p for p in s["mrcd_pids"].values() if _running(p)]
+    assert not (tmp_path / "fabrics" / name).exists()
