@@ -26,8 +26,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check mrcnet tests tools cffi_build.py
 	$(VENV)/bin/mypy mrcnet
 
+# The full demo (needs root): a fabric with mrcd, a transfer through a link failure, then
+# everything removed. Missing Debian packages are checked on every run (cheap).
 demo: $(STAMP)
-	$(PY) -m mrcnet.demo
+	@$(MAKE) --no-print-directory deps
+	$(PY) -m mrcnet.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) tools/bench_wire.py

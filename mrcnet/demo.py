@@ -75,6 +75,7 @@ class Phase:
     sent: dict[str, int] = field(default_factory=dict)  #: "p0s1" -> data packets sent
     states: dict[str, dict[str, int]] = field(default_factory=dict)  #: "p0s1" -> state -> n
     bytes: int = 0
+    retired: dict[str, int] = field(default_factory=dict)  #: "p0s1" -> EVs gone ASSUMED_BAD
 
 
 @dataclass
@@ -213,13 +214,15 @@ def _snapshot(conn: _Conn) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
 def format_picture(phase: Phase, failed: str | None) -> str:
     """One line per (plane, spine) path: packets sent in the phase, share, EV states."""
     total = sum(phase.sent.values()) or 1
-    lines = [f"      {'path':<10} {'packets':>8} {'share':>6}  EV states at the end"]
+    lines = [f"      {'path':<10} {'packets':>8} {'share':>6} {'retired':>7}  "
+             "EV states at the end"]
     for k in sorted(phase.sent):
         st = phase.states.get(k, {})
         states = ", ".join(f"{n} {s}" for s, n in sorted(st.items()))
         mark = "  <- link p0l0-p0s1 down" if k == failed else ""
         lines.append(f"      {'(' + k[1] + ',' + k[3:] + ')':<10} {phase.sent[k]:>8} "
-                     f"{100 * phase.sent[k] / total:>5.1f}%  {states}{mark}")
+                     f"{100 * phase.sent[k] / total:>5.1f}% {phase.retired.get(k, 0):>7}  "
+                     f"{states}{mark}")
     return "\n".join(lines)
 
 
@@ -267,6 +270,7 @@ def step_transfer(demo: Demo) -> None:
             ph = Phase(names[len(demo.phases)], now - prev_t,
                        {k: v - prev_sent.get(k, 0) for k, v in sent.items()}, states,
                        done * CHUNK - prev_bytes)
+            ph.retired = _retired(demo, prev_t - start, now - start)
             demo.phases.append(ph)
             prev_sent, prev_t, prev_bytes = sent, now, done * CHUNK
             rate = 8 * ph.bytes / ph.seconds / 1e9 if ph.seconds else 0.0
@@ -274,6 +278,8 @@ def step_transfer(demo: Demo) -> None:
             demo.say(f"   -- {ph.name}: {ph.seconds:.1f} s, {ph.bytes / MIB:.0f} MiB "
                      f"completed ({rate:.2f} Gb/s)")
             demo.say(format_picture(ph, failed if ph.name == "during" else None))
+            if ph.name == "during":
+                _say_refill(demo, demo.phases[0], ph)
             if ph.name == "before":
                 demo.say(f"   >> link {FAIL_LINK[0]}-{FAIL_LINK[1]} down")
                 demo.t_down = time.monotonic() - start
@@ -300,9 +306,37 @@ def step_transfer(demo: Demo) -> None:
     _summarise_events(demo, failed)
 
 
+def _retired(demo: Demo, t0: float, t1: float) -> dict[str, int]:
+    """Per path: PathStateChanged to ASSUMED_BAD between ``t0`` and ``t1`` (seconds)."""
+    from mrcnet.core.evs import ev_path as decode_ev
+
+    out: dict[str, int] = {}
+    for e in demo.events:
+        if e["new"] == "ASSUMED_BAD" and t0 < e["t"] <= t1:
+            k = "p{}s{}".format(*decode_ev(e["ev"])[:2])
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def _say_refill(demo: Demo, before: Phase, during: Phase) -> None:
+    """The EV manager replaces retired EVs with fresh ones on the plane's other paths."""
+    for k in sorted(during.states):
+        n_before = sum(before.states.get(k, {}).values())
+        n_now = sum(during.states[k].values())
+        if n_now > n_before:
+            demo.say(f"      (path {k}: {n_now} EVs, was {n_before}: the plane was refilled "
+                     "with fresh EVs on the paths that work)")
+
+
 def _summarise_events(demo: Demo, failed: str) -> None:
-    ev_path = [(e, f"p{(e['ev'] >> 24) & 0x7F}s{(e['ev'] >> 12) & 0xFFF}")
-               for e in demo.events]
+    from mrcnet.core.evs import ev_path as decode_ev
+
+    ev_path = [(e, "p{}s{}".format(*decode_ev(e["ev"])[:2])) for e in demo.events]
+    changes: dict[str, dict[str, int]] = {}
+    for e, k in ev_path:
+        per = changes.setdefault(k, {})
+        per[e["new"]] = per.get(e["new"], 0) + 1
+    demo.result["path_state_changes"] = changes
     bad = [e["t"] for e, k in ev_path if k == failed and e["new"] == "ASSUMED_BAD"
            and demo.t_down <= e["t"] < demo.t_up]
     good = [e["t"] for e, k in ev_path if k == failed and e["new"] == "GOOD"
@@ -354,6 +388,13 @@ def step_result(demo: Demo) -> None:
     demo.say(f"      path {failed}: EVs ASSUMED_BAD during the failure: "
              f"{'yes' if r['failed_path_bad_during'] else 'NO'}; GOOD and carrying data "
              f"after: {'yes' if r['failed_path_good_after'] else 'NO'}")
+    others = r.get("failure", {}).get("other_paths_assumed_bad_events", 0)
+    if others:
+        still = sum(n for k, st in after.states.items() if k != failed
+                    for s, n in st.items() if s == "ASSUMED_BAD")
+        demo.say(f"      other paths: {others} EV(s) retired on the way (a loss under trimming "
+                 f"or reordering looks like a bad path; probes revive them), {still} still "
+                 "ASSUMED_BAD at the end")
     if not same:
         raise DemoFailed("the receiver's memory differs from the sender's")
     if not (r["failed_path_bad_during"] and r["failed_path_good_after"]):
@@ -562,11 +603,16 @@ def run(demo: Demo, steps: Sequence[Callable[[Demo], None]] = STEPS) -> int:
             demo.result["error"] = "interrupted"
             status = 130
         finally:
+            # A second Ctrl-C must not cut the cleanup short: ignore both while it runs.
+            held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
             try:
                 step_teardown(demo)
             except DemoFailed as exc:
                 print(f"demo failed: {exc}", file=sys.stderr)
                 status = status or 1
+            finally:
+                for s, h in held.items():
+                    signal.signal(s, h)
     return status
 
 
