@@ -432,6 +432,11 @@ def step_teardown(demo: Demo) -> None:
     if demo.keep:
         demo.say(f"== 5. kept: fabric {demo.name} and its mrcds are still up. Try "
                  f"'mrc-fabric status {demo.name}'; remove with 'mrc-fabric down {demo.name}'")
+        s0, s1 = _sock(demo, SENDER), _sock(demo, RECEIVER)
+        demo.say(f"      mrcd sockets: {s0}, {s1}; for example:")
+        demo.say(f"      mrc-fabric exec {demo.name} {RECEIVER} -- mrc-perf --socket {s1} server &")
+        demo.say(f"      mrc-fabric exec {demo.name} {SENDER} -- mrc-perf --socket {s0} client "
+                 f"{RECEIVER}")
         demo.leftovers = {"kept": True}
         return
     t = time.monotonic()
