@@ -236,6 +236,10 @@ def step_transfer(demo: Demo) -> None:
     demo.say(f"== 3. streaming {SENDER} -> {RECEIVER} for {total_s:.0f} s; link "
              f"{FAIL_LINK[0]}-{FAIL_LINK[1]} (path {FAIL_PATH}) down at "
              f"{demo.before_s:.0f} s, up again at {demo.before_s + demo.during_s:.0f} s")
+    demo.say("      per path (plane, spine): data packets sent in the phase, their share, "
+             "'retired' = EV changes")
+    demo.say("      to ASSUMED_BAD in the phase (PathStateChanged), and the QP's EV states "
+             "at the phase's end")
     # Phase boundaries (seconds after start) and what happens at each.
     marks = [demo.before_s, demo.before_s + demo.during_s, total_s]
     names = ["before", "during", "after"]
