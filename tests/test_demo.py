@@ -64,7 +64,7 @@ def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing
     assert r["failure"]["first_good_again_ms"] is not None
     # Traffic moved: the failed path carried far less than the others while down.
     during = phases["during"]["sent"]
-    assert during[path] < 0.05 * max(v for k, v in during.items() if k != path)
+    assert during[path] < 0.1 * max(v for k, v in during.items() if k != path)
 
     # Nothing left: netns, mrcds, state directory (checked, never deleted).
     assert s["leftovers"] == {"netns": [], "mrcd_pids": [], "state_dir": []}
