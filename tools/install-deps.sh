@@ -16,6 +16,8 @@ have_cmd tshark   || need+=(tshark)
 have_cmd nft      || need+=(nftables)
 have_cmd ethtool  || need+=(ethtool)
 have_pkg python3-dev || have_cmd python3-config || need+=(python3-dev)
+# Debian's python3 makes virtualenvs only with python3-venv (ensurepip) installed.
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
