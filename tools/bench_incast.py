@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """3 -> 1 incast through the socket API on a shaped mrc-fabric, trimming on vs off.
 
-    .venv/bin/python tools/bench_incast.py [--mib 8] [--modes on,off] [--json]
+    .venv/bin/python tools/bench_incast.py [--mib 8] [--modes on,off,on:defaults]
+        [--core KEY=VALUE ...] [--json]
 
 Fabric (one per mode, named ``ic<hex>`` in a private state directory)::
 
@@ -22,7 +23,10 @@ senders' mrcd counters (``lost_trim``: trimmed packets NACKed and queued for res
 ``lost_loss``: SACK/RACK-detected losses, ``lost_timeout``: packets resent because their
 retransmission timer fired, ``rto_rounds``, ``tx_retransmit``), the receiver's
 ``tx_nack``, and the victim's goodput during the incast over its baseline and over its
-link capacity. Every byte is checked (sha256 per connection).
+link capacity, and the mrcds' CPU. Every byte is checked (sha256 per connection).
+mrcd runs with ``[core] timeout_floor = 0.5`` unless ``--core`` says otherwise; the
+third default run (``on:defaults``) uses mrcd's own defaults (20 ms floor) to show the
+premature timeouts docs/INCAST.md explains.
 
 Importable: :func:`run_incast` and :func:`fabric_mrcds` are used by tests/e2e.
 Everything started is stopped by PID; the fabric is removed even on error.
@@ -35,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -175,6 +180,19 @@ def host_counters(sock: str) -> dict[str, int]:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def packet_socket_drops(lab: Lab, host: str) -> int:
+    """Frames the kernel dropped because the host mrcd's packet sockets were full
+    (``ss -0 -m``: ``skmem`` ``d``, summed over the sockets of that mrcd's PID)."""
+    pid = lab.mrcds[host].proc.pid
+    r = lab.fab.exec(host, ["ss", "-0", "-a", "-m", "-n", "-p"], capture_output=True,
+                     text=True, timeout=10)
+    total = 0
+    for line in r.stdout.splitlines():
+        if f"pid={pid}," in line and (m := re.search(r"[(,]d(\d+)\)", line)):
+            total += int(m.group(1))
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """user + system CPU seconds of a process (/proc/<pid>/stat)."""
     with open(f"/proc/{pid}/stat") as f:
@@ -263,6 +281,7 @@ class IncastResult:
     victim_share_of_capacity: float
     victim_byte_exact: bool
     mrcd_cpu_share: dict[str, float]  #: CPU seconds per second of the incast, per host
+    socket_drops: dict[str, int]  #: frames dropped by the kernel at mrcd's full sockets
 
 
 def _sender(lab: Lab, host: str, data: bytes, start: threading.Event,
@@ -369,6 +388,7 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
         before = {h: host_counters(lab.sock(h)) for h in hosts}
         fab_before = lab.fab.counters()
         cpu0 = {h: cpu_seconds(m.proc.pid) for h, m in lab.mrcds.items()}
+        sdrop0 = {h: packet_socket_drops(lab, h) for h in hosts}
         t0 = time.monotonic()
         start.set()
         limit = time.monotonic() + 180
@@ -380,6 +400,7 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
         t_cpu = time.monotonic()
         after = {h: host_counters(lab.sock(h)) for h in hosts}
         fab_after = lab.fab.counters()
+        sdrop1 = {h: packet_socket_drops(lab, h) for h in hosts}
         done.set()
         for t in threads:
             t.join(60)
@@ -458,6 +479,7 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
             victim_share_of_capacity=during_bps / vcap,
             victim_byte_exact=victim_exact,
             mrcd_cpu_share={h: (cpu1[h] - cpu0[h]) / (t_cpu - t0) for h in cpu0},
+            socket_drops={h: sdrop1[h] - sdrop0[h] for h in hosts},
         )
 
 
@@ -484,6 +506,9 @@ ROWS: list[tuple[str, Any]] = [
     ("victim share of alone", lambda r: f"{r.victim_share_of_baseline:.2f}"),
     ("victim share of its link", lambda r: f"{r.victim_share_of_capacity:.2f}"),
     ("victim retransmissions", lambda r: r.victim["tx_retransmit"]),
+    ("receiver socket drops", lambda r: r.socket_drops[RECEIVER]),
+    ("other hosts' socket drops",
+     lambda r: sum(v for h, v in r.socket_drops.items() if h != RECEIVER)),
     ("receiver mrcd CPU (s/s)", lambda r: f"{r.mrcd_cpu_share[RECEIVER]:.2f}"),
     ("sender mrcds CPU (s/s, sum)",
      lambda r: f"{sum(r.mrcd_cpu_share[h] for h in SENDERS):.2f}"),
@@ -503,28 +528,37 @@ def table(results: list[IncastResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--mib", type=int, default=8, help="MiB per incast sender (8)")
-    ap.add_argument("--modes", default="on,off", help="trim modes in order (on,off)")
+    ap.add_argument("--modes", default="on,off,on:defaults",
+                    help="runs in order: on|off[:defaults] (trimming; ':defaults' = mrcd's "
+                    "own [core] defaults instead of --core); default on,off,on:defaults")
     ap.add_argument("--rate", default="200mbit", help="leaf-spine link rate")
     ap.add_argument("--host-rate", default="100mbit", help="host-leaf link rate")
     ap.add_argument("--queue", default="8pkt", help="trim threshold / drop-tail queue")
-    ap.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
-                    help="mrcd [core] override (repeatable), e.g. timeout_floor=0.1")
+    ap.add_argument("--core", action="append", default=None, metavar="KEY=VALUE",
+                    help="mrcd [core] override (repeatable; default timeout_floor=0.5, "
+                    "see docs/INCAST.md)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args(argv)
-    core = {k: float(v) for k, _, v in (c.partition("=") for c in a.core)} or None
+    pairs = ["timeout_floor=0.5"] if a.core is None else a.core
+    core = {k: float(v) for k, _, v in (c.partition("=") for c in pairs)} or None
     if os.geteuid() != 0:
         print("bench_incast: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_incast.") as tmp:
         for i, mode in enumerate(a.modes.split(",")):
-            results.append(run_incast(mode.strip() == "on", Path(tmp) / f"run{i}",
-                                      mib=a.mib, rate=a.rate, host_rate=a.host_rate,
-                                      queue=a.queue, core=core))
+            trim, _, defaults = mode.strip().partition(":")
+            r = run_incast(trim == "on", Path(tmp) / f"run{i}", mib=a.mib, rate=a.rate,
+                           host_rate=a.host_rate, queue=a.queue,
+                           core=None if defaults else core)
+            if defaults:
+                r.mode += "*"
+            results.append(r)
     if a.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
     else:
         print(f"3 -> 1 incast, {a.mib} MiB per sender, {results[0].spec}")
+        print(f"mrcd [core]: {core or 'defaults'}; * = mrcd defaults (timeout_floor 20 ms)")
         print(table(results))
     return 0 if all(r.byte_exact and not r.errors for r in results) else 1
 

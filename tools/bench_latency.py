@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Small-message round trips between two fabric hosts: mrcd vs kernel UDP, same run.
+
+    .venv/bin/python tools/bench_latency.py [--sizes 8,64,512,4096] [--iters 500] [--json]
+
+Like ib_write_lat, but side by side with the kernel: one fabric (named ``ic<hex>`` in a
+private state directory; default ``leafspine:planes=2,spines=2,leaves=2,hosts=1,
+rate=200mbit,mtu=9000``), h0 and h1 on different leaves, mrcd on both. Per size, in this
+order, each measured by a client process inside h0 against an echo process inside h1:
+
+- **mrc**: ``mrcnet.api.socket``: ``send_message`` + ``recv_message`` of the same bytes
+  echoed by a ``create_server`` process on h1 (RDMA WRITE-with-immediate each way,
+  through both mrcds, sprayed over the planes and spines);
+- **mrc-verbs**: the verbs API directly: a write-with-immediate into the peer's region,
+  answered by one back (like ``mrc-perf --lat``; no socket-layer copy or credits);
+- **udp**: a kernel UDP datagram to an echo socket on h1's plane-0 address (plain IPv6
+  through the same fabric, spine 0), ``recvfrom`` of the answer.
+
+Every echoed payload is checked. Round-trip P50 / P99 / max in microseconds after
+``--warmup`` untimed round trips, and the ratios mrc / udp. Runs in about 10-20 s.
+Everything started is stopped by PID; the fabric is removed even on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_incast import Lab, fabric_mrcds
+
+SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000"
+SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
+METHODS = ("mrc", "mrc-verbs", "udp")
+SELF = os.path.abspath(__file__)
+
+
+# --- the processes inside the hosts (run as `bench_latency.py _role ...`) -------------------
+
+def _pattern(size: int, i: int) -> bytes:
+    return bytes((i + k * 7) & 0xFF for k in range(size))
+
+
+def _udp_echo(port: int) -> None:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.bind(("::", port))
+    print("ready", flush=True)
+    while True:
+        data, addr = s.recvfrom(65536)
+        if data == b"quit":
+            return
+        s.sendto(data, addr)
+
+
+def _mrc_echo(mrcd: str, service: int) -> None:
+    from mrcnet.api.socket import EndOfStream, create_server
+
+    with create_server(service, mrcd=mrcd) as srv:
+        print("ready", flush=True)
+        conn, _ = srv.accept(60)
+        with conn:
+            while True:
+                try:
+                    m = conn.recv_message()
+                except EndOfStream:
+                    return
+                conn.send_message(m)
+
+
+def _verbs_echo(mrcd: str, service: int, biggest: int) -> None:
+    from mrcnet.api import Context
+
+    with Context(mrcd) as ctx:
+        mr = ctx.alloc_mr(biggest)
+        cq = ctx.create_cq()
+        qp = ctx.create_qp(cq)
+        ctx.listen(service, qp, expose=[mr])
+        for i in range(16):
+            qp.post_recv(wr_id=i)
+        print("ready", flush=True)
+        peer = qp.accept(timeout=60)
+        while True:
+            for w in cq.wait(timeout=30):
+                if w.opcode != "RECV_RDMA_WITH_IMM":
+                    continue
+                qp.post_recv(wr_id=w.wr_id)
+                if w.imm == 0:
+                    return
+                n = w.byte_len
+                # the pong: the same bytes back into the client's region
+                qp.post_write(mr, 0, n, peer.regions[0], imm=n)
+
+
+def _client(method: str, target: str, sizes: list[int], iters: int, warmup: int,
+            mrcd: str | None) -> None:
+    out: dict[str, Any] = {}
+    if method == "udp":
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.settimeout(5)
+        s.connect((target, UDP_PORT))
+
+        def rt(data: bytes) -> bytes:
+            s.send(data)
+            return s.recv(65536)
+
+        def done() -> None:
+            s.send(b"quit")
+    elif method == "mrc":
+        from mrcnet.api.socket import create_connection
+
+        host, svc = target.split(":")
+        conn = create_connection((host, int(svc)), timeout=10, mrcd=mrcd)
+
+        def rt(data: bytes) -> bytes:
+            conn.send_message(data)
+            return conn.recv_message()
+
+        def done() -> None:
+            conn.close()
+    else:
+        from mrcnet.api import Context
+
+        host, svc = target.split(":")
+        ctx = Context(mrcd)
+        biggest = max(sizes)
+        ping = ctx.alloc_mr(biggest)  # source of the pings
+        pong = ctx.alloc_mr(biggest)  # exposed: the echo writes the pongs here
+        cq = ctx.create_cq()
+        qp = ctx.create_qp(cq)
+        peer = qp.connect(host, int(svc), expose=[pong])
+        for i in range(16):
+            qp.post_recv(wr_id=i)
+
+        def rt(data: bytes) -> bytes:
+            n = len(data)
+            ping.buf[:n] = data
+            qp.post_write(ping, 0, n, peer.regions[0], imm=n)
+            while True:
+                got = [w for w in cq.wait(timeout=5) if w.opcode == "RECV_RDMA_WITH_IMM"]
+                if got:
+                    for w in got:
+                        qp.post_recv(wr_id=w.wr_id)
+                    return bytes(pong.buf[:n])
+
+        def done() -> None:
+            qp.post_write(ping, 0, 0, peer.regions[0], imm=0)
+            with contextlib.suppress(Exception):
+                cq.wait(timeout=1)
+            ctx.close()
+
+    bad = 0
+    for size in sizes:
+        samples = []
+        for i in range(warmup + iters):
+            data = _pattern(size, i)
+            t0 = time.perf_counter()
+            back = rt(data)
+            dt = time.perf_counter() - t0
+            bad += back != data
+            if i >= warmup:
+                samples.append(dt * 1e6)
+        out[str(size)] = samples
+    done()
+    print(json.dumps({"samples": out, "bad": bad}), flush=True)
+
+
+# --- the bench ------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    method: str
+    size: int
+    iters: int
+    p50_us: float
+    p99_us: float
+    max_us: float
+    mismatches: int
+
+
+def _pct(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, int(len(ys) * q))]
+
+
+@contextlib.contextmanager
+def _server(lab: Lab, host: str, args: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """An echo process inside ``host``, ready when it printed ``ready``; stopped by PID."""
+    p: subprocess.Popen[str] = lab.fab.popen(host, [sys.executable, SELF, *args],
+                                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        if "ready" not in line:
+            raise RuntimeError(f"echo server {args[0]} on {host} did not start: {line!r}")
+        yield p
+        p.wait(20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def _run_client(lab: Lab, args: list[str], timeout: float) -> dict[str, Any]:
+    r = lab.fab.exec("h0", [sys.executable, SELF, "_client", *args], capture_output=True,
+                     text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"client {args[0]} failed: {r.stderr.strip()[-2000:]}")
+    res: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return res
+
+
+def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
+                spec: str = SPEC) -> list[Row]:
+    """Every method and size on one fabric; rows in METHODS order."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    common = [",".join(map(str, sizes)), str(iters), str(warmup)]
+    with fabric_mrcds(spec, workdir, ("h0", "h1")) as lab:
+        h1_addr = str(lab.fab.description.host("h1").port(0).address)
+        timeout = 30 + (iters + warmup) * len(sizes) * 0.05
+        results: dict[str, dict[str, Any]] = {}
+        with _server(lab, "h1", ["_mrc_echo", lab.sock("h1"), str(SERVICE)]):
+            results["mrc"] = _run_client(
+                lab, ["mrc", f"h1:{SERVICE}", *common, lab.sock("h0")], timeout)
+        with _server(lab, "h1", ["_verbs_echo", lab.sock("h1"), str(VERBS_SERVICE),
+                                 str(max(sizes))]):
+            results["mrc-verbs"] = _run_client(
+                lab, ["verbs", f"h1:{VERBS_SERVICE}", *common, lab.sock("h0")], timeout)
+        with _server(lab, "h1", ["_udp_echo", str(UDP_PORT)]):
+            results["udp"] = _run_client(lab, ["udp", h1_addr, *common, "-"], timeout)
+    for method in METHODS:
+        res = results[method]
+        for size in sizes:
+            xs = res["samples"][str(size)]
+            rows.append(Row(method, size, len(xs), _pct(xs, 0.5), _pct(xs, 0.99), max(xs),
+                            int(res["bad"])))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    by = {(r.method, r.size): r for r in rows}
+    sizes = sorted({r.size for r in rows})
+    lines = [f"{'bytes':>6} {'method':>10} {'P50 us':>9} {'P99 us':>9} {'max us':>9}"
+             f" {'P50/udp':>8} {'P99/udp':>8}"]
+    for size in sizes:
+        udp = by[("udp", size)]
+        for m in METHODS:
+            r = by[(m, size)]
+            lines.append(f"{size:>6} {m:>10} {r.p50_us:>9.0f} {r.p99_us:>9.0f} "
+                         f"{r.max_us:>9.0f} {r.p50_us / udp.p50_us:>8.1f} "
+                         f"{r.p99_us / udp.p99_us:>8.1f}")
+    bad = sum(r.mismatches for r in rows if r.size == sizes[0])
+    lines.append(f"echo mismatches: {bad}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0].startswith("_"):
+        role, rest = argv[0], argv[1:]
+        if role == "_udp_echo":
+            _udp_echo(int(rest[0]))
+        elif role == "_mrc_echo":
+            _mrc_echo(rest[0], int(rest[1]))
+        elif role == "_verbs_echo":
+            _verbs_echo(rest[0], int(rest[1]), int(rest[2]))
+        elif role == "_client":
+            method, target, sizes, iters, warmup, mrcd = rest
+            _client(method, target, [int(x) for x in sizes.split(",")], int(iters),
+                    int(warmup), None if mrcd == "-" else mrcd)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--sizes", default="8,64,512,4096")
+    ap.add_argument("--iters", type=int, default=500, help="timed round trips per size")
+    ap.add_argument("--warmup", type=int, default=50, help="untimed round trips per size")
+    ap.add_argument("--spec", default=SPEC)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_latency: needs root (network namespaces, raw sockets)", file=sys.stderr)
+        return 2
+    size_list = [int(x) for x in a.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
+        t0 = time.monotonic()
+        rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec)
+        took = time.monotonic() - t0
+    if a.json:
+        print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows]},
+                         indent=2))
+    else:
+        print(f"round trips h0 <-> h1, {a.iters} per size, {a.spec} ({took:.1f} s)")
+        print(table(rows))
+    return 0 if not any(r.mismatches for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
