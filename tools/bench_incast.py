@@ -381,7 +381,7 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
                 break
             time.sleep(0.01)
         # victim alone: warm up, then the baseline
-        time.sleep(0.5)
+        time.sleep(1.0)
         b0 = time.monotonic()
         time.sleep(baseline_s)
         b1 = time.monotonic()
