@@ -623,7 +623,20 @@ class Host:
         qps = self._qps
         for qpn in self._sendq:
             qp = qps.get(qpn)
-            if qp is not None and qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
+            if qp is None:
+                continue
+            if qp.sack_pending:
+                qp.after_sacks(now)
+            if qp.rx_burst:
+                # End of a receive burst: data that arrived with others in it is SACKed
+                # now rather than at the ACK-delay timer (a host that handles frames in
+                # batches would otherwise hold a batch's tail for a whole timer tick,
+                # which the peer's reorder allowance does not cover). A lone packet per
+                # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
+                if qp.rx_burst > 1 and qp.since_ack and not self.config.sack_on_reorder:
+                    qp.send_sack(now, out)
+                qp.rx_burst = 0
+            if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
                 qp.emit(now, out)
         self._sendq.clear()

@@ -68,8 +68,10 @@ REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious loss
 REO_DECAY_BYTES = 4 << 20  # ... and halves after this many bytes without one
 REO_LEARN_MARGIN = 1.25  # a spurious loss sets the allowance to 1.25x what it needed
 _LOST_LOG_MAX = 4096  # packets declared lost remembered (to recognise late arrivals)
-SUSPECT_GRACE_RTTS = 0.5  # a suspected path retires this many srtts after the loss
+SUSPECT_GRACE_RTTS = 1.0  # a suspected path retires this many srtts after the loss
 AMBIGUOUS_WINDOW_RTTS = 8  # ambiguous losses of one path count within 8 smoothed RTTs
+CONFIRMED_WINDOW_RTTS = 128  # two confirmed losses of one path this close retire it
+REO_SCALED_CAP_RTTS = 2  # the scaled reorder floor stays within 2 smoothed RTTs
 REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spurious loss
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
@@ -202,15 +204,20 @@ class QueuePair:
         self.reo_clean = 0
         self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
         self.reo_last = -_INF  # time of the last spurious loss
-        # seq -> (EV, TSETH stamp, time declared lost) of transmissions declared lost
-        self.lost_log: dict[int, tuple[int, int, float]] = {}
+        # seq -> (EV, TSETH stamp, time declared lost, by RACK) of transmissions declared lost
+        self.lost_log: dict[int, tuple[int, int, float, bool]] = {}
         # path key (EV >> 12: plane and path) -> latest send time of a packet acknowledged
         # on it; and (count, window start) of its ambiguous losses
         self.path_acked: dict[int, float] = {}
         self.path_amb: dict[int, tuple[int, float]] = {}
         # path key -> (deadline, send time of the lost packet, its EVs) of a path under
         # suspicion: retired at the deadline unless something newer gets through first
-        self.suspects: dict[int, tuple[float, float, list[int]]] = {}
+        # (and the newest acknowledged send time then: with no news from the peer since,
+        # the deadline moves on instead; a stalled peer or host is not a dead path)
+        self.suspects: dict[int, tuple[float, float, list[int], float]] = {}
+        # path key -> time of its last confirmed loss (a retransmission got through and
+        # the original never did)
+        self.path_conf: dict[int, float] = {}
         self.suspect_at = _INF
         self.srtt = 0.0
         self.rttvar = 0.0
@@ -220,6 +227,8 @@ class QueuePair:
         self.imm_outstanding = 0
         self.credit_probe_at = _INF
         self.credit_probes = 0
+        self.sack_pending = False  # SACKs handled since the host's last frames_to_send
+        self.sack_acked = 0  # ... and what they acknowledged
         # responder
         self.rcv_nxt = self.attrs.rq_psn
         self.rx_high = self.rcv_nxt  # highest PSN received out of order
@@ -229,6 +238,11 @@ class QueuePair:
         self.rcvd_bytes = 0
         self.ack_at = _INF
         self.since_ack = 0
+        # the hole at the cumulative point: since when (inf: none), and whether it has
+        # outlived the reorder allowance (then it was SACKed at once, and so is its fill)
+        self.hole_at = _INF
+        self.hole_old = False
+        self.rx_burst = 0  # data packets since the host's last frames_to_send
         self.unreported: list[int] = []
         self.ack_ev = 0
         self.ack_ts = 0
@@ -556,7 +570,7 @@ class QueuePair:
                 if len(log) >= _LOST_LOG_MAX:
                     for k in list(log)[: _LOST_LOG_MAX // 2]:
                         del log[k]
-                log[p.seq] = (p.ev, p.ts, now)
+                log[p.seq] = (p.ev, p.ts, now, cause == "loss")
                 if self._path_failed(p, now, cause):
                     if cause == "timeout":
                         evm.assume_bad(p.ev, now, cause)
@@ -582,25 +596,51 @@ class QueuePair:
             return
         self.count("loss_suspect")
         grace = SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
-        self.suspects[key] = (now + grace, p.sent, [p.ev])
+        self.suspects[key] = (now + grace, p.sent, [p.ev], self.rack_sent)
         self.suspect_at = min(self.suspect_at, now + grace)
 
     def _retire_suspects(self, now: float) -> None:
         evm = self.evm
         assert evm is not None
         nxt = _INF
-        for key, (due, _, evs) in list(self.suspects.items()):
+        for key, (due, sent, evs, rack) in list(self.suspects.items()):
+            if due <= now and self.rack_sent <= rack:
+                # Nothing newer acknowledged anywhere since the suspicion: the peer (or
+                # this host) is stalled, which says nothing about this path. Wait on.
+                due = now + SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
+                self.suspects[key] = (due, sent, evs, rack)
+                self.count("loss_suspect_extended")
             if due <= now:
                 del self.suspects[key]
-                # EVs of one path share its fate: retire the path's other EVs with them
-                # (or each would have to lose a packet of its own first).
-                plane, path, _ = ev_path(evs[0])
-                evs += [i.ev for i in evm.active.get(plane, ()) if i.path == path]
-                for ev in evs:
-                    evm.assume_bad(ev, now, "loss")
+                self._retire_path(evs, now)
             else:
                 nxt = min(nxt, due)
         self.suspect_at = nxt
+
+    def _retire_path(self, evs: list[int], now: float) -> None:
+        """EVs of one path share its fate: retire the path's other EVs with these (or
+        each would have to lose a packet of its own first)."""
+        evm = self.evm
+        assert evm is not None
+        plane, path, _ = ev_path(evs[0])
+        evs = evs + [i.ev for i in evm.active.get(plane, ()) if i.path == path]
+        for ev in evs:
+            evm.assume_bad(ev, now, "loss")
+
+    def _confirmed_loss(self, ev: int, now: float) -> None:
+        """The retransmission of a packet lost on ``ev`` got through while the original
+        never did: a real loss (reordering and endpoint lateness never get here). Two on
+        one path within CONFIRMED_WINDOW_RTTS retire it (random loss on a link)."""
+        self.count("loss_confirmed")
+        key = ev >> 12
+        window = CONFIRMED_WINDOW_RTTS * max(self.srtt, self.cfg.reorder_floor)
+        last = self.path_conf.get(key)
+        if last is not None and now - last <= window:
+            del self.path_conf[key]
+            self.count("loss_confirmed_retired")
+            self._retire_path([ev], now)
+        else:
+            self.path_conf[key] = now
 
     def _path_failed(self, p: Pkt, now: float, cause: str) -> bool:
         """Does the loss of ``p`` condemn its path? At once if nothing sent on the path
@@ -639,7 +679,13 @@ class QueuePair:
             self.reo_learned, REO_LEARN_MARGIN * (self._reorder_allowance() + late)))
 
     def _reorder_allowance(self) -> float:
-        base = max(self.cfg.reorder_floor, self.min_rtt / 4) * self.reo_scale
+        floor = max(self.cfg.reorder_floor, self.min_rtt / 4)
+        base = floor * self.reo_scale
+        if self.reo_scale > 1 and self.srtt:
+            # Doubling after spurious losses widens it, but not beyond a couple of RTTs
+            # (unless measured lateness says more: reo_learned): a dead path must still
+            # be noticed within a few RTTs.
+            base = min(base, max(floor, REO_SCALED_CAP_RTTS * self.srtt))
         return max(base, self.reo_learned) + self.cfg.ack_delay
 
     def _detect_losses(self, now: float) -> None:
@@ -774,6 +820,13 @@ class QueuePair:
                 spurious = True
         p = self.unacked.get(trig)
         if p is not None and p.ev == s.sack_ev and p.ts == s.ts_echo and p.tx:
+            if p.tx > 1 and self.lost_log:
+                rec = self.lost_log.pop(trig, None)
+                if rec is not None and rec[3] and rec[0] != p.ev:
+                    # The retransmission triggered this SACK and the PSN was still
+                    # missing: the original (declared lost by RACK, not by a timeout,
+                    # which a stalled peer also causes) never arrived.
+                    self._confirmed_loss(rec[0], now)
             rtt = now - p.sent
             info = evm.evs.get(p.ev)
             if info is not None:
@@ -820,7 +873,14 @@ class QueuePair:
         cc.on_ack(acked, rtt, s.ece != 0, now)
         if s.window_penalty:
             cc.on_penalty(s.window_penalty, now)
-        self._detect_losses(now)
+        self.sack_acked += acked
+        if not self.sack_pending:
+            # Loss detection, the timer and completions run once per receive burst
+            # (Host.frames_to_send -> after_sacks): a batch of SACKs handled at one
+            # instant is one piece of news (a SACK early in the batch must not make
+            # packets that a later one acknowledges look lost), and one RACK scan per
+            # burst instead of per SACK.
+            self.sack_pending = True
         if acked:
             self.retries = 0
             if self.reo_scale > 1:
@@ -834,6 +894,16 @@ class QueuePair:
                 if self.reo_clean >= REO_DECAY_BYTES and self._reo_quiet(now):
                     self.reo_learned /= 2
                     self.reo_clean = 0
+
+    def after_sacks(self, now: float) -> None:
+        """The end of a burst that brought SACKs: detect losses, re-arm the timer,
+        complete work requests."""
+        self.sack_pending = False
+        acked, self.sack_acked = self.sack_acked, 0
+        if self.evm is None or self.cc is None or self.state is not QPState.RTS:
+            return
+        self._detect_losses(now)
+        if acked:
             self._arm_rto()
             self._complete_wrs()
         elif not self.inflight:
@@ -990,26 +1060,44 @@ class QueuePair:
             mr.view[off : off + n] = memoryview(frame)[po : po + n]
         self.rcvd_bytes += n
         self.rx_packets += 1
+        self.rx_burst += 1
+        # A retransmission is SACKed at once: its echo tells the sender the loss was real.
+        now_sack = ack_req or ce or f.rtx or (d != 0 and self.cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
                 self._deliver(entry)
             else:  # _deliver's whole work for a packet inside a message
                 self.rx_msg_bytes += n
             nxt = seq + 1
-            while nxt in ooo:
-                self._deliver(ooo.pop(nxt))
-                nxt += 1
+            if ooo:
+                while nxt in ooo:
+                    self._deliver(ooo.pop(nxt))
+                    nxt += 1
+                if self.hole_old:
+                    # A hole older than the reorder allowance closed: the sender has
+                    # probably declared it lost; tell it now (it learns the reordering).
+                    now_sack = True
+                    self.hole_old = False
+                self.hole_at = now if ooo else _INF  # the next hole, if any
             self.rcv_nxt = nxt
         else:
             ooo[seq] = entry
             if seq > self.rx_high:
                 self.rx_high = seq
+            if self.hole_at == _INF:
+                self.hole_at = now
+            elif (not self.hole_old and now - self.hole_at >= self.cfg.reorder_floor
+                  and not self.cfg.sack_on_reorder):
+                # The hole at the cumulative point outlived the reorder allowance: a
+                # real gap, SACK at once. Mere reordering (most arrivals are out of
+                # order when packets are sprayed) is coalesced like in-order data.
+                self.hole_old = now_sack = True
         unreported = self.unreported
         unreported.append(seq)
         self.since_ack += 1
         self.ack_seq, self.ack_ev, self.ack_ts, self.ack_ce, self.ack_plane = (
             seq, ev, ts, ce, plane)
-        if (ack_req or d or ce or self.since_ack >= self.cfg.ack_every
+        if (now_sack or self.since_ack >= self.cfg.ack_every
                 or unreported[0] < seq - SACK_BITMAP_BITS // 2):
             self.send_sack(now, out)
         elif self.ack_at == _INF:

@@ -63,7 +63,8 @@ def test_endpoint_jitter_retires_no_ev_on_a_healthy_fabric() -> None:
     run, _ = _run(16 << 20, {})
     assert _retired(run) == []
     c = run.hosts[0].qp_stats(run.qps[0][0])["counters"]
-    assert c.get("loss_spurious", 0) >= 1  # the jitter did fool RACK at first ...
+    # the jitter did produce loss signals (RACK fooled, or timeouts blaming no path) ...
+    assert c.get("loss_spurious", 0) + c.get("timeout_unblamed", 0) >= 1
 
 
 def test_path_skew_alone_retires_almost_no_ev() -> None:
