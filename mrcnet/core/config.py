@@ -110,13 +110,12 @@ class HostConfig:
       after the lost one is ambiguous (reordering, random drop): the EV is retired only
       after this many such losses on the path within ``8 x srtt`` (1: at once). A loss
       with no later packet through on its path retires the EV at once.
-    - ``sack_on_reorder``: True (default): the responder SACKs at once on every
-      out-of-order arrival. False: out-of-order arrivals are coalesced like in-order
-      data (``ack_every`` / ``ack_delay``, and at the end of a receive burst of several
-      packets); a SACK goes at once only when the hole at the cumulative point outlives
-      ``reorder_floor`` (and when it closes), or on ACK-request, CE, duplicate,
+    - ``sack_on_reorder``: False (default): out-of-order arrivals are coalesced like
+      in-order data (``ack_every`` / ``ack_delay``, and at the end of a receive burst of
+      several packets); a SACK goes at once only when the hole at the cumulative point
+      outlives ``reorder_floor`` (and when it closes), or on ACK-request, CE, duplicate,
       retransmission, trim, probe. Sprayed traffic: 0.46 -> 0.25 SACKs per data packet
-      in the simulator (docs/CORE.md, "SACK coalescing", for why it is not the default).
+      in the simulator. True: a SACK at once on every out-of-order arrival (before).
     - ``fast_parse``: parse received frames with :class:`mrcnet.fastpath.FrameParser` (the
       C parser when built); False: the reference :func:`mrcnet.wire.parse_frame`. Same
       decisions either way (tests/wire/test_parse_differential.py); the switch exists to
@@ -148,7 +147,7 @@ class HostConfig:
     cc_rtt_floor: float = 0.0
     cc_delay_filter: float = 0.0
     retire_ambiguous: int = 3
-    sack_on_reorder: bool = True
+    sack_on_reorder: bool = False
 
 
 @dataclass(slots=True)

@@ -35,10 +35,11 @@ TOPO = "leafspine:planes=2,spines=8,leaves=2,hosts=1,rate=10gbit,delay=5us,skew=
 
 def _run(size: int, cfg: dict[str, Any], *, jitter: HostJitter | None = MRCD_JITTER,
          failures: tuple[str, ...] = (), until: float = 2.0,
-         topo: str = TOPO) -> tuple[SimRun, float]:
+         topo: str = TOPO, seed: int = 1) -> tuple[SimRun, float]:
     spec = parse_topology(topo)
     run = SimRun(spec, [Flow(0, 0, spec.hosts, 0.0, size)], host_config=cfg,
-                 host_jitter=jitter, failures=[parse_failure(f) for f in failures])
+                 host_jitter=jitter, failures=[parse_failure(f) for f in failures],
+                 seed=seed)
     res = run.run(until=until)
     fct = res.flows[0].fct
     assert fct is not None, res.flows[0].error
@@ -52,9 +53,17 @@ def _retired(run: SimRun, host: str = "h0") -> list[int]:
 def test_nscc_fills_the_link_despite_endpoint_jitter() -> None:
     # Before: NSCC read the loop's lateness as queueing, quick-adapted on every "huge"
     # delay and capped the window at 1.5 x (rate x 50 us): 0.02 of the link.
-    run, goodput = _run(64 << 20, JITTERY_HOST)
-    assert goodput >= 0.5, f"goodput {goodput:.2f} of the host's bandwidth"
-    assert not _retired(run)
+    # One seed is one sample of a chaotic system: 64 MiB runs spread 0.46-0.89 across
+    # seeds (with either SACK policy, docs/CORE.md "SACK coalescing"), so the bar is on
+    # the mean of three, and each run must still be far above the 0.02 of before.
+    goodputs = []
+    for seed in (1, 2, 3):
+        run, goodput = _run(64 << 20, JITTERY_HOST, seed=seed)
+        assert goodput >= 0.3, f"seed {seed}: goodput {goodput:.2f}"
+        assert not _retired(run)
+        goodputs.append(goodput)
+    mean = sum(goodputs) / len(goodputs)
+    assert mean >= 0.5, f"goodput {goodputs} of the host's bandwidth"
 
 
 def test_endpoint_jitter_retires_no_ev_on_a_healthy_fabric() -> None:
