@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from collections.abc import Sequence
 
@@ -42,8 +43,10 @@ class _Paths:
                 for s in range(self.spines)]
 
 
-def run(size: int, config: HostConfig) -> dict[str, float]:
-    """Transfer ``size`` bytes once; return packets/s of sender and receiver."""
+def run(size: int, config: HostConfig, reorder: bool = False) -> dict[str, float]:
+    """Transfer ``size`` bytes once; return packets/s of sender and receiver.
+    ``reorder``: each burst the sender emits arrives shuffled (what spraying over paths
+    of different delays does)."""
     hosts = [Host(f"b{i}", [Port(0, 0, bytes([2, 0, 0, 0, 0, i]), bytes(15) + bytes([i + 1]))],
                   _Paths(i, 8), config) for i in range(2)]
     a, b = hosts
@@ -60,10 +63,14 @@ def run(size: int, config: HostConfig) -> dict[str, float]:
     packets = 0
     cq = a.qp(qa).cq
     pc = time.perf_counter
+    rng = random.Random(1)
+    sacks = 0
     while not len(cq):
         now += 1e-6
         t0 = pc()
         out = a.frames_to_send(now)
+        if reorder:
+            rng.shuffle(out)
         t1 = pc()
         for port, f in out:
             b.receive(f, port, now)
@@ -74,6 +81,7 @@ def run(size: int, config: HostConfig) -> dict[str, float]:
         ta += t1 - t0 + pc() - t2
         tb += t2 - t1
         packets += len(out)
+        sacks += len(back)
         if not out and not back:
             t = min(x for x in (a.next_timer(), b.next_timer(), now + 1e-5) if x is not None)
             now = max(now, t)
@@ -81,17 +89,20 @@ def run(size: int, config: HostConfig) -> dict[str, float]:
             b.handle_timer(now)
     assert dst == src
     return {"packets": packets, "sender_pps": packets / ta, "receiver_pps": packets / tb,
-            "both_pps": packets / (ta + tb)}
+            "both_pps": packets / (ta + tb), "sacks_per_packet": sacks / packets}
 
 
-def modes(mtu: int) -> dict[str, HostConfig]:
-    """The configurations compared, by name."""
-    return {
+def modes(mtu: int) -> dict[str, tuple[HostConfig, bool]]:
+    """The configurations compared, by name: (config, reordered delivery)."""
+    m = {name: (cfg, False) for name, cfg in {
         "templates+verify": HostConfig(mtu_payload=mtu),
         "templates+verify, parse_frame": HostConfig(mtu_payload=mtu, fast_parse=False),
         "templates, no verify": HostConfig(mtu_payload=mtu, verify_checksums=False),
         "build_data+verify": HostConfig(mtu_payload=mtu, use_templates=False),
-    }
+    }.items()}
+    m["reordered (sprayed)"] = (HostConfig(mtu_payload=mtu), True)
+    m["reordered, sack_on_reorder"] = (HostConfig(mtu_payload=mtu, sack_on_reorder=True), True)
+    return m
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -104,18 +115,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     results: dict[str, dict[str, float]] = {}
     for _ in range(args.rounds):
-        for name, cfg in modes(args.mtu).items():
-            r = run(args.size, cfg)
+        for name, (cfg, reorder) in modes(args.mtu).items():
+            r = run(args.size, cfg, reorder)
             best = results.setdefault(name, r)
             for k in ("sender_pps", "receiver_pps", "both_pps"):
                 best[k] = max(best[k], r[k])
     if args.json:
         print(json.dumps(results))
         return
-    print(f"{'mode':32} {'packets':>8} {'sender pkt/s':>14} {'receiver pkt/s':>15}")
+    print(f"{'mode':32} {'packets':>8} {'sender pkt/s':>14} {'receiver pkt/s':>15} "
+          f"{'SACKs/pkt':>10}")
     for name, r in results.items():
         print(f"{name:32} {r['packets']:8.0f} {r['sender_pps']:14,.0f} "
-              f"{r['receiver_pps']:15,.0f}")
+              f"{r['receiver_pps']:15,.0f} {r['sacks_per_packet']:10.3f}")
 
 
 if __name__ == "__main__":
