@@ -157,6 +157,10 @@ class CompletionQueue:
     def _take(self, n: int) -> list[WorkCompletion]:
         return [self._wcs.popleft() for _ in range(min(n, len(self._wcs)))]
 
+    def pending(self) -> int:
+        """Completions already received from mrcd and not yet polled (no I/O)."""
+        return len(self._wcs)
+
     def wait(self, timeout: float | None = None, max_entries: int = 16) -> list[WorkCompletion]:
         """Block until at least one completion (or ``timeout``: then ``[]``)."""
         deadline = None if timeout is None else time.monotonic() + timeout

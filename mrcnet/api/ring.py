@@ -280,6 +280,9 @@ class Hub:
         if self.error is not None or self.closed:
             return
         try:
+            # Reading async events reads the context's socket, which may queue more
+            # completions on the CQ: go round until both are drained, or a waiter would
+            # sleep on an empty socket with a completion already queued (a lost wakeup).
             while True:
                 try:
                     wcs = self.cq.poll(256)
@@ -291,13 +294,15 @@ class Hub:
                     ch = self.channels.get(wc.qpn)
                     if ch is not None:
                         ch.on_wc(wc)
-                if len(wcs) < 256:
+                if len(wcs) == 256:
+                    continue
+                while (ev := self.ctx.get_async_event(timeout=0)) is not None:
+                    if ev.get("type") == "QPError":
+                        ch = self.channels.get(int(ev.get("qpn", -1)))
+                        if ch is not None:
+                            ch.fail(str(ev.get("reason", "QP error")))
+                if not self.cq.pending():
                     break
-            while (ev := self.ctx.get_async_event(timeout=0)) is not None:
-                if ev.get("type") == "QPError":
-                    ch = self.channels.get(int(ev.get("qpn", -1)))
-                    if ch is not None:
-                        ch.fail(str(ev.get("reason", "QP error")))
             for acc in list(self.acceptors):
                 acc.check()
         except DaemonNotRunning as e:
