@@ -227,6 +227,8 @@ class QueuePair:
         self.imm_outstanding = 0
         self.credit_probe_at = _INF
         self.credit_probes = 0
+        self.sack_seen_base = self.snd_una  # the newest SACK window walked, and its bits
+        self.sack_seen_bm = 0
         self.sack_pending = False  # SACKs handled since the host's last frames_to_send
         self.sack_acked = 0  # ... and what they acknowledged
         # responder
@@ -861,6 +863,17 @@ class QueuePair:
         bm = s.bitmap
         if bm:
             base = cack + s.sack_offset
+            # Every SACK repeats the bits of its window that earlier ones reported: walk
+            # only the new ones (bits already walked are acknowledged or were never sent).
+            # (Only first windows, right after the cumulative point, are tracked: the
+            # extra ones further out are sent once; an older window is walked whole.)
+            d = base - self.sack_seen_base
+            if d >= 0 and s.sack_offset == 1:
+                if self.next_seq - base < SACK_BITMAP_BITS:  # bits past next_seq: ignored
+                    bm &= (1 << max(0, self.next_seq - base)) - 1
+                seen = self.sack_seen_bm >> d if d < SACK_BITMAP_BITS else 0
+                self.sack_seen_base, self.sack_seen_bm = base, bm | seen
+                bm &= ~seen
             while bm:
                 low = bm & -bm
                 seq = base + low.bit_length() - 1
