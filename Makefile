@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml setup.py cffi_build.py
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The whole suite, after ruff and mypy (the code standard is part of the test).
+test: $(STAMP) lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
