@@ -118,6 +118,9 @@ def mrcd_status(name: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+KILL_WAIT = 5.0  # seconds to wait for a SIGKILLed mrcd to disappear
+
+
 def _alive(p: ProcRecord) -> bool:
     """The recorded process still runs (same start time, and not a zombie: a container's
     init may never reap an orphaned mrcd)."""
@@ -145,6 +148,11 @@ def _stop(p: ProcRecord, timeout: float) -> None:
             os.kill(p.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(p.pid, 0)
+        # Not our child (started by another `up`): SIGKILL is delivered asynchronously, so
+        # wait until the process is really gone before the caller removes its netns.
+        deadline = time.monotonic() + KILL_WAIT
+        while _alive(p) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def stop_mrcds(name: str, timeout: float = STOP_TIMEOUT, remove_dir: bool = True) -> list[int]:
