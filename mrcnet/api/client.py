@@ -496,6 +496,11 @@ class Context:
             return self._call("stats", qpn=qp.qpn, evs=True)
         return self._call("stats", qpn=qp.qpn)
 
+    def admin(self, op: str, **args: Any) -> Message:
+        """An operator request (what ``mrcctl`` sends): ``qps``, ``evs`` (qpn=),
+        ``ports``, ``deny_ev`` / ``allow_ev`` (qpn=, ev=). Sees every client's QPs."""
+        return self._call(f"admin_{op}", **args)
+
     def get_async_event(self, timeout: float | None = 0.0) -> Message | None:
         """The next asynchronous event (QP error, path state...), or None."""
         if not self._events:

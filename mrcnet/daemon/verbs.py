@@ -362,6 +362,54 @@ class Verbs:
                 out["evs"] = list(self.host.ev_stats(qpn).values())
         return out
 
+    # --- admin (mrcctl): every client's QPs; access is gated by the socket's mode ---------
+
+    def _admin_qpn(self, msg: Message) -> int:
+        qpn = int(msg["qpn"])
+        if qpn not in self._qp_owner:
+            raise InvalidQP(f"no QP {qpn} on this host")
+        return qpn
+
+    def _op_admin_qps(self, s: Session, msg: Message) -> Message:
+        assert self.host is not None
+        qps = []
+        for qpn in sorted(self._qp_owner):
+            info = {k: v for k, v in self.host.qp_stats(qpn).items()
+                    if isinstance(v, int | float | str | dict | type(None))}
+            info["owner_pid"] = self._qp_owner[qpn].pid
+            qps.append(info)
+        return {"host": self.cfg.host, "qps": qps}
+
+    def _op_admin_evs(self, s: Session, msg: Message) -> Message:
+        assert self.host is not None
+        qpn = self._admin_qpn(msg)
+        return {"qpn": qpn, "evs": list(self.host.ev_stats(qpn).values())}
+
+    def _op_admin_ports(self, s: Session, msg: Message) -> Message:
+        assert self.host is not None
+        return {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
+                "ports": [{"port": i, "ifname": p.ifname, **vars(p.stats)}
+                          for i, p in enumerate(self.ports)]}
+
+    def _admin_ev(self, msg: Message, deny: bool) -> Message:
+        assert self.host is not None
+        qpn = self._admin_qpn(msg)
+        ev = int(msg["ev"])
+        ok = self.host.deny_ev(qpn, ev) if deny else self.host.allow_ev(qpn, ev)
+        if not ok:
+            state = self.host.ev_stats(qpn).get(ev, {}).get("state")
+            if state is None:
+                raise InvalidArgument(f"QP {qpn} has no EV {ev}")
+            raise InvalidArgument(f"EV {ev} of QP {qpn} is {state}: not changed")
+        self.log.info("EV denied" if deny else "EV allowed", qpn=qpn, ev=ev)
+        return {"qpn": qpn, "ev": ev, "state": self.host.ev_stats(qpn)[ev]["state"]}
+
+    def _op_admin_deny_ev(self, s: Session, msg: Message) -> Message:
+        return self._admin_ev(msg, True)
+
+    def _op_admin_allow_ev(self, s: Session, msg: Message) -> Message:
+        return self._admin_ev(msg, False)
+
     def _on_session_closed(self, s: Session) -> None:
         for qpn in list(s.qps):
             self._destroy_qp(qpn)
