@@ -74,6 +74,13 @@ def _show_ports(r: dict[str, Any]) -> str:
     return f"{ports}\n\n{host}\nmrcd internal errors: {r['mrcd_internal_errors']}"
 
 
+def _show_profiles(r: dict[str, Any]) -> str:
+    def mark(names: list[str], default: str) -> str:
+        return ", ".join(f"{n} (default)" if n == default else n for n in names)
+    return (f"EV profiles: {mark(r['ev_profiles'], r['default_ev_profile'])}\n"
+            f"CC profiles: {mark(r['cc_profiles'], r['default_cc_profile'])}")
+
+
 def _show_ev_change(r: dict[str, Any]) -> str:
     return f"QP {r['qpn']} EV {r['ev']}: {r['state']}"
 
@@ -93,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="the EVs of one QP: plane, path, state, RTT, counters")
     e.add_argument("qpn", type=int, help="the QP number (see mrcctl qps)")
     sub.add_parser("ports", parents=[common], help="per-port and host counters")
+    sub.add_parser("profiles", parents=[common],
+                   help="the EV and CC profiles a QP may ask for, and mrcd's defaults")
     for name, what in (("deny", "stop sending on an EV of a live QP"),
                        ("allow", "let a QP use a denied EV again")):
         d = sub.add_parser(name, parents=[common], help=what)
@@ -107,11 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "qps": ("qps", {}),
         "evs": ("evs", {"qpn": getattr(args, "qpn", None)}),
         "ports": ("ports", {}),
+        "profiles": ("profiles", {}),
         "deny": ("deny_ev", {"qpn": getattr(args, "qpn", None), "ev": getattr(args, "ev", None)}),
         "allow": ("allow_ev", {"qpn": getattr(args, "qpn", None),
                                "ev": getattr(args, "ev", None)}),
     }[args.cmd]
-    show = {"qps": _show_qps, "evs": _show_evs, "ports": _show_ports,
+    show = {"qps": _show_qps, "evs": _show_evs, "ports": _show_ports, "profiles": _show_profiles,
             "deny": _show_ev_change, "allow": _show_ev_change}[args.cmd]
     try:
         with Context(args.socket) as ctx:

@@ -34,7 +34,7 @@ from mrcnet.api.protocol import Message
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, QPState
 from mrcnet.daemon.apiserver import Session
-from mrcnet.daemon.config import DaemonConfig
+from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
 from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
@@ -390,6 +390,11 @@ class Verbs:
         return {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
                 "ports": [{"port": i, "ifname": p.ifname, **vars(p.stats)}
                           for i, p in enumerate(self.ports)]}
+
+    def _op_admin_profiles(self, s: Session, msg: Message) -> Message:
+        return {"ev_profiles": list(EV_PROFILES), "cc_profiles": list(CC_PROFILES),
+                "default_ev_profile": self.cfg.ev_profile,
+                "default_cc_profile": self.cfg.cc_profile}
 
     def _admin_ev(self, msg: Message, deny: bool) -> Message:
         assert self.host is not None

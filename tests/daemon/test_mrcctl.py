@@ -87,6 +87,9 @@ def test_mrcctl_deny_and_allow_an_ev_on_a_live_qp(mrcd_pair: MrcdPair) -> None:
         assert table.returncode == 0 and str(qp_a.qpn) in table.stdout, table
         assert "STATE" in mrcctl(t, a.socket, "evs", str(qp_a.qpn)).stdout
         assert "tx_frames" in json.dumps(ctl_json(t, a.socket, "ports"))
+        prof = ctl_json(t, a.socket, "profiles")
+        assert "spray" in prof["ev_profiles"] and "nscc" in prof["cc_profiles"]
+        assert "(default)" in mrcctl(t, a.socket, "profiles").stdout
 
         evs = ctl_json(t, a.socket, "evs", str(qp_a.qpn))["evs"]
         used = [e["ev"] for e in evs if e["state"] == "GOOD" and e["sent"] > 0]
