@@ -477,6 +477,18 @@ class Channel:
         hub.acquire()
         return ch
 
+    @classmethod
+    def open(cls, mrcd: str | None, ring_size: int, **kw: Any) -> Channel:
+        """A channel on a fresh context on mrcd at ``mrcd`` (for connecting): the hub is
+        released again if the channel cannot be made."""
+        hub = Hub.open(mrcd)
+        with hub.cond:
+            try:
+                return cls.create(hub, ring_size, **kw)
+            except BaseException:
+                hub.release()
+                raise
+
     def connected(self, peer: PeerInfo) -> None:
         """The QP is connected to ``peer``: check it speaks this protocol, allocate the
         staging region and post the receives."""

@@ -341,13 +341,9 @@ def create_connection(address: tuple[str, int], timeout: float | None = None, *,
     or :class:`SocketTimeout`.
     """
     host, service = address
-    hub = Hub.open(mrcd)
+    ch = Channel.open(mrcd, ring_size, max_chunk=max_chunk, keepalive=keepalive)
+    hub = ch.hub
     with hub.cond:
-        try:
-            ch = Channel.create(hub, ring_size, max_chunk=max_chunk, keepalive=keepalive)
-        except BaseException:
-            hub.release()
-            raise
         try:
             limit = timeout if timeout else connect_timeout
             start = time.monotonic()

@@ -246,13 +246,8 @@ async def connect_async(host: str, service: int, *, mrcd: str | None = None,
                         keepalive: float = 1.0, refused_retry: float = 1.0
                         ) -> AsyncMrcSocket:
     """Connect to ``(host, service)`` (as :func:`mrcnet.api.socket.create_connection`)."""
-    hub = Hub.open(mrcd)
-    with hub.cond:
-        try:
-            ch = Channel.create(hub, ring_size, max_chunk=max_chunk, keepalive=keepalive)
-        except BaseException:
-            hub.release()
-            raise
+    ch = Channel.open(mrcd, ring_size, max_chunk=max_chunk, keepalive=keepalive)
+    hub = ch.hub
     try:
         limit = timeout if timeout else connect_timeout
         start = time.monotonic()
