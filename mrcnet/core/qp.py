@@ -625,7 +625,10 @@ class QueuePair:
         evm = self.evm
         assert evm is not None
         plane, path, _ = ev_path(evs[0])
-        evs = evs + [i.ev for i in evm.active.get(plane, ()) if i.path == path]
+        # Spares (revived EVs waiting for a slot) share the path's fate too: left GOOD,
+        # a refill could put one straight back onto the dead path.
+        evs = evs + [i.ev for i in (*evm.active.get(plane, ()), *evm.spares.get(plane, ()))
+                     if i.path == path]
         for ev in evs:
             evm.assume_bad(ev, now, "loss")
 
