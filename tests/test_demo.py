@@ -1,9 +1,10 @@
 """`make demo` end to end: ``python -m mrcnet.demo --json`` as a subprocess (root only).
 
 Checks the summary (verified bytes, no application error, the failed link's EVs
-ASSUMED_BAD during the failure and GOOD and carrying data after) and that the demo left
-nothing behind: no netns of its fabric, none of its mrcds, no state directory. This test
-only *reads* ``ip netns list`` and /proc; it never deletes or kills anything.
+ASSUMED_BAD during the failure, revived by probes and carrying its share after) and that
+the demo left nothing behind: no netns of its fabric, none of its mrcds, no state
+directory. This test only *reads* ``ip netns list`` and /proc; it never deletes or kills
+anything.
 """
 
 from __future__ import annotations
@@ -54,12 +55,13 @@ def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing
     assert r["bytes"] >= 64 * (1 << 20)
     assert "error" not in r
 
-    # The failed link's path: ASSUMED_BAD during, GOOD and carrying data after.
+    # The failed link's path: ASSUMED_BAD during, revived and carrying its share after.
     path = r["failure"]["path"]
     phases = {p["name"]: p for p in r["phases"]}
     assert phases["during"]["states"][path].get("ASSUMED_BAD", 0) > 0
-    assert phases["after"]["states"][path].get("GOOD", 0) > 0
-    assert phases["after"]["sent"][path] > 0
+    after = phases["after"]["sent"]
+    assert after[path] >= 0.5 * sum(after.values()) / len(after)
+    assert r["failed_path_good_after"] is True
     assert r["failure"]["first_assumed_bad_ms"] is not None
     assert r["failure"]["first_good_again_ms"] is not None
     # Traffic moved: the failed path carried far less than the others while down.

@@ -16,6 +16,7 @@ Internally PSNs are unbounded integers ("sequence numbers", ``seq``): the wire P
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +71,9 @@ REO_LEARN_MARGIN = 1.25  # a spurious loss sets the allowance to 1.25x what it n
 _LOST_LOG_MAX = 4096  # packets declared lost remembered (to recognise late arrivals)
 SUSPECT_GRACE_RTTS = 1.0  # a suspected path retires this many srtts after the loss
 AMBIGUOUS_WINDOW_RTTS = 8  # ambiguous losses of one path count within 8 smoothed RTTs
-CONFIRMED_WINDOW_RTTS = 128  # two confirmed losses of one path this close retire it
+CONFIRMED_WINDOW_RTTS = 192  # confirmed losses count with this time constant (srtts)
+CONFIRMED_MIN = 1.5  # decayed confirmed losses a path needs to retire: two within ~133 srtts
+CONFIRMED_SIGMAS = 3.0  # ... and this many standard deviations above its fair share
 REO_SCALED_CAP_RTTS = 2  # the scaled reorder floor stays within 2 smoothed RTTs
 REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spurious loss
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
@@ -215,9 +218,10 @@ class QueuePair:
         # (and the newest acknowledged send time then: with no news from the peer since,
         # the deadline moves on instead; a stalled peer or host is not a dead path)
         self.suspects: dict[int, tuple[float, float, list[int], float]] = {}
-        # path key -> time of its last confirmed loss (a retransmission got through and
-        # the original never did)
+        # path key -> its confirmed losses (a retransmission got through and the original
+        # never did), decaying with time constant CONFIRMED_WINDOW_RTTS, as of conf_t
         self.path_conf: dict[int, float] = {}
+        self.conf_t = 0.0
         self.suspect_at = _INF
         self.srtt = 0.0
         self.rttvar = 0.0
@@ -634,18 +638,40 @@ class QueuePair:
 
     def _confirmed_loss(self, ev: int, now: float) -> None:
         """The retransmission of a packet lost on ``ev`` got through while the original
-        never did: a real loss (reordering and endpoint lateness never get here). Two on
-        one path within CONFIRMED_WINDOW_RTTS retire it (random loss on a link)."""
+        never did: a real loss (reordering and endpoint lateness never get here).
+
+        A path is retired for losses concentrated on it (a lossy link), not for loss that
+        every path sees alike (drops at a congested host or in a shared queue: retiring
+        paths for that only moves the load around, and with all of them retired in turn
+        the QP loses its spread). So its recent confirmed losses are compared with what
+        the other paths' count predicts for its share: it retires once it has at least
+        CONFIRMED_MIN and exceeds that prediction by CONFIRMED_SIGMAS (Poisson) plus one.
+        With no loss elsewhere that is its second loss (within about 133 smoothed RTTs),
+        so random loss on one link is still caught within a few RTTs."""
         self.count("loss_confirmed")
         key = ev >> 12
-        window = CONFIRMED_WINDOW_RTTS * max(self.srtt, self.cfg.reorder_floor)
-        last = self.path_conf.get(key)
-        if last is not None and now - last <= window:
-            del self.path_conf[key]
+        conf = self.path_conf
+        tau = CONFIRMED_WINDOW_RTTS * max(self.srtt, self.cfg.reorder_floor)
+        if conf and now > self.conf_t:
+            f = math.exp(-(now - self.conf_t) / tau)
+            for k in list(conf):
+                v = conf[k] * f
+                if v < 0.05:
+                    del conf[k]
+                else:
+                    conf[k] = v
+        self.conf_t = now
+        mine = conf.get(key, 0.0) + 1.0
+        conf[key] = mine
+        others = sum(conf.values()) - mine
+        evm = self.evm
+        assert evm is not None
+        npaths = len({i.ev >> 12 for lst in evm.active.values() for i in lst} | conf.keys())
+        expected = others / (npaths - 1) if npaths > 1 else 0.0
+        if mine >= CONFIRMED_MIN and mine > expected + CONFIRMED_SIGMAS * math.sqrt(expected) + 1:
+            del conf[key]
             self.count("loss_confirmed_retired")
             self._retire_path([ev], now)
-        else:
-            self.path_conf[key] = now
 
     def _path_failed(self, p: Pkt, now: float, cause: str) -> bool:
         """Does the loss of ``p`` condemn its path? At once if nothing sent on the path
