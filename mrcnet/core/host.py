@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from mrcnet.constants import (
@@ -23,7 +23,9 @@ from mrcnet.constants import (
     EndpointOp,
     Opcode,
 )
+from mrcnet.core.cc import CC_REGISTRY, create_cc
 from mrcnet.core.config import (
+    EV_PROFILE_ECMP,
     EV_PROFILES,
     MRC_H_ALIASES,
     Access,
@@ -40,7 +42,7 @@ from mrcnet.core.events import (
     PortStatusChanged,
     WCStatus,
 )
-from mrcnet.core.evs import EVInfo, ev_path, make_ev
+from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair, WorkRequest, ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
@@ -74,6 +76,19 @@ class CompletionQueue:
 
     def __len__(self) -> int:
         return len(self._q)
+
+
+@dataclass(slots=True)
+class PathProbe:
+    """One standalone EV probe down one path to a peer (see :meth:`Host.probe_paths`)."""
+
+    request_id: int
+    peer: str
+    plane: int
+    path: int  #: the path index in the plane (for a leaf-spine: the spine)
+    ev: int
+    sent: float
+    rtt: float | None = None  #: seconds, set when the answer arrives; None while unanswered
 
 
 class Host:
@@ -119,6 +134,7 @@ class Host:
         # peer share a path's fate, so they share its probes too
         self._peer_path_probe: dict[tuple[str, int, int], int] = {}
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
+        self._path_probes: dict[int, PathProbe] = {}  # standalone probes awaiting answers
         self._last_now = 0.0
         self.last_internal_error: BaseException | None = None
         # Timers: a heap of (deadline, qpn) with lazy deletion; QPs touched by a call are
@@ -447,6 +463,106 @@ class Host:
         """State, window and counters of a QP."""
         return self.qp(qpn).info()
 
+    def set_qp_profiles(self, qpn: int, *, ev_profile: str | None = None,
+                        cc_profile: str | None = None, now: float = 0.0) -> None:
+        """Operator: give a QP another EV and/or CC profile, also while it carries data.
+
+        A connected QP (RTR/RTS) switches at once: a new CC instance of the profile (its
+        initial window, as at connect) and, for a new EV profile, a new EV set (spray: the
+        configured EVs per plane; ecmp: one EV). Packets in flight on EVs the new set lacks
+        are acknowledged or resent as usual. Before connect the profile is only recorded
+        and used at RTR. Raises :class:`InvalidAttribute` for an unknown profile and
+        :class:`InvalidRequest` for a QP in ERROR.
+        """
+        qp = self.qp(qpn)
+        if ev_profile is not None and ev_profile not in EV_PROFILES:
+            raise InvalidAttribute(
+                f"EV profile {ev_profile!r} unknown: use one of {sorted(EV_PROFILES)}")
+        if cc_profile is not None and cc_profile not in CC_REGISTRY:
+            raise InvalidAttribute(
+                f"CC profile {cc_profile!r} unknown: use one of {sorted(CC_REGISTRY)}")
+        if qp.state is QPState.ERROR:
+            raise InvalidRequest(f"QP {qpn} is in ERROR: its profiles cannot change")
+        a, cfg = qp.attrs, qp.cfg
+        if ev_profile is not None:
+            a.ev_profile = ev_profile
+        if cc_profile is not None:
+            a.cc_profile = cc_profile
+        self._dirty.add(qpn)
+        self._sendq.add(qpn)
+        if qp.evm is None or qp.cc is None or not a.peer:
+            return  # not connected yet: QueuePair.ready builds both from the attributes
+        paths = self._paths_to(a.peer)
+        if cc_profile is not None:
+            qp.cc = create_cc(
+                cc_profile, cfg.mtu_payload, cfg.link_rate * (len(paths) or 1),
+                cfg.base_rtt_hint, target_floor=cfg.cc_target_floor,
+                rtt_floor=cfg.cc_rtt_floor, delay_filter=cfg.cc_delay_filter)
+        if ev_profile is not None:
+            qp.evm = EVManager(
+                qpn, {p: len(r) for p, r in paths.items()},
+                evs_per_qp=a.evs_per_qp or cfg.evs_per_qp,
+                ecmp_key=(f"{self.name}|{a.peer}|{qpn}" if ev_profile == EV_PROFILE_ECMP
+                          else None),
+                min_active=cfg.min_active_evs, probe_interval=cfg.probe_interval,
+                probe_successes=cfg.probe_successes, events=self.path_events)
+            # The new set starts on the planes in use now (what is in flight on a plane
+            # that is out of use is resent elsewhere, as on any plane change).
+            qp.set_planes(self._planes_for(a.peer), now)
+
+    # --- standalone probes (no QP needed: mrcctl probe) --------------------------------
+
+    def learn_peer(self, peer: str) -> bool:
+        """Look up the routes to ``peer`` now, so that endpoint requests from it (EV
+        probes) are answered before any QP to it exists. False if no plane reaches it;
+        whatever the PathProvider raises for a peer it does not know propagates."""
+        return bool(self._paths_to(peer))
+
+    def probe_paths(self, peer: str, now: float,
+                    planes: Iterable[int] | None = None) -> list[PathProbe]:
+        """Send one EV probe (an EV_PROBE endpoint request) down every path to ``peer``
+        (only ``planes`` if given), with no QP involved. Each probe travels on EV
+        (plane, path, instance 0); the peer echoes it back along the same path. The
+        answer sets the returned probe's ``rtt``; call :meth:`forget_probes` when done
+        waiting (a later answer is then counted ``rx_probe_stale``). The peer answers
+        only if it knows this host (:meth:`learn_peer` on its side, or a QP to it)."""
+        paths = self._paths_to(peer)
+        wanted = None if planes is None else set(planes)
+        out: list[PathProbe] = []
+        for plane, routes in sorted(paths.items()):
+            if wanted is not None and plane not in wanted:
+                continue
+            port = self._plane_port[plane]
+            for path, route in enumerate(routes):
+                self._probe_id = (self._probe_id + 1) & _ID_MASK
+                ev = make_ev(plane, path, 0)
+                probe = PathProbe(self._probe_id, peer, plane, path, ev, now)
+                eph = EndpointHeader(EndpointOp.EV_PROBE, probe.request_id, ev, ts16(now))
+                self._ctrl.append((port, build_endpoint(route, ev=ev, eph=eph)))
+                self._path_probes[probe.request_id] = probe
+                out.append(probe)
+        self.count("tx_path_probe", len(out))
+        return out
+
+    def forget_probes(self, probes: Iterable[PathProbe]) -> None:
+        """Stop waiting for the answers to these probes (see :meth:`probe_paths`)."""
+        for p in probes:
+            self._path_probes.pop(p.request_id, None)
+
+    def _path_probe_answer(self, eph: EndpointHeader, peer: str, now: float) -> bool:
+        """An EV probe answer for a standalone probe? (Then it is handled.)"""
+        probe = self._path_probes.get(eph.request_id)
+        if probe is None:
+            return False
+        if probe.ev != eph.ev or probe.peer != peer:
+            # Not from the probed peer's path: ignore it, keep waiting for the real one.
+            self.count("rx_path_probe_mismatch")
+            return True
+        del self._path_probes[eph.request_id]
+        probe.rtt = now - probe.sent
+        self.count("rx_path_probe_answer")
+        return True
+
     # --- network side -----------------------------------------------------------------
 
     def receive(self, frame: bytes | bytearray | memoryview, port: int, now: float) -> None:
@@ -541,6 +657,8 @@ class Host:
             return
         # responses
         if eph.op == EndpointOp.EV_PROBE:
+            if self._path_probes and self._path_probe_answer(eph, peer, now):
+                return
             rec = self._probes.pop(eph.request_id, None)
             if rec is None:
                 self.count("rx_probe_stale")
