@@ -1,7 +1,9 @@
-"""mrcctl: look at and steer a running mrcd (QPs, EVs, ports; deny / allow an EV).
+"""mrcctl: look at and steer a running mrcd (QPs, EVs, ports, planes; deny / allow an EV;
+set a QP's CC / EV profile; EV probes to a host).
 
 Talks to mrcd over its client socket (the ``admin_*`` requests of docs/MRCD.md); whoever
 may open the socket may administer every QP of that mrcd. Changes act on live QPs.
+Exit status: 0 done, 1 error (one line on stderr), 2 ``probe`` saw unanswered probes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from mrcnet.api.client import default_socket_path
 from mrcnet.errors import MrcError
 
 __all__ = ["main"]
+
+#: Seconds mrcctl waits for mrcd's answer to a request.
+REQUEST_TIMEOUT = 10.0
+#: A probe takes longer: a control-channel hello to the peer's mrcd (at most 5 s), the
+#: rounds (20 ms apart in mrcd, daemon/verbs.py) and up to 1 s of waiting for answers.
+PROBE_TIMEOUT = 20.0
+PROBE_TIMEOUT_PER_ROUND = 0.05
+#: Exit status of ``probe`` when some probe went unanswered (as ``mrc-fabric probe``).
+EXIT_PROBES_LOST = 2
 
 
 #: Columns holding a time in seconds (shown in milliseconds).
@@ -49,6 +60,7 @@ def _show_qps(r: dict[str, Any]) -> str:
         return f"no QPs on {r['host']}"
     return _table(rows, [("qpn", "QPN"), ("state", "STATE"), ("peer", "PEER"),
                          ("dest_qp_num", "PEER_QPN"), ("owner_pid", "PID"),
+                         ("ev_profile", "EV_PROFILE"), ("cc_profile", "CC_PROFILE"),
                          ("cwnd", "CWND"), ("srtt", "SRTT"), ("inflight", "INFLIGHT"),
                          ("tx_data", "TX_DATA"), ("rx_data", "RX_DATA"), ("retx", "RETX"),
                          ("error", "ERROR")])
@@ -85,10 +97,39 @@ def _show_ev_change(r: dict[str, Any]) -> str:
     return f"QP {r['qpn']} EV {r['ev']}: {r['state']}"
 
 
+def _show_set_profile(r: dict[str, Any]) -> str:
+    return (f"QP {r['qpn']} ({r['state']}): EV profile {r['ev_profile']} ({r['evs']} EVs), "
+            f"CC profile {r['cc_profile']}")
+
+
+def _show_planes(r: dict[str, Any]) -> str:
+    if not r["planes"]:
+        return f"no ports on {r['host']}"
+    return _table(r["planes"], [
+        ("plane", "PLANE"), ("ifname", "IFNAME"), ("link", "LINK"),
+        ("tx_frames", "TX_FRAMES"), ("rx_frames", "RX_FRAMES"), ("tx_dropped", "TX_DROP"),
+        ("qps", "QPS"), ("evs", "EVS"), ("good", "GOOD"), ("skip", "SKIP"),
+        ("assumed_bad", "BAD"), ("denied", "DENIED"), ("sent", "SENT"), ("acked", "ACKED"),
+        ("lost", "LOST"), ("trimmed", "TRIMMED"), ("ecn", "ECN")])
+
+
+def _show_probe(r: dict[str, Any]) -> str:
+    head = (f"{r['host']} -> {r['peer']}: {r['count']} EV probe(s) down each of "
+            f"{len(r['paths'])} paths")
+    if r["hello"] != "ok":
+        head += f"\n(the hello to {r['peer']}'s mrcd failed: {r['hello']}; it may not answer)"
+    table = _table(r["paths"], [
+        ("plane", "PLANE"), ("path", "PATH"), ("ev", "EV"), ("sent", "SENT"),
+        ("answered", "ANSWERED"), ("lost", "LOST"), ("rtt_min_us", "RTT_MIN_US"),
+        ("rtt_avg_us", "RTT_AVG_US"), ("rtt_max_us", "RTT_MAX_US"), ("port", "PORT")])
+    return f"{head}\n{table}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mrcctl", description="Inspect and steer a running mrcd: QPs, EVs (paths), "
-        "ports; deny or allow an EV on a live QP.")
+        "ports, planes; deny or allow an EV and set the CC/EV profile of a live QP; send "
+        "EV probes to a host. Exit status: 0 done, 1 error, 2 probe answers missing.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print JSON, not a table")
     common.add_argument("--socket", metavar="PATH", default=None,
@@ -102,34 +143,79 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("ports", parents=[common], help="per-port and host counters")
     sub.add_parser("profiles", parents=[common],
                    help="the EV and CC profiles a QP may ask for, and mrcd's defaults")
+    sub.add_parser(
+        "planes", parents=[common], help="per-plane summary: port link and counters, "
+        "and every QP's EVs in the plane (states, sent, acked, lost, trimmed, ECN)",
+        description="One row per plane (one NIC port each): the port's link and frame "
+        "counters, then the EVs of every QP on this mrcd that use the plane: how many, "
+        "how many GOOD / SKIP / ASSUMED_BAD (BAD) / DENIED, and their packet counters "
+        "summed.")
     for name, what in (("deny", "stop sending on an EV of a live QP"),
                        ("allow", "let a QP use a denied EV again")):
         d = sub.add_parser(name, parents=[common], help=what)
         d.add_argument("qpn", type=int, help="the QP number")
         d.add_argument("ev", type=int, help="the EV (see mrcctl evs QPN)")
+    sp = sub.add_parser(
+        "set-profile", parents=[common],
+        help="give a live QP another CC and/or EV profile (takes effect at once)",
+        description="Change the congestion control (--cc) and/or EV (--ev) profile of a "
+        "QP of this mrcd, also while it moves data: a connected QP gets a new CC instance "
+        "(starting from its initial window) or a new EV set at once (spray: the configured "
+        "EVs over every plane; ecmp: a single EV). Only this end changes. See mrcctl "
+        "profiles for the names and mrcctl qps for the result.")
+    sp.add_argument("qpn", type=int, help="the QP number (see mrcctl qps)")
+    sp.add_argument("--cc", metavar="NAME", help="CC profile, e.g. nscc or fixed")
+    sp.add_argument("--ev", metavar="NAME", help="EV profile, e.g. spray or ecmp")
+    pr = sub.add_parser(
+        "probe", parents=[common],
+        help="EV probes from mrcd to a host down every path; per-path answers and RTT",
+        description="mrcd sends MRC EV probes (endpoint requests) to HOST down every "
+        "(plane, path) it knows, COUNT rounds 20 ms apart, and reports per path: sent, "
+        "answered, lost and the round-trip time (min/avg/max, microseconds, through both "
+        "mrcds). No QP is needed; the peer's mrcd is told first over the control channel "
+        "so that it answers. Exit status 2 when a probe went unanswered.")
+    pr.add_argument("host", help="a host name of mrcd's fabric description (or [peers]), "
+                    "or one of its port addresses")
+    pr.add_argument("--count", "-c", type=int, default=None,
+                    help="probe rounds (default: mrcd's, 5; at most 1000)")
+    pr.add_argument("--plane", type=int, default=None, help="only this plane")
     return p
+
+
+def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The admin request (op, arguments) a command sends."""
+    if args.cmd == "evs":
+        return "evs", {"qpn": args.qpn}
+    if args.cmd in ("deny", "allow"):
+        return f"{args.cmd}_ev", {"qpn": args.qpn, "ev": args.ev}
+    if args.cmd == "set-profile":
+        return "set_profile", {"qpn": args.qpn, "cc_profile": args.cc, "ev_profile": args.ev}
+    if args.cmd == "probe":
+        return "probe", {"host": args.host, "count": args.count, "plane": args.plane}
+    return args.cmd, {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    request: tuple[str, dict[str, Any]] = {
-        "qps": ("qps", {}),
-        "evs": ("evs", {"qpn": getattr(args, "qpn", None)}),
-        "ports": ("ports", {}),
-        "profiles": ("profiles", {}),
-        "deny": ("deny_ev", {"qpn": getattr(args, "qpn", None), "ev": getattr(args, "ev", None)}),
-        "allow": ("allow_ev", {"qpn": getattr(args, "qpn", None),
-                               "ev": getattr(args, "ev", None)}),
-    }[args.cmd]
     show = {"qps": _show_qps, "evs": _show_evs, "ports": _show_ports, "profiles": _show_profiles,
-            "deny": _show_ev_change, "allow": _show_ev_change}[args.cmd]
+            "planes": _show_planes, "deny": _show_ev_change, "allow": _show_ev_change,
+            "set-profile": _show_set_profile, "probe": _show_probe}[args.cmd]
+    if args.cmd == "set-profile" and args.cc is None and args.ev is None:
+        print("mrcctl: set-profile needs --cc NAME, --ev NAME or both", file=sys.stderr)
+        return 1
+    timeout = REQUEST_TIMEOUT
+    if args.cmd == "probe":
+        timeout = PROBE_TIMEOUT + (args.count or 0) * PROBE_TIMEOUT_PER_ROUND
+    op, params = _request(args)
     try:
-        with Context(args.socket) as ctx:
-            result = ctx.admin(request[0], **request[1])
+        with Context(args.socket, timeout=timeout) as ctx:
+            result = ctx.admin(op, **params)
     except (MrcError, OSError) as e:
         print(f"mrcctl: {e}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2, sort_keys=True) if args.json else show(result))
+    if args.cmd == "probe" and any(p["lost"] for p in result["paths"]):
+        return EXIT_PROBES_LOST
     return 0
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import mmap
 import os
 import secrets
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Final
 
 from mrcnet import core
 from mrcnet.api.errors import (
@@ -32,14 +33,29 @@ from mrcnet.api.errors import (
 )
 from mrcnet.api.protocol import Message
 from mrcnet.constants import PSN_MASK
-from mrcnet.core import Access, QPState
+from mrcnet.core import Access, EVState, QPState
+from mrcnet.core.host import PathProbe
 from mrcnet.daemon.apiserver import Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
 from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
 
-__all__ = ["Verbs"]
+__all__ = ["PROBE_SERVICE", "Verbs"]
+
+#: Control-channel service of a probe hello (``mrcctl probe``): the prober's mrcd tells
+#: the peer's mrcd who it is, so the peer answers EV probes before any QP joins them. No
+#: application may listen on it.
+PROBE_SERVICE: Final = -1
+#: ``mrcctl probe``: default and largest probe rounds, the gap between rounds (s), and how
+#: long to wait for answers after the last round (s; mrcd's RTT is 1-3 ms, but a
+#: scheduling hiccup on a busy host can hold an answer for tens of ms).
+PROBE_COUNT: Final = 5
+PROBE_MAX_COUNT: Final = 1000
+PROBE_GAP: Final = 0.02
+PROBE_WAIT: Final = 1.0
+#: How often the probe coroutine looks whether every answer is in (s).
+PROBE_POLL: Final = 0.005
 
 
 class Verbs:
@@ -188,6 +204,8 @@ class Verbs:
     def _op_listen(self, s: Session, msg: Message) -> Message:
         qpn = self._qpn(s, msg)
         service = int(msg["service"])
+        if service == PROBE_SERVICE:
+            raise InvalidArgument(f"service {service} is reserved (mrcctl probe)")
         self._exposed(s, msg.get("mrs", []))  # check the keys now, not at connect time
         held = self._listens.get(service)
         if held is not None and held[0] is not s:
@@ -282,6 +300,8 @@ class Verbs:
                 "private": remote.private, "max_imm": remote.max_imm}
 
     async def _on_connect_request(self, req: ConnectRequest) -> Acceptance:
+        if req.service == PROBE_SERVICE:
+            return await self._on_probe_hello(req)
         held = self._listens.pop(req.service, None)  # reserved for this exchange
         if held is None:
             raise ControlError(f"no QP listens on service {req.service} at {self.cfg.host}")
@@ -377,6 +397,7 @@ class Verbs:
             info = {k: v for k, v in self.host.qp_stats(qpn).items()
                     if isinstance(v, int | float | str | dict | type(None))}
             info["owner_pid"] = self._qp_owner[qpn].pid
+            info["ev_profile"], info["cc_profile"], _ = self._qp_profile(qpn)
             qps.append(info)
         return {"host": self.cfg.host, "qps": qps}
 
@@ -408,6 +429,163 @@ class Verbs:
             raise InvalidArgument(f"EV {ev} of QP {qpn} is {state}: not changed")
         self.log.info("EV denied" if deny else "EV allowed", qpn=qpn, ev=ev)
         return {"qpn": qpn, "ev": ev, "state": self.host.ev_stats(qpn)[ev]["state"]}
+
+    def _op_admin_set_profile(self, s: Session, msg: Message) -> Message:
+        """Give a live QP another EV and/or CC profile (effective at once)."""
+        assert self.host is not None
+        qpn = self._admin_qpn(msg)
+        ev, cc = msg.get("ev_profile"), msg.get("cc_profile")
+        if ev is None and cc is None:
+            raise InvalidArgument("set_profile needs an EV profile, a CC profile or both")
+        for kind, name, known in (("EV", ev, EV_PROFILES), ("CC", cc, CC_PROFILES)):
+            if name is not None and name not in known:
+                raise InvalidArgument(f"unknown {kind} profile {name!r}: this mrcd offers "
+                                      f"{', '.join(known)}")
+        self.host.set_qp_profiles(qpn, ev_profile=ev, cc_profile=cc, now=time.monotonic())
+        ev_now, cc_now, _ = self._qp_profile(qpn)
+        self.log.info("QP profile set", qpn=qpn, ev_profile=ev_now, cc_profile=cc_now)
+        return {"qpn": qpn, "ev_profile": ev_now, "cc_profile": cc_now,
+                "state": self.host.qp(qpn).state.value,
+                "evs": len(self.host.ev_stats(qpn))}
+
+    def _op_admin_planes(self, s: Session, msg: Message) -> Message:
+        """Per plane: its port's counters and link, and every QP's EVs in it summed."""
+        assert self.host is not None
+        host = self.host
+        rows: dict[int, dict[str, Any]] = {}
+        for idx, port in sorted(host.ports.items()):
+            st = vars(self.ports[idx].stats) if idx < len(self.ports) else {}
+            rows[port.plane] = {
+                "plane": port.plane, "ifname": self.ports[idx].ifname,
+                "link": "up" if host.port_up[idx] else "down",
+                **{k: st.get(k, 0) for k in ("tx_frames", "rx_frames", "tx_dropped",
+                                              "rx_link_down")},
+                "qps": 0, "evs": 0, **{st_.value.lower(): 0 for st_ in EVState},
+                "sent": 0, "acked": 0, "lost": 0, "trimmed": 0, "ecn": 0}
+        for qpn in sorted(self._qp_owner):
+            seen: set[int] = set()
+            for e in host.ev_stats(qpn).values():
+                row = rows.get(e["plane"])
+                if row is None:
+                    continue
+                seen.add(e["plane"])
+                row["evs"] += 1
+                row[str(e["state"]).lower()] += 1
+                for k in ("sent", "acked", "lost", "trimmed", "ecn"):
+                    row[k] += e[k]
+            for plane in seen:
+                rows[plane]["qps"] += 1
+        return {"host": self.cfg.host, "planes": [rows[p] for p in sorted(rows)]}
+
+    # --- admin probe: EV probes down every path to a host, no QP needed ----------------
+
+    def _peer_name(self, text: str) -> str:
+        """A peer given by name or by one of its port addresses (InvalidArgument if this
+        mrcd's fabric description or [peers] does not know it)."""
+        try:
+            addr = ipaddress.IPv6Address(text)
+        except ValueError:
+            name = text
+        else:
+            if isinstance(self.paths, FabricPaths):
+                found = [h.name for h in self.paths.desc.hosts
+                         if any(ipaddress.IPv6Address(p.address) == addr for p in h.ports)]
+            elif isinstance(self.paths, StaticPaths):
+                found = [n for n, pc in self.paths.peers.items()
+                         if any(ipaddress.IPv6Address(a) == addr for a in pc.addresses)]
+            else:
+                found = []
+            if not found:
+                raise InvalidArgument(f"no host of this mrcd's fabric or [peers] has the "
+                                      f"address {addr}")
+            name = found[0]
+        if name == self.cfg.host:
+            raise InvalidArgument(f"{name} is this host: probe another one")
+        assert self.paths is not None
+        try:
+            self.paths.planes(name)
+        except UnknownPeer as e:
+            raise InvalidArgument(str(e)) from None
+        return name
+
+    def _op_admin_probe(self, s: Session, msg: Message) -> Awaitable[Message]:
+        assert self.paths is not None
+        peer = self._peer_name(str(msg["host"]))
+        count = PROBE_COUNT if msg.get("count") is None else int(msg["count"])
+        if not 1 <= count <= PROBE_MAX_COUNT:
+            raise InvalidArgument(f"count {count}: give 1..{PROBE_MAX_COUNT}")
+        planes: list[int] | None = None
+        if msg.get("plane") is not None:
+            plane = int(msg["plane"])
+            shared = list(self.paths.planes(peer))
+            if plane not in shared:
+                raise InvalidArgument(f"plane {plane} does not reach {peer} from "
+                                      f"{self.cfg.host} (planes: {shared})")
+            planes = [plane]
+        return self._probe(peer, count, planes)
+
+    async def _probe_hello(self, peer: str) -> str:
+        """Tell ``peer``'s mrcd who we are (so it can answer our probes): "ok" or why not."""
+        assert self.paths is not None
+        try:
+            addr = self.paths.control_address(peer)
+            port = (self.cfg.peers[peer].control_port if peer in self.cfg.peers
+                    else self.cfg.control_port)
+            req = ConnectRequest(self.cfg.host, 0, 0, self.cfg.ev_profile,
+                                 self.cfg.cc_profile, 0, (), None, PROBE_SERVICE)
+            await control_request(addr, port, req)
+        except (UnknownPeer, ControlError) as e:
+            return str(e)
+        return "ok"
+
+    async def _on_probe_hello(self, req: ConnectRequest) -> Acceptance:
+        """A peer's mrcd is about to probe us: learn its routes, so its EV probes get an
+        answer even though no QP joins the two hosts."""
+        assert self.host is not None
+        try:
+            await self._prepare_peer(req.src)
+            if not self.host.learn_peer(req.src):
+                raise ControlError(f"no path from {self.cfg.host} to {req.src}")
+        except (UnknownPeer, IOSetupError) as e:
+            raise ControlError(str(e)) from None
+        reply = ConnectRequest(self.cfg.host, 0, 0, self.cfg.ev_profile, self.cfg.cc_profile,
+                               0, (), None, PROBE_SERVICE)
+        return Acceptance(reply, lambda: None, lambda: None)
+
+    async def _probe(self, peer: str, count: int, planes: list[int] | None) -> Message:
+        assert self.host is not None
+        host = self.host
+        await self._prepare_peer(peer)
+        hello = await self._probe_hello(peer)
+        probes: list[PathProbe] = []
+        try:
+            for i in range(count):
+                if i:
+                    await asyncio.sleep(PROBE_GAP)
+                probes += host.probe_paths(peer, time.monotonic(), planes)
+                self._pump()
+            deadline = time.monotonic() + PROBE_WAIT
+            while any(p.rtt is None for p in probes) and time.monotonic() < deadline:
+                await asyncio.sleep(PROBE_POLL)
+        finally:
+            host.forget_probes(probes)
+        by_path: dict[tuple[int, int], list[PathProbe]] = {}
+        for p in probes:
+            by_path.setdefault((p.plane, p.path), []).append(p)
+        paths: list[dict[str, Any]] = []
+        for (plane, path), ps in sorted(by_path.items()):
+            rtts = [p.rtt * 1e6 for p in ps if p.rtt is not None]
+            paths.append({
+                "plane": plane, "path": path, "ev": ps[0].ev, "sent": len(ps),
+                "answered": len(rtts), "lost": len(ps) - len(rtts),
+                "rtt_min_us": round(min(rtts), 1) if rtts else None,
+                "rtt_avg_us": round(sum(rtts) / len(rtts), 1) if rtts else None,
+                "rtt_max_us": round(max(rtts), 1) if rtts else None,
+                "port": "up" if host.port_up[host.port_of_plane(plane)] else "down"})
+        self.log.info("probed", peer=peer, count=count, paths=len(paths),
+                      lost=sum(p["lost"] for p in paths), hello=hello)
+        return {"host": self.cfg.host, "peer": peer, "count": count, "hello": hello,
+                "paths": paths}
 
     def _op_admin_deny_ev(self, s: Session, msg: Message) -> Message:
         return self._admin_ev(msg, True)
