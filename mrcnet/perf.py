@@ -25,11 +25,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import random
 import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, TextIO
 
 from mrcnet.api import (
     ApiError,
@@ -37,7 +39,6 @@ from mrcnet.api import (
     Context,
     MemoryRegion,
     QueuePair,
-    RemoteRegion,
     WorkCompletion,
 )
 from mrcnet.daemon.paths import LocalPort
@@ -55,6 +56,11 @@ END_IMM = 0xFFFFFFFF  # the last write: done
 END_TCP_IMM = 0xFFFFFFFE  # the last write: done, a TCP baseline stream follows
 PING_FLAG = 0x80000000  # latency mode: imm = PING_FLAG | size, the server writes it back
 RECV_DEPTH = 64
+VERDICT_FLAG = 0x40000000  # the server's answer to a size's last write: flag | verdict
+VERDICT_BAD = 1  # ... the bytes differ from the client's pattern
+VERDICT_UNCHECKED = 2  # ... the server runs with --no-verify
+DEFAULT_ITERS = 200
+DEFAULT_REGION = 16 << 20  # bytes the server exposes per QP (writes cycle over them)
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,11 @@ class Latency:
 
 @dataclass(frozen=True)
 class Result:
-    """One row of the client's table."""
+    """One row of the client's table: one message size (or, ``size == -1``, the kernel
+    TCP baseline). ``verified``: the server found every byte it checked equal to the
+    client's pattern (None: not checked); ``retransmissions``, ``trims`` (trimmed
+    packets NACKed to the sender) and ``ev_changes`` (EV state changes) are summed over
+    the run's QPs for this size."""
 
     size: int
     iters: int
@@ -80,14 +90,18 @@ class Result:
     gbps: float
     mpps: float
     errors: int
+    bytes: int = 0
+    qps: int = 1
+    verified: bool | None = None
+    retransmissions: int = 0
+    trims: int = 0
+    ev_changes: int = 0
 
 
-def _pattern(mr: MemoryRegion) -> None:
-    # A non-repeating-at-small-scale pattern: byte i = (i * 7 + i >> 8) mod 256.
-    n = mr.length
-    block = bytes(((i * 7) + (i >> 8)) & 0xFF for i in range(min(n, 1 << 16)))
-    for off in range(0, n, len(block)):
-        mr.buf[off : off + len(block)] = block[: n - off]
+def pattern(seed: int, length: int) -> bytes:
+    """The bytes the client writes and the server checks: pseudo-random from ``seed``
+    (sent in the connection's private data), so no two offsets repeat a block."""
+    return random.Random(seed).randbytes(length)
 
 
 def _wait(cq: CompletionQueue, timeout: float) -> list[WorkCompletion]:
@@ -98,58 +112,72 @@ def _wait(cq: CompletionQueue, timeout: float) -> list[WorkCompletion]:
 
 
 def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: float,
-               say: Callable[[str], None] = print) -> int:
-    """Serve one client run; returns the number of sizes whose bytes did not verify."""
-    mr = ctx.alloc_mr(size)
+               say: Callable[[str], None] = print, qps: int = 1) -> int:
+    """Serve one client run with ``qps`` QPs (QP i listens on ``service + i``, ``size``
+    bytes exposed to each); returns the number of checks whose bytes did not verify."""
     cq = ctx.create_cq()
-    qp = ctx.create_qp(cq)
+    mrs = [ctx.alloc_mr(size) for _ in range(qps)]
+    qplist = [ctx.create_qp(cq) for _ in range(qps)]
     # A kernel TCP sink on this host's plain address, for the client's side-by-side
     # baseline (--tcp); its address travels in the connection's private data.
     tcp = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     tcp.bind(("::", 0))
     tcp.listen(1)
-    private = {"tcp": [ctx.addresses[0], tcp.getsockname()[1]]} if ctx.addresses else None
-    ctx.listen(service, qp, expose=[mr], private=private)
+    private: dict[str, Any] = {"qps": qps, "verify": verify}
+    if ctx.addresses:
+        private["tcp"] = [ctx.addresses[0], tcp.getsockname()[1]]
+    for i, (qp, mr) in enumerate(zip(qplist, mrs, strict=True)):
+        ctx.listen(service + i, qp, expose=[mr], private=private)
     try:
-        return _serve(ctx, qp, cq, mr, size, service, verify, timeout, say, tcp)
+        return _serve(ctx, qplist, cq, mrs, service, verify, timeout, say, tcp)
     finally:
         tcp.close()
 
 
-def _serve(ctx: Context, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, size: int,
-           service: int, verify: bool, timeout: float, say: Callable[[str], None],
-           tcp: socket.socket) -> int:
-    for i in range(RECV_DEPTH):
-        qp.post_recv(wr_id=i)
-    say(f"mrc-perf server on {ctx.host}: waiting on service {service} "
-               f"({size} bytes exposed)")
-    peer = qp.accept(timeout=None)
-    say(f"connected: {peer.host} QP {peer.qpn}")
+def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
+           mrs: list[MemoryRegion], service: int, verify: bool, timeout: float,
+           say: Callable[[str], None], tcp: socket.socket) -> int:
+    for qp in qplist:
+        for i in range(RECV_DEPTH):
+            qp.post_recv(wr_id=i)
+    services = (f"service {service}" if len(qplist) == 1
+                else f"services {service}..{service + len(qplist) - 1}")
+    say(f"mrc-perf server on {ctx.host}: waiting on {services} "
+        f"({mrs[0].length} bytes exposed per QP)")
+    peers = [qp.accept(timeout=None) for qp in qplist]
+    say(f"connected: {peers[0].host} QP {', '.join(str(p.qpn) for p in peers)}")
+    seed = peers[0].private.get("seed") if isinstance(peers[0].private, dict) else None
+    expected = pattern(int(seed), mrs[0].length) if verify and seed is not None else None
+    index = {qp.qpn: i for i, qp in enumerate(qplist)}
     bad = 0
-    expected = ctx.alloc_mr(size) if verify else None
-    if expected is not None:
-        _pattern(expected)
     while True:
         for wc in _wait(cq, timeout):
             if not wc.ok:
                 say(f"error completion: {wc.status}")
                 return bad + 1
-            if wc.opcode != "RECV_RDMA_WITH_IMM":
-                continue  # our own pong writes completing
+            if wc.opcode != "RECV_RDMA_WITH_IMM" or wc.imm is None:
+                continue  # our own writes (pongs, verdicts) completing
+            i = index.get(wc.qpn, 0)
+            qp, mr, peer = qplist[i], mrs[i], peers[i]
             qp.post_recv(wr_id=wc.wr_id)
             if wc.imm in (END_IMM, END_TCP_IMM):
                 if wc.imm == END_TCP_IMM:
                     _tcp_sink(tcp, timeout)
                 return bad
-            if wc.imm is not None and wc.imm & PING_FLAG and peer.regions:
+            if wc.imm & PING_FLAG and peer.regions:
                 n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate
                 qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm)
                 continue
-            if expected is not None and wc.imm is not None:
-                n = wc.imm  # the client sends the size it just wrote as the immediate
-                if bytes(mr.buf[:n]) != bytes(expected.buf[:n]):
-                    bad += 1
-                    say(f"size {n}: bytes differ from the pattern")
+            # The last write of a size: the client has written [0, imm) of this QP's
+            # region with its pattern. Check it and answer with the verdict.
+            n = min(wc.imm, mr.length)
+            ok = expected is None or mr.buf[:n] == expected[:n]
+            if not ok:
+                bad += 1
+                say(f"QP {qp.qpn}: the first {n} bytes differ from the client's pattern")
+            if peer.regions:
+                verdict = VERDICT_UNCHECKED if expected is None else 0 if ok else VERDICT_BAD
+                qp.post_write(mr, 0, 0, peer.regions[0], imm=VERDICT_FLAG | verdict)
 
 
 def _tcp_sink(tcp: socket.socket, timeout: float) -> None:
@@ -178,58 +206,256 @@ def tcp_baseline(address: str, port: int, nbytes: int, timeout: float) -> float:
     return nbytes * 8 / dt / 1e9
 
 
-def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int, tx_depth: int,
-               service: int, timeout: float, cc_profile: str | None = None,
-               tcp: bool = False, warmup: int | None = None) -> list[Result]:
-    """Run every size against ``peer``'s server; one :class:`Result` per size. With
+@dataclass
+class Amount:
+    """How much to send per size: ``iters`` writes, ``nbytes`` bytes or ``seconds``."""
+
+    iters: int | None = None
+    nbytes: int | None = None
+    seconds: float | None = None
+
+    def writes(self, size: int) -> int | None:
+        """Writes for ``size`` (None: until ``seconds`` have passed)."""
+        if self.nbytes is not None:
+            return max(1, -(-self.nbytes // size))
+        if self.seconds is not None:
+            return None
+        return self.iters if self.iters is not None else DEFAULT_ITERS
+
+
+#: What the progress callback gets, about once per interval: seconds since the size
+#: started (``t``) and ``clock`` (time.monotonic(), to line up with other processes),
+#: bytes completed, the interval's Gb/s, counters so far; with ``paths`` also "paths":
+#: {"p0s1": {"sent": n, "states": {"GOOD": n, ...}}} (sent: cumulative).
+Progress = Callable[[dict[str, Any]], None]
+
+
+class _Run:
+    """The client side of one run: QPs, regions, counters and path events."""
+
+    def __init__(self, ctx: Context, peer: str, service: int, qps: int, timeout: float,
+                 cc_profile: str | None, biggest: int) -> None:
+        self.ctx = ctx
+        self.timeout = timeout
+        self.cq = ctx.create_cq(depth=4096)
+        self.qps = [ctx.create_qp(self.cq, cc_profile=cc_profile) for _ in range(qps)]
+        self.seed = random.getrandbits(63)
+        self.back = ctx.alloc_mr(64)  # where the server writes its verdicts
+        infos = []
+        for i, qp in enumerate(self.qps):
+            try:
+                infos.append(qp.connect(peer, service + i, expose=[self.back],
+                                        private={"seed": self.seed, "qps": qps}))
+            except ApiError as e:
+                hint = f" (is the server running with --qps {qps}?)" if i else ""
+                raise type(e)(f"{e}{hint}") from None
+        self.remotes = [info.regions[0] for info in infos if info.regions]
+        if len(self.remotes) < qps or min(r.length for r in self.remotes) < biggest:
+            have = min((r.length for r in self.remotes), default=0)
+            raise ApiError(f"the server exposes {have} bytes per QP; run it with "
+                           f"--size {biggest} or more")
+        private = infos[0].private
+        self.private: dict[str, Any] = private if isinstance(private, dict) else {}
+        # The client's region is as long as the server's: the pattern is the same bytes
+        # on both sides, and each write lands at the offset it was read from.
+        self.region = min(r.length for r in self.remotes)
+        self.mr = ctx.alloc_mr(self.region)
+        self.mr.buf[:] = pattern(self.seed, self.region)
+        for qp in self.qps:
+            for i in range(RECV_DEPTH):
+                qp.post_recv(wr_id=i)
+        self.by_qpn = {qp.qpn: qp for qp in self.qps}
+        self.verdicts: list[int] = []
+        self.events: list[dict[str, Any]] = []
+        self.other_events: list[dict[str, Any]] = []
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+
+    def counters(self) -> tuple[int, int]:
+        """(retransmissions, trims NACKed) summed over the QPs."""
+        rtx = trims = 0
+        for qp in self.qps:
+            c = self.ctx.stats(qp)["qp"].get("counters", {})
+            rtx += int(c.get("tx_retransmit", 0))
+            trims += int(c.get("lost_trim", 0))
+        return rtx, trims
+
+    def paths(self) -> dict[str, dict[str, Any]]:
+        """Per (plane, path): packets sent (cumulative) and EV states, over the QPs."""
+        out: dict[str, dict[str, Any]] = {}
+        for qp in self.qps:
+            for e in self.ctx.stats(qp, evs=True).get("evs", []):
+                p = out.setdefault(f"p{e['plane']}s{e['path']}", {"sent": 0, "states": {}})
+                p["sent"] += int(e["sent"])
+                p["states"][e["state"]] = p["states"].get(e["state"], 0) + 1
+        return out
+
+    def drain_events(self) -> None:
+        """Move mrcd's asynchronous events into ``events`` (EV state changes, stamped
+        with time.monotonic()) and ``other_events``."""
+        while (e := self.ctx.get_async_event(timeout=0)) is not None:
+            e = dict(e, clock=time.monotonic())
+            if e.get("type") == "PathStateChanged":
+                self.events.append(e)
+                if self.on_event is not None:
+                    self.on_event(e)
+            else:
+                self.other_events.append(e)
+
+    def take(self, wcs: list[WorkCompletion]) -> tuple[int, int]:
+        """Sort completions: (writes done, errors); verdicts are kept, receives reposted."""
+        done = errors = 0
+        for wc in wcs:
+            if wc.opcode == "RECV_RDMA_WITH_IMM":
+                if wc.ok and wc.imm is not None and wc.imm & VERDICT_FLAG:
+                    self.verdicts.append(wc.imm & ~VERDICT_FLAG)
+                qp = self.by_qpn.get(wc.qpn)
+                if qp is not None and wc.ok:
+                    qp.post_recv(wr_id=wc.wr_id)
+                errors += not wc.ok
+                continue
+            done += 1
+            errors += not wc.ok
+        return done, errors
+
+
+def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int | None = None,
+               tx_depth: int = 16, service: int = DEFAULT_SERVICE, timeout: float = 30.0,
+               cc_profile: str | None = None, tcp: bool = False,
+               warmup: int | None = None, *, qps: int = 1, nbytes: int | None = None,
+               seconds: float | None = None, progress: Progress | None = None,
+               interval: float = 1.0, paths: bool = False,
+               events: Callable[[dict[str, Any]], None] | None = None) -> list[Result]:
+    """Run every size against ``peer``'s server; one :class:`Result` per size.
+
+    Per size: ``iters`` writes, or ``nbytes`` bytes, or writes for ``seconds``, spread
+    round robin over ``qps`` QPs with at most ``tx_depth`` outstanding on each. After
+    the size, one more write per QP carries an immediate: the server checks that QP's
+    region against the pattern and answers with a verdict (``Result.verified``). With
     ``tcp``, a last row (``size`` = -1) is a kernel TCP stream of as many bytes as the
-    largest size moved, to the server's host, measured in the same run."""
-    biggest = max(sizes)
-    mr = ctx.alloc_mr(biggest)
-    _pattern(mr)
-    cq = ctx.create_cq()
-    qp = ctx.create_qp(cq, cc_profile=cc_profile)
-    info = qp.connect(peer, service)
-    if not info.regions or info.regions[0].length < biggest:
-        raise ApiError(f"the server exposes {info.regions[0].length if info.regions else 0} "
-                       f"bytes; run it with --size {biggest} or more")
-    remote = info.regions[0]
-    results = [_one_size(qp, cq, mr, remote, size, iters, tx_depth, timeout,
-                         iters // 2 if warmup is None else warmup)
-               for size in sizes]
-    sink = info.private.get("tcp") if isinstance(info.private, dict) else None
+    largest size moved, to the server's host, in the same run. ``progress`` is called
+    about every ``interval`` seconds (see :data:`Progress`); ``events`` with every EV
+    state change of the run's QPs (mrcd's PathStateChanged, plus ``clock``)."""
+    run = _Run(ctx, peer, service, qps, timeout, cc_profile, max(sizes))
+    run.on_event = events
+    amount = Amount(iters, nbytes, seconds)
+    results = []
+    for size in sizes:
+        n = amount.writes(size)
+        warm = (n // 2 if n is not None else 2 * tx_depth * qps) if warmup is None else warmup
+        results.append(_one_size(run, size, amount, warm, tx_depth,
+                                 _Ticker(run, progress, interval, paths)))
+    sink = run.private.get("tcp")
     tcp = tcp and bool(sink)
-    qp.post_write(mr, 0, 0, remote, imm=END_TCP_IMM if tcp else END_IMM, wr_id=1 << 40)
-    _wait(cq, timeout)
+    run.qps[0].post_write(run.mr, 0, 0, run.remotes[0], imm=END_TCP_IMM if tcp else END_IMM,
+                          wr_id=1 << 40)
+    while not run.take(_wait(run.cq, timeout))[0]:
+        pass
     if tcp and sink:
-        nbytes = biggest * iters
-        gbps = tcp_baseline(sink[0], int(sink[1]), nbytes, timeout)
-        results.append(Result(-1, 1, nbytes * 8 / gbps / 1e9, gbps, 0.0, 0))
+        moved = max(r.bytes for r in results)
+        gbps = tcp_baseline(sink[0], int(sink[1]), moved, timeout)
+        results.append(Result(-1, 1, moved * 8 / gbps / 1e9, gbps, 0.0, 0, moved))
     return results
 
 
-def _one_size(qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion, remote: RemoteRegion,
-              size: int, iters: int, tx_depth: int, timeout: float,
-              warmup: int = 0) -> Result:
+class _Ticker:
+    """Calls the progress callback about once per interval with the run's figures."""
+
+    def __init__(self, run: _Run, progress: Progress | None, interval: float,
+                 paths: bool) -> None:
+        self.run, self.progress, self.interval, self.paths = run, progress, interval, paths
+
+    def start(self, size: int) -> None:
+        self.size = size
+        self.rtx0, self.trims0 = self.run.counters()
+        self.run.drain_events()
+        self.ev0 = len(self.run.events)
+        self.t0 = self.last = time.perf_counter()
+        self.last_done = 0
+
+    def tick(self, done: int, force: bool = False) -> None:
+        now = time.perf_counter()
+        if self.progress is None or (now - self.last < self.interval and not force):
+            return
+        run = self.run
+        run.drain_events()
+        rtx, trims = run.counters()
+        dt = max(now - self.last, 1e-9)
+        rec: dict[str, Any] = {
+            "t": round(now - self.t0, 3), "clock": time.monotonic(), "size": self.size,
+            "bytes": done * self.size,
+            "gbps": round((done - self.last_done) * self.size * 8 / dt / 1e9, 4),
+            "retransmissions": rtx - self.rtx0, "trims": trims - self.trims0,
+            "ev_changes": len(run.events) - self.ev0}
+        if self.paths:
+            rec["paths"] = run.paths()
+        self.progress(rec)
+        self.last, self.last_done = now, done
+
+
+def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
+              ticker: _Ticker) -> Result:
+    nq = len(run.qps)
+    slots = run.region // size  # offsets a write may land at
+    written = [0] * nq  # writes posted per QP, warm-up included: the next offset
+    outstanding = [0] * nq
+
+    def post(q: int, imm: int | None = None) -> None:
+        off = (written[q] % slots) * size
+        run.qps[q].post_write(run.mr, off, size, run.remotes[q], off, imm=imm, wr_id=q)
+        written[q] += 1
+        outstanding[q] += 1
+
+    def reap() -> tuple[int, int]:
+        wcs = _wait(run.cq, run.timeout)
+        for wc in wcs:
+            if wc.opcode != "RECV_RDMA_WITH_IMM":
+                outstanding[wc.wr_id] -= 1
+        return run.take(wcs)
+
     # Warm-up writes first (untimed), so the window has opened when the clock starts.
-    posted = done = 0
+    done = posted = 0
     while done < warmup:
-        while posted < warmup and posted - done < tx_depth:
-            qp.post_write(mr, 0, size, remote, wr_id=posted)
+        while posted < warmup and outstanding[posted % nq] < tx_depth:
+            post(posted % nq)
             posted += 1
-        done += len(_wait(cq, timeout))
+        done += reap()[0]
+    want = amount.writes(size)
+    ticker.start(size)
+    deadline = ticker.t0 + (amount.seconds or 0.0)
     posted = done = errors = 0
-    t0 = time.perf_counter()
-    while done < iters:
-        while posted < iters and posted - done < tx_depth:
-            last = posted == iters - 1
-            qp.post_write(mr, 0, size, remote, imm=size if last else None, wr_id=posted)
+    while True:
+        more = posted < want if want is not None else time.perf_counter() < deadline
+        if not more and done >= posted:
+            break
+        while more and outstanding[posted % nq] < tx_depth:
+            post(posted % nq)
             posted += 1
-        for wc in _wait(cq, timeout):
-            done += 1
-            errors += not wc.ok
-    dt = time.perf_counter() - t0
-    return Result(size, iters, dt, size * iters * 8 / dt / 1e9, iters / dt / 1e6, errors)
+            more = posted < want if want is not None else time.perf_counter() < deadline
+        d, e = reap()
+        done += d
+        errors += e
+        ticker.tick(done)
+    dt = time.perf_counter() - ticker.t0
+    ticker.tick(done, force=True)
+    # The check: one more write per QP carrying how far this QP's pattern now reaches
+    # ([0, n) of its region); the server compares and answers with a verdict.
+    verdicts0 = len(run.verdicts)
+    for q in range(nq):
+        post(q, imm=min(written[q] + 1, slots) * size)
+    got = 0
+    while got < nq or len(run.verdicts) - verdicts0 < nq:
+        d, e = reap()
+        got += d
+        errors += e
+    answers = run.verdicts[verdicts0:]
+    verified = (None if VERDICT_UNCHECKED in answers
+                else all(a == 0 for a in answers))
+    rtx, trims = run.counters()
+    run.drain_events()
+    moved = done * size
+    return Result(size, done, dt, moved * 8 / dt / 1e9, done / dt / 1e6, errors, moved,
+                  nq, verified, rtx - ticker.rtx0, trims - ticker.trims0,
+                  len(run.events) - ticker.ev0)
 
 
 def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, service: int,
@@ -277,47 +503,130 @@ def _lat_table(rows: Sequence[Latency]) -> list[str]:
 
 def _table(results: Sequence[Result]) -> list[str]:
     lines = [f"{'#bytes':>10} {'#iterations':>12} {'BW average[Gb/s]':>17} "
-             f"{'MsgRate[Mpps]':>14} {'errors':>7}"]
+             f"{'MsgRate[Mpps]':>14} {'errors':>7} {'verified':>9} {'rtx':>7} "
+             f"{'trims':>7} {'EV chg':>7}"]
     best = max((r.gbps for r in results if r.size > 0), default=0.0)
     for r in results:
         if r.size < 0:
             lines.append(f"kernel TCP, same hosts, same run: {r.gbps:.3f} Gb/s; best MRC "
                          f"size / TCP = {best / r.gbps:.2f}")
             continue
+        verified = {True: "yes", False: "NO", None: "-"}[r.verified]
         lines.append(f"{r.size:>10} {r.iters:>12} {r.gbps:>17.3f} {r.mpps:>14.6f} "
-                     f"{r.errors:>7}")
+                     f"{r.errors:>7} {verified:>9} {r.retransmissions:>7} {r.trims:>7} "
+                     f"{r.ev_changes:>7}")
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mrc-perf`` command."""
-    ap = argparse.ArgumentParser(prog="mrc-perf", description="RDMA WRITE bandwidth over "
-                                 "MRC between two mrcd hosts (like ib_write_bw)")
+def _size(text: str) -> int:
+    """``65536``, ``64K``, ``1M``, ``1G`` (binary multiples) as bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 65536, 64K, 1M, "
+                                         "2G)") from None
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        return v
+    return parse
+
+
+def _progress_printer(stream: TextIO | None, json_lines: bool) -> Progress:
+    """Progress records: a human line on ``stream`` (overwritten in place on a
+    terminal; None: no line), and with ``json_lines`` also the record as a JSON line on
+    stdout."""
+    tty = stream is not None and stream.isatty()
+
+    def show(rec: dict[str, Any]) -> None:
+        if stream is not None:
+            line = (f"[{rec['t']:6.1f} s] size {rec['size']}: "
+                    f"{rec['bytes'] / (1 << 20):,.0f} MiB, {rec['gbps']:.3f} Gb/s, rtx "
+                    f"{rec['retransmissions']}, trims {rec['trims']}, EV changes "
+                    f"{rec['ev_changes']}")
+            print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n",
+                  file=stream, flush=True)
+        if json_lines:
+            print(json.dumps({"type": "interval", **rec}), flush=True)
+    return show
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mrc-perf`` command line."""
+    ap = argparse.ArgumentParser(
+        prog="mrc-perf", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="RDMA WRITE bandwidth and latency over MRC between two mrcd hosts "
+        "(like perftest's ib_write_bw / ib_write_lat), and the raw-socket ceiling.",
+        epilog="examples:\n"
+        "  mrc-perf server                          # on h1 (its mrcd: $MRCD_SOCKET)\n"
+        "  mrc-perf client h1                       # 200 writes of 64 KiB, verified\n"
+        "  mrc-perf client h1 -s 1M --seconds 10 --qps 4\n"
+        "  mrc-perf client h1 --bytes 1G --tcp      # and kernel TCP beside it\n"
+        "  mrc-perf client h1 --lat -s 64           # round trips\n"
+        "  mrc-perf client h1 -a --json             # every size, JSON lines\n"
+        "The server must run with the same --qps as the client.")
     ap.add_argument("--socket", help="mrcd's socket (default $MRCD_SOCKET or "
                     "/run/mrcd/<hostname>.sock)")
-    ap.add_argument("--service", type=int, default=DEFAULT_SERVICE)
+    ap.add_argument("--service", type=int, default=DEFAULT_SERVICE,
+                    help="service number the server listens on (QP i: service + i)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds without progress "
                     "before giving up")
-    sub = ap.add_subparsers(dest="mode", required=True)
-    sv = sub.add_parser("server", help="wait for one client run")
-    sv.add_argument("-s", "--size", type=int, default=max(ALL_SIZES),
-                    help="bytes of memory to expose (the client's largest size)")
-    sv.add_argument("--verify", action="store_true", help="check the written bytes")
+    sub = ap.add_subparsers(dest="mode", required=True, metavar="MODE")
+    sv = sub.add_parser("server", help="wait for one client run and check its bytes")
+    sv.add_argument("-s", "--size", type=_size, default=DEFAULT_REGION,
+                    help="bytes of memory to expose per QP: at least the client's "
+                    "largest size; writes cycle over it (default 16M)")
+    sv.add_argument("-q", "--qps", type=_positive(int), default=1,
+                    help="QPs to accept (the client's --qps)")
+    sv.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                    help="check every size's bytes against the client's pattern and "
+                    "answer with the verdict (default: on)")
     cl = sub.add_parser("client", help="measure against PEER's server")
-    cl.add_argument("peer", help="host name of the server (as mrcd knows it)")
-    cl.add_argument("-s", "--size", type=int, default=DEFAULT_SIZE)
-    cl.add_argument("-a", "--all", action="store_true", help=f"sizes {ALL_SIZES[0]} .. "
-                    f"{ALL_SIZES[-1]}")
-    cl.add_argument("-n", "--iters", type=int, default=200)
-    cl.add_argument("-t", "--tx-depth", type=int, default=16)
+    cl.add_argument("peer", help="the server's host: a name from mrcd's fabric "
+                    "description or configuration, or one of its IPv6 addresses")
+    cl.add_argument("-s", "--size", type=_size, default=DEFAULT_SIZE,
+                    help="bytes per RDMA WRITE (default 64K)")
+    cl.add_argument("-a", "--all", action="store_true",
+                    help=f"sizes {ALL_SIZES[0]} .. {ALL_SIZES[-1]}, x4 steps")
+    much = cl.add_mutually_exclusive_group()
+    much.add_argument("-n", "--iters", type=_positive(int),
+                      help=f"writes per size (default {DEFAULT_ITERS})")
+    much.add_argument("--bytes", type=_size, dest="nbytes", help="bytes per size "
+                      "(e.g. 1G)")
+    much.add_argument("-D", "--seconds", type=_positive(float),
+                      help="seconds per size (like ib_write_bw -D)")
+    cl.add_argument("-q", "--qps", type=_positive(int), default=1,
+                    help="QPs, writes spread round robin (default 1)")
+    cl.add_argument("-t", "--tx-depth", type=_positive(int), default=16,
+                    help="outstanding writes per QP (default 16)")
     cl.add_argument("-w", "--warmup", type=int, help="untimed writes before each size "
-                    "(default: half of --iters)")
+                    "(default: half of --iters, or 2 x tx-depth x QPs)")
     cl.add_argument("--cc", help="congestion control profile of the QP (default: mrcd's)")
     cl.add_argument("--tcp", action="store_true", help="also measure one kernel TCP stream "
                     "to the server's host (side by side, same run)")
     cl.add_argument("--lat", action="store_true", help="latency (ping-pong, like "
                     "ib_write_lat) instead of bandwidth; one-way = half the round trip")
-    cl.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    cl.add_argument("-i", "--interval", type=_positive(float), default=1.0,
+                    help="seconds between progress lines (default 1)")
+    cl.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    cl.add_argument("--paths", action="store_true", help="with --json: per-path packets "
+                    "and EV states in every interval record")
+    cl.add_argument("--events", action="store_true", help="with --json: one JSON line "
+                    "per EV state change (type path_event, clock = time.monotonic())")
+    cl.add_argument("--json", action="store_true", help="JSON lines instead of a table: "
+                    "one per size (with 'verified'); with --paths/--events also interval "
+                    "and path_event records (field 'type')")
     for name, text in (("raw-sink", "count raw MRC frames arriving (the ceiling, receive "
                         "side; needs CAP_NET_RAW, run in the host)"),
                        ("raw-send", "send raw MRC frames as fast as possible over every "
@@ -335,39 +644,61 @@ def main(argv: list[str] | None = None) -> int:
             rp.add_argument("--dst-ip", help="destination address (without --fabric)")
             rp.add_argument("-s", "--size", type=int, default=8192, help="payload bytes")
             rp.add_argument("--seconds", type=float, default=3.0)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _client(ctx: Context, args: argparse.Namespace) -> int:
+    sizes = ALL_SIZES if args.all else [args.size]
+    if args.lat:
+        rows = run_latency(ctx, args.peer, sizes, args.iters or 1000, args.service,
+                           args.timeout, args.cc)
+        if args.json:
+            for row in rows:
+                print(json.dumps(asdict(row)))
+        else:
+            print("\n".join(_lat_table(rows)))
+        return 0
+    json_intervals = args.json and (args.paths or args.events)
+    progress = (None if args.quiet and not json_intervals else
+                _progress_printer(None if args.quiet else sys.stderr, json_intervals))
+    results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth, args.service,
+                         args.timeout, args.cc, args.tcp, args.warmup, qps=args.qps,
+                         nbytes=args.nbytes, seconds=args.seconds, progress=progress,
+                         interval=args.interval, paths=args.paths, events=(
+                             (lambda e: print(json.dumps({"type": "path_event", **e}),
+                                              flush=True)) if args.json and args.events
+                             else None))
+    if progress is not None and not args.quiet and sys.stderr.isatty():
+        print(file=sys.stderr)
+    if args.json:
+        for r in results:
+            print(json.dumps(asdict(r)))
+    else:
+        print("\n".join(_table(results)))
+    failed = any(r.errors or r.verified is False for r in results)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mrc-perf`` command."""
+    args = build_parser().parse_args(argv)
     if args.mode in ("raw-sink", "raw-send"):
         return _raw_main(args)
     try:
-        with Context(args.socket) as ctx:
+        with Context(args.socket, path_events=args.mode == "client") as ctx:
             if args.mode == "server":
                 bad = run_server(ctx, args.size, args.service, args.verify, args.timeout,
-                                 lambda line: print(line, flush=True))
+                                 lambda line: print(line, flush=True), qps=args.qps)
                 if args.verify:
-                    print("verify: ok" if not bad else f"verify: {bad} size(s) differ")
+                    print("verify: ok" if not bad else f"verify: {bad} check(s) differ")
                 return 1 if bad else 0
-            sizes = ALL_SIZES if args.all else [args.size]
-            if args.lat:
-                rows = run_latency(ctx, args.peer, sizes, args.iters, args.service,
-                                   args.timeout, args.cc)
-                if args.json:
-                    for row in rows:
-                        print(json.dumps(asdict(row)))
-                else:
-                    print("\n".join(_lat_table(rows)))
-                return 0
-            results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth,
-                                 args.service, args.timeout, args.cc, args.tcp,
-                                 args.warmup)
-            if args.json:
-                for r in results:
-                    print(json.dumps(asdict(r)))
-            else:
-                print("\n".join(_table(results)))
-            return 1 if any(r.errors for r in results) else 0
+            return _client(ctx, args)
     except (ApiError, TimeoutError) as e:
         print(f"mrc-perf: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("mrc-perf: interrupted", file=sys.stderr)
+        return 130
 
 
 def _raw_ports(args: argparse.Namespace) -> tuple[list[PacketPort], list[LocalPort]]:

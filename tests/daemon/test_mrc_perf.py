@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 
 from mdnsutil import BIN, MrcdPair, VethPair, needs_root
 
@@ -63,6 +65,83 @@ def test_perf_latency(mrcd_pair: MrcdPair) -> None:
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+@contextlib.contextmanager
+def _server(pair: MrcdPair, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """``mrc-perf server`` on hb, listening when this yields; killed (by PID) if the
+    test left it running."""
+    server = subprocess.Popen([PERF, "--socket", pair.b.socket, "--timeout", "30",
+                               "server", *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        assert "waiting on service" in server.stdout.readline()  # it listens now
+        yield server
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+@needs_root
+def test_perf_several_qps_for_a_duration_verified_with_intervals(mrcd_pair: MrcdPair) -> None:
+    with _server(mrcd_pair, "--qps", "2", "--size", "1M") as server:
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "30",
+                            "client", "hb", "-q", "2", "-s", "256K", "--seconds", "1.5",
+                            "--interval", "0.25", "--json", "--paths", "--events"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        records = [json.loads(line) for line in r.stdout.splitlines()]
+        intervals = [x for x in records if x.get("type") == "interval"]
+        (row,) = [x for x in records if "type" not in x]
+        # Timed: about 1.5 s of writes over both QPs, every byte range checked.
+        assert 1.4 <= row["seconds"] <= 3.0 and row["qps"] == 2
+        assert row["verified"] is True and row["errors"] == 0
+        assert row["bytes"] == row["iters"] * 262144 > 0
+        # Progress while it ran: interval records with the paths (one plane, one path
+        # here: directly cabled) and a human line per interval on stderr.
+        assert len(intervals) >= 4
+        assert [x["t"] for x in intervals] == sorted(x["t"] for x in intervals)
+        assert intervals[-1]["bytes"] == row["bytes"]
+        assert sum(p["sent"] for p in intervals[-1]["paths"].values()) > 0
+        assert r.stderr.count("Gb/s") >= 4
+        assert server.wait(timeout=30) == 0
+        assert "verify: ok" in (server.stdout.read() if server.stdout else "")
+
+
+@needs_root
+def test_perf_bytes_and_a_table(mrcd_pair: MrcdPair) -> None:
+    with _server(mrcd_pair, "--size", "4M") as server:
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "30",
+                            "client", "hb", "-s", "64K", "--bytes", "6M", "--quiet"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == ""  # --quiet: no progress lines
+        header, line = r.stdout.splitlines()
+        assert "verified" in header and "rtx" in header
+        cols = line.split()
+        # 6 MiB of 64 KiB writes: 96 of them, cycling over (and checked in) 4 MiB.
+        assert cols[0] == "65536" and cols[1] == "96" and cols[5] == "yes"
+        assert server.wait(timeout=30) == 0
+
+
+@needs_root
+def test_perf_qps_mismatch_is_a_clear_error(mrcd_pair: MrcdPair) -> None:
+    with _server(mrcd_pair):  # one QP
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "10",
+                            "client", "hb", "-q", "2", "--quiet"],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 1
+        assert r.stderr.startswith("mrc-perf: ") and "--qps 2" in r.stderr, r.stderr
+
+
+def test_perf_rejects_bad_arguments() -> None:
+    for bad in (["-s", "12X"], ["-q", "0"], ["--seconds", "-1"], ["-n", "5", "-D", "1"]):
+        r = subprocess.run([PERF, "client", "hb", *bad], capture_output=True, text=True,
+                           timeout=30, check=False)
+        assert r.returncode == 2, bad
+        assert "error:" in r.stderr, bad
 
 
 def test_perf_without_mrcd(tmp_path: object) -> None:
