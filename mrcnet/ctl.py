@@ -22,9 +22,10 @@ __all__ = ["main"]
 
 #: Seconds mrcctl waits for mrcd's answer to a request.
 REQUEST_TIMEOUT = 10.0
-#: A probe takes longer: a control-channel hello to the peer's mrcd (at most 5 s), the
-#: rounds (20 ms apart in mrcd, daemon/verbs.py) and up to 1 s of waiting for answers.
-PROBE_TIMEOUT = 20.0
+#: A probe takes longer: a control-channel hello to the peer's mrcd (at most 2 s per
+#: plane), the rounds (20 ms apart in mrcd, daemon/verbs.py) and up to 1 s of waiting for
+#: answers.
+PROBE_TIMEOUT = 30.0
 PROBE_TIMEOUT_PER_ROUND = 0.05
 #: Exit status of ``probe`` when some probe went unanswered (as ``mrc-fabric probe``).
 EXIT_PROBES_LOST = 2

@@ -54,6 +54,8 @@ PROBE_COUNT: Final = 5
 PROBE_MAX_COUNT: Final = 1000
 PROBE_GAP: Final = 0.02
 PROBE_WAIT: Final = 1.0
+#: Seconds a probe hello may take per address of the peer (fails fast when unreachable).
+PROBE_HELLO_TIMEOUT: Final = 2.0
 #: How often the probe coroutine looks whether every answer is in (s).
 PROBE_POLL: Final = 0.005
 
@@ -524,19 +526,37 @@ class Verbs:
             planes = [plane]
         return self._probe(peer, count, planes)
 
+    def _control_addresses(self, peer: str) -> list[str]:
+        """Where ``peer``'s mrcd may be reached: on a fabric, its port address in every
+        shared plane, planes whose local port is up first (a hello must not fail just
+        because the first plane's port is down); else its one control address."""
+        assert self.paths is not None and self.host is not None
+        if not isinstance(self.paths, FabricPaths):
+            return [self.paths.control_address(peer)]
+        host = self.host
+        up = {host.ports[i].plane for i, ok in host.port_up.items() if ok}
+        them = self.paths.desc.host(peer)
+        return [them.port(plane).address for plane in
+                sorted(self.paths.planes(peer), key=lambda pl: (pl not in up, pl))]
+
     async def _probe_hello(self, peer: str) -> str:
         """Tell ``peer``'s mrcd who we are (so it can answer our probes): "ok" or why not."""
-        assert self.paths is not None
+        port = (self.cfg.peers[peer].control_port if peer in self.cfg.peers
+                else self.cfg.control_port)
+        req = ConnectRequest(self.cfg.host, 0, 0, self.cfg.ev_profile, self.cfg.cc_profile,
+                             0, (), None, PROBE_SERVICE)
+        errors = []
         try:
-            addr = self.paths.control_address(peer)
-            port = (self.cfg.peers[peer].control_port if peer in self.cfg.peers
-                    else self.cfg.control_port)
-            req = ConnectRequest(self.cfg.host, 0, 0, self.cfg.ev_profile,
-                                 self.cfg.cc_profile, 0, (), None, PROBE_SERVICE)
-            await control_request(addr, port, req)
-        except (UnknownPeer, ControlError) as e:
-            return str(e)
-        return "ok"
+            for addr in self._control_addresses(peer):
+                try:
+                    await control_request(addr, port, req, timeout=PROBE_HELLO_TIMEOUT)
+                except ControlError as e:
+                    errors.append(str(e))
+                else:
+                    return "ok"
+        except UnknownPeer as e:
+            errors.append(str(e))
+        return "; ".join(errors) or f"no control address for {peer}"
 
     async def _on_probe_hello(self, req: ConnectRequest) -> Acceptance:
         """A peer's mrcd is about to probe us: learn its routes, so its EV probes get an

@@ -91,6 +91,13 @@ def test_mrcctl_deny_and_allow_an_ev_on_a_live_qp(mrcd_pair: MrcdPair) -> None:
         assert "spray" in prof["ev_profiles"] and "nscc" in prof["cc_profiles"]
         assert "(default)" in mrcctl(t, a.socket, "profiles").stdout
 
+        # Probes to a directly cabled peer ([peers]): one path, answered, by name or address.
+        for host in ("hb", mrcd_pair.veth.ip_b):
+            pr = ctl_json(t, a.socket, "probe", host, "--count", "3")
+            assert pr["peer"] == "hb" and pr["hello"] == "ok", pr
+            (path,) = pr["paths"]
+            assert (path["plane"], path["sent"], path["answered"]) == (0, 3, 3), pr
+
         evs = ctl_json(t, a.socket, "evs", str(qp_a.qpn))["evs"]
         used = [e["ev"] for e in evs if e["state"] == "GOOD" and e["sent"] > 0]
         assert len(used) >= 2, evs

@@ -135,6 +135,26 @@ def test_probe_sees_a_downed_link_on_its_path_only(fm: FabricMrcds) -> None:
     assert_all_answered(r, ALL_PATHS, 3)
 
 
+def test_probe_with_a_local_port_down(fm: FabricMrcds) -> None:
+    """h0's plane-0 port down: its paths are lost and marked so, plane 1 answers, and the
+    hello still reaches h1's mrcd (over plane 1's address)."""
+    s0 = fm.sock("h0")
+    port = fm.fab.port("h0", 0)
+    port.down()
+    try:
+        deadline = time.monotonic() + 5
+        while ctl_json_plain(s0, "planes")["planes"][0]["link"] != "down":
+            assert time.monotonic() < deadline, "mrcd never saw its port down"
+        rc, r = probe(s0, "h1", "--count", "3")
+    finally:
+        port.up()
+    assert rc == 2 and r["hello"] == "ok", r
+    got = by_path(r)
+    for key in ((0, 0), (0, 1)):
+        assert (got[key]["answered"], got[key]["port"]) == (0, "down"), got[key]
+    assert_all_answered({"paths": [got[(1, 0)], got[(1, 1)]]}, [(1, 0), (1, 1)], 3)
+
+
 def test_probe_errors_are_one_clear_line(fm: FabricMrcds) -> None:
     s0 = fm.sock("h0")
     for args, text in ((["h9"], "h9"), (["h0"], "this host"),
