@@ -96,6 +96,7 @@ class Result:
     retransmissions: int = 0
     trims: int = 0
     ev_changes: int = 0
+    packets: int = 0  #: data packets sent, retransmissions included
 
 
 def pattern(seed: int, length: int) -> bytes:
@@ -270,14 +271,15 @@ class _Run:
         self.other_events: list[dict[str, Any]] = []
         self.on_event: Callable[[dict[str, Any]], None] | None = None
 
-    def counters(self) -> tuple[int, int]:
-        """(retransmissions, trims NACKed) summed over the QPs."""
-        rtx = trims = 0
+    def counters(self) -> tuple[int, int, int]:
+        """(retransmissions, trims NACKed, data packets sent) summed over the QPs."""
+        rtx = trims = packets = 0
         for qp in self.qps:
             c = self.ctx.stats(qp)["qp"].get("counters", {})
             rtx += int(c.get("tx_retransmit", 0))
             trims += int(c.get("lost_trim", 0))
-        return rtx, trims
+            packets += int(c.get("tx_data", 0))
+        return rtx, trims, packets
 
     def paths(self) -> dict[str, dict[str, Any]]:
         """Per (plane, path): packets sent (cumulative) and EV states, over the QPs."""
@@ -366,7 +368,7 @@ class _Ticker:
 
     def start(self, size: int) -> None:
         self.size = size
-        self.rtx0, self.trims0 = self.run.counters()
+        self.rtx0, self.trims0, self.packets0 = self.run.counters()
         self.run.drain_events()
         self.ev0 = len(self.run.events)
         self.t0 = self.last = time.perf_counter()
@@ -378,7 +380,7 @@ class _Ticker:
             return
         run = self.run
         run.drain_events()
-        rtx, trims = run.counters()
+        rtx, trims, _ = run.counters()
         dt = max(now - self.last, 1e-9)
         rec: dict[str, Any] = {
             "t": round(now - self.t0, 3), "clock": time.monotonic(), "size": self.size,
@@ -434,6 +436,7 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
         d, e = reap()
         done += d
         errors += e
+        run.drain_events()  # stamped as they come: their clock says when a path changed
         ticker.tick(done)
     dt = time.perf_counter() - ticker.t0
     ticker.tick(done, force=True)
@@ -450,12 +453,12 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
     answers = run.verdicts[verdicts0:]
     verified = (None if VERDICT_UNCHECKED in answers
                 else all(a == 0 for a in answers))
-    rtx, trims = run.counters()
+    rtx, trims, packets = run.counters()
     run.drain_events()
     moved = done * size
     return Result(size, done, dt, moved * 8 / dt / 1e9, done / dt / 1e6, errors, moved,
                   nq, verified, rtx - ticker.rtx0, trims - ticker.trims0,
-                  len(run.events) - ticker.ev0)
+                  len(run.events) - ticker.ev0, packets - ticker.packets0)
 
 
 def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, service: int,
@@ -665,7 +668,7 @@ def _client(ctx: Context, args: argparse.Namespace) -> int:
                          args.timeout, args.cc, args.tcp, args.warmup, qps=args.qps,
                          nbytes=args.nbytes, seconds=args.seconds, progress=progress,
                          interval=args.interval, paths=args.paths, events=(
-                             (lambda e: print(json.dumps({"type": "path_event", **e}),
+                             (lambda e: print(json.dumps({**e, "type": "path_event"}),
                                               flush=True)) if args.json and args.events
                              else None))
     if progress is not None and not args.quiet and sys.stderr.isatty():

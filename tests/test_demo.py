@@ -51,6 +51,7 @@ def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing
 
     # Verified data, no error seen by the application.
     assert r["verified"] is True
+    assert r["perf"]["verified"] is True and r["server_status"] == 0  # mrc-perf's check
     assert r["app_errors"] == 0
     assert r["bytes"] >= 64 * (1 << 20)
     assert "error" not in r
@@ -69,7 +70,8 @@ def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing
     assert during[path] < 0.1 * max(v for k, v in during.items() if k != path)
 
     # Nothing left: netns, mrcds, state directory (checked, never deleted).
-    assert s["leftovers"] == {"netns": [], "mrcd_pids": [], "state_dir": []}
+    assert s["leftovers"] == {"netns": [], "mrcd_pids": [], "perf_pids": [],
+                              "state_dir": []}
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                            check=True).stdout.split()
     assert not [n for n in netns if n.startswith(name)]
@@ -100,7 +102,8 @@ def test_demo_sigterm_mid_transfer_still_removes_everything(tmp_path: Path) -> N
     assert proc.returncode == 130, err[-3000:]
     s: dict[str, Any] = json.loads(out)
     assert s["result"]["error"] == "interrupted"
-    assert s["leftovers"] == {"netns": [], "mrcd_pids": [], "state_dir": []}
+    assert s["leftovers"] == {"netns": [], "mrcd_pids": [], "perf_pids": [],
+                              "state_dir": []}
     name = s["fabric"]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                            check=True).stdout.split()
