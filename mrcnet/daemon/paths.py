@@ -87,6 +87,13 @@ class FabricPaths:
         self._cache[key] = routes
         return routes
 
+    def port_rate(self) -> float:
+        """Bytes/s this host's ports can carry by the fabric's shaping (the slowest
+        link at the host), or 0.0 if the fabric is unshaped."""
+        rates = [ln.rate_bps for ln in self.desc.links
+                 if ln.rate_bps and self.host in (ln.a.node, ln.b.node)]
+        return min(rates) / 8 if rates else 0.0
+
     def control_address(self, peer: str) -> str:
         """Where ``peer``'s mrcd listens: its port address in the lowest shared plane."""
         planes = self.planes(peer)

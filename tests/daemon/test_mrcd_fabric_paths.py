@@ -90,6 +90,9 @@ def _run_with_failure(c: Conn, fail: Callable[[], None], restore: Callable[[], N
     def progress(done: int) -> None:
         if "fail" not in marks and done >= total * 0.2:
             evs_at_fail.update((e["ev"], e["sent"]) for e in c.ev_stats())
+            q = c.ca.stats(c.qp_a)["qp"]
+            marks["srtt"] = q["srtt"]
+            marks["timeouts"] = q["counters"].get("lost_timeout", 0)
             marks["fail"] = time.monotonic()
             fail()
             marks["fail_done"] = time.monotonic()  # the failure is in effect by now
@@ -101,8 +104,9 @@ def _run_with_failure(c: Conn, fail: Callable[[], None], restore: Callable[[], N
     assert c.stream(total, MIB, 16, timeout=60, on_progress=progress) == []
     assert "restore" in marks
     used = [e for e in evs_at_restore if e["sent"] > evs_at_fail.get(e["ev"], 0)]
-    print(f"\n(the failure command took {(marks['fail_done'] - marks['fail']) * 1e3:.0f} ms)",
-          end="")
+    print(f"\n(the failure command took {(marks['fail_done'] - marks['fail']) * 1e3:.0f} ms;"
+          f" srtt then {marks['srtt'] * 1e3:.2f} ms, {marks['timeouts']} packets resent by"
+          " timer so far)", end="")
     return marks["fail"], marks["restore"], used
 
 
