@@ -456,7 +456,7 @@ class Verbs:
         host = self.host
         rows: dict[int, dict[str, Any]] = {}
         for idx, port in sorted(host.ports.items()):
-            st = vars(self.ports[idx].stats) if idx < len(self.ports) else {}
+            st = vars(self.ports[idx].stats)  # mrcd's port i is the core's port i
             rows[port.plane] = {
                 "plane": port.plane, "ifname": self.ports[idx].ifname,
                 "link": "up" if host.port_up[idx] else "down",
