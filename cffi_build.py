@@ -54,6 +54,16 @@ ffibuilder.cdef(
     uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
     void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
                           uint32_t udp_off, uint32_t pseudo_sum);
+    struct mrc_path {
+        const struct mrc_tmpl *tmpl;
+        const uint8_t *outer_da, *srh_segs, *pseudo_dst;
+    };
+    size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
+                         const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
+                         const uint8_t *flags, const uint8_t *ext, uint32_t psn0,
+                         uint64_t va0, const uint8_t *payload, size_t payload_len,
+                         size_t seg, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                         uint32_t *lens);
 
     struct mrc_batch {
         unsigned max;

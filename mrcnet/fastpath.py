@@ -102,6 +102,7 @@ __all__ = [
     "PyBatchIO",
     "PyParsed",
     "Received",
+    "RunPatcher",
     "Template",
     "c_icrc",
     "c_parse",
@@ -116,6 +117,7 @@ __all__ = [
     "py_udp6_checksum",
     "py_udp6_checksum_ok",
     "recv_batch",
+    "run_patcher",
     "send_batch",
     "udp6_checksum",
     "udp6_checksum_ok",
@@ -574,6 +576,85 @@ class CTemplate:
         """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
         buf = bytearray(self.max_frame_len(len(fields.get("payload", b""))))
         return bytes(buf[: self.patch(buf, **fields)])
+
+
+class RunPatcher:
+    """A sender's data frames built a run at a time: one C call (``mrc_patch_run``) for
+    consecutive packets of one message instead of one :meth:`CTemplate.frame` each.
+
+    Paths (a template and its per-path fields) are registered once with :meth:`add`, which
+    gives their slot; :meth:`frames` then takes per packet only its slot, EV, opcode, BTH
+    flags and extension bits. Each frame is the same bytes :meth:`CTemplate.frame` makes.
+    C only: :func:`run_patcher` gives None without it.
+    """
+
+    __slots__ = ("_keep", "_paths", "_scratch", "_size", "n")
+
+    def __init__(self, size: int = 64) -> None:
+        self._paths = _ffi.new("struct mrc_path[]", size)
+        self._size = size
+        # Frames are written here and copied out as bytes: a fresh buffer per run would
+        # be a fresh mmap (page faults) at these sizes, and views into a shared one would
+        # tie every frame's lifetime to it.
+        self._scratch = bytearray()
+        self._keep: list[Any] = []  # owners of the pointers stored in the table
+        #: Paths registered so far (the next slot).
+        self.n = 0
+
+    def add(self, tmpl: CTemplate, path: PathSpec | None) -> int:
+        """Register a (template, path) pair; returns its slot."""
+        if self.n == self._size:  # grow: a fresh table, the old entries copied over
+            bigger = _ffi.new("struct mrc_path[]", 2 * self._size)
+            _ffi.memmove(bigger, self._paths, _ffi.sizeof("struct mrc_path") * self._size)
+            self._keep.append(self._paths)
+            self._paths, self._size = bigger, 2 * self._size
+        e = self._paths[self.n]
+        e.tmpl = tmpl._t
+        self._keep.append(tmpl)
+        null = _ffi.NULL
+        if path is None:
+            e.outer_da = e.srh_segs = e.pseudo_dst = null
+        else:
+            for name in ("outer_da", "srh_segs", "pseudo_dst"):
+                v = getattr(path, name)
+                if v is None:
+                    setattr(e, name, null)
+                else:
+                    buf = _ffi.from_buffer(v)
+                    self._keep.append(buf)
+                    setattr(e, name, _ffi.cast("const uint8_t *", buf))
+        self.n += 1
+        return self.n - 1
+
+    def frames(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
+               exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
+               seg: int, msn: int, imm: int, timestamp: int) -> list[bytes]:
+        """Frames of ``len(slots)`` packets: packet i carries payload bytes ``[i * seg,
+        (i + 1) * seg)`` (the last one the rest), PSN ``psn0 + i``, address ``va0 + i *
+        seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits."""
+        n = len(slots)
+        cap = n * (_C.MRC_TMPL_HDR_MAX + _IMM_EXT_LEN + _TSETH_EXT_LEN + ICRC_LEN) + len(payload)
+        if len(self._scratch) < cap:
+            self._scratch = bytearray(cap)
+        lens = _ffi.new("uint32_t[]", n)
+        pl = payload if type(payload) is bytes else _ffi.from_buffer(payload)
+        if not _C.mrc_patch_run(_ffi.from_buffer(self._scratch), cap, n, self._paths, slots,
+                                evs, ops, flags, exts, psn0, va0, pl, len(payload), seg, msn,
+                                imm, timestamp, lens):
+            raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
+                             "not fit an IPv6 length field")
+        view = memoryview(self._scratch)
+        out = []
+        o = 0
+        for k in _ffi.unpack(lens, n):
+            out.append(bytes(view[o : o + k]))
+            o += k
+        return out
+
+
+def run_patcher() -> RunPatcher | None:
+    """A :class:`RunPatcher` when the C fast path is built, else None."""
+    return RunPatcher() if HAVE_C else None
 
 
 class FrameFinisher:

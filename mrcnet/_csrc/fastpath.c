@@ -233,6 +233,31 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     return total;
 }
 
+size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
+                     const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
+                     const uint8_t *flags, const uint8_t *ext, uint32_t psn0, uint64_t va0,
+                     const uint8_t *payload, size_t payload_len, size_t seg,
+                     uint32_t msn, uint32_t imm, uint32_t timestamp, uint32_t *lens)
+{
+    size_t used = 0;
+    for (unsigned i = 0; i < n; i++) {
+        size_t off = (size_t)i * seg;
+        if (off > payload_len)
+            return 0;
+        size_t len = payload_len - off < seg ? payload_len - off : seg;
+        const struct mrc_path *p = &paths[slot[i]];
+        size_t k = mrc_patch_data(out + used, cap - used, p->tmpl, op[i], flags[i],
+                                  (psn0 + i) & 0xffffffu, ev[i], p->outer_da, p->srh_segs,
+                                  p->pseudo_dst, va0 + off, ext[i], msn, imm, timestamp,
+                                  payload + off, len);
+        if (!k)
+            return 0;
+        lens[i] = (uint32_t)k;
+        used += k;
+    }
+    return used;
+}
+
 void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
                       uint32_t udp_off, uint32_t pseudo_sum)
 {

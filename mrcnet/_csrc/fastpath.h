@@ -103,6 +103,25 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
 void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
                       uint32_t udp_off, uint32_t pseudo_sum);
 
+/* One path of a sender's data frames: a template and the per-path fields that
+ * mrc_patch_data takes (NULL where the path has none). */
+struct mrc_path {
+    const struct mrc_tmpl *tmpl;
+    const uint8_t *outer_da, *srh_segs, *pseudo_dst;
+};
+
+/* A run of n data frames of one message, written back to back into out (cap bytes), each
+ * exactly what mrc_patch_data writes: frame i goes on paths[slot[i]] with EV ev[i],
+ * opcode op[i], BTH flags flags[i] and extension headers ext[i] (MRC_EXT_*), PSN
+ * (psn0 + i) mod 2^24, address va0 + i * seg and payload bytes [i * seg, min((i + 1) *
+ * seg, payload_len)) of payload; msn, imm and timestamp are the run's. lens[i] gets the
+ * length of frame i. Returns the bytes written, 0 if a frame does not fit. */
+size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
+                     const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
+                     const uint8_t *flags, const uint8_t *ext, uint32_t psn0, uint64_t va0,
+                     const uint8_t *payload, size_t payload_len, size_t seg,
+                     uint32_t msn, uint32_t imm, uint32_t timestamp, uint32_t *lens);
+
 /* ---- batched packet socket I/O ---------------------------------------------------- */
 
 /* Buffers for one batch, allocated once by Python (ffi.new) and reused: `max` message

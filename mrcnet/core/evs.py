@@ -34,6 +34,7 @@ from mrcnet.constants import (
 from mrcnet.core.events import PathStateChanged
 from mrcnet.core.states import EVState
 
+_SKIP = EVState.SKIP  # (a global load instead of an attribute lookup per packet)
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
 
@@ -180,7 +181,7 @@ class EVManager:
         # rotation counter per path: packets go round robin over paths, then over each
         # path's EVs, so every live path of a plane carries the same share.
         self._rings: dict[int, list[list[EVInfo]]] = {}
-        self._inst_rr: dict[tuple[int, int], int] = {}
+        self._inst_rr: dict[int, int] = {}  # by path key (EV >> EV_PATH_SHIFT)
         self.next_probe = float("inf")
         if not self.paths:
             return
@@ -314,39 +315,42 @@ class EVManager:
         fallback: EVInfo | None = None
         avoid_path = (avoid >> EV_PATH_SHIFT) if avoid >= 0 else -1
         handed = False  # a skipped plane handed this packet on
+        rings, inst_rr, rr = self._rings, self._inst_rr, self._rr  # (runs per packet)
         for k in range(n):
             plane = planes[self._rr_plane % n]
             self._rr_plane += 1
-            ring = self._ring(plane)
+            ring = rings.get(plane)
+            if ring is None:
+                ring = self._ring(plane)
             m = len(ring)
             if not m:
                 continue
             last_plane = k == n - 1  # no other plane left to hand a skipped slot to
-            i = self._rr[plane]
+            i = rr[plane]
             for _ in range(m):
                 lst = ring[i % m]
                 i += 1
-                key = (plane, lst[0].path)
-                c = self._inst_rr.get(key, 0)
-                self._inst_rr[key] = c + 1
+                key = lst[0].ev >> EV_PATH_SHIFT  # the path (plane and path index)
+                c = inst_rr.get(key, 0)
+                inst_rr[key] = c + 1
                 info = lst[c % len(lst)]
-                if info.state is EVState.SKIP:
+                if info.state is _SKIP:
                     self._set(info, EVState.GOOD, "skip_done")
                     fallback = fallback or info
                     if info.skip_plane and not last_plane:
                         handed = True
                         break  # this plane's turn goes to the next plane
                     continue
-                if (info.ev >> EV_PATH_SHIFT) == avoid_path:
+                if key == avoid_path:
                     fallback = fallback or info
                     continue
-                self._rr[plane] = i
+                rr[plane] = i
                 if handed:
                     # The packet was the skipped plane's: the plane that took it keeps
                     # its own turn, so one ECN echo moves one packet.
                     self._rr_plane -= 1
                 return info
-            self._rr[plane] = i
+            rr[plane] = i
         if fallback is not None:
             return fallback
         return self._last_resort_ev()

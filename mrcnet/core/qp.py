@@ -48,8 +48,9 @@ from mrcnet.core.events import (
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path
 from mrcnet.core.states import EVState, QPState
-from mrcnet.fastpath import PyParsed, make_template
+from mrcnet.fastpath import PyParsed, RunPatcher, make_template, run_patcher
 from mrcnet.wire import Route, build_data, build_nack, build_probe
+from mrcnet.wire.bth import F_ACKREQ, F_TS
 from mrcnet.wire.nack import NETH
 from mrcnet.wire.probe import ProbeHeader
 from mrcnet.wire.template import DataTemplate
@@ -79,6 +80,9 @@ REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spuri
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
 _PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
+_EXT_IMM, _EXT_TSETH = 1, 2  # mrcnet/_csrc/fastpath.h MRC_EXT_*: extension headers
+_U64 = 1 << 64
+_MISS: Any = object()  # not in a cache
 
 
 def unwrap(psn: int, ref: int) -> int:
@@ -179,6 +183,10 @@ class QueuePair:
         self._routes: dict[int, tuple[int, Route]] = {}
         self._tmpl: dict[tuple[object, ...], Any] = {}
         self._tmpl_ev: dict[tuple[int, int], tuple[int, Any, Any]] = {}
+        # (path, rkey) -> (port, slot in self._runs): new data frames built a run at a
+        # time in C (None without the C fast path: one frame per call then)
+        self._run_slot: dict[tuple[int, int], tuple[int, int] | None] = {}
+        self._runs: RunPatcher | None = None
         self._sack_tmpl: dict[int, SackTemplate] = {}
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_packets = 0
@@ -318,6 +326,8 @@ class QueuePair:
         self._routes.clear()
         self._tmpl.clear()
         self._tmpl_ev.clear()
+        self._run_slot.clear()
+        self._runs = None
         self._sack_tmpl.clear()
 
     def start_sending(self) -> None:
@@ -353,8 +363,28 @@ class QueuePair:
         hit = (port, tmpl, spec)
         if len(self._tmpl_ev) > _TEMPLATE_CACHE_MAX:
             self._tmpl_ev.clear()
+            self._run_slot.clear()
+            self._runs = None
         self._tmpl_ev[key] = hit
         return hit
+
+    def _run_path(self, ev: int, rkey: int) -> tuple[int, int] | None:
+        """(port, slot) for building new data frames on ``ev`` with ``rkey`` in a run
+        (:class:`mrcnet.fastpath.RunPatcher`); None when they are built one at a time
+        (no C fast path, templates off, or a route that cannot be templated)."""
+        key = (ev >> EV_PATH_SHIFT, rkey)
+        if key in self._run_slot:
+            return self._run_slot[key]
+        hit = self._data_path(ev, rkey) if self.cfg.use_templates else None
+        slot = None
+        if hit is not None:
+            if self._runs is None:
+                self._runs = run_patcher()
+            if self._runs is not None:
+                port, tmpl, spec = hit
+                slot = (port, self._runs.add(tmpl, spec))
+        self._run_slot[key] = slot
+        return slot
 
     def route(self, ev: int) -> tuple[int, Route]:
         """(local port index, Route) of an EV, computed once per path."""
@@ -404,7 +434,11 @@ class QueuePair:
         return bool(self.sq or self.rtx_q)
 
     def emit(self, now: float, out: list[tuple[int, bytes]]) -> None:
-        """Append data frames the window allows: retransmissions first, then new data."""
+        """Append data frames the window allows: retransmissions first, then new data.
+
+        New packets are accounted for one by one (window, EV, inflight), but with the C
+        fast path their frames are built together, one C call per run of one work
+        request (:meth:`_flush_run`), in the same order and with the same bytes."""
         cc, evm = self.cc, self.evm
         if cc is None or evm is None:
             return
@@ -412,6 +446,11 @@ class QueuePair:
         rtx_q, sq, unacked = self.rtx_q, self.sq, self.unacked
         mtu, tx_window, send, next_ev = self.cfg.mtu_payload, self.tx_window, self._send, \
             evm.next_ev
+        run: list[Pkt] = []  # new packets of one work request whose frames wait
+        run_evs: list[int] = []
+        run_at: list[tuple[int, int]] = []  # their (port, slot)
+        slots = self._run_slot
+        ts = ts16(now)
         while True:
             if rtx_q:
                 p = rtx_q[0]
@@ -419,22 +458,22 @@ class QueuePair:
                     rtx_q.popleft()
                     continue
                 if self.inflight and self.inflight_bytes + p.length > cwnd:
-                    return
+                    break
                 rtx_q.popleft()
                 p.pending = False
                 send(p, now, out, next_ev(avoid=p.ev), True)
                 continue
             if not sq:
-                return
+                break
             if self.inflight and self.inflight_bytes + mtu > cwnd:
-                return
+                break
             seq = self.next_seq
             if seq - self.snd_una >= tx_window:
-                return
+                break
             wr = sq[0]
             if wr.next_pkt == 0:
                 if wr.imm is not None and not self._imm_allowed(now):
-                    return
+                    break
                 self._start_wr(wr)
             idx = wr.next_pkt
             wr.next_pkt += 1
@@ -454,7 +493,49 @@ class QueuePair:
             self.next_seq = seq + 1
             unacked[seq] = p
             wr.unacked += 1
-            send(p, now, out, next_ev(), False)
+            info = next_ev()
+            ev = info.ev
+            at = slots.get((ev >> EV_PATH_SHIFT, wr.rkey), _MISS)
+            if at is _MISS or at is None or (run and run[0].wr is not wr):
+                if run:  # the frames waiting go first (and a new path may reset slots)
+                    self._flush_run(run, run_evs, run_at, ts, out)
+                if at is _MISS:
+                    at = self._run_path(ev, wr.rkey)
+                if at is None:  # this one is built on its own
+                    send(p, now, out, info, False)
+                    continue
+            run.append(p)
+            run_evs.append(ev)
+            run_at.append(at)
+            self._track(p, info, now, ts)
+        if run:
+            self._flush_run(run, run_evs, run_at, ts, out)
+
+    def _flush_run(self, run: list[Pkt], evs: list[int], at: list[tuple[int, int]],
+                   ts: int, out: list[tuple[int, bytes]]) -> None:
+        """Build the frames of ``run`` (consecutive new packets of one work request, sent
+        at the same instant, already accounted for by :meth:`_track`) in one C call."""
+        first, last = run[0], run[-1]
+        wr = first.wr
+        runs = self._runs
+        va = wr.remote_addr + first.off
+        if runs is None or wr.remote_addr + last.off >= _U64:
+            for p, ev in zip(run, evs, strict=True):  # raises as one at a time did
+                out.append(self._frame(p, ev, ts, False))
+        else:
+            ops = [p.opcode for p in run]
+            flags = [F_TS | F_ACKREQ if op in LAST_OPCODES else F_TS for op in ops]
+            exts = [_EXT_TSETH | _EXT_IMM if op in IMM_OPCODES else _EXT_TSETH for op in ops]
+            start = wr.offset + first.off
+            end = wr.offset + last.off + last.length
+            frames = runs.frames(
+                [s for _, s in at], evs, ops, flags, exts, first.seq & PSN_MASK, va,
+                wr.view[start:end], self.cfg.mtu_payload, wr.msn & _MSN_MASK,
+                wr.imm if wr.imm is not None else 0, ts)
+            out.extend(zip([port for port, _ in at], frames, strict=True))
+        run.clear()
+        evs.clear()
+        at.clear()
 
     def _imm_allowed(self, now: float) -> bool:
         if (self.next_msn < self.peer_credit
@@ -484,9 +565,16 @@ class QueuePair:
 
     def _send(self, p: Pkt, now: float, out: list[tuple[int, bytes]], info: EVInfo,
               rtx: bool) -> None:
-        wr = p.wr
-        ev = info.ev
         ts = ts16(now)
+        frame = self._frame(p, info.ev, ts, rtx)
+        self._track(p, info, now, ts)
+        if rtx:
+            self.count("tx_retransmit")
+        out.append(frame)
+
+    def _frame(self, p: Pkt, ev: int, ts: int, rtx: bool) -> tuple[int, bytes]:
+        """(local port, data frame) of ``p`` on ``ev``."""
+        wr = p.wr
         start = wr.offset + p.off
         imm = p.opcode in IMM_OPCODES
         payload = wr.view[start : start + p.length]
@@ -514,6 +602,10 @@ class QueuePair:
                 rtx=rtx,
                 ack_req=p.opcode in LAST_OPCODES,
             )
+        return port, frame
+
+    def _track(self, p: Pkt, info: EVInfo, now: float, ts: int) -> None:
+        """``p`` was (or is about to be) sent on ``info`` now: it is in flight."""
         info.sent += 1
         p.ev = info.ev
         p.sent = now
@@ -524,9 +616,6 @@ class QueuePair:
         if self.rto_at == _INF:
             self.rto_at = now + self._rto(p) * self._backoff()
         self.tx_packets += 1
-        if rtx:
-            self.count("tx_retransmit")
-        out.append((port, frame))
 
     # --- requester: timers and loss -------------------------------------------------
 
