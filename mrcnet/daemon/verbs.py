@@ -462,7 +462,7 @@ class Verbs:
                 "link": "up" if host.port_up[idx] else "down",
                 **{k: st.get(k, 0) for k in ("tx_frames", "rx_frames", "tx_dropped",
                                               "rx_link_down")},
-                "qps": 0, "evs": 0, **{st_.value.lower(): 0 for st_ in EVState},
+                "qps": 0, "evs": 0, **{state.value.lower(): 0 for state in EVState},
                 "sent": 0, "acked": 0, "lost": 0, "trimmed": 0, "ecn": 0}
         for qpn in sorted(self._qp_owner):
             seen: set[int] = set()
