@@ -295,7 +295,7 @@ class _Run:
         """Move mrcd's asynchronous events into ``events`` (EV state changes, stamped
         with time.monotonic()) and ``other_events``."""
         while (e := self.ctx.get_async_event(timeout=0)) is not None:
-            e = dict(e, clock=time.monotonic())
+            e = {"clock": time.monotonic(), **e}  # mrcd's own stamp if it sent one
             if e.get("type") == "PathStateChanged":
                 self.events.append(e)
                 if self.on_event is not None:

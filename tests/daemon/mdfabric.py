@@ -108,11 +108,12 @@ class Conn:
                 c.close()
 
     def drain_events(self) -> None:
-        """Collect the sender's asynchronous events, timestamped on arrival."""
+        """Collect the sender's asynchronous events, timed by mrcd's stamp (when the EV
+        changed; time.monotonic() in mrcd), or on arrival if it has none."""
         while (e := self.ca.get_async_event(timeout=0)) is not None:
             if e.get("type") == "PathStateChanged":
-                self.events.append(PathEvent(time.monotonic(), e["ev"], e["old"], e["new"],
-                                             e["cause"]))
+                self.events.append(PathEvent(e.get("clock", time.monotonic()), e["ev"],
+                                             e["old"], e["new"], e["cause"]))
             else:
                 self.other_events.append(e)
 
