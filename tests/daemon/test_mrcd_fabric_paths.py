@@ -217,14 +217,9 @@ def _assert_healthy(c: Conn) -> None:
 
 def test_one_percent_loss_on_a_link_mid_transfer(fm: FabricMrcds, conn: Conn) -> None:
     """1 % random loss on p1l0 -> p1s0 (plane 1, spine 0): every lost packet is resent,
-    every byte arrives, the application sees no error, and the path carries data after
-    the loss stops.
-
-    Whether the lossy path's EVs are retired is the core's policy: up to core 417a421 each
-    loss retired its EV (ASSUMED_BAD, revived by probes); since 57ae6c5 a loss retires a
-    path only when no newer packet got through it ("ambiguous losses need
-    corroboration"), so 1 % random loss usually retires nothing. Both are accepted here;
-    retired EVs must come back.
+    every byte arrives, the application sees no error, the lossy path's EVs are retired
+    (losses confirmed by their retransmissions, concentrated on that path: the core's
+    rule since 19775f4) and come back, and the path carries data after the loss stops.
     """
     path = (1, 0)
     link = fm.fab.link("p1l0", "p1s0")
@@ -244,8 +239,8 @@ def test_one_percent_loss_on_a_link_mid_transfer(fm: FabricMrcds, conn: Conn) ->
     print(f"\n1 % loss on {path}: {drops} frames dropped, {resent} retransmissions, "
           f"{len(bad)} ASSUMED_BAD transitions on the path"
           + (f", first {(bad[0].t - t_fail) * 1e3:.1f} ms after" if bad else ""))
-    if bad:
-        _wait_revived(conn, path, t_fail)
+    assert bad, "1 % loss on the link did not retire its path"
+    _wait_revived(conn, path, t_fail)
     _carries_data_again(conn, path)
     _assert_healthy(conn)
 
