@@ -262,7 +262,7 @@ class Verbs:
 
     def _op_connect(self, s: Session, msg: Message) -> Awaitable[Message]:
         qpn = self._qpn(s, msg)
-        peer = str(msg["peer"])
+        peer = self._host_named(str(msg["peer"]))  # a name, or one of its addresses
         service = int(msg["service"])
         mrs = self._exposed(s, msg.get("mrs", []))
         return self._connect(s, qpn, peer, service, mrs, msg.get("private"))
@@ -482,25 +482,9 @@ class Verbs:
     # --- admin probe: EV probes down every path to a host, no QP needed ----------------
 
     def _peer_name(self, text: str) -> str:
-        """A peer given by name or by one of its port addresses (InvalidArgument if this
-        mrcd's fabric description or [peers] does not know it)."""
-        try:
-            addr = ipaddress.IPv6Address(text)
-        except ValueError:
-            name = text
-        else:
-            if isinstance(self.paths, FabricPaths):
-                found = [h.name for h in self.paths.desc.hosts
-                         if any(ipaddress.IPv6Address(p.address) == addr for p in h.ports)]
-            elif isinstance(self.paths, StaticPaths):
-                found = [n for n, pc in self.paths.peers.items()
-                         if any(ipaddress.IPv6Address(a) == addr for a in pc.addresses)]
-            else:
-                found = []
-            if not found:
-                raise InvalidArgument(f"no host of this mrcd's fabric or [peers] has the "
-                                      f"address {addr}")
-            name = found[0]
+        """A peer to probe, by name or by one of its port addresses (InvalidArgument if
+        this mrcd's fabric description or [peers] does not know it)."""
+        name = self._host_named(text)
         if name == self.cfg.host:
             raise InvalidArgument(f"{name} is this host: probe another one")
         assert self.paths is not None
@@ -509,6 +493,27 @@ class Verbs:
         except UnknownPeer as e:
             raise InvalidArgument(str(e)) from None
         return name
+
+    def _host_named(self, text: str) -> str:
+        """The host name for ``text``: a name as it is, or the host that has ``text`` as
+        one of its port addresses (InvalidArgument if no host of the fabric or [peers]
+        has it)."""
+        try:
+            addr = ipaddress.IPv6Address(text)
+        except ValueError:
+            return text
+        if isinstance(self.paths, FabricPaths):
+            found = [h.name for h in self.paths.desc.hosts
+                     if any(ipaddress.IPv6Address(p.address) == addr for p in h.ports)]
+        elif isinstance(self.paths, StaticPaths):
+            found = [n for n, pc in self.paths.peers.items()
+                     if any(ipaddress.IPv6Address(a) == addr for a in pc.addresses)]
+        else:
+            found = []
+        if not found:
+            raise InvalidArgument(f"no host of this mrcd's fabric or [peers] has the "
+                                  f"address {addr}")
+        return found[0]
 
     def _op_admin_probe(self, s: Session, msg: Message) -> Awaitable[Message]:
         assert self.paths is not None

@@ -114,7 +114,9 @@ def test_perf_several_qps_for_a_duration_verified_with_intervals(mrcd_pair: Mrcd
 def test_perf_bytes_and_a_table(mrcd_pair: MrcdPair) -> None:
     with _server(mrcd_pair, "--size", "4M") as server:
         r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "30",
-                            "client", "hb", "-s", "64K", "--bytes", "6M", "--quiet"],
+                            # the peer by its address: mrcd finds the host it belongs to
+                            "client", mrcd_pair.veth.ip_b, "-s", "64K", "--bytes", "6M",
+                            "--quiet"],
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
         assert r.stderr == ""  # --quiet: no progress lines
@@ -134,6 +136,15 @@ def test_perf_qps_mismatch_is_a_clear_error(mrcd_pair: MrcdPair) -> None:
                            capture_output=True, text=True, timeout=60, check=False)
         assert r.returncode == 1
         assert r.stderr.startswith("mrc-perf: ") and "--qps 2" in r.stderr, r.stderr
+
+
+@needs_root
+def test_perf_to_an_unknown_address_is_a_clear_error(mrcd_pair: MrcdPair) -> None:
+    r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "client", "fd00::dead",
+                        "--quiet"], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("mrc-perf: no host of this mrcd's fabric or [peers] has the "
+                                "address fd00::dead"), r.stderr
 
 
 def test_perf_rejects_bad_arguments() -> None:
