@@ -305,7 +305,12 @@ class Daemon(Verbs):
             self._guarded("receive")
 
     def _receive(self, index: int) -> None:
-        """Read every port, one batch each in turn, starting with ``index`` (readable).
+        """Port ``index`` is readable: take what every port has, then pump."""
+        self._pump(self._read_ports(index))
+
+    def _read_ports(self, index: int) -> float:
+        """Read every port, one batch each in turn, starting with ``index``; returns the
+        time after the last batch.
 
         Round robin, not port after port: the peer sprays packets over the planes, and
         draining one port first (up to 8 batches, about 5 ms of work) delivered the other
@@ -319,23 +324,23 @@ class Daemon(Verbs):
         order = [(i, ports[i]) for i in range(index, len(ports))] + \
             [(i, ports[i]) for i in range(index)]
         for _ in range(RX_BATCHES_PER_WAKEUP):
-            got = False
+            full = []  # ports that gave a whole batch: maybe more queued
             for i, port in order:
                 if port.closed:
                     continue
                 frames = port.recv()
-                if not frames:
-                    continue
-                got = True
                 for f in frames:
                     receive(f, i, now)
-            if not got:
+                if len(frames) >= port.max_batch:
+                    full.append((i, port))
+            order = full  # a short read drained the socket: epoll wakes us for more
+            if not order:
                 break
             # Send after every round, not after the whole wakeup: SACKs that wait behind
             # hundreds of frames inflate the RTT the peer's congestion control sees.
             self._send_out(now)
             now = time.monotonic()
-        self._pump(now)
+        return now
 
     def _pump(self, now: float | None = None) -> None:
         """After any input: send what the core has, deliver completions, re-arm the timer."""
@@ -420,9 +425,13 @@ class Daemon(Verbs):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        now = time.monotonic()
         assert self.host is not None
         try:
+            # What our sockets hold first: libuv runs due timers before it polls for I/O,
+            # so after a long callback the retransmission and loss timers fired on packets
+            # whose SACKs were already here, unread (spurious timeouts: every packet they
+            # resent arrived twice).
+            now = self._read_ports(0) if self.ports else time.monotonic()
             self.host.handle_timer(now)
             self._pump(now)
         except Exception:

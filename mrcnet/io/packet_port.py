@@ -193,6 +193,11 @@ class PacketPort:
         return (self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
                 self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
 
+    @property
+    def max_batch(self) -> int:
+        """Frames one :meth:`recv` or send syscall takes at most."""
+        return self._io.max_batch
+
     # --- receive -----------------------------------------------------------------------
     def recv(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
         """Frames queued on the port (up to one batch), without blocking unless ``wait``.
