@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import pstats
+import re
 import resource
 import secrets
 import signal
@@ -47,6 +48,10 @@ from typing import Any
 BIN = os.path.dirname(sys.executable)
 MRCD = os.path.join(BIN, "mrcd")
 PERF = os.path.join(BIN, "mrc-perf")
+CTL = os.path.join(BIN, "mrcctl")
+#: Host counters of each mrcd reported after an MRC run (SACK rate, losses, resends).
+COUNTERS = ("rx_frames", "tx_frames", "tx_retransmit", "lost_loss", "lost_trim",
+            "lost_timeout", "loss_spurious", "rx_duplicate", "rx_sack_stale")
 DEFAULT_SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=none,mtu=9000"
 RAW_PAYLOAD = 8192
 TICK = os.sysconf("SC_CLK_TCK")
@@ -75,11 +80,16 @@ print(time.perf_counter() - t0)
 """
 
 
-def _proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of a running process."""
+def _proc_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a running process."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process."""
+    return sum(_proc_times(pid))
 
 
 def _machine_busy() -> float:
@@ -103,16 +113,19 @@ class Meter:
     t0: float = 0.0
     c0: float = 0.0
     m0: float = 0.0
-    p0: dict[int, float] = field(default_factory=dict)
+    p0: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def __enter__(self) -> Meter:
         self.t0, self.c0, self.m0 = time.perf_counter(), _children_cpu(), _machine_busy()
-        self.p0 = {p: _proc_cpu(p) for p in self.pids}
+        self.p0 = {p: _proc_times(p) for p in self.pids}
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
-        self.live = sum(_proc_cpu(p) - c for p, c in self.p0.items())  # the given PIDs
+        #: per given PID: (user, system) CPU seconds used meanwhile
+        self.per_pid = {p: tuple(b - a for a, b in zip(t0, _proc_times(p), strict=True))
+                        for p, t0 in self.p0.items()}
+        self.live = sum(u + s for u, s in self.per_pid.values())  # the given PIDs
         self.children = _children_cpu() - self.c0  # tools started and reaped meanwhile
         self.proc = self.children + self.live
         self.machine = _machine_busy() - self.m0
@@ -203,7 +216,8 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
             cc: str | None, size: int = 1 << 20, depth: int = 16) -> dict[str, float]:
     iters = max(1, nbytes // size)
     with _mrcds(fab, tmp, profile, core) as socks:
-        with Meter([pid for pid, _ in socks.values()]) as m:
+        pids = {h: pid for h, (pid, _) in socks.items()}
+        with Meter(list(pids.values())) as m:
             server = subprocess.Popen([*_ns(fab, "h1"), PERF, "--socket", socks["h1"][1],
                                                         "--timeout", "60", "server",
                                                         "--size", str(size)],
@@ -220,12 +234,25 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
             server.communicate(timeout=60)
         if r.returncode != 0:
             raise RuntimeError(f"mrc-perf client failed: {r.stderr}")
+        counters = {}
+        for h, (_, sock) in socks.items():
+            c = subprocess.run([*_ns(fab, h), CTL, "ports", "--socket", sock, "--json"],
+                               capture_output=True, text=True, timeout=30, check=False)
+            host = json.loads(c.stdout).get("host", {}) if c.returncode == 0 else {}
+            counters.update({f"{h}_{k}": host.get(k, 0) for k in COUNTERS})
+            # Frames the kernel dropped at the packet sockets (receive buffer full):
+            # sk_drops, the d<N> of ss's socket memory line.
+            ss = subprocess.run([*_ns(fab, h), "ss", "-0", "-m", "-n"], capture_output=True,
+                                text=True, timeout=30, check=False).stdout
+            counters[f"{h}_sk_drops"] = sum(int(x) for x in re.findall(r"\bd(\d+)\)", ss))
     row = json.loads(r.stdout.splitlines()[0])
     # The warm-up writes (iters // 2) moved data too: count them in the CPU per GB.
     nbytes = size * (iters + iters // 2)
     return {"gbps": row["gbps"], "bytes": nbytes, "errors": row["errors"],
             "proc_cpu": m.proc, "machine_cpu": m.machine, "mrcd_cpu": m.live,
-            "tools_cpu": m.children}
+            "tools_cpu": m.children, **counters,
+            **{f"{h}_{kind}": m.per_pid[pid][i] for h, pid in pids.items()
+               for i, kind in enumerate(("user", "sys"))}}
 
 
 def _profile_top(path: Path, n: int = 15) -> list[str]:
@@ -259,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", default=[], choices=["raw", "tcp"],
                     help="leave out a baseline (e.g. to try mrcd settings quickly)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile the mrcds of the last run")
+    ap.add_argument("--prefix", default="mf",
+                    help="fabric name prefix (its netns are PREFIX<hex>-<node>; fabric "
+                         "names are lowercase a-z0-9, at most 10 characters in all)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_goodput: needs root (network namespaces, packet sockets)",
@@ -273,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mfbench") as td:
         tmp = Path(td)
         os.environ["MRC_FABRIC_STATE_DIR"] = str(tmp / "fabrics")
-        with Fabric.up(args.spec, name="mf" + secrets.token_hex(3)) as fab:
+        with Fabric.up(args.spec, name=args.prefix + secrets.token_hex(3)) as fab:
             for i in range(args.runs):
                 last = i == args.runs - 1
                 if "raw" not in args.skip:
@@ -318,6 +348,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mrc process CPU split: both mrcds {_stats([a for a, _ in split])}"
           f" s/GB, mrc-perf client + server "
           f"{_stats([b for _, b in split])} s/GB")
+    last = mrc[-1]
+    print("last MRC run, host counters: " + ", ".join(
+        f"{h}.{k} {last.get(f'{h}_{k}', 0):.0f}" for h in ("h0", "h1") for k in COUNTERS
+        if last.get(f"{h}_{k}")) + "".join(
+        f", {h}.sk_drops {last.get(f'{h}_sk_drops', 0)}" for h in ("h0", "h1")))
+    for h in ("h0", "h1"):
+        role = "sender" if h == "h0" else "receiver"
+        print(f"mrcd {h} ({role}) s/GB: user "
+              f"{_stats([r[h + '_user'] / g for r, g in zip(mrc, gb, strict=True)])}"
+              f", system {_stats([r[h + '_sys'] / g for r, g in zip(mrc, gb, strict=True)])}")
     print(f"mrc / raw = {summary['ratio_mrc_raw']:.2f}   mrc / tcp = "
           f"{summary['ratio_mrc_tcp']:.2f}   (target: mrc >= 0.6 x raw)")
     for line in summary.get("profile", []):
