@@ -26,7 +26,7 @@ from mrcnet.core.events import (
     WriteCompleted,
 )
 from mrcnet.core.evs import EVManager, ev_path, make_ev
-from mrcnet.core.host import CompletionQueue, Host
+from mrcnet.core.host import CompletionQueue, Host, PathProbe
 from mrcnet.core.memory import MemoryRegion
 from mrcnet.core.qp import retry_schedule
 from mrcnet.core.states import QP_TRANSITIONS, EVState, QPState
@@ -52,6 +52,7 @@ __all__ = [
     "InvalidAttribute",
     "InvalidRequest",
     "MemoryRegion",
+    "PathProbe",
     "PathProvider",
     "PathStateChanged",
     "Port",

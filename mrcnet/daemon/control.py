@@ -18,6 +18,10 @@ neither side's first packet can find the other unready::
 
 A reject carries ``"reason"``. If the exchange stops before "ready", B gives the QP
 back to its listener unchanged. A version other than :data:`CONTROL_VERSION` is rejected.
+
+The same exchange with ``"service": -1`` (``PROBE_SERVICE`` in :mod:`mrcnet.daemon.verbs`)
+is the *probe hello* of ``mrcctl probe``: B learns A's routes (so it answers A's EV probes
+although no QP connects them) and accepts without a QP; no application may listen on it.
 """
 
 from __future__ import annotations
