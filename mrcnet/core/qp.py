@@ -64,6 +64,10 @@ _CREDIT_MOD = 1 << 32
 _INF = float("inf")
 _S16_MAX = (1 << 15) - 1
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
+# Opcodes as plain ints for the per-packet path (an enum member lookup costs more)
+_OP_FIRST, _OP_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
+_OP_LAST, _OP_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_IMM)
+_OP_ONLY, _OP_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
 _ENDS = frozenset(int(op) for op in _ONLY + _LAST)  # opcodes that end a message
 REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious losses
@@ -449,7 +453,7 @@ class QueuePair:
         run: list[Pkt] = []  # new packets of one work request whose frames wait
         run_evs: list[int] = []
         run_at: list[tuple[int, int]] = []  # their (port, slot)
-        slots = self._run_slot
+        slots, track, inflight = self._run_slot, self._track, self.inflight
         ts = ts16(now)
         while True:
             if rtx_q:
@@ -457,7 +461,7 @@ class QueuePair:
                 if not p.pending:
                     rtx_q.popleft()
                     continue
-                if self.inflight and self.inflight_bytes + p.length > cwnd:
+                if inflight and self.inflight_bytes + p.length > cwnd:
                     break
                 rtx_q.popleft()
                 p.pending = False
@@ -465,29 +469,27 @@ class QueuePair:
                 continue
             if not sq:
                 break
-            if self.inflight and self.inflight_bytes + mtu > cwnd:
+            if inflight and self.inflight_bytes + mtu > cwnd:
                 break
             seq = self.next_seq
             if seq - self.snd_una >= tx_window:
                 break
             wr = sq[0]
-            if wr.next_pkt == 0:
+            idx = wr.next_pkt
+            if idx == 0:
                 if wr.imm is not None and not self._imm_allowed(now):
                     break
                 self._start_wr(wr)
-            idx = wr.next_pkt
-            wr.next_pkt += 1
-            last = wr.next_pkt == wr.npkts
+            wr.next_pkt = idx + 1
+            last = idx + 1 == wr.npkts
             if last:
                 sq.popleft()
-            if wr.npkts == 1:
-                op = Opcode.WRITE_ONLY if wr.imm is None else Opcode.WRITE_ONLY_IMM
-            elif idx == 0:
-                op = Opcode.WRITE_FIRST
-            elif not last:
-                op = Opcode.WRITE_MIDDLE
+                if idx == 0:
+                    op = _OP_ONLY if wr.imm is None else _OP_ONLY_IMM
+                else:
+                    op = _OP_LAST if wr.imm is None else _OP_LAST_IMM
             else:
-                op = Opcode.WRITE_LAST if wr.imm is None else Opcode.WRITE_LAST_IMM
+                op = _OP_FIRST if idx == 0 else _OP_MIDDLE
             off = idx * mtu
             p = Pkt(seq, wr, off, min(mtu, wr.length - off), op)
             self.next_seq = seq + 1
@@ -507,7 +509,7 @@ class QueuePair:
             run.append(p)
             run_evs.append(ev)
             run_at.append(at)
-            self._track(p, info, now, ts)
+            track(p, info, now, ts)
         if run:
             self._flush_run(run, run_evs, run_at, ts, out)
 
@@ -523,9 +525,16 @@ class QueuePair:
             for p, ev in zip(run, evs, strict=True):  # raises as one at a time did
                 out.append(self._frame(p, ev, ts, False))
         else:
-            ops = [p.opcode for p in run]
-            flags = [F_TS | F_ACKREQ if op in LAST_OPCODES else F_TS for op in ops]
-            exts = [_EXT_TSETH | _EXT_IMM if op in IMM_OPCODES else _EXT_TSETH for op in ops]
+            # Inside a run of one work request every packet but the first and the last
+            # is a WRITE_MIDDLE, which carries no AckReq and no immediate.
+            n = len(run)
+            ops, flags, exts = [_OP_MIDDLE] * n, [F_TS] * n, [_EXT_TSETH] * n
+            for i in (0, n - 1):
+                op = ops[i] = run[i].opcode
+                if op in LAST_OPCODES:
+                    flags[i] = F_TS | F_ACKREQ
+                if op in IMM_OPCODES:
+                    exts[i] = _EXT_TSETH | _EXT_IMM
             start = wr.offset + first.off
             end = wr.offset + last.off + last.length
             frames = runs.frames(
@@ -1145,7 +1154,9 @@ class QueuePair:
         if d >= _HALF:
             d -= PSN_MASK + 1
         seq = rcv + d
-        win = self.rx_window
+        cfg = self.cfg
+        mpr = self.attrs.mpr_dest  # self.rx_window, inlined
+        win = mpr * MPR_UNIT if mpr else cfg.rx_window
         if d >= win or d <= -win:
             self.count("rx_psn_out_of_window")
             return
@@ -1182,10 +1193,9 @@ class QueuePair:
                 self.count("rx_no_recv_credit")
                 self._nack(NackReason.NO_RESOURCE, ev, seq, ts, plane, out)
                 return
-            entry = (n, op, msn, f.imm)
+            imm = f.imm
         else:
-            entry = (n, op, 0, 0)
-        ack_req = f.ack_req
+            msn = imm = 0
         if n:  # untrimmed: the payload is all there, RETH length bytes at payload_off
             po = f.payload_off
             mr.view[off : off + n] = memoryview(frame)[po : po + n]
@@ -1193,10 +1203,10 @@ class QueuePair:
         self.rx_packets += 1
         self.rx_burst += 1
         # A retransmission is SACKed at once: its echo tells the sender the loss was real.
-        now_sack = ack_req or ce or f.rtx or (d != 0 and self.cfg.sack_on_reorder)
+        now_sack = f.ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
-                self._deliver(entry)
+                self._deliver((n, op, msn, imm))
             else:  # _deliver's whole work for a packet inside a message
                 self.rx_msg_bytes += n
             nxt = seq + 1
@@ -1212,27 +1222,30 @@ class QueuePair:
                 self.hole_at = now if ooo else _INF  # the next hole, if any
             self.rcv_nxt = nxt
         else:
-            ooo[seq] = entry
+            ooo[seq] = (n, op, msn, imm)
             if seq > self.rx_high:
                 self.rx_high = seq
             if self.hole_at == _INF:
                 self.hole_at = now
-            elif (not self.hole_old and now - self.hole_at >= self.cfg.reorder_floor
-                  and not self.cfg.sack_on_reorder):
+            elif (not self.hole_old and now - self.hole_at >= cfg.reorder_floor
+                  and not cfg.sack_on_reorder):
                 # The hole at the cumulative point outlived the reorder allowance: a
                 # real gap, SACK at once. Mere reordering (most arrivals are out of
                 # order when packets are sprayed) is coalesced like in-order data.
                 self.hole_old = now_sack = True
         unreported = self.unreported
         unreported.append(seq)
-        self.since_ack += 1
-        self.ack_seq, self.ack_ev, self.ack_ts, self.ack_ce, self.ack_plane = (
-            seq, ev, ts, ce, plane)
-        if (now_sack or self.since_ack >= self.cfg.ack_every
+        since = self.since_ack = self.since_ack + 1
+        self.ack_seq = seq
+        self.ack_ev = ev
+        self.ack_ts = ts
+        self.ack_ce = ce
+        self.ack_plane = plane
+        if (now_sack or since >= cfg.ack_every
                 or unreported[0] < seq - SACK_BITMAP_BITS // 2):
             self.send_sack(now, out)
         elif self.ack_at == _INF:
-            self.ack_at = now + self.cfg.ack_delay
+            self.ack_at = now + cfg.ack_delay
 
     def _deliver(self, entry: tuple[int, int, int, int]) -> None:
         """The cumulative point moved over one packet: account for message boundaries
