@@ -172,6 +172,11 @@ class Daemon(Verbs):
             self.paths = StaticPaths(cfg.peers, self.local)
         mtu = min(p.mtu for p in self.ports)
         knobs = dict(cfg.core)
+        if isinstance(self.paths, FabricPaths) and self.paths.port_rate():
+            # A shaped fabric's links are the ports' real rate: sized for 10 Gbit/s, the
+            # first window of a QP on a 500 Mbit/s fabric was 15x its BDP, and most of it
+            # died in the shapers' queues (a round of timeouts per new QP, measured).
+            knobs["link_rate"] = min(float(knobs["link_rate"]), self.paths.port_rate())
         if isinstance(self.paths, StaticPaths):
             knobs.setdefault("evs_per_qp", STATIC_EVS_PER_QP * len(self.ports))
         hc = HostConfig(ev_profile=cfg.ev_profile, cc_profile=cfg.cc_profile,
@@ -400,7 +405,11 @@ class Daemon(Verbs):
                     continue  # a QP its client destroyed
                 if isinstance(ev, core.PathStateChanged) and not owner.path_events:
                     continue
-                owner.send({"push": "event", "event": _event_body(ev)})
+                # Stamped here, in the loop pass that made it (mrcd's clock is
+                # time.monotonic(), shared by every process on the machine): a client may
+                # read it much later, and when an EV changed is what tools measure.
+                owner.send({"push": "event", "event": {**_event_body(ev),
+                                                        "clock": time.monotonic()}})
                 if isinstance(ev, core.QPError):
                     self.log.warning("QP error", qpn=qpn, reason=ev.reason)
             elif self.api is not None:
