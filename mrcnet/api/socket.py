@@ -30,28 +30,30 @@ import time
 from collections.abc import Callable, Iterator
 from types import EllipsisType, TracebackType
 
-from mrcnet.api.client import PeerInfo
 from mrcnet.api.errors import ConnectError
 from mrcnet.api.ring import (
+    DEFAULT_LINGER,
     DEFAULT_MAX_CHUNK,
     DEFAULT_RING,
     MAGIC,
+    REFUSED_PAUSE,
     Acceptor,
     BrokenPipe,
     BytesLike,
     Channel,
+    ConnectAttempts,
     ConnectionRefused,
     ConnectionReset,
     EndOfStream,
-    Hub,
     MrcdAccessDenied,
     MrcdNotRunning,
     PeerUnreachable,
+    SocketBase,
     SocketClosed,
     SocketError,
     SocketTimeout,
     WouldBlock,
-    connect_error,
+    deadline_after,
 )
 from mrcnet.api.stream import (
     AsyncMrcSocket,
@@ -88,11 +90,8 @@ __all__ = [
     "start_server",
 ]
 
-#: How long close() waits for the data already sent (and the CLOSE) to be acknowledged.
-DEFAULT_LINGER = 5.0
 
-
-class MrcSocket:
+class MrcSocket(SocketBase[threading.Lock]):
     """One connection (blocking, with an optional timeout like :class:`socket.socket`).
 
     Stream calls (:meth:`send`, :meth:`sendall`, :meth:`recv`, :meth:`recv_into`) ignore
@@ -103,34 +102,14 @@ class MrcSocket:
 
     def __init__(self, ch: Channel, service: int, timeout: float | None = None,
                  linger: float = DEFAULT_LINGER) -> None:
-        self._ch = ch
-        self._hub = ch.hub
+        super().__init__(ch, linger, threading.Lock)
         self._service = service
         self._timeout = timeout
-        self.linger = linger
-        self._rlock = threading.Lock()
-        self._wlock = threading.Lock()
-        self._msg = bytearray()
 
-    # -- properties --
-    @property
-    def peer(self) -> PeerInfo:
-        """The peer's host, QP number and ring."""
-        assert self._ch.peer is not None
-        return self._ch.peer
-
-    def getpeername(self) -> tuple[str, int]:
-        """(peer host, peer QP number)."""
-        return (self.peer.host, self.peer.qpn)
-
+    # -- properties (peer, closed, getpeername: SocketBase) --
     def getsockname(self) -> tuple[str, int]:
         """(this host, this connection's QP number)."""
-        return (self._hub.ctx.host, self._ch.qp.qpn)
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran."""
-        return self._ch.destroyed
+        return self._sockname()
 
     def settimeout(self, timeout: float | None) -> None:
         """None: block; 0: non-blocking (:class:`WouldBlock`); else :class:`SocketTimeout`
@@ -149,23 +128,15 @@ class MrcSocket:
 
     # -- waiting --
     def _deadline(self) -> float | None:
-        """One deadline per call: a call that waits several times (sendall) still ends
-        after the timeout in all, as :meth:`socket.socket.sendall` does."""
-        return None if self._timeout is None else time.monotonic() + self._timeout
+        return deadline_after(self._timeout)
 
     def _wait(self, ready: Callable[[], bool], what: str, deadline: float | None) -> None:
         """Wait (hub lock held) until ``ready()``; raise once ``deadline`` passed."""
         t = self._timeout
         if not self._hub.wait(ready, deadline, self._ch.idle):
-            if self._hub.error is not None:
-                raise self._hub.error
-            if t == 0:
+            if t == 0 and self._hub.error is None:
                 raise WouldBlock(f"{what} would block")
-            raise SocketTimeout(f"{what} timed out after {t} s")
-
-    def _check_open(self) -> None:
-        if self._ch.destroyed:
-            raise SocketClosed("the socket is closed")
+            raise self._wait_failed(what, t)
 
     # -- receiving --
     def recv_into(self, buffer: BytesLike, nbytes: int = 0) -> int:
@@ -178,20 +149,12 @@ class MrcSocket:
             self._check_open()
             if not mv:
                 return 0
-            ch = self._ch
             deadline = self._deadline()
             while True:
-                self._wait(ch.readable, "recv", deadline)
-                if ch.arrived:
-                    n = ch.read_into(mv)
-                    if n:
-                        return n
-                    continue  # only empty messages were queued: not the end
-                if ch.eof:
-                    return 0
-                if ch.error is not None:
-                    raise ch.error
-                raise SocketClosed("the socket is closed")
+                self._wait(self._ch.readable, "recv", deadline)
+                n = self._take_into(mv)
+                if n is not None:
+                    return n
 
     def recv(self, bufsize: int) -> bytes:
         """Up to ``bufsize`` bytes; ``b""`` at the end of the stream."""
@@ -199,46 +162,24 @@ class MrcSocket:
             self._check_open()
             if bufsize <= 0:
                 return b""
-            ch = self._ch
             deadline = self._deadline()
             while True:
-                self._wait(ch.readable, "recv", deadline)
-                if ch.arrived:
-                    # Sized by what arrived, not bufsize: recv(1 << 20) of a few bytes
-                    # allocates a few bytes.
-                    buf = bytearray(min(bufsize, ch.arrived_bytes))
-                    n = ch.read_into(memoryview(buf))
-                    if n:
-                        return bytes(buf)
-                    continue  # only empty messages were queued: not the end
-                if ch.eof:
-                    return b""
-                if ch.error is not None:
-                    raise ch.error
-                raise SocketClosed("the socket is closed")
+                self._wait(self._ch.readable, "recv", deadline)
+                data = self._take_bytes(bufsize)
+                if data is not None:
+                    return data
 
     def recv_message(self) -> bytes:
         """The next whole message (as sent by one :meth:`send_message`); raises
         :class:`EndOfStream` after the peer closed."""
         with self._rlock, self._hub.cond:
             self._check_open()
-            ch = self._ch
             deadline = self._deadline()
             while True:
-                self._wait(ch.readable, "recv_message", deadline)
-                if ch.arrived:
-                    if ch.read_message_part(self._msg):
-                        out = bytes(self._msg)
-                        self._msg.clear()
-                        return out
-                    continue
-                if ch.eof:
-                    if self._msg:
-                        raise ConnectionReset("the peer closed in the middle of a message")
-                    raise EndOfStream(f"{self.peer.host} closed the connection")
-                if ch.error is not None:
-                    raise ch.error
-                raise SocketClosed("the socket is closed")
+                self._wait(self._ch.readable, "recv_message", deadline)
+                msg = self._take_message()
+                if msg is not None:
+                    return msg
 
     def messages(self) -> Iterator[bytes]:
         """Iterate over received messages until the peer closes."""
@@ -282,7 +223,7 @@ class MrcSocket:
         """Wait until everything sent so far is acknowledged by the peer's mrcd (True),
         or ``timeout`` passed (False)."""
         with self._hub.cond:
-            deadline = None if timeout is None else time.monotonic() + timeout
+            deadline = deadline_after(timeout)
             ok = self._hub.wait(self._ch.flushed, deadline, self._ch.idle)
             if self._ch.error is not None:
                 raise self._ch.error
@@ -345,27 +286,20 @@ def create_connection(address: tuple[str, int], timeout: float | None = None, *,
     hub = ch.hub
     with hub.cond:
         try:
-            limit = timeout if timeout else connect_timeout
-            start = time.monotonic()
+            attempts = ConnectAttempts(host, service, timeout if timeout else connect_timeout,
+                                       refused_retry)
             while True:
-                left = limit - (time.monotonic() - start)
-                if left <= 0:
-                    raise SocketTimeout(f"connecting to {host} service {service} timed "
-                                        f"out after {limit} s")
+                left = attempts.left()
                 try:
                     peer = hub.call(ch.qp.connect, host, service, expose=[ch.ring],
                                     private=MAGIC, timeout=left)
                     break
                 except ConnectError as e:
-                    err = connect_error(e, host, service)
-                    if isinstance(err, ConnectionRefused) and \
-                            time.monotonic() - start < min(refused_retry, limit):
-                        time.sleep(0.05)
-                        continue
-                    raise err from None
+                    if (err := attempts.failed(e)) is not None:
+                        raise err from None
+                    time.sleep(REFUSED_PAUSE)
                 except TimeoutError:
-                    raise SocketTimeout(f"connecting to {host} service {service} timed "
-                                        f"out after {limit} s") from None
+                    raise attempts.timed_out() from None
             ch.connected(peer)
         except BaseException:
             ch.destroy()
@@ -382,16 +316,9 @@ class MrcListener:
                  keepalive: float = 1.0, timeout: float | None = None) -> None:
         self.service = service
         self._timeout = timeout
-        self._hub = Hub.open(mrcd)
-        with self._hub.cond:
-            try:
-                self._acc = Acceptor(self._hub, service, ring_size=ring_size,
-                                     backlog=backlog, max_chunk=max_chunk,
-                                     keepalive=keepalive)
-            except BaseException:
-                self._hub.users = 0
-                self._hub.release()
-                raise
+        self._acc = Acceptor.open(mrcd, service, ring_size=ring_size, backlog=backlog,
+                                  max_chunk=max_chunk, keepalive=keepalive)
+        self._hub = self._acc.hub
 
     def getsockname(self) -> tuple[str, int]:
         """(this host, the service)."""
@@ -410,7 +337,7 @@ class MrcListener:
         with hub.cond:
             if acc.closed:
                 raise SocketClosed("the listener is closed")
-            deadline = None if t is None else time.monotonic() + t
+            deadline = deadline_after(t)
             ok = hub.wait(lambda: bool(acc.ready) or acc.closed or acc.error is not None,
                           deadline)
             if hub.error is not None:

@@ -35,23 +35,22 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from mrcnet.api.client import PeerInfo
 from mrcnet.api.errors import ConnectError
 from mrcnet.api.ring import (
+    DEFAULT_LINGER,
     DEFAULT_MAX_CHUNK,
     DEFAULT_RING,
     MAGIC,
+    REFUSED_PAUSE,
     Acceptor,
     BytesLike,
     Channel,
-    ConnectionRefused,
-    ConnectionReset,
+    ConnectAttempts,
     EndOfStream,
-    Hub,
+    SocketBase,
     SocketClosed,
     SocketError,
-    SocketTimeout,
-    connect_error,
+    deadline_after,
 )
 
 __all__ = [
@@ -64,56 +63,28 @@ __all__ = [
     "start_server",
 ]
 
-DEFAULT_LINGER = 5.0
 
-
-class AsyncMrcSocket:
+class AsyncMrcSocket(SocketBase[asyncio.Lock]):
     """One connection for asyncio. ``timeout`` (None: none) bounds every call
     (:class:`SocketTimeout`). Stream and message calls as in
     :class:`mrcnet.api.socket.MrcSocket`; use one style per connection."""
 
     def __init__(self, ch: Channel, service: int, timeout: float | None = None,
                  linger: float = DEFAULT_LINGER) -> None:
-        self._ch = ch
-        self._hub = ch.hub
+        super().__init__(ch, linger, asyncio.Lock)
         self.service = service
         self.timeout = timeout
-        self.linger = linger
-        self._msg = bytearray()
-        self._rlock = asyncio.Lock()
-        self._wlock = asyncio.Lock()
 
-    @property
-    def peer(self) -> PeerInfo:
-        """The peer's host, QP number and ring."""
-        assert self._ch.peer is not None
-        return self._ch.peer
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran."""
-        return self._ch.destroyed
-
-    def getpeername(self) -> tuple[str, int]:
-        """(peer host, peer QP number)."""
-        return (self.peer.host, self.peer.qpn)
+    # peer, closed, getpeername: SocketBase
 
     def _deadline(self) -> float | None:
-        """One deadline per call: a call that waits several times (sendall) still ends
-        after ``timeout`` in all, as :meth:`socket.socket.sendall` does."""
-        return None if self.timeout is None else time.monotonic() + self.timeout
+        return deadline_after(self.timeout)
 
     async def _wait(self, ready: Callable[[], bool], what: str,
                     deadline: float | None) -> None:
         t = self.timeout
         if not await self._hub.wait_async(ready, deadline, self._ch.idle):
-            if self._hub.error is not None:
-                raise self._hub.error
-            raise SocketTimeout(f"{what} timed out after {t} s")
-
-    def _check_open(self) -> None:
-        if self._ch.destroyed:
-            raise SocketClosed("the socket is closed")
+            raise self._wait_failed(what, t)
 
     # -- receiving --
     async def recv(self, n: int) -> bytes:
@@ -122,47 +93,25 @@ class AsyncMrcSocket:
             self._check_open()
             if n <= 0:
                 return b""
-            ch = self._ch
             deadline = self._deadline()
             while True:
-                await self._wait(ch.readable, "recv", deadline)
+                await self._wait(self._ch.readable, "recv", deadline)
                 with self._hub.cond:
-                    if ch.arrived:
-                        buf = bytearray(min(n, ch.arrived_bytes))
-                        k = ch.read_into(memoryview(buf))
-                        if not k:
-                            continue  # only empty messages were queued: not the end
-                        del buf[k:]
-                        return bytes(buf)
-                    if ch.eof:
-                        return b""
-                    if ch.error is not None:
-                        raise ch.error
-                    raise SocketClosed("the socket is closed")
+                    data = self._take_bytes(n)
+                if data is not None:
+                    return data
 
     async def recv_message(self) -> bytes:
         """The next whole message; :class:`EndOfStream` after the peer closed."""
         async with self._rlock:
             self._check_open()
-            ch = self._ch
             deadline = self._deadline()
             while True:
-                await self._wait(ch.readable, "recv_message", deadline)
+                await self._wait(self._ch.readable, "recv_message", deadline)
                 with self._hub.cond:
-                    if ch.arrived:
-                        if ch.read_message_part(self._msg):
-                            out = bytes(self._msg)
-                            self._msg.clear()
-                            return out
-                        continue
-                    if ch.eof:
-                        if self._msg:
-                            raise ConnectionReset("the peer closed in the middle of a "
-                                                  "message")
-                        raise EndOfStream(f"{self.peer.host} closed the connection")
-                    if ch.error is not None:
-                        raise ch.error
-                    raise SocketClosed("the socket is closed")
+                    msg = self._take_message()
+                if msg is not None:
+                    return msg
 
     def __aiter__(self) -> AsyncMrcSocket:
         return self
@@ -249,13 +198,10 @@ async def connect_async(host: str, service: int, *, mrcd: str | None = None,
     ch = Channel.open(mrcd, ring_size, max_chunk=max_chunk, keepalive=keepalive)
     hub = ch.hub
     try:
-        limit = timeout if timeout else connect_timeout
-        start = time.monotonic()
+        attempts = ConnectAttempts(host, service, timeout if timeout else connect_timeout,
+                                   refused_retry)
         while True:
-            left = limit - (time.monotonic() - start)
-            if left <= 0:
-                raise SocketTimeout(f"connecting to {host} service {service} timed out "
-                                    f"after {limit} s")
+            left = attempts.left()
             try:
                 # A fresh context: nothing else waits on it yet, so the library's own
                 # asyncio connect may use the socket.
@@ -263,15 +209,11 @@ async def connect_async(host: str, service: int, *, mrcd: str | None = None,
                                                  private=MAGIC, timeout=left)
                 break
             except ConnectError as e:
-                err = connect_error(e, host, service)
-                if isinstance(err, ConnectionRefused) and \
-                        time.monotonic() - start < min(refused_retry, limit):
-                    await asyncio.sleep(0.05)
-                    continue
-                raise err from None
+                if (err := attempts.failed(e)) is not None:
+                    raise err from None
+                await asyncio.sleep(REFUSED_PAUSE)
             except TimeoutError:
-                raise SocketTimeout(f"connecting to {host} service {service} timed out "
-                                    f"after {limit} s") from None
+                raise attempts.timed_out() from None
         with hub.cond:
             ch.connected(peer)
     except BaseException:
@@ -473,7 +415,7 @@ class MrcStreamWriter:
         if name == "peername":
             return self.sock.getpeername()
         if name == "sockname":
-            return (self.sock._hub.ctx.host, self.sock._ch.qp.qpn)
+            return self.sock._sockname()
         if name == "socket":
             return self.sock
         return default
@@ -500,16 +442,9 @@ class MrcServer:
         self.service = service
         self._cb = cb
         self._limit = limit
-        self._hub = Hub.open(mrcd)
-        with self._hub.cond:
-            try:
-                self._acc = Acceptor(self._hub, service, ring_size=ring_size,
-                                     backlog=backlog, max_chunk=max_chunk,
-                                     keepalive=keepalive)
-            except BaseException:
-                self._hub.users = 0
-                self._hub.release()
-                raise
+        self._acc = Acceptor.open(mrcd, service, ring_size=ring_size, backlog=backlog,
+                                  max_chunk=max_chunk, keepalive=keepalive)
+        self._hub = self._acc.hub
         self._task: asyncio.Task[None] | None = None
         self._clients: set[asyncio.Task[Any]] = set()
         self._closed = asyncio.Event()
