@@ -28,9 +28,11 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from enum import IntEnum
 
 import scapy.contrib.roce as scapy_roce
 from scapy.fields import (
+    AnyField,
     BitEnumField,
     BitField,
     ByteEnumField,
@@ -76,7 +78,27 @@ __all__ = [
     "register",
 ]
 
-_OPCODE_NAMES = {int(o): o.name for o in Opcode}
+def _names(enum: type[IntEnum]) -> dict[int, str]:
+    """Value -> name of an enum, as scapy's enum fields show them."""
+    return {int(m): m.name for m in enum}
+
+
+def _psn24(name: str, reserved: str) -> list[AnyField]:
+    """A 24-bit PSN (or MSN, QPN) behind a reserved byte: MRC's usual 32-bit word."""
+    return [XByteField(reserved, 0), BitField(name, 0, 24)]
+
+
+def _ev_psn(psn: str, reserved: str) -> list[AnyField]:
+    """The entropy value (EV) and then a 24-bit PSN behind a reserved byte."""
+    return [XIntField("ev", 0), *_psn24(psn, reserved)]
+
+
+def _timestamp(reserved: str) -> list[AnyField]:
+    """A 16-bit timestamp (microseconds mod 2**16) padded to 32 bits by reserved ones."""
+    return [ShortField("timestamp", 0), XShortField(reserved, 0)]
+
+
+_OPCODE_NAMES = _names(Opcode)
 _ICRC_PREFIX = b"\xff" * 8  # RoCEv2: stands for the InfiniBand LRH the CRC once covered
 
 
@@ -112,8 +134,7 @@ class MRC_BTH(scapy_roce.BTH):
         BitField("padcount", 0, 2),
         BitField("version", 0, 4),
         XShortField("pkey", DEFAULT_PKEY),
-        XByteField("resv8", 0),
-        BitField("dqpn", 0, 24),
+        *_psn24("dqpn", "resv8"),
         BitField("ackreq", 0, 1),
         BitField("r", 0, 1),
         BitField("rtx", 0, 1),
@@ -210,10 +231,7 @@ class MRC_METH(Packet):
     """Message sequence number of a write-with-immediate."""
 
     name = "MRC METH"
-    fields_desc = [
-        XByteField("reserved", 0),
-        BitField("msn", 0, 24),
-    ]
+    fields_desc = _psn24("msn", "reserved")
 
 
 class MRC_ImmDt(Packet):
@@ -231,10 +249,7 @@ class MRC_TSETH(Packet):
     """Send timestamp (microseconds mod 2**16), present when BTH.ts is set."""
 
     name = "MRC TSETH"
-    fields_desc = [
-        ShortField("timestamp", 0),
-        XShortField("reserved", 0),
-    ]
+    fields_desc = _timestamp("reserved")
 
 
 class MRC_SETH(Packet):
@@ -242,16 +257,14 @@ class MRC_SETH(Packet):
 
     name = "MRC SETH"
     fields_desc = [
-        XIntField("ev", 0),
-        XByteField("reserved", 0),
-        BitField("cack_psn", 0, 24),
+        *_ev_psn("cack_psn", "reserved"),
         SignedShortField("ack_offset", 0),
         SignedShortField("sack_offset", 0),
         ShortField("max_psn_range", 0),
         # flags(16): bits 0-1 the M field, bit 2 ECE, the rest reserved.
         BitField("flags_reserved", 0, 13),
         BitField("ece", 0, 1),
-        BitEnumField("mode", 0, 2, {int(m): m.name for m in SackMode}),
+        BitEnumField("mode", 0, 2, _names(SackMode)),
         XLongField("bitmap", 0),
         IntField("imm_credit", 0),
     ]
@@ -274,14 +287,11 @@ class MRC_NETH(Packet):
 
     name = "MRC NETH"
     fields_desc = [
-        ByteEnumField("reason", NackReason.TRIMMED, {int(r): r.name for r in NackReason}),
+        ByteEnumField("reason", NackReason.TRIMMED, _names(NackReason)),
         XByteField("reserved1", 0),
         ShortField("ts_echo", 0),
-        XIntField("ev", 0),
-        XByteField("reserved2", 0),
-        BitField("psn", 0, 24),
-        XByteField("reserved3", 0),
-        BitField("cack_psn", 0, 24),
+        *_ev_psn("psn", "reserved2"),
+        *_psn24("cack_psn", "reserved3"),
         XIntField("reserved4", 0),
     ]
 
@@ -292,11 +302,8 @@ class MRC_Probe(Packet):
     name = "MRC probe"
     fields_desc = [
         IntField("probe_id", 0),
-        XIntField("ev", 0),
-        XByteField("reserved", 0),
-        BitField("psn", 0, 24),
-        ShortField("timestamp", 0),
-        XShortField("reserved2", 0),
+        *_ev_psn("psn", "reserved"),
+        *_timestamp("reserved2"),
     ]
 
 
@@ -305,7 +312,7 @@ class MRC_EPH(Packet):
 
     name = "MRC endpoint"
     fields_desc = [
-        ByteEnumField("op", EndpointOp.EV_PROBE, {int(o): o.name for o in EndpointOp}),
+        ByteEnumField("op", EndpointOp.EV_PROBE, _names(EndpointOp)),
         ByteField("status", 0),
         XShortField("reserved", 0),
         IntField("request_id", 0),
