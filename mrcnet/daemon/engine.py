@@ -421,7 +421,12 @@ class Daemon(Verbs):
         host = self.host
         assert host is not None and self._loop is not None
         t = host.next_timer()
-        if t == self._timer_at and self._timer is not None:
+        if self._timer is not None and t is not None and self._timer_at is not None \
+                and self._timer_at <= t:
+            # Armed for this deadline or an earlier one: keep it. The core's deadlines
+            # mostly move later (every SACK pushes the retransmission timer on), and
+            # re-arming on each pass cost a cancel and a new timer per wake-up; a timer
+            # that fires early finds nothing due and re-arms for the real deadline.
             return
         if self._timer is not None:
             self._timer.cancel()
