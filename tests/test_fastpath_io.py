@@ -7,7 +7,6 @@ it, and deletes exactly that netns afterwards (its veth pair goes with it).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import os
@@ -15,10 +14,11 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +27,13 @@ from mrcnet import fastpath
 from mrcnet.constants import Opcode
 from mrcnet.wire import Route, parse_frame, usid_container
 from mrcnet.wire.template import DataTemplate
+
+# in_netns is tests/daemon's (mdnsutil): pytest puts that folder on sys.path only when it
+# collects it, so a run of this module alone adds it (appended: it shadows nothing).
+_DAEMON_TESTS = str(Path(__file__).resolve().parent / "daemon")
+if _DAEMON_TESTS not in sys.path:
+    sys.path.append(_DAEMON_TESTS)
+from mdnsutil import in_netns  # noqa: E402
 
 pytestmark = [
     pytest.mark.root,
@@ -39,33 +46,6 @@ ETH_P_IPV6 = 0x86DD
 ETH_P_ALL = 0x0003
 MTU = 9000  # as mrc-fabric's links
 PACKET_HOST = 0
-CLONE_NEWNET = 0x40000000
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"setns: {os.strerror(e)}")
-
-
-@contextmanager
-def in_netns(name: str) -> Iterator[None]:
-    """Run the block in netns ``name`` (this thread only), then come back."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{name}", os.O_RDONLY)
-    try:
-        _setns(target)
-        try:
-            yield
-        finally:
-            _setns(home)
-    finally:
-        os.close(target)
-        os.close(home)
-
-
 def ip(*args: str) -> str:
     return subprocess.run(["ip", *args], check=True, capture_output=True, text=True).stdout
 

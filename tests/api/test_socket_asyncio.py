@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from sockutil import MIB
 
 from mrcnet.api.socket import (
     ConnectionRefused,
@@ -24,8 +25,6 @@ from mrcnet.api.socket import (
 
 if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
     from conftest import MrcdPair
-
-MIB = 1 << 20
 
 
 async def echo(reader: MrcStreamReader, writer: MrcStreamWriter) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from sockutil import MIB, echo_concurrently, recv_exactly
 
 from mrcnet.api.socket import (
     BrokenPipe,
@@ -32,8 +33,6 @@ from mrcnet.errors import MrcError
 
 if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
     from conftest import MrcdPair
-
-MIB = 1 << 20
 
 
 class Server:
@@ -104,17 +103,6 @@ def echo_messages(conn: MrcSocket) -> None:
         conn.send_message(msg)
 
 
-def recv_exactly(s: MrcSocket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = s.recv_into(view[got:])
-        assert k, f"end of stream after {got} of {n} bytes"
-        got += k
-    return bytes(buf)
-
-
 def test_echo_and_large_send(mrcd_pair: MrcdPair, server_factory: Callable[..., Server]
                              ) -> None:
     server_factory(7, echo)
@@ -124,15 +112,7 @@ def test_echo_and_large_send(mrcd_pair: MrcdPair, server_factory: Callable[..., 
         assert recv_exactly(s, 5) == b"hello"
         # 16 MiB through a 4 MiB ring each way: byte-exact, in order. The echo runs
         # concurrently (a thread), so the sender reads while it sends.
-        data = os.urandom(16 * MIB)
-        got: list[bytes] = []
-        reader = threading.Thread(target=lambda: got.append(recv_exactly(s, len(data))))
-        t0 = time.monotonic()
-        reader.start()
-        s.sendall(data)
-        reader.join(120)
-        dt = time.monotonic() - t0
-        assert got and got[0] == data
+        dt = echo_concurrently(s, os.urandom(16 * MIB), join=120)
         print(f"16 MiB echoed in {dt:.2f} s: {2 * 16 * 8 / dt:.0f} Mbit/s both ways")
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from typing import TYPE_CHECKING
 
+from sockutil import MIB, echo_concurrently
+
 from mrcnet.api.socket import (
-    MrcSocket,
     MrcStreamReader,
     MrcStreamWriter,
     create_connection,
@@ -20,19 +20,6 @@ from mrcnet.api.socket import (
 
 if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
     from conftest import FabricPair
-
-MIB = 1 << 20
-
-
-def recv_exactly(s: MrcSocket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = s.recv_into(view[got:])
-        assert k, f"end of stream after {got} of {n} bytes"
-        got += k
-    return bytes(buf)
 
 
 def test_blocking_and_asyncio_over_fabric(fabric_pair: FabricPair) -> None:
@@ -53,14 +40,7 @@ def test_blocking_and_asyncio_over_fabric(fabric_pair: FabricPair) -> None:
         t = threading.Thread(target=serve)
         t.start()
         with create_connection((b.name, 5), timeout=120, mrcd=a.socket) as s:
-            got: list[bytes] = []
-            reader = threading.Thread(target=lambda: got.append(recv_exactly(s, len(data))))
-            t0 = time.monotonic()
-            reader.start()
-            s.sendall(data)
-            reader.join(180)
-            dt = time.monotonic() - t0
-            assert got and got[0] == data
+            dt = echo_concurrently(s, data, join=180)
             print(f"fabric: 8 MiB echoed in {dt:.2f} s")
         t.join(60)
         assert not t.is_alive() and not errors, errors

@@ -1,6 +1,8 @@
-"""Network namespaces for the daemon tests: created and removed by exactly these helpers.
+"""Network namespaces and mrcds for the daemon tests (and tests/api, whose conftest
+imports this module): created and removed by exactly these helpers.
 
-Every name is ``md`` + a random suffix; a :class:`NsRegistry` deletes only what it made.
+Every name is a suite's prefix (``md`` here, ``sa`` for tests/api) + a random suffix; a
+:class:`NsRegistry` deletes only what it made, an :class:`Mrcd` is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -47,13 +50,15 @@ def in_netns(name: str) -> Iterator[None]:
 
 @dataclass
 class NsRegistry:
-    """The namespaces one test made; :meth:`cleanup` removes exactly those."""
+    """The namespaces one test made; :meth:`cleanup` removes exactly those. Names are
+    ``prefix`` + ``tag`` + a role."""
 
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
     made: list[str] = field(default_factory=list)
+    prefix: str = "md"
 
     def netns(self, role: str) -> str:
-        name = f"md{self.tag}{role}"
+        name = f"{self.prefix}{self.tag}{role}"
         run("ip", "netns", "add", name)
         self.made.append(name)
         run("ip", "link", "set", "lo", "up", ns=name)
@@ -80,9 +85,9 @@ class VethPair:
 
 
 def make_veth_pair(reg: NsRegistry, mtu: int = 9000) -> VethPair:
-    """Namespaces ``md<tag>a`` and ``md<tag>b`` with veth ``eth0`` in each."""
+    """Namespaces ``<prefix><tag>a`` and ``<prefix><tag>b`` with veth ``eth0`` in each."""
     a, b = reg.netns("a"), reg.netns("b")
-    tmp_a, tmp_b = f"md{reg.tag}va", f"md{reg.tag}vb"
+    tmp_a, tmp_b = f"{reg.prefix}{reg.tag}va", f"{reg.prefix}{reg.tag}vb"
     run("ip", "link", "add", tmp_a, "mtu", str(mtu), "type", "veth", "peer", "name", tmp_b,
         "mtu", str(mtu))
     run("ip", "link", "set", tmp_a, "netns", a, "name", "eth0")
@@ -130,14 +135,21 @@ class Mrcd:
                 self.proc.wait(timeout)
         return self.proc.returncode
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no clean-up by mrcd (its nftables table stays; the
+        namespace's removal takes it along)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
     def logs(self) -> str:
         with open(self.log) as f:
             return f.read()
 
 
 def write_config(path: str, host: str, ifname: str, ip: str, sock: str,
-                 peers: dict[str, str], extra: str = "") -> None:
-    lines = [f'host = "{host}"', f'socket = "{sock}"', 'log_level = "debug"', extra,
+                 peers: dict[str, str], extra: str = "", log_level: str = "debug") -> None:
+    lines = [f'host = "{host}"', f'socket = "{sock}"', f'log_level = "{log_level}"', extra,
              "[[port]]", f'ifname = "{ifname}"', "plane = 0", f'address = "{ip}"']
     for name, addr in peers.items():
         lines += [f"[peers.{name}]", f'control = "{addr}"', f'addresses = ["{addr}"]']
@@ -149,6 +161,7 @@ def start_mrcd(name: str, ns: str, config: str, sock: str, logdir: str,
                timeout: float = 15.0, args: tuple[str, ...] = ()) -> Mrcd:
     log = os.path.join(logdir, f"{name}.log")
     with open(log, "wb") as lf:
+        # `ip netns exec` execs mrcd: the PID is mrcd's own.
         proc = subprocess.Popen(["ip", "netns", "exec", ns, MRCD, "--config", config, *args],
                                 stdout=lf, stderr=subprocess.STDOUT)
     m = Mrcd(name, ns, config, sock, proc, log)
@@ -174,3 +187,24 @@ class MrcdPair:
     veth: VethPair
     a: Mrcd
     b: Mrcd
+
+
+@contextlib.contextmanager
+def mrcd_pair_on(veth: VethPair, workdir: Path, log_level: str = "debug",
+                 timeout: float = 15.0) -> Iterator[MrcdPair]:
+    """mrcd "ha" in namespace a and "hb" in namespace b of ``veth``, directly cabled peers
+    (configs, sockets and logs in ``workdir``); both stopped by PID afterwards."""
+    cfg_a, cfg_b = str(workdir / "ha.toml"), str(workdir / "hb.toml")
+    sock_a, sock_b = str(workdir / "ha.sock"), str(workdir / "hb.sock")
+    write_config(cfg_a, "ha", veth.if_a, veth.ip_a, sock_a, {"hb": veth.ip_b},
+                 log_level=log_level)
+    write_config(cfg_b, "hb", veth.if_b, veth.ip_b, sock_b, {"ha": veth.ip_a},
+                 log_level=log_level)
+    started: list[Mrcd] = []
+    try:
+        started.append(start_mrcd("ha", veth.ns_a, cfg_a, sock_a, str(workdir), timeout))
+        started.append(start_mrcd("hb", veth.ns_b, cfg_b, sock_b, str(workdir), timeout))
+        yield MrcdPair(veth, started[0], started[1])
+    finally:
+        for m in started:
+            m.stop()

@@ -14,15 +14,16 @@ byte-identical, so that ``parse_frame`` verifies ICRC and UDP checksum at B.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -39,12 +40,18 @@ from mrcnet.wire import (
     usid_shift,
 )
 
+# in_netns is tests/daemon's (mdnsutil): pytest puts that folder on sys.path only when it
+# collects it, so a run of this module alone adds it (appended: it shadows nothing).
+_DAEMON_TESTS = str(Path(__file__).resolve().parent.parent / "daemon")
+if _DAEMON_TESTS not in sys.path:
+    sys.path.append(_DAEMON_TESTS)
+from mdnsutil import in_netns  # noqa: E402
+
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, raw sockets"),
 ]
 
-CLONE_NEWNET = 0x40000000
 BLOCK = ip6("fc00::")[:4]  # fc00:0000::/32 locator block
 S_USID, B_USID = 0x0001, 0x0002
 S_SID = ip6("fd00:5::1")  # S's classic SRv6 SID (SRH mode)
@@ -55,33 +62,6 @@ MAC_A, MAC_SA, MAC_SB, MAC_B = (
     mac_to_bytes(m) for m in ("02:a0:00:00:00:01", "02:5a:00:00:00:01",
                               "02:5b:00:00:00:01", "02:b0:00:00:00:01")
 )
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
-@contextmanager
-def in_netns(name: str) -> Iterator[None]:
-    """Run the block (this thread only) inside network namespace ``name``."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        target = os.open(f"/run/netns/{name}", os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                yield
-            finally:
-                _setns(home)
-        finally:
-            os.close(target)
-    finally:
-        os.close(home)
-
 
 def ip(*args: str) -> str:
     """Run ``ip`` and return its output; raise with its stderr on failure."""
