@@ -41,6 +41,8 @@ import json
 import os
 import re
 import secrets
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -65,11 +67,20 @@ RECEIVER_COUNTERS = ("rx_data", "rx_trimmed", "tx_nack", "rx_duplicate")
 
 
 def spec_for(trim: bool, rate: str = "200mbit", host_rate: str = "100mbit",
-             queue: str = "8pkt") -> str:
-    """The fabric spec of one mode (the same but for ``trim``)."""
+             queue: str = "8pkt", extra: str = "") -> str:
+    """The fabric spec of one mode (the same but for ``trim``); ``extra``: more
+    ``key=value`` items (e.g. ``vq_drain=0.85,txqueuelen=40``)."""
     s = (f"leafspine:planes=2,spines=2,leaves=2,hosts=3,rate={rate},host_rate={host_rate},"
          f"mtu=9000,queue={queue}")
+    if extra:
+        s += "," + extra.strip(",")
     return s if trim else s + ",trim=off"
+
+
+def default_prefix() -> str:
+    """Fabric name prefix: ``$MRC_E2E_PREFIX`` (so that engineers sharing a machine keep
+    their fabrics apart), else ``ic``."""
+    return os.environ.get("MRC_E2E_PREFIX") or "ic"
 
 
 # --- fabric + mrcds ----------------------------------------------------------------------
@@ -137,16 +148,17 @@ class Lab:
 
 @contextlib.contextmanager
 def fabric_mrcds(spec: str, workdir: Path, hosts: tuple[str, ...] | None = None,
-                 prefix: str = "ic", core: dict[str, float] | None = None) -> Iterator[Lab]:
-    """Fabric ``<prefix><hex>`` recorded under ``workdir/fabrics`` with an mrcd on
-    ``hosts`` (default all); the mrcds are stopped by PID and the fabric (exactly its
-    recorded namespaces) removed on the way out."""
+                 prefix: str | None = None, core: dict[str, float] | None = None
+                 ) -> Iterator[Lab]:
+    """Fabric ``<prefix><hex>`` (default :func:`default_prefix`) recorded under
+    ``workdir/fabrics`` with an mrcd on ``hosts`` (default all); the mrcds are stopped
+    by PID and the fabric (exactly its recorded namespaces) removed on the way out."""
     from mrcnet.fabric.fabric import Fabric
 
     old = os.environ.get("MRC_FABRIC_STATE_DIR")
     os.environ["MRC_FABRIC_STATE_DIR"] = str(workdir / "fabrics")
     try:
-        fab = Fabric.up(spec, name=prefix + secrets.token_hex(3))
+        fab = Fabric.up(spec, name=(prefix or default_prefix()) + secrets.token_hex(3))
         started: dict[str, MrcdProc] = {}
         try:
             names = hosts or tuple(h.name for h in fab.description.hosts)
@@ -198,6 +210,103 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+RTM_GETQDISC, TCA_KIND, TCA_STATS, NLMSG_DONE = 38, 1, 3, 3
+TC_H_ROOT = 0xFFFFFFFF
+
+
+class QdiscBacklog:
+    """Backlog (bytes, frames) of one port's root qdisc, read over rtnetlink from a
+    socket opened inside the switch's netns: cheap enough to sample every few ms, where
+    ``tc -s qdisc`` would fork a process per sample on a 2-CPU machine."""
+
+    def __init__(self, netns: str, ifname: str) -> None:
+        from mrcnet.fabric.nsutil import in_netns
+
+        with in_netns(netns):
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+            self.ifindex = socket.if_nametoindex(ifname)
+        self.seq = 0
+
+    def read(self) -> tuple[int, int, int]:
+        """(backlog bytes, frames, drops so far) of the root qdisc (tbf: everything
+        queued behind it, and what its child dropped)."""
+        self.seq += 1
+        tcm = struct.pack("<BBHiIII", 0, 0, 0, self.ifindex, 0, 0, 0)
+        # NLM_F_REQUEST | NLM_F_DUMP: a dump of every qdisc of the netns (few)
+        self.sock.send(struct.pack("<IHHII", 16 + len(tcm), RTM_GETQDISC, 0x301, self.seq, 0)
+                       + tcm)
+        found = (0, 0, 0)
+        while True:
+            data = self.sock.recv(65536)
+            off = 0
+            while off + 16 <= len(data):
+                ln, typ = struct.unpack_from("<IH", data, off)
+                if typ == NLMSG_DONE:
+                    return found
+                _, _, _, idx, _, parent, _ = struct.unpack_from("<BBHiIII", data, off + 16)
+                if idx == self.ifindex and parent == TC_H_ROOT:
+                    a = off + 36
+                    while a + 4 <= off + ln:
+                        alen, atyp = struct.unpack_from("<HH", data, a)
+                        if atyp == TCA_STATS and alen >= 4 + 36:
+                            # struct tc_stats: u64 bytes, u32 packets, drops,
+                            # overlimits, bps, pps, qlen, backlog
+                            drops = struct.unpack_from("<I", data, a + 4 + 12)[0]
+                            qlen, backlog = struct.unpack_from("<II", data, a + 4 + 28)
+                            found = (backlog, qlen, drops)
+                        a += (alen + 3) & ~3
+                off += (ln + 3) & ~3
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class QueueSampler:
+    """Samples the real (qdisc) and virtual (BPF) backlog of the incast ports every
+    ``interval`` s while running: the two queues docs/INCAST.md compares."""
+
+    lab: Lab
+    interval: float = 0.005
+    real_max: dict[str, int] = field(default_factory=dict)
+    virtual_max: dict[str, int] = field(default_factory=dict)
+    real_sum: dict[str, int] = field(default_factory=dict)
+    drops: dict[str, int] = field(default_factory=dict)  #: qdisc drops while running
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._ports: dict[str, tuple[QdiscBacklog, Any]] = {}
+        for ln in self.lab.fab.description.links:
+            if ln.b.ifname == RECEIVER:  # the leaf end of a leaf -> h0 link
+                key = f"{ln.b.node}->{RECEIVER}"
+                self._ports[key] = (QdiscBacklog(ln.b.netns, ln.b.ifname),
+                                    self.lab.fab.maps(ln.b.node, ln.b.ifname))
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._drops0: dict[str, int] = {}
+
+    def start(self) -> None:
+        self._drops0 = {k: q.read()[2] for k, (q, _) in self._ports.items()}
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples += 1
+            for key, (q, maps) in self._ports.items():
+                real = q.read()[0]
+                virt = maps.read_backlog()
+                self.real_max[key] = max(self.real_max.get(key, 0), real)
+                self.virtual_max[key] = max(self.virtual_max.get(key, 0), virt)
+                self.real_sum[key] = self.real_sum.get(key, 0) + real
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for key, (q, _) in self._ports.items():
+            self.drops[key] = q.read()[2] - self._drops0.get(key, 0)
+            q.close()
 
 
 def diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -282,6 +391,14 @@ class IncastResult:
     victim_byte_exact: bool
     mrcd_cpu_share: dict[str, float]  #: CPU seconds per second of the incast, per host
     socket_drops: dict[str, int]  #: frames dropped by the kernel at mrcd's full sockets
+    #: incast ports ("p0l0->h0"): largest real (qdisc) and virtual (BPF) backlog sampled,
+    #: and the mean real backlog, in bytes
+    queue_real_max: dict[str, int] = field(default_factory=dict)
+    queue_virtual_max: dict[str, int] = field(default_factory=dict)
+    queue_real_mean: dict[str, float] = field(default_factory=dict)
+    drop_thresh: int = 0  #: the switches' virtual-queue drop threshold, bytes
+    #: frames the incast ports' qdiscs dropped (the real queue full: txqueuelen)
+    queue_drops: dict[str, int] = field(default_factory=dict)
 
 
 def _sender(lab: Lab, host: str, data: bytes, start: threading.Event,
@@ -330,20 +447,20 @@ def _victim_sender(lab: Lab, stop: threading.Event, out: dict[str, Any]) -> None
 
 def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit",
                host_rate: str = "100mbit", queue: str = "8pkt",
-               baseline_s: float = 1.5, core: dict[str, float] | None = None
-               ) -> IncastResult:
+               baseline_s: float = 1.5, core: dict[str, float] | None = None,
+               extra: str = "", prefix: str | None = None) -> IncastResult:
     """One mode: fabric, mrcds, victim alone, then the incast beside it."""
     from mrcnet.api.socket import create_server
     from mrcnet.fabric.topology import parse_spec
 
-    spec = spec_for(trim, rate, host_rate, queue)
+    spec = spec_for(trim, rate, host_rate, queue, extra)
     topo = parse_spec(spec)
     planes = topo.planes
     bottleneck = planes * topo.host_link_rate
     nbytes = mib * MIB
     hosts = (RECEIVER, *SENDERS, VICTIM_SRC, VICTIM_DST)
     workdir.mkdir(parents=True, exist_ok=True)
-    with fabric_mrcds(spec, workdir, tuple(sorted(hosts)), core=core) as lab:
+    with fabric_mrcds(spec, workdir, tuple(sorted(hosts)), prefix, core=core) as lab:
         errors: list[str] = []
         threads: list[threading.Thread] = []
         # victim: listener on h2, stream from h5
@@ -389,12 +506,15 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
         fab_before = lab.fab.counters()
         cpu0 = {h: cpu_seconds(m.proc.pid) for h, m in lab.mrcds.items()}
         sdrop0 = {h: packet_socket_drops(lab, h) for h in hosts}
+        sampler = QueueSampler(lab)
+        sampler.start()
         t0 = time.monotonic()
         start.set()
         limit = time.monotonic() + 180
         while (any("sent_s" not in o and "error" not in o for o in outs.values())
                and time.monotonic() < limit):
             time.sleep(0.01)
+        sampler.stop()
         t_end = max((r.last for r in readers), default=time.monotonic())
         cpu1 = {h: cpu_seconds(m.proc.pid) for h, m in lab.mrcds.items()}
         t_cpu = time.monotonic()
@@ -480,6 +600,12 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
             victim_byte_exact=victim_exact,
             mrcd_cpu_share={h: (cpu1[h] - cpu0[h]) / (t_cpu - t0) for h in cpu0},
             socket_drops={h: sdrop1[h] - sdrop0[h] for h in hosts},
+            queue_real_max=sampler.real_max,
+            queue_virtual_max=sampler.virtual_max,
+            queue_real_mean={k: v / max(sampler.samples, 1)
+                             for k, v in sampler.real_sum.items()},
+            drop_thresh=int(lab.fab.description.options.get("drop_thresh", 0)),
+            queue_drops=sampler.drops,
         )
 
 
@@ -506,6 +632,14 @@ ROWS: list[tuple[str, Any]] = [
     ("victim share of alone", lambda r: f"{r.victim_share_of_baseline:.2f}"),
     ("victim share of its link", lambda r: f"{r.victim_share_of_capacity:.2f}"),
     ("victim retransmissions", lambda r: r.victim["tx_retransmit"]),
+    ("incast port real queue max (KB)",
+     lambda r: "/".join(f"{v / 1000:.0f}" for v in r.queue_real_max.values())),
+    ("  virtual queue max (KB)",
+     lambda r: "/".join(f"{v / 1000:.0f}" for v in r.queue_virtual_max.values())),
+    ("  qdisc drops (real queue full)",
+     lambda r: "/".join(str(v) for v in r.queue_drops.values())),
+    ("  real queue mean (KB)",
+     lambda r: "/".join(f"{v / 1000:.0f}" for v in r.queue_real_mean.values())),
     ("receiver socket drops", lambda r: r.socket_drops[RECEIVER]),
     ("other hosts' socket drops",
      lambda r: sum(v for h, v in r.socket_drops.items() if h != RECEIVER)),
@@ -537,6 +671,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--core", action="append", default=None, metavar="KEY=VALUE",
                     help="mrcd [core] override (repeatable; default timeout_floor=0.5, "
                     "see docs/INCAST.md)")
+    ap.add_argument("--spec", default="", metavar="KEY=VALUE,...",
+                    help="more fabric spec items, e.g. vq_drain=1,txqueuelen=1000 "
+                    "(docs/FABRIC.md)")
+    ap.add_argument("--prefix", default=None,
+                    help="fabric name prefix (default $MRC_E2E_PREFIX or ic)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args(argv)
     pairs = ["timeout_floor=0.5"] if a.core is None else a.core
@@ -550,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
             trim, _, defaults = mode.strip().partition(":")
             r = run_incast(trim == "on", Path(tmp) / f"run{i}", mib=a.mib, rate=a.rate,
                            host_rate=a.host_rate, queue=a.queue,
-                           core=None if defaults else core)
+                           core=None if defaults else core, extra=a.spec,
+                           prefix=a.prefix)
             if defaults:
                 r.mode += "*"
             results.append(r)

@@ -37,7 +37,7 @@ F_BLACKHOLE = 2
 F_TRIM = 4
 
 CFG_FMT = "<QIIIIII"  # rate_Bps trim_thresh ecn_thresh drop_thresh trim_size loss_ppm flags
-VQ_FMT = "<QQ"  # backlog last_ns
+VQ_FMT = "<QQ"  # backlog (at the last frame) busy_ns (when the virtual queue empties)
 CNT_FMT = "<5Q"  # pkts bytes drops trims ce
 CNT_FIELDS = ("pkts", "bytes", "drops", "trims", "ce")
 

@@ -19,6 +19,10 @@ SID_DEV = "sid0"
 SID_DEV_KIND = "ifb"
 LL_PREFIXLEN = 64
 
+#: tbf burst: at least this many full frames, and at least this long at the rate.
+BURST_FRAMES = 2
+BURST_S = 250e-6
+
 
 def _sid_prefix(desc: FabricDescription, usid: int) -> str:
     return f"{usid_address(desc.block, [usid])}/{desc.lblen + desc.nflen}"
@@ -86,6 +90,12 @@ def base_lines(desc: FabricDescription, node: str) -> list[str]:
     # No kernel-made link-local addresses (and so no DAD, RS or random addresses): every
     # address is static, so the fabric is deterministic.
     lines += [f"link set {end.ifname} addrgenmode none" for _, end, _ in node_ends(desc, node)]
+    # Bound the real queue of shaped ports before their qdiscs exist (tc_lines runs after
+    # this batch): pfifo_fast reads txqueuelen only when it is created.
+    qlen = txqueuelen(desc)
+    if qlen is not None and shaped(desc, node):
+        lines += [f"link set {end.ifname} txqueuelen {qlen}"
+                  for ln, end, _ in node_ends(desc, node) if ln.rate_bps]
     if not is_host(desc, node):
         sw = desc.switch(node)
         lines += [
@@ -146,12 +156,35 @@ def node_sysctls(desc: FabricDescription, node: str) -> dict[str, str]:
     return values
 
 
-def _burst(rate_bps: int, mtu: int) -> int:
-    # Two full frames or 250 us worth of bytes, whichever is larger. Small, so that the
-    # real queue behind the shaper looks like the BPF virtual queue (which has no burst
-    # allowance) and trimmed headers visibly overtake queued data; large enough that
-    # the hrtimer watchdog does not wake per frame at high rates.
-    return max(2 * (mtu + 14), rate_bps // 8 // 4000)
+def _burst(desc: FabricDescription, rate_bps: int) -> int:
+    """tbf burst of a shaped port: the ``burst`` option, else the larger of
+    ``BURST_FRAMES`` full frames and ``BURST_S`` at the rate.
+
+    Small, so that the real queue behind the shaper looks like the BPF virtual queue
+    (which has no burst allowance) and trimmed headers visibly overtake queued data;
+    large enough that the hrtimer watchdog does not wake per frame at high rates.
+    """
+    given = int(desc.options.get("burst", -1))
+    if given > 0:
+        return given
+    return max(BURST_FRAMES * (desc.mtu + 14), int(rate_bps * BURST_S) // 8)
+
+
+def txqueuelen(desc: FabricDescription) -> int | None:
+    """Device txqueuelen of shaped ports (frames per pfifo_fast band), or None to leave
+    the kernel's (1000).
+
+    pfifo_fast, the child under the shaper, sizes each of its bands' rings from it when
+    it is created, and the tbf's ``limit`` does not apply to a child it did not create:
+    the ``txqueuelen`` option is what bounds the real queue. Not bounded by default: the
+    bands count frames, not bytes, so a band small enough to bound the data (a few
+    frames above the drop threshold) is as small for trimmed headers, and the queue
+    drops the headers of a host's unshaped burst trimmed whole (measured in
+    docs/INCAST.md); the drain margin (``vq_drain``) keeps the real queue within the
+    virtual one instead.
+    """
+    given = int(desc.options.get("txqueuelen", 0))
+    return given if given > 0 else None
 
 
 def shaped(desc: FabricDescription, node: str) -> bool:
@@ -167,7 +200,7 @@ def tc_lines(desc: FabricDescription, node: str, obj: str) -> tuple[list[str], l
     for ln, end, _ in node_ends(desc, node):
         dev = end.ifname
         if ln.rate_bps and shaped(desc, node):
-            burst = _burst(ln.rate_bps, desc.mtu)
+            burst = _burst(desc, ln.rate_bps)
             limit = max(4 * int(desc.options.get("drop_thresh", 0)), 64 * (desc.mtu + 14))
             lines.append(
                 f"qdisc replace dev {dev} root handle 1: tbf rate {ln.rate_bps}bit "
@@ -205,8 +238,12 @@ def default_config(desc: FabricDescription, node: str, ifname: str) -> LinkConfi
     flags = F_TRIM if o["trim_thresh"] else 0
     if o["ecn_thresh"] and (not last_hop or o.get("ecn_last_hop")):
         flags |= F_ECN
+    # Drain the virtual queue a little slower than the link: the tbf falls behind its
+    # nominal rate when the CPUs are busy, and the trimming decision must not believe a
+    # backlog gone that the real queue still holds (docs/INCAST.md).
+    drain = float(o.get("vq_drain", 1.0))
     return LinkConfig(
-        rate_Bps=link.rate_bps // 8,
+        rate_Bps=int(link.rate_bps * drain) // 8,
         trim_thresh=int(o["trim_thresh"]),
         ecn_thresh=int(o["ecn_thresh"]),
         drop_thresh=int(o["drop_thresh"]),

@@ -56,6 +56,12 @@ MAX_HOSTS = 0x1000
 # inner IPv6, UDP, BTH, RETH, METH, ImmDt, TSETH), plus a 4-segment SRH in srh mode.
 MIN_TRIM_USID = (ETH_HEADER_LEN + 2 * IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN
                  + METH_LEN + IMMDT_LEN + TSETH_LEN)
+#: The virtual queue drains at this fraction of the link rate unless the spec says
+#: ``vq_drain``: under CPU load the tbf shaper sends below its nominal rate, and a virtual
+#: queue drained at the full rate believes gone what the real queue still holds
+#: (docs/INCAST.md).
+DEFAULT_VQ_DRAIN = 0.9
+
 MIN_TRIM = {"usid": MIN_TRIM_USID, "srh": MIN_TRIM_USID + SRH_FIXED_LEN + 4 * 16}
 
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
@@ -95,6 +101,20 @@ def _parse_bool(text: str | bool) -> bool:
     if t in ("0", "false", "no", "off"):
         return False
     raise SpecError(f"bad boolean {text!r}: use true or false")
+
+
+def _parse_fraction(text: str | int | float) -> float:
+    """A fraction of the link rate: ``0.9`` or ``90%``, in (0, 1]."""
+    if isinstance(text, bool):
+        raise SpecError(f"bad fraction {text!r}")
+    if isinstance(text, str):
+        t = text.strip()
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    else:
+        value = float(text)
+    if not 0 < value <= 1:
+        raise SpecError(f"bad fraction {text!r}: use e.g. 0.9 or 90% (0 < f <= 1)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -165,6 +185,11 @@ class TopologySpec:
     host_shaping: bool = False  #: shape host egress too (a NIC never sends above line rate)
     host_rate_bps: int = -1  #: host <-> leaf links; -1 = same as rate_bps
     delay_s: float = 0.0  #: accepted for mrc-sim spec compatibility; NOT emulated
+    #: virtual queue drain rate as a fraction of the link rate; -1 = DEFAULT_VQ_DRAIN
+    vq_drain: float = -1.0
+    #: frames per pfifo_fast band on shaped ports (the device txqueuelen); 0 = the kernel's
+    txqueuelen: int = 0
+    burst: int = -1  #: tbf burst in bytes on shaped ports; -1 = derived from rate and MTU
 
     def __post_init__(self) -> None:
         checks = [
@@ -175,6 +200,10 @@ class TopologySpec:
             (self.hosts * self.leaves <= MAX_HOSTS, f"at most {MAX_HOSTS} hosts in total"),
             (1280 <= self.mtu <= 65535, "mtu must be 1280..65535"),
             (self.srv6 in ("usid", "srh"), "srv6 must be usid or srh"),
+            (self.vq_drain == -1.0 or 0 < self.vq_drain <= 1, "vq_drain must be in (0, 1]"),
+            (self.txqueuelen == 0 or self.txqueuelen >= 2, "txqueuelen must be >= 2"),
+            (self.burst == -1 or self.burst >= self.mtu + 14,
+             "burst must hold at least one full frame (mtu + 14 bytes)"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -203,6 +232,11 @@ class TopologySpec:
         if self.drop_thresh >= 0:
             return self.drop_thresh
         return 4 * max(self.trim_bytes, self.ecn_bytes, 8 * self.mtu)
+
+    @property
+    def vq_drain_frac(self) -> float:
+        """Drain rate of the virtual queue over the link rate."""
+        return DEFAULT_VQ_DRAIN if self.vq_drain < 0 else self.vq_drain
 
     @property
     def host_link_rate(self) -> int:
@@ -243,6 +277,9 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "host_drop": ("host_drop", _parse_bool),
     "host_shaping": ("host_shaping", _parse_bool),
     "delay": ("delay_s", _parse_delay),
+    "vq_drain": ("vq_drain", _parse_fraction),
+    "txqueuelen": ("txqueuelen", int),
+    "burst": ("burst", _parse_size),
 }
 
 
@@ -278,6 +315,9 @@ def _build(items: dict[str, Any], where: str) -> TopologySpec:
     ecn = size("ecn_thresh")
     drop = size("drop_thresh")
     tsize = size("trim_size")
+    burst = size("burst")
+    if burst is not None:
+        raw["burst"] = burst
     kwargs: dict[str, Any] = dict(raw)
     if tsize is not None:
         kwargs["trim_size"] = tsize
@@ -450,6 +490,9 @@ def allocate(spec: TopologySpec, name: str, fabric_id: int) -> FabricDescription
         "control_plane_spine": 0,
         "host_rate_bps": spec.host_link_rate,
         "delay_s_not_emulated": spec.delay_s,
+        "vq_drain": spec.vq_drain_frac,
+        "txqueuelen": spec.txqueuelen,
+        "burst": spec.burst,
     }
     paths = {
         # How to build a path; FabricDescription.path_container / path_segments do it.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -10,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mrcnet.constants import DSCP_CONTROL, DSCP_DATA, DSCP_TRIMMED, ECN
-from mrcnet.fabric import probe
+from mrcnet.fabric import plan, probe
 from mrcnet.fabric.bpfmap import F_ECN, F_TRIM
 from mrcnet.fabric.fabric import Fabric
 
@@ -203,3 +205,54 @@ def test_control_dscp_overtakes_queued_data(slow_fabric: Fabric) -> None:
     assert sorted(sizes) == sorted([FRAME] * 6 + [200])
     # Sent last, it arrives before some of the data queued behind the shaper.
     assert sizes.index(200) < 6, sizes
+
+
+def test_spec_options_for_the_real_queue() -> None:
+    """vq_drain, txqueuelen and burst parse, default and validate (docs/FABRIC.md)."""
+    from mrcnet.fabric.errors import SpecError
+    from mrcnet.fabric.topology import DEFAULT_VQ_DRAIN, allocate, parse_spec
+
+    base = "leafspine:planes=1,spines=1,leaves=2,hosts=1,rate=20mbit,mtu=1500"
+    d = allocate(parse_spec(base), "hcx", 1)
+    assert d.options["vq_drain"] == DEFAULT_VQ_DRAIN
+    assert plan.txqueuelen(d) is None  # the kernel's (docs/FABRIC.md: why)
+    t = parse_spec(base + ",vq_drain=85%,txqueuelen=24,burst=4pkt")
+    assert (t.vq_drain, t.txqueuelen, t.burst) == (0.85, 24, 4 * 1500)
+    assert parse_spec(base + ",vq_drain=1").vq_drain_frac == 1.0
+    for bad in ("vq_drain=0", "vq_drain=120%", "txqueuelen=1", "burst=100"):
+        with pytest.raises(SpecError):
+            parse_spec(f"{base},{bad}")
+
+
+def test_virtual_queue_drains_slower_than_the_link(slow_fabric: Fabric) -> None:
+    """The program drains its virtual queue at vq_drain x the link rate (docs/FABRIC.md,
+    "Real and virtual queues")."""
+    fab = slow_fabric
+    d = fab.description
+    leaf = d.planes[0].leaves[0]
+    cfg = fab.maps(leaf.name, "s0").read_config()
+    assert cfg.rate_Bps == int(d.links[-1].rate_bps * float(d.options["vq_drain"])) // 8
+
+
+def test_txqueuelen_bounds_the_real_queue(make_fabric: Callable[..., Fabric]) -> None:
+    """With trimming and BPF drops off only the qdisc bounds the queue: a burst of 200
+    frames into a shaped port leaves about txqueuelen of them queued, the rest dropped
+    (with the kernel's 1000 it queued all 200). Set before pfifo_fast is made, which
+    sizes its bands from it; host ports keep the kernel's."""
+    fab = make_fabric("leafspine:planes=1,spines=1,leaves=1,hosts=2,rate=20mbit,mtu=1500,"
+                      "trim=off,ecn=off,drop=off,txqueuelen=16", name=fabric_name())
+    d = fab.description
+    qlen = plan.txqueuelen(d)
+    assert qlen == 16
+    for ns, dev, want in ((d.planes[0].leaves[0].netns, "h1", qlen),
+                          (d.hosts[0].netns, "p0", 1000)):  # hosts are not shaped
+        out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "dev", dev],
+                             capture_output=True, text=True, check=True).stdout
+        assert json.loads(out)[0]["txqlen"] == want
+    frame = probe.build_frame(d, "h0", "h1", 0, None, size=FRAME)
+    got = _collect(fab, "h1", 0, lambda: probe.send_frames(d, "h0", 0, [frame] * 200),
+                   quiet_s=0.5)
+    full = len([f for f in got if len(f) == FRAME])
+    # qlen queued, plus what the shaper sent while the burst was being written (the
+    # sender is a Python loop: a few ms, ~2 frames per ms at 20 Mbit/s)
+    assert qlen <= full <= qlen + 40, (full, qlen)

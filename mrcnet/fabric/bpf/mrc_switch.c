@@ -8,13 +8,17 @@
  * so deleting the netns frees everything.
  *
  * What it emulates (PROTOCOL-NOTES.md section 6): a shallow switch egress queue
- * draining at the link rate. The queue is *virtual* (a byte counter drained by
- * elapsed time) because the real queue sits behind us in the tbf/prio qdisc
- * and tc egress runs before enqueue. Past the trim threshold an SRv6 frame is
- * cut to trim_size, re-marked to the trimmed DSCP and sent on the high
- * priority band; past the ECN threshold ECT frames get CE. Only the outer IPv6
- * payload length is fixed (Linux next hops drop a packet shorter than it);
- * inner lengths and checksums are left wrong, like several real switches.
+ * draining at the link rate. The queue is *virtual* (the time at which it will
+ * be empty, pushed back by each frame) because the real queue sits behind us in
+ * the tbf/pfifo_fast qdisc and tc egress runs before enqueue. It drains at the
+ * configured rate_Bps, which the fabric sets a little below the link rate
+ * (vq_drain): a shaper on a busy machine falls behind its nominal rate, and the
+ * virtual queue must not believe drained what the real one still holds.
+ * Past the trim threshold an SRv6 frame is cut to trim_size, re-marked to the
+ * trimmed DSCP and sent on the high priority band; past the ECN threshold ECT
+ * frames get CE. Only the outer IPv6 payload length is fixed (Linux next hops
+ * drop a packet shorter than it); inner lengths and checksums are left wrong,
+ * like several real switches.
  *
  * DSCP code points come from mrcnet/constants.py through -D flags.
  */
@@ -45,7 +49,7 @@
 #define NH_IPV6 41
 #define NH_ROUTING 43
 #define ETH_HLEN_ 14
-#define MAX_ELAPSED_NS 1000000000ull
+#define MAX_AHEAD_NS 1000000000ull /* cap: a queue of 1 s at the rate */
 
 /* Layouts mirrored in mrcnet/fabric/bpfmap.py (struct formats). */
 struct link_cfg {
@@ -59,8 +63,8 @@ struct link_cfg {
 };
 
 struct link_vq {
-	__u64 backlog;
-	__u64 last_ns;
+	__u64 backlog; /* at the last frame, for readers (bpfmap.read_backlog) */
+	__u64 busy_ns; /* when the virtual queue will be empty (ktime ns) */
 };
 
 struct link_counters {
@@ -143,20 +147,19 @@ int mrc_egress(struct __sk_buff *skb)
 	__u32 len = skb->len;
 	__u64 backlog = 0;
 	if (cfg->rate_Bps) {
-		/* Drain the virtual queue for the time since the last frame. Racy
-		 * across CPUs on purpose: an approximate queue is good enough and a
-		 * lock would serialise both cores on every frame. */
+		/* The virtual queue is the time at which it will be empty: the backlog
+		 * is what the rate drains from now until then. Kept as a time so that
+		 * a frame's cost is added atomically: both CPUs forward into the same
+		 * port, and a read-modify-write of a byte count loses increments when
+		 * they do so at once (the queue then under-counts, and trims start
+		 * late). Only the store that restarts an empty queue can race, and it
+		 * loses at most a frame of an empty queue. */
 		__u64 now = bpf_ktime_get_ns();
-		__u64 last = vq->last_ns;
-		__u64 elapsed = now > last ? now - last : 0;
-		backlog = vq->backlog;
-		if (elapsed >= MAX_ELAPSED_NS) {
-			backlog = 0;
-		} else {
-			__u64 drained = elapsed * cfg->rate_Bps / 1000000000ull;
-			backlog = backlog > drained ? backlog - drained : 0;
-		}
-		vq->last_ns = now;
+		__u64 busy = vq->busy_ns;
+		__u64 ahead = busy > now ? busy - now : 0;
+		if (ahead > MAX_AHEAD_NS)
+			ahead = MAX_AHEAD_NS;
+		backlog = ahead * cfg->rate_Bps / 1000000000ull;
 
 		if (cfg->drop_thresh && backlog > cfg->drop_thresh) {
 			vq->backlog = backlog;
@@ -194,6 +197,11 @@ int mrc_egress(struct __sk_buff *skb)
 				c->ce++;
 			}
 		}
+		__u64 cost = (__u64)len * 1000000000ull / cfg->rate_Bps;
+		if (busy <= now)
+			vq->busy_ns = now + cost;
+		else if (ahead < MAX_AHEAD_NS) /* else saturated (only with drop=never) */
+			__sync_fetch_and_add(&vq->busy_ns, cost);
 		vq->backlog = backlog + len;
 	}
 
