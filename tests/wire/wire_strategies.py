@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 
 from mrcnet.constants import (
@@ -31,6 +32,7 @@ from mrcnet.constants import (
     Opcode,
     SackMode,
 )
+from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire import (
     NETH,
     SETH,
@@ -48,6 +50,14 @@ from mrcnet.wire import (
 )
 from mrcnet.wire.checksum import udp6_checksum
 from mrcnet.wire.icrc import icrc
+
+
+def malformed_reason(parse: Callable[..., object], *args: Any, **kw: Any) -> MalformedReason:
+    """The reason of the :class:`MalformedFrame` that ``parse(*args, **kw)`` raises (fails
+    the test when it raises none)."""
+    with pytest.raises(MalformedFrame) as exc:
+        parse(*args, **kw)
+    return exc.value.reason
 
 
 def uint(bits: int) -> st.SearchStrategy[int]:
