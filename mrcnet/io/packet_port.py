@@ -206,7 +206,7 @@ class PacketPort:
         :meth:`recv`; copy what must outlive that.
         """
         try:
-            got = self._io.recv(max_frames, wait=wait)
+            got = self._io.recv_views(max_frames, wait=wait)
         except OSError as e:
             if e.errno not in (errno.ENETDOWN, errno.ENXIO):
                 raise
@@ -217,7 +217,7 @@ class PacketPort:
         if got:
             self.stats.rx_frames += len(got)
             self.stats.rx_batches += 1
-        return [view for view, _pkttype, _ifindex in got]
+        return got
 
     # --- send --------------------------------------------------------------------------
     @property
