@@ -12,6 +12,8 @@ builds from its layers parse with ``parse_frame`` and equal what our builders pr
 from __future__ import annotations
 
 import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +40,6 @@ from mrcnet.constants import (
     ETH_P_IPV6,
     IMM_OPCODES,
     MRC_UDP_PORT,
-    EndpointOp,
     NackReason,
     Opcode,
     SackMode,
@@ -59,9 +60,7 @@ from mrcnet.wire import (
     NETH,
     SETH,
     CCState,
-    EndpointHeader,
     Frame,
-    ProbeHeader,
     Route,
     build_data,
     build_endpoint,
@@ -74,20 +73,31 @@ from mrcnet.wire import (
 )
 from mrcnet.wire.ethernet import mac_to_str
 
+# The value and header strategies are tests/wire's (wire_strategies): pytest puts that
+# folder on sys.path only when it collects it, so a run of this module alone adds it.
+sys.path.append(str(Path(__file__).resolve().parent / "wire"))
+from wire_strategies import (
+    addrs,
+    ccstates,
+    conn_qpns,
+    data_specs,
+    endpoints,
+    macs,
+    neths,
+    probes,
+    seths,
+    sint,
+    uint,
+)
+
 # A few hundred examples in all, bounded: this machine's 2 cores are shared.
 ORACLE = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
-u8 = st.integers(0, 0xFF)
-u16 = st.integers(0, 0xFFFF)
-u24 = st.integers(0, 0xFFFFFF)
-# Connected QPs: every QPN but the one reserved for endpoint operations.
-qpn_conn = st.integers(0, ENDPOINT_QPN - 1)
-u32 = st.integers(0, 0xFFFFFFFF)
-s16 = st.integers(-0x8000, 0x7FFF)
-addr = st.binary(min_size=16, max_size=16)
-mac = st.binary(min_size=6, max_size=6)
+# Field values and headers are drawn as in tests/wire (short names for the many uses).
+u8, u16, u24, u32, s16 = uint(8), uint(16), uint(24), uint(32), sint(16)
+qpn_conn, addr, mac = conn_qpns, addrs, macs
 
 
 def a2b(text: str) -> bytes:
@@ -112,33 +122,16 @@ def routes(draw: st.DrawFn) -> Route:
     )
 
 
-@st.composite
-def data_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
-    """A data frame: any WRITE opcode, immediates, timestamp, flags, DSCP/ECN, payload."""
-    op = draw(st.sampled_from(sorted(DATA_OPCODES)))
-    imm = op in IMM_OPCODES
-    route = draw(routes())
-    return route, build_data(
-        route, ev=draw(u32), opcode=op, dest_qp=draw(qpn_conn), psn=draw(u24),
-        va=draw(st.integers(0, 2**64 - 1)), rkey=draw(u32),
-        payload=draw(st.binary(max_size=96)),
-        msn=draw(u24) if imm else None, imm=draw(u32) if imm else None,
-        timestamp=draw(st.none() | u16), rtx=draw(st.booleans()),
-        ack_req=draw(st.booleans()), ecn=draw(st.sampled_from(list(ECN))),
-        # The trimmed code point changes what parse_frame checks; trims are tested below.
-        dscp=draw(st.integers(0, 63).filter(lambda d: d != DSCP_TRIMMED)),
-    )
+def data_frames() -> st.SearchStrategy[tuple[Route, bytes]]:
+    """A data frame: any WRITE opcode, immediates, timestamp, flags, DSCP/ECN (never the
+    trimmed code point: trims are tested below), payload."""
+    return data_specs(routes(), max_payload=96).map(lambda spec: (spec.route, spec.build()))
 
 
 @st.composite
 def sack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     """A SACK or ACK frame with every SETH and CC-state field drawn."""
-    seth = SETH(
-        ev=draw(u32), cack_psn=draw(u24), ack_offset=draw(s16), sack_offset=draw(s16),
-        max_psn_range=draw(u16), mode=draw(st.sampled_from(list(SackMode))),
-        ece=draw(st.booleans()), bitmap=draw(st.integers(0, 2**64 - 1)), imm_credit=draw(u32),
-    )
-    cc = CCState(draw(u16), draw(u8), draw(st.integers(0, 127)), draw(u32))
+    seth, cc = draw(seths), draw(ccstates)
     route = draw(routes())
     return route, build_sack(
         route, ev=draw(u32), dest_qp=draw(qpn_conn), seth=seth, cc=cc, psn=draw(u24),
@@ -149,10 +142,7 @@ def sack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
 @st.composite
 def nack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     """A NACK frame of any reason."""
-    neth = NETH(
-        reason=draw(st.sampled_from(list(NackReason))), ev=draw(u32), psn=draw(u24),
-        cack_psn=draw(u24), ts_echo=draw(u16),
-    )
+    neth = draw(neths)
     route = draw(routes())
     return route, build_nack(route, ev=draw(u32), dest_qp=draw(qpn_conn), neth=neth, psn=draw(u24))
 
@@ -160,7 +150,7 @@ def nack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
 @st.composite
 def probe_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     """A reliability probe frame."""
-    probe = ProbeHeader(draw(u32), draw(u32), draw(u24), draw(u16))
+    probe = draw(probes)
     route = draw(routes())
     frame = build_probe(route, ev=draw(u32), dest_qp=draw(qpn_conn), probe=probe, psn=draw(u24))
     return route, frame
@@ -169,10 +159,7 @@ def probe_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
 @st.composite
 def endpoint_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     """An endpoint request or response (EV probe or port status)."""
-    eph = EndpointHeader(
-        op=draw(st.sampled_from(list(EndpointOp))), request_id=draw(u32), ev=draw(u32),
-        timestamp=draw(u16), port_mask=draw(u16), status=draw(u8),
-    )
+    eph = draw(endpoints)
     route = draw(routes())
     return route, build_endpoint(route, ev=draw(u32), eph=eph, response=draw(st.booleans()))
 

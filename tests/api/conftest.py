@@ -19,11 +19,9 @@ import pytest
 
 # pytest puts tests/daemon on sys.path only when it collects that folder; this suite
 # needs its helpers also when it runs alone. Appended: nothing here shadows a module.
-_DAEMON_TESTS = str(Path(__file__).resolve().parent.parent / "daemon")
-if _DAEMON_TESTS not in sys.path:
-    sys.path.append(_DAEMON_TESTS)
+sys.path.append(str(Path(__file__).resolve().parent.parent / "daemon"))
 
-from mdnsutil import (  # noqa: E402
+from mdnsutil import (
     Mrcd,
     MrcdPair,
     NsRegistry,

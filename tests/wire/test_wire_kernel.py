@@ -42,10 +42,8 @@ from mrcnet.wire import (
 
 # in_netns is tests/daemon's (mdnsutil): pytest puts that folder on sys.path only when it
 # collects it, so a run of this module alone adds it (appended: it shadows nothing).
-_DAEMON_TESTS = str(Path(__file__).resolve().parent.parent / "daemon")
-if _DAEMON_TESTS not in sys.path:
-    sys.path.append(_DAEMON_TESTS)
-from mdnsutil import in_netns  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parent.parent / "daemon"))
+from mdnsutil import in_netns
 
 pytestmark = [
     pytest.mark.root,
