@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import EllipsisType, TracebackType
+from typing import TypeVar
 
 from mrcnet.api.errors import ConnectError
 from mrcnet.api.ring import (
@@ -90,6 +91,8 @@ __all__ = [
     "start_server",
 ]
 
+T = TypeVar("T")
+
 
 class MrcSocket(SocketBase[threading.Lock]):
     """One connection (blocking, with an optional timeout like :class:`socket.socket`).
@@ -139,6 +142,15 @@ class MrcSocket(SocketBase[threading.Lock]):
             raise self._wait_failed(what, t)
 
     # -- receiving --
+    def _receive(self, what: str, take: Callable[[], T | None]) -> T:
+        """Wait (locks held) until ``take()`` gives something (it raises at the end)."""
+        deadline = self._deadline()
+        while True:
+            self._wait(self._ch.readable, what, deadline)
+            got = take()
+            if got is not None:
+                return got
+
     def recv_into(self, buffer: BytesLike, nbytes: int = 0) -> int:
         """Receive up to ``nbytes`` (default: the buffer's size) into ``buffer``; 0 at the
         end of the stream (the peer closed or shut down writing)."""
@@ -149,12 +161,7 @@ class MrcSocket(SocketBase[threading.Lock]):
             self._check_open()
             if not mv:
                 return 0
-            deadline = self._deadline()
-            while True:
-                self._wait(self._ch.readable, "recv", deadline)
-                n = self._take_into(mv)
-                if n is not None:
-                    return n
+            return self._receive("recv", lambda: self._take_into(mv))
 
     def recv(self, bufsize: int) -> bytes:
         """Up to ``bufsize`` bytes; ``b""`` at the end of the stream."""
@@ -162,24 +169,14 @@ class MrcSocket(SocketBase[threading.Lock]):
             self._check_open()
             if bufsize <= 0:
                 return b""
-            deadline = self._deadline()
-            while True:
-                self._wait(self._ch.readable, "recv", deadline)
-                data = self._take_bytes(bufsize)
-                if data is not None:
-                    return data
+            return self._receive("recv", lambda: self._take_bytes(bufsize))
 
     def recv_message(self) -> bytes:
         """The next whole message (as sent by one :meth:`send_message`); raises
         :class:`EndOfStream` after the peer closed."""
         with self._rlock, self._hub.cond:
             self._check_open()
-            deadline = self._deadline()
-            while True:
-                self._wait(self._ch.readable, "recv_message", deadline)
-                msg = self._take_message()
-                if msg is not None:
-                    return msg
+            return self._receive("recv_message", self._take_message)
 
     def messages(self) -> Iterator[bytes]:
         """Iterate over received messages until the peer closes."""

@@ -33,7 +33,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from mrcnet.api.errors import ConnectError
 from mrcnet.api.ring import (
@@ -63,6 +63,8 @@ __all__ = [
     "start_server",
 ]
 
+T = TypeVar("T")
+
 
 class AsyncMrcSocket(SocketBase[asyncio.Lock]):
     """One connection for asyncio. ``timeout`` (None: none) bounds every call
@@ -87,31 +89,30 @@ class AsyncMrcSocket(SocketBase[asyncio.Lock]):
             raise self._wait_failed(what, t)
 
     # -- receiving --
+    async def _receive(self, what: str, take: Callable[[], T | None]) -> T:
+        """Wait until ``take()`` (run under the hub's lock) gives something (it raises at
+        the end)."""
+        deadline = self._deadline()
+        while True:
+            await self._wait(self._ch.readable, what, deadline)
+            with self._hub.cond:
+                got = take()
+            if got is not None:
+                return got
+
     async def recv(self, n: int) -> bytes:
         """Up to ``n`` bytes; ``b""`` at the end of the stream."""
         async with self._rlock:
             self._check_open()
             if n <= 0:
                 return b""
-            deadline = self._deadline()
-            while True:
-                await self._wait(self._ch.readable, "recv", deadline)
-                with self._hub.cond:
-                    data = self._take_bytes(n)
-                if data is not None:
-                    return data
+            return await self._receive("recv", lambda: self._take_bytes(n))
 
     async def recv_message(self) -> bytes:
         """The next whole message; :class:`EndOfStream` after the peer closed."""
         async with self._rlock:
             self._check_open()
-            deadline = self._deadline()
-            while True:
-                await self._wait(self._ch.readable, "recv_message", deadline)
-                with self._hub.cond:
-                    msg = self._take_message()
-                if msg is not None:
-                    return msg
+            return await self._receive("recv_message", self._take_message)
 
     def __aiter__(self) -> AsyncMrcSocket:
         return self
