@@ -595,6 +595,13 @@ class CTemplate:
         return bytes(buf[: self.patch(buf, **fields)])
 
 
+# RunPatcher's buffers: each run's frames go into one of their own (views into it stay
+# valid as long as anyone holds a frame), left uninitialised: every byte of a frame is
+# written, and zeroing it first would cost as much as copying the frames out.
+_RAW_ALLOC: Any = (_ffi.new_allocator(should_clear_after_alloc=False)
+                   if _ffi is not None else None)
+
+
 class RunPatcher:
     """A sender's data frames built a run at a time: one C call (``mrc_patch_run``) for
     consecutive packets of one message instead of one :meth:`CTemplate.frame` each.
@@ -605,15 +612,11 @@ class RunPatcher:
     C only: :func:`run_patcher` gives None without it.
     """
 
-    __slots__ = ("_keep", "_paths", "_scratch", "_size", "n")
+    __slots__ = ("_keep", "_paths", "_size", "n")
 
     def __init__(self, size: int = 64) -> None:
         self._paths = _ffi.new("struct mrc_path[]", size)
         self._size = size
-        # Frames are written here and copied out as bytes: a fresh buffer per run would
-        # be a fresh mmap (page faults) at these sizes, and views into a shared one would
-        # tie every frame's lifetime to it.
-        self._scratch = bytearray()
         self._keep: list[Any] = []  # owners of the pointers stored in the table
         #: Paths registered so far (the next slot).
         self.n = 0
@@ -645,26 +648,25 @@ class RunPatcher:
 
     def frames(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
                exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
-               seg: int, msn: int, imm: int, timestamp: int) -> list[bytes]:
+               seg: int, msn: int, imm: int, timestamp: int) -> list[memoryview]:
         """Frames of ``len(slots)`` packets: packet i carries payload bytes ``[i * seg,
         (i + 1) * seg)`` (the last one the rest), PSN ``psn0 + i``, address ``va0 + i *
-        seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits."""
+        seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits. Read-only
+        views, one per frame, into a buffer of this run's own."""
         n = len(slots)
         cap = n * (_C.MRC_TMPL_HDR_MAX + _IMM_EXT_LEN + _TSETH_EXT_LEN + ICRC_LEN) + len(payload)
-        if len(self._scratch) < cap:
-            self._scratch = bytearray(cap)
+        buf = _RAW_ALLOC("uint8_t[]", cap)
         lens = _ffi.new("uint32_t[]", n)
         pl = payload if type(payload) is bytes else _ffi.from_buffer(payload)
-        if not _C.mrc_patch_run(_ffi.from_buffer(self._scratch), cap, n, self._paths, slots,
-                                evs, ops, flags, exts, psn0, va0, pl, len(payload), seg, msn,
-                                imm, timestamp, lens):
+        if not _C.mrc_patch_run(buf, cap, n, self._paths, slots, evs, ops, flags, exts, psn0,
+                                va0, pl, len(payload), seg, msn, imm, timestamp, lens):
             raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
                              "not fit an IPv6 length field")
-        view = memoryview(self._scratch)
+        view = memoryview(_ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
         out = []
         o = 0
         for k in _ffi.unpack(lens, n):
-            out.append(bytes(view[o : o + k]))
+            out.append(view[o : o + k])
             o += k
         return out
 

@@ -541,7 +541,10 @@ class QueuePair:
                 [s for _, s in at], evs, ops, flags, exts, first.seq & PSN_MASK, va,
                 wr.view[start:end], self.cfg.mtu_payload, wr.msn & _MSN_MASK,
                 wr.imm if wr.imm is not None else 0, ts)
-            out.extend(zip([port for port, _ in at], frames, strict=True))
+            # (read-only views, not bytes: every taker of frames_to_send's frames, the
+            # ports' batch send and the simulator, takes any buffer)
+            out.extend(zip([port for port, _ in at], frames,  # type: ignore[arg-type]
+                           strict=True))
         run.clear()
         evs.clear()
         at.clear()
