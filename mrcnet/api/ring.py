@@ -1,5 +1,6 @@
 """The receive-ring protocol under :mod:`mrcnet.api.socket` (blocking) and
-:mod:`mrcnet.api.stream` (asyncio), and the exceptions of both.
+:mod:`mrcnet.api.stream` (asyncio), the exceptions of both, and what both front ends
+share (:class:`SocketBase`, :class:`ConnectAttempts`, :meth:`Acceptor.open`).
 
 One connection is one connected QP pair. Each side registers a *receive ring* (a memory
 region of ``ring_size`` bytes plus a small control area behind it) and exposes it when
