@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """3 -> 1 incast through the socket API on a shaped mrc-fabric, trimming on vs off.
 
-    .venv/bin/python tools/bench_incast.py [--mib 8] [--modes on,off,on:defaults]
-        [--core KEY=VALUE ...] [--json]
+    .venv/bin/python tools/bench_incast.py [--mib 8] [--modes on,off]
+        [--core KEY=VALUE ...] [--spec KEY=VALUE,...] [--prefix hc] [--json]
 
-Fabric (one per mode, named ``ic<hex>`` in a private state directory)::
+Fabric (one per mode, named ``<prefix><hex>`` in a private state directory; prefix
+``$MRC_E2E_PREFIX`` or ``ic``)::
 
     leafspine:planes=2,spines=2,leaves=2,hosts=3,rate=200mbit,host_rate=100mbit,
               mtu=9000,queue=8pkt[,trim=off]
@@ -23,10 +24,12 @@ senders' mrcd counters (``lost_trim``: trimmed packets NACKed and queued for res
 ``lost_loss``: SACK/RACK-detected losses, ``lost_timeout``: packets resent because their
 retransmission timer fired, ``rto_rounds``, ``tx_retransmit``), the receiver's
 ``tx_nack``, and the victim's goodput during the incast over its baseline and over its
-link capacity, and the mrcds' CPU. Every byte is checked (sha256 per connection).
-mrcd runs with ``[core] timeout_floor = 0.5`` unless ``--core`` says otherwise; the
-third default run (``on:defaults``) uses mrcd's own defaults (20 ms floor) to show the
-premature timeouts docs/INCAST.md explains.
+link capacity, and the mrcds' CPU, the kernel's drops at each mrcd's packet sockets,
+and the incast ports' real (qdisc) and virtual (BPF) backlog, sampled every 5 ms. Every
+byte is checked (sha256 per connection). mrcd runs with its own defaults (timeout floor
+20 ms) unless ``--core`` says otherwise (``--core timeout_floor=0.5`` is what the test
+needed before the fabric's queues were fixed, docs/INCAST.md); a mode ``on:defaults``
+uses mrcd's defaults even then.
 
 Importable: :func:`run_incast` and :func:`fabric_mrcds` are used by tests/e2e.
 Everything started is stopped by PID; the fabric is removed even on error.
@@ -662,15 +665,15 @@ def table(results: list[IncastResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--mib", type=int, default=8, help="MiB per incast sender (8)")
-    ap.add_argument("--modes", default="on,off,on:defaults",
+    ap.add_argument("--modes", default="on,off",
                     help="runs in order: on|off[:defaults] (trimming; ':defaults' = mrcd's "
-                    "own [core] defaults instead of --core); default on,off,on:defaults")
+                    "own [core] defaults instead of --core); default on,off")
     ap.add_argument("--rate", default="200mbit", help="leaf-spine link rate")
     ap.add_argument("--host-rate", default="100mbit", help="host-leaf link rate")
     ap.add_argument("--queue", default="8pkt", help="trim threshold / drop-tail queue")
     ap.add_argument("--core", action="append", default=None, metavar="KEY=VALUE",
-                    help="mrcd [core] override (repeatable; default timeout_floor=0.5, "
-                    "see docs/INCAST.md)")
+                    help="mrcd [core] override (repeatable; default: none, mrcd's own "
+                    "defaults)")
     ap.add_argument("--spec", default="", metavar="KEY=VALUE,...",
                     help="more fabric spec items, e.g. vq_drain=1,txqueuelen=1000 "
                     "(docs/FABRIC.md)")
@@ -678,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="fabric name prefix (default $MRC_E2E_PREFIX or ic)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args(argv)
-    pairs = ["timeout_floor=0.5"] if a.core is None else a.core
+    pairs = a.core or []
     core = {k: float(v) for k, _, v in (c.partition("=") for c in pairs)} or None
     if os.geteuid() != 0:
         print("bench_incast: needs root (network namespaces, raw sockets)", file=sys.stderr)
