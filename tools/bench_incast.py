@@ -400,6 +400,7 @@ class IncastResult:
     queue_virtual_max: dict[str, int] = field(default_factory=dict)
     queue_real_mean: dict[str, float] = field(default_factory=dict)
     drop_thresh: int = 0  #: the switches' virtual-queue drop threshold, bytes
+    trim_thresh: int = 0  #: the switches' virtual-queue trim threshold, bytes
     #: frames the incast ports' qdiscs dropped (the real queue full: txqueuelen)
     queue_drops: dict[str, int] = field(default_factory=dict)
 
@@ -608,6 +609,7 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
             queue_real_mean={k: v / max(sampler.samples, 1)
                              for k, v in sampler.real_sum.items()},
             drop_thresh=int(lab.fab.description.options.get("drop_thresh", 0)),
+            trim_thresh=int(lab.fab.description.options.get("trim_thresh", 0)),
             queue_drops=sampler.drops,
         )
 

@@ -180,8 +180,8 @@ def txqueuelen(desc: FabricDescription) -> int | None:
     bands count frames, not bytes, so a band small enough to bound the data (a few
     frames above the drop threshold) is as small for trimmed headers, and the queue
     drops the headers of a host's unshaped burst trimmed whole (measured in
-    docs/INCAST.md); the drain margin (``vq_drain``) keeps the real queue within the
-    virtual one instead.
+    docs/INCAST.md); the shaper's size table (:func:`_tbf_lines`) keeps the real queue
+    within the virtual one instead.
     """
     given = int(desc.options.get("txqueuelen", 0))
     return given if given > 0 else None
@@ -192,6 +192,27 @@ def shaped(desc: FabricDescription, node: str) -> bool:
     return not is_host(desc, node) or bool(desc.options.get("host_shaping"))
 
 
+def _tbf_lines(desc: FabricDescription, dev: str, rate_bps: int) -> list[str]:
+    """The shaper of a port: tbf at the rate over a pfifo_fast."""
+    burst = _burst(desc, rate_bps)
+    limit = max(4 * int(desc.options.get("drop_thresh", 0)), 64 * (desc.mtu + 14))
+    return [
+        # stab: the qdiscs charge a frame the length it has when it reaches them. Without
+        # it they charge what __dev_queue_xmit measured before the tc egress hook, i.e.
+        # a trimmed header costs the shaper as much link time as the full frame it was
+        # (measured: 150 x 1500-byte frames, 142 trimmed, took 225 KB of tbf time for
+        # 48.5 KB on the wire), and the real queue outgrows the virtual one whenever
+        # the program trims.
+        f"qdisc replace dev {dev} root handle 1: stab overhead 0 linklayer ethernet "
+        f"tbf rate {rate_bps}bit burst {burst} limit {limit}",
+        # Strict priority under the shaper: band 0 (skb->priority 6, set by the BPF
+        # program for trimmed headers and control DSCP) overtakes data in band 1.
+        # pfifo_fast, not prio: this kernel has no sch_prio; pfifo_fast's fixed
+        # priomap sends priority 6 to band 0 and priority 0 to band 1.
+        f"qdisc replace dev {dev} parent 1:1 handle 10: pfifo_fast",
+    ]
+
+
 def tc_lines(desc: FabricDescription, node: str, obj: str) -> tuple[list[str], list[str]]:
     """(tc batch lines, [ifname/direction per 'filter show' line]) for a node."""
     lines: list[str] = []
@@ -200,17 +221,7 @@ def tc_lines(desc: FabricDescription, node: str, obj: str) -> tuple[list[str], l
     for ln, end, _ in node_ends(desc, node):
         dev = end.ifname
         if ln.rate_bps and shaped(desc, node):
-            burst = _burst(desc, ln.rate_bps)
-            limit = max(4 * int(desc.options.get("drop_thresh", 0)), 64 * (desc.mtu + 14))
-            lines.append(
-                f"qdisc replace dev {dev} root handle 1: tbf rate {ln.rate_bps}bit "
-                f"burst {burst} limit {limit}"
-            )
-            # Strict priority under the shaper: band 0 (skb->priority 6, set by the BPF
-            # program for trimmed headers and control DSCP) overtakes data in band 1.
-            # pfifo_fast, not prio: this kernel has no sch_prio; pfifo_fast's fixed
-            # priomap sends priority 6 to band 0 and priority 0 to band 1.
-            lines.append(f"qdisc replace dev {dev} parent 1:1 handle 10: pfifo_fast")
+            lines += _tbf_lines(desc, dev, ln.rate_bps)
         lines.append(f"qdisc replace dev {dev} clsact")
         lines.append(f"filter replace dev {dev} egress pref 1 handle 1 bpf da obj {obj} "
                      f"sec {EGRESS_SECTION}")
@@ -238,9 +249,9 @@ def default_config(desc: FabricDescription, node: str, ifname: str) -> LinkConfi
     flags = F_TRIM if o["trim_thresh"] else 0
     if o["ecn_thresh"] and (not last_hop or o.get("ecn_last_hop")):
         flags |= F_ECN
-    # Drain the virtual queue a little slower than the link: the tbf falls behind its
-    # nominal rate when the CPUs are busy, and the trimming decision must not believe a
-    # backlog gone that the real queue still holds (docs/INCAST.md).
+    # vq_drain < 1 drains the virtual queue slower than the link: a margin for a tbf
+    # that falls behind its nominal rate when the CPUs are busy, so the trimming decision
+    # does not believe a backlog gone that the real queue still holds (docs/FABRIC.md).
     drain = float(o.get("vq_drain", 1.0))
     return LinkConfig(
         rate_Bps=int(link.rate_bps * drain) // 8,

@@ -57,10 +57,11 @@ MAX_HOSTS = 0x1000
 MIN_TRIM_USID = (ETH_HEADER_LEN + 2 * IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN
                  + METH_LEN + IMMDT_LEN + TSETH_LEN)
 #: The virtual queue drains at this fraction of the link rate unless the spec says
-#: ``vq_drain``: under CPU load the tbf shaper sends below its nominal rate, and a virtual
-#: queue drained at the full rate believes gone what the real queue still holds
-#: (docs/INCAST.md).
-DEFAULT_VQ_DRAIN = 0.9
+#: ``vq_drain``. Below 1 it leaves a margin for a shaper that falls behind its nominal
+#: rate on a busy machine, at the price of trimming earlier and carrying less; with the
+#: shaper charging trimmed frames their real length (plan.py, stab) the real queue stayed
+#: within the virtual one at 1 (docs/INCAST.md), so no margin by default.
+DEFAULT_VQ_DRAIN = 1.0
 
 MIN_TRIM = {"usid": MIN_TRIM_USID, "srh": MIN_TRIM_USID + SRH_FIXED_LEN + 4 * 16}
 

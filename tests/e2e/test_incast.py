@@ -7,19 +7,21 @@ one ``create_server`` listener on h0 through ``create_connection``; the leaf -> 
 and spine -> leaf 0 links with h3/h4 but not the incast port. See docs/INCAST.md.
 
 The fabric keeps its real queues within the queue its trimming program believes in
-(docs/FABRIC.md, "Real and virtual queues": the virtual queue drains at 0.9 of the link
-rate and counts every frame atomically). Before, the real tbf queue of a leaf -> h0 port
-held up to 30x the virtual one when the CPUs were busy, senders' timers fired on packets
-that were only waiting there, and this test ran mrcd with a 0.5 s timeout floor and
-asserted only ``lost_trim > 4 x lost_timeout``.
+(docs/FABRIC.md, "Real and virtual queues"): the shapers charge a trimmed frame its
+trimmed length (a size table on the root qdisc; before, each trimmed header cost the
+shaper a full frame of link time) and the virtual queue counts every frame atomically.
+Before, the real tbf queue of a leaf -> h0 port held up to 30x the virtual one, senders'
+timers fired on packets that were only waiting there, and this test ran mrcd with a
+0.5 s timeout floor and asserted only ``lost_trim > 4 x lost_timeout``.
 
 mrcd runs with ``[core] timeout_floor = 0.1`` (its default is 20 ms). Measured
-(docs/INCAST.md, 22 Nov): at 0.1 s no packet was resent by timer in 20 of 20 trim-on
-runs; at 20 ms none in 23 of 26, and 5-19 in the other three, every one of them
-``timeout_unblamed`` with no frame lost anywhere (no fabric or socket drop, the real
-queue at most 125 KB = 10 ms) and most arriving twice: mrcds that this 2-CPU machine,
-shared with other benchmarks, did not run for tens of ms (those runs took 1.4-1.8x the
-ideal time against a median of 1.2x).
+(docs/INCAST.md, 22 Nov): at 0.1 s no packet was resent by timer in any trim-on run
+(10 of 10 runs now, 20 of 20 with the earlier drain margin); at 20 ms none in 19 of 19
+runs now, but with the earlier fabric, under other engineers' benchmarks, 5-19 in 3 of
+26 runs, every one ``timeout_unblamed`` with no frame lost anywhere (no fabric, qdisc or
+socket drop; the real queue at most 10 ms) and most arriving twice: mrcds this 2-CPU
+machine did not run for tens of ms (those runs took 1.4-1.8x the ideal time against a
+median of 1.2x). 0.1 s keeps the test about the fabric, not the machine's load.
 
 Fabrics are named ``$MRC_E2E_PREFIX<hex>`` (default ``ic``).
 """
@@ -66,12 +68,13 @@ def test_incast_with_trimming_recovers_by_nacks_not_timeouts(
     # for its timer to fire.
     assert r.senders["lost_timeout"] == 0, r.senders_all
     assert r.senders["rto_rounds"] == 0, r.senders_all
-    # The real queue of the incast ports (sampled every 5 ms) never held more than the
-    # switch program would let its virtual queue hold before dropping (288 KB; measured
-    # at most 125 KB, against 0.34-1.08 MB before the fabric's drain margin).
+    # The real queue of the incast ports (sampled every 5 ms) stays with the virtual one
+    # that decides the trims: measured 50-67 KB at most against its 72 KB trim threshold
+    # (0.34-1.08 MB on the morning of 22 Nov, 58-200 KB before the shaper's size table).
+    # Bound: twice the trim threshold, half the drop threshold.
     assert r.queue_real_max, "no queue samples"
-    assert max(r.queue_real_max.values()) <= r.drop_thresh, (r.queue_real_max,
-                                                             r.queue_virtual_max)
+    assert max(r.queue_real_max.values()) <= 2 * r.trim_thresh, (r.queue_real_max,
+                                                                 r.queue_virtual_max)
     # generous: 8 Mbit/s of goodput per sender would already pass
     assert r.over_ideal < 8, r.completion_s
 

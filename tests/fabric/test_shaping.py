@@ -224,14 +224,15 @@ def test_spec_options_for_the_real_queue() -> None:
             parse_spec(f"{base},{bad}")
 
 
-def test_virtual_queue_drains_slower_than_the_link(slow_fabric: Fabric) -> None:
+def test_virtual_queue_drains_at_vq_drain(make_fabric: Callable[..., Fabric]) -> None:
     """The program drains its virtual queue at vq_drain x the link rate (docs/FABRIC.md,
-    "Real and virtual queues")."""
-    fab = slow_fabric
+    "Real and virtual queues"), on every switch port."""
+    fab = make_fabric("leafspine:planes=1,spines=1,leaves=2,hosts=1,rate=20mbit,mtu=1500,"
+                      "vq_drain=85%")
     d = fab.description
     leaf = d.planes[0].leaves[0]
-    cfg = fab.maps(leaf.name, "s0").read_config()
-    assert cfg.rate_Bps == int(d.links[-1].rate_bps * float(d.options["vq_drain"])) // 8
+    assert fab.maps(leaf.name, "s0").read_config().rate_Bps == int(20e6 * 0.85) // 8
+    assert fab.maps(leaf.name, "h0").read_config().rate_Bps == int(20e6 * 0.85) // 8
 
 
 def test_txqueuelen_bounds_the_real_queue(make_fabric: Callable[..., Fabric]) -> None:
@@ -256,3 +257,29 @@ def test_txqueuelen_bounds_the_real_queue(make_fabric: Callable[..., Fabric]) ->
     # qlen queued, plus what the shaper sent while the burst was being written (the
     # sender is a Python loop: a few ms, ~2 frames per ms at 20 Mbit/s)
     assert qlen <= full <= qlen + 40, (full, qlen)
+
+
+def test_shaper_charges_trimmed_frames_their_trimmed_length(slow_fabric: Fabric) -> None:
+    """The root qdisc has a size table (stab), so it charges a frame the length it has
+    after the egress program: without it the kernel's length of the untrimmed frame
+    (taken before the tc egress hook) stays, and every trimmed header costs the shaper
+    a full frame of link time (docs/FABRIC.md, "Real and virtual queues")."""
+    fab = slow_fabric
+    d = fab.description
+    time.sleep(0.2)
+    src, dst = d.hosts[0].name, d.hosts[-1].name
+    leaf = d.planes[0].leaves[d.hosts[0].leaf_index]
+
+    def tbf_bytes() -> int:
+        out = subprocess.run(["tc", "-n", leaf.netns, "-s", "-j", "qdisc", "show", "dev", "s0"],
+                             capture_output=True, text=True, check=True).stdout
+        [root] = [q for q in json.loads(out) if q.get("root")]
+        return int(root["bytes"])
+
+    frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME)
+    b0, q0 = fab.counters()[f"{leaf.name}->p0s0"], tbf_bytes()
+    _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * 100))
+    b1, q1 = fab.counters()[f"{leaf.name}->p0s0"], tbf_bytes()
+    assert b1["trims"] - b0["trims"] >= 50
+    # what the program handed over (after trimming) is what the shaper charged
+    assert q1 - q0 == b1["bytes"] - b0["bytes"], (q1 - q0, b1["bytes"] - b0["bytes"])

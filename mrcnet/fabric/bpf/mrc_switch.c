@@ -11,9 +11,10 @@
  * draining at the link rate. The queue is *virtual* (the time at which it will
  * be empty, pushed back by each frame) because the real queue sits behind us in
  * the tbf/pfifo_fast qdisc and tc egress runs before enqueue. It drains at the
- * configured rate_Bps, which the fabric sets a little below the link rate
- * (vq_drain): a shaper on a busy machine falls behind its nominal rate, and the
- * virtual queue must not believe drained what the real one still holds.
+ * configured rate_Bps: the link rate, or below it with the fabric's vq_drain
+ * option (a margin for a shaper that falls behind on a busy machine). The
+ * shaper charges a frame its length after this program (a size table on the
+ * root qdisc), so a trimmed header costs it what it costs us.
  * Past the trim threshold an SRv6 frame is cut to trim_size, re-marked to the
  * trimmed DSCP and sent on the high priority band; past the ECN threshold ECT
  * frames get CE. Only the outer IPv6 payload length is fixed (Linux next hops
