@@ -16,7 +16,7 @@ timers fired on packets that were only waiting there, and this test ran mrcd wit
 
 mrcd runs with ``[core] timeout_floor = 0.1`` (its default is 20 ms). Measured
 (docs/INCAST.md, 22 Nov): at 0.1 s no packet was resent by timer in any trim-on run
-(10 of 10 runs now, 20 of 20 with the earlier drain margin); at 20 ms none in 19 of 19
+(10 of 10 runs now, 20 of 20 with the earlier drain margin); at 20 ms none in 33 of 33
 runs now, but with the earlier fabric, under other engineers' benchmarks, 5-19 in 3 of
 26 runs, every one ``timeout_unblamed`` with no frame lost anywhere (no fabric, qdisc or
 socket drop; the real queue at most 10 ms) and most arriving twice: mrcds this 2-CPU
