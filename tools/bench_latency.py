@@ -221,12 +221,13 @@ def _run_client(lab: Lab, args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
-                spec: str = SPEC) -> list[Row]:
-    """Every method and size on one fabric; rows in METHODS order."""
+                spec: str = SPEC, core: dict[str, float] | None = None) -> list[Row]:
+    """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
+    ``[core]`` overrides."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
-    with fabric_mrcds(spec, workdir, ("h0", "h1")) as lab:
+    with fabric_mrcds(spec, workdir, ("h0", "h1"), core=core) as lab:
         h1_addr = str(lab.fab.description.host("h1").port(0).address)
         timeout = 30 + (iters + warmup) * len(sizes) * 0.05
         results: dict[str, dict[str, Any]] = {}
@@ -285,15 +286,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=500, help="timed round trips per size")
     ap.add_argument("--warmup", type=int, default=50, help="untimed round trips per size")
     ap.add_argument("--spec", default=SPEC)
+    ap.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
+                    help="mrcd [core] override (repeatable), e.g. ack_delay=0.0001")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    try:
+        core = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.core)}
+    except ValueError:
+        ap.error("--core takes KEY=NUMBER")
     if os.geteuid() != 0:
         print("bench_latency: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
     size_list = [int(x) for x in a.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
         t0 = time.monotonic()
-        rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec)
+        rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None)
         took = time.monotonic() - t0
     if a.json:
         print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows]},
