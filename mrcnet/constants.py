@@ -167,3 +167,20 @@ DEFAULT_EVS_PER_QP: Final = 128
 MPR_UNIT: Final = 128  # mrc.h: the max PSN range (MPR) is given in units of 128 PSNs
 RETRY_LINEAR_MAX: Final = 7  # mrc.h: limit of the linear (fixed-interval) retry phase
 RETRY_EXP_INFINITE: Final = 25  # mrc.h: an exponential retry count of 25 means "forever"
+
+
+# --- Fabric plan (mrc-fabric and mrc-sim build the same leaf-spine fabrics) -------------
+# uSID plan, readable in hex: spine 0x1PSS, leaf 0x2PLL, host 0x4HHH (P plane, S/L index).
+SPINE_USID_BASE: Final = 0x1000
+LEAF_USID_BASE: Final = 0x2000
+HOST_USID_BASE: Final = 0x4000
+MAX_PLANES: Final = 16
+MAX_PER_PLANE: Final = 256  # spines or leaves per plane (one uSID byte)
+MAX_HOSTS: Final = 0x1000
+# A trimmed frame must keep every header of the largest data frame (Ethernet, outer and
+# inner IPv6, UDP, BTH, RETH, METH, ImmDt, TSETH), plus a 4-segment SRH in srh mode: a
+# switch that trimmed less would cut into what the receiver needs to NACK it.
+MIN_TRIM_USID: Final = (ETH_HEADER_LEN + 2 * IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN
+                        + RETH_LEN + METH_LEN + IMMDT_LEN + TSETH_LEN)
+MIN_TRIM_SRH: Final = MIN_TRIM_USID + SRH_FIXED_LEN + 4 * 16
+MIN_TRIM: Final = {"usid": MIN_TRIM_USID, "srh": MIN_TRIM_SRH}

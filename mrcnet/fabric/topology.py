@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from mrcnet.constants import (
-    BTH_LEN,
-    ETH_HEADER_LEN,
-    IMMDT_LEN,
-    IPV6_HEADER_LEN,
-    METH_LEN,
-    RETH_LEN,
-    SRH_FIXED_LEN,
-    TSETH_LEN,
-    UDP_HEADER_LEN,
+    HOST_USID_BASE,
+    LEAF_USID_BASE,
+    MAX_HOSTS,
+    MAX_PER_PLANE,
+    MAX_PLANES,
+    MIN_TRIM,
+    SPINE_USID_BASE,
     USID_BITS,
     USID_BLOCK_BITS,
 )
@@ -44,26 +42,12 @@ from mrcnet.fabric.errors import SpecError
 #: Fabric names: short, so that "<name>-p15s255" style netns names stay readable.
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 
-# uSID plan (readable in hex): spine 0x1PSS, leaf 0x2PLL, host 0x4HHH.
-SPINE_USID_BASE = 0x1000
-LEAF_USID_BASE = 0x2000
-HOST_USID_BASE = 0x4000
-MAX_PLANES = 16
-MAX_PER_PLANE = 256
-MAX_HOSTS = 0x1000
-
-# A trimmed frame must keep every header of the largest data frame (Ethernet, outer and
-# inner IPv6, UDP, BTH, RETH, METH, ImmDt, TSETH), plus a 4-segment SRH in srh mode.
-MIN_TRIM_USID = (ETH_HEADER_LEN + 2 * IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN
-                 + METH_LEN + IMMDT_LEN + TSETH_LEN)
 #: The virtual queue drains at this fraction of the link rate unless the spec says
 #: ``vq_drain``. Below 1 it leaves a margin for a shaper that falls behind its nominal
 #: rate on a busy machine, at the price of trimming earlier and carrying less; with the
 #: shaper charging trimmed frames their real length (plan.py, stab) the real queue stayed
 #: within the virtual one at 1 (docs/INCAST.md), so no margin by default.
 DEFAULT_VQ_DRAIN = 1.0
-
-MIN_TRIM = {"usid": MIN_TRIM_USID, "srh": MIN_TRIM_USID + SRH_FIXED_LEN + 4 * 16}
 
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
 

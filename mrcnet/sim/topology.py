@@ -18,7 +18,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from mrcnet.constants import USID_BITS
+from mrcnet.constants import (
+    HOST_USID_BASE,
+    LEAF_USID_BASE,
+    MAX_HOSTS,
+    MAX_PER_PLANE,
+    MAX_PLANES,
+    MIN_TRIM,
+    SPINE_USID_BASE,
+    USID_BITS,
+)
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SpecError
 from mrcnet.sim.net import EgressPort, HostNode, Switch
@@ -32,18 +41,8 @@ from mrcnet.sim.units import (
 )
 from mrcnet.wire import Route, usid_container
 
-SPINE_USID_BASE = 0x1000
-LEAF_USID_BASE = 0x2000
-HOST_USID_BASE = 0x4000
 USID_BLOCK = bytes.fromhex("fc000001")  # fc00:1::/32
 HOST_PREFIX = "fd00:1"  # + ":<plane>::<host uSID>"
-_MAX_PER_PLANE = 256
-_MAX_PLANES = 16
-_MAX_HOSTS = 0x1000
-# A trimmed frame must keep every header of the largest data frame: Ethernet 14, outer
-# IPv6 40, inner IPv6 40, UDP 8, BTH 12, RETH 16, METH 4, ImmDt 4, TSETH 4 (= 142), plus
-# the SRH (8 + 16 per segment, 4 segments) in srh mode.
-_MIN_TRIM = {"usid": 144, "srh": 144 + 8 + 4 * 16}
 
 SPEC_HELP = """\
 leafspine:KEY=VALUE,... (every key optional):
@@ -90,11 +89,11 @@ class LeafSpineSpec:
 
     def __post_init__(self) -> None:
         checks = [
-            (1 <= self.planes <= _MAX_PLANES, f"planes must be 1..{_MAX_PLANES}"),
-            (1 <= self.spines <= _MAX_PER_PLANE, f"spines must be 1..{_MAX_PER_PLANE}"),
-            (1 <= self.leaves <= _MAX_PER_PLANE, f"leaves must be 1..{_MAX_PER_PLANE}"),
+            (1 <= self.planes <= MAX_PLANES, f"planes must be 1..{MAX_PLANES}"),
+            (1 <= self.spines <= MAX_PER_PLANE, f"spines must be 1..{MAX_PER_PLANE}"),
+            (1 <= self.leaves <= MAX_PER_PLANE, f"leaves must be 1..{MAX_PER_PLANE}"),
             (self.hosts >= 1, "hosts (per leaf) must be >= 1"),
-            (self.n_hosts <= _MAX_HOSTS, f"at most {_MAX_HOSTS} hosts in total"),
+            (self.n_hosts <= MAX_HOSTS, f"at most {MAX_HOSTS} hosts in total"),
             (self.rate_bps > 0 and self.host_rate_bps >= 0, "rates must be positive"),
             (self.delay >= 0, "delay must be >= 0"),
             (self.skew >= 0, "skew must be >= 0"),
@@ -107,7 +106,7 @@ class LeafSpineSpec:
         for ok, msg in checks:
             if not ok:
                 raise SpecError(f"topology: {msg}")
-        low = _MIN_TRIM[self.srv6]
+        low = MIN_TRIM[self.srv6]
         if not low <= self.trim_size <= self.mtu:
             raise SpecError(f"topology: trim_size must be {low}..mtu in {self.srv6} mode "
                             "(a trimmed frame keeps all its headers)")

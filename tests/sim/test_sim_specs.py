@@ -35,8 +35,8 @@ def test_topology_spec_keys_and_units() -> None:
     ("leafspine:queue=100", "at least one MTU"),
     ("leafspine:delay=1 lightyear", "bad time"),
     ("leafspine:planes", "expected key=value"),
-    ("leafspine:srv6=srh,trim_size=200", "trim_size must be 216..mtu in srh mode"),
-    ("leafspine:trim_size=100", "trim_size must be 144..mtu in usid mode"),
+    ("leafspine:srv6=srh,trim_size=200", "trim_size must be 214..mtu in srh mode"),
+    ("leafspine:trim_size=100", "trim_size must be 142..mtu in usid mode"),
 ])
 def test_bad_topology_specs(spec: str, needle: str) -> None:
     with pytest.raises(SpecError, match=needle):
