@@ -81,7 +81,8 @@ def _show_ports(r: dict[str, Any]) -> str:
     ports = _table(r["ports"], [("port", "PORT"), ("ifname", "IFNAME"),
                                 ("tx_frames", "TX_FRAMES"), ("rx_frames", "RX_FRAMES"),
                                 ("tx_backlogged", "TX_BACKLOG"), ("tx_dropped", "TX_DROP"),
-                                ("rx_link_down", "LINK_DOWN")])
+                                ("rx_link_down", "LINK_DOWN"),
+                                ("rx_kernel_dropped", "RX_KDROP")])
     host = _table([{"counter": k, "value": v} for k, v in sorted(r["host"].items())],
                   [("counter", "HOST COUNTER"), ("value", "VALUE")])
     return f"{ports}\n\n{host}\nmrcd internal errors: {r['mrcd_internal_errors']}"

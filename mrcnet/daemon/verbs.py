@@ -370,7 +370,7 @@ class Verbs:
     def _op_stats(self, s: Session, msg: Message) -> Message:
         assert self.host is not None
         out: Message = {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
-                        "ports": {p.ifname: vars(p.stats) for p in self.ports}}
+                        "ports": {p.ifname: p.snapshot() for p in self.ports}}
         if "qpn" in msg:
             qpn = self._qpn(s, msg)
             out["qp"] = {k: v for k, v in self.host.qp_stats(qpn).items()
@@ -411,7 +411,7 @@ class Verbs:
     def _op_admin_ports(self, s: Session, msg: Message) -> Message:
         assert self.host is not None
         return {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
-                "ports": [{"port": i, "ifname": p.ifname, **vars(p.stats)}
+                "ports": [{"port": i, "ifname": p.ifname, **p.snapshot()}
                           for i, p in enumerate(self.ports)]}
 
     def _op_admin_profiles(self, s: Session, msg: Message) -> Message:
@@ -456,7 +456,7 @@ class Verbs:
         host = self.host
         rows: dict[int, dict[str, Any]] = {}
         for idx, port in sorted(host.ports.items()):
-            st = vars(self.ports[idx].stats)  # mrcd's port i is the core's port i
+            st = self.ports[idx].snapshot()  # mrcd's port i is the core's port i
             rows[port.plane] = {
                 "plane": port.plane, "ifname": self.ports[idx].ifname,
                 "link": "up" if host.port_up[idx] else "down",

@@ -45,6 +45,7 @@ SOL_PACKET: Final = 263
 ETH_P_ALL: Final = 0x0003
 PACKET_QDISC_BYPASS: Final = 20
 PACKET_IGNORE_OUTGOING: Final = 23
+PACKET_STATISTICS: Final = 6  # struct tpacket_stats {u32 tp_packets; u32 tp_drops;}
 # <asm-generic/socket.h>: the *FORCE variants exceed net.core.[rw]mem_max (CAP_NET_ADMIN).
 SO_SNDBUFFORCE: Final = 32
 SO_RCVBUFFORCE: Final = 33
@@ -103,6 +104,10 @@ class PortStats:
     rx_batches: int = 0  #: receive calls that returned at least one frame
     tx_batches: int = 0  #: send calls
     rx_link_down: int = 0  #: receive calls that found the link down (ENETDOWN)
+    #: frames the kernel dropped because the socket's receive buffer was full (the
+    #: reader fell behind), from PACKET_STATISTICS; brought up to date by
+    #: :meth:`PacketPort.snapshot`
+    rx_kernel_dropped: int = 0
 
 
 class PacketPort:
@@ -186,6 +191,15 @@ class PacketPort:
 
     def __repr__(self) -> str:
         return f"PacketPort({self.ifname!r}, ifindex={self.ifindex})"
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters as a dict, with the kernel's receive drops brought up to date
+        (reading PACKET_STATISTICS resets the kernel's count, so it is added up here)."""
+        if not self.closed:
+            with contextlib.suppress(OSError):
+                raw = self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+                self.stats.rx_kernel_dropped += struct.unpack("=II", raw)[1]
+        return dict(vars(self.stats))
 
     @property
     def buffer_sizes(self) -> tuple[int, int]:

@@ -125,6 +125,26 @@ def test_frames_cross_the_veth_and_parse(veth: VethPair) -> None:
 
 
 @needs_root
+def test_a_reader_that_falls_behind_sees_the_kernels_drops(veth: VethPair) -> None:
+    # A small receive buffer that nobody reads: the kernel drops what does not fit, and
+    # snapshot() reports it (PACKET_STATISTICS resets on read: the port adds it up).
+    with in_netns(veth.ns_a):
+        pa = PacketPort(veth.if_a)
+    with in_netns(veth.ns_b):
+        pb = PacketPort(veth.if_b, buffer_bytes=64 << 10)
+    with pa, pb:
+        frame = _frame(veth, "udp", 1, payload=bytes(1000))
+        for _ in range(20):
+            pa.send([frame] * 50)
+        time.sleep(0.05)
+        first = pb.snapshot()["rx_kernel_dropped"]
+        assert first > 0
+        assert pb.snapshot()["rx_kernel_dropped"] == first  # added up, not lost or doubled
+        got = _drain(pb, 1)
+        assert 0 < len(got) <= 1000 - first
+
+
+@needs_root
 def test_non_mrc_traffic_is_filtered(veth: VethPair) -> None:
     with in_netns(veth.ns_b):
         pb = PacketPort(veth.if_b)
