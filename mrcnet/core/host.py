@@ -567,24 +567,76 @@ class Host:
 
     def receive(self, frame: bytes | bytearray | memoryview, port: int, now: float) -> None:
         """One frame from the network on local ``port``. Never raises."""
+        self.receive_batch((frame,), port, now)
+
+    def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
+                      now: float) -> None:
+        """Frames from the network on local ``port``, all at ``now``: the same as
+        :meth:`receive` of each in turn, with less Python per frame (the data and SACKs
+        of a ready QP go to it without :meth:`_dispatch`: mrcd hands over each batch its
+        socket gives). Never raises."""
+        n = len(frames)
+        if not n:
+            return
         self._last_now = now
-        self.rx_frames += 1
-        try:
-            if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
-                frame = frame.cast("B")  # offsets below are byte offsets
-            f = self._parser.parse(frame, self.config.verify_checksums)
-        except MalformedFrame as e:
-            self.count(f"rx_malformed_{e.reason.value}")
-            return
-        except Exception as e:  # a parser bug must not take the host down
-            self.last_internal_error = e
-            self.count("rx_internal_error")
-            return
-        try:
-            self._dispatch(f, frame, port, now)
-        except Exception as e:  # never crash on network input; count it loudly
-            self.last_internal_error = e
-            self.count("rx_internal_error")
+        self.rx_frames += n
+        parse, verify = self._parser.parse, self.config.verify_checksums
+        p = self.ports.get(port)
+        up = p is not None and self.port_up[port]
+        plane, qps, ctrl = p.plane if p is not None else -1, self._qps, self._ctrl
+        rts, rtr = QPState.RTS, QPState.RTR
+        dirty, sendq = self._dirty, self._sendq
+        last = -1  # the QP of the previous data or SACK frame
+        marked = False  # ``last`` is in _dirty and _sendq (nothing clears them in here)
+        qp: QueuePair | None = None
+        for frame in frames:
+            try:
+                if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
+                    frame = frame.cast("B")  # offsets below are byte offsets
+                f = parse(frame, verify)
+            except MalformedFrame as e:
+                self.count(f"rx_malformed_{e.reason.value}")
+                continue
+            except Exception as e:  # a parser bug must not take the host down
+                self.last_internal_error = e
+                self.count("rx_internal_error")
+                continue
+            try:
+                if not up:
+                    self.count("rx_port_down")
+                    continue
+                # _dispatch inlined for data and SACKs (the QP looked up once per run
+                # of frames for it); anything else goes through _dispatch itself.
+                dest_qp = f.dest_qp
+                if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
+                    self._dispatch(f, frame, port, now)
+                    continue
+                if dest_qp != last or qp is None:
+                    qp = qps.get(dest_qp)
+                    if qp is None:
+                        last = -1
+                        self.count("rx_unknown_qpn")
+                        continue
+                    last, marked = dest_qp, False
+                st = qp.state
+                if st is not rts and st is not rtr:
+                    self.count("rx_qp_not_ready")
+                    continue
+                o = f.src_off
+                if bytes(frame[o : o + 16]) not in qp.peer_ips:
+                    self.count("rx_wrong_peer")
+                    continue
+                if not marked:
+                    dirty.add(dest_qp)
+                    sendq.add(dest_qp)
+                    marked = True
+                if f.is_data:
+                    qp.on_data(f, frame, plane, now, ctrl)
+                else:
+                    qp.on_sack(f, now)
+            except Exception as e:  # never crash on network input; count it loudly
+                self.last_internal_error = e
+                self.count("rx_internal_error")
 
     def _dispatch(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: int,
                   now: float) -> None:

@@ -324,7 +324,7 @@ class Daemon(Verbs):
         host = self.host
         assert host is not None
         now = time.monotonic()
-        receive = host.receive
+        receive = host.receive_batch
         ports = self.ports
         order = [(i, ports[i]) for i in range(index, len(ports))] + \
             [(i, ports[i]) for i in range(index)]
@@ -334,8 +334,7 @@ class Daemon(Verbs):
                 if port.closed:
                     continue
                 frames = port.recv()
-                for f in frames:
-                    receive(f, i, now)
+                receive(frames, i, now)
                 if len(frames) >= port.max_batch:
                     full.append((i, port))
             order = full  # a short read drained the socket: epoll wakes us for more

@@ -1,0 +1,179 @@
+"""``Host.receive_batch`` is ``Host.receive`` of each frame in turn: the same transfers,
+frame for frame, with losses, duplicates, trims, reordering, several QPs, endpoint
+frames and junk (malformed, unknown QP, wrong peer, a port that is down)."""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import random
+from typing import Any
+
+import pytest
+
+from mrcnet.core import Host, HostConfig, QPState
+from mrcnet.errors import MalformedFrame
+
+from .harness import Impairments, Net, connect, ip
+
+
+def _reference_receive(host: Host, frame: bytes, port: int, now: float) -> None:
+    """What Host.receive did before receive_batch: parse, then _dispatch."""
+    host._last_now = now
+    host.rx_frames += 1
+    try:
+        f = host._parser.parse(frame, host.config.verify_checksums)
+    except MalformedFrame as e:
+        host.count(f"rx_malformed_{e.reason.value}")
+        return
+    host._dispatch(f, frame, port, now)
+
+
+class BatchNet(Net):
+    """Net whose deliveries due at one instant go to ``receive_batch`` in runs of
+    consecutive frames for one (host, port), in the order ``Net`` delivers them
+    (``batch`` False: one frame at a time, the way Host.receive did before). A run is
+    handed over when the next frame is for another (host, port), or before anything
+    else is asked of a host (Net.step asks each host for its timer after delivering)."""
+
+    def __init__(self, *args: Any, batch: bool = True, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._run: list[bytes] = []
+        self._key: tuple[Host, int] | None = None
+        self.longest = 0  # the longest run handed over
+        for host in self.hosts.values():
+            if not batch:
+                host.receive = functools.partial(  # type: ignore[method-assign]
+                    _reference_receive, host)
+                continue
+            host.receive = functools.partial(self._collect, host)  # type: ignore[method-assign]
+            for name in ("next_timer", "handle_timer", "frames_to_send"):
+                setattr(host, name, self._flushing(getattr(host, name)))
+
+    def _collect(self, host: Host, frame: bytes, port: int, now: float) -> None:
+        if self._key != (host, port):
+            self._hand_over()
+            self._key = (host, port)
+        self._run.append(frame)
+
+    def _hand_over(self) -> None:
+        if self._run:
+            assert self._key is not None
+            self._key[0].receive_batch(self._run, self._key[1], self.now)
+            self.longest = max(self.longest, len(self._run))
+        self._run, self._key = [], None
+
+    def _flushing(self, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            self._hand_over()
+            return fn(*args)
+        return call
+
+
+def _junk(net: Net, rng: random.Random) -> None:
+    """Copies of frames h0 sent lately, spoilt, pushed into the pipe to h1: they must be
+    refused and counted (or, unspoilt, are duplicates)."""
+    sent = [(p, f) for _, s, p, f in net.tx_log[-40:] if s == "h0"]
+    for port, frame in sent:
+        b = bytearray(frame)
+        kind = rng.randrange(5)
+        if kind == 0:
+            b[-1] ^= 0xFF  # bad ICRC
+        elif kind == 1:
+            b = b[:40]  # truncated
+        elif kind == 2:  # from a stranger (inner source address; checksums not redone)
+            b[14 + 40 + 8 : 14 + 40 + 24] = ip(3, port)
+        elif kind == 3:
+            b[14 + 80 + 8 + 5] ^= 0x40  # another destination QP (BTH after UDP)
+        net._n += 1
+        heapq.heappush(net._q, (net.now + 1e-6, net._n, "h1", port, bytes(b)))
+
+
+def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
+              port_down: bool = False, verify: bool = True,
+              jitter: float = 20e-6) -> dict[str, Any]:
+    net = BatchNet(n_hosts=2, planes=2, spines=4, seed=seed, batch=batch,
+                   config=HostConfig(sack_on_reorder=sack_on_reorder,
+                                     verify_checksums=verify),
+                   imp=Impairments(loss=0.02, dup=0.03, trim=0.05, jitter=jitter))
+    net.log_tx = True
+    ha, hb = net.h(0), net.h(1)
+    qpns = []
+    bufs = []
+    for k in range(3):
+        qa, _qb = connect(net, 0, 1, recvs=8)
+        qpns.append(qa)
+        rng = random.Random(seed * 10 + k)
+        src = bytearray(rng.randbytes(600_000 + 777 * k))
+        dst = bytearray(len(src))
+        ms, md = ha.register_mr(src), hb.register_mr(dst)
+        bufs.append((src, dst))
+        ha.post_write(qa, 1, ms, 0, len(src), md.addr, md.rkey, imm=k)
+        ha.post_write(qa, 2, ms, 100, 5000, md.addr + 100, md.rkey)
+    rng = random.Random(seed)
+    net.run(max_time=100e-6)
+    if port_down:
+        hb.set_port_state(1, False, net.now)
+    _junk(net, rng)
+    hb.probe_paths("h0", net.now)
+    net.run(max_time=200e-6)
+    _junk(net, rng)
+    net.run(max_time=300e-6)
+    if port_down:
+        hb.set_port_state(1, True, net.now)
+    ha.destroy_qp(qpns[2])  # its frames in flight meet an unknown QP
+    net.run(until=lambda: all(len(ha.qp(q).cq) >= 2 for q in qpns[:2]), max_time=2.0)
+    for src, dst in bufs[:2]:
+        assert dst == src
+    return {
+        "tx": [(t, s, p, bytes(f)) for t, s, p, f in net.tx_log],
+        "counters": [h.counters() for h in net.hosts.values()],
+        "qps": [ha.qp_stats(q) for q in qpns[:2]],
+        "now": net.now,
+        "states": [ha.qp(q).state for q in qpns[:2]],
+        "longest": net.longest,
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("sack_on_reorder", [False, True])
+@pytest.mark.parametrize("jitter", [0.0, 20e-6])
+def test_receive_batch_is_receive_frame_by_frame(seed: int, sack_on_reorder: bool,
+                                                 jitter: float) -> None:
+    """Without jitter a flush's frames arrive together (long batches); with it, mostly
+    one by one but reordered."""
+    one = _transfer(False, seed, sack_on_reorder, jitter=jitter)
+    batch = _transfer(True, seed, sack_on_reorder, jitter=jitter)
+    assert batch["counters"] == one["counters"]
+    assert batch["qps"] == one["qps"]
+    assert batch["tx"] == one["tx"]
+    assert batch["states"] == one["states"] == [QPState.RTS, QPState.RTS]
+    assert jitter or batch["longest"] >= 8
+    c = one["counters"][1]
+    # the run exercised the paths receive_batch takes on its own and hands on
+    assert c["rx_data"] > 0 and c.get("rx_duplicate", 0) > 0
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_receive_batch_port_down_and_junk_counted_alike(verify: bool) -> None:
+    one = _transfer(False, 5, port_down=True, verify=verify)
+    batch = _transfer(True, 5, port_down=True, verify=verify)
+    assert batch["counters"] == one["counters"]
+    assert batch["tx"] == one["tx"]
+    c = one["counters"][1]
+    assert c.get("rx_port_down", 0) > 0
+    if verify:
+        assert c.get("rx_malformed_bad_icrc", 0) > 0
+    else:  # spoilt headers reach the checks after the parser
+        assert c.get("rx_wrong_peer", 0) > 0 and c.get("rx_unknown_qpn", 0) > 0
+
+
+def test_receive_batch_empty_and_refused() -> None:
+    net = BatchNet()
+    hb = net.h(1)
+    hb.receive_batch([], 0, 1.0)
+    assert hb.rx_frames == 0
+    hb.receive_batch([b"\x00" * 10, memoryview(bytes(100))], 0, 1.0)
+    hb.receive_batch([b"\x00" * 10], 7, 1.0)  # no such port
+    assert hb.rx_frames == 3
+    assert net.internal_errors() == 0
