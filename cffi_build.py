@@ -25,6 +25,7 @@ ffibuilder.cdef(
                           const uint8_t *udp, size_t udp_len);
     uint32_t mrc_crc32(uint32_t crc, const uint8_t *p, size_t n);
     int mrc_crc32_impl(int want);
+    int mrc_sum_impl(int want);
     uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
 
     #define MRC_TMPL_HDR_MAX 512

@@ -6,13 +6,72 @@
 
 /* ---- checksums -------------------------------------------------------------------- */
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HAVE_X86_AVX2 1
+#endif
+
+static int use_avx2;
+
+int mrc_sum_impl(int want)
+{
+#ifdef HAVE_X86_AVX2
+    __builtin_cpu_init();
+    use_avx2 = want && __builtin_cpu_supports("avx2");
+#else
+    (void)want;
+    use_avx2 = 0;
+#endif
+    return use_avx2;
+}
+
+__attribute__((constructor))
+static void sum_init(void)
+{
+    mrc_sum_impl(1);
+}
+
+#ifdef HAVE_X86_AVX2
+/* The 32-bit words of n bytes (n a multiple of 64) summed into 64 bits: each 256-bit
+ * load's words are zero-extended to 64-bit lanes (unpack with zero) and added to four
+ * accumulators. -O2 does not vectorize the scalar loop below, which ran at about 6
+ * GB/s: the UDP checksum was a third of the C cost of an 8 KiB frame (built and
+ * verified once each). */
+__attribute__((target("avx2")))
+static uint64_t sum_avx2(const uint8_t *p, size_t n)
+{
+    const __m256i z = _mm256_setzero_si256();
+    __m256i a0 = z, a1 = z, a2 = z, a3 = z;
+    for (size_t i = 0; i < n; i += 64) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + i + 32));
+        a0 = _mm256_add_epi64(a0, _mm256_unpacklo_epi32(v0, z));
+        a1 = _mm256_add_epi64(a1, _mm256_unpackhi_epi32(v0, z));
+        a2 = _mm256_add_epi64(a2, _mm256_unpacklo_epi32(v1, z));
+        a3 = _mm256_add_epi64(a3, _mm256_unpackhi_epi32(v1, z));
+    }
+    __m256i a = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, a);
+    return l[0] + l[1] + l[2] + l[3];
+}
+#endif
+
 /* One's-complement sum of n bytes in *native* byte order, folded to 16 bits. RFC 1071
  * sec. 2: the sum is byte-order independent and carries can be deferred, so we add 32-bit
- * words into four independent 64-bit accumulators (no carry chain; the compiler can
- * vectorize it) and fold once at the end. A frame would need 2^32 words to overflow. */
+ * words into independent 64-bit accumulators (no carry chain; AVX2 lanes when the CPU
+ * has them) and fold once at the end. A frame would need 2^32 words to overflow. */
 static uint32_t sum_native(const uint8_t *p, size_t n)
 {
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#ifdef HAVE_X86_AVX2
+    if (use_avx2 && n >= 128) {
+        size_t bulk = n & ~(size_t)63;
+        s0 = sum_avx2(p, bulk);
+        p += bulk;
+        n -= bulk;
+    }
+#endif
     while (n >= 32) {
         uint32_t w[8];
         memcpy(w, p, 32);          /* unaligned-safe; compiles to plain loads */

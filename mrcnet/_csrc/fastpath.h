@@ -40,6 +40,9 @@ uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n);
 /* Select the CRC code: 1 = PCLMULQDQ if the CPU has it, 0 = table (tests use both).
  * Returns 1 if PCLMULQDQ is now in use. */
 int mrc_crc32_impl(int want);
+/* UDP checksum sums with AVX2 when want and the CPU has it (else the scalar loop);
+ * returns whether AVX2 is now used. On by default; tests compare the two. */
+int mrc_sum_impl(int want);
 
 /* RoCEv2 invariant CRC: CRC-32 (zlib's) of 8 bytes of 0xff, then `len` bytes from `p`
  * (up to but not including the ICRC) with the fields that change in flight taken as all
