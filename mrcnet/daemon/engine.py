@@ -334,7 +334,8 @@ class Daemon(Verbs):
                 if port.closed:
                     continue
                 frames = port.recv()
-                receive(frames, i, now)
+                if frames:
+                    receive(frames, i, now)
                 if len(frames) >= port.max_batch:
                     full.append((i, port))
             order = full  # a short read drained the socket: epoll wakes us for more
