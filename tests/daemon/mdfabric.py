@@ -48,12 +48,12 @@ def write_fabric_config(tmp: Path, host: str, fabric_path: str, extra: str = "")
 
 @contextlib.contextmanager
 def fabric_with_mrcds(tmp: Path, spec: str, hosts: int | None = None,
-                      extra: str = "") -> Iterator[FabricMrcds]:
-    """Bring up a fabric ``mf<hex>`` (state under ``tmp``) and an mrcd on its first
-    ``hosts`` hosts; stop them (by PID) and remove the fabric afterwards."""
+                      extra: str = "", prefix: str = "mf") -> Iterator[FabricMrcds]:
+    """Bring up a fabric ``<prefix><hex>`` (state under ``tmp``) and an mrcd on its
+    first ``hosts`` hosts; stop them (by PID) and remove the fabric afterwards."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MRC_FABRIC_STATE_DIR", str(tmp / "fabrics"))
-        fab = Fabric.up(spec, name="mf" + secrets.token_hex(3))
+        fab = Fabric.up(spec, name=prefix + secrets.token_hex(3))
         started: dict[str, Mrcd] = {}
         try:
             for h in fab.description.hosts[:hosts]:

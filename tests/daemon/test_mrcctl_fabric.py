@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -19,11 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mdfabric import MIB, Conn, FabricMrcds, connect, write_fabric_config
-from mdnsutil import Mrcd, needs_root, start_mrcd
+from mdfabric import MIB, Conn, FabricMrcds, connect, fabric_with_mrcds
+from mdnsutil import needs_root
 from test_mrcctl import Transfer, ctl_json, mrcctl
-
-from mrcnet.fabric.fabric import Fabric
 
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=500mbit,mtu=9000"
 ALL_PATHS = [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -37,21 +34,8 @@ pytestmark = [needs_root]
 @pytest.fixture(scope="module")
 def fm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricMrcds]:
     """The fabric ``ha<hex>`` with an mrcd per host; stopped by PID and removed after."""
-    tmp = tmp_path_factory.mktemp("hactl")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MRC_FABRIC_STATE_DIR", str(tmp / "fabrics"))
-        fab = Fabric.up(SPEC, name="ha" + secrets.token_hex(3))
-        started: dict[str, Mrcd] = {}
-        try:
-            for h in fab.description.hosts:
-                cfg = write_fabric_config(tmp, h.name, str(fab.description_path))
-                started[h.name] = start_mrcd(h.name, fab.netns(h.name), cfg,
-                                             f"{tmp}/{h.name}.sock", str(tmp))
-            yield FabricMrcds(fab, started, tmp)
-        finally:
-            for m in started.values():
-                m.stop()
-            fab.down()
+    with fabric_with_mrcds(tmp_path_factory.mktemp("hactl"), SPEC, prefix="ha") as f:
+        yield f
 
 
 def ctl(sock: str, *args: str) -> subprocess.CompletedProcess[str]:
