@@ -448,6 +448,15 @@ class CBatchIO:
         return [v[i * bs : i * bs + lens[i]] for i in _ffi.unpack(self._idx, k)]
 
 
+def _path_args(path: PathSpec | None, null: Any) -> tuple[Any, Any, Any]:
+    """(outer destination, SRH segments, pseudo-header destination) of ``path`` for
+    ``mrc_patch_data``: NULL where the template's own value stands."""
+    if path is None:
+        return null, null, null
+    return (path.outer_da, null if path.srh_segs is None else path.srh_segs,
+            null if path.pseudo_dst is None else path.pseudo_dst)
+
+
 class CTemplate:
     """C twin of :class:`mrcnet.wire.template.DataTemplate`: one C call per packet.
 
@@ -533,13 +542,7 @@ class CTemplate:
         else:
             ptr = _ffi.from_buffer(out)
             cap = len(out) if cap is None else min(cap, len(out))
-        null = self._null
-        if path is None:
-            da = segs = pd = null
-        else:
-            da = path.outer_da
-            segs = null if path.srh_segs is None else path.srh_segs
-            pd = null if path.pseudo_dst is None else path.pseudo_dst
+        da, segs, pd = _path_args(path, self._null)
         if type(payload) is not bytes:
             payload = _ffi.from_buffer(payload)
         n = int(_C.mrc_patch_data(ptr, cap, self._t, opcode, flags, psn, ev, da, segs, pd, va,
@@ -572,13 +575,7 @@ class CTemplate:
             n += _TSETH_EXT_LEN
         else:
             timestamp = 0
-        null = self._null
-        if path is None:
-            da = segs = pd = null
-        else:
-            da = path.outer_da
-            segs = null if path.srh_segs is None else path.srh_segs
-            pd = null if path.pseudo_dst is None else path.pseudo_dst
+        da, segs, pd = _path_args(path, self._null)
         if type(payload) is not bytes:
             payload = _ffi.from_buffer(payload)
         buf = bytearray(n)

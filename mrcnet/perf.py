@@ -425,18 +425,21 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
     ticker.start(size)
     deadline = ticker.t0 + (amount.seconds or 0.0)
     posted = done = errors = 0
+
+    def more() -> bool:
+        return posted < want if want is not None else time.perf_counter() < deadline
+
     while True:
-        more = posted < want if want is not None else time.perf_counter() < deadline
-        if not more and done >= posted:
+        going = more()  # once per round: a round that found it true posts at least once
+        if not going and done >= posted:
             break
-        while more and outstanding[posted % nq] < tx_depth:
+        while going and outstanding[posted % nq] < tx_depth:
             post(posted % nq)
             posted += 1
-            more = posted < want if want is not None else time.perf_counter() < deadline
+            going = more()
         d, e = reap()
         done += d
         errors += e
-        run.drain_events()  # stamped as they come: their clock says when a path changed
         ticker.tick(done)
     dt = time.perf_counter() - ticker.t0
     ticker.tick(done, force=True)

@@ -172,11 +172,12 @@ class Daemon(Verbs):
             self.paths = StaticPaths(cfg.peers, self.local)
         mtu = min(p.mtu for p in self.ports)
         knobs = dict(cfg.core)
-        if isinstance(self.paths, FabricPaths) and self.paths.port_rate():
+        rate = self.paths.port_rate() if isinstance(self.paths, FabricPaths) else 0.0
+        if rate:
             # A shaped fabric's links are the ports' real rate: sized for 10 Gbit/s, the
             # first window of a QP on a 500 Mbit/s fabric was 15x its BDP, and most of it
             # died in the shapers' queues (a round of timeouts per new QP, measured).
-            knobs["link_rate"] = min(float(knobs["link_rate"]), self.paths.port_rate())
+            knobs["link_rate"] = min(float(knobs["link_rate"]), rate)
         if isinstance(self.paths, StaticPaths):
             knobs.setdefault("evs_per_qp", STATIC_EVS_PER_QP * len(self.ports))
         hc = HostConfig(ev_profile=cfg.ev_profile, cc_profile=cfg.cc_profile,
