@@ -54,9 +54,8 @@ SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate={rate},mtu=9000"
 SENDER, RECEIVER = "h0", "h1"
 FAIL_LINK = ("p0l0", "p0s1")  #: h0's plane-0 leaf to spine 1: the path (plane 0, spine 1)
 FAIL_PATH = (0, 1)
-SERVICE = 7
 MIB = 1 << 20
-REGION = 32 * MIB  #: the sender's random bytes; writes cycle over it
+REGION = 32 * MIB  #: what mrc-perf's server exposes; the writes cycle over it
 CHUNK = 1 * MIB
 DEPTH = 16
 INTERVAL_S = 0.25  #: mrc-perf's interval records: the phase boundaries' resolution
@@ -184,10 +183,6 @@ def step_connect(demo: Demo) -> None:
         err = server.stderr.read() if server.stderr else ""
         raise DemoFailed(f"mrc-perf server did not start: {(line + err).strip()}")
     demo.say(f"      {line.strip()}")
-
-
-def _path_key(ev: dict[str, Any]) -> str:
-    return f"p{ev['plane']}s{ev['path']}"
 
 
 # --- 3. transfer with a failure ------------------------------------------------------------
