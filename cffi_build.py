@@ -13,6 +13,14 @@ HERE = Path(__file__).resolve().parent
 CSRC = HERE / "mrcnet" / "_csrc"
 
 ffibuilder = FFI()
+
+
+def _cdef_of(header: Path) -> str:
+    """The declarations of ``header`` between its ``cffi: begin`` / ``cffi: end`` markers."""
+    text = header.read_text()
+    return text.split("/* cffi: begin */", 1)[1].split("/* cffi: end */", 1)[0]
+
+
 ffibuilder.cdef(
     """
     struct mmsghdr { ...; };
@@ -150,9 +158,13 @@ ffibuilder.cdef(
     int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify);
     """
 )
+# Newer headers mark their declarations for cffi (the part between the markers is
+# plain declarations and #defines of integers: cdef takes it as written, comments and all).
+for _header in ("spray.h", "tx.h"):
+    ffibuilder.cdef(_cdef_of(CSRC / _header))
 ffibuilder.set_source(
     "mrcnet._fastpath",
-    '#include "fastpath.h"',
+    '#include "fastpath.h"\n#include "spray.h"\n#include "tx.h"',
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],

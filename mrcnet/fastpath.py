@@ -96,7 +96,9 @@ __all__ = [
     "PACKET_OUTGOING",
     "BatchIO",
     "CBatchIO",
+    "CSpray",
     "CTemplate",
+    "CTxTable",
     "FrameFinisher",
     "FrameParser",
     "PyBatchIO",
@@ -666,6 +668,195 @@ class RunPatcher:
             out.append(view[o : o + k])
             o += k
         return out
+
+
+class CSpray:
+    """One QP's EV round robin in C (``mrcnet/_csrc/spray.c``): the plain rotation of
+    ``EVManager.next_ev`` for a whole run of packets in one call.
+
+    :meth:`build` lays out the rings (per usable plane, its paths, each a list of (EV,
+    is SKIP)); :meth:`take` takes and returns the rotation counters, which the caller
+    keeps."""
+
+    __slots__ = ("_keep", "_nev", "_npath", "_nplane", "_out", "_s")
+
+    def __init__(self) -> None:
+        if not HAVE_C:
+            raise RuntimeError("mrcnet._fastpath is not available")
+        self._s = _ffi.new("struct mrc_spray *")
+        self._keep: list[Any] = []
+        self._out = _ffi.new("uint32_t[]", 1)
+        self._nplane = self._npath = self._nev = 0
+
+    def build(self, planes: list[list[list[tuple[int, bool]]]]) -> None:
+        """Lay out the rings: ``planes[i]`` is usable plane i's list of paths (empty: the
+        rotation stops at that plane), each path a non-empty list of (EV, is SKIP)."""
+        paths = [path for ring in planes for path in ring]
+        evs = [e for path in paths for e in path]
+        np_, npath, nev = len(planes), len(paths), len(evs)
+        a = self._keep = [
+            _ffi.new("uint32_t[]", max(1, np_)), _ffi.new("uint32_t[]", max(1, np_)),
+            _ffi.new("uint64_t[]", max(1, np_)), _ffi.new("uint32_t[]", max(1, npath)),
+            _ffi.new("uint32_t[]", [len(p) for p in paths] or [1]),
+            _ffi.new("uint64_t[]", max(1, npath)),
+            _ffi.new("uint32_t[]", [ev for ev, _ in evs] or [0]),
+            _ffi.new("uint8_t[]", [1 if skip else 0 for _, skip in evs] or [0]),
+            _ffi.new("uint32_t[]", max(1, nev))]
+        first = 0
+        for i, ring in enumerate(planes):
+            a[0][i], a[1][i] = first, len(ring)
+            first += len(ring)
+        first = 0
+        for j, path in enumerate(paths):
+            a[3][j] = first
+            first += len(path)
+        s = self._s
+        s.nplanes = np_
+        (s.plane_first, s.plane_len, s.plane_rr, s.path_first, s.path_len, s.path_inst,
+         s.ev, s.skip, s.sent) = a
+        self._nplane, self._npath, self._nev = np_, npath, nev
+
+    def take(self, k: int, rr_plane: int, plane_rr: list[int], path_inst: list[int]
+             ) -> tuple[list[int], int, list[int], list[int], list[int]]:
+        """EVs for up to ``k`` packets from the given counters (per plane and per path,
+        in :meth:`build` order); returns them, the counters after, and the packets given
+        to each EV."""
+        s = self._s
+        if k > len(self._out):
+            self._out = _ffi.new("uint32_t[]", max(k, 2 * len(self._out)))
+        s.rr_plane = rr_plane
+        np_, npath, nev = self._nplane, self._npath, self._nev
+        if np_:
+            s.plane_rr[0:np_] = plane_rr
+        if npath:
+            s.path_inst[0:npath] = path_inst
+        n = _C.mrc_spray_take(s, k, self._out)
+        sent = _ffi.unpack(s.sent, nev)
+        if n:
+            s.sent[0:nev] = [0] * nev
+        return (_ffi.unpack(self._out, n), int(s.rr_plane), _ffi.unpack(s.plane_rr, np_),
+                _ffi.unpack(s.path_inst, npath), sent)
+
+
+class CTxTable:
+    """The requester's table of packets in flight in C (``mrcnet/_csrc/tx.c``); the
+    interface and results of :class:`mrcnet.core.txtable.PyTxTable`, which documents it."""
+
+    __slots__ = ("_cap", "_keep", "_lost", "_o", "_t", "_wr", "trig_sent", "trig_tx")
+
+    def __init__(self, capacity: int, seq: int) -> None:
+        if not HAVE_C:
+            raise RuntimeError("mrcnet._fastpath is not available")
+        t = self._t = _ffi.new("struct mrc_txq *")
+        pk = _ffi.new("struct mrc_txpkt[]", capacity)
+        self._wr = _ffi.new("int32_t[]", 2 * capacity)
+        t.pk, t.mask = pk, capacity - 1
+        t.wr_unacked, t.wr_mask = self._wr, 2 * capacity - 1
+        o = self._o = _ffi.new("struct mrc_txsack *")
+        keep = [pk, _ffi.new("uint32_t[]", capacity), _ffi.new("double[]", capacity),
+                _ffi.new("uint64_t[]", capacity), _ffi.new("double[]", capacity),
+                _ffi.new("uint8_t[]", capacity)]
+        o.path_key, o.path_sent, o.special_seq, o.special_sent, o.special_pend = keep[1:]
+        self._keep = keep
+        self._lost = _ffi.new("uint64_t[]", capacity)
+        self._cap = capacity
+        _C.mrc_tx_init(t, seq)
+        self.trig_tx, self.trig_sent = 0, 0.0
+
+    @property
+    def ninfl(self) -> int:
+        """Packets in flight."""
+        return int(self._t.ninfl)
+
+    @property
+    def infl_bytes(self) -> int:
+        """Payload bytes in flight."""
+        return int(self._t.infl_bytes)
+
+    @property
+    def rack_sent(self) -> float:
+        """Newest send time of any acknowledged packet (-1: none yet)."""
+        return float(self._t.rack_sent)
+
+    @property
+    def rack_rtt(self) -> float:
+        """RTT of that packet."""
+        return float(self._t.rack_rtt)
+
+    def send(self, seq0: int, evs: list[int], ops: list[int], wr: int, off0: int, seg: int,
+             total: int, now: float, ts: int) -> None:
+        """New packets ``seq0 ..`` (one per EV) of work request slot ``wr``, sent now."""
+        _C.mrc_tx_send(self._t, seq0, len(evs), evs, bytes(ops), wr, off0, seg, total, now,
+                       ts)
+
+    def resend(self, seq: int, ev: int, now: float, ts: int) -> bool:
+        """A retransmission of ``seq`` on ``ev`` (to the end of the flight order)."""
+        return bool(_C.mrc_tx_resend(self._t, seq, ev, now, ts))
+
+    def lose(self, seq: int) -> bool:
+        """``seq`` is declared lost: out of flight, waiting for a retransmission."""
+        return bool(_C.mrc_tx_lose(self._t, seq))
+
+    def log(self, seq: int, on: bool) -> bool:
+        """Mark (or unmark) ``seq`` as having a "declared lost" record."""
+        return bool(_C.mrc_tx_log(self._t, seq, on))
+
+    def get(self, seq: int) -> tuple[int, float, int, int, int, int, int, int, int] | None:
+        """The entry of an unacknowledged ``seq``, else None."""
+        if seq < 0:
+            return None
+        p = self._t.pk[seq & (self._cap - 1)]
+        if not p.flags & 1 or p.seq != seq:
+            return None
+        return (p.ev, p.sent, p.ts, p.tx, p.len, p.off, p.opcode, p.wr, p.flags)
+
+    def sack(self, now: float, snd_una: int, cack: int, next_seq: int, base: int, bm: int,
+             first: bool, trig: int, ev: int, ts: int) -> int:
+        """A SACK (see :meth:`mrcnet.core.txtable.PyTxTable.sack`)."""
+        o = self._o
+        n = _C.mrc_tx_sack(self._t, now, snd_una, cack, next_seq, base, bm, first, trig, ev,
+                           ts, o)
+        tx = self.trig_tx = o.trig_tx
+        if tx:
+            self.trig_sent = o.trig_sent
+        return int(n)
+
+    def paths(self) -> list[tuple[int, float]]:
+        """(path key, newest send time) of what the last :meth:`sack` acknowledged."""
+        o = self._o
+        k = o.npaths
+        return list(zip(_ffi.unpack(o.path_key, k), _ffi.unpack(o.path_sent, k),
+                        strict=True))
+
+    def specials(self) -> list[tuple[int, float, bool]]:
+        """Packets with a "declared lost" record the last :meth:`sack` acknowledged."""
+        o = self._o
+        k = o.nspecial
+        if not k:
+            return []
+        return [(o.special_seq[i], o.special_sent[i], bool(o.special_pend[i]))
+                for i in range(k)]
+
+    def rack(self, limit: float, wait: float, now: float) -> tuple[list[int], float]:
+        """Packets in flight sent before ``limit`` and at least ``wait`` ago, and when the
+        next would be (inf: none)."""
+        at = _ffi.new("double *")
+        n = _C.mrc_tx_rack(self._t, limit, wait, now, self._lost, self._cap, at)
+        return _ffi.unpack(self._lost, n), at[0]
+
+    def inflight(self) -> list[int]:
+        """The packets in flight, oldest first."""
+        n = _C.mrc_tx_inflight(self._t, self._lost, self._cap)
+        return _ffi.unpack(self._lost, n)  # type: ignore[no-any-return]
+
+    def oldest(self) -> int | None:
+        """The packet in flight longest, if any."""
+        t = self._t
+        return int(t.pk[t.head].seq) if t.head >= 0 else None
+
+    def wr_unacked(self, wr: int) -> int:
+        """Packets of work request slot ``wr`` not yet acknowledged."""
+        return int(self._wr[wr & self._t.wr_mask])
 
 
 def run_patcher() -> RunPatcher | None:

@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from mrcnet import fastpath
 from mrcnet.constants import (
     EV_INSTANCE_MASK,
     EV_MARK,
@@ -182,6 +183,13 @@ class EVManager:
         # path's EVs, so every live path of a plane carries the same share.
         self._rings: dict[int, list[list[EVInfo]]] = {}
         self._inst_rr: dict[int, int] = {}  # by path key (EV >> EV_PATH_SHIFT)
+        # The same rotation in C for runs of packets (take): laid out again whenever
+        # _ver moves (a ring dropped, a state or the usable planes changed)
+        self._ver = 0
+        self._spray: fastpath.CSpray | None = fastpath.CSpray() if fastpath.HAVE_C else None
+        self._spray_ver = -1
+        self._spray_keys: list[int] = []  # path keys, in the layout's order
+        self._spray_infos: list[EVInfo] = []  # EVs, in the layout's order
         self.next_probe = float("inf")
         if not self.paths:
             return
@@ -213,21 +221,26 @@ class EVManager:
         info = EVInfo(ev)
         self.evs[ev] = info
         self.active[plane].append(info)
-        self._rings.pop(plane, None)
+        self._drop_ring(plane)
         return info
+
+    def _drop_ring(self, plane: int) -> None:
+        self._rings.pop(plane, None)
+        self._ver += 1
 
     def _set(self, info: EVInfo, new: EVState, cause: str) -> None:
         old = info.state
         if old is new:
             return
         info.state = new
+        self._ver += 1
         self.events.append(PathStateChanged(self.qpn, info.ev, old, new, cause))
 
     def _remove_active(self, info: EVInfo) -> None:
         lst = self.active.get(info.plane)
         if lst is not None and info in lst:
             lst.remove(info)
-            self._rings.pop(info.plane, None)
+            self._drop_ring(info.plane)
         sp = self.spares.get(info.plane)
         if sp is not None and info in sp:
             sp.remove(info)
@@ -249,7 +262,7 @@ class EVManager:
         for i, sp in enumerate(spares):
             if sp.path not in bad:
                 lst.append(spares.pop(i))
-                self._rings.pop(plane, None)
+                self._drop_ring(plane)
                 return
         npaths = self.paths[plane]
         clean = [p for p in range(npaths) if p not in bad]
@@ -269,7 +282,7 @@ class EVManager:
                 self._ungroup(info)
                 self._set(info, EVState.GOOD, "min_active")
                 lst.append(info)
-                self._rings.pop(plane, None)
+                self._drop_ring(plane)
                 return
             clean = [min(range(npaths), key=lambda p: bad.get(p, 0))]
         load = {p: 0 for p in clean}
@@ -372,6 +385,73 @@ class EVManager:
             return fallback
         return self._last_resort_ev()
 
+    def take(self, k: int) -> list[int]:
+        """The EVs of the next ``k`` packets, as ``k`` calls of :meth:`next_ev` would give
+        them (each counted as sent), as long as each is its plain round robin's first try
+        (not ECMP, not a SKIP EV): the list stops before the first that is not, and is
+        empty if the very next one is not (the caller then asks :meth:`next_ev`). One
+        call per run of new packets instead of one per packet."""
+        planes = self.usable_planes
+        n = len(planes)
+        if self.ecmp or not n:
+            return []
+        if self._spray is not None:
+            return self._take_c(k)
+        rings, rr, inst_rr = self._rings, self._rr, self._inst_rr
+        rr_plane = self._rr_plane
+        out: list[int] = []
+        for _ in range(k):
+            plane = planes[rr_plane % n]
+            ring = rings.get(plane)
+            if not ring:
+                break
+            i = rr[plane]
+            lst = ring[i % len(ring)]
+            key = lst[0].ev >> EV_PATH_SHIFT
+            c = inst_rr.get(key, 0)
+            info = lst[c % len(lst)]
+            if info.state is _SKIP:
+                break
+            rr_plane += 1
+            rr[plane] = i + 1
+            inst_rr[key] = c + 1
+            info.sent += 1
+            out.append(info.ev)
+        self._rr_plane = rr_plane
+        return out
+
+    def _take_c(self, k: int) -> list[int]:
+        """:meth:`take` in C: the same EVs, counters and counts."""
+        spray = self._spray
+        assert spray is not None
+        planes = self.usable_planes
+        if self._spray_ver != self._ver:
+            # Lay the rings out (building a missing one: its first packet would have
+            # built it in next_ev, the same ring at the same moment).
+            layout = []
+            keys: list[int] = []
+            infos: list[EVInfo] = []
+            for plane in planes:
+                ring = self._ring(plane)
+                layout.append([[(i.ev, i.state is _SKIP) for i in lst] for lst in ring])
+                keys.extend(lst[0].ev >> EV_PATH_SHIFT for lst in ring)
+                infos.extend(i for lst in ring for i in lst)
+            spray.build(layout)
+            self._spray_keys, self._spray_infos = keys, infos
+            self._spray_ver = self._ver
+        rr, inst_rr, keys = self._rr, self._inst_rr, self._spray_keys
+        evs, self._rr_plane, plane_rr, path_inst, sent = spray.take(
+            k, self._rr_plane, [rr[p] for p in planes], [inst_rr.get(key, 0) for key in keys])
+        if evs:
+            for plane, v in zip(planes, plane_rr, strict=True):
+                rr[plane] = v
+            for key, v in zip(keys, path_inst, strict=True):
+                inst_rr[key] = v
+            for info, c in zip(self._spray_infos, sent, strict=True):
+                if c:
+                    info.sent += c
+        return evs
+
     def _last_resort_ev(self) -> EVInfo:
         pool = [
             i for i in self.evs.values()
@@ -463,7 +543,7 @@ class EVManager:
             lst.remove(victim)
             self.spares[info.plane].append(victim)
         lst.append(info)
-        self._rings.pop(info.plane, None)
+        self._drop_ring(info.plane)
 
     def _ungroup(self, info: EVInfo) -> None:
         key = (info.plane, info.path)
@@ -540,6 +620,7 @@ class EVManager:
         """Only these planes may carry packets now (local ports and the peer's ports)."""
         new = [p for p in sorted(self.paths) if p in set(planes)]
         self.usable_planes = new
+        self._ver += 1
         if self.ecmp and new and not any(i.plane in new for i in self.evs.values()):
             # RoCE-like failover: the single EV moves to a live plane.
             plane = new[self._ecmp_hash % len(new)]

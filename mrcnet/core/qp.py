@@ -17,7 +17,7 @@ Internally PSNs are unbounded integers ("sequence numbers", ``seq``): the wire P
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from mrcnet.constants import (
@@ -48,6 +48,7 @@ from mrcnet.core.events import (
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path
 from mrcnet.core.states import EVState, QPState
+from mrcnet.core.txtable import PEND, Entry, TxTable, new_tx_table
 from mrcnet.fastpath import PyParsed, RunPatcher, make_template, run_patcher
 from mrcnet.wire import Route, build_data, build_nack, build_probe
 from mrcnet.wire.bth import F_ACKREQ, F_TS
@@ -128,7 +129,7 @@ class WorkRequest:
         "offset",
         "remote_addr",
         "rkey",
-        "unacked",
+        "slot",
         "view",
         "wr_id",
     )
@@ -147,25 +148,7 @@ class WorkRequest:
         self.msn = -1
         self.npkts = max(1, -(-length // mtu))
         self.next_pkt = 0
-        self.unacked = 0
-
-
-class Pkt:
-    """One data packet of a work request, from first send until acknowledged."""
-
-    __slots__ = ("ev", "length", "off", "opcode", "pending", "sent", "seq", "ts", "tx", "wr")
-
-    def __init__(self, seq: int, wr: WorkRequest, off: int, length: int, opcode: int) -> None:
-        self.seq = seq
-        self.wr = wr
-        self.off = off
-        self.length = length
-        self.opcode = opcode
-        self.ev = -1
-        self.sent = 0.0
-        self.ts = 0
-        self.tx = 0
-        self.pending = False  # waiting in the retransmit queue
+        self.slot = -1  # its slot in the QP's table of packets in flight, once started
 
 
 class QueuePair:
@@ -188,8 +171,10 @@ class QueuePair:
         self._tmpl: dict[tuple[object, ...], Any] = {}
         self._tmpl_ev: dict[tuple[int, int], tuple[int, Any, Any]] = {}
         # (path, rkey) -> (port, slot in self._runs): new data frames built a run at a
-        # time in C (None without the C fast path: one frame per call then)
+        # time in C (None without the C fast path: one frame per call then); and the
+        # same per rkey and EV, for the per-packet lookup
         self._run_slot: dict[tuple[int, int], tuple[int, int] | None] = {}
+        self._run_slot_ev: dict[int, dict[int, tuple[int, int] | None]] = {}
         self._runs: RunPatcher | None = None
         self._sack_tmpl: dict[int, SackTemplate] = {}
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
@@ -206,15 +191,16 @@ class QueuePair:
         self.sq: deque[WorkRequest] = deque()  # not yet fully sent
         self.wrs: deque[WorkRequest] = deque()  # sent, not yet completed (in order)
         self.next_seq = self.snd_una = self.attrs.sq_psn
-        self.unacked: dict[int, Pkt] = {}
-        self.inflight: OrderedDict[int, Pkt] = OrderedDict()  # in transmission order
-        self.inflight_bytes = 0
-        self.rtx_q: deque[Pkt] = deque()
+        # Every packet sent and not yet acknowledged (and which are in flight), with the
+        # per-packet bookkeeping of sending and of SACKs (C when built): see txtable.py.
+        self._seen0 = self.snd_una  # where the table's SACK window tracking starts
+        self._new_table()
+        self.wr_ctr = 0  # work requests started (their table slots)
+        self.wr_of: dict[int, WorkRequest] = {}  # slot -> started, not completed
+        self.rtx_q: deque[int] = deque()  # seqs waiting for a retransmission
         self.rto_at = _INF
         self.retries = 0
         self.rack_at = _INF
-        self.rack_sent = -1.0
-        self.rack_rtt = 0.0
         self.reo_scale = 1
         self.reo_clean = 0
         self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
@@ -243,8 +229,6 @@ class QueuePair:
         self.imm_outstanding = 0
         self.credit_probe_at = _INF
         self.credit_probes = 0
-        self.sack_seen_base = self.snd_una  # the newest SACK window walked, and its bits
-        self.sack_seen_bm = 0
         self.sack_pending = False  # SACKs handled since the host's last frames_to_send
         self.sack_acked = 0  # ... and what they acknowledged
         # responder
@@ -270,6 +254,25 @@ class QueuePair:
         self.penalty = 0.0
         self.lasthop_trims: dict[int, dict[int, float]] = {}
         self.stats: dict[str, int] = {}
+
+    def _new_table(self) -> None:
+        self.txt: TxTable = new_tx_table(self.tx_window, self._seen0)
+        self._txcap = self.tx_window  # (the table holds at least this many PSNs)
+
+    @property
+    def inflight(self) -> list[int]:
+        """The packets in flight, oldest first (seqs)."""
+        return self.txt.inflight()
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Payload bytes in flight."""
+        return self.txt.infl_bytes
+
+    @property
+    def rack_sent(self) -> float:
+        """Newest send time of any packet acknowledged (RACK; -1 before the first)."""
+        return self.txt.rack_sent
 
     @property
     def tx_window(self) -> int:
@@ -331,12 +334,14 @@ class QueuePair:
         self._tmpl.clear()
         self._tmpl_ev.clear()
         self._run_slot.clear()
+        self._run_slot_ev.clear()
         self._runs = None
         self._sack_tmpl.clear()
 
     def start_sending(self) -> None:
         """RTR -> RTS."""
         self.next_seq = self.snd_una = self.attrs.sq_psn
+        self._new_table()  # (nothing is sent before RTS; the window is final now)
 
     def _data_path(self, ev: int, rkey: int) -> tuple[int, Any, Any] | None:
         """(port, template, path spec) for data frames on ``ev`` with ``rkey``: the
@@ -368,6 +373,7 @@ class QueuePair:
         if len(self._tmpl_ev) > _TEMPLATE_CACHE_MAX:
             self._tmpl_ev.clear()
             self._run_slot.clear()
+            self._run_slot_ev.clear()
             self._runs = None
         self._tmpl_ev[key] = hit
         return hit
@@ -418,9 +424,8 @@ class QueuePair:
                 WCStatus.WR_FLUSH_ERR, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, 0, None, self.qpn))
         self.sq.clear()
         self.wrs.clear()
-        self.unacked.clear()
-        self.inflight.clear()
-        self.inflight_bytes = 0
+        self._new_table()
+        self.wr_of.clear()
         self.rtx_q.clear()
         self.rto_at = self.rack_at = self.ack_at = self.credit_probe_at = _INF
         self.suspect_at = _INF
@@ -440,120 +445,121 @@ class QueuePair:
     def emit(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """Append data frames the window allows: retransmissions first, then new data.
 
-        New packets are accounted for one by one (window, EV, inflight), but with the C
-        fast path their frames are built together, one C call per run of one work
-        request (:meth:`_flush_run`), in the same order and with the same bytes."""
+        New data goes out a run at a time: as many packets of one work request as the
+        window allows (exactly where checking it packet by packet would stop), their EVs
+        chosen together (:meth:`EVManager.take`), accounted for in the table of packets
+        in flight in one call and, with the C fast path, built in one C call
+        (:meth:`_run_frames`)."""
         cc, evm = self.cc, self.evm
         if cc is None or evm is None:
             return
         cwnd = cc.cwnd
-        rtx_q, sq, unacked = self.rtx_q, self.sq, self.unacked
-        mtu, tx_window, send, next_ev = self.cfg.mtu_payload, self.tx_window, self._send, \
-            evm.next_ev
-        run: list[Pkt] = []  # new packets of one work request whose frames wait
-        run_evs: list[int] = []
-        run_at: list[tuple[int, int]] = []  # their (port, slot)
-        slots, track, inflight = self._run_slot, self._track, self.inflight
-        ts = ts16(now)
-        while True:
-            if rtx_q:
-                p = rtx_q[0]
-                if not p.pending:
-                    rtx_q.popleft()
-                    continue
-                if inflight and self.inflight_bytes + p.length > cwnd:
-                    break
+        rtx_q, sq, txt = self.rtx_q, self.sq, self.txt
+        while rtx_q:
+            seq = rtx_q[0]
+            e = txt.get(seq)
+            if e is None or not e[8] & PEND:  # acknowledged meanwhile
                 rtx_q.popleft()
-                p.pending = False
-                send(p, now, out, next_ev(avoid=p.ev), True)
                 continue
-            if not sq:
-                break
-            if inflight and self.inflight_bytes + mtu > cwnd:
-                break
+            if txt.ninfl and txt.infl_bytes + e[4] > cwnd:
+                return
+            rtx_q.popleft()
+            self._resend(seq, e, now, out, evm.next_ev(avoid=e[0]))
+        mtu = self.cfg.mtu_payload
+        win = min(self.tx_window, self._txcap)
+        ts = ts16(now)
+        while sq:
+            # Packets the window takes: each new one needs inflight + mtu <= cwnd unless
+            # nothing is in flight (inside a run every packet but a message's last is a
+            # whole mtu, and the last ends the run).
+            ninfl = txt.ninfl
+            k = int((cwnd - txt.infl_bytes) // mtu) if ninfl else max(1, int(cwnd // mtu))
             seq = self.next_seq
-            if seq - self.snd_una >= tx_window:
-                break
             wr = sq[0]
             idx = wr.next_pkt
+            k = min(k, self.snd_una + win - seq, wr.npkts - idx)
+            if k <= 0:
+                break
             if idx == 0:
                 if wr.imm is not None and not self._imm_allowed(now):
                     break
                 self._start_wr(wr)
-            wr.next_pkt = idx + 1
-            last = idx + 1 == wr.npkts
-            if last:
+            evs = evm.take(k)
+            if not evs:  # the next EV is not the plain round robin's: the full choice
+                info = evm.next_ev()
+                info.sent += 1
+                evs = [info.ev]
+            k = len(evs)
+            ops = [_OP_MIDDLE] * k
+            if idx == 0:
+                ops[0] = _OP_FIRST
+            end = idx + k
+            if end == wr.npkts:
                 sq.popleft()
-                if idx == 0:
-                    op = _OP_ONLY if wr.imm is None else _OP_ONLY_IMM
+                if wr.imm is None:
+                    ops[-1] = _OP_ONLY if end == 1 else _OP_LAST
                 else:
-                    op = _OP_LAST if wr.imm is None else _OP_LAST_IMM
-            else:
-                op = _OP_FIRST if idx == 0 else _OP_MIDDLE
-            off = idx * mtu
-            p = Pkt(seq, wr, off, min(mtu, wr.length - off), op)
-            self.next_seq = seq + 1
-            unacked[seq] = p
-            wr.unacked += 1
-            info = next_ev()
-            ev = info.ev
-            at = slots.get((ev >> EV_PATH_SHIFT, wr.rkey), _MISS)
-            if at is _MISS or at is None or (run and run[0].wr is not wr):
-                if run:  # the frames waiting go first (and a new path may reset slots)
-                    self._flush_run(run, run_evs, run_at, ts, out)
-                if at is _MISS:
-                    at = self._run_path(ev, wr.rkey)
-                if at is None:  # this one is built on its own
-                    send(p, now, out, info, False)
-                    continue
-            run.append(p)
-            run_evs.append(ev)
-            run_at.append(at)
-            track(p, info, now, ts)
-        if run:
-            self._flush_run(run, run_evs, run_at, ts, out)
+                    ops[-1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
+            wr.next_pkt = end
+            self.next_seq = seq + k
+            self._run_frames(wr, seq, idx, evs, ops, ts, now, out)
+            txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
+            if self.rto_at == _INF:
+                self.rto_at = now + self._rto(evs[0]) * self._backoff()
+            self.tx_packets += k
 
-    def _flush_run(self, run: list[Pkt], evs: list[int], at: list[tuple[int, int]],
-                   ts: int, out: list[tuple[int, bytes]]) -> None:
-        """Build the frames of ``run`` (consecutive new packets of one work request, sent
-        at the same instant, already accounted for by :meth:`_track`) in one C call."""
-        first, last = run[0], run[-1]
-        wr = first.wr
+    def _run_frames(self, wr: WorkRequest, seq: int, idx: int, evs: list[int], ops: list[int],
+                    ts: int, now: float, out: list[tuple[int, bytes]]) -> None:
+        """Append the frames of new packets ``seq ..`` (packets ``idx ..`` of ``wr``, one
+        per EV): one C call when every path has a run slot, else one at a time."""
+        mtu = self.cfg.mtu_payload
+        rkey = wr.rkey
+        by_ev = self._run_slot_ev.get(rkey)
+        if by_ev is None:
+            by_ev = self._run_slot_ev[rkey] = {}
+        try:
+            at = [by_ev[ev] for ev in evs]
+        except KeyError:
+            for ev in evs:
+                if ev not in by_ev:
+                    by_ev[ev] = self._run_path(ev, rkey)
+            at = [by_ev[ev] for ev in evs]
+        n = len(evs)
+        off0 = idx * mtu
+        va = wr.remote_addr + off0
         runs = self._runs
-        va = wr.remote_addr + first.off
-        if runs is None or wr.remote_addr + last.off >= _U64:
-            for p, ev in zip(run, evs, strict=True):  # raises as one at a time did
-                out.append(self._frame(p, ev, ts, False))
-        else:
-            # Inside a run of one work request every packet but the first and the last
-            # is a WRITE_MIDDLE, which carries no AckReq and no immediate.
-            n = len(run)
-            ops, flags, exts = [_OP_MIDDLE] * n, [F_TS] * n, [_EXT_TSETH] * n
-            for i in (0, n - 1):
-                op = ops[i] = run[i].opcode
-                if op in LAST_OPCODES:
-                    flags[i] = F_TS | F_ACKREQ
-                if op in IMM_OPCODES:
-                    exts[i] = _EXT_TSETH | _EXT_IMM
-            start = wr.offset + first.off
-            end = wr.offset + last.off + last.length
-            frames = runs.frames(
-                [s for _, s in at], evs, ops, flags, exts, first.seq & PSN_MASK, va,
-                wr.view[start:end], self.cfg.mtu_payload, wr.msn & _MSN_MASK,
-                wr.imm if wr.imm is not None else 0, ts)
-            # (read-only views, not bytes: every taker of frames_to_send's frames, the
-            # ports' batch send and the simulator, takes any buffer)
-            out.extend(zip([port for port, _ in at], frames,  # type: ignore[arg-type]
-                           strict=True))
-        run.clear()
-        evs.clear()
-        at.clear()
+        if runs is None or None in at or va + (n - 1) * mtu >= _U64:
+            for i in range(n):  # raises as one at a time did
+                off = off0 + i * mtu
+                out.append(self._frame(seq + i, wr, off, min(mtu, wr.length - off), ops[i],
+                                       evs[i], ts, False))
+            return
+        # Inside a run of one work request every packet but the first and the last is a
+        # WRITE_MIDDLE, which carries no AckReq and no immediate.
+        flags, exts = [F_TS] * n, [_EXT_TSETH] * n
+        for i in (0, n - 1):
+            op = ops[i]
+            if op in LAST_OPCODES:
+                flags[i] = F_TS | F_ACKREQ
+            if op in IMM_OPCODES:
+                exts[i] = _EXT_TSETH | _EXT_IMM
+        start = wr.offset + off0
+        end = wr.offset + min(wr.length, off0 + n * mtu)
+        frames = runs.frames(
+            [s for _, s in at], evs, ops, flags, exts, seq & PSN_MASK, va,  # type: ignore[misc]
+            wr.view[start:end], mtu, wr.msn & _MSN_MASK,
+            wr.imm if wr.imm is not None else 0, ts)
+        # (read-only views, not bytes: every taker of frames_to_send's frames, the
+        # ports' batch send and the simulator, takes any buffer)
+        out.extend(zip([port for port, _ in at], frames,  # type: ignore[misc,arg-type]
+                       strict=True))
 
     def _imm_allowed(self, now: float) -> bool:
         if (self.next_msn < self.peer_credit
                 and self.imm_outstanding < self.attrs.max_imm_outstanding):
             return True
-        if self.next_msn >= self.peer_credit and not self.inflight and self.credit_probe_at == _INF:
+        if (self.next_msn >= self.peer_credit and not self.txt.ninfl
+                and self.credit_probe_at == _INF):
             # Blocked on the peer's receive credit with nothing in flight: ask for a SACK
             # (which carries the credit) now and then, counted against the retry budget.
             self.credit_probe_at = now + self._base_timeout()
@@ -570,72 +576,67 @@ class QueuePair:
 
     def _start_wr(self, wr: WorkRequest) -> None:
         self.wrs.append(wr)
+        wr.slot = self.wr_ctr & 0xFFFFFFFF
+        self.wr_ctr += 1
+        self.wr_of[wr.slot] = wr
         if wr.imm is not None:
             wr.msn = self.next_msn
             self.next_msn += 1
             self.imm_outstanding += 1
 
-    def _send(self, p: Pkt, now: float, out: list[tuple[int, bytes]], info: EVInfo,
-              rtx: bool) -> None:
+    def _resend(self, seq: int, e: Entry, now: float, out: list[tuple[int, bytes]],
+                info: EVInfo) -> None:
+        """Retransmit ``seq`` (its table entry ``e``) on ``info``."""
         ts = ts16(now)
-        frame = self._frame(p, info.ev, ts, rtx)
-        self._track(p, info, now, ts)
-        if rtx:
-            self.count("tx_retransmit")
-        out.append(frame)
+        off = e[5]
+        out.append(self._frame(seq, self.wr_of[e[7]], off, e[4], e[6], info.ev, ts, True))
+        self.txt.resend(seq, info.ev, now, ts)
+        info.sent += 1
+        if self.rto_at == _INF:
+            self.rto_at = now + self._rto(info.ev) * self._backoff()
+        self.tx_packets += 1
+        self.count("tx_retransmit")
 
-    def _frame(self, p: Pkt, ev: int, ts: int, rtx: bool) -> tuple[int, bytes]:
-        """(local port, data frame) of ``p`` on ``ev``."""
-        wr = p.wr
-        start = wr.offset + p.off
-        imm = p.opcode in IMM_OPCODES
-        payload = wr.view[start : start + p.length]
+    def _frame(self, seq: int, wr: WorkRequest, off: int, length: int, opcode: int, ev: int,
+               ts: int, rtx: bool) -> tuple[int, bytes]:
+        """(local port, data frame) of packet ``seq`` (bytes ``off ..`` of ``wr``) on
+        ``ev``."""
+        start = wr.offset + off
+        imm = opcode in IMM_OPCODES
+        payload = wr.view[start : start + length]
         tp = self._data_path(ev, wr.rkey) if self.cfg.use_templates else None
         if tp is not None:
             port, tmpl, spec = tp
             frame = tmpl.frame(
-                p.opcode, p.seq & PSN_MASK, ev, wr.remote_addr + p.off, payload, spec,
+                opcode, seq & PSN_MASK, ev, wr.remote_addr + off, payload, spec,
                 (wr.msn & _MSN_MASK) if imm else None, wr.imm if imm else None, ts, rtx,
-                p.opcode in LAST_OPCODES)
+                opcode in LAST_OPCODES)
         else:
             port, route = self.route(ev)
             frame = build_data(
                 route,
                 ev=ev,
-                opcode=p.opcode,
+                opcode=opcode,
                 dest_qp=self.attrs.dest_qp_num or 0,
-                psn=p.seq & PSN_MASK,
-                va=wr.remote_addr + p.off,
+                psn=seq & PSN_MASK,
+                va=wr.remote_addr + off,
                 rkey=wr.rkey,
                 payload=payload,
                 msn=(wr.msn & _MSN_MASK) if imm else None,
                 imm=wr.imm if imm else None,
                 timestamp=ts,
                 rtx=rtx,
-                ack_req=p.opcode in LAST_OPCODES,
+                ack_req=opcode in LAST_OPCODES,
             )
         return port, frame
 
-    def _track(self, p: Pkt, info: EVInfo, now: float, ts: int) -> None:
-        """``p`` was (or is about to be) sent on ``info`` now: it is in flight."""
-        info.sent += 1
-        p.ev = info.ev
-        p.sent = now
-        p.ts = ts
-        p.tx += 1
-        self.inflight[p.seq] = p
-        self.inflight_bytes += p.length
-        if self.rto_at == _INF:
-            self.rto_at = now + self._rto(p) * self._backoff()
-        self.tx_packets += 1
-
     # --- requester: timers and loss -------------------------------------------------
 
-    def _rto(self, p: Pkt) -> float:
-        """Per-path timeout of ``p``: its EV's own RTT estimate, else the QP's, else the
-        QP's ack timeout attribute; never below the floor."""
+    def _rto(self, ev: int) -> float:
+        """Per-path timeout of a packet on ``ev``: its EV's own RTT estimate, else the
+        QP's, else the QP's ack timeout attribute; never below the floor."""
         evm = self.evm
-        info = evm.evs.get(p.ev) if evm is not None else None
+        info = evm.evs.get(ev) if evm is not None else None
         if info is not None and info.srtt:
             # An EV sees few samples; the QP's variance (endpoint jitter is common to
             # every path) keeps a quiet EV's estimate from being too tight.
@@ -653,22 +654,26 @@ class QueuePair:
 
     def _arm_rto(self) -> None:
         """The retransmission timer follows the oldest packet in flight (per-path RTO)."""
-        for p in self.inflight.values():
-            self.rto_at = p.sent + self._rto(p) * self._backoff()
-            return
-        self.rto_at = _INF
+        seq = self.txt.oldest()
+        e = self.txt.get(seq) if seq is not None else None
+        self.rto_at = _INF if e is None else e[1] + self._rto(e[0]) * self._backoff()
 
-    def _mark_lost(self, p: Pkt, now: float, cause: str) -> None:
-        """Take ``p`` out of flight and queue it for retransmission on another EV."""
-        if self.inflight.pop(p.seq, None) is not None:
-            self.inflight_bytes -= p.length
+    def _mark_lost(self, seq: int, now: float, cause: str) -> None:
+        """Take packet ``seq`` out of flight and queue it for retransmission on another
+        EV."""
+        txt = self.txt
+        e = txt.get(seq)
+        if e is None:
+            return
+        ev, sent = e[0], e[1]
+        txt.lose(seq)
         evm, cc = self.evm, self.cc
         assert evm is not None and cc is not None
-        info = evm.evs.get(p.ev)
+        info = evm.evs.get(ev)
         if cause == "trim":
             if info is not None:
                 info.trimmed += 1
-            self.rtx_q.appendleft(p)
+            self.rtx_q.appendleft(seq)
         else:
             if info is not None:
                 info.lost += 1
@@ -677,33 +682,33 @@ class QueuePair:
                 if len(log) >= _LOST_LOG_MAX:
                     for k in list(log)[: _LOST_LOG_MAX // 2]:
                         del log[k]
-                log[p.seq] = (p.ev, p.ts, now, cause == "loss")
-                if self._path_failed(p, now, cause):
+                log[seq] = (ev, e[2], now, cause == "loss")
+                txt.log(seq, True)
+                if self._path_failed(ev, sent, now, cause):
                     if cause == "timeout":
-                        evm.assume_bad(p.ev, now, cause)
+                        evm.assume_bad(ev, now, cause)
                     else:
-                        self._suspect(p, now)
+                        self._suspect(ev, sent, now)
                 cc.on_loss(now)
-            self.rtx_q.append(p)
-        p.pending = True
+            self.rtx_q.append(seq)
         self.count(f"lost_{cause}")
 
-    def _suspect(self, p: Pkt, now: float) -> None:
+    def _suspect(self, ev: int, sent: float, now: float) -> None:
         """A SACK-detected loss with nothing newer through on its path: that is what a
         dead path looks like, and also what a late batch looks like when the endpoints
         add scheduling jitter. Give the path a short grace (half a smoothed RTT, within
         the allowance already waited): a newer packet acknowledged on it clears it,
         otherwise its EVs retire. (After a real failure more packets on the path go
         missing meanwhile; they join the same suspicion.)"""
-        key = p.ev >> 12
+        key = ev >> 12
         sus = self.suspects.get(key)
         if sus is not None:
-            if p.ev not in sus[2]:
-                sus[2].append(p.ev)
+            if ev not in sus[2]:
+                sus[2].append(ev)
             return
         self.count("loss_suspect")
         grace = SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
-        self.suspects[key] = (now + grace, p.sent, [p.ev], self.rack_sent)
+        self.suspects[key] = (now + grace, sent, [ev], self.rack_sent)
         self.suspect_at = min(self.suspect_at, now + grace)
 
     def _retire_suspects(self, now: float) -> None:
@@ -774,19 +779,20 @@ class QueuePair:
             self.count("loss_confirmed_retired")
             self._retire_path([ev], now)
 
-    def _path_failed(self, p: Pkt, now: float, cause: str) -> bool:
-        """Does the loss of ``p`` condemn its path? At once if nothing sent on the path
-        after ``p`` has been acknowledged (a dead path delivers nothing newer). If a later
-        packet got through, the loss is ambiguous (reordering, endpoint jitter, a random
-        drop): only ``retire_ambiguous`` of them within a few RTTs retire the EV."""
-        key = p.ev >> 12
-        if cause == "timeout" and self.rack_sent <= p.sent:
-            # Nothing sent after p got through on *any* path: the peer (or this host's
+    def _path_failed(self, ev: int, sent: float, now: float, cause: str) -> bool:
+        """Does the loss of a packet on ``ev`` sent at ``sent`` condemn its path? At once
+        if nothing sent on the path after it has been acknowledged (a dead path delivers
+        nothing newer). If a later packet got through, the loss is ambiguous (reordering,
+        endpoint jitter, a random drop): only ``retire_ambiguous`` of them within a few
+        RTTs retire the EV."""
+        key = ev >> 12
+        if cause == "timeout" and self.rack_sent <= sent:
+            # Nothing sent after it got through on *any* path: the peer (or this host's
             # own scheduling) stalled, or everything is down. No path to blame; the
             # retry budget decides.
             self.count("timeout_unblamed")
             return False
-        if self.path_acked.get(key, -1.0) <= p.sent:
+        if self.path_acked.get(key, -1.0) <= sent:
             return True
         self.count("loss_ambiguous")
         need = self.cfg.retire_ambiguous
@@ -824,24 +830,14 @@ class QueuePair:
         """RACK over sprayed paths: a packet sent before the most recently sent packet
         that was acknowledged is lost once that packet's RTT plus a reorder allowance has
         passed since it was sent; otherwise a timer is set for that moment."""
-        if self.rack_sent < 0:
+        txt = self.txt
+        limit = txt.rack_sent
+        if limit < 0:
             return
         # The allowance covers path skew and the peer's ACK coalescing delay.
-        reo = self._reorder_allowance()
-        lost = []
-        self.rack_at = _INF
-        limit = self.rack_sent
-        wait = self.rack_rtt + reo
-        for p in self.inflight.values():
-            if p.sent >= limit:
-                break
-            if p.sent + wait <= now:
-                lost.append(p)
-            else:
-                self.rack_at = p.sent + wait
-                break
-        for p in lost:
-            self._mark_lost(p, now, "loss")
+        lost, self.rack_at = txt.rack(limit, txt.rack_rtt + self._reorder_allowance(), now)
+        for seq in lost:
+            self._mark_lost(seq, now, "loss")
 
     def _on_rto(self, now: float) -> None:
         """Timer backstop: every packet past its per-path RTO is lost (its EV retires);
@@ -849,9 +845,11 @@ class QueuePair:
         Rounds without any acknowledgement in between exhaust the retry budget."""
         expired = []
         backoff = self._backoff()
-        for p in self.inflight.values():
-            if p.sent + self._rto(p) * backoff <= now:
-                expired.append(p)
+        txt = self.txt
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is not None and e[1] + self._rto(e[0]) * backoff <= now:
+                expired.append(seq)
         if not expired:
             self._arm_rto()
             return
@@ -860,17 +858,17 @@ class QueuePair:
         if self.retries > budget:
             self._retry_exhausted(expired[0], now)
             return
-        for p in expired:
-            self._mark_lost(p, now, "timeout")
+        for seq in expired:
+            self._mark_lost(seq, now, "timeout")
         self.count("rto_rounds")
         self.rto_at = now + self._base_timeout() * self._backoff()
 
-    def _retry_exhausted(self, p: Pkt, now: float) -> None:
+    def _retry_exhausted(self, seq: int, now: float) -> None:
         budget = self.retry_budget
         self.fail(
             WCStatus.RETRY_EXC_ERR,
             f"peer unreachable: no acknowledgement from {self.attrs.peer} QP "
-            f"{self.attrs.dest_qp_num} for PSN {p.seq & PSN_MASK} after {budget} "
+            f"{self.attrs.dest_qp_num} for PSN {seq & PSN_MASK} after {budget} "
             f"retransmissions on {len(self.evm.evs) if self.evm else 0} EVs "
             f"(retry budget exhausted; check the peer host, its QP and the fabric)",
         )
@@ -937,10 +935,16 @@ class QueuePair:
         evm, cc = self.evm, self.cc
         if evm is None or cc is None or self.state is not QPState.RTS:
             return
-        # RTT from the packet that triggered the SACK, if this SACK is about its latest
-        # transmission (same EV and timestamp): the send time is kept as a float.
-        rtt = None
+        # The table acknowledges what the SACK reports (the per-packet work) and says
+        # whether the SACK is about the latest transmission of the packet that
+        # triggered it (same EV and timestamp): then that packet gives an RTT sample.
+        txt = self.txt
         trig = cack + s.ack_offset
+        acked = txt.sack(now, self.snd_una, cack, self.next_seq, cack + s.sack_offset,
+                         s.bitmap, s.sack_offset == 1, trig, s.sack_ev, s.ts_echo)
+        if cack > self.snd_una:
+            self.snd_una = cack
+        rtt = None
         spurious = False
         if self.lost_log:
             rec = self.lost_log.get(trig)
@@ -950,17 +954,17 @@ class QueuePair:
                 del self.lost_log[trig]
                 self._learn_reorder(now - rec[2])
                 spurious = True
-        p = self.unacked.get(trig)
-        if p is not None and p.ev == s.sack_ev and p.ts == s.ts_echo and p.tx:
-            if p.tx > 1 and self.lost_log:
+        tx = txt.trig_tx
+        if tx:
+            if tx > 1 and self.lost_log:
                 rec = self.lost_log.pop(trig, None)
-                if rec is not None and rec[3] and rec[0] != p.ev:
+                if rec is not None and rec[3] and rec[0] != s.sack_ev:
                     # The retransmission triggered this SACK and the PSN was still
                     # missing: the original (declared lost by RACK, not by a timeout,
                     # which a stalled peer also causes) never arrived.
                     self._confirmed_loss(rec[0], now)
-            rtt = now - p.sent
-            info = evm.evs.get(p.ev)
+            rtt = now - txt.trig_sent
+            info = evm.evs.get(s.sack_ev)
             if info is not None:
                 info.rtt_sample(rtt)
             self._rtt_sample(rtt)
@@ -982,37 +986,8 @@ class QueuePair:
             evm.skip(s.sack_ev, "receiver")
         elif s.mode == SackMode.ALWAYS_SKIP:
             evm.assume_bad(s.sack_ev, now, "receiver")
-        acked = 0
-        unacked = self.unacked
-        if cack > self.snd_una:
-            for seq in range(self.snd_una, cack):
-                q = unacked.pop(seq, None)
-                if q is not None:
-                    acked += self._acked(q, now)
-            self.snd_una = cack
-        bm = s.bitmap
-        if bm:
-            base = cack + s.sack_offset
-            # Every SACK repeats the bits of its window that earlier ones reported: walk
-            # only the new ones (bits already walked are acknowledged or were never sent).
-            # (Only first windows, right after the cumulative point, are tracked: the
-            # extra ones further out are sent once; an older window is walked whole.)
-            d = base - self.sack_seen_base
-            if d >= 0 and s.sack_offset == 1:
-                if self.next_seq - base < SACK_BITMAP_BITS:  # bits past next_seq: ignored
-                    bm &= (1 << max(0, self.next_seq - base)) - 1
-                seen = self.sack_seen_bm >> d if d < SACK_BITMAP_BITS else 0
-                self.sack_seen_base, self.sack_seen_bm = base, bm | seen
-                bm &= ~seen
-            while bm:
-                low = bm & -bm
-                seq = base + low.bit_length() - 1
-                bm ^= low
-                if seq >= self.next_seq:
-                    break
-                q = unacked.pop(seq, None)
-                if q is not None:
-                    acked += self._acked(q, now)
+        if acked:
+            self._acked(txt, now)
         cc.on_ack(acked, rtt, s.ece != 0, now)
         if s.window_penalty:
             cc.on_penalty(s.window_penalty, now)
@@ -1049,7 +1024,7 @@ class QueuePair:
         if acked:
             self._arm_rto()
             self._complete_wrs()
-        elif not self.inflight:
+        elif not self.txt.ninfl:
             self.rto_at = _INF
 
     def _reo_quiet(self, now: float) -> bool:
@@ -1073,40 +1048,39 @@ class QueuePair:
         self.srtt += 0.125 * (rtt - self.srtt)
         self.min_rtt = min(self.min_rtt, rtt)
 
-    def _acked(self, p: Pkt, now: float) -> int:
-        if self.inflight.pop(p.seq, None) is not None:
-            self.inflight_bytes -= p.length
-        key = p.ev >> 12
-        if p.sent > self.path_acked.get(key, -1.0):
-            self.path_acked[key] = p.sent
-        if self.suspects:
-            sus = self.suspects.get(key)
-            if sus is not None and p.sent >= sus[1]:
-                del self.suspects[key]  # something newer got through: the path works
-                self.count("loss_suspect_cleared")
+    def _acked(self, txt: TxTable, now: float) -> None:
+        """What the table's last SACK acknowledged, for the decisions: the newest send
+        time acknowledged per path (a suspected path that delivered something sent after
+        its loss is cleared), and packets declared lost that were not (learn the
+        reordering)."""
+        path_acked, suspects = self.path_acked, self.suspects
+        for key, sent in txt.paths():
+            if sent > path_acked.get(key, -1.0):
+                path_acked[key] = sent
+            if suspects:
+                sus = suspects.get(key)
+                if sus is not None and sent >= sus[1]:
+                    del suspects[key]  # something newer got through: the path works
+                    self.count("loss_suspect_cleared")
         if self.lost_log:
-            rec = self.lost_log.pop(p.seq, None)
-            if rec is not None and (p.pending or now - p.sent < self.min_rtt):
-                if self.suspects and self.suspects.pop(rec[0] >> 12, None) is not None:
-                    self.count("loss_suspect_cleared")  # the "lost" packet itself came
-                # Acknowledged before its retransmission was sent, or sooner than any
-                # RTT ever measured: the transmission declared lost arrived after all.
-                self._learn_reorder(now - rec[2])
-                self._spurious_loss()
-        p.pending = False
-        p.wr.unacked -= 1
-        if p.sent > self.rack_sent:
-            self.rack_sent = p.sent
-            self.rack_rtt = now - p.sent
-        return p.length or 1
+            for seq, sent, pending in txt.specials():
+                rec = self.lost_log.pop(seq, None)
+                if rec is not None and (pending or now - sent < self.min_rtt):
+                    if self.suspects and self.suspects.pop(rec[0] >> 12, None) is not None:
+                        self.count("loss_suspect_cleared")  # the "lost" packet itself came
+                    # Acknowledged before its retransmission was sent, or sooner than any
+                    # RTT ever measured: the transmission declared lost arrived after all.
+                    self._learn_reorder(now - rec[2])
+                    self._spurious_loss()
 
     def _complete_wrs(self) -> None:
-        wrs = self.wrs
+        wrs, unacked = self.wrs, self.txt.wr_unacked
         while wrs:
             wr = wrs[0]
-            if wr.unacked or wr.next_pkt < wr.npkts:
+            if wr.next_pkt < wr.npkts or unacked(wr.slot):
                 return
             wrs.popleft()
+            del self.wr_of[wr.slot]
             if wr.imm is not None:
                 self.imm_outstanding -= 1
             self.cq.push(Completion(
@@ -1119,8 +1093,8 @@ class QueuePair:
         if self.state is not QPState.RTS or self.evm is None or self.cc is None:
             return
         seq = unwrap(n.nack_psn, self.snd_una)
-        p = self.unacked.get(seq)
-        if p is None or p.ev != n.nack_ev:
+        e = self.txt.get(seq)
+        if e is None or e[0] != n.nack_ev:
             # Not about the latest transmission of an outstanding packet: stale or forged.
             self.count("rx_nack_stale")
             return
@@ -1131,15 +1105,16 @@ class QueuePair:
             # silence, not congestion (the resend waits for the window like new data).
             self.retries = 0
             if not lasthop:
-                self.evm.skip(p.ev, "trim")
+                self.evm.skip(e[0], "trim")
             self.cc.on_trim(now, lasthop)
-            if not p.pending:
-                self._mark_lost(p, now, "trim")
+            if not e[8] & PEND:
+                self._mark_lost(seq, now, "trim")
         elif reason == NackReason.UNEXP_EVENT:
+            wr = self.wr_of[e[7]]
             self.fail(
                 WCStatus.REM_ACCESS_ERR,
                 f"remote access error: {self.attrs.peer} refused the write of wr_id "
-                f"{p.wr.wr_id} (rkey {p.wr.rkey:#x}, address {p.wr.remote_addr + p.off:#x}): "
+                f"{wr.wr_id} (rkey {wr.rkey:#x}, address {wr.remote_addr + e[5]:#x}): "
                 "check the rkey and that the range lies inside the peer's memory region",
             )
         else:
@@ -1391,9 +1366,11 @@ class QueuePair:
             return
         evm.set_planes(planes)
         live = set(evm.usable_planes)
-        for p in list(self.inflight.values()):
-            if ev_path(p.ev)[0] not in live:
-                self._mark_lost(p, now, "port")
+        txt = self.txt
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is not None and ev_path(e[0])[0] not in live:
+                self._mark_lost(seq, now, "port")
 
     # --- stats ------------------------------------------------------------------------
 
@@ -1407,8 +1384,8 @@ class QueuePair:
             "error": self.error_reason,
             "cwnd": self.cc.cwnd if self.cc else 0,
             "srtt": self.srtt,
-            "inflight": len(self.inflight),
-            "inflight_bytes": self.inflight_bytes,
+            "inflight": self.txt.ninfl,
+            "inflight_bytes": self.txt.infl_bytes,
             "counters": self.counters(),
         }
 
