@@ -403,6 +403,8 @@ class EVManager:
         for _ in range(k):
             plane = planes[rr_plane % n]
             ring = rings.get(plane)
+            if ring is None:  # (built as next_ev would build it, at the same moment)
+                ring = self._ring(plane)
             if not ring:
                 break
             i = rr[plane]
