@@ -162,9 +162,11 @@ ffibuilder.cdef(
 # plain declarations and #defines of integers: cdef takes it as written, comments and all).
 for _header in ("spray.h", "tx.h"):
     ffibuilder.cdef(_cdef_of(CSRC / _header))
+# mrcnet/_csrc/rx.h: the responder's receive lane (declarations read from the header)
+ffibuilder.cdef(_cdef_of(CSRC / "rx.h"))
 ffibuilder.set_source(
     "mrcnet._fastpath",
-    '#include "fastpath.h"\n#include "spray.h"\n#include "tx.h"',
+    '#include "fastpath.h"\n#include "spray.h"\n#include "tx.h"\n#include "rx.h"',
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import errno as _errno
 import fcntl
+import functools
 import importlib
 import os
 import socket
@@ -96,7 +97,7 @@ __all__ = [
     "PACKET_OUTGOING",
     "BatchIO",
     "CBatchIO",
-    "CSpray",
+    "CRxLane",
     "CTemplate",
     "CTxTable",
     "FrameFinisher",
@@ -1187,6 +1188,240 @@ class FrameParser:
         if rc:
             raise MalformedFrame(PARSE_REASONS[rc], _ffi.string(out.why).decode())
         return out  # type: ignore[no-any-return]  # the C struct has PyParsed's fields
+
+
+_RX_MRS_MAX: Final = 256  # mrcnet.core.rxlane.RX_MRS_MAX
+_RX_PEERS_MAX: Final = 8  # MRC_RX_PEERS_MAX
+
+
+class CRxLane:
+    """The responder's receive lane in C (``mrcnet/_csrc/rx.c``): the interface and
+    results of :class:`mrcnet.core.rxlane.PyRxLane`, which documents it. ``run`` is the
+    C function itself (bound to this lane's context: no Python frame per call)."""
+
+    def __init__(self) -> None:
+        if not HAVE_C:
+            raise RuntimeError("mrcnet._fastpath is not available")
+        c = self._c = _ffi.new("struct mrc_rx_ctx *")
+        self._mrs = _ffi.new("struct mrc_rx_mr[]", _RX_MRS_MAX)
+        c.mrs, c.nmrs, c.qpn = self._mrs, 0, 0xFFFFFFFF
+        self._mr_bufs: dict[int, Any] = {}  # rkey -> the from_buffer cdata c.mrs points into
+        self._keep: list[Any] = []  # the loaded frames' cdata views (alive while in use)
+        self._grow(64)
+        self.qp: Any = None  # the state record c.qp points to (kept alive here)
+        self.parsed: Any = _ffi.addressof(c, "parsed")
+        self.run: Callable[[int, int, float], int] = functools.partial(_C.mrc_rx_run, c)
+
+    def _grow(self, cap: int) -> None:
+        self._ptr = _ffi.new("const uint8_t *[]", cap)
+        self._len = _ffi.new("uint32_t[]", cap)
+        c = self._c
+        c.ptr, c.len, c.cap = self._ptr, self._len, cap
+
+    # --- the responder state record (struct mrc_rx_qp) --------------------------------
+
+    @staticmethod
+    def new_state(cap: int) -> Any:
+        """A fresh responder state with an empty ring of ``cap`` slots (a power of 2),
+        freed with the returned cdata."""
+        q = _C.mrc_rx_new(cap)
+        if q == _ffi.NULL:
+            raise MemoryError(f"receive ring of {cap} slots")
+        return _ffi.gc(q, _C.mrc_rx_free)
+
+    @staticmethod
+    def grow(rx: Any, cap: int) -> None:
+        """Move ``rx``'s ring to ``cap`` slots (a power of 2 that holds every entry)."""
+        if _C.mrc_rx_grow(rx, cap):
+            raise MemoryError(f"receive ring of {cap} slots")
+
+    @staticmethod
+    def bitmap(rx: Any, base: int) -> int:
+        """Bit i set when ``base + i`` is in ``rx``'s out-of-order set (a SACK bitmap)."""
+        return int(_C.mrc_rx_bitmap(rx, base))
+
+    # --- SACKs ------------------------------------------------------------------------
+
+    @staticmethod
+    def sack_template(st: Any) -> Any:
+        """What :meth:`sack` builds SACKs from: a ``struct mrc_rx_sackt`` laid out like
+        ``st`` (a ``mrcnet.core.ctrl.SackTemplate``)."""
+        frame, udp_off, seth_off, cc_off, icrc_from, has_ip, psrc, pdst = st.layout()
+        t = _ffi.new("struct mrc_rx_sackt *")
+        if len(frame) > len(t.frame):
+            raise ValueError(f"a SACK of {len(frame)} bytes")
+        _ffi.memmove(t.frame, frame, len(frame))
+        t.len, t.udp_off, t.seth_off, t.cc_off = len(frame), udp_off, seth_off, cc_off
+        t.icrc_from, t.has_ip = icrc_from, int(has_ip)
+        t.pseudo_sum = _C.mrc_tmpl_addr_sum(psrc, pdst)
+        return t
+
+    _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
+
+    @staticmethod
+    def sack(rx: Any, t: Any, ev: int, penalty: int, credit: int,
+             bases: list[int] | None) -> list[bytes]:
+        """The SACK frames ``QueuePair.send_sack`` sends now (``mrc_rx_sack``; see
+        :meth:`mrcnet.core.rxlane.PyRxLane.sack`)."""
+        out = CRxLane._sack_out
+        if out is None:
+            out = CRxLane._sack_out = _ffi.new("uint8_t[]", 66 * 512)  # MRC_RX_SACK_MAX
+        cb, nb = _ffi.NULL, 0
+        if bases is not None:
+            cb, nb = _ffi.new("int64_t[]", bases), len(bases)
+            if nb * t.len > len(out):
+                out = CRxLane._sack_out = _ffi.new("uint8_t[]", nb * t.len)
+        n = _C.mrc_rx_sack(rx, t, out, len(out), ev, penalty, credit, cb, nb)
+        ln = t.len
+        if n == 1:
+            return [_ffi.buffer(out, ln)[:]]
+        data = _ffi.buffer(out, n * ln)[:]
+        return [data[i * ln : (i + 1) * ln] for i in range(n)]
+
+    # --- set up --------------------------------------------------------------------
+
+    def load(self, frames: Sequence[bytes | bytearray | memoryview]) -> Sequence[Any] | None:
+        """Point the lane at a batch's frames (kept referenced until the next load);
+        returns them as the lane reads them (memoryviews cast to bytes), or None if a
+        frame is a buffer C cannot read (not contiguous: the caller's per-frame path
+        counts it)."""
+        n = len(frames)
+        if n > self._c.cap:
+            self._grow(max(n, 2 * self._c.cap))
+        try:
+            frames = [f.cast("B") if type(f) is memoryview and (f.itemsize != 1 or f.ndim != 1)
+                      else f for f in frames]
+            keep = self._keep = [_ffi.from_buffer(f) for f in frames]
+        except (BufferError, TypeError, ValueError):
+            self.release()
+            return None
+        self._ptr[0:n] = keep
+        self._len[0:n] = [len(f) for f in frames]
+        return frames
+
+    def release(self) -> None:
+        """Let go of the loaded frames' buffers (a memoryview with an export left would
+        be one the garbage collector cannot clear)."""
+        for b in self._keep:
+            _ffi.release(b)
+        self._keep = []
+
+    def load_slots(self, io: CBatchIO, k: int) -> None:
+        """Point the lane at the ``k`` frames ``io``'s last receive kept, where they are
+        (no copy, no per-frame Python): they are the frames ``io.recv_views`` returned."""
+        if k > self._c.cap:
+            self._grow(max(k, io.max_batch))
+        _C.mrc_rx_slots(self._c, io._b, k)
+
+    def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
+               ack_delay: float, reorder_floor: float, sack_on_reorder: bool) -> bool:
+        """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
+        QP) if the lane cannot check its peers."""
+        c = self._c
+        if len(peers) > _RX_PEERS_MAX:
+            self.clear_qp()
+            return False
+        for i, ip in enumerate(peers):
+            _ffi.memmove(c.peers + 16 * i, ip, 16)
+        c.npeers, c.qpn, c.qp, self.qp = len(peers), qpn, rx, rx
+        c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
+        c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
+        return True
+
+    def clear_qp(self) -> None:
+        """Serve no QP: every data frame stops."""
+        c = self._c
+        c.qp, c.qpn, c.npeers, self.qp = _ffi.NULL, 0xFFFFFFFF, 0, None
+
+    @property
+    def plane(self) -> int:
+        """The receiving port's plane (the SACKs' ack_plane)."""
+        return int(self._c.plane)
+
+    @plane.setter
+    def plane(self, v: int) -> None:
+        self._c.plane = v
+
+    @property
+    def verify(self) -> bool:
+        """Check the ICRC and UDP checksum of every frame."""
+        return bool(self._c.verify)
+
+    @verify.setter
+    def verify(self, v: bool) -> None:
+        self._c.verify = _VERIFY_ALL if v else 0
+
+    @property
+    def placed(self) -> int:
+        """Data frames the lane handled, ever."""
+        return int(self._c.placed)
+
+    @property
+    def pos(self) -> int:
+        """Where the last run stopped."""
+        return int(self._c.pos)
+
+    @property
+    def why(self) -> int:
+        """Why (``mrcnet.core.rxlane.WHY_*``)."""
+        return int(self._c.why)
+
+    @property
+    def mrs(self) -> dict[int, int]:
+        """rkey -> address of each region in the lane's table."""
+        return {int(m.rkey): int(m.addr) for m in self._mrs[0 : self._c.nmrs]}
+
+    def add_mr(self, mr: Any) -> None:
+        """Let the lane write ``mr`` (a registered region that allows remote writes)."""
+        c = self._c
+        if mr.rkey in self._mr_bufs or c.nmrs >= _RX_MRS_MAX:
+            return
+        # The buffer is held through the object under the region's view (a bytearray, an
+        # mmap), not the view itself: a memoryview with an export cannot be cleared by
+        # the garbage collector (a Host in a reference cycle would leave it half torn
+        # down). The view's place in it: its address less the object's.
+        view = mr.view
+        try:
+            buf = _ffi.from_buffer("uint8_t[]", view.obj, require_writable=True)
+            vp = _ffi.from_buffer("uint8_t[]", view, require_writable=True)
+        except (TypeError, ValueError, BufferError):
+            return  # not a plain writable buffer: its frames take the full path
+        off = int(_ffi.cast("uintptr_t", vp)) - int(_ffi.cast("uintptr_t", buf))
+        _ffi.release(vp)
+        if off < 0 or off + mr.length > len(buf) or mr.length > view.nbytes:
+            _ffi.release(buf)
+            return
+        e = self._mrs[c.nmrs]
+        e.addr, e.length, e.base, e.rkey, e.remote_write = (
+            mr.addr, mr.length, buf + off, mr.rkey, int(mr.remote_write))
+        self._mr_bufs[mr.rkey] = buf
+        c.nmrs += 1
+
+    def drop_mr(self, rkey: int) -> None:
+        """Forget the region with ``rkey`` (deregistered), and release its buffer."""
+        buf = self._mr_bufs.pop(rkey, None)
+        if buf is None:
+            return
+        c, mrs = self._c, self._mrs
+        last = c.nmrs - 1
+        for i in range(c.nmrs):
+            if mrs[i].rkey == rkey:
+                if i != last:  # the last entry fills the hole
+                    m, e = mrs[last], mrs[i]
+                    e.addr, e.length, e.base, e.rkey, e.remote_write = (
+                        m.addr, m.length, m.base, m.rkey, m.remote_write)
+                c.nmrs = last
+                break
+        _ffi.release(buf)
+
+    def clear_mrs(self) -> None:
+        """Forget every region."""
+        for rkey in list(self._mr_bufs):
+            self.drop_mr(rkey)
+
+    def malformed(self) -> MalformedReason | None:
+        """Why the frame the lane stopped at (``why`` WHY_PARSE) did not parse."""
+        return PARSE_REASONS[int(self._c.parsed.reason)]
 
 
 def parsed_to_frame(buf: bytes | bytearray | memoryview, p: PyParsed | Any) -> Frame:

@@ -55,7 +55,7 @@ class SackTemplate:
     (:class:`mrcnet.fastpath.FrameFinisher`, one C call when built).
     """
 
-    __slots__ = ("_cc_off", "_fin", "_frame", "_seth_off", "_udp_off")
+    __slots__ = ("_cc_off", "_fin", "_frame", "_pseudo", "_seth_off", "_udp_off")
 
     def __init__(self, route: Route, *, dest_qp: int) -> None:
         frame = build_sack(route, ev=0, dest_qp=dest_qp, seth=_DUMMY, cc=CCState())
@@ -72,8 +72,16 @@ class SackTemplate:
         else:
             psrc, pdst = route.src_ip, route.final_dst
         # The ICRC covers the inner IPv6 header (when there is one) onwards.
-        self._fin = FrameFinisher(udp_off - IPV6_HEADER_LEN if has_ip else udp_off, has_ip,
-                                  udp_off, psrc, pdst)
+        icrc_from = udp_off - IPV6_HEADER_LEN if has_ip else udp_off
+        self._fin = FrameFinisher(icrc_from, has_ip, udp_off, psrc, pdst)
+        self._pseudo = (icrc_from, has_ip, bytes(psrc), bytes(pdst))
+
+    def layout(self) -> tuple[bytes, int, int, int, int, bool, bytes, bytes]:
+        """(template frame, UDP header offset, SETH offset, CC-state offset, where the
+        ICRC starts, whether it starts at an inner IPv6 header, pseudo-header source and
+        destination): what a builder elsewhere (the C receive lane's) needs to make the
+        same frames as :meth:`build_fields`."""
+        return (self._frame, self._udp_off, self._seth_off, self._cc_off, *self._pseudo)
 
     def build(self, ev: int, seth: SETH, cc: CCState) -> bytes:
         """One SACK frame travelling on ``ev``."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from mrcnet.constants import (
     ENDPOINT_QPN,
+    MPR_UNIT,
     PSN_MASK,
     RETRY_EXP_INFINITE,
     RETRY_LINEAR_MAX,
@@ -45,9 +46,10 @@ from mrcnet.core.events import (
 from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair, WorkRequest, ts16
+from mrcnet.core.rxlane import RX_SACK, RX_STOP, WHY_MR_MISS, WHY_PARSE, lane_class
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest, MalformedFrame
-from mrcnet.fastpath import FrameParser, PyParsed
+from mrcnet.fastpath import CRxLane, FrameParser, PyParsed
 from mrcnet.wire import Route, build_endpoint
 from mrcnet.wire.endpoint import EndpointHeader
 
@@ -147,6 +149,16 @@ class Host:
         # before the next frame is parsed (receive() is not re-entered).
         self._parser = FrameParser(use_c=None if self.config.fast_parse else False)
         self.rx_frames = 0  # hot counter: a plain attribute, folded into counters()
+        # The receive lane (mrcnet/core/rxlane.py): data of one QP at a time (the last
+        # one whose data took the full path), the regions it may write, and what it was
+        # set up with (re-checked before each batch).
+        self._lane: Any = lane_class(self.config.fast_parse)()
+        self._lane.verify = self.config.verify_checksums
+        self._lane_slots = isinstance(self._lane, CRxLane)  # reads a C batch in place
+        self._lane_qp: QueuePair | None = None
+        self._lane_peers: frozenset[bytes] = frozenset()
+        self._lane_win = 0
+        self._lane_gen = self.memory.generation
 
     # --- counters and events ------------------------------------------------------------
 
@@ -193,6 +205,8 @@ class Host:
     def deregister_mr(self, mr: MemoryRegion) -> None:
         """Unregister: later writes to it are refused."""
         self.memory.deregister(mr)
+        if self._lane is not None:  # (and its buffer is no longer held by the lane)
+            self._lane.drop_mr(mr.rkey)
 
     def create_cq(self) -> CompletionQueue:
         """A new completion queue."""
@@ -570,16 +584,172 @@ class Host:
         self.receive_batch((frame,), port, now)
 
     def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                      now: float) -> None:
+                      now: float, slots: Any = None) -> None:
         """Frames from the network on local ``port``, all at ``now``: the same as
-        :meth:`receive` of each in turn, with less Python per frame (the data and SACKs
-        of a ready QP go to it without :meth:`_dispatch`: mrcd hands over each batch its
-        socket gives). Never raises."""
+        :meth:`receive` of each in turn, with less Python per frame (mrcd hands over
+        each batch its socket gives). ``slots``: the C batch
+        (:class:`mrcnet.fastpath.CBatchIO`) whose last ``recv_views`` returned
+        ``frames``: the C lane then reads them where they are. Never raises.
+
+        The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
+        common case of data for the QP it serves on its own; each frame it stops at
+        takes the path below (:meth:`_lane_frame`), and so does each SACK it finds due.
+        Data frames that take that path set the lane to their QP."""
         n = len(frames)
         if not n:
             return
         self._last_now = now
         self.rx_frames += n
+        lane = self._lane
+        p = self.ports.get(port)
+        if lane is None or p is None or not self.port_up[port]:
+            self._receive_frames(frames, port, now)
+            return
+        loaded = None
+        if slots is not None and self._lane_slots:
+            lane.load_slots(slots, n)
+        else:
+            loaded = lane.load(frames)
+            if loaded is None:  # a buffer the lane cannot read: frame by frame
+                self._receive_frames(frames, port, now)
+                return
+            frames = loaded
+        try:
+            self._lane_batch(lane, frames, n, port, p.plane, now)
+        finally:
+            if loaded is not None:
+                lane.release()
+
+    def _lane_batch(self, lane: Any, frames: Sequence[Any], n: int, port: int, plane: int,
+                    now: float) -> None:
+        """The loaded batch through the lane: a SACK where one is due, the full path for
+        each frame it stops at."""
+        if self.memory.generation != self._lane_gen:  # a region went: forget them all
+            lane.clear_mrs()
+            self._lane_gen = self.memory.generation
+        lane.plane = plane
+        if self._lane_qp is not None:
+            self._lane_check()
+        run, ctrl = lane.run, self._ctrl
+        marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
+        i = 0
+        while i < n:
+            r = run(i, n, now)
+            k, st = r >> 2, r & 3
+            qp = self._lane_qp
+            got = k - i + (st == RX_SACK)  # data frames the lane handled (all qp's)
+            if got and qp is not None:
+                qp.rx_packets += got
+                if marked != qp.qpn:
+                    marked = qp.qpn
+                    self._dirty.add(marked)
+                    self._sendq.add(marked)
+            if st == RX_SACK:
+                assert qp is not None
+                try:
+                    qp.send_sack(now, ctrl)
+                except Exception as e:  # never crash on network input; count it loudly
+                    self.last_internal_error = e
+                    self.count("rx_internal_error")
+            elif st == RX_STOP:
+                self._lane_frame(lane, frames[k], port, plane, now)
+                marked = -1
+            i = k + 1
+
+    def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
+                    plane: int, now: float) -> None:
+        """A frame the lane stopped at, its parse in ``lane``: what the per-frame path
+        does with it (the lane then serves the QP of a data frame that got to on_data)."""
+        if lane.why == WHY_PARSE:
+            reason = lane.malformed()
+            if reason is None:
+                self.last_internal_error = lane.error
+                self.count("rx_internal_error")
+            else:
+                self.count(f"rx_malformed_{reason.value}")
+            return
+        f = lane.parsed
+        try:
+            dest_qp = f.dest_qp
+            if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
+                self._dispatch(f, frame, port, now)
+                self._lane_check()
+                return
+            qp = self._ready_qp(f, frame)
+            if qp is None:
+                return
+            if not f.is_data:
+                qp.on_sack(f, now)
+                self._lane_check()
+                return
+            rkey = f.rkey if lane.why == WHY_MR_MISS else None
+            qp.on_data(f, frame, plane, now, self._ctrl)
+            if rkey is not None:  # a region the lane has not met yet
+                mr = self.memory.lookup(rkey)
+                if mr is not None and mr.remote_write:
+                    lane.add_mr(mr)
+            if qp is not self._lane_qp:
+                self._lane_use(qp)
+            else:
+                self._lane_check()
+        except Exception as e:  # never crash on network input; count it loudly
+            self.last_internal_error = e
+            self.count("rx_internal_error")
+
+    def _ready_qp(self, f: PyParsed, frame: bytes | bytearray | memoryview
+                  ) -> QueuePair | None:
+        """The frame's QP if it is ready and the frame comes from its peer (then marked
+        for timers and sending), else None (counted)."""
+        dest_qp = f.dest_qp
+        qp = self._qps.get(dest_qp)
+        if qp is None:
+            self.count("rx_unknown_qpn")
+            return None
+        if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
+            self.count("rx_qp_not_ready")
+            return None
+        o = f.src_off
+        if bytes(frame[o : o + 16]) not in qp.peer_ips:
+            self.count("rx_wrong_peer")
+            return None
+        self._dirty.add(dest_qp)
+        self._sendq.add(dest_qp)
+        return qp
+
+    def _lane_use(self, qp: QueuePair) -> None:
+        """The lane serves ``qp`` (a ready QP) from now on."""
+        st = qp.state
+        if (st is not QPState.RTS and st is not QPState.RTR) or self._qps.get(qp.qpn) is not qp:
+            self._lane.clear_qp()
+            self._lane_qp = None
+            return
+        cfg, mpr = self.config, qp.attrs.mpr_dest
+        win = mpr * MPR_UNIT if mpr else cfg.rx_window
+        if self._lane.set_qp(qp.qpn, qp.rx, qp.peer_ips, win, cfg.ack_every, cfg.ack_delay,
+                             cfg.reorder_floor, cfg.sack_on_reorder):
+            self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
+        else:
+            self._lane_qp = None
+
+    def _lane_check(self) -> None:
+        """Is the lane's QP still ready, with the same state record, peers and window?
+        (Between batches the API, the timers or a frame may have changed any of them.)"""
+        qp = self._lane_qp
+        if qp is None:
+            return
+        mpr = qp.attrs.mpr_dest
+        win = mpr * MPR_UNIT if mpr else self.config.rx_window
+        st = qp.state
+        if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not self._lane.qp
+                or qp.peer_ips is not self._lane_peers or win != self._lane_win
+                or self._qps.get(qp.qpn) is not qp):
+            self._lane_use(qp)
+
+    def _receive_frames(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
+                        now: float) -> None:
+        """:meth:`receive_batch` frame by frame, without the lane (a port that is down,
+        or no lane): the data and SACKs of a ready QP go to it without
+        :meth:`_dispatch`."""
         parse, verify = self._parser.parse, self.config.verify_checksums
         p = self.ports.get(port)
         up = p is not None and self.port_up[port]
@@ -648,19 +818,9 @@ class Host:
         if dest_qp == ENDPOINT_QPN:
             self._on_endpoint(f, frame, p, now)
             return
-        qp = self._qps.get(dest_qp)
+        qp = self._ready_qp(f, frame)
         if qp is None:
-            self.count("rx_unknown_qpn")
             return
-        if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
-            self.count("rx_qp_not_ready")
-            return
-        o = f.src_off
-        if bytes(frame[o : o + 16]) not in qp.peer_ips:
-            self.count("rx_wrong_peer")
-            return
-        self._dirty.add(dest_qp)
-        self._sendq.add(dest_qp)
         if f.is_data:
             qp.on_data(f, frame, p.plane, now, self._ctrl)
         elif f.has_seth:

@@ -45,6 +45,8 @@ class MemoryTable:
         self._next_va = _VA_BASE
         self._next_index = 1
         self._by_rkey: dict[int, MemoryRegion] = {}
+        #: Bumped by every deregistration (the receive lane forgets its regions then).
+        self.generation = 0
 
     def register(self, buffer: Buffer, access: Access) -> MemoryRegion:
         """Register ``buffer`` (writable) and give it an address range and keys."""
@@ -67,6 +69,7 @@ class MemoryTable:
     def deregister(self, mr: MemoryRegion) -> None:
         """Forget ``mr``: later packets with its rkey are refused."""
         self._by_rkey.pop(mr.rkey, None)
+        self.generation += 1
 
     def lookup(self, rkey: int) -> MemoryRegion | None:
         """The region with this rkey, if any."""

@@ -47,6 +47,7 @@ from mrcnet.core.events import (
     WriteCompleted,
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path
+from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
 from mrcnet.core.states import EVState, QPState
 from mrcnet.core.txtable import PEND, Entry, TxTable, new_tx_table
 from mrcnet.fastpath import PyParsed, RunPatcher, make_template, run_patcher
@@ -103,6 +104,17 @@ def _unwrap32(v: int, ref: int) -> int:
     if d >= _CREDIT_MOD // 2:
         d -= _CREDIT_MOD
     return ref + d
+
+
+def _rx_field(name: str, doc: str) -> Any:
+    """A QueuePair property that is field ``name`` of its responder record ``rx``."""
+    def get(self: QueuePair) -> Any:
+        return getattr(self.rx, name)
+
+    def put(self: QueuePair, value: Any) -> None:
+        setattr(self.rx, name, value)
+
+    return property(get, put, doc=doc)
 
 
 def ts16(now: float) -> int:
@@ -231,26 +243,15 @@ class QueuePair:
         self.credit_probes = 0
         self.sack_pending = False  # SACKs handled since the host's last frames_to_send
         self.sack_acked = 0  # ... and what they acknowledged
-        # responder
-        self.rcv_nxt = self.attrs.rq_psn
-        self.rx_high = self.rcv_nxt  # highest PSN received out of order
-        self.ooo: dict[int, tuple[int, int, int, int]] = {}  # seq -> (len, opcode, msn, imm)
-        self.rx_msg_bytes = 0
+        # responder: its per-packet state is one record (``struct mrc_rx_qp``, rx.h
+        # documents the fields) that the host's receive lane (mrcnet/core/rxlane.py: C
+        # or its Python twin) updates in place for the common case of receiving data;
+        # the properties below give the same names for readers elsewhere.
+        self._rxk = lane_class(self.cfg.fast_parse)
+        self.rx = self._rxk.new_state(ring_size(self.rx_window))
+        self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
+        self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
         self.imm_done = 0  # next MSN to complete
-        self.rcvd_bytes = 0
-        self.ack_at = _INF
-        self.since_ack = 0
-        # the hole at the cumulative point: since when (inf: none), and whether it has
-        # outlived the reorder allowance (then it was SACKed at once, and so is its fill)
-        self.hole_at = _INF
-        self.hole_old = False
-        self.rx_burst = 0  # data packets since the host's last frames_to_send
-        self.unreported: list[int] = []
-        self.ack_ev = 0
-        self.ack_ts = 0
-        self.ack_seq = 0
-        self.ack_ce = False
-        self.ack_plane = -1
         self.penalty = 0.0
         self.lasthop_trims: dict[int, dict[int, float]] = {}
         self.stats: dict[str, int] = {}
@@ -1126,8 +1127,10 @@ class QueuePair:
     def on_data(self, f: PyParsed, frame: bytes | bytearray | memoryview, plane: int,
                 now: float, out: list[tuple[int, bytes]]) -> None:
         """A data packet (``f``: the parsed ``frame``): check, place, and acknowledge (or
-        NACK) it."""
-        rcv = self.rcv_nxt
+        NACK) it. (The host's receive lane does the same for the common case: every
+        change here goes to mrcnet/_csrc/rx.c and mrcnet/core/rxlane.py as well.)"""
+        rx = self.rx
+        rcv = rx.rcv_nxt
         d = (f.psn - rcv) & PSN_MASK  # unwrap(psn, rcv) - rcv, inlined (every packet)
         if d >= _HALF:
             d -= PSN_MASK + 1
@@ -1152,9 +1155,9 @@ class QueuePair:
             if d >= 0:
                 self._nack(NackReason.UNEXP_EVENT, ev, seq, ts, plane, out)
             return
-        ooo = self.ooo
         ce = f.ce != 0
-        if d < 0 or seq in ooo:
+        m = rx.ooo_cap - 1  # the out-of-order set: slot seq & m holds seq, or -1
+        if d < 0 or (rx.ooo_n and rx.ooo_seq[seq & m] == seq):
             self.count("rx_duplicate")
             self._note_ack(seq, ev, ts, ce, plane)
             self.send_sack(now, out)
@@ -1177,62 +1180,86 @@ class QueuePair:
         if n:  # untrimmed: the payload is all there, RETH length bytes at payload_off
             po = f.payload_off
             mr.view[off : off + n] = memoryview(frame)[po : po + n]
-        self.rcvd_bytes += n
+        rx.rcvd_bytes += n
         self.rx_packets += 1
-        self.rx_burst += 1
+        rx.rx_burst += 1
         # A retransmission is SACKed at once: its echo tells the sender the loss was real.
         now_sack = f.ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
                 self._deliver((n, op, msn, imm))
             else:  # _deliver's whole work for a packet inside a message
-                self.rx_msg_bytes += n
+                rx.rx_msg_bytes += n
             nxt = seq + 1
-            if ooo:
-                while nxt in ooo:
-                    self._deliver(ooo.pop(nxt))
+            if rx.ooo_n:
+                while rx.ooo_seq[nxt & m] == nxt:
+                    self._deliver(self._ooo_pop(nxt & m))
                     nxt += 1
-                if self.hole_old:
+                if rx.hole_old:
                     # A hole older than the reorder allowance closed: the sender has
                     # probably declared it lost; tell it now (it learns the reordering).
                     now_sack = True
-                    self.hole_old = False
-                self.hole_at = now if ooo else _INF  # the next hole, if any
-            self.rcv_nxt = nxt
+                    rx.hole_old = 0
+                rx.hole_at = now if rx.ooo_n else _INF  # the next hole, if any
+            rx.rcv_nxt = nxt
         else:
-            ooo[seq] = (n, op, msn, imm)
-            if seq > self.rx_high:
-                self.rx_high = seq
-            if self.hole_at == _INF:
-                self.hole_at = now
-            elif (not self.hole_old and now - self.hole_at >= cfg.reorder_floor
+            if d >= rx.ooo_cap:  # a window wider than the ring (mpr_dest grew)
+                self._rxk.grow(rx, ring_size(d + 1))
+                m = rx.ooo_cap - 1
+            j = seq & m
+            rx.ooo_seq[j] = seq
+            rx.ooo_len[j], rx.ooo_op[j], rx.ooo_msn[j], rx.ooo_imm[j] = n, op, msn, imm
+            rx.ooo_n += 1
+            if op in IMM_OPCODES:
+                rx.ooo_nimm += 1
+            if seq > rx.rx_high:
+                rx.rx_high = seq
+            if rx.hole_at == _INF:
+                rx.hole_at = now
+            elif (not rx.hole_old and now - rx.hole_at >= cfg.reorder_floor
                   and not cfg.sack_on_reorder):
                 # The hole at the cumulative point outlived the reorder allowance: a
                 # real gap, SACK at once. Mere reordering (most arrivals are out of
                 # order when packets are sprayed) is coalesced like in-order data.
-                self.hole_old = now_sack = True
-        unreported = self.unreported
-        unreported.append(seq)
-        since = self.since_ack = self.since_ack + 1
-        self.ack_seq = seq
-        self.ack_ev = ev
-        self.ack_ts = ts
-        self.ack_ce = ce
-        self.ack_plane = plane
+                rx.hole_old = 1
+                now_sack = True
+        k = rx.unrep_n  # PSNs received since the last SACK: the first ones in the record
+        if k < RX_UNREP_MAX:
+            rx.unrep[k] = seq
+        else:
+            self._unrep_more.append(seq)
+        rx.unrep_n = k + 1
+        since = rx.since_ack = rx.since_ack + 1
+        rx.ack_seq = seq
+        rx.ack_ev = ev
+        rx.ack_ts = ts
+        rx.ack_ce = ce
+        rx.ack_plane = plane
         if (now_sack or since >= cfg.ack_every
-                or unreported[0] < seq - SACK_BITMAP_BITS // 2):
+                or rx.unrep[0] < seq - SACK_BITMAP_BITS // 2):
             self.send_sack(now, out)
-        elif self.ack_at == _INF:
-            self.ack_at = now + cfg.ack_delay
+        elif rx.ack_at == _INF:
+            rx.ack_at = now + cfg.ack_delay
+
+    def _ooo_pop(self, j: int) -> tuple[int, int, int, int]:
+        """Take slot ``j``'s packet out of the out-of-order set: (len, opcode, msn, imm)."""
+        rx = self.rx
+        rx.ooo_seq[j] = -1
+        rx.ooo_n -= 1
+        op = rx.ooo_op[j]
+        if op in IMM_OPCODES:
+            rx.ooo_nimm -= 1
+        return rx.ooo_len[j], op, rx.ooo_msn[j], rx.ooo_imm[j]
 
     def _deliver(self, entry: tuple[int, int, int, int]) -> None:
         """The cumulative point moved over one packet: account for message boundaries
         and complete a write-with-immediate (in order, exactly once)."""
         length, op, msn, imm = entry
-        self.rx_msg_bytes += length
+        rx = self.rx
+        rx.rx_msg_bytes += length
         if op in _LAST or op in _ONLY:
-            total = self.rx_msg_bytes
-            self.rx_msg_bytes = 0
+            total = rx.rx_msg_bytes
+            rx.rx_msg_bytes = 0
             if op in IMM_OPCODES:
                 if msn != self.imm_done & _MSN_MASK:
                     self.count("rx_msn_mismatch")
@@ -1244,7 +1271,50 @@ class QueuePair:
                     self.host.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
 
     def _note_ack(self, seq: int, ev: int, ts: int, ce: bool, plane: int) -> None:
-        self.ack_seq, self.ack_ev, self.ack_ts, self.ack_ce, self.ack_plane = seq, ev, ts, ce, plane
+        rx = self.rx
+        rx.ack_seq, rx.ack_ev, rx.ack_ts, rx.ack_ce, rx.ack_plane = seq, ev, ts, ce, plane
+
+    # The responder's state by its former attribute names (mrcctl, the simulator, the
+    # host's end-of-burst SACK, the timers and tests read them; the receive path itself
+    # uses self.rx).
+    rcv_nxt = _rx_field("rcv_nxt", "Cumulative point: the next sequence number expected.")
+    rx_high = _rx_field("rx_high", "Highest sequence number received out of order.")
+    rx_msg_bytes = _rx_field("rx_msg_bytes", "Bytes of the message being received.")
+    rcvd_bytes = _rx_field("rcvd_bytes", "Payload bytes accepted.")
+    rx_burst = _rx_field("rx_burst", "Data packets since the host's last frames_to_send.")
+    since_ack = _rx_field("since_ack", "Data packets since the last SACK.")
+    hole_at = _rx_field("hole_at", "Since when a hole is at the cumulative point (inf: none).")
+    hole_old = _rx_field("hole_old", "That hole outlived the reorder allowance.")
+
+    @property
+    def ack_at(self) -> float:
+        """Delayed-SACK deadline (inf: none)."""
+        return float(self.rx.ack_at)
+
+    @ack_at.setter
+    def ack_at(self, value: float) -> None:
+        self.rx.ack_at = value
+
+    ack_seq = _rx_field("ack_seq", "Sequence number of the packet the next SACK echoes.")
+    ack_ev = _rx_field("ack_ev", "... its EV.")
+    ack_ts = _rx_field("ack_ts", "... its TSETH stamp.")
+    ack_ce = _rx_field("ack_ce", "... its CE mark.")
+    ack_plane = _rx_field("ack_plane", "... the plane it came in on (-1: none yet).")
+
+    @property
+    def ooo(self) -> dict[int, tuple[int, int, int, int]]:
+        """The out-of-order set as a dict: seq -> (len, opcode, msn, imm) (a copy)."""
+        rx = self.rx
+        return {int(s): (int(rx.ooo_len[i]), int(rx.ooo_op[i]), int(rx.ooo_msn[i]),
+                         int(rx.ooo_imm[i]))
+                for i in range(rx.ooo_cap) if (s := rx.ooo_seq[i]) >= 0}
+
+    @property
+    def unreported(self) -> list[int]:
+        """Sequence numbers received since the last SACK (a copy)."""
+        rx = self.rx
+        return [int(rx.unrep[i]) for i in range(min(rx.unrep_n, RX_UNREP_MAX))] + \
+            self._unrep_more
 
     def _trim_reason(self, ev: int, plane: int, now: float) -> NackReason:
         """Last hop or not? Trims arriving close together on different paths of one plane
@@ -1281,68 +1351,49 @@ class QueuePair:
         rev, port, route = self._reverse(plane, ev)
         out.append((port, build_nack(route, ev=rev, dest_qp=self.attrs.dest_qp_num or 0,
                                      neth=NETH(reason, ev, seq & PSN_MASK,
-                                               self.rcv_nxt & PSN_MASK, ts))))
+                                               self.rx.rcv_nxt & PSN_MASK, ts))))
         self.count("tx_nack")
 
     def send_sack(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one
         SACK per 64-PSN window so every packet received since the last SACK is reported),
         the triggering packet's EV and timestamp, receive credit and CC state."""
-        self.ack_at = _INF
-        self.since_ack = 0
+        rx = self.rx
+        rx.ack_at = _INF
+        rx.since_ack = 0
         if self.evm is None or self.state not in (QPState.RTR, QPState.RTS):
             return
-        rcv = self.rcv_nxt
-        # The first window always starts right after the cumulative point, so every SACK
-        # repeats what is still missing before it (a lost SACK costs nothing); extra
-        # windows only for packets further out that no SACK has reported yet.
-        bases: list[int] = [rcv + 1]
-        far = rcv + SACK_BITMAP_BITS
-        extra = [s for s in self.unreported if s > far]  # usually none
-        if extra:
-            for s in sorted(extra):
-                if s >= bases[-1] + SACK_BITMAP_BITS:
-                    bases.append(s)
-        self.unreported.clear()
-        ev, port, route = self._reverse(self.ack_plane if self.ack_plane >= 0
+        # One SACK per window: the first always starts right after the cumulative point,
+        # so every SACK repeats what is still missing before it (a lost SACK costs
+        # nothing); extra windows only for packets further out that no SACK has reported
+        # yet (rxlane.sack_bases). The frames themselves: self._rxk.sack (C or Python).
+        more = self._unrep_more
+        bases = None
+        if more:  # more arrived than the record holds (ack_every above RX_UNREP_MAX)
+            bases = sack_bases(rx, more)
+            more.clear()
+        ack_plane = rx.ack_plane
+        ev, port, route = self._reverse(ack_plane if ack_plane >= 0
                                         else self.evm.usable_planes[0]
-                                        if self.evm.usable_planes else 0, self.ack_ev)
+                                        if self.evm.usable_planes else 0, rx.ack_ev)
         penalty = int(self.penalty)
         self.penalty *= _PENALTY_DECAY
-        ack_off = max(-_S16_MAX, min(_S16_MAX, self.ack_seq - rcv))
-        ooo = self.ooo
-        hi = max(self.rx_high, rcv)
         posted = self.recv_posted
         if self.attrs.max_wimm_dest is not None:  # responder's own cap on immediates
             posted = min(posted, self.imm_done + self.attrs.max_wimm_dest)
-        credit = posted % _CREDIT_MOD
-        cack, ack_ev, ack_ce, max_range = rcv & PSN_MASK, self.ack_ev, self.ack_ce, \
-            min(0xFFFF, hi - rcv)
         path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
         tmpl = self._sack_tmpl.get(path_key)
         if tmpl is None:
-            tmpl = self._sack_tmpl[path_key] = SackTemplate(
-                route, dest_qp=self.attrs.dest_qp_num or 0)
-        for base in bases:
-            bm = 0
-            if len(ooo) < SACK_BITMAP_BITS:
-                for s in ooo:
-                    if base <= s < base + SACK_BITMAP_BITS:
-                        bm |= 1 << (s - base)
-            else:
-                for i in range(SACK_BITMAP_BITS):
-                    if base + i in ooo:
-                        bm |= 1 << i
-            out.append((port, tmpl.build_fields(
-                ev, ack_ev, cack, ack_off, min(_S16_MAX, base - rcv), max_range, ack_ce, bm,
-                credit, self.ack_ts, min(255, len(ooo)), penalty,
-                self.rcvd_bytes % _CREDIT_MOD)))
+            tmpl = self._sack_tmpl[path_key] = self._rxk.sack_template(SackTemplate(
+                route, dest_qp=self.attrs.dest_qp_num or 0))
+        for frame in self._rxk.sack(rx, tmpl, ev, penalty, posted % _CREDIT_MOD, bases):
+            out.append((port, frame))
             self.tx_sacks += 1
 
     def on_probe(self, f: PyParsed, plane: int, now: float,
                  out: list[tuple[int, bytes]]) -> None:
         """A reliability probe: answer with a SACK reflecting its EV (and our credit)."""
-        self._note_ack(self.rcv_nxt - 1, f.ev, f.probe_timestamp, False, plane)
+        self._note_ack(self.rx.rcv_nxt - 1, f.ev, f.probe_timestamp, False, plane)
         self.send_sack(now, out)
 
     def post_recv(self, wr_id: int, now: float, out: list[tuple[int, bytes]]) -> None:
@@ -1354,7 +1405,8 @@ class QueuePair:
     def credit_update(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """Send a SACK carrying our receive credit (no RTT echo: ack_offset -1)."""
         if self.state in (QPState.RTR, QPState.RTS) and self.evm is not None:
-            self._note_ack(self.rcv_nxt - 1, 0, 0, False, self.ack_plane)
+            rx = self.rx
+            self._note_ack(rx.rcv_nxt - 1, 0, 0, False, rx.ack_plane)
             self.send_sack(now, out)
 
     # --- planes -----------------------------------------------------------------------

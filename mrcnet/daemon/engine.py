@@ -335,8 +335,8 @@ class Daemon(Verbs):
                 if port.closed:
                     continue
                 frames = port.recv()
-                if frames:
-                    receive(frames, i, now)
+                if frames:  # (the core's lane reads them in the port's own buffers)
+                    receive(frames, i, now, port.rx_batch)
                 if len(frames) >= port.max_batch:
                     full.append((i, port))
             order = full  # a short read drained the socket: epoll wakes us for more

@@ -213,6 +213,13 @@ class PacketPort:
         return self._io.max_batch
 
     # --- receive -----------------------------------------------------------------------
+    @property
+    def rx_batch(self) -> fastpath.CBatchIO | None:
+        """The C batch whose buffers the last :meth:`recv`'s views point into (None
+        without the C fast path): ``Host.receive_batch(..., slots=)`` reads them there."""
+        io = self._io
+        return io if isinstance(io, fastpath.CBatchIO) else None
+
     def recv(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
         """Frames queued on the port (up to one batch), without blocking unless ``wait``.
 

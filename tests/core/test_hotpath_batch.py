@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from mrcnet.core import Host, HostConfig, QPState
+from mrcnet.core.rxlane import PyRxLane
 from mrcnet.errors import MalformedFrame
 
 from .harness import Impairments, Net, connect, ip
@@ -91,11 +92,19 @@ def _junk(net: Net, rng: random.Random) -> None:
 
 def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
               port_down: bool = False, verify: bool = True,
-              jitter: float = 20e-6) -> dict[str, Any]:
+              jitter: float = 20e-6, lane: str = "default") -> dict[str, Any]:
+    """``lane``: the receive lane of receive_batch: "default" (C when built), "py" (the
+    Python twin, with the Python parser and state records), "none" (frame by frame
+    inside receive_batch)."""
     net = BatchNet(n_hosts=2, planes=2, spines=4, seed=seed, batch=batch,
                    config=HostConfig(sack_on_reorder=sack_on_reorder,
-                                     verify_checksums=verify),
+                                     verify_checksums=verify, fast_parse=lane != "py"),
                    imp=Impairments(loss=0.02, dup=0.03, trim=0.05, jitter=jitter))
+    for h in net.hosts.values():
+        if lane == "none":
+            h._lane = None
+        elif lane == "py":
+            assert isinstance(h._lane, PyRxLane)
     net.log_tx = True
     ha, hb = net.h(0), net.h(1)
     qpns = []
@@ -132,6 +141,7 @@ def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
         "now": net.now,
         "states": [ha.qp(q).state for q in qpns[:2]],
         "longest": net.longest,
+        "placed": sum(h._lane.placed for h in net.hosts.values() if h._lane is not None),
     }
 
 
@@ -152,6 +162,22 @@ def test_receive_batch_is_receive_frame_by_frame(seed: int, sack_on_reorder: boo
     c = one["counters"][1]
     # the run exercised the paths receive_batch takes on its own and hands on
     assert c["rx_data"] > 0 and c.get("rx_duplicate", 0) > 0
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+@pytest.mark.parametrize("lane", ["default", "py", "none"])
+@pytest.mark.parametrize("sack_on_reorder", [False, True])
+def test_receive_lanes_are_receive_frame_by_frame(seed: int, lane: str,
+                                                 sack_on_reorder: bool) -> None:
+    """The receive lane in C, its Python twin, and receive_batch without a lane: the
+    frame-by-frame path's frames, counters and QP state, with loss, duplicates, trims,
+    reordering, three QPs and junk."""
+    one = _transfer(False, seed, sack_on_reorder, jitter=0.0)
+    batch = _transfer(True, seed, sack_on_reorder, jitter=0.0, lane=lane)
+    assert batch["counters"] == one["counters"]
+    assert batch["qps"] == one["qps"]
+    assert batch["tx"] == one["tx"]
+    assert (batch["placed"] > 0) == (lane != "none")
 
 
 @pytest.mark.parametrize("verify", [True, False])

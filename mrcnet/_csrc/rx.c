@@ -1,0 +1,348 @@
+/* The responder's receive lane: see rx.h. Each step below names the line of
+ * QueuePair.on_data (mrcnet/core/qp.py) it repeats; mrcnet/core/rxlane.py repeats it in
+ * Python. Protocol values are spelled out (a test checks them against mrcnet.constants). */
+#include "rx.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PSN_MASK 0xffffffLL
+#define PSN_HALF (1LL << 23)
+#define SACK_BITMAP_BITS 64
+#define ENDPOINT_QPN 0xffffffu
+#define S16_MAX 32767
+#define SETH_F_ECE 0x0004
+#define ETH_LEN 14
+#define SETH_LEN 28
+#define CC_LEN 8
+
+enum {
+    OP_WRITE_FIRST = 0xc6, OP_WRITE_MIDDLE = 0xc7, OP_WRITE_LAST = 0xc8,
+    OP_WRITE_ONLY = 0xca,
+};
+
+void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k)
+{
+    if (k > c->cap)
+        k = c->cap;
+    if (k > b->max)
+        k = b->max;
+    for (unsigned j = 0; j < k; j++) {
+        uint32_t s = b->idx[j];
+        uint32_t len = b->lens[s];
+        c->ptr[j] = b->bufs + (size_t)s * b->bufsize;
+        c->len[j] = len < b->bufsize ? len : b->bufsize;  /* recvmmsg reports a cut
+                                                              frame's full length */
+    }
+}
+
+static int alloc_ring(struct mrc_rx_qp *q, uint32_t cap)
+{
+    int64_t *seq = malloc(sizeof *seq * cap);
+    uint32_t *len = malloc(sizeof *len * cap), *msn = malloc(sizeof *msn * cap);
+    uint32_t *imm = malloc(sizeof *imm * cap);
+    uint8_t *op = malloc(cap);
+    if (!seq || !len || !msn || !imm || !op) {
+        free(seq); free(len); free(msn); free(imm); free(op);
+        return -1;
+    }
+    for (uint32_t i = 0; i < cap; i++)
+        seq[i] = -1;
+    q->ooo_seq = seq;
+    q->ooo_len = len;
+    q->ooo_msn = msn;
+    q->ooo_imm = imm;
+    q->ooo_op = op;
+    q->ooo_cap = cap;
+    return 0;
+}
+
+static void free_ring(struct mrc_rx_qp *q)
+{
+    free(q->ooo_seq); free(q->ooo_len); free(q->ooo_msn); free(q->ooo_imm); free(q->ooo_op);
+}
+
+struct mrc_rx_qp *mrc_rx_new(uint32_t cap)
+{
+    if (cap == 0 || (cap & (cap - 1)))
+        return NULL;
+    struct mrc_rx_qp *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    if (alloc_ring(q, cap)) {
+        free(q);
+        return NULL;
+    }
+    q->hole_at = q->ack_at = INFINITY;
+    q->ack_plane = -1;
+    return q;
+}
+
+void mrc_rx_free(struct mrc_rx_qp *q)
+{
+    if (!q)
+        return;
+    free_ring(q);
+    free(q);
+}
+
+int mrc_rx_grow(struct mrc_rx_qp *q, uint32_t cap)
+{
+    if (cap == 0 || (cap & (cap - 1)) || cap < q->ooo_n)
+        return -1;
+    struct mrc_rx_qp old = *q;
+    if (alloc_ring(q, cap))
+        return -1;
+    for (uint32_t i = 0; i < old.ooo_cap; i++) {
+        int64_t s = old.ooo_seq[i];
+        if (s < 0)
+            continue;
+        uint32_t j = (uint32_t)s & (cap - 1);
+        q->ooo_seq[j] = s;
+        q->ooo_len[j] = old.ooo_len[i];
+        q->ooo_msn[j] = old.ooo_msn[i];
+        q->ooo_imm[j] = old.ooo_imm[i];
+        q->ooo_op[j] = old.ooo_op[i];
+    }
+    free_ring(&old);
+    return 0;
+}
+
+uint64_t mrc_rx_bitmap(const struct mrc_rx_qp *q, int64_t base)
+{
+    uint64_t bm = 0;
+    if (!q->ooo_n)
+        return 0;
+    uint32_t mask = q->ooo_cap - 1;
+    for (int i = 0; i < SACK_BITMAP_BITS; i++) {
+        int64_t s = base + i;
+        if (s >= 0 && q->ooo_seq[(uint32_t)s & mask] == s)
+            bm |= 1ULL << i;
+    }
+    return bm;
+}
+
+static const struct mrc_rx_mr *find_mr(const struct mrc_rx_ctx *c, uint32_t rkey)
+{
+    for (uint32_t i = 0; i < c->nmrs; i++)
+        if (c->mrs[i].rkey == rkey)
+            return &c->mrs[i];
+    return NULL;
+}
+
+static int from_peer(const struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len,
+                     uint32_t src_off)
+{
+    if ((uint64_t)src_off + 16 > len)
+        return 0;
+    for (uint32_t i = 0; i < c->npeers && i < MRC_RX_PEERS_MAX; i++)
+        if (!memcmp(buf + src_off, c->peers + 16 * i, 16))
+            return 1;
+    return 0;
+}
+
+/* _deliver() of a packet without an immediate: a message ends at LAST / ONLY. */
+static inline void deliver_plain(struct mrc_rx_qp *q, uint32_t len, uint32_t op)
+{
+    q->rx_msg_bytes += len;
+    if (op == OP_WRITE_LAST || op == OP_WRITE_ONLY)
+        q->rx_msg_bytes = 0;
+}
+
+#define STOP(w) do { c->pos = k; c->why = (w); return (int)(k << 2 | MRC_RX_STOP); } while (0)
+
+int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now)
+{
+    struct mrc_parsed *f = &c->parsed;
+    struct mrc_rx_qp *q = c->qp;
+    if (n > c->cap)
+        n = c->cap;
+    for (unsigned k = i; k < n; k++) {
+        const uint8_t *buf = c->ptr[k];
+        uint32_t blen = c->len[k];
+        if (mrc_parse(buf, blen, f, c->verify))
+            STOP(MRC_RX_WHY_PARSE);
+        /* Host.receive_batch: data of the lane's QP (ready: the caller checked) */
+        if (!q || !f->is_data || f->dest_qp != c->qpn || f->dest_qp == ENDPOINT_QPN)
+            STOP(MRC_RX_WHY_OTHER);
+        if (!from_peer(c, buf, blen, f->src_off))
+            STOP(MRC_RX_WHY_PEER);
+        /* on_data: unwrap the PSN against rcv_nxt, window */
+        int64_t rcv = q->rcv_nxt;
+        int64_t d = ((int64_t)f->psn - rcv) & PSN_MASK;
+        if (d >= PSN_HALF)
+            d -= PSN_MASK + 1;
+        int64_t seq = rcv + d;
+        if (d >= c->win || d <= -c->win)
+            STOP(MRC_RX_WHY_WINDOW);
+        /* rkey and bounds */
+        uint32_t len = f->length;
+        const struct mrc_rx_mr *mr = find_mr(c, f->rkey);
+        if (!mr)
+            STOP(MRC_RX_WHY_MR_MISS);
+        if (!mr->remote_write || f->va < mr->addr || f->va - mr->addr > mr->length ||
+            len > mr->length - (f->va - mr->addr))
+            STOP(MRC_RX_WHY_MR_BAD);
+        uint64_t off = f->va - mr->addr;
+        uint32_t mask = q->ooo_cap - 1;
+        if (d < 0 || (q->ooo_n && q->ooo_seq[(uint32_t)seq & mask] == seq))
+            STOP(MRC_RX_WHY_DUP);
+        if (f->trimmed)
+            STOP(MRC_RX_WHY_TRIMMED);
+        uint32_t op = f->opcode;
+        if (f->has_imm || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
+                           op != OP_WRITE_LAST && op != OP_WRITE_ONLY))
+            STOP(MRC_RX_WHY_IMM);
+        if ((uint64_t)d >= q->ooo_cap || q->unrep_n >= MRC_RX_UNREP_MAX)
+            STOP(MRC_RX_WHY_FULL);
+        if (d == 0 && q->ooo_nimm)
+            STOP(MRC_RX_WHY_DELIVER);
+        if (len) {
+            if (f->payload_len != len || (uint64_t)f->payload_off + len > blen)
+                STOP(MRC_RX_WHY_SHORT);
+            memcpy(mr->base + off, buf + f->payload_off, len);
+        }
+        /* From here on the packet is accepted: the state moves exactly as in on_data. */
+        c->placed++;
+        q->rcvd_bytes += len;
+        q->rx_burst++;
+        int ce = f->ce != 0;
+        int now_sack = f->ack_req || ce || f->rtx || (d != 0 && c->sack_on_reorder);
+        if (d == 0) {
+            deliver_plain(q, len, op);
+            int64_t nxt = seq + 1;
+            if (q->ooo_n) {
+                for (;;) {
+                    uint32_t j = (uint32_t)nxt & mask;
+                    if (q->ooo_seq[j] != nxt)
+                        break;
+                    q->ooo_seq[j] = -1;
+                    q->ooo_n--;
+                    deliver_plain(q, q->ooo_len[j], q->ooo_op[j]);
+                    nxt++;
+                }
+                if (q->hole_old) {
+                    now_sack = 1;
+                    q->hole_old = 0;
+                }
+                q->hole_at = q->ooo_n ? now : INFINITY;
+            }
+            q->rcv_nxt = nxt;
+        } else {
+            uint32_t j = (uint32_t)seq & mask;
+            q->ooo_seq[j] = seq;
+            q->ooo_len[j] = len;
+            q->ooo_op[j] = (uint8_t)op;
+            q->ooo_msn[j] = 0;
+            q->ooo_imm[j] = 0;
+            q->ooo_n++;
+            if (seq > q->rx_high)
+                q->rx_high = seq;
+            if (isinf(q->hole_at)) {
+                q->hole_at = now;
+            } else if (!q->hole_old && now - q->hole_at >= c->reorder_floor &&
+                       !c->sack_on_reorder) {
+                q->hole_old = 1;
+                now_sack = 1;
+            }
+        }
+        q->unrep[q->unrep_n++] = seq;
+        int64_t since = ++q->since_ack;
+        q->ack_seq = seq;
+        q->ack_ev = f->ev;
+        q->ack_ts = f->timestamp;
+        q->ack_ce = ce;
+        q->ack_plane = c->plane;
+        if (now_sack || since >= (int64_t)c->ack_every ||
+            q->unrep[0] < seq - SACK_BITMAP_BITS / 2) {
+            c->pos = k;
+            c->why = MRC_RX_WHY_NONE;
+            return (int)(k << 2 | MRC_RX_SACK);
+        }
+        if (isinf(q->ack_at))
+            q->ack_at = now + c->ack_delay;
+    }
+    c->pos = n;
+    c->why = MRC_RX_WHY_NONE;
+    return (int)(n << 2 | MRC_RX_END);
+}
+
+static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    put16(p, v >> 16);
+    put16(p + 2, v & 0xffff);
+}
+
+int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
+                uint32_t cap, uint32_t ev, uint32_t penalty, uint32_t credit,
+                const int64_t *bases, uint32_t nbases)
+{
+    uint32_t len = t->len;
+    if (len > MRC_RX_SACK_MAX || (uint64_t)t->cc_off + CC_LEN > len ||
+        (uint64_t)t->seth_off + SETH_LEN > t->cc_off || t->udp_off + 8 > len ||
+        ETH_LEN + 4 > len)
+        return 0;
+    int64_t rcv = q->rcv_nxt;
+    /* send_sack: the window bases */
+    int64_t own[MRC_RX_UNREP_MAX + 1];
+    if (!nbases) {
+        int64_t far = rcv + SACK_BITMAP_BITS;
+        own[0] = rcv + 1;
+        nbases = 1;
+        if (q->rx_high > far) {  /* else nothing received lately lies beyond `far` */
+            int64_t ext[MRC_RX_UNREP_MAX];
+            uint32_t ne = 0, nu = q->unrep_n < MRC_RX_UNREP_MAX ? q->unrep_n
+                                                                 : MRC_RX_UNREP_MAX;
+            for (uint32_t i = 0; i < nu; i++) {
+                int64_t s = q->unrep[i];
+                if (s <= far)
+                    continue;
+                uint32_t j = ne++;  /* insertion sort: a handful at most */
+                while (j && ext[j - 1] > s) {
+                    ext[j] = ext[j - 1];
+                    j--;
+                }
+                ext[j] = s;
+            }
+            for (uint32_t i = 0; i < ne; i++)
+                if (ext[i] >= own[nbases - 1] + SACK_BITMAP_BITS)
+                    own[nbases++] = ext[i];
+        }
+        bases = own;
+    }
+    if ((uint64_t)nbases * len > cap)
+        return 0;
+    q->unrep_n = 0;
+    int64_t off = q->ack_seq - rcv;
+    int32_t ack_off = off > S16_MAX ? S16_MAX : off < -S16_MAX ? -S16_MAX : (int32_t)off;
+    int64_t hi = q->rx_high > rcv ? q->rx_high : rcv;
+    uint32_t range = hi - rcv > 0xffff ? 0xffff : (uint32_t)(hi - rcv);
+    uint32_t nooo = q->ooo_n > 255 ? 255 : q->ooo_n;
+    for (uint32_t b = 0; b < nbases; b++) {
+        uint8_t *f = out + (size_t)b * len;
+        memcpy(f, t->frame, len);
+        put16(f + ETH_LEN + 2, ev & 0xffff);
+        put16(f + t->udp_off, ev >> 16);
+        uint8_t *p = f + t->seth_off;
+        int64_t so = bases[b] - rcv;
+        put32(p, q->ack_ev);
+        put32(p + 4, (uint32_t)(rcv & PSN_MASK));
+        put16(p + 8, (uint16_t)(int16_t)ack_off);
+        put16(p + 10, (uint16_t)(int16_t)(so > S16_MAX ? S16_MAX : so));
+        put16(p + 12, range);
+        put16(p + 14, q->ack_ce ? SETH_F_ECE : 0);
+        uint64_t bm = mrc_rx_bitmap(q, bases[b]);
+        put32(p + 16, (uint32_t)(bm >> 32));
+        put32(p + 20, (uint32_t)bm);
+        put32(p + 24, credit);
+        p = f + t->cc_off;
+        put16(p, q->ack_ts);
+        p[2] = (uint8_t)nooo;
+        p[3] = (uint8_t)penalty;
+        put32(p + 4, (uint32_t)q->rcvd_bytes);
+        mrc_finish_frame(f, len, t->icrc_from, (int)t->has_ip, t->udp_off, t->pseudo_sum);
+    }
+    return (int)nbases;
+}

@@ -1,0 +1,144 @@
+/* mrcnet C fast path: the responder's receive lane (rx.c).
+ *
+ * Like TCP header prediction: the common case of receiving data (a data frame of the QP
+ * the lane is set to, from its peer, in the receive window, new, untrimmed, without an
+ * immediate, for a registered region that allows remote writes and holds the range)
+ * is parsed, placed and accounted for in C, one call per run of a receive batch.
+ * Anything else stops the lane and goes through the Python core (mrcnet/core/qp.py
+ * QueuePair.on_data and the host's dispatch), which reads and writes the very same
+ * state: the responder's fields live in struct mrc_rx_qp for both. The lane stops too
+ * when a SACK is due, so the SACK is built by Python at the point on_data would build
+ * it. mrcnet/core/rxlane.py is the pure-Python twin; the tests compare the frames both
+ * send with the frame-by-frame path's. */
+#ifndef MRCNET_RX_H
+#define MRCNET_RX_H
+
+#include "fastpath.h"
+
+/* cffi: begin */
+#define MRC_RX_UNREP_MAX 64  /* PSNs received since the last SACK kept here (Python keeps
+                                any beyond: the lane stops when this is full) */
+#define MRC_RX_PEERS_MAX 8   /* peer addresses the lane checks a frame's source against */
+
+/* The responder half of a QP: every field the receive path reads or writes. Sequence
+ * numbers are the core's unbounded ones (the 24-bit PSN unwrapped); times in seconds. */
+struct mrc_rx_qp {
+    int64_t  rcv_nxt;        /* cumulative point: next sequence number expected */
+    int64_t  rx_high;        /* highest sequence number received out of order */
+    int64_t  rx_msg_bytes;   /* bytes of the message being received, up to rcv_nxt */
+    int64_t  rcvd_bytes;     /* payload bytes accepted (for the SACK's rcvd_bytes) */
+    int64_t  rx_burst;       /* data packets since the host's last frames_to_send */
+    int64_t  since_ack;      /* data packets since the last SACK */
+    double   hole_at;        /* since when a hole is at the cumulative point (inf: none) */
+    double   ack_at;         /* delayed-SACK deadline (inf: none) */
+    int32_t  hole_old;       /* that hole outlived the reorder allowance */
+    int32_t  ack_ce;         /* the last packet to SACK: CE mark, plane, EV, stamp, seq */
+    int32_t  ack_plane;
+    uint32_t ack_ev, ack_ts;
+    int64_t  ack_seq;
+    uint32_t unrep_n;        /* packets received since the last SACK ... */
+    int64_t  unrep[MRC_RX_UNREP_MAX];  /* ... the first MRC_RX_UNREP_MAX of them */
+    /* out-of-order set: a ring indexed by seq & (ooo_cap - 1); slot i holds seq
+     * ooo_seq[i] (-1: empty) with its payload length, opcode, MSN and immediate */
+    uint32_t ooo_cap, ooo_n, ooo_nimm;  /* capacity (a power of 2), entries, immediates */
+    int64_t  *ooo_seq;
+    uint32_t *ooo_len, *ooo_msn, *ooo_imm;
+    uint8_t  *ooo_op;
+};
+
+/* A memory region the lane may write: rkey, virtual address range, where it is. */
+struct mrc_rx_mr {
+    uint64_t addr, length;
+    uint8_t *base;
+    uint32_t rkey, remote_write;
+};
+
+/* Why the lane stopped at a frame (mrc_rx_ctx.why), for the caller and the tests. */
+#define MRC_RX_WHY_NONE     0
+#define MRC_RX_WHY_PARSE    1   /* malformed: parsed.reason says why */
+#define MRC_RX_WHY_OTHER    2   /* not a data frame, another QP, or no QP set */
+#define MRC_RX_WHY_PEER     3   /* source is not the QP's peer */
+#define MRC_RX_WHY_WINDOW   4   /* PSN outside the receive window */
+#define MRC_RX_WHY_MR_MISS  5   /* rkey not (yet) in the lane's region table */
+#define MRC_RX_WHY_MR_BAD   6   /* no remote write, or out of bounds */
+#define MRC_RX_WHY_DUP      7
+#define MRC_RX_WHY_TRIMMED  8
+#define MRC_RX_WHY_IMM      9   /* carries an immediate, or its opcode is not plain */
+#define MRC_RX_WHY_FULL    10   /* ring slot beyond capacity, or unrep[] full */
+#define MRC_RX_WHY_DELIVER 11   /* in order with an immediate waiting in the ring */
+#define MRC_RX_WHY_SHORT   12   /* payload not all inside the frame */
+
+/* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest). */
+#define MRC_RX_END   0  /* every frame handled */
+#define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
+#define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
+
+/* One host's lane: the frames of the batch, the QP it serves, the region table. */
+struct mrc_rx_ctx {
+    struct mrc_parsed parsed;  /* the frame the lane stopped at (MRC_RX_STOP) */
+    const uint8_t **ptr;       /* frame i: ptr[i][0 : len[i]] */
+    uint32_t *len;
+    uint32_t cap;              /* slots in ptr / len */
+    struct mrc_rx_qp *qp;      /* NULL: no QP, every data frame stops */
+    uint32_t qpn;
+    uint32_t npeers;
+    uint8_t  peers[MRC_RX_PEERS_MAX * 16];
+    int64_t  win;              /* receive window (PSNs either side of rcv_nxt) */
+    uint32_t ack_every;
+    int32_t  sack_on_reorder;
+    double   ack_delay, reorder_floor;
+    int32_t  plane;            /* the receiving port's plane */
+    int32_t  verify;           /* MRC_VERIFY_* for mrc_parse */
+    struct mrc_rx_mr *mrs;
+    uint32_t nmrs;
+    uint32_t pos, why;         /* where and why the last run stopped */
+    uint64_t placed;           /* data frames the lane handled, ever */
+};
+
+/* Handle frames i..n-1 (n <= cap) at time `now`. Returns pos << 2 | MRC_RX_* (pos:
+ * where it stopped; n after MRC_RX_END); also in c->pos, c->why. */
+int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now);
+
+/* Point ptr/len 0..k-1 at the k frames a mrc_recv_batch() kept (k <= cap). */
+void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k);
+
+/* A responder state with an empty ring of `cap` slots (a power of 2), or NULL; and its
+ * release. */
+struct mrc_rx_qp *mrc_rx_new(uint32_t cap);
+void mrc_rx_free(struct mrc_rx_qp *q);
+
+/* Move the ring to `cap` slots (a power of 2 that holds every entry: the caller's
+ * window). Returns 0, or -1 if out of memory (the old ring is kept). */
+int mrc_rx_grow(struct mrc_rx_qp *q, uint32_t cap);
+
+/* Bit i set when base + i is in the out-of-order set (i < 64): a SACK bitmap. */
+uint64_t mrc_rx_bitmap(const struct mrc_rx_qp *q, int64_t base);
+
+/* ---- SACKs ------------------------------------------------------------------------- */
+
+#define MRC_RX_SACK_MAX 512  /* bytes of a SACK frame */
+
+/* A SACK frame template for one path, from mrcnet.core.ctrl.SackTemplate.layout(). */
+struct mrc_rx_sackt {
+    uint8_t  frame[MRC_RX_SACK_MAX];
+    uint32_t len;        /* frame length */
+    uint32_t udp_off, seth_off, cc_off;
+    uint32_t icrc_from, has_ip, pseudo_sum;  /* for mrc_finish_frame() */
+};
+
+/* The SACK frames QueuePair.send_sack sends now (its tail, after the reverse path and
+ * the credit are known), written back to back into out (cap bytes; each t->len): one
+ * per window base: the first right after the cumulative point, then one per 64-PSN
+ * window holding PSNs received since the last SACK beyond the first window (taken from
+ * q->unrep, or the nbases given in `bases` when Python knows more than unrep holds).
+ * Each carries the EV's bits (UDP source port, flow label's low 16 bits), SETH (the
+ * last packet's EV, cumulative PSN, its offset, the window's offset, the range, ECE,
+ * the window's bitmap, `credit`) and CC state (its stamp, out-of-order count,
+ * `penalty`, bytes received); then its ICRC and UDP checksum. Sets q->unrep_n to 0.
+ * Returns the number of frames, or 0 if they do not fit (nothing written then). */
+int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
+                uint32_t cap, uint32_t ev, uint32_t penalty, uint32_t credit,
+                const int64_t *bases, uint32_t nbases);
+/* cffi: end */
+
+#endif
