@@ -99,6 +99,10 @@ class Result:
     packets: int = 0  #: data packets sent, retransmissions included
 
 
+#: How late completion moderation may make a bandwidth run's completions (us).
+MODERATION_PERIOD_US = 1000
+
+
 def pattern(seed: int, length: int) -> bytes:
     """The bytes the client writes and the server checks: pseudo-random from ``seed``
     (sent in the connection's private data), so no two offsets repeat a block."""
@@ -339,6 +343,9 @@ def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int | None 
     state change of the run's QPs (mrcd's PathStateChanged, plus ``clock``)."""
     run = _Run(ctx, peer, service, qps, timeout, cc_profile, max(sizes))
     run.on_event = events
+    # Completions in batches of a quarter of the window (the rest stays in flight): a
+    # push, a wake-up of this process and a round of posts per batch, not per write.
+    run.cq.moderate(max(1, tx_depth * qps // 4), MODERATION_PERIOD_US)
     amount = Amount(iters, nbytes, seconds)
     results = []
     for size in sizes:

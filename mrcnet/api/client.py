@@ -42,7 +42,14 @@ from mrcnet.api.errors import (
     OutOfBounds,
     ProtocolError,
 )
-from mrcnet.api.protocol import PROTOCOL_VERSION, Message, recv_msg, send_msg
+from mrcnet.api.protocol import (
+    MODERATION_COUNT_MAX,
+    MODERATION_PERIOD_MAX_US,
+    PROTOCOL_VERSION,
+    Message,
+    recv_msg,
+    send_msg,
+)
 
 __all__ = [
     "Access",
@@ -160,6 +167,21 @@ class CompletionQueue:
     def pending(self) -> int:
         """Completions already received from mrcd and not yet polled (no I/O)."""
         return len(self._wcs)
+
+    def moderate(self, count: int = 1, period_us: int = 0) -> None:
+        """Completion moderation (ibv_modify_cq's ``cq_count`` / ``cq_period``): mrcd
+        sends this CQ's completions once ``count`` are waiting, or ``period_us``
+        microseconds after the oldest of them, whichever comes first; an error completion
+        goes at once. Fewer, larger pushes cost the application (and mrcd) fewer wake-ups
+        in bulk transfers, at up to ``period_us`` of added latency. ``count=1`` (the
+        default) sends each pass's completions right away."""
+        if not isinstance(count, int) or not 1 <= count <= MODERATION_COUNT_MAX:
+            raise InvalidArgument(f"moderation count {count!r} is not an integer from 1 "
+                                  f"to {MODERATION_COUNT_MAX}")
+        if not isinstance(period_us, int) or not 0 <= period_us <= MODERATION_PERIOD_MAX_US:
+            raise InvalidArgument(f"moderation period {period_us!r} us is not an integer "
+                                  f"from 0 to {MODERATION_PERIOD_MAX_US}")
+        self.ctx._call("modify_cq", cq=self.handle, count=count, period_us=period_us)
 
     def wait(self, timeout: float | None = None, max_entries: int = 16) -> list[WorkCompletion]:
         """Block until at least one completion (or ``timeout``: then ``[]``)."""

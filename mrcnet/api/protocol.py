@@ -20,13 +20,17 @@ import json
 import socket
 from typing import Any, Final
 
-__all__ = ["MAX_FDS", "MAX_MESSAGE", "PROTOCOL_VERSION", "decode", "encode", "recv_msg",
-           "send_msg"]
+__all__ = ["MAX_FDS", "MAX_MESSAGE", "MODERATION_COUNT_MAX", "MODERATION_PERIOD_MAX_US",
+           "PROTOCOL_VERSION", "decode", "encode", "recv_msg", "send_msg"]
 
 PROTOCOL_VERSION: Final = 1
 #: Bytes per message: control only (payload bytes live in shared memory, never here).
 MAX_MESSAGE: Final = 1 << 16
 MAX_FDS: Final = 4
+#: Completion moderation limits (``modify_cq``), those of ibv_modify_cq's 16-bit count
+#: and a period of at most one second.
+MODERATION_COUNT_MAX: Final = 0xFFFF
+MODERATION_PERIOD_MAX_US: Final = 1_000_000
 
 Message = dict[str, Any]
 

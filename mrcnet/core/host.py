@@ -79,6 +79,10 @@ class CompletionQueue:
     def __len__(self) -> int:
         return len(self._q)
 
+    def has_error(self) -> bool:
+        """Does a waiting completion carry an error status?"""
+        return any(c.status is not WCStatus.SUCCESS for c in self._q)
+
 
 @dataclass(slots=True)
 class PathProbe:

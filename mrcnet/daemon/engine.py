@@ -47,6 +47,7 @@ log = structlog.get_logger("mrcd")
 RX_BATCHES_PER_WAKEUP = 8
 #: Completions pushed to a client per message.
 WC_PER_PUSH = 256
+_INF = float("inf")
 #: Bytes of headers around a data payload, worst case (outer + inner IPv6, a 4-segment
 #: SRH, UDP, BTH, RETH, METH + ImmDt, TSETH, ICRC): the payload must fit the rest of the MTU.
 DATA_OVERHEAD = 2 * IPV6_HEADER_LEN + 8 + 4 * 16 + 8 + 12 + 16 + 8 + 4 + 4
@@ -120,6 +121,7 @@ class Daemon(Verbs):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._mod_due = _INF  # the earliest end of a moderated CQ's period
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
@@ -392,7 +394,22 @@ class Daemon(Verbs):
     def _deliver(self) -> None:
         host = self.host
         assert host is not None
+        mod, since = self._cq_mod, self._cq_since
+        now = time.monotonic() if mod else 0.0
+        self._mod_due = _INF
         for handle, (cq, session) in self._cqs.items():
+            n = len(cq)
+            if not n:
+                continue
+            m = mod.get(handle) if mod else None
+            if m is not None and n < m[0]:
+                # Moderated: wait for more (an error goes at once), or for the period.
+                t0 = since.setdefault(handle, now)
+                if now - t0 < m[1] and not cq.has_error():
+                    self._mod_due = min(self._mod_due, t0 + m[1])
+                    continue
+            if since:
+                since.pop(handle, None)
             while len(cq):
                 wcs = host.poll_cq(cq, WC_PER_PUSH)
                 session.send({"push": "wc", "cq": handle, "wcs": [
@@ -422,6 +439,8 @@ class Daemon(Verbs):
         host = self.host
         assert host is not None and self._loop is not None
         t = host.next_timer()
+        if self._mod_due < _INF:  # a moderated CQ's period ends
+            t = self._mod_due if t is None else min(t, self._mod_due)
         if self._timer is not None and t is not None and self._timer_at is not None \
                 and self._timer_at <= t:
             # Armed for this deadline or an earlier one: keep it. The core's deadlines

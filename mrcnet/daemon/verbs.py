@@ -31,7 +31,7 @@ from mrcnet.api.errors import (
     InvalidQP,
     OutOfBounds,
 )
-from mrcnet.api.protocol import Message
+from mrcnet.api.protocol import MODERATION_COUNT_MAX, MODERATION_PERIOD_MAX_US, Message
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.host import PathProbe
@@ -74,6 +74,10 @@ class Verbs:
     def __init__(self) -> None:
         # Ownership, for pushes and clean-up.
         self._cqs: dict[int, tuple[core.CompletionQueue, Session]] = {}
+        # Completion moderation per CQ (modify_cq): push when this many wait, or this
+        # long (s) after the oldest; and since when the oldest has waited
+        self._cq_mod: dict[int, tuple[int, float]] = {}
+        self._cq_since: dict[int, float] = {}
         self._qp_owner: dict[int, Session] = {}
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
         self._listens: dict[int, tuple[Session, int, list[int], Any]] = {}
@@ -156,6 +160,25 @@ class Verbs:
         self._cqs[cq.handle] = (cq, s)
         s.cqs.add(cq.handle)
         return {"cq": cq.handle}
+
+    def _op_modify_cq(self, s: Session, msg: Message) -> Message:
+        handle = int(msg["cq"])
+        entry = self._cqs.get(handle)
+        if entry is None or entry[1] is not s:
+            raise InvalidCQ(f"no CQ {handle} in this context")
+        count, period_us = msg.get("count"), msg.get("period_us")
+        if not isinstance(count, int) or not 1 <= count <= MODERATION_COUNT_MAX:
+            raise InvalidArgument(f"completion moderation count {count!r} is not an "
+                                  f"integer from 1 to {MODERATION_COUNT_MAX}")
+        if not isinstance(period_us, int) or not 0 <= period_us <= MODERATION_PERIOD_MAX_US:
+            raise InvalidArgument(f"completion moderation period {period_us!r} us is not an "
+                                  f"integer from 0 to {MODERATION_PERIOD_MAX_US}")
+        if count == 1:
+            self._cq_mod.pop(handle, None)
+        else:
+            self._cq_mod[handle] = (count, period_us / 1e6)
+        self._cq_since.pop(handle, None)
+        return {}
 
     def _op_create_qp(self, s: Session, msg: Message) -> Message:
         assert self.host is not None
@@ -625,5 +648,7 @@ class Verbs:
             self._listens.pop(service, None)
         for handle in list(s.cqs):
             self._cqs.pop(handle, None)
+            self._cq_mod.pop(handle, None)
+            self._cq_since.pop(handle, None)
         for lkey in list(s.mrs):
             self._release_mr(lkey)

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from mrcnet.api import (
     ConnectError,
     Context,
     DaemonNotRunning,
+    InvalidArgument,
     InvalidQP,
     OutOfBounds,
     RemoteRegion,
@@ -355,3 +357,48 @@ def test_path_events_only_on_request(mrcd_pair: MrcdPair) -> None:
         # under real path failures while one that did not hears nothing.
         assert kinds(loud) - {"PathStateChanged"} == {"QPError"}
         assert kinds(quiet) == {"QPError"}
+
+
+@needs_root
+def test_completion_moderation(mrcd_pair: MrcdPair) -> None:
+    # mrcd holds a moderated CQ's completions until `count` wait or the period ends;
+    # an error completion goes at once; bad values are refused with a typed error.
+    with Context(mrcd_pair.b.socket) as cb, Context(mrcd_pair.a.socket) as ca:
+        mr_b = cb.alloc_mr(65536)
+        qp_b = cb.create_qp(cb.create_cq())
+        cb.listen(9, qp_b, expose=[mr_b])
+        mr_a = ca.alloc_mr(65536)
+        cq = ca.create_cq()
+        qp_a = ca.create_qp(cq)
+        peer = qp_a.connect("hb", 9)
+        for bad in ((0, 0), (1 << 16, 0), (4, -1), (4, 2_000_000), (4.0, 0)):
+            with pytest.raises(InvalidArgument):
+                cq.moderate(*bad)  # type: ignore[arg-type]
+        cq.moderate(4, 1_000_000)
+        for i in range(3):
+            qp_a.post_write(mr_a, 0, 1024, peer.regions[0], wr_id=i)
+        assert cq.wait(timeout=0.5) == []  # 3 < 4, and the second has not passed
+        qp_a.post_write(mr_a, 0, 1024, peer.regions[0], wr_id=3)
+        wcs = cq.wait(timeout=10)
+        assert [w.wr_id for w in wcs] == [0, 1, 2, 3] and all(w.ok for w in wcs)
+        # The period: one completion, sent when 0.2 s have passed.
+        cq.moderate(4, 200_000)
+        t0 = time.monotonic()
+        qp_a.post_write(mr_a, 0, 1024, peer.regions[0], wr_id=4)
+        wcs = cq.wait(timeout=10)
+        assert [w.wr_id for w in wcs] == [4] and time.monotonic() - t0 >= 0.15
+        # An error completion is not held back.
+        cq.moderate(64, 1_000_000)
+        t0 = time.monotonic()
+        qp_a.post_write(mr_a, 0, 16, RemoteRegion(peer.regions[0].addr, 16, 0x5A5A), wr_id=5)
+        wcs = cq.wait(timeout=10)
+        assert [(w.wr_id, w.status) for w in wcs] == [(5, "REM_ACCESS_ERR")]
+        assert time.monotonic() - t0 < 0.9
+        # count 1 turns it off: each completion comes on its own.
+        qp2 = ca.create_qp(cq)
+        qp_b2 = cb.create_qp(cb.create_cq())
+        cb.listen(10, qp_b2, expose=[mr_b])
+        peer2 = qp2.connect("hb", 10)
+        cq.moderate(1, 0)
+        qp2.post_write(mr_a, 0, 1024, peer2.regions[0], wr_id=6)
+        assert [w.wr_id for w in cq.wait(timeout=10)] == [6]
