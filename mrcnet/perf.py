@@ -26,6 +26,7 @@ import argparse
 import ipaddress
 import json
 import random
+import resource
 import socket
 import sys
 import time
@@ -775,8 +776,10 @@ def _raw_main(args: argparse.Namespace) -> int:
             p.close()
     what = "received" if args.mode == "raw-sink" else "sent"
     if args.json:
+        ru = resource.getrusage(resource.RUSAGE_SELF)  # (start-up included: small)
         print(json.dumps({"frames": r.frames, "bytes": r.nbytes, "seconds": r.seconds,
-                          "kpps": r.kpps, "gbps": r.gbps, "trimmed": r.trimmed}))
+                          "kpps": r.kpps, "gbps": r.gbps, "trimmed": r.trimmed,
+                          "cpu_user": ru.ru_utime, "cpu_system": ru.ru_stime}))
     else:
         trims = f" ({r.trimmed} trimmed by switches)" if r.trimmed else ""
         print(f"raw {what}: {r.frames} frames{trims} in {r.seconds:.2f} s: "

@@ -193,7 +193,10 @@ def run_raw(fab: Any, seconds: float) -> dict[str, float]:
     nbytes = (r["frames"] - r["trimmed"]) * RAW_PAYLOAD
     return {"gbps": nbytes * 8 / r["seconds"] / 1e9, "bytes": nbytes,
             "sent_frames": s["frames"], "recv_frames": r["frames"], "trimmed": r["trimmed"],
-            "proc_cpu": m.proc, "machine_cpu": m.machine}
+            "proc_cpu": m.proc, "machine_cpu": m.machine,
+            # the sending process alone (its frames: some did not fit the socket and
+            # were dropped, offered load being the point; per byte that arrived)
+            "send_user": s["cpu_user"], "send_sys": s["cpu_system"]}
 
 
 def run_tcp(fab: Any, nbytes: int) -> dict[str, float]:
@@ -358,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mrcd {h} ({role}) s/GB: user "
               f"{_stats([r[h + '_user'] / g for r, g in zip(mrc, gb, strict=True)])}"
               f", system {_stats([r[h + '_sys'] / g for r, g in zip(mrc, gb, strict=True)])}")
+    if "raw" in results:
+        raw = [(r, r["bytes"] / 1e9) for r in results["raw"]]
+        print(f"raw sender s/GB: user {_stats([r['send_user'] / g for r, g in raw])}"
+              f", system {_stats([r['send_sys'] / g for r, g in raw])}")
     print(f"mrc / raw = {summary['ratio_mrc_raw']:.2f}   mrc / tcp = "
           f"{summary['ratio_mrc_tcp']:.2f}   (target: mrc >= 0.6 x raw)")
     for line in summary.get("profile", []):
