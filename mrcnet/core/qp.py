@@ -921,16 +921,19 @@ class QueuePair:
 
     def on_sack(self, s: PyParsed, now: float) -> None:
         """A SACK (or ACK) from the peer's responder (``s``: the parsed frame)."""
-        cack = unwrap(s.cack_psn, self.snd_una)
-        if cack > self.next_seq or cack <= self.snd_una - self.tx_window:
+        una = self.snd_una
+        d = (s.cack_psn - una) & PSN_MASK  # unwrap(s.cack_psn, una), inlined (per SACK)
+        cack = una + (d - PSN_MASK - 1 if d >= _HALF else d)
+        if cack > self.next_seq or cack <= una - self._txcap:
             self.count("rx_sack_out_of_window")
             return
-        if cack < self.snd_una:
+        if cack < una:
             # An older SACK overtaken by a newer one: its bitmap may still be news.
             self.count("rx_sack_stale")
-        credit = _unwrap32(s.imm_credit, self.peer_credit)
-        if credit > self.peer_credit:
-            self.peer_credit = credit
+        peer_credit = self.peer_credit
+        d = (s.imm_credit - peer_credit) % _CREDIT_MOD  # _unwrap32, inlined
+        if 0 < d < _CREDIT_MOD // 2:
+            self.peer_credit = peer_credit + d
         self.credit_probe_at = _INF
         self.credit_probes = 0
         evm, cc = self.evm, self.cc
@@ -941,55 +944,58 @@ class QueuePair:
         # triggered it (same EV and timestamp): then that packet gives an RTT sample.
         txt = self.txt
         trig = cack + s.ack_offset
-        acked = txt.sack(now, self.snd_una, cack, self.next_seq, cack + s.sack_offset,
-                         s.bitmap, s.sack_offset == 1, trig, s.sack_ev, s.ts_echo)
-        if cack > self.snd_una:
+        sack_ev, sack_off = s.sack_ev, s.sack_offset
+        acked = txt.sack(now, una, cack, self.next_seq, cack + sack_off, s.bitmap,
+                         sack_off == 1, trig, sack_ev, s.ts_echo)
+        if cack > una:
             self.snd_una = cack
         rtt = None
         spurious = False
         if self.lost_log:
             rec = self.lost_log.get(trig)
-            if rec is not None and rec[0] == s.sack_ev and rec[1] == s.ts_echo:
+            if rec is not None and rec[0] == sack_ev and rec[1] == s.ts_echo:
                 # The transmission we declared lost has arrived after all: learn how
                 # late it was, so the allowance covers it next time.
                 del self.lost_log[trig]
                 self._learn_reorder(now - rec[2])
                 spurious = True
+        info = evm.evs.get(sack_ev)
         tx = txt.trig_tx
         if tx:
             if tx > 1 and self.lost_log:
                 rec = self.lost_log.pop(trig, None)
-                if rec is not None and rec[3] and rec[0] != s.sack_ev:
+                if rec is not None and rec[3] and rec[0] != sack_ev:
                     # The retransmission triggered this SACK and the PSN was still
                     # missing: the original (declared lost by RACK, not by a timeout,
                     # which a stalled peer also causes) never arrived.
                     self._confirmed_loss(rec[0], now)
             rtt = now - txt.trig_sent
-            info = evm.evs.get(s.sack_ev)
             if info is not None:
                 info.rtt_sample(rtt)
             self._rtt_sample(rtt)
-        info = evm.evs.get(s.sack_ev)
+        ece = s.ece
         if info is not None:
             info.acked += 1
-            if s.ece:
+            if ece:
                 info.ecn += 1
             if info.state is EVState.ASSUMED_BAD:
                 # A packet on a retired EV got through: the path works (as good as a
                 # probe answer), and the loss that retired it was probably reordering.
-                evm.probe_result(s.sack_ev, True)
+                evm.probe_result(sack_ev, True)
                 spurious = True
         if spurious:
             self._spurious_loss()
-        if s.ece:
-            evm.skip(s.sack_ev, "ecn")
-        if s.mode == SackMode.SKIP_ONCE:
-            evm.skip(s.sack_ev, "receiver")
-        elif s.mode == SackMode.ALWAYS_SKIP:
-            evm.assume_bad(s.sack_ev, now, "receiver")
+        if ece:
+            evm.skip(sack_ev, "ecn")
+        mode = s.mode
+        if mode:
+            if mode == SackMode.SKIP_ONCE:
+                evm.skip(sack_ev, "receiver")
+            elif mode == SackMode.ALWAYS_SKIP:
+                evm.assume_bad(sack_ev, now, "receiver")
         if acked:
             self._acked(txt, now)
-        cc.on_ack(acked, rtt, s.ece != 0, now)
+        cc.on_ack(acked, rtt, ece != 0, now)
         if s.window_penalty:
             cc.on_penalty(s.window_penalty, now)
         self.sack_acked += acked
