@@ -131,8 +131,13 @@ class Meter:
         self.machine = _machine_busy() - self.m0
 
 
+#: --pin: host -> CPU for every process the bench starts in that host (taskset)
+PIN: dict[str, int] = {}
+
+
 def _ns(fab: Any, host: str) -> list[str]:
-    return ["ip", "netns", "exec", fab.netns(host)]
+    pin = ["taskset", "-c", str(PIN[host])] if host in PIN else []
+    return [*pin, "ip", "netns", "exec", fab.netns(host)]
 
 
 @contextlib.contextmanager
@@ -289,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", default=[], choices=["raw", "tcp"],
                     help="leave out a baseline (e.g. to try mrcd settings quickly)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile the mrcds of the last run")
+    ap.add_argument("--pin", action="store_true",
+                    help="pin each host's processes to a CPU of its own (h0: CPU 0, h1: "
+                         "CPU 1): mrcd and the sending tool, mrcd and the receiving tool")
     ap.add_argument("--prefix", default="mf",
                     help="fabric name prefix (its netns are PREFIX<hex>-<node>; fabric "
                          "names are lowercase a-z0-9, at most 10 characters in all)")
@@ -300,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     from mrcnet.fabric.fabric import Fabric
 
     results: dict[str, list[dict[str, float]]] = {"raw": [], "tcp": [], "mrc": []}
+    if args.pin:
+        PIN.update({"h0": 0, "h1": 1 % (os.cpu_count() or 1)})
     prof_dir = Path(args.profile) if args.profile else None
     if prof_dir:
         prof_dir.mkdir(parents=True, exist_ok=True)
