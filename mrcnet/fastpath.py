@@ -745,11 +745,14 @@ class CTxTable:
 
     __slots__ = ("_cap", "_keep", "_lost", "_o", "_t", "_wr", "trig_sent", "trig_tx")
 
-    def __init__(self, capacity: int, seq: int) -> None:
+    def __init__(self, capacity: int, seq: int, paths: int = 16) -> None:
         if not HAVE_C:
             raise RuntimeError("mrcnet._fastpath is not available")
         t = self._t = _ffi.new("struct mrc_txq *")
         pk = _ffi.new("struct mrc_txpkt[]", capacity)
+        pslots = 1 << max(4, (2 * paths - 1).bit_length())
+        ptab = _ffi.new("struct mrc_txpath[]", pslots)
+        t.paths, t.pmask = ptab, pslots - 1
         self._wr = _ffi.new("int32_t[]", 2 * capacity)
         t.pk, t.mask = pk, capacity - 1
         t.wr_unacked, t.wr_mask = self._wr, 2 * capacity - 1
@@ -758,7 +761,7 @@ class CTxTable:
                 _ffi.new("uint64_t[]", capacity), _ffi.new("double[]", capacity),
                 _ffi.new("uint8_t[]", capacity)]
         o.path_key, o.path_sent, o.special_seq, o.special_sent, o.special_pend = keep[1:]
-        self._keep = keep
+        self._keep = [*keep, ptab]
         self._lost = _ffi.new("uint64_t[]", capacity)
         self._cap = capacity
         _C.mrc_tx_init(t, seq)
@@ -858,6 +861,10 @@ class CTxTable:
     def wr_unacked(self, wr: int) -> int:
         """Packets of work request slot ``wr`` not yet acknowledged."""
         return int(self._wr[wr & self._t.wr_mask])
+
+    def path_acked(self, key: int) -> float:
+        """The newest send time of a packet acknowledged on path ``key`` (-1: none)."""
+        return float(_C.mrc_tx_path_acked(self._t, key))
 
 
 def run_patcher() -> RunPatcher | None:

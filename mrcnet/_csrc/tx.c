@@ -42,8 +42,29 @@ static void unlink_pkt(struct mrc_txq *t, struct mrc_txpkt *p)
     t->infl_bytes -= p->len;
 }
 
+/* The slot of path ``key``: its own, else the empty one where it would go (NULL: the
+ * table is full, which its size rules out). */
+static struct mrc_txpath *path_slot(const struct mrc_txq *t, uint32_t key)
+{
+    uint32_t i = (key * 2654435761u) & t->pmask;
+    for (uint32_t n = 0; n <= t->pmask; n++, i = (i + 1) & t->pmask) {
+        struct mrc_txpath *e = &t->paths[i];
+        if (e->key == key || e->key == MRC_TX_NO_PATH)
+            return e;
+    }
+    return 0;
+}
+
+double mrc_tx_path_acked(const struct mrc_txq *t, uint32_t key)
+{
+    const struct mrc_txpath *e = path_slot(t, key);
+    return e && e->key == key ? e->acked : -1.0;
+}
+
 void mrc_tx_init(struct mrc_txq *t, uint64_t seq)
 {
+    for (uint32_t i = 0; i <= t->pmask; i++)
+        t->paths[i].key = MRC_TX_NO_PATH;
     t->head = t->tail = -1;
     t->ninfl = 0;
     t->infl_bytes = 0;
@@ -116,6 +137,15 @@ static uint32_t acked(struct mrc_txq *t, struct mrc_txpkt *p, uint64_t seq, doub
         o->path_sent[k] = p->sent;
     } else if (p->sent > o->path_sent[k]) {
         o->path_sent[k] = p->sent;
+    }
+    struct mrc_txpath *e = path_slot(t, key);
+    if (e) {
+        if (e->key != key) {
+            e->key = key;
+            e->acked = p->sent;
+        } else if (p->sent > e->acked) {
+            e->acked = p->sent;
+        }
     }
     if (p->flags & MRC_TX_LOGGED) {
         k = o->nspecial++;

@@ -46,6 +46,14 @@ struct mrc_txsack {
     uint8_t  *special_pend;  /* it was waiting for a retransmission */
 };
 
+/* A path's newest send time acknowledged (open addressing by path key; key
+ * MRC_TX_NO_PATH: an empty slot). */
+#define MRC_TX_NO_PATH 0xFFFFFFFF
+struct mrc_txpath {
+    uint32_t key;
+    double   acked;
+};
+
 struct mrc_txq {
     struct mrc_txpkt *pk;
     uint32_t mask;        /* ring size - 1 (a power of two at least the send window) */
@@ -57,6 +65,8 @@ struct mrc_txq {
     double   rack_sent;   /* newest send time of any acknowledged packet (-1: none) */
     double   rack_rtt;    /* ... and its RTT */
     uint64_t seen_base, seen_bm;  /* the newest first SACK window walked, its bits */
+    struct mrc_txpath *paths;     /* per path (EV >> 12): newest send time acknowledged */
+    uint32_t pmask;               /* slots - 1 (a power of two, twice the paths or more) */
 };
 
 void mrc_tx_init(struct mrc_txq *t, uint64_t seq);
@@ -82,6 +92,8 @@ unsigned mrc_tx_rack(const struct mrc_txq *t, double limit, double wait, double 
                      uint64_t *lost, unsigned cap, double *at);
 /* Set (``on``) or clear MRC_TX_LOGGED of ``seq``; 0 if the table does not hold it. */
 int mrc_tx_log(struct mrc_txq *t, int64_t seq, int on);
+/* The newest send time of a packet acknowledged on path ``key`` (-1: none yet). */
+double mrc_tx_path_acked(const struct mrc_txq *t, uint32_t key);
 /* The packets in flight, oldest first (at most ``cap``). */
 unsigned mrc_tx_inflight(const struct mrc_txq *t, uint64_t *out, unsigned cap);
 

@@ -179,6 +179,7 @@ class QueuePair:
         self.evm: EVManager | None = None
         self.cc: CongestionControl | None = None
         self.peer_ips: frozenset[bytes] = frozenset()
+        self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
         self._routes: dict[int, tuple[int, Route]] = {}
         self._tmpl: dict[tuple[object, ...], Any] = {}
         self._tmpl_ev: dict[tuple[int, int], tuple[int, Any, Any]] = {}
@@ -219,9 +220,8 @@ class QueuePair:
         self.reo_last = -_INF  # time of the last spurious loss
         # seq -> (EV, TSETH stamp, time declared lost, by RACK) of transmissions declared lost
         self.lost_log: dict[int, tuple[int, int, float, bool]] = {}
-        # path key (EV >> 12: plane and path) -> latest send time of a packet acknowledged
-        # on it; and (count, window start) of its ambiguous losses
-        self.path_acked: dict[int, float] = {}
+        # path key (EV >> 12: plane and path) -> (count, window start) of its ambiguous
+        # losses (the newest send time acknowledged per path is the table's: path_acked)
         self.path_amb: dict[int, tuple[int, float]] = {}
         # path key -> (deadline, send time of the lost packet, its EVs) of a path under
         # suspicion: retired at the deadline unless something newer gets through first
@@ -257,7 +257,9 @@ class QueuePair:
         self.stats: dict[str, int] = {}
 
     def _new_table(self) -> None:
-        self.txt: TxTable = new_tx_table(self.tx_window, self._seen0)
+        # (the paths an EV can name: the peer's routes per plane, once known)
+        paths = sum(len(r) for r in self._paths.values())
+        self.txt: TxTable = new_tx_table(self.tx_window, self._seen0, max(16, paths))
         self._txcap = self.tx_window  # (the table holds at least this many PSNs)
 
     @property
@@ -793,7 +795,7 @@ class QueuePair:
             # retry budget decides.
             self.count("timeout_unblamed")
             return False
-        if self.path_acked.get(key, -1.0) <= sent:
+        if self.txt.path_acked(key) <= sent:
             return True
         self.count("loss_ambiguous")
         need = self.cfg.retire_ambiguous
@@ -1060,11 +1062,9 @@ class QueuePair:
         time acknowledged per path (a suspected path that delivered something sent after
         its loss is cleared), and packets declared lost that were not (learn the
         reordering)."""
-        path_acked, suspects = self.path_acked, self.suspects
-        for key, sent in txt.paths():
-            if sent > path_acked.get(key, -1.0):
-                path_acked[key] = sent
-            if suspects:
+        suspects = self.suspects
+        if suspects:
+            for key, sent in txt.paths():
                 sus = suspects.get(key)
                 if sus is not None and sent >= sus[1]:
                     del suspects[key]  # something newer got through: the path works

@@ -55,12 +55,14 @@ class TxTable(Protocol):
     def inflight(self) -> list[int]: ...
     def oldest(self) -> int | None: ...
     def wr_unacked(self, wr: int) -> int: ...
+    def path_acked(self, key: int) -> float: ...
 
 
 class PyTxTable:
     """Pure-Python :class:`TxTable` (the C one's twin)."""
 
-    def __init__(self, capacity: int, seq: int) -> None:
+    def __init__(self, capacity: int, seq: int, paths: int = 16) -> None:
+        self._path_acked: dict[int, float] = {}  # path -> newest send time acknowledged
         self._pk: dict[int, list[Any]] = {}  # seq -> [ev, sent, ts, tx, len, off, op, wr, flags]
         self._infl: OrderedDict[int, None] = OrderedDict()  # in transmission order
         self._wr: dict[int, int] = {}
@@ -139,6 +141,8 @@ class PyTxTable:
         key, sent = e[0] >> 12, e[1]
         if sent > self._paths.get(key, -1.0):
             self._paths[key] = sent
+        if sent > self._path_acked.get(key, -1.0):
+            self._path_acked[key] = sent
         if e[8] & LOGGED:
             self._specials.append((seq, sent, bool(e[8] & PEND)))
         slot = e[7] & self._wr_mask
@@ -225,11 +229,15 @@ class PyTxTable:
         """Packets of work request slot ``wr`` not yet acknowledged."""
         return self._wr.get(wr & self._wr_mask, 0)
 
+    def path_acked(self, key: int) -> float:
+        """The newest send time of a packet acknowledged on path ``key`` (-1: none)."""
+        return self._path_acked.get(key, -1.0)
 
-def new_tx_table(window: int, seq: int) -> TxTable:
-    """A table for a send window of ``window`` PSNs starting at ``seq``: the C one when
-    the fast path is built."""
+
+def new_tx_table(window: int, seq: int, paths: int = 16) -> TxTable:
+    """A table for a send window of ``window`` PSNs starting at ``seq`` over at most
+    ``paths`` paths: the C one when the fast path is built."""
     capacity = 1 << max(4, (window - 1).bit_length())
     if fastpath.HAVE_C:
-        return fastpath.CTxTable(capacity, seq)
-    return PyTxTable(capacity, seq)
+        return fastpath.CTxTable(capacity, seq, paths)
+    return PyTxTable(capacity, seq, paths)

@@ -31,6 +31,7 @@ def _state(t: TxTable, lo: int, hi: int) -> tuple[object, ...]:
         t.rack_sent,
         t.rack_rtt,
         [t.wr_unacked(w) for w in range(8)],
+        [t.path_acked(k) for k in (0, 1, 2, 3, 0x1001, 0x1002, 0x1000, 7)],
     )
 
 
@@ -115,6 +116,7 @@ def test_sack_bookkeeping() -> None:
         assert t.sack(1.3, 100, 102, 104, 103, 1, True, 103, 0x2000, 9) == 2500
         assert t.trig_tx == 1 and t.trig_sent == 1.0
         assert sorted(t.paths()) == [(1, 1.0), (2, 1.0)]
+        assert (t.path_acked(1), t.path_acked(2), t.path_acked(3)) == (1.0, 1.0, -1.0)
         assert (t.ninfl, t.infl_bytes, t.wr_unacked(0)) == (1, 1000, 1)
         assert t.rack_sent == 1.0 and t.rack_rtt == pytest.approx(0.3)
         assert t.inflight() == [102] and t.oldest() == 102
