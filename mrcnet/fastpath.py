@@ -50,7 +50,7 @@ import socket
 import struct
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, overload
 
 from mrcnet.constants import (
     BTH_LEN,
@@ -106,6 +106,7 @@ __all__ = [
     "PyParsed",
     "Received",
     "RunPatcher",
+    "SlotFrames",
     "Template",
     "c_icrc",
     "c_parse",
@@ -120,6 +121,7 @@ __all__ = [
     "py_udp6_checksum",
     "py_udp6_checksum_ok",
     "recv_batch",
+    "recv_slots",
     "run_patcher",
     "send_batch",
     "udp6_checksum",
@@ -1197,6 +1199,53 @@ class FrameParser:
         return out  # type: ignore[no-any-return]  # the C struct has PyParsed's fields
 
 
+class SlotFrames(Sequence[memoryview]):
+    """The frames a :class:`CBatchIO`'s last receive kept (:func:`recv_slots`), as a
+    sequence whose views are made only when asked for (the receive lane reads the frames
+    in C and asks for the few it hands back); valid until the batch's next receive."""
+
+    __slots__ = ("_io", "_n")
+
+    def __init__(self, io: CBatchIO, n: int) -> None:
+        self._io, self._n = io, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, j: int) -> memoryview: ...
+    @overload
+    def __getitem__(self, j: slice) -> list[memoryview]: ...
+
+    def __getitem__(self, j: int | slice) -> memoryview | list[memoryview]:
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(self._n))]
+        if j < 0:
+            j += self._n
+        if not 0 <= j < self._n:
+            raise IndexError(j)
+        io = self._io
+        s, bs = io._idx[j], io.bufsize
+        return io._view[s * bs : s * bs + io._lens[s]]
+
+
+def recv_slots(io: CBatchIO, max_frames: int | None = None) -> int:
+    """``io.recv_views()`` without the views: receive what is queued (outgoing frames
+    skipped) and return how many frames were kept (:class:`SlotFrames` shows them)."""
+    n = io.max_batch if max_frames is None else min(max_frames, io.max_batch)
+    k = int(_C.mrc_recv_batch(io.fd, io._b, n, 0, 1, io._nrecv))
+    io.last_received = int(io._nrecv[0])
+    if k < 0:
+        raise OSError(-k, os.strerror(-k))
+    return k
+
+
+def _sack_buffer(size: int) -> tuple[Any, Any]:
+    """A char array (unpacks to bytes) and the same memory as ``uint8_t *``."""
+    out = _ffi.new("char[]", size)
+    return out, _ffi.cast("uint8_t *", out)
+
+
 _RX_MRS_MAX: Final = 256  # mrcnet.core.rxlane.RX_MRS_MAX
 _RX_PEERS_MAX: Final = 8  # MRC_RX_PEERS_MAX
 
@@ -1217,7 +1266,7 @@ class CRxLane:
         self._grow(64)
         self.qp: Any = None  # the state record c.qp points to (kept alive here)
         self.parsed: Any = _ffi.addressof(c, "parsed")
-        self.run: Callable[[int, int, float], int] = functools.partial(_C.mrc_rx_run, c)
+        self.run: Callable[[int, int, float, int], int] = functools.partial(_C.mrc_rx_run, c)
 
     def _grow(self, cap: int) -> None:
         self._ptr = _ffi.new("const uint8_t *[]", cap)
@@ -1270,19 +1319,20 @@ class CRxLane:
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames ``QueuePair.send_sack`` sends now (``mrc_rx_sack``; see
         :meth:`mrcnet.core.rxlane.PyRxLane.sack`)."""
-        out = CRxLane._sack_out
-        if out is None:
-            out = CRxLane._sack_out = _ffi.new("uint8_t[]", 66 * 512)  # MRC_RX_SACK_MAX
+        buf = CRxLane._sack_out
+        if buf is None:
+            buf = CRxLane._sack_out = _sack_buffer(66 * 512)  # MRC_RX_SACK_MAX each
+        out, ptr = buf
         cb, nb = _ffi.NULL, 0
         if bases is not None:
             cb, nb = _ffi.new("int64_t[]", bases), len(bases)
             if nb * t.len > len(out):
-                out = CRxLane._sack_out = _ffi.new("uint8_t[]", nb * t.len)
-        n = _C.mrc_rx_sack(rx, t, out, len(out), ev, penalty, credit, cb, nb)
+                out, ptr = CRxLane._sack_out = _sack_buffer(nb * t.len)
+        n = _C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, credit, cb, nb)
         ln = t.len
         if n == 1:
-            return [_ffi.buffer(out, ln)[:]]
-        data = _ffi.buffer(out, n * ln)[:]
+            return [_ffi.unpack(out, ln)]  # (a char array unpacks to bytes)
+        data = _ffi.unpack(out, n * ln)
         return [data[i * ln : (i + 1) * ln] for i in range(n)]
 
     # --- set up --------------------------------------------------------------------
@@ -1342,12 +1392,8 @@ class CRxLane:
 
     @property
     def plane(self) -> int:
-        """The receiving port's plane (the SACKs' ack_plane)."""
+        """The last run's receiving port's plane (the SACKs' ack_plane)."""
         return int(self._c.plane)
-
-    @plane.setter
-    def plane(self, v: int) -> None:
-        self._c.plane = v
 
     @property
     def verify(self) -> bool:

@@ -152,8 +152,9 @@ static inline void deliver_plain(struct mrc_rx_qp *q, uint32_t len, uint32_t op)
 
 #define STOP(w) do { c->pos = k; c->why = (w); return (int)(k << 2 | MRC_RX_STOP); } while (0)
 
-int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now)
+int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
 {
+    c->plane = plane;
     struct mrc_parsed *f = &c->parsed;
     struct mrc_rx_qp *q = c->qp;
     if (n > c->cap)

@@ -87,7 +87,7 @@ struct mrc_rx_ctx {
     uint32_t ack_every;
     int32_t  sack_on_reorder;
     double   ack_delay, reorder_floor;
-    int32_t  plane;            /* the receiving port's plane */
+    int32_t  plane;            /* the receiving port's plane (the last run's) */
     int32_t  verify;           /* MRC_VERIFY_* for mrc_parse */
     struct mrc_rx_mr *mrs;
     uint32_t nmrs;
@@ -95,9 +95,10 @@ struct mrc_rx_ctx {
     uint64_t placed;           /* data frames the lane handled, ever */
 };
 
-/* Handle frames i..n-1 (n <= cap) at time `now`. Returns pos << 2 | MRC_RX_* (pos:
- * where it stopped; n after MRC_RX_END); also in c->pos, c->why. */
-int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now);
+/* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
+ * pos << 2 | MRC_RX_* (pos: where it stopped; n after MRC_RX_END); also in c->pos,
+ * c->why. */
+int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
 
 /* Point ptr/len 0..k-1 at the k frames a mrc_recv_batch() kept (k <= cap). */
 void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k);

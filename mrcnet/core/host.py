@@ -592,8 +592,9 @@ class Host:
         """Frames from the network on local ``port``, all at ``now``: the same as
         :meth:`receive` of each in turn, with less Python per frame (mrcd hands over
         each batch its socket gives). ``slots``: the C batch
-        (:class:`mrcnet.fastpath.CBatchIO`) whose last ``recv_views`` returned
-        ``frames``: the C lane then reads them where they are. Never raises.
+        (:class:`mrcnet.fastpath.CBatchIO`) whose last receive gave ``frames`` (its
+        ``recv_views``, or a :class:`mrcnet.fastpath.SlotFrames` of it): the C lane then
+        reads them where they are. Never raises.
 
         The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
         common case of data for the QP it serves on its own; each frame it stops at
@@ -618,47 +619,47 @@ class Host:
                 self._receive_frames(frames, port, now)
                 return
             frames = loaded
-        try:
-            self._lane_batch(lane, frames, n, port, p.plane, now)
-        finally:
-            if loaded is not None:
-                lane.release()
-
-    def _lane_batch(self, lane: Any, frames: Sequence[Any], n: int, port: int, plane: int,
-                    now: float) -> None:
-        """The loaded batch through the lane: a SACK where one is due, the full path for
-        each frame it stops at."""
         if self.memory.generation != self._lane_gen:  # a region went: forget them all
             lane.clear_mrs()
             self._lane_gen = self.memory.generation
-        lane.plane = plane
-        if self._lane_qp is not None:
-            self._lane_check()
-        run, ctrl = lane.run, self._ctrl
+        qp = self._lane_qp
+        if qp is not None:  # _lane_check's common case, inlined (once per batch)
+            st = qp.state
+            mpr = qp.attrs.mpr_dest
+            if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not lane.qp
+                    or qp.peer_ips is not self._lane_peers
+                    or (mpr * MPR_UNIT if mpr else self.config.rx_window) != self._lane_win
+                    or self._qps.get(qp.qpn) is not qp):
+                self._lane_use(qp)
+        plane, run, ctrl = p.plane, lane.run, self._ctrl
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
-        while i < n:
-            r = run(i, n, now)
-            k, st = r >> 2, r & 3
-            qp = self._lane_qp
-            got = k - i + (st == RX_SACK)  # data frames the lane handled (all qp's)
-            if got and qp is not None:
-                qp.rx_packets += got
-                if marked != qp.qpn:
-                    marked = qp.qpn
-                    self._dirty.add(marked)
-                    self._sendq.add(marked)
-            if st == RX_SACK:
-                assert qp is not None
-                try:
-                    qp.send_sack(now, ctrl)
-                except Exception as e:  # never crash on network input; count it loudly
-                    self.last_internal_error = e
-                    self.count("rx_internal_error")
-            elif st == RX_STOP:
-                self._lane_frame(lane, frames[k], port, plane, now)
-                marked = -1
-            i = k + 1
+        try:
+            while i < n:
+                r = run(i, n, now, plane)
+                k, st = r >> 2, r & 3
+                qp = self._lane_qp
+                got = k - i + (st == RX_SACK)  # data frames the lane handled (all qp's)
+                if got and qp is not None:
+                    qp.rx_packets += got
+                    if marked != qp.qpn:
+                        marked = qp.qpn
+                        self._dirty.add(marked)
+                        self._sendq.add(marked)
+                if st == RX_SACK:
+                    assert qp is not None
+                    try:
+                        qp.send_sack(now, ctrl)
+                    except Exception as e:  # never crash on network input; count it
+                        self.last_internal_error = e
+                        self.count("rx_internal_error")
+                elif st == RX_STOP:
+                    self._lane_frame(lane, frames[k], port, plane, now)
+                    marked = -1
+                i = k + 1
+        finally:
+            if loaded is not None:
+                lane.release()
 
     def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
                     plane: int, now: float) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from mrcnet.constants import (
@@ -107,14 +108,12 @@ def _unwrap32(v: int, ref: int) -> int:
 
 
 def _rx_field(name: str, doc: str) -> Any:
-    """A QueuePair property that is field ``name`` of its responder record ``rx``."""
-    def get(self: QueuePair) -> Any:
-        return getattr(self.rx, name)
-
+    """A QueuePair property that is field ``name`` of its responder record ``rx`` (read
+    by attrgetter: no Python frame per read, the host reads some for every batch)."""
     def put(self: QueuePair, value: Any) -> None:
         setattr(self.rx, name, value)
 
-    return property(get, put, doc=doc)
+    return property(attrgetter(f"rx.{name}"), put, doc=doc)
 
 
 def ts16(now: float) -> int:
@@ -189,7 +188,7 @@ class QueuePair:
         self._run_slot: dict[tuple[int, int], tuple[int, int] | None] = {}
         self._run_slot_ev: dict[int, dict[int, tuple[int, int] | None]] = {}
         self._runs: RunPatcher | None = None
-        self._sack_tmpl: dict[int, SackTemplate] = {}
+        self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_packets = 0
         self.tx_sacks = 0
@@ -1367,7 +1366,9 @@ class QueuePair:
         rx = self.rx
         rx.ack_at = _INF
         rx.since_ack = 0
-        if self.evm is None or self.state not in (QPState.RTR, QPState.RTS):
+        evm = self.evm
+        st = self.state
+        if evm is None or (st is not QPState.RTR and st is not QPState.RTS):
             return
         # One SACK per window: the first always starts right after the cumulative point,
         # so every SACK repeats what is still missing before it (a lost SACK costs
@@ -1378,20 +1379,26 @@ class QueuePair:
         if more:  # more arrived than the record holds (ack_every above RX_UNREP_MAX)
             bases = sack_bases(rx, more)
             more.clear()
-        ack_plane = rx.ack_plane
-        ev, port, route = self._reverse(ack_plane if ack_plane >= 0
-                                        else self.evm.usable_planes[0]
-                                        if self.evm.usable_planes else 0, rx.ack_ev)
+        # Back on the triggering packet's path when it is usable (_reverse's first case,
+        # inlined: no side effects), else whatever _reverse picks.
+        ev = rx.ack_ev
+        ev_plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK
+        if not (ev and ev_plane in evm.usable_planes and ev_plane in self._paths):
+            ack_plane = rx.ack_plane
+            ev = self._reverse(ack_plane if ack_plane >= 0 else evm.usable_planes[0]
+                               if evm.usable_planes else 0, ev)[0]
+        path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
+        tp = self._sack_tmpl.get(path_key)
+        if tp is None:
+            port, route = self.route(ev)
+            tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(SackTemplate(
+                route, dest_qp=self.attrs.dest_qp_num or 0)), port)
+        tmpl, port = tp
         penalty = int(self.penalty)
         self.penalty *= _PENALTY_DECAY
         posted = self.recv_posted
         if self.attrs.max_wimm_dest is not None:  # responder's own cap on immediates
             posted = min(posted, self.imm_done + self.attrs.max_wimm_dest)
-        path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
-        tmpl = self._sack_tmpl.get(path_key)
-        if tmpl is None:
-            tmpl = self._sack_tmpl[path_key] = self._rxk.sack_template(SackTemplate(
-                route, dest_qp=self.attrs.dest_qp_num or 0))
         for frame in self._rxk.sack(rx, tmpl, ev, penalty, posted % _CREDIT_MOD, bases):
             out.append((port, frame))
             self.tx_sacks += 1

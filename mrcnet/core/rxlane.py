@@ -218,12 +218,14 @@ class PyRxLane:
 
     # --- the lane --------------------------------------------------------------------
 
-    def run(self, i: int, n: int, now: float) -> int:
-        """Handle frames ``i .. n-1`` at ``now``; returns ``pos << 2 | result``: RX_END
+    def run(self, i: int, n: int, now: float, plane: int) -> int:
+        """Handle frames ``i .. n-1``, received at ``now`` on a port of ``plane``;
+        returns ``pos << 2 | result``: RX_END
         (all done, pos n), RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame
         ``pos`` not handled: ``parsed`` holds it, ``why`` says why). The twin of rx.c
         ``mrc_rx_run``, line for line."""
         frames, q, verify = self.frames, self.qp, self.verify
+        self.plane = plane
         for k in range(i, n):
             buf = frames[k]
             try:

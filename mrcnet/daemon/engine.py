@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from mrcnet import core
+from mrcnet import core, fastpath
 from mrcnet.constants import IPV6_HEADER_LEN
 from mrcnet.core import HostConfig
 from mrcnet.daemon.apiserver import ApiServer, claim_socket_path
@@ -336,10 +336,17 @@ class Daemon(Verbs):
             for i, port in order:
                 if port.closed:
                     continue
-                frames = port.recv()
-                if frames:  # (the core's lane reads them in the port's own buffers)
-                    receive(frames, i, now, port.rx_batch)
-                if len(frames) >= port.max_batch:
+                rxb = port.rx_batch
+                if rxb is not None:  # the core's lane reads them in the port's buffers
+                    k = port.recv_slots()
+                    if k:
+                        receive(fastpath.SlotFrames(rxb, k), i, now, rxb)
+                else:
+                    frames = port.recv()
+                    k = len(frames)
+                    if k:
+                        receive(frames, i, now)
+                if k >= port.max_batch:
                     full.append((i, port))
             order = full  # a short read drained the socket: epoll wakes us for more
             if not order:

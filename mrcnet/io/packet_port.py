@@ -220,6 +220,24 @@ class PacketPort:
         io = self._io
         return io if isinstance(io, fastpath.CBatchIO) else None
 
+    def recv_slots(self) -> int:
+        """:meth:`recv` without making the views (C batch I/O only: see
+        :attr:`rx_batch`): how many frames the batch holds now, until the next receive
+        (:class:`mrcnet.fastpath.SlotFrames` views them)."""
+        io = self._io
+        assert isinstance(io, fastpath.CBatchIO)
+        try:
+            got = fastpath.recv_slots(io)
+        except OSError as e:
+            if e.errno not in (errno.ENETDOWN, errno.ENXIO):
+                raise
+            self.stats.rx_link_down += 1  # (see recv)
+            return 0
+        if got:
+            self.stats.rx_frames += got
+            self.stats.rx_batches += 1
+        return got
+
     def recv(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
         """Frames queued on the port (up to one batch), without blocking unless ``wait``.
 

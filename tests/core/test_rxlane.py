@@ -365,3 +365,38 @@ def test_lane_never_reads_or_writes_out_of_bounds() -> None:
         cut.append((p, f[: rng.randrange(len(f) + 1)] if rng.random() < 0.3 else f))
     batches = [cut[i : i + 7] for i in range(0, len(cut), 7)]
     _compare(batches, 0, {}, size=40_000)
+
+
+@needs_c
+def test_slot_frames_view_a_c_batch() -> None:
+    """recv_slots + SlotFrames (mrcd's receive without per-frame views) show the frames
+    the batch received, and a Host takes them like a list of the same frames."""
+    import socket
+
+    frames = _generate(0, {})[:12]
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with a, b, fastpath.CBatchIO(b.fileno(), max_batch=8, bufsize=9216) as io:
+        for _, f in frames[:5]:
+            a.send(f)
+        assert fastpath.recv_slots(io) == 5 == io.last_received
+        sf = fastpath.SlotFrames(io, 5)
+        assert [bytes(v) for v in sf] == [f for _, f in frames[:5]]
+        assert bytes(sf[-1]) == frames[4][1] and len(sf[1:3]) == 2
+        with pytest.raises(IndexError):
+            sf[5]
+        assert fastpath.recv_slots(io) == 0
+        results = []
+        for use_slots in (True, False):
+            _net, (_qa, _qb, _ms, md, _src), hb = _setup("c", 0, {}, 600_000)
+            for _, f in frames:
+                a.send(f)
+            k = fastpath.recv_slots(io)
+            assert k == 8
+            hb.receive_batch(fastpath.SlotFrames(io, k) if use_slots
+                             else [bytes(v) for v in fastpath.SlotFrames(io, k)], 0, 1.0,
+                             io if use_slots else None)
+            k = fastpath.recv_slots(io)
+            hb.receive_batch(fastpath.SlotFrames(io, k), 0, 1.1, io if use_slots else None)
+            results.append((hb.counters(), bytes(md.view), hb.frames_to_send(1.2)))
+        assert results[0] == results[1]
+        assert results[0][0]["rx_data"] == 12
