@@ -50,6 +50,7 @@ import socket
 import struct
 import warnings
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any, Final, TypeAlias, overload
 
 from mrcnet.constants import (
@@ -665,12 +666,10 @@ class RunPatcher:
             raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
                              "not fit an IPv6 length field")
         view = memoryview(_ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
-        out = []
-        o = 0
-        for k in _ffi.unpack(lens, n):
-            out.append(view[o : o + k])
-            o += k
-        return out
+        # The frames lie end to end: slices from running sums (C iterators: no Python
+        # bytecode per frame).
+        ends = list(accumulate(_ffi.unpack(lens, n)))
+        return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
 
 class CSpray:
@@ -720,25 +719,29 @@ class CSpray:
         self._nplane, self._npath, self._nev = np_, npath, nev
 
     def take(self, k: int, rr_plane: int, plane_rr: list[int], path_inst: list[int]
-             ) -> tuple[list[int], int, list[int], list[int], list[int]]:
+             ) -> tuple[list[int], int, list[int], list[int]]:
         """EVs for up to ``k`` packets from the given counters (per plane and per path,
-        in :meth:`build` order); returns them, the counters after, and the packets given
-        to each EV."""
+        in :meth:`build` order); returns them and the counters after. What each EV was
+        given adds up until :meth:`take_sent`."""
         s = self._s
         if k > len(self._out):
             self._out = _ffi.new("uint32_t[]", max(k, 2 * len(self._out)))
         s.rr_plane = rr_plane
-        np_, npath, nev = self._nplane, self._npath, self._nev
+        np_, npath = self._nplane, self._npath
         if np_:
             s.plane_rr[0:np_] = plane_rr
         if npath:
             s.path_inst[0:npath] = path_inst
         n = _C.mrc_spray_take(s, k, self._out)
-        sent = _ffi.unpack(s.sent, nev)
-        if n:
-            s.sent[0:nev] = [0] * nev
         return (_ffi.unpack(self._out, n), int(s.rr_plane), _ffi.unpack(s.plane_rr, np_),
-                _ffi.unpack(s.path_inst, npath), sent)
+                _ffi.unpack(s.path_inst, npath))
+
+    def take_sent(self) -> list[int]:
+        """Packets given to each EV (in :meth:`build` order) since the last call."""
+        nev = self._nev
+        sent = _ffi.unpack(self._s.sent, nev)
+        self._s.sent[0:nev] = [0] * nev
+        return sent  # type: ignore[no-any-return]
 
 
 class CTxTable:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from mrcnet import fastpath
@@ -428,6 +429,7 @@ class EVManager:
         assert spray is not None
         planes = self.usable_planes
         if self._spray_ver != self._ver:
+            self._fold_sent()  # (the counts belong to the old layout's EVs)
             # Lay the rings out (building a missing one: its first packet would have
             # built it in next_ev, the same ring at the same moment).
             layout = []
@@ -441,18 +443,24 @@ class EVManager:
             spray.build(layout)
             self._spray_keys, self._spray_infos = keys, infos
             self._spray_ver = self._ver
+        # The counters go in and come back per call (next_ev moves them too); map and
+        # zip keep that free of Python bytecode per plane and path.
         rr, inst_rr, keys = self._rr, self._inst_rr, self._spray_keys
-        evs, self._rr_plane, plane_rr, path_inst, sent = spray.take(
-            k, self._rr_plane, [rr[p] for p in planes], [inst_rr.get(key, 0) for key in keys])
+        evs, self._rr_plane, plane_rr, path_inst = spray.take(
+            k, self._rr_plane, list(map(rr.__getitem__, planes)),
+            list(map(inst_rr.get, keys, repeat(0, len(keys)))))
         if evs:
-            for plane, v in zip(planes, plane_rr, strict=True):
-                rr[plane] = v
-            for key, v in zip(keys, path_inst, strict=True):
-                inst_rr[key] = v
-            for info, c in zip(self._spray_infos, sent, strict=True):
+            rr.update(zip(planes, plane_rr, strict=True))
+            inst_rr.update(zip(keys, path_inst, strict=True))
+        return evs
+
+    def _fold_sent(self) -> None:
+        """Add the packets the C rotation gave each EV to its ``sent`` counter (done
+        when they are read, not per run)."""
+        if self._spray is not None and self._spray_infos:
+            for info, c in zip(self._spray_infos, self._spray.take_sent(), strict=True):
                 if c:
                     info.sent += c
-        return evs
 
     def _last_resort_ev(self) -> EVInfo:
         pool = [
@@ -637,4 +645,5 @@ class EVManager:
 
     def stats(self) -> dict[int, dict[str, Any]]:
         """Per-EV counters."""
+        self._fold_sent()
         return {ev: info.stats() for ev, info in self.evs.items()}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from mrcnet.constants import (
@@ -90,6 +90,7 @@ _PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
 _EXT_IMM, _EXT_TSETH = 1, 2  # mrcnet/_csrc/fastpath.h MRC_EXT_*: extension headers
 _U64 = 1 << 64
 _MISS: Any = object()  # not in a cache
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 def unwrap(psn: int, ref: int) -> int:
@@ -519,13 +520,14 @@ class QueuePair:
         by_ev = self._run_slot_ev.get(rkey)
         if by_ev is None:
             by_ev = self._run_slot_ev[rkey] = {}
+        # (map and itemgetter: per packet no Python bytecode, only C)
         try:
-            at = [by_ev[ev] for ev in evs]
+            at = list(map(by_ev.__getitem__, evs))
         except KeyError:
             for ev in evs:
                 if ev not in by_ev:
                     by_ev[ev] = self._run_path(ev, rkey)
-            at = [by_ev[ev] for ev in evs]
+            at = list(map(by_ev.__getitem__, evs))
         n = len(evs)
         off0 = idx * mtu
         va = wr.remote_addr + off0
@@ -548,13 +550,13 @@ class QueuePair:
         start = wr.offset + off0
         end = wr.offset + min(wr.length, off0 + n * mtu)
         frames = runs.frames(
-            [s for _, s in at], evs, ops, flags, exts, seq & PSN_MASK, va,  # type: ignore[misc]
+            list(map(_SECOND, at)), evs, ops, flags, exts,  # type: ignore[arg-type]
+            seq & PSN_MASK, va,
             wr.view[start:end], mtu, wr.msn & _MSN_MASK,
             wr.imm if wr.imm is not None else 0, ts)
         # (read-only views, not bytes: every taker of frames_to_send's frames, the
         # ports' batch send and the simulator, takes any buffer)
-        out.extend(zip([port for port, _ in at], frames,  # type: ignore[misc,arg-type]
-                       strict=True))
+        out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
 
     def _imm_allowed(self, now: float) -> bool:
         if (self.next_msn < self.peer_credit

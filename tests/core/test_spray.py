@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not bui
 
 
 def _snapshot(m: EVManager) -> tuple[object, ...]:
+    m.stats()  # (folds the C rotation's per-EV counts into EVInfo.sent)
     return (m._rr_plane, dict(m._rr), {k: v for k, v in m._inst_rr.items() if v},
             {ev: (i.state, i.sent) for ev, i in m.evs.items()}, list(m.usable_planes))
 
