@@ -400,3 +400,21 @@ def test_slot_frames_view_a_c_batch() -> None:
             results.append((hb.counters(), bytes(md.view), hb.frames_to_send(1.2)))
         assert results[0] == results[1]
         assert results[0][0]["rx_data"] == 12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mutated_frames_same_decisions(seed: int) -> None:
+    """Random bytes of the headers changed (no checksum verification, so they get past
+    the parser: odd PSNs, lengths, addresses, keys, opcodes, flags): the lane decides
+    like the frame-by-frame path, and never writes outside the region."""
+    kw = {"verify_checksums": False}
+    frames = _generate(0, kw, size=300_000)
+    rng = random.Random(seed)
+    out = []
+    for p, f in frames:
+        b = bytearray(f)
+        for _ in range(rng.randrange(3) if rng.random() < 0.4 else 0):
+            i = rng.randrange(14, min(len(b), 200))
+            b[i] ^= 1 << rng.randrange(8)
+        out.append((p, bytes(b)))
+    _compare([out[i : i + 9] for i in range(0, len(out), 9)], 0, kw, size=300_000)
