@@ -1236,8 +1236,8 @@ def recv_slots(io: CBatchIO, max_frames: int | None = None) -> int:
     """``io.recv_views()`` without the views: receive what is queued (outgoing frames
     skipped) and return how many frames were kept (:class:`SlotFrames` shows them)."""
     n = io.max_batch if max_frames is None else min(max_frames, io.max_batch)
-    k = int(_C.mrc_recv_batch(io.fd, io._b, n, 0, 1, io._nrecv))
-    io.last_received = int(io._nrecv[0])
+    k: int = _C.mrc_recv_batch(io.fd, io._b, n, 0, 1, io._nrecv)
+    io.last_received = io._nrecv[0]
     if k < 0:
         raise OSError(-k, os.strerror(-k))
     return k
@@ -1276,6 +1276,7 @@ class CRxLane:
         self._len = _ffi.new("uint32_t[]", cap)
         c = self._c
         c.ptr, c.len, c.cap = self._ptr, self._len, cap
+        self._cap = cap
 
     # --- the responder state record (struct mrc_rx_qp) --------------------------------
 
@@ -1304,7 +1305,7 @@ class CRxLane:
     @staticmethod
     def sack_template(st: Any) -> Any:
         """What :meth:`sack` builds SACKs from: a ``struct mrc_rx_sackt`` laid out like
-        ``st`` (a ``mrcnet.core.ctrl.SackTemplate``)."""
+        ``st`` (a ``mrcnet.core.ctrl.SackTemplate``), with its length."""
         frame, udp_off, seth_off, cc_off, icrc_from, has_ip, psrc, pdst = st.layout()
         t = _ffi.new("struct mrc_rx_sackt *")
         if len(frame) > len(t.frame):
@@ -1313,15 +1314,16 @@ class CRxLane:
         t.len, t.udp_off, t.seth_off, t.cc_off = len(frame), udp_off, seth_off, cc_off
         t.icrc_from, t.has_ip = icrc_from, int(has_ip)
         t.pseudo_sum = _C.mrc_tmpl_addr_sum(psrc, pdst)
-        return t
+        return t, len(frame)
 
     _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
 
     @staticmethod
-    def sack(rx: Any, t: Any, ev: int, penalty: int, credit: int,
+    def sack(rx: Any, tl: Any, ev: int, penalty: int, credit: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames ``QueuePair.send_sack`` sends now (``mrc_rx_sack``; see
-        :meth:`mrcnet.core.rxlane.PyRxLane.sack`)."""
+        :meth:`mrcnet.core.rxlane.PyRxLane.sack`; ``tl``: :meth:`sack_template`'s)."""
+        t, ln = tl
         buf = CRxLane._sack_out
         if buf is None:
             buf = CRxLane._sack_out = _sack_buffer(66 * 512)  # MRC_RX_SACK_MAX each
@@ -1329,10 +1331,9 @@ class CRxLane:
         cb, nb = _ffi.NULL, 0
         if bases is not None:
             cb, nb = _ffi.new("int64_t[]", bases), len(bases)
-            if nb * t.len > len(out):
-                out, ptr = CRxLane._sack_out = _sack_buffer(nb * t.len)
+            if nb * ln > len(out):
+                out, ptr = CRxLane._sack_out = _sack_buffer(nb * ln)
         n = _C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, credit, cb, nb)
-        ln = t.len
         if n == 1:
             return [_ffi.unpack(out, ln)]  # (a char array unpacks to bytes)
         data = _ffi.unpack(out, n * ln)
@@ -1346,8 +1347,8 @@ class CRxLane:
         frame is a buffer C cannot read (not contiguous: the caller's per-frame path
         counts it)."""
         n = len(frames)
-        if n > self._c.cap:
-            self._grow(max(n, 2 * self._c.cap))
+        if n > self._cap:
+            self._grow(max(n, 2 * self._cap))
         try:
             frames = [f.cast("B") if type(f) is memoryview and (f.itemsize != 1 or f.ndim != 1)
                       else f for f in frames]
@@ -1369,7 +1370,7 @@ class CRxLane:
     def load_slots(self, io: CBatchIO, k: int) -> None:
         """Point the lane at the ``k`` frames ``io``'s last receive kept, where they are
         (no copy, no per-frame Python): they are the frames ``io.recv_views`` returned."""
-        if k > self._c.cap:
+        if k > self._cap:
             self._grow(max(k, io.max_batch))
         _C.mrc_rx_slots(self._c, io._b, k)
 

@@ -634,13 +634,14 @@ class Host:
         plane, run, ctrl = p.plane, lane.run, self._ctrl
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
+        qp = self._lane_qp  # (only _lane_frame changes it)
         try:
             while i < n:
                 r = run(i, n, now, plane)
                 k, st = r >> 2, r & 3
-                qp = self._lane_qp
                 got = k - i + (st == RX_SACK)  # data frames the lane handled (all qp's)
-                if got and qp is not None:
+                if got:  # (then the lane has a QP)
+                    assert qp is not None
                     qp.rx_packets += got
                     if marked != qp.qpn:
                         marked = qp.qpn
@@ -655,6 +656,7 @@ class Host:
                         self.count("rx_internal_error")
                 elif st == RX_STOP:
                     self._lane_frame(lane, frames[k], port, plane, now)
+                    qp = self._lane_qp
                     marked = -1
                 i = k + 1
         finally:

@@ -1396,12 +1396,20 @@ class QueuePair:
             tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(SackTemplate(
                 route, dest_qp=self.attrs.dest_qp_num or 0)), port)
         tmpl, port = tp
-        penalty = int(self.penalty)
-        self.penalty *= _PENALTY_DECAY
+        penalty = 0
+        pen = self.penalty
+        if pen:  # (mostly 0.0, which the decay keeps)
+            penalty = int(pen)
+            self.penalty = pen * _PENALTY_DECAY
         posted = self.recv_posted
         if self.attrs.max_wimm_dest is not None:  # responder's own cap on immediates
             posted = min(posted, self.imm_done + self.attrs.max_wimm_dest)
-        for frame in self._rxk.sack(rx, tmpl, ev, penalty, posted % _CREDIT_MOD, bases):
+        frames = self._rxk.sack(rx, tmpl, ev, penalty, posted % _CREDIT_MOD, bases)
+        if len(frames) == 1:
+            out.append((port, frames[0]))
+            self.tx_sacks += 1
+            return
+        for frame in frames:
             out.append((port, frame))
             self.tx_sacks += 1
 
