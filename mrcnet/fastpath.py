@@ -1251,6 +1251,7 @@ def _sack_buffer(size: int) -> tuple[Any, Any]:
 
 _RX_MRS_MAX: Final = 256  # mrcnet.core.rxlane.RX_MRS_MAX
 _RX_PEERS_MAX: Final = 8  # MRC_RX_PEERS_MAX
+_RX_PATHS_MAX: Final = 64  # SACK paths a lane holds (mrcnet.core.rxlane.RX_PATHS_MAX)
 
 
 class CRxLane:
@@ -1267,6 +1268,16 @@ class CRxLane:
         self._mr_bufs: dict[int, Any] = {}  # rkey -> the from_buffer cdata c.mrs points into
         self._keep: list[Any] = []  # the loaded frames' cdata views (alive while in use)
         self._grow(64)
+        # SACKs the lane builds: output (64 frames of up to MRC_RX_SACK_MAX bytes), the
+        # per-path templates it may use (and the cdata they live in, kept alive here)
+        self._sout = _ffi.new("char[]", 64 * 512)
+        self._sport = _ffi.new("uint32_t[]", 64)
+        self._slen = _ffi.new("uint32_t[]", 64)
+        self._paths = _ffi.new("struct mrc_rx_path[]", _RX_PATHS_MAX)
+        self._path_keep: list[Any] = []
+        c.sout, c.sout_cap = _ffi.cast("uint8_t *", self._sout), 64 * 512
+        c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
+        c.paths, c.npaths = self._paths, 0
         self.qp: Any = None  # the state record c.qp points to (kept alive here)
         self.parsed: Any = _ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(_C.mrc_rx_run, c)
@@ -1387,12 +1398,61 @@ class CRxLane:
         c.npeers, c.qpn, c.qp, self.qp = len(peers), qpn, rx, rx
         c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
+        c.npaths, c.sack_ok, self._path_keep = 0, 0, []
         return True
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = _ffi.NULL, 0xFFFFFFFF, 0, None
+        c.npaths, c.sack_ok, self._path_keep = 0, 0, []
+
+    def sack_setup(self, plane_ok: int, credit: int,
+                   tmpls: dict[int, tuple[Any, int]] | None) -> None:
+        """Let the lane build the QP's due SACKs itself when the triggering packet's
+        plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
+        template for its path; ``credit``: the receive credit to advertise; ``tmpls``:
+        the QP's templates (path key -> ((template, length), port)) if they changed."""
+        c = self._c
+        c.plane_ok, c.credit, c.sack_ok = plane_ok, credit, 1
+        if tmpls is not None:
+            self.set_paths(tmpls)
+
+    def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
+        """The QP's SACK templates: path key -> ((template, length), port)."""
+        keep, paths = [], self._paths
+        for i, (key, ((t, _ln), port)) in enumerate(tmpls.items()):
+            if i >= _RX_PATHS_MAX:
+                break
+            e = paths[i]
+            e.key, e.port, e.t = key, port, t
+            keep.append(t)
+        self._path_keep = keep
+        self._c.npaths = len(keep)
+
+    @property
+    def npaths(self) -> int:
+        """SACK templates the lane knows."""
+        return int(self._c.npaths)
+
+    def take_sacks(self) -> list[tuple[int, bytes]]:
+        """The SACK frames the lane built since the last call: (port, frame), in order."""
+        c = self._c
+        n = c.nsout
+        if not n:
+            return []
+        data = _ffi.unpack(self._sout, c.sout_len)
+        ports = _ffi.unpack(self._sport, n)
+        if n == 1:
+            c.nsout = c.sout_len = 0
+            return [(ports[0], data)]
+        lens = _ffi.unpack(self._slen, n)
+        c.nsout = c.sout_len = 0
+        out, o = [], 0
+        for p, ln in zip(ports, lens, strict=True):
+            out.append((p, data[o : o + ln]))
+            o += ln
+        return out
 
     @property
     def plane(self) -> int:

@@ -12,6 +12,9 @@
 #define SACK_BITMAP_BITS 64
 #define ENDPOINT_QPN 0xffffffu
 #define S16_MAX 32767
+#define EV_PLANE_SHIFT 24
+#define EV_PLANE_MASK 0x7f
+#define EV_PATH_SHIFT 12
 #define SETH_F_ECE 0x0004
 #define ETH_LEN 14
 #define SETH_LEN 28
@@ -150,7 +153,10 @@ static inline void deliver_plain(struct mrc_rx_qp *q, uint32_t len, uint32_t op)
         q->rx_msg_bytes = 0;
 }
 
-#define STOP(w) do { c->pos = k; c->why = (w); return (int)(k << 2 | MRC_RX_STOP); } while (0)
+static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q);
+
+#define RESULT(pos, r) ((int)((pos) << 3 | (c->nsout ? MRC_RX_SACKS : 0) | (r)))
+#define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
 
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
 {
@@ -257,16 +263,18 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         q->ack_plane = c->plane;
         if (now_sack || since >= (int64_t)c->ack_every ||
             q->unrep[0] < seq - SACK_BITMAP_BITS / 2) {
+            if (c->sack_ok && lane_sack(c, q))
+                continue;  /* built here, exactly as send_sack would */
             c->pos = k;
             c->why = MRC_RX_WHY_NONE;
-            return (int)(k << 2 | MRC_RX_SACK);
+            return RESULT(k, MRC_RX_SACK);
         }
         if (isinf(q->ack_at))
             q->ack_at = now + c->ack_delay;
     }
     c->pos = n;
     c->why = MRC_RX_WHY_NONE;
-    return (int)(n << 2 | MRC_RX_END);
+    return RESULT(n, MRC_RX_END);
 }
 
 static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
@@ -346,4 +354,44 @@ int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
         mrc_finish_frame(f, len, t->icrc_from, (int)t->has_ip, t->udp_off, t->pseudo_sum);
     }
     return (int)nbases;
+}
+
+/* QueuePair.send_sack for the lane's QP when nothing but the record decides: the
+ * triggering packet's path is usable (_reverse's first case), the QP has a template for
+ * it, and the output has room. 0: not done (nothing changed), the caller's Python does
+ * it. */
+static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
+{
+    uint32_t ev = q->ack_ev, plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK;
+    if (!ev || plane >= 64 || !(c->plane_ok >> plane & 1))
+        return 0;
+    uint32_t key = ev >> EV_PATH_SHIFT;
+    const struct mrc_rx_path *p = NULL;
+    for (uint32_t i = 0; i < c->npaths; i++)
+        if (c->paths[i].key == key) {
+            p = &c->paths[i];
+            break;
+        }
+    if (!p || !p->t || c->nsout >= c->sout_max)
+        return 0;
+    uint32_t len = p->t->len;
+    uint32_t room = (c->sout_max - c->nsout) * len;
+    if (c->sout_cap - c->sout_len < room)
+        room = c->sout_cap - c->sout_len;
+    double pen = q->penalty;
+    uint32_t penalty = pen != 0 ? (uint32_t)pen : 0;  /* int(): truncation, pen >= 0 */
+    int n = mrc_rx_sack(q, p->t, c->sout + c->sout_len, room, ev, penalty, c->credit,
+                        NULL, 0);
+    if (n <= 0)
+        return 0;
+    if (pen != 0)
+        q->penalty = pen * 0.5;
+    q->ack_at = INFINITY;
+    q->since_ack = 0;
+    for (int i = 0; i < n; i++) {
+        c->sport[c->nsout] = p->port;
+        c->slen[c->nsout++] = len;
+    }
+    c->sout_len += (uint32_t)n * len;
+    return 1;
 }

@@ -36,6 +36,7 @@ struct mrc_rx_qp {
     int32_t  ack_plane;
     uint32_t ack_ev, ack_ts;
     int64_t  ack_seq;
+    double   penalty;        /* receiver window penalty (last-hop trims), halved per SACK */
     uint32_t unrep_n;        /* packets received since the last SACK ... */
     int64_t  unrep[MRC_RX_UNREP_MAX];  /* ... the first MRC_RX_UNREP_MAX of them */
     /* out-of-order set: a ring indexed by seq & (ooo_cap - 1); slot i holds seq
@@ -53,6 +54,14 @@ struct mrc_rx_mr {
     uint32_t rkey, remote_write;
 };
 
+/* A path the lane may send SACKs on: EV >> 12 (plane and path), its local port, and
+ * the SACK template (struct mrc_rx_sackt, below). */
+struct mrc_rx_sackt;
+struct mrc_rx_path {
+    uint32_t key, port;
+    const struct mrc_rx_sackt *t;
+};
+
 /* Why the lane stopped at a frame (mrc_rx_ctx.why), for the caller and the tests. */
 #define MRC_RX_WHY_NONE     0
 #define MRC_RX_WHY_PARSE    1   /* malformed: parsed.reason says why */
@@ -68,10 +77,12 @@ struct mrc_rx_mr {
 #define MRC_RX_WHY_DELIVER 11   /* in order with an immediate waiting in the ring */
 #define MRC_RX_WHY_SHORT   12   /* payload not all inside the frame */
 
-/* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest). */
+/* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest, from bit
+ * 3); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting (nsout). */
 #define MRC_RX_END   0  /* every frame handled */
 #define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
 #define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
+#define MRC_RX_SACKS 4
 
 /* One host's lane: the frames of the batch, the QP it serves, the region table. */
 struct mrc_rx_ctx {
@@ -93,11 +104,24 @@ struct mrc_rx_ctx {
     uint32_t nmrs;
     uint32_t pos, why;         /* where and why the last run stopped */
     uint64_t placed;           /* data frames the lane handled, ever */
+    /* SACKs the lane builds itself (QueuePair.send_sack's common case: back on the
+     * triggering packet's path, whose plane is usable and has routes, with a template
+     * the QP made); the caller takes them (nsout) before anything else goes out. */
+    uint32_t sack_ok;          /* 0: every due SACK returns MRC_RX_SACK */
+    uint64_t plane_ok;         /* bit p: plane p is usable and has paths */
+    uint32_t credit;           /* receive credit to advertise, mod 2^32 */
+    struct mrc_rx_path *paths;
+    uint32_t npaths;
+    uint8_t  *sout;            /* frames built, back to back ... */
+    uint32_t sout_cap, sout_len;
+    uint32_t *sport;           /* ... each one's port and length */
+    uint32_t *slen;
+    uint32_t nsout, sout_max;
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
- * pos << 2 | MRC_RX_* (pos: where it stopped; n after MRC_RX_END); also in c->pos,
- * c->why. */
+ * pos << 3 | MRC_RX_SACKS if SACKs wait | MRC_RX_END/SACK/STOP (pos: where it stopped;
+ * n after MRC_RX_END); also in c->pos, c->why. */
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
 
 /* Point ptr/len 0..k-1 at the k frames a mrc_recv_batch() kept (k <= cap). */

@@ -46,7 +46,14 @@ from mrcnet.core.events import (
 from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair, WorkRequest, ts16
-from mrcnet.core.rxlane import RX_SACK, RX_STOP, WHY_MR_MISS, WHY_PARSE, lane_class
+from mrcnet.core.rxlane import (
+    RX_END,
+    RX_SACK,
+    RX_SACKS,
+    WHY_MR_MISS,
+    WHY_PARSE,
+    lane_class,
+)
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest, MalformedFrame
 from mrcnet.fastpath import CRxLane, FrameParser, PyParsed
@@ -635,10 +642,12 @@ class Host:
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
         qp = self._lane_qp  # (only _lane_frame changes it)
+        if qp is not None:
+            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
         try:
             while i < n:
                 r = run(i, n, now, plane)
-                k, st = r >> 2, r & 3
+                k, st = r >> 3, r & 3
                 got = k - i + (st == RX_SACK)  # data frames the lane handled (all qp's)
                 if got:  # (then the lane has a QP)
                     assert qp is not None
@@ -647,18 +656,33 @@ class Host:
                         marked = qp.qpn
                         self._dirty.add(marked)
                         self._sendq.add(marked)
-                if st == RX_SACK:
+                if r & RX_SACKS:  # the SACKs the lane built, in their place among the rest
                     assert qp is not None
-                    try:
-                        qp.send_sack(now, ctrl)
-                    except Exception as e:  # never crash on network input; count it
-                        self.last_internal_error = e
-                        self.count("rx_internal_error")
-                elif st == RX_STOP:
-                    self._lane_frame(lane, frames[k], port, plane, now)
-                    qp = self._lane_qp
-                    marked = -1
+                    sacks = lane.take_sacks()
+                    ctrl += sacks
+                    qp.tx_sacks += len(sacks)
+                if st != RX_END:
+                    if st == RX_SACK:
+                        assert qp is not None
+                        try:
+                            qp.send_sack(now, ctrl)
+                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))  # a new path
+                        except Exception as e:  # never crash on network input; count it
+                            self.last_internal_error = e
+                            self.count("rx_internal_error")
+                    else:
+                        self._lane_frame(lane, frames[k], port, plane, now)
+                        qp = self._lane_qp
+                        if qp is not None:  # (its planes or credit may have changed)
+                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+                        marked = -1
                 i = k + 1
+        except BaseException:  # (a bug): what the lane built still goes out
+            sacks = lane.take_sacks()
+            if sacks and qp is not None:
+                ctrl += sacks
+                qp.tx_sacks += len(sacks)
+            raise
         finally:
             if loaded is not None:
                 lane.release()

@@ -1307,6 +1307,31 @@ class QueuePair:
     ack_ts = _rx_field("ack_ts", "... its TSETH stamp.")
     ack_ce = _rx_field("ack_ce", "... its CE mark.")
     ack_plane = _rx_field("ack_plane", "... the plane it came in on (-1: none yet).")
+    penalty = _rx_field("penalty", "Receiver window penalty (last-hop trims), halved per SACK.")
+
+    def lane_sack_state(self, npaths: int) -> tuple[int, int, dict[int, Any] | None]:
+        """What the host's receive lane needs to build this QP's usual SACKs itself
+        (send_sack's case of a usable triggering path): the planes that are usable and
+        have paths, as bits; the receive credit to advertise; and the SACK templates by
+        path, unless the lane has ``npaths`` of them already (None)."""
+        evm = self.evm
+        m = 0
+        if evm is not None:
+            paths = self._paths
+            for pl in evm.usable_planes:
+                if pl < 64 and pl in paths:
+                    m |= 1 << pl
+        t = self._sack_tmpl
+        return m, self._credit(), (t if len(t) != npaths else None)
+
+    def _credit(self) -> int:
+        """The receive credit a SACK advertises (mod 2^32): receives posted, capped by
+        the responder's own limit on immediates in flight."""
+        posted = self.recv_posted
+        mw = self.attrs.max_wimm_dest
+        if mw is not None:
+            posted = min(posted, self.imm_done + mw)
+        return posted % _CREDIT_MOD
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:
@@ -1397,14 +1422,11 @@ class QueuePair:
                 route, dest_qp=self.attrs.dest_qp_num or 0)), port)
         tmpl, port = tp
         penalty = 0
-        pen = self.penalty
+        pen = rx.penalty
         if pen:  # (mostly 0.0, which the decay keeps)
             penalty = int(pen)
-            self.penalty = pen * _PENALTY_DECAY
-        posted = self.recv_posted
-        if self.attrs.max_wimm_dest is not None:  # responder's own cap on immediates
-            posted = min(posted, self.imm_done + self.attrs.max_wimm_dest)
-        frames = self._rxk.sack(rx, tmpl, ev, penalty, posted % _CREDIT_MOD, bases)
+            rx.penalty = pen * _PENALTY_DECAY
+        frames = self._rxk.sack(rx, tmpl, ev, penalty, self._credit(), bases)
         if len(frames) == 1:
             out.append((port, frames[0]))
             self.tx_sacks += 1

@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from mrcnet import fastpath
-from mrcnet.constants import PSN_MASK, SACK_BITMAP_BITS, Opcode
+from mrcnet.constants import (
+    EV_PATH_SHIFT,
+    EV_PLANE_MASK,
+    EV_PLANE_SHIFT,
+    PSN_MASK,
+    SACK_BITMAP_BITS,
+    Opcode,
+)
 from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.memory import MemoryRegion
 from mrcnet.errors import MalformedFrame, MalformedReason
@@ -33,8 +40,11 @@ from mrcnet.fastpath import py_parse
 RX_UNREP_MAX = 64  # PSNs received since the last SACK the record holds itself
 RX_PEERS_MAX = 8  # peer addresses a lane checks a frame's source against
 RX_MRS_MAX = 256  # regions a lane's table holds (more: their frames take the full path)
-# mrc_rx_run() results and why it stopped (MRC_RX_*)
-RX_END, RX_SACK, RX_STOP = 0, 1, 2
+RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
+RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
+RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
+# mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting) and why it stopped
+RX_END, RX_SACK, RX_STOP, RX_SACKS = 0, 1, 2, 4
 (WHY_NONE, WHY_PARSE, WHY_OTHER, WHY_PEER, WHY_WINDOW, WHY_MR_MISS, WHY_MR_BAD, WHY_DUP,
  WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT) = range(13)
 
@@ -45,6 +55,7 @@ _OP_LAST, _OP_ONLY = int(Opcode.WRITE_LAST), int(Opcode.WRITE_ONLY)
 _PLAIN = frozenset((_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_ONLY))
 _HALF_BITS = SACK_BITMAP_BITS // 2
 _S16_MAX = (1 << 15) - 1
+_EV_PLANE_SHIFT, _EV_PLANE_MASK, _EV_PATH_SHIFT = EV_PLANE_SHIFT, EV_PLANE_MASK, EV_PATH_SHIFT
 _U32 = 1 << 32
 
 
@@ -60,7 +71,7 @@ class PyRxQP:
     __slots__ = (
         "ack_at", "ack_ce", "ack_ev", "ack_plane", "ack_seq", "ack_ts", "hole_at",
         "hole_old", "ooo_cap", "ooo_imm", "ooo_len", "ooo_msn", "ooo_n", "ooo_nimm",
-        "ooo_op", "ooo_seq", "rcv_nxt", "rcvd_bytes", "rx_burst", "rx_high",
+        "ooo_op", "ooo_seq", "penalty", "rcv_nxt", "rcvd_bytes", "rx_burst", "rx_high",
         "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
     )
 
@@ -71,6 +82,7 @@ class PyRxQP:
         self.hole_old = self.ack_ce = 0
         self.ack_plane = -1
         self.ack_ev = self.ack_ts = self.ack_seq = 0
+        self.penalty = 0.0
         self.unrep_n = 0
         self.unrep = [0] * RX_UNREP_MAX
         self.ooo_n = self.ooo_nimm = 0
@@ -106,6 +118,13 @@ class PyRxLane:
         self.placed = 0  # data frames the lane handled, ever
         self.parsed: Any = None  # the frame the lane stopped at (RX_STOP), parsed
         self.error: Exception | None = None  # ... or why it could not be
+        # SACKs the lane builds itself (rx.h struct mrc_rx_ctx says when)
+        self.sack_ok = False
+        self.plane_ok = 0
+        self.credit = 0
+        self.paths: dict[int, tuple[Any, int]] = {}
+        self.sout: list[tuple[int, bytes]] = []
+        self.sout_len = 0
 
     # --- the responder state record --------------------------------------------------
 
@@ -191,11 +210,62 @@ class PyRxLane:
         self.qp, self.qpn, self.peers = rx, qpn, peers
         self.win, self.ack_every, self.ack_delay = win, ack_every, ack_delay
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
+        self.paths, self.sack_ok = {}, False
         return True
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
         self.qp, self.qpn = None, -1
+        self.paths, self.sack_ok = {}, False
+
+    def sack_setup(self, plane_ok: int, credit: int,
+                   tmpls: dict[int, tuple[Any, int]] | None) -> None:
+        """Let the lane build the QP's due SACKs itself when the triggering packet's
+        plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
+        template for its path; ``credit``: the receive credit to advertise; ``tmpls``:
+        the QP's templates (path key -> (template, port)) if they changed."""
+        self.plane_ok, self.credit, self.sack_ok = plane_ok, credit, True
+        if tmpls is not None:
+            self.set_paths(tmpls)
+
+    def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
+        """The QP's SACK templates: path key -> (template, port)."""
+        self.paths = dict(list(tmpls.items())[:RX_PATHS_MAX])
+
+    @property
+    def npaths(self) -> int:
+        """SACK templates the lane knows."""
+        return len(self.paths)
+
+    def take_sacks(self) -> list[tuple[int, bytes]]:
+        """The SACK frames the lane built since the last call: (port, frame), in order."""
+        out, self.sout, self.sout_len = self.sout, [], 0
+        return out
+
+    def _lane_sack(self, q: Any) -> bool:
+        """rx.c lane_sack: send_sack's common case, or False (nothing changed)."""
+        ev = q.ack_ev
+        plane = (ev >> _EV_PLANE_SHIFT) & _EV_PLANE_MASK
+        if not ev or plane >= 64 or not (self.plane_ok >> plane) & 1:
+            return False
+        tp = self.paths.get(ev >> _EV_PATH_SHIFT)
+        if tp is None or len(self.sout) >= RX_SOUT_MAX:
+            return False
+        tmpl, port = tp
+        ln = len(tmpl.layout()[0])
+        room = min((RX_SOUT_MAX - len(self.sout)) * ln, RX_SOUT_BYTES - self.sout_len)
+        bases = sack_bases(q, [])
+        if len(bases) * ln > room:
+            return False
+        pen = q.penalty
+        frames = PyRxLane.sack(q, tmpl, ev, int(pen) if pen else 0, self.credit, bases)
+        if pen:
+            q.penalty = pen * 0.5
+        q.ack_at = _INF
+        q.since_ack = 0
+        self.sout += [(port, f) for f in frames]
+        self.sout_len += len(frames) * ln
+        return True
 
     def add_mr(self, mr: MemoryRegion) -> None:
         """Let the lane write ``mr`` (a registered region that allows remote writes)."""
@@ -220,7 +290,8 @@ class PyRxLane:
 
     def run(self, i: int, n: int, now: float, plane: int) -> int:
         """Handle frames ``i .. n-1``, received at ``now`` on a port of ``plane``;
-        returns ``pos << 2 | result``: RX_END
+        returns ``pos << 3 | result`` (| RX_SACKS when SACK frames it built wait in
+        ``take_sacks``): RX_END
         (all done, pos n), RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame
         ``pos`` not handled: ``parsed`` holds it, ``why`` says why). The twin of rx.c
         ``mrc_rx_run``, line for line."""
@@ -316,16 +387,18 @@ class PyRxLane:
                 seq, f.ev, f.timestamp, ce, self.plane)
             if (now_sack or q.since_ack >= self.ack_every
                     or q.unrep[0] < seq - _HALF_BITS):
+                if self.sack_ok and self._lane_sack(q):
+                    continue  # built here, exactly as send_sack would
                 self.pos, self.why = k, WHY_NONE
-                return k << 2 | RX_SACK
+                return k << 3 | (RX_SACKS if self.sout else 0) | RX_SACK
             if q.ack_at == _INF:
                 q.ack_at = now + self.ack_delay
         self.pos, self.why = n, WHY_NONE
-        return n << 2 | RX_END
+        return n << 3 | (RX_SACKS if self.sout else 0) | RX_END
 
     def _stop(self, k: int, why: int) -> int:
         self.pos, self.why = k, why
-        return k << 2 | RX_STOP
+        return k << 3 | (RX_SACKS if self.sout else 0) | RX_STOP
 
 
 def sack_bases(rx: Any, more: list[int]) -> list[int]:

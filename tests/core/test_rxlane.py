@@ -64,8 +64,18 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], psn: int,
     _net, (_qa, qb, _ms, md, _src), hb = _setup(mode, psn, kw, size)
     if mode == "nolane":
         hb._lane = None
+    built = [0]
     if mode in ("c", "py"):
-        assert isinstance(hb._lane, fastpath.CRxLane if mode == "c" else PyRxLane)
+        lane = hb._lane
+        assert isinstance(lane, fastpath.CRxLane if mode == "c" else PyRxLane)
+        take = lane.take_sacks
+
+        def counting() -> list[tuple[int, bytes]]:
+            sacks = take()
+            built[0] += len(sacks)
+            return sacks
+
+        lane.take_sacks = counting  # type: ignore[method-assign]
     out: list[tuple[int, int, bytes]] = []
     now, frozen = 1.0, None
     for b, batch in enumerate(batches):
@@ -99,6 +109,7 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], psn: int,
                   qp.rx_msg_bytes, qp.since_ack, qp.ack_at, qp.hole_at, qp.hole_old),
         "cq": [(c.wr_id, c.byte_len, c.imm) for c in cq],
         "placed": hb._lane.placed if hb._lane is not None else 0,
+        "lane_sacks": built[0],
     }
 
 
@@ -135,6 +146,8 @@ def _compare(batches: list[list[tuple[int, bytes]]], psn: int, kw: dict[str, Any
     for m in ("c", "py"):
         if m in res:
             assert res[m]["placed"] > 0, m  # the lane did handle data
+    if "c" in res:
+        assert res["c"]["lane_sacks"] == res["py"]["lane_sacks"]
     return res
 
 
@@ -147,6 +160,7 @@ def test_lane_is_frame_by_frame(seed: int, psn: int) -> None:
     res = _compare(_batches(frames, rng), psn, kw)
     c = res["ref"]["counters"]
     assert c.get("rx_duplicate", 0) > 0 and c.get("rx_trimmed", 0) > 0
+    assert res["py"]["lane_sacks"] > 0  # the lane built SACKs itself
 
 
 @pytest.mark.parametrize("seed", [4, 5])
@@ -274,8 +288,9 @@ def test_constants_match_the_header() -> None:
     assert lib.MRC_RX_UNREP_MAX == rxlane.RX_UNREP_MAX
     assert lib.MRC_RX_PEERS_MAX == rxlane.RX_PEERS_MAX == fastpath._RX_PEERS_MAX
     assert fastpath._RX_MRS_MAX == rxlane.RX_MRS_MAX
-    assert (lib.MRC_RX_END, lib.MRC_RX_SACK, lib.MRC_RX_STOP) == (
-        rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP)
+    assert (lib.MRC_RX_END, lib.MRC_RX_SACK, lib.MRC_RX_STOP, lib.MRC_RX_SACKS) == (
+        rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP, rxlane.RX_SACKS)
+    assert fastpath._RX_PATHS_MAX == rxlane.RX_PATHS_MAX
     names = ["NONE", "PARSE", "OTHER", "PEER", "WINDOW", "MR_MISS", "MR_BAD", "DUP",
              "TRIMMED", "IMM", "FULL", "DELIVER", "SHORT"]
     assert [getattr(lib, f"MRC_RX_WHY_{n}") for n in names] == [
