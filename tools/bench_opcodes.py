@@ -19,9 +19,8 @@ import sys
 import types
 from typing import Any
 
-from mrcnet.core import Host, HostConfig, QPState
-from mrcnet.core.bench import _Paths
-from mrcnet.core.config import Port
+from mrcnet.core import HostConfig
+from mrcnet.core.bench import pair
 from mrcnet.daemon.config import DAEMON_CORE
 
 
@@ -40,14 +39,7 @@ def run(mib: int) -> dict[str, Any]:
     """Move ``mib`` MiB once; return sender bytecodes per data packet, per function."""
     cfg = HostConfig(**{k: v for k, v in DAEMON_CORE.items() if k != "link_rate"},
                      mtu_payload=8192)
-    hosts = [Host(f"b{i}", [Port(0, 0, bytes([2, 0, 0, 0, 0, i]), bytes(15) + bytes([i + 1]))],
-                  _Paths(i, 4), cfg) for i in range(2)]
-    a, b = hosts
-    qa, qb = a.create_qp(a.create_cq()), b.create_qp(b.create_cq())
-    for h, q, peer, pq in ((a, qa, "b1", qb), (b, qb, "b0", qa)):
-        h.modify_qp(q, QPState.INIT)
-        h.modify_qp(q, QPState.RTR, peer=peer, dest_qp_num=pq, rq_psn=0)
-        h.modify_qp(q, QPState.RTS, sq_psn=0)
+    a, b, qa, _ = pair(cfg, spines=4)
     size = mib << 20
     src, dst = bytearray(size), bytearray(size)
     ms, md = a.register_mr(src), b.register_mr(dst)

@@ -42,14 +42,7 @@ from mrcnet.api.errors import (
     OutOfBounds,
     ProtocolError,
 )
-from mrcnet.api.protocol import (
-    MODERATION_COUNT_MAX,
-    MODERATION_PERIOD_MAX_US,
-    PROTOCOL_VERSION,
-    Message,
-    recv_msg,
-    send_msg,
-)
+from mrcnet.api.protocol import PROTOCOL_VERSION, Message, moderation_error, recv_msg, send_msg
 
 __all__ = [
     "Access",
@@ -175,12 +168,9 @@ class CompletionQueue:
         goes at once. Fewer, larger pushes cost the application (and mrcd) fewer wake-ups
         in bulk transfers, at up to ``period_us`` of added latency. ``count=1`` (the
         default) sends each pass's completions right away."""
-        if not isinstance(count, int) or not 1 <= count <= MODERATION_COUNT_MAX:
-            raise InvalidArgument(f"moderation count {count!r} is not an integer from 1 "
-                                  f"to {MODERATION_COUNT_MAX}")
-        if not isinstance(period_us, int) or not 0 <= period_us <= MODERATION_PERIOD_MAX_US:
-            raise InvalidArgument(f"moderation period {period_us!r} us is not an integer "
-                                  f"from 0 to {MODERATION_PERIOD_MAX_US}")
+        why = moderation_error(count, period_us)
+        if why is not None:
+            raise InvalidArgument(why)
         self.ctx._call("modify_cq", cq=self.handle, count=count, period_us=period_us)
 
     def wait(self, timeout: float | None = None, max_entries: int = 16) -> list[WorkCompletion]:

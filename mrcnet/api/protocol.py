@@ -21,7 +21,8 @@ import socket
 from typing import Any, Final
 
 __all__ = ["MAX_FDS", "MAX_MESSAGE", "MODERATION_COUNT_MAX", "MODERATION_PERIOD_MAX_US",
-           "PROTOCOL_VERSION", "decode", "encode", "recv_msg", "send_msg"]
+           "PROTOCOL_VERSION", "decode", "encode", "moderation_error", "recv_msg",
+           "send_msg"]
 
 PROTOCOL_VERSION: Final = 1
 #: Bytes per message: control only (payload bytes live in shared memory, never here).
@@ -31,6 +32,18 @@ MAX_FDS: Final = 4
 #: and a period of at most one second.
 MODERATION_COUNT_MAX: Final = 0xFFFF
 MODERATION_PERIOD_MAX_US: Final = 1_000_000
+
+
+def moderation_error(count: object, period_us: object) -> str | None:
+    """What is wrong with a completion moderation (``modify_cq``), or None: the client
+    checks before sending, mrcd again on receipt."""
+    if type(count) is not int or not 1 <= count <= MODERATION_COUNT_MAX:
+        return (f"completion moderation count {count!r} is not an integer from 1 to "
+                f"{MODERATION_COUNT_MAX}")
+    if type(period_us) is not int or not 0 <= period_us <= MODERATION_PERIOD_MAX_US:
+        return (f"completion moderation period {period_us!r} us is not an integer from 0 "
+                f"to {MODERATION_PERIOD_MAX_US}")
+    return None
 
 Message = dict[str, Any]
 

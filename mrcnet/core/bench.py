@@ -43,18 +43,25 @@ class _Paths:
                 for s in range(self.spines)]
 
 
-def run(size: int, config: HostConfig, reorder: bool = False) -> dict[str, float]:
-    """Transfer ``size`` bytes once; return packets/s of sender and receiver.
-    ``reorder``: each burst the sender emits arrives shuffled (what spraying over paths
-    of different delays does)."""
+def pair(config: HostConfig, spines: int = 8) -> tuple[Host, Host, int, int]:
+    """Two Hosts ``b0`` and ``b1`` back to back over ``spines`` paths, and a connected QP
+    on each (in RTS): ``(a, b, qpn of a, qpn of b)``."""
     hosts = [Host(f"b{i}", [Port(0, 0, bytes([2, 0, 0, 0, 0, i]), bytes(15) + bytes([i + 1]))],
-                  _Paths(i, 8), config) for i in range(2)]
+                  _Paths(i, spines), config) for i in range(2)]
     a, b = hosts
     qa, qb = a.create_qp(a.create_cq(), QPAttrs()), b.create_qp(b.create_cq(), QPAttrs())
     for h, q, peer, pq in ((a, qa, "b1", qb), (b, qb, "b0", qa)):
         h.modify_qp(q, QPState.INIT)
         h.modify_qp(q, QPState.RTR, peer=peer, dest_qp_num=pq, rq_psn=0)
         h.modify_qp(q, QPState.RTS, sq_psn=0)
+    return a, b, qa, qb
+
+
+def run(size: int, config: HostConfig, reorder: bool = False) -> dict[str, float]:
+    """Transfer ``size`` bytes once; return packets/s of sender and receiver.
+    ``reorder``: each burst the sender emits arrives shuffled (what spraying over paths
+    of different delays does)."""
+    a, b, qa, _ = pair(config)
     src, dst = bytearray(size), bytearray(size)
     ms, md = a.register_mr(src), b.register_mr(dst)
     a.post_write(qa, 1, ms, 0, size, md.addr, md.rkey)

@@ -31,7 +31,7 @@ from mrcnet.api.errors import (
     InvalidQP,
     OutOfBounds,
 )
-from mrcnet.api.protocol import MODERATION_COUNT_MAX, MODERATION_PERIOD_MAX_US, Message
+from mrcnet.api.protocol import Message, moderation_error
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.host import PathProbe
@@ -167,12 +167,10 @@ class Verbs:
         if entry is None or entry[1] is not s:
             raise InvalidCQ(f"no CQ {handle} in this context")
         count, period_us = msg.get("count"), msg.get("period_us")
-        if not isinstance(count, int) or not 1 <= count <= MODERATION_COUNT_MAX:
-            raise InvalidArgument(f"completion moderation count {count!r} is not an "
-                                  f"integer from 1 to {MODERATION_COUNT_MAX}")
-        if not isinstance(period_us, int) or not 0 <= period_us <= MODERATION_PERIOD_MAX_US:
-            raise InvalidArgument(f"completion moderation period {period_us!r} us is not an "
-                                  f"integer from 0 to {MODERATION_PERIOD_MAX_US}")
+        why = moderation_error(count, period_us)
+        if why is not None:
+            raise InvalidArgument(why)
+        assert isinstance(count, int) and isinstance(period_us, int)
         if count == 1:
             self._cq_mod.pop(handle, None)
         else:
