@@ -677,12 +677,14 @@ class Host:
                             lane.sack_setup(*qp.lane_sack_state(lane.npaths))
                         marked = -1
                 i = k + 1
-        except BaseException:  # (a bug): what the lane built still goes out
+        except Exception as e:  # a bug (frames are handled above): count it loudly, and
+            # what the lane built still goes out
+            self.last_internal_error = e
+            self.count("rx_internal_error")
             sacks = lane.take_sacks()
             if sacks and qp is not None:
                 ctrl += sacks
                 qp.tx_sacks += len(sacks)
-            raise
         finally:
             if loaded is not None:
                 lane.release()
