@@ -18,6 +18,9 @@
 #include <sys/uio.h>
 #include <linux/if_packet.h>
 
+/* cffi_build.py gives cffi the declarations between these markers. */
+/* cffi: begin */
+
 /* ---- checksums -------------------------------------------------------------------- */
 
 /* Internet checksum (RFC 1071) of UDP over IPv6: pseudo-header (src, dst, length, next
@@ -238,5 +241,7 @@ struct mrc_parsed {
  * checksum of untrimmed frames. Fills *out and returns out->reason. Reads only
  * buf[0:len]. */
 int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify);
+
+/* cffi: end */
 
 #endif
