@@ -399,8 +399,31 @@ class Daemon(Verbs):
             self._writers.discard(index)
 
     def _deliver(self) -> None:
+        """Push what the core has for clients: events, then completions. Events first:
+        a QP error's reason then reaches the client before the work requests it failed
+        (sent after it, a failed completion could be taken for the whole story by a
+        client that read between the two messages)."""
         host = self.host
         assert host is not None
+        while (ev := host.next_event()) is not None:
+            qpn = getattr(ev, "qpn", None)
+            if qpn is not None:
+                owner = self._qp_owner.get(qpn)
+                if owner is None:
+                    continue  # a QP its client destroyed
+                if isinstance(ev, core.PathStateChanged) and not owner.path_events:
+                    continue
+                # Stamped here, in the loop pass that made it (mrcd's clock is
+                # time.monotonic(), shared by every process on the machine): a client may
+                # read it much later, and when an EV changed is what tools measure.
+                owner.send({"push": "event", "event": {**_event_body(ev),
+                                                        "clock": time.monotonic()}})
+                if isinstance(ev, core.QPError):
+                    self.log.warning("QP error", qpn=qpn, reason=ev.reason)
+            elif self.api is not None:
+                body = _event_body(ev)
+                for s in list(self.api.sessions.values()):
+                    s.send({"push": "event", "event": body})
         mod, since = self._cq_mod, self._cq_since
         now = time.monotonic() if mod else 0.0
         self._mod_due = _INF
@@ -422,25 +445,6 @@ class Daemon(Verbs):
                 session.send({"push": "wc", "cq": handle, "wcs": [
                     {"status": c.status.value, "wr_id": c.wr_id, "opcode": c.opcode.value,
                      "byte_len": c.byte_len, "imm": c.imm, "qpn": c.qpn} for c in wcs]})
-        while (ev := host.next_event()) is not None:
-            qpn = getattr(ev, "qpn", None)
-            if qpn is not None:
-                owner = self._qp_owner.get(qpn)
-                if owner is None:
-                    continue  # a QP its client destroyed
-                if isinstance(ev, core.PathStateChanged) and not owner.path_events:
-                    continue
-                # Stamped here, in the loop pass that made it (mrcd's clock is
-                # time.monotonic(), shared by every process on the machine): a client may
-                # read it much later, and when an EV changed is what tools measure.
-                owner.send({"push": "event", "event": {**_event_body(ev),
-                                                        "clock": time.monotonic()}})
-                if isinstance(ev, core.QPError):
-                    self.log.warning("QP error", qpn=qpn, reason=ev.reason)
-            elif self.api is not None:
-                body = _event_body(ev)
-                for s in list(self.api.sessions.values()):
-                    s.send({"push": "event", "event": body})
 
     def _rearm(self) -> None:
         host = self.host
