@@ -20,7 +20,7 @@ import types
 from typing import Any
 
 from mrcnet.core import HostConfig
-from mrcnet.core.bench import pair
+from mrcnet.core.bench import idle, pair
 from mrcnet.daemon.config import DAEMON_CORE
 
 
@@ -61,10 +61,7 @@ def run(mib: int) -> dict[str, Any]:
         a.receive_batch([f for _, f in back], 0, now)
         sys.settrace(None)
         if not out and not back:
-            t = min(x for x in (a.next_timer(), b.next_timer(), now + 1e-4) if x is not None)
-            now = max(now, t)
-            a.handle_timer(now)
-            b.handle_timer(now)
+            now = idle(a, b, now, 1e-4)
     assert dst == src
     total = sum(counts.values())
     return {"packets": packets, "per_packet": total / packets,

@@ -57,6 +57,16 @@ def pair(config: HostConfig, spines: int = 8) -> tuple[Host, Host, int, int]:
     return a, b, qa, qb
 
 
+def idle(a: Host, b: Host, now: float, step: float) -> float:
+    """Neither host had anything to send: jump to the earlier timer (at most ``step``
+    ahead), run both hosts' timers, and return the new time."""
+    t = min(x for x in (a.next_timer(), b.next_timer(), now + step) if x is not None)
+    now = max(now, t)
+    a.handle_timer(now)
+    b.handle_timer(now)
+    return now
+
+
 def run(size: int, config: HostConfig, reorder: bool = False) -> dict[str, float]:
     """Transfer ``size`` bytes once; return packets/s of sender and receiver.
     ``reorder``: each burst the sender emits arrives shuffled (what spraying over paths
@@ -90,10 +100,7 @@ def run(size: int, config: HostConfig, reorder: bool = False) -> dict[str, float
         packets += len(out)
         sacks += len(back)
         if not out and not back:
-            t = min(x for x in (a.next_timer(), b.next_timer(), now + 1e-5) if x is not None)
-            now = max(now, t)
-            a.handle_timer(now)
-            b.handle_timer(now)
+            now = idle(a, b, now, 1e-5)
     assert dst == src
     return {"packets": packets, "sender_pps": packets / ta, "receiver_pps": packets / tb,
             "both_pps": packets / (ta + tb), "sacks_per_packet": sacks / packets}

@@ -326,23 +326,6 @@ class EVManager:
             return self.ecmp_ev()
         planes = self.usable_planes
         n = len(planes)
-        if n and avoid < 0:
-            # The usual case, the loop below's first try inlined (it runs per packet):
-            # the next plane's next path's next EV is not skipped. Nothing changes
-            # unless it is taken, so otherwise the loop starts from the same state.
-            plane = planes[self._rr_plane % n]
-            ring = self._rings.get(plane)
-            if ring:
-                i = self._rr[plane]
-                lst = ring[i % len(ring)]
-                key = lst[0].ev >> EV_PATH_SHIFT
-                c = self._inst_rr.get(key, 0)
-                info = lst[c % len(lst)]
-                if info.state is not _SKIP:
-                    self._rr_plane += 1
-                    self._rr[plane] = i + 1
-                    self._inst_rr[key] = c + 1
-                    return info
         fallback: EVInfo | None = None
         avoid_path = (avoid >> EV_PATH_SHIFT) if avoid >= 0 else -1
         handed = False  # a skipped plane handed this packet on

@@ -89,7 +89,6 @@ _PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
 _PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
 _EXT_IMM, _EXT_TSETH = 1, 2  # mrcnet/_csrc/fastpath.h MRC_EXT_*: extension headers
 _U64 = 1 << 64
-_MISS: Any = object()  # not in a cache
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
@@ -266,11 +265,6 @@ class QueuePair:
     def inflight(self) -> list[int]:
         """The packets in flight, oldest first (seqs)."""
         return self.txt.inflight()
-
-    @property
-    def inflight_bytes(self) -> int:
-        """Payload bytes in flight."""
-        return self.txt.infl_bytes
 
     @property
     def rack_sent(self) -> float:
@@ -925,18 +919,16 @@ class QueuePair:
     def on_sack(self, s: PyParsed, now: float) -> None:
         """A SACK (or ACK) from the peer's responder (``s``: the parsed frame)."""
         una = self.snd_una
-        d = (s.cack_psn - una) & PSN_MASK  # unwrap(s.cack_psn, una), inlined (per SACK)
-        cack = una + (d - PSN_MASK - 1 if d >= _HALF else d)
+        cack = unwrap(s.cack_psn, una)
         if cack > self.next_seq or cack <= una - self._txcap:
             self.count("rx_sack_out_of_window")
             return
         if cack < una:
             # An older SACK overtaken by a newer one: its bitmap may still be news.
             self.count("rx_sack_stale")
-        peer_credit = self.peer_credit
-        d = (s.imm_credit - peer_credit) % _CREDIT_MOD  # _unwrap32, inlined
-        if 0 < d < _CREDIT_MOD // 2:
-            self.peer_credit = peer_credit + d
+        credit = _unwrap32(s.imm_credit, self.peer_credit)
+        if credit > self.peer_credit:
+            self.peer_credit = credit
         self.credit_probe_at = _INF
         self.credit_probes = 0
         evm, cc = self.evm, self.cc
