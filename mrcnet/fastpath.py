@@ -1252,6 +1252,7 @@ def _sack_buffer(size: int) -> tuple[Any, Any]:
 _RX_MRS_MAX: Final = 256  # mrcnet.core.rxlane.RX_MRS_MAX
 _RX_PEERS_MAX: Final = 8  # MRC_RX_PEERS_MAX
 _RX_PATHS_MAX: Final = 64  # SACK paths a lane holds (mrcnet.core.rxlane.RX_PATHS_MAX)
+_RX_ACK_MAX: Final = 64  # SACK records a lane holds (mrcnet.core.rxlane.RX_ACK_MAX)
 
 
 class CRxLane:
@@ -1279,6 +1280,12 @@ class CRxLane:
         c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
         c.paths, c.npaths = self._paths, 0
         self.qp: Any = None  # the state record c.qp points to (kept alive here)
+        # The QP whose SACKs the lane takes: c.ack points to _ack while it does
+        a = self._ack = _ffi.new("struct mrc_rx_ack *")
+        self._ack_rec = _ffi.new("int64_t[]", _RX_ACK_MAX * _C.MRC_RX_ACK_INTS)
+        self._ack_sent = _ffi.new("double[]", _RX_ACK_MAX)
+        a.rec, a.rec_sent, a.max = self._ack_rec, self._ack_sent, _RX_ACK_MAX
+        self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
         self.parsed: Any = _ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(_C.mrc_rx_run, c)
 
@@ -1400,6 +1407,39 @@ class CRxLane:
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
         c.npaths, c.sack_ok, self._path_keep = 0, 0, []
         return True
+
+    def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
+        """See :meth:`mrcnet.core.rxlane.PyRxLane.set_ack` (the table must be a
+        :class:`CTxTable`)."""
+        self._c.ack = _ffi.NULL
+        a = self._ack
+        if len(peers) > _RX_PEERS_MAX or not isinstance(txt, CTxTable):
+            a.qpn, self._ack_txt = 0xFFFFFFFF, None
+            return False
+        for i, ip in enumerate(peers):
+            _ffi.memmove(a.peers + 16 * i, ip, 16)
+        a.npeers, a.qpn, a.txcap = len(peers), qpn, txcap
+        a.txq, a.o, self._ack_txt = txt._t, txt._o, txt
+        return True
+
+    def ack_sync(self, una: int, next_seq: int) -> None:
+        """See :meth:`mrcnet.core.rxlane.PyRxLane.ack_sync`."""
+        if self._ack_txt is not None:
+            a = self._ack
+            a.una, a.next_seq = una, next_seq
+            self._c.ack = a
+
+    def ack_pause(self) -> None:
+        """See :meth:`mrcnet.core.rxlane.PyRxLane.ack_pause`."""
+        self._c.ack = _ffi.NULL
+
+    def take_acks(self) -> tuple[list[int], list[float]]:
+        """See :meth:`mrcnet.core.rxlane.PyRxLane.take_acks`."""
+        a = self._ack
+        n = a.n
+        a.n = 0
+        return (_ffi.unpack(self._ack_rec, n * _C.MRC_RX_ACK_INTS),
+                _ffi.unpack(self._ack_sent, n))
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""

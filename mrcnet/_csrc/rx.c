@@ -155,7 +155,50 @@ static inline void deliver_plain(struct mrc_rx_qp *q, uint32_t len, uint32_t op)
 
 static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q);
 
-#define RESULT(pos, r) ((int)((pos) << 3 | (c->nsout ? MRC_RX_SACKS : 0) | (r)))
+/* QueuePair.on_sack's table work for a SACK of the ack QP (see struct mrc_rx_ack): 1 if
+ * taken (a record left), 0 if Python must see the frame. */
+static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint8_t *buf,
+                    uint32_t blen, double now)
+{
+    if (a->n >= a->max || (uint64_t)f->src_off + 16 > blen)
+        return 0;
+    uint32_t i;
+    for (i = 0; i < a->npeers && i < MRC_RX_PEERS_MAX; i++)
+        if (!memcmp(buf + f->src_off, a->peers + 16 * i, 16))
+            break;
+    if (i == a->npeers || i == MRC_RX_PEERS_MAX)
+        return 0;  /* _ready_qp: rx_wrong_peer */
+    /* on_sack: unwrap the cumulative PSN against snd_una; the window */
+    int64_t una = a->una;
+    int64_t d = ((int64_t)f->cack_psn - una) & PSN_MASK;
+    if (d >= PSN_HALF)
+        d -= PSN_MASK + 1;
+    int64_t cack = una + d;
+    if (cack > a->next_seq || cack <= una - a->txcap)
+        return 0;  /* rx_sack_out_of_window */
+    int64_t trig = cack + f->ack_offset;
+    uint64_t acked = mrc_tx_sack(a->txq, now, una, cack, a->next_seq,
+                                 cack + f->sack_offset, f->bitmap, f->sack_offset == 1,
+                                 trig, f->sack_ev, f->ts_echo, a->o);
+    if (cack > una)
+        a->una = cack;
+    int64_t *r = a->rec + (size_t)a->n * MRC_RX_ACK_INTS;
+    r[0] = cack;
+    r[1] = (int64_t)acked;
+    r[2] = a->o->trig_tx;
+    r[3] = f->sack_ev;
+    r[4] = f->ts_echo;
+    r[5] = trig;
+    r[6] = f->ece;
+    r[7] = f->mode;
+    r[8] = f->window_penalty;
+    r[9] = f->imm_credit;
+    a->rec_sent[a->n++] = a->o->trig_tx ? a->o->trig_sent : 0.0;
+    return 1;
+}
+
+#define RESULT(pos, r) ((int)((pos) << 4 | (c->nsout ? MRC_RX_SACKS : 0) | \
+                                (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | (r)))
 #define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
 
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
@@ -170,6 +213,13 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         uint32_t blen = c->len[k];
         if (mrc_parse(buf, blen, f, c->verify))
             STOP(MRC_RX_WHY_PARSE);
+        /* Host._lane_frame: a SACK (SETH, no data) of the ack QP */
+        if (!f->is_data && f->has_seth && c->ack && f->dest_qp == c->ack->qpn &&
+            f->dest_qp != ENDPOINT_QPN) {
+            if (ack_take(c->ack, f, buf, blen, now))
+                continue;
+            STOP(MRC_RX_WHY_ACK);
+        }
         /* Host.receive_batch: data of the lane's QP (ready: the caller checked) */
         if (!q || !f->is_data || f->dest_qp != c->qpn || f->dest_qp == ENDPOINT_QPN)
             STOP(MRC_RX_WHY_OTHER);

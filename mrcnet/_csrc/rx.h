@@ -14,6 +14,7 @@
 #define MRCNET_RX_H
 
 #include "fastpath.h"
+#include "tx.h"
 
 /* cffi: begin */
 #define MRC_RX_UNREP_MAX 64  /* PSNs received since the last SACK kept here (Python keeps
@@ -76,13 +77,40 @@ struct mrc_rx_path {
 #define MRC_RX_WHY_FULL    10   /* ring slot beyond capacity, or unrep[] full */
 #define MRC_RX_WHY_DELIVER 11   /* in order with an immediate waiting in the ring */
 #define MRC_RX_WHY_SHORT   12   /* payload not all inside the frame */
+#define MRC_RX_WHY_ACK     13   /* a SACK of the ack QP the lane does not take (source,
+                                   window, or no room for its record) */
 
 /* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest, from bit
- * 3); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting (nsout). */
+ * 4); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting (nsout), bit 3
+ * (MRC_RX_ACKS) that records of SACKs it took are (ack->n). */
 #define MRC_RX_END   0  /* every frame handled */
 #define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
 #define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
 #define MRC_RX_SACKS 4
+#define MRC_RX_ACKS  8
+
+/* The requester half of one QP whose SACKs the lane takes (like TCP's ACK prediction):
+ * a SACK for it, from its peer, with a cumulative point in the send window, goes to its
+ * table of packets in flight (mrc_tx_sack, the work QueuePair.on_sack hands the table)
+ * and leaves a record; the caller's Python then makes on_sack's decisions from each
+ * record, in order (QueuePair.on_sack_records), before anything else. Set only while the
+ * QP is ready to send and keeps no "declared lost" records and no suspect paths: then
+ * nothing a decision does changes what a later SACK's table work would do. */
+#define MRC_RX_ACK_INTS 10  /* integers per record: cumulative point (unwrapped), bytes
+                               acknowledged, the triggering packet's transmissions (0: no
+                               match), the SACK's EV, stamp echo, triggering sequence
+                               number, ECE, mode, window penalty, credit (mod 2^32) */
+struct mrc_rx_ack {
+    struct mrc_txq *txq;       /* the QP's table */
+    struct mrc_txsack *o;      /* where mrc_tx_sack reports (its arrays sized for it) */
+    uint32_t qpn, npeers;
+    uint8_t  peers[MRC_RX_PEERS_MAX * 16];
+    int64_t  una;              /* snd_una: moves with each SACK taken */
+    int64_t  next_seq, txcap;  /* the window: cack in (una - txcap, next_seq] */
+    int64_t  *rec;             /* records: MRC_RX_ACK_INTS integers each ... */
+    double   *rec_sent;        /* ... and the triggering packet's send time */
+    uint32_t n, max;           /* records waiting, room */
+};
 
 /* One host's lane: the frames of the batch, the QP it serves, the region table. */
 struct mrc_rx_ctx {
@@ -117,10 +145,12 @@ struct mrc_rx_ctx {
     uint32_t *sport;           /* ... each one's port and length */
     uint32_t *slen;
     uint32_t nsout, sout_max;
+    struct mrc_rx_ack *ack;    /* NULL: every SACK stops */
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
- * pos << 3 | MRC_RX_SACKS if SACKs wait | MRC_RX_END/SACK/STOP (pos: where it stopped;
+ * pos << 4 | MRC_RX_SACKS if SACKs wait | MRC_RX_ACKS if SACK records wait |
+ * MRC_RX_END/SACK/STOP (pos: where it stopped;
  * n after MRC_RX_END); also in c->pos, c->why. */
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
 

@@ -47,7 +47,9 @@ from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair, WorkRequest, ts16
 from mrcnet.core.rxlane import (
+    RX_ACKS,
     RX_END,
+    RX_POS_SHIFT,
     RX_SACK,
     RX_SACKS,
     WHY_MR_MISS,
@@ -167,6 +169,11 @@ class Host:
         self._lane.verify = self.config.verify_checksums
         self._lane_slots = isinstance(self._lane, CRxLane)  # reads a C batch in place
         self._lane_qp: QueuePair | None = None
+        # The QP whose SACKs the lane takes (the last one a SACK came for), and the table
+        # and peers the lane was given for it
+        self._ack_qp: QueuePair | None = None
+        self._ack_txt: Any = None
+        self._ack_peers: frozenset[bytes] = frozenset()
         self._lane_peers: frozenset[bytes] = frozenset()
         self._lane_win = 0
         self._lane_gen = self.memory.generation
@@ -638,6 +645,8 @@ class Host:
                     or (mpr * MPR_UNIT if mpr else self.config.rx_window) != self._lane_win
                     or self._qps.get(qp.qpn) is not qp):
                 self._lane_use(qp)
+        if self._ack_qp is not None:
+            self._ack_sync()
         plane, run, ctrl = p.plane, lane.run, self._ctrl
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
@@ -647,8 +656,10 @@ class Host:
         try:
             while i < n:
                 r = run(i, n, now, plane)
-                k, st = r >> 3, r & 3
-                got = k - i + (st == RX_SACK)  # data frames the lane handled (all qp's)
+                k, st = r >> RX_POS_SHIFT, r & 3
+                # SACKs the lane took (for the ack QP): their decisions, before anything else
+                acks = self._ack_replay(now) if r & RX_ACKS else 0
+                got = k - i + (st == RX_SACK) - acks  # data frames the lane handled (qp's)
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.rx_packets += got
@@ -675,6 +686,8 @@ class Host:
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
                             lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+                        if self._ack_qp is not None:  # (its window or losses may have)
+                            self._ack_sync()
                         marked = -1
                 i = k + 1
         except Exception as e:  # a bug (frames are handled above): count it loudly, and
@@ -713,6 +726,8 @@ class Host:
                 return
             if not f.is_data:
                 qp.on_sack(f, now)
+                if qp is not self._ack_qp:
+                    self._ack_use(qp)
                 self._lane_check()
                 return
             rkey = f.rkey if lane.why == WHY_MR_MISS else None
@@ -763,6 +778,47 @@ class Host:
             self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
         else:
             self._lane_qp = None
+
+    def _ack_use(self, qp: QueuePair) -> None:
+        """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
+        self._ack_qp = qp
+        self._ack_txt, self._ack_peers = qp.txt, qp.peer_ips
+        if not self._lane.set_ack(qp.qpn, qp.txt, qp.peer_ips, qp._txcap):
+            self._ack_qp = None
+
+    def _ack_sync(self) -> None:
+        """Before the lane runs: let it take the ack QP's SACKs, from where its window is
+        now, if on_sack's decisions cannot change what a later SACK's table work does
+        (rx.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
+        and suspects no path. Else every SACK stops and takes the full path."""
+        qp = self._ack_qp
+        assert qp is not None
+        lane = self._lane
+        if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
+                or qp.cc is None):
+            lane.ack_pause()
+            return
+        if qp.txt is not self._ack_txt or qp.peer_ips is not self._ack_peers \
+                or self._qps.get(qp.qpn) is not qp:
+            lane.ack_pause()
+            if self._qps.get(qp.qpn) is not qp:
+                self._ack_qp = None
+                return
+            self._ack_use(qp)
+            if self._ack_qp is None:
+                return
+        lane.ack_sync(qp.snd_una, qp.next_seq)
+
+    def _ack_replay(self, now: float) -> int:
+        """on_sack's decisions for the SACKs the lane took (in order); returns how many."""
+        qp = self._ack_qp
+        assert qp is not None
+        ints, sents = self._lane.take_acks()
+        qp.on_sack_records(ints, sents, now)
+        qpn = qp.qpn
+        self._dirty.add(qpn)
+        self._sendq.add(qpn)
+        return len(sents)
 
     def _lane_check(self) -> None:
         """Is the lane's QP still ready, with the same state record, peers and window?

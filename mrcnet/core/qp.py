@@ -939,23 +939,54 @@ class QueuePair:
         # triggered it (same EV and timestamp): then that packet gives an RTT sample.
         txt = self.txt
         trig = cack + s.ack_offset
-        sack_ev, sack_off = s.sack_ev, s.sack_offset
+        sack_ev, sack_off, ts_echo = s.sack_ev, s.sack_offset, s.ts_echo
         acked = txt.sack(now, una, cack, self.next_seq, cack + sack_off, s.bitmap,
-                         sack_off == 1, trig, sack_ev, s.ts_echo)
+                         sack_off == 1, trig, sack_ev, ts_echo)
         if cack > una:
             self.snd_una = cack
+        self._sack_news(acked, txt.trig_tx, txt.trig_sent, trig, sack_ev, ts_echo, s.ece,
+                        s.mode, s.window_penalty, now)
+
+    def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
+        """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.PyRxLane`
+        ``take_acks``; rx.h ``struct mrc_rx_ack``): the rest of :meth:`on_sack` for each,
+        in order. ``ints`` holds ``RX_ACK_INTS`` integers per SACK, ``sents`` the
+        triggering packet's send time."""
+        it = iter(ints)  # (ten at a time: zip of one iterator with itself)
+        recs = zip(it, it, it, it, it, it, it, it, it, it, strict=False)
+        for (cack, acked, tx, sack_ev, ts_echo, trig, ece, mode, penalty, credit), sent in zip(
+                recs, sents, strict=True):
+            una = self.snd_una
+            if cack < una:
+                self.count("rx_sack_stale")
+            credit = _unwrap32(credit, self.peer_credit)
+            if credit > self.peer_credit:
+                self.peer_credit = credit
+            self.credit_probe_at = _INF
+            self.credit_probes = 0
+            if cack > una:
+                self.snd_una = cack
+            self._sack_news(acked, tx, sent, trig, sack_ev, ts_echo, ece, mode, penalty, now)
+
+    def _sack_news(self, acked: int, tx: int, trig_sent: float, trig: int, sack_ev: int,
+                   ts_echo: int, ece: int, mode: int, penalty: int, now: float) -> None:
+        """:meth:`on_sack`'s decisions after the table's work: ``acked`` bytes newly
+        acknowledged; ``tx``: the triggering packet's transmissions if the SACK is about
+        its latest one (then sent at ``trig_sent``), else 0."""
+        txt = self.txt
+        evm, cc = self.evm, self.cc
+        assert evm is not None and cc is not None
         rtt = None
         spurious = False
         if self.lost_log:
             rec = self.lost_log.get(trig)
-            if rec is not None and rec[0] == sack_ev and rec[1] == s.ts_echo:
+            if rec is not None and rec[0] == sack_ev and rec[1] == ts_echo:
                 # The transmission we declared lost has arrived after all: learn how
                 # late it was, so the allowance covers it next time.
                 del self.lost_log[trig]
                 self._learn_reorder(now - rec[2])
                 spurious = True
         info = evm.evs.get(sack_ev)
-        tx = txt.trig_tx
         if tx:
             if tx > 1 and self.lost_log:
                 rec = self.lost_log.pop(trig, None)
@@ -964,11 +995,10 @@ class QueuePair:
                     # missing: the original (declared lost by RACK, not by a timeout,
                     # which a stalled peer also causes) never arrived.
                     self._confirmed_loss(rec[0], now)
-            rtt = now - txt.trig_sent
+            rtt = now - trig_sent
             if info is not None:
                 info.rtt_sample(rtt)
             self._rtt_sample(rtt)
-        ece = s.ece
         if info is not None:
             info.acked += 1
             if ece:
@@ -982,7 +1012,6 @@ class QueuePair:
             self._spurious_loss()
         if ece:
             evm.skip(sack_ev, "ecn")
-        mode = s.mode
         if mode:
             if mode == SackMode.SKIP_ONCE:
                 evm.skip(sack_ev, "receiver")
@@ -991,8 +1020,8 @@ class QueuePair:
         if acked:
             self._acked(txt, now)
         cc.on_ack(acked, rtt, ece != 0, now)
-        if s.window_penalty:
-            cc.on_penalty(s.window_penalty, now)
+        if penalty:
+            cc.on_penalty(penalty, now)
         self.sack_acked += acked
         if not self.sack_pending:
             # Loss detection, the timer and completions run once per receive burst

@@ -24,6 +24,7 @@ from typing import Any
 
 from mrcnet import fastpath
 from mrcnet.constants import (
+    ENDPOINT_QPN,
     EV_PATH_SHIFT,
     EV_PLANE_MASK,
     EV_PLANE_SHIFT,
@@ -44,9 +45,12 @@ RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
 RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
 # mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting) and why it stopped
-RX_END, RX_SACK, RX_STOP, RX_SACKS = 0, 1, 2, 4
+RX_END, RX_SACK, RX_STOP, RX_SACKS, RX_ACKS = 0, 1, 2, 4, 8
+RX_POS_SHIFT = 4  # run()'s result: pos << RX_POS_SHIFT | flags | result
 (WHY_NONE, WHY_PARSE, WHY_OTHER, WHY_PEER, WHY_WINDOW, WHY_MR_MISS, WHY_MR_BAD, WHY_DUP,
- WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT) = range(13)
+ WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT, WHY_ACK) = range(14)
+RX_ACK_INTS = 10  # integers per SACK record (rx.h MRC_RX_ACK_INTS)
+RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
 
 _HALF = 1 << 23
 _INF = float("inf")
@@ -125,6 +129,14 @@ class PyRxLane:
         self.paths: dict[int, tuple[Any, int]] = {}
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
+        # The QP whose SACKs the lane takes (rx.h struct mrc_rx_ack says when)
+        self.ack_on = False
+        self.ack_qpn = -1
+        self.ack_txt: Any = None
+        self.ack_peers: frozenset[bytes] = frozenset()
+        self.ack_una = self.ack_next = self.ack_cap = 0
+        self.ack_ints: list[int] = []
+        self.ack_sent: list[float] = []
 
     # --- the responder state record --------------------------------------------------
 
@@ -237,6 +249,64 @@ class PyRxLane:
         """SACK templates the lane knows."""
         return len(self.paths)
 
+    def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
+        """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
+        holds) once :meth:`ack_sync` says where its window is; False (and none taken) if
+        the lane cannot (too many peers, or a table of the other kind)."""
+        self.ack_on = False
+        if len(peers) > RX_PEERS_MAX or not hasattr(txt, "sack"):
+            self.ack_qpn, self.ack_txt = -1, None
+            return False
+        self.ack_qpn, self.ack_txt, self.ack_peers, self.ack_cap = qpn, txt, peers, txcap
+        return True
+
+    def ack_sync(self, una: int, next_seq: int) -> None:
+        """The ack QP's send window now (its snd_una and next_seq): take its SACKs."""
+        self.ack_una, self.ack_next = una, next_seq
+        self.ack_on = self.ack_txt is not None
+
+    def ack_pause(self) -> None:
+        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
+        self.ack_on = False
+
+    def take_acks(self) -> tuple[list[int], list[float]]:
+        """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
+        each (rx.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
+        ints, sent = self.ack_ints, self.ack_sent
+        self.ack_ints, self.ack_sent = [], []
+        return ints, sent
+
+    def _ack_take(self, f: Any, buf: Any, now: float) -> bool:
+        """rx.c ack_take: a SACK of the ack QP to its table, a record left (True), or
+        False for Python to see it."""
+        if len(self.ack_sent) >= RX_ACK_MAX:
+            return False
+        o = f.src_off
+        if bytes(buf[o : o + 16]) not in self.ack_peers:
+            return False
+        una = self.ack_una
+        d = (f.cack_psn - una) & PSN_MASK
+        if d >= _HALF:
+            d -= PSN_MASK + 1
+        cack = una + d
+        if cack > self.ack_next or cack <= una - self.ack_cap:
+            return False
+        trig = cack + f.ack_offset
+        txt = self.ack_txt
+        off = f.sack_offset
+        acked = txt.sack(now, una, cack, self.ack_next, cack + off, f.bitmap, off == 1, trig,
+                         f.sack_ev, f.ts_echo)
+        if cack > una:
+            self.ack_una = cack
+        tx = txt.trig_tx
+        self.ack_ints += (cack, acked, tx, f.sack_ev, f.ts_echo, trig, f.ece, f.mode,
+                          f.window_penalty, f.imm_credit)
+        self.ack_sent.append(txt.trig_sent if tx else 0.0)
+        return True
+
+    def _flags(self) -> int:
+        return (RX_SACKS if self.sout else 0) | (RX_ACKS if self.ack_sent else 0)
+
     def take_sacks(self) -> list[tuple[int, bytes]]:
         """The SACK frames the lane built since the last call: (port, frame), in order."""
         out, self.sout, self.sout_len = self.sout, [], 0
@@ -290,8 +360,9 @@ class PyRxLane:
 
     def run(self, i: int, n: int, now: float, plane: int) -> int:
         """Handle frames ``i .. n-1``, received at ``now`` on a port of ``plane``;
-        returns ``pos << 3 | result`` (| RX_SACKS when SACK frames it built wait in
-        ``take_sacks``): RX_END
+        returns ``pos << RX_POS_SHIFT | result`` (| RX_SACKS when SACK frames it built
+        wait in ``take_sacks``, | RX_ACKS when records of SACKs it took wait in
+        ``take_acks``): RX_END
         (all done, pos n), RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame
         ``pos`` not handled: ``parsed`` holds it, ``why`` says why). The twin of rx.c
         ``mrc_rx_run``, line for line."""
@@ -305,6 +376,11 @@ class PyRxLane:
                 self.parsed, self.error = None, e
                 return self._stop(k, WHY_PARSE)
             self.parsed, self.error = f, None
+            if (not f.is_data and f.has_seth and self.ack_on and f.dest_qp == self.ack_qpn
+                    and f.dest_qp != ENDPOINT_QPN):
+                if self._ack_take(f, buf, now):
+                    continue
+                return self._stop(k, WHY_ACK)
             if q is None or not f.is_data or f.dest_qp != self.qpn:
                 return self._stop(k, WHY_OTHER)
             o = f.src_off
@@ -390,15 +466,15 @@ class PyRxLane:
                 if self.sack_ok and self._lane_sack(q):
                     continue  # built here, exactly as send_sack would
                 self.pos, self.why = k, WHY_NONE
-                return k << 3 | (RX_SACKS if self.sout else 0) | RX_SACK
+                return k << RX_POS_SHIFT | self._flags() | RX_SACK
             if q.ack_at == _INF:
                 q.ack_at = now + self.ack_delay
         self.pos, self.why = n, WHY_NONE
-        return n << 3 | (RX_SACKS if self.sout else 0) | RX_END
+        return n << RX_POS_SHIFT | self._flags() | RX_END
 
     def _stop(self, k: int, why: int) -> int:
         self.pos, self.why = k, why
-        return k << 3 | (RX_SACKS if self.sout else 0) | RX_STOP
+        return k << RX_POS_SHIFT | self._flags() | RX_STOP
 
 
 def sack_bases(rx: Any, more: list[int]) -> list[int]:

@@ -16,6 +16,7 @@ import uvloop
 
 from mrcnet.daemon.config import ConfigError, DaemonConfig, load_config
 from mrcnet.daemon.engine import Daemon
+from mrcnet.daemon.heap import keep_heap
 from mrcnet.daemon.logs import setup_logging
 from mrcnet.errors import MrcError
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mrcd: {args.config} is valid")
         return 0
     setup_logging(cfg.log_format, cfg.log_level)
+    keep_heap()  # no page faults per packet (see mrcnet/daemon/heap.py)
     prof = None
     if args.profile:
         import cProfile

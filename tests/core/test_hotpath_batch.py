@@ -71,10 +71,10 @@ class BatchNet(Net):
         return call
 
 
-def _junk(net: Net, rng: random.Random) -> None:
-    """Copies of frames h0 sent lately, spoilt, pushed into the pipe to h1: they must be
-    refused and counted (or, unspoilt, are duplicates)."""
-    sent = [(p, f) for _, s, p, f in net.tx_log[-40:] if s == "h0"]
+def _junk(net: Net, rng: random.Random, src: str = "h0", dst: str = "h1") -> None:
+    """Copies of frames ``src`` sent lately, spoilt, pushed into the pipe to ``dst``: they
+    must be refused and counted (or, unspoilt, are duplicates: stale SACKs, for h0)."""
+    sent = [(p, f) for _, s, p, f in net.tx_log[-40:] if s == src]
     for port, frame in sent:
         b = bytearray(frame)
         kind = rng.randrange(5)
@@ -87,7 +87,7 @@ def _junk(net: Net, rng: random.Random) -> None:
         elif kind == 3:
             b[14 + 80 + 8 + 5] ^= 0x40  # another destination QP (BTH after UDP)
         net._n += 1
-        heapq.heappush(net._q, (net.now + 1e-6, net._n, "h1", port, bytes(b)))
+        heapq.heappush(net._q, (net.now + 1e-6, net._n, dst, port, bytes(b)))
 
 
 def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
@@ -105,6 +105,17 @@ def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
             h._lane = None
         elif lane == "py":
             assert isinstance(h._lane, PyRxLane)
+    taken = [0]  # SACKs h0's lane took (their table work in the lane)
+    if net.h(0)._lane is not None:
+        lane0 = net.h(0)._lane
+        take = lane0.take_acks
+
+        def counting() -> tuple[list[int], list[float]]:
+            ints, sents = take()
+            taken[0] += len(sents)
+            return ints, sents
+
+        lane0.take_acks = counting  # type: ignore[method-assign]
     net.log_tx = True
     ha, hb = net.h(0), net.h(1)
     qpns = []
@@ -127,6 +138,7 @@ def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
     hb.probe_paths("h0", net.now)
     net.run(max_time=200e-6)
     _junk(net, rng)
+    _junk(net, rng, "h1", "h0")  # spoilt and stale SACKs
     net.run(max_time=300e-6)
     if port_down:
         hb.set_port_state(1, True, net.now)
@@ -142,6 +154,7 @@ def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
         "states": [ha.qp(q).state for q in qpns[:2]],
         "longest": net.longest,
         "placed": sum(h._lane.placed for h in net.hosts.values() if h._lane is not None),
+        "acks_taken": taken[0],
     }
 
 
@@ -178,6 +191,9 @@ def test_receive_lanes_are_receive_frame_by_frame(seed: int, lane: str,
     assert batch["qps"] == one["qps"]
     assert batch["tx"] == one["tx"]
     assert (batch["placed"] > 0) == (lane != "none")
+    assert (batch["acks_taken"] > 0) == (lane != "none")
+    c = one["counters"][0]  # the sender met stale and spoilt SACKs
+    assert c.get("rx_sack_stale", 0) > 0 and c.get("rx_malformed_bad_icrc", 0) > 0
 
 
 @pytest.mark.parametrize("verify", [True, False])

@@ -288,11 +288,16 @@ def test_constants_match_the_header() -> None:
     assert lib.MRC_RX_UNREP_MAX == rxlane.RX_UNREP_MAX
     assert lib.MRC_RX_PEERS_MAX == rxlane.RX_PEERS_MAX == fastpath._RX_PEERS_MAX
     assert fastpath._RX_MRS_MAX == rxlane.RX_MRS_MAX
-    assert (lib.MRC_RX_END, lib.MRC_RX_SACK, lib.MRC_RX_STOP, lib.MRC_RX_SACKS) == (
-        rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP, rxlane.RX_SACKS)
+    assert (lib.MRC_RX_END, lib.MRC_RX_SACK, lib.MRC_RX_STOP, lib.MRC_RX_SACKS,
+            lib.MRC_RX_ACKS) == (rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP,
+                                 rxlane.RX_SACKS, rxlane.RX_ACKS)
+    assert max(rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP) | rxlane.RX_SACKS | \
+        rxlane.RX_ACKS < 1 << rxlane.RX_POS_SHIFT
     assert fastpath._RX_PATHS_MAX == rxlane.RX_PATHS_MAX
+    assert lib.MRC_RX_ACK_INTS == rxlane.RX_ACK_INTS
+    assert fastpath._RX_ACK_MAX == rxlane.RX_ACK_MAX
     names = ["NONE", "PARSE", "OTHER", "PEER", "WINDOW", "MR_MISS", "MR_BAD", "DUP",
-             "TRIMMED", "IMM", "FULL", "DELIVER", "SHORT"]
+             "TRIMMED", "IMM", "FULL", "DELIVER", "SHORT", "ACK"]
     assert [getattr(lib, f"MRC_RX_WHY_{n}") for n in names] == [
         getattr(rxlane, f"WHY_{n}") for n in names]
     assert lib.MRC_RX_SACK_MAX == 512
