@@ -657,6 +657,29 @@ class RunPatcher:
         seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits. Read-only
         views, one per frame, into a buffer of this run's own."""
         n = len(slots)
+        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, msn,
+                                imm, timestamp)
+        view = memoryview(_ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
+        # The frames lie end to end: slices from running sums (C iterators: no Python
+        # bytecode per frame).
+        ends = list(accumulate(_ffi.unpack(lens, n)))
+        return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+    def queue(self, sendq: SendQueue, ports: list[int], slots: list[int], evs: list[int],
+              ops: list[int], flags: list[int], exts: list[int], psn0: int, va0: int,
+              payload: bytes | bytearray | memoryview, seg: int, msn: int, imm: int,
+              timestamp: int) -> None:
+        """The frames :meth:`frames` makes, queued on ``sendq`` instead (frame i on port
+        ``ports[i]``): no Python object per frame."""
+        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, msn,
+                                imm, timestamp)
+        sendq.add_run(buf, lens, ports)
+
+    def _build(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
+               exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
+               seg: int, msn: int, imm: int, timestamp: int) -> tuple[Any, Any]:
+        """The run's frames back to back in a buffer of their own, and their lengths."""
+        n = len(slots)
         cap = n * (_C.MRC_TMPL_HDR_MAX + _IMM_EXT_LEN + _TSETH_EXT_LEN + ICRC_LEN) + len(payload)
         buf = _RAW_ALLOC("uint8_t[]", cap)
         lens = _ffi.new("uint32_t[]", n)
@@ -665,11 +688,82 @@ class RunPatcher:
                                 va0, pl, len(payload), seg, msn, imm, timestamp, lens):
             raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
                              "not fit an IPv6 length field")
-        view = memoryview(_ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
-        # The frames lie end to end: slices from running sums (C iterators: no Python
-        # bytecode per frame).
-        ends = list(accumulate(_ffi.unpack(lens, n)))
-        return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+        return buf, lens
+
+
+#: Frames a port's send queue holds (mrcnet.io.packet_port.MAX_BACKLOG's role).
+SENDQ_CAP: Final = 4096
+
+
+class SendQueue:
+    """mrcd's data frames on their way to the ports, one queue per port, with no Python
+    object per frame (``mrcnet/_csrc/sendq.c``): :meth:`RunPatcher.queue` adds a run's
+    frames; :meth:`send` sends a port's queue through its :class:`CBatchIO` straight from
+    the runs' buffers (this object keeps those until their frames are gone). C only:
+    :func:`send_queue` gives None without it."""
+
+    def __init__(self, nports: int, cap: int = SENDQ_CAP) -> None:
+        self._q = _ffi.new("struct mrc_sendq[]", nports)
+        self._iov = [_ffi.new("struct iovec[]", cap) for _ in range(nports)]
+        for q, iov in zip(self._q, self._iov, strict=True):
+            q.iov, q.cap = iov, cap
+        self._n = nports
+        self._keep: list[Any] = []  # buffers with frames still queued
+        self._err = _ffi.new("int *")
+        self._calls = _ffi.new("unsigned *")
+        #: Frames queued and not yet sent or dropped, all ports.
+        self.waiting = 0
+        #: Frames queued since :meth:`take_added`.
+        self.added = 0
+        #: Frames not queued because their port's queue was full (the host counts them
+        #: as ``tx_sendq_full`` and resets this).
+        self.overflow = 0
+
+    def add_run(self, buf: Any, lens: Any, ports: list[int]) -> None:
+        """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port
+        ``ports[i]``."""
+        n = len(ports)
+        k = _C.mrc_sendq_add_run(self._q, self._n, buf, lens, ports, n)
+        if k:
+            self._keep.append(buf)
+        self.waiting += k
+        self.added += k
+        self.overflow += n - k
+
+    def take_added(self) -> int:
+        """Frames queued since the last call."""
+        k, self.added = self.added, 0
+        return k
+
+    def pending(self, port: int) -> int:
+        """Frames waiting on ``port``."""
+        q = self._q[port]
+        return int(q.n - q.head)
+
+    def send(self, port: int, io: CBatchIO) -> tuple[int, int, int]:
+        """Send ``port``'s queue on ``io``'s socket until it is empty or the socket is
+        full: (frames sent, sendmmsg calls, 0 / EAGAIN / the errno of the frame at the
+        head of the queue, left there)."""
+        n = _C.mrc_sendq_send(io.fd, io._b, _ffi.addressof(self._q, port), self._err,
+                              self._calls)
+        self._sent(n)
+        return n, int(self._calls[0]), int(self._err[0])
+
+    def drop(self, port: int, k: int) -> int:
+        """Drop the ``k`` oldest frames of ``port``'s queue; returns how many went."""
+        n = int(_C.mrc_sendq_drop(_ffi.addressof(self._q, port), k))
+        self._sent(n)
+        return n
+
+    def _sent(self, n: int) -> None:
+        self.waiting -= n
+        if not self.waiting:
+            self._keep.clear()
+
+
+def send_queue(nports: int) -> SendQueue | None:
+    """A :class:`SendQueue` for ``nports`` ports, or None without the C fast path."""
+    return SendQueue(nports) if HAVE_C else None
 
 
 class CSpray:

@@ -340,7 +340,7 @@ void mrc_batch_init(struct mrc_batch *b)
     }
 }
 
-static int send_prepared(int fd, struct mrc_batch *b, unsigned n)
+int mrc_send_prepared(int fd, struct mrc_batch *b, unsigned n)
 {
     unsigned done = 0;
     while (done < n) {
@@ -371,7 +371,7 @@ int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n)
         b->msgs[i].msg_hdr.msg_namelen = 0;
         off += b->lens[i];
     }
-    return send_prepared(fd, b, n);
+    return mrc_send_prepared(fd, b, n);
 }
 
 int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n)
@@ -384,7 +384,7 @@ int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n)
         b->msgs[i].msg_hdr.msg_name = NULL;
         b->msgs[i].msg_hdr.msg_namelen = 0;
     }
-    return send_prepared(fd, b, n);
+    return mrc_send_prepared(fd, b, n);
 }
 
 int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_outgoing,

@@ -244,4 +244,8 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
 
 /* cffi: end */
 
+/* sendmmsg of the n messages b->msgs[0..n-1] already set up: how many went (partial
+ * when the socket is full), or -errno if the first one failed (sendq.c uses it too). */
+int mrc_send_prepared(int fd, struct mrc_batch *b, unsigned n);
+
 #endif

@@ -138,6 +138,10 @@ class Host:
         self._events: deque[Event] = deque()
         self.path_events: list[PathStateChanged] = []
         self._ctrl: list[tuple[int, bytes]] = []
+        #: mrcd's ports' send queues (:class:`mrcnet.fastpath.SendQueue`): when set, new
+        #: data frames go there instead of into :meth:`frames_to_send`'s list (runs
+        #: built in C; single frames and control frames still come in the list)
+        self.sendq: Any = None
         self._counters: dict[str, int] = {}
         self._peer_routes: dict[str, dict[int, list[Route]]] = {}
         self._ip_peer: dict[bytes, str] = {}
@@ -1059,13 +1063,26 @@ class Host:
                 self._dirty.add(qpn)
                 qp.emit(now, out)
         self._sendq.clear()
+        sq = self.sendq
+        queued = 0
+        if sq is not None:
+            queued = sq.take_added()
+            if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
+                self.count("tx_sendq_full", sq.overflow)
+                sq.overflow = 0
         if not all(self.port_up.values()):
             # A port that is down sends nothing (a QP with no live plane at all keeps
             # "sending" into it, so its retry budget, not a hang, ends it).
             kept = [(p, f) for p, f in out if self.port_up.get(p, False)]
             self.count("tx_port_down", len(out) - len(kept))
             out = kept
-        self.count("tx_frames", len(out))
+            if queued:
+                for p, up in self.port_up.items():
+                    if not up and sq.pending(p):
+                        k = sq.drop(p, sq.pending(p))
+                        self.count("tx_port_down", k)
+                        queued -= min(queued, k)
+        self.count("tx_frames", len(out) + queued)
         return out
 
     def _refresh_timers(self) -> None:

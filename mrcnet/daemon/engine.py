@@ -125,6 +125,7 @@ class Daemon(Verbs):
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
+        self.sendq: fastpath.SendQueue | None = None
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -186,6 +187,9 @@ class Daemon(Verbs):
                         mtu_payload=payload_for_mtu(mtu), completion_events=False, **knobs)
         self.host = core.Host(cfg.host, [core.Port(lp.index, lp.plane, lp.mac, lp.ip)
                                          for lp in self.local], self.paths, hc)
+        # New data frames go from the C frame builder to the ports' queues and sendmmsg,
+        # without a Python object per frame (the rest comes in frames_to_send's list).
+        self.sendq = self.host.sendq = fastpath.send_queue(len(self.ports))
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
@@ -368,32 +372,47 @@ class Daemon(Verbs):
         self._rearm()
 
     def _send_out(self, now: float) -> None:
-        """Drain the core's frames into the ports, one batch per port."""
+        """Drain the core's frames into the ports, one batch per port: the list's, then
+        the data frames on the send queues."""
         assert self.host is not None
         out = self.host.frames_to_send(now)
-        if not out:
-            return
-        if len(self.ports) == 1:
-            self._send(0, [f for _, f in out])
-            return
-        by_port: dict[int, list[bytes]] = {}
-        for idx, frame in out:
-            by_port.setdefault(idx, []).append(frame)
-        for idx, frames in by_port.items():
-            self._send(idx, frames)
+        if out:
+            if len(self.ports) == 1:
+                self._send(0, [f for _, f in out])
+            else:
+                by_port: dict[int, list[bytes]] = {}
+                for idx, frame in out:
+                    by_port.setdefault(idx, []).append(frame)
+                for idx, frames in by_port.items():
+                    self._send(idx, frames)
+        sq = self.sendq
+        if sq is not None and sq.waiting:
+            for idx, port in enumerate(self.ports):
+                if sq.pending(idx) and not port.closed:
+                    port.send_queue(sq, idx)
+                    if sq.pending(idx):
+                        self._want_writable(idx)
 
     def _send(self, index: int, frames: list[bytes]) -> None:
         port = self.ports[index]
         port.send(frames)
-        if port.backlog and index not in self._writers:
+        if port.backlog:
+            self._want_writable(index)
+
+    def _want_writable(self, index: int) -> None:
+        """Port ``index`` has frames the socket did not take: send them when it can."""
+        if index not in self._writers:
             assert self._loop is not None
             self._writers.add(index)
-            self._loop.add_writer(port.fileno(), self._on_port_writable, index)
+            self._loop.add_writer(self.ports[index].fileno(), self._on_port_writable, index)
 
     def _on_port_writable(self, index: int) -> None:
         port = self.ports[index]
         port.flush()
-        if not port.backlog:
+        sq = self.sendq
+        if sq is not None and not port.backlog and sq.pending(index):
+            port.send_queue(sq, index)  # (after the list's frames, as in _send_out)
+        if not port.backlog and not (sq is not None and sq.pending(index)):
             assert self._loop is not None
             self._loop.remove_writer(port.fileno())
             self._writers.discard(index)

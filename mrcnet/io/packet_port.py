@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import os
 import socket
 import struct
 from collections import deque
@@ -306,6 +307,28 @@ class PacketPort:
             if done < len(chunk):
                 break
         return total
+
+    def send_queue(self, q: fastpath.SendQueue, index: int) -> int:
+        """Send what waits for this port (its ``index``) on ``q`` (mrcd's data frames,
+        :class:`mrcnet.fastpath.SendQueue`): as much as the socket takes now, the rest
+        stays queued. Errors as :meth:`send`: a link that is down drops the queue, a
+        frame too large for the MTU is dropped; all counted. Returns frames sent."""
+        assert isinstance(self._io, fastpath.CBatchIO)
+        total = 0
+        while True:
+            n, calls, err = q.send(index, self._io)
+            self.stats.tx_frames += n
+            self.stats.tx_batches += calls
+            total += n
+            if not err or err in (errno.EAGAIN, errno.ENOBUFS):
+                return total
+            if err in (errno.ENETDOWN, errno.ENXIO):
+                self.stats.tx_dropped += q.drop(index, q.pending(index))
+                return total
+            if err == errno.EMSGSIZE:
+                self.stats.tx_dropped += q.drop(index, 1)
+                continue
+            raise OSError(err, os.strerror(err))
 
     def _trim_backlog(self) -> None:
         while len(self._backlog) > MAX_BACKLOG:
