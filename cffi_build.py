@@ -1,8 +1,9 @@
 """Build ``mrcnet._fastpath`` (cffi API mode) from mrcnet/_csrc during ``pip install``.
 
 cffi's declarations are read from the headers themselves (fastpath.h, spray.h, tx.h,
-rx.h, sendq.h: the part between their ``cffi: begin`` / ``cffi: end`` markers, plain declarations
-and #defines of integers), so they cannot drift from what the C code compiles against.
+rx.h, sendq.h, nscc.h: the part between their ``cffi: begin`` / ``cffi: end`` markers,
+plain declarations and #defines of integers), so they cannot drift from what the C code
+compiles against.
 Needs only a C compiler and the Python headers (the CRC is in mrcnet/_csrc/crc32.c).
 """
 
@@ -31,12 +32,13 @@ ffibuilder.cdef(
     struct sockaddr_ll { ...; };
     """
 )
-for _header in ("fastpath.h", "spray.h", "tx.h", "rx.h", "sendq.h"):  # (rx.h uses fastpath.h's)
+# (rx.h and sendq.h use fastpath.h's declarations)
+for _header in ("fastpath.h", "spray.h", "tx.h", "rx.h", "sendq.h", "nscc.h"):
     ffibuilder.cdef(_cdef_of(CSRC / _header))
 ffibuilder.set_source(
     "mrcnet._fastpath",
     '#include "fastpath.h"\n#include "spray.h"\n#include "tx.h"\n#include "rx.h"\n'
-    '#include "sendq.h"',
+    '#include "sendq.h"\n#include "nscc.h"',
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],

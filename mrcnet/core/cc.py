@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
+
+from mrcnet import fastpath
 
 # --- NSCC parameters (fractions of the measured base RTT / BDP; see docs/CORE.md) -------
 NSCC_TARGET_FRACTION: Final = 0.5  # target queueing delay = this x base RTT
@@ -74,6 +76,8 @@ def create_cc(name: str, mss: int, rate: float, base_rtt_hint: float, *,
         cls = CC_REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown CC profile {name!r}; known: {sorted(CC_REGISTRY)}") from None
+    if cls is NSCC and fastpath.HAVE_C:
+        cls = CNSCC  # the same NSCC, its per-ACK update in C
     return cls(mss, rate, base_rtt_hint, target_floor=target_floor, rtt_floor=rtt_floor,
                delay_filter=delay_filter)
 
@@ -217,3 +221,82 @@ class NSCC(CongestionControl):
         self.last_md = now
         self.cwnd *= 1.0 - penalty / PENALTY_SCALE
         self._clamp()
+
+
+#: CNSCC.quadrant's values, by nscc.h's MRC_NSCC_* number.
+_QUADRANTS: Final = ("", "proportional_increase", "fair_increase", "multiplicative_decrease",
+                     "no_change", "quick_adapt")
+
+
+def _c_field(name: str, kind: type = float) -> Any:
+    """A CNSCC attribute that is field ``name`` of its ``struct mrc_nscc``."""
+
+    def get(self: CNSCC) -> Any:
+        return kind(getattr(self._c, name))
+
+    def put(self: CNSCC, value: Any) -> None:
+        setattr(self._c, name, value)
+
+    return property(get, put, doc=f"NSCC.{name}, in C")
+
+
+class CNSCC(NSCC):
+    """:class:`NSCC` with its state and its per-ACK update in C (``mrcnet/_csrc/nscc.c``):
+    the same arithmetic, operation for operation, so the same windows to the last bit
+    (``tests/core/test_nscc.py`` compares the two). :func:`create_cc` gives it for
+    ``"nscc"`` when the C fast path is built."""
+
+    def __init__(self, mss: int, rate: float, base_rtt_hint: float, *,
+                 target_floor: float = 0.0, rtt_floor: float = 0.0,
+                 delay_filter: float = 0.0) -> None:
+        c = fastpath._C.mrc_nscc_new(mss, rate, base_rtt_hint, target_floor, rtt_floor,
+                                     delay_filter)
+        if c == fastpath._ffi.NULL:
+            raise MemoryError("NSCC state")
+        self._c = fastpath._ffi.gc(c, fastpath._C.mrc_nscc_free)
+        self._on_ack = fastpath._C.mrc_nscc_on_ack
+        self._penalty = fastpath._C.mrc_nscc_on_penalty
+        self.mss, self.rate = mss, rate
+
+    cwnd = _c_field("cwnd")  # type: ignore[assignment]
+    target_floor = _c_field("target_floor")
+    rtt_floor = _c_field("rtt_floor")
+    delay_filter = _c_field("delay_filter")
+    base_rtt = _c_field("base_rtt")
+    delay = _c_field("delay")
+    srtt = _c_field("srtt")
+    scale_rtt = _c_field("scale_rtt")
+    bdp = _c_field("bdp")
+    maxwnd = _c_field("maxwnd")
+    target = _c_field("target")
+    fi = _c_field("fi")
+    last_md = _c_field("last_md")
+    last_qa = _c_field("last_qa")
+    qa_pending = _c_field("qa_pending", bool)
+
+    @property
+    def quadrant(self) -> str:
+        """The quadrant the last ACK applied (NSCC's names)."""
+        return _QUADRANTS[self._c.quadrant]
+
+    @quadrant.setter
+    def quadrant(self, name: str) -> None:
+        self._c.quadrant = _QUADRANTS.index(name)
+
+    def on_ack(self, acked: int, rtt: float | None, ece: bool, now: float) -> None:
+        """Apply one ACK (NSCC.on_ack)."""
+        if self._on_ack(self._c, acked, 0.0 if rtt is None else rtt, rtt is not None, ece,
+                        now):
+            raise MemoryError("NSCC state")
+
+    def on_trim(self, now: float, lasthop: bool) -> None:
+        """Trims ask for quick adapt at the next ACK."""
+        self._c.qa_pending = 1
+
+    def on_loss(self, now: float) -> None:
+        """Losses, like trims, ask for quick adapt."""
+        self._c.qa_pending = 1
+
+    def on_penalty(self, penalty: int, now: float) -> None:
+        """Receiver window penalty (NSCC.on_penalty)."""
+        self._penalty(self._c, penalty, now)

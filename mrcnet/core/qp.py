@@ -960,16 +960,18 @@ class QueuePair:
         triggering packet's send time."""
         it = iter(ints)  # (ten at a time: zip of one iterator with itself)
         recs = zip(it, it, it, it, it, it, it, it, it, it, strict=False)
+        # (what on_sack sets per SACK, set once: no decision below reads or sets them)
+        self.credit_probe_at = _INF
+        self.credit_probes = 0
         for (cack, acked, tx, sack_ev, ts_echo, trig, ece, mode, penalty, credit), sent in zip(
                 recs, sents, strict=True):
             una = self.snd_una
             if cack < una:
                 self.count("rx_sack_stale")
-            credit = _unwrap32(credit, self.peer_credit)
-            if credit > self.peer_credit:
-                self.peer_credit = credit
-            self.credit_probe_at = _INF
-            self.credit_probes = 0
+            if (credit - self.peer_credit) % _CREDIT_MOD:  # (the same credit: no news)
+                credit = _unwrap32(credit, self.peer_credit)
+                if credit > self.peer_credit:
+                    self.peer_credit = credit
             if cack > una:
                 self.snd_una = cack
             self._sack_news(acked, tx, sent, trig, sack_ev, ts_echo, ece, mode, penalty, now)
@@ -979,7 +981,6 @@ class QueuePair:
         """:meth:`on_sack`'s decisions after the table's work: ``acked`` bytes newly
         acknowledged; ``tx``: the triggering packet's transmissions if the SACK is about
         its latest one (then sent at ``trig_sent``), else 0."""
-        txt = self.txt
         evm, cc = self.evm, self.cc
         assert evm is not None and cc is not None
         rtt = None
@@ -1023,8 +1024,8 @@ class QueuePair:
                 evm.skip(sack_ev, "receiver")
             elif mode == SackMode.ALWAYS_SKIP:
                 evm.assume_bad(sack_ev, now, "receiver")
-        if acked:
-            self._acked(txt, now)
+        if acked and (self.suspects or self.lost_log):  # (_acked has nothing to do else)
+            self._acked(self.txt, now)
         cc.on_ack(acked, rtt, ece != 0, now)
         if penalty:
             cc.on_penalty(penalty, now)

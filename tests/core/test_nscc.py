@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from mrcnet import fastpath
 from mrcnet.core import CC_REGISTRY, NSCC, CongestionControl, create_cc, register_cc
-from mrcnet.core.cc import NSCC_ALPHA, NSCC_GAMMA, NSCC_MAX_BDP
+from mrcnet.core.cc import CNSCC, NSCC_ALPHA, NSCC_GAMMA, NSCC_MAX_BDP
 
 MSS = 4096
 RATE = 100e9 / 8  # bytes/s
@@ -133,3 +136,46 @@ def test_registry() -> None:
     cc.on_ack(1, None, False, 0.0)
     assert cc.cwnd == 2 * RATE * BASE
     del CC_REGISTRY["test-double"]
+
+
+_FIELDS = ("cwnd", "base_rtt", "delay", "srtt", "scale_rtt", "bdp", "maxwnd", "target", "fi",
+           "last_md", "last_qa", "qa_pending", "quadrant")
+
+
+@pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+@pytest.mark.parametrize("seed", range(12))
+def test_c_nscc_is_nscc_to_the_bit(seed: int) -> None:
+    """CNSCC (nscc.c) and NSCC on the same random stream of ACKs (with and without RTT
+    samples, ECE, bursts and gaps, falling base RTTs), trims, losses and penalties, with
+    and without the delay filter and the floors: every field equal after every step
+    (floats compared exactly)."""
+    rng = random.Random(seed)
+    kw = rng.choice([{}, {"target_floor": 1e-3, "rtt_floor": 1.5e-3, "delay_filter": 0.5},
+                     {"delay_filter": 2.0}, {"rtt_floor": 2e-4}])
+    mss, rate, hint = rng.choice([1024, 8192]), rng.choice([1.25e9, 6.25e7, 10**9]), 5e-4
+    py, c = NSCC(mss, rate, hint, **kw), CNSCC(mss, rate, hint, **kw)
+    assert type(create_cc("nscc", mss, rate, hint, **kw)) is CNSCC
+    now = 1.0
+    base = rng.uniform(1e-5, 2e-3)
+    for step in range(3000):
+        now += rng.choice([0.0, rng.expovariate(1e5), rng.expovariate(1e3)])
+        r, lasthop, penalty = rng.random(), rng.random() < 0.5, rng.randrange(-1, 128)
+        for cc in (py, c):
+            if r < 0.02:
+                cc.on_trim(now, lasthop)
+            elif r < 0.03:
+                cc.on_loss(now)
+            elif r < 0.05:
+                cc.on_penalty(penalty, now)
+        if r >= 0.05:
+            if rng.random() < 0.01:
+                base *= rng.uniform(0.5, 1.0)
+            acked = rng.choice([0, mss, 3 * mss, rng.randrange(1, 20 * mss)])
+            rtt = None if rng.random() < 0.2 else base * rng.uniform(0.9, 5.0)
+            if rtt is not None and rng.random() < 0.01:
+                rtt = 0.0
+            ece = rng.random() < 0.15
+            py.on_ack(acked, rtt, ece, now)
+            c.on_ack(acked, rtt, ece, now)
+        assert [getattr(c, f) for f in _FIELDS] == [getattr(py, f) for f in _FIELDS], step
+    assert {py.quadrant} != {""}
