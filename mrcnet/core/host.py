@@ -141,7 +141,7 @@ class Host:
         #: mrcd's ports' send queues (:class:`mrcnet.fastpath.SendQueue`): when set, new
         #: data frames go there instead of into :meth:`frames_to_send`'s list (runs
         #: built in C; single frames and control frames still come in the list)
-        self.sendq: Any = None
+        self.tx_queues: Any = None
         self._counters: dict[str, int] = {}
         self._peer_routes: dict[str, dict[int, list[Route]]] = {}
         self._ip_peer: dict[bytes, str] = {}
@@ -1063,7 +1063,7 @@ class Host:
                 self._dirty.add(qpn)
                 qp.emit(now, out)
         self._sendq.clear()
-        sq = self.sendq
+        sq = self.tx_queues
         queued = 0
         if sq is not None:
             queued = sq.take_added()

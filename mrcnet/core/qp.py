@@ -543,9 +543,9 @@ class QueuePair:
                 exts[i] = _EXT_TSETH | _EXT_IMM
         start = wr.offset + off0
         end = wr.offset + min(wr.length, off0 + n * mtu)
-        sendq = self.host.sendq
-        if sendq is not None:  # mrcd: straight to the ports' queues, no object per frame
-            runs.queue(sendq, list(map(_FIRST, at)), list(map(_SECOND, at)),  # type: ignore[arg-type]
+        txq = self.host.tx_queues
+        if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
+            runs.queue(txq, list(map(_FIRST, at)), list(map(_SECOND, at)),  # type: ignore[arg-type]
                        evs, ops, flags, exts, seq & PSN_MASK, va, wr.view[start:end], mtu,
                        wr.msn & _MSN_MASK, wr.imm if wr.imm is not None else 0, ts)
             return

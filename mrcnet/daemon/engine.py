@@ -125,7 +125,7 @@ class Daemon(Verbs):
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
-        self.sendq: fastpath.SendQueue | None = None
+        self.tx_queues: fastpath.SendQueue | None = None
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -189,7 +189,7 @@ class Daemon(Verbs):
                                          for lp in self.local], self.paths, hc)
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
         # without a Python object per frame (the rest comes in frames_to_send's list).
-        self.sendq = self.host.sendq = fastpath.send_queue(len(self.ports))
+        self.tx_queues = self.host.tx_queues = fastpath.send_queue(len(self.ports))
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
@@ -385,7 +385,7 @@ class Daemon(Verbs):
                     by_port.setdefault(idx, []).append(frame)
                 for idx, frames in by_port.items():
                     self._send(idx, frames)
-        sq = self.sendq
+        sq = self.tx_queues
         if sq is not None and sq.waiting:
             for idx, port in enumerate(self.ports):
                 if sq.pending(idx) and not port.closed:
@@ -409,7 +409,7 @@ class Daemon(Verbs):
     def _on_port_writable(self, index: int) -> None:
         port = self.ports[index]
         port.flush()
-        sq = self.sendq
+        sq = self.tx_queues
         if sq is not None and not port.backlog and sq.pending(index):
             port.send_queue(sq, index)  # (after the list's frames, as in _send_out)
         if not port.backlog and not (sq is not None and sq.pending(index)):
