@@ -134,15 +134,25 @@ static const struct mrc_rx_mr *find_mr(const struct mrc_rx_ctx *c, uint32_t rkey
     return NULL;
 }
 
-static int from_peer(const struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len,
-                     uint32_t src_off)
+/* Whether the frame's source address (16 bytes at src_off) is one of the npeers
+ * addresses in `peers` (the data QP's, or the ack QP's). */
+static int from_peer(const uint8_t *peers, uint32_t npeers, const uint8_t *buf,
+                     uint32_t len, uint32_t src_off)
 {
     if ((uint64_t)src_off + 16 > len)
         return 0;
-    for (uint32_t i = 0; i < c->npeers && i < MRC_RX_PEERS_MAX; i++)
-        if (!memcmp(buf + src_off, c->peers + 16 * i, 16))
+    for (uint32_t i = 0; i < npeers && i < MRC_RX_PEERS_MAX; i++)
+        if (!memcmp(buf + src_off, peers + 16 * i, 16))
             return 1;
     return 0;
+}
+
+/* How far a 24-bit PSN is from the unbounded sequence number `ref` (the nearest one:
+ * -2^23 .. 2^23 - 1), as qp.py's unwrap() takes it. */
+static inline int64_t psn_delta(uint32_t psn, int64_t ref)
+{
+    int64_t d = ((int64_t)psn - ref) & PSN_MASK;
+    return d >= PSN_HALF ? d - (PSN_MASK + 1) : d;
 }
 
 /* _deliver() of a packet without an immediate: a message ends at LAST / ONLY. */
@@ -160,20 +170,11 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q);
 static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint8_t *buf,
                     uint32_t blen, double now)
 {
-    if (a->n >= a->max || (uint64_t)f->src_off + 16 > blen)
-        return 0;
-    uint32_t i;
-    for (i = 0; i < a->npeers && i < MRC_RX_PEERS_MAX; i++)
-        if (!memcmp(buf + f->src_off, a->peers + 16 * i, 16))
-            break;
-    if (i == a->npeers || i == MRC_RX_PEERS_MAX)
-        return 0;  /* _ready_qp: rx_wrong_peer */
+    if (a->n >= a->max || !from_peer(a->peers, a->npeers, buf, blen, f->src_off))
+        return 0;  /* (_ready_qp: rx_wrong_peer) */
     /* on_sack: unwrap the cumulative PSN against snd_una; the window */
     int64_t una = a->una;
-    int64_t d = ((int64_t)f->cack_psn - una) & PSN_MASK;
-    if (d >= PSN_HALF)
-        d -= PSN_MASK + 1;
-    int64_t cack = una + d;
+    int64_t cack = una + psn_delta(f->cack_psn, una);
     if (cack > a->next_seq || cack <= una - a->txcap)
         return 0;  /* rx_sack_out_of_window */
     int64_t trig = cack + f->ack_offset;
@@ -223,13 +224,11 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         /* Host.receive_batch: data of the lane's QP (ready: the caller checked) */
         if (!q || !f->is_data || f->dest_qp != c->qpn || f->dest_qp == ENDPOINT_QPN)
             STOP(MRC_RX_WHY_OTHER);
-        if (!from_peer(c, buf, blen, f->src_off))
+        if (!from_peer(c->peers, c->npeers, buf, blen, f->src_off))
             STOP(MRC_RX_WHY_PEER);
         /* on_data: unwrap the PSN against rcv_nxt, window */
         int64_t rcv = q->rcv_nxt;
-        int64_t d = ((int64_t)f->psn - rcv) & PSN_MASK;
-        if (d >= PSN_HALF)
-            d -= PSN_MASK + 1;
+        int64_t d = psn_delta(f->psn, rcv);
         int64_t seq = rcv + d;
         if (d >= c->win || d <= -c->win)
             STOP(MRC_RX_WHY_WINDOW);

@@ -802,13 +802,12 @@ class Host:
                 or qp.cc is None):
             lane.ack_pause()
             return
-        if qp.txt is not self._ack_txt or qp.peer_ips is not self._ack_peers \
-                or self._qps.get(qp.qpn) is not qp:
+        if self._qps.get(qp.qpn) is not qp:  # destroyed
             lane.ack_pause()
-            if self._qps.get(qp.qpn) is not qp:
-                self._ack_qp = None
-                return
-            self._ack_use(qp)
+            self._ack_qp = None
+            return
+        if qp.txt is not self._ack_txt or qp.peer_ips is not self._ack_peers:
+            self._ack_use(qp)  # a new table (reset) or new peers
             if self._ack_qp is None:
                 return
         lane.ack_sync(qp.snd_una, qp.next_seq)

@@ -65,6 +65,11 @@ DEFAULT_BATCH: Final = 64
 #: Frames a port keeps when its send queue is full before it starts dropping.
 MAX_BACKLOG: Final = 4096
 
+#: Send errors: the socket is full (the rest waits), the link is down (the frames can go
+#: nowhere: dropped), a frame larger than the MTU (a caller bug: that frame dropped).
+_SEND_FULL: Final = (errno.EAGAIN, errno.ENOBUFS)
+_SEND_LINK_DOWN: Final = (errno.ENETDOWN, errno.ENXIO)
+
 _CAP_HINT: Final = "run as root or grant the capability (setcap cap_net_raw,cap_net_admin+ep)"
 
 
@@ -320,9 +325,9 @@ class PacketPort:
             self.stats.tx_frames += n
             self.stats.tx_batches += calls
             total += n
-            if not err or err in (errno.EAGAIN, errno.ENOBUFS):
+            if not err or err in _SEND_FULL:
                 return total
-            if err in (errno.ENETDOWN, errno.ENXIO):
+            if err in _SEND_LINK_DOWN:
                 self.stats.tx_dropped += q.drop(index, q.pending(index))
                 return total
             if err == errno.EMSGSIZE:
@@ -345,9 +350,9 @@ class PacketPort:
             try:
                 n = self._io.send(chunk)
             except OSError as e:
-                if e.errno in (errno.EAGAIN, errno.ENOBUFS):
+                if e.errno in _SEND_FULL:
                     n = 0
-                elif e.errno in (errno.ENETDOWN, errno.ENXIO):
+                elif e.errno in _SEND_LINK_DOWN:
                     # The link is down: these frames cannot go anywhere. MRC resends what
                     # matters on other planes once mrcd marks the port down.
                     self.stats.tx_dropped += len(chunk)
