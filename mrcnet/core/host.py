@@ -138,10 +138,6 @@ class Host:
         self._events: deque[Event] = deque()
         self.path_events: list[PathStateChanged] = []
         self._ctrl: list[tuple[int, bytes]] = []
-        #: mrcd's ports' send queues (:class:`mrcnet.fastpath.SendQueue`): when set, new
-        #: data frames go there instead of into :meth:`frames_to_send`'s list (runs
-        #: built in C; single frames and control frames still come in the list)
-        self.tx_queues: Any = None
         self._counters: dict[str, int] = {}
         self._peer_routes: dict[str, dict[int, list[Route]]] = {}
         self._ip_peer: dict[bytes, str] = {}
@@ -1034,8 +1030,13 @@ class Host:
             self._peer_path_probe[ppk] = rid
             self.count("tx_ev_probe")
 
-    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
-        """Every frame ready to go now: (local port index, frame bytes)."""
+    def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
+        """Every frame ready to go now: (local port index, frame bytes).
+
+        ``sendq``: the caller's per-port send queues (:class:`mrcnet.fastpath.SendQueue`,
+        mrcd's): new data frames built a run at a time in C then go straight into them
+        (no Python object per frame) instead of into the list; single frames and control
+        frames still come in the list."""
         self._last_now = now
         out = self._ctrl
         self._ctrl = []
@@ -1060,9 +1061,9 @@ class Host:
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
-                qp.emit(now, out)
+                qp.emit(now, out, sendq)
         self._sendq.clear()
-        sq = self.tx_queues
+        sq = sendq
         queued = 0
         if sq is not None:
             queued = sq.take_added()

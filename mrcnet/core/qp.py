@@ -439,8 +439,9 @@ class QueuePair:
         """Anything to (re)transmit?"""
         return bool(self.sq or self.rtx_q)
 
-    def emit(self, now: float, out: list[tuple[int, bytes]]) -> None:
-        """Append data frames the window allows: retransmissions first, then new data.
+    def emit(self, now: float, out: list[tuple[int, bytes]], sendq: Any = None) -> None:
+        """Append data frames the window allows: retransmissions first, then new data
+        (into ``sendq``, the caller's send queues, when given and built in C).
 
         New data goes out a run at a time: as many packets of one work request as the
         window allows (exactly where checking it packet by packet would stop), their EVs
@@ -499,16 +500,17 @@ class QueuePair:
                     ops[-1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
             wr.next_pkt = end
             self.next_seq = seq + k
-            self._run_frames(wr, seq, idx, evs, ops, ts, now, out)
+            self._run_frames(wr, seq, idx, evs, ops, ts, out, sendq)
             txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
             if self.rto_at == _INF:
                 self.rto_at = now + self._rto(evs[0]) * self._backoff()
             self.tx_packets += k
 
     def _run_frames(self, wr: WorkRequest, seq: int, idx: int, evs: list[int], ops: list[int],
-                    ts: int, now: float, out: list[tuple[int, bytes]]) -> None:
+                    ts: int, out: list[tuple[int, bytes]], txq: Any) -> None:
         """Append the frames of new packets ``seq ..`` (packets ``idx ..`` of ``wr``, one
-        per EV): one C call when every path has a run slot, else one at a time."""
+        per EV): one C call when every path has a run slot, else one at a time. With the
+        send queues ``txq`` a run built in C goes into them instead of ``out``."""
         mtu = self.cfg.mtu_payload
         rkey = wr.rkey
         by_ev = self._run_slot_ev.get(rkey)
@@ -543,7 +545,6 @@ class QueuePair:
                 exts[i] = _EXT_TSETH | _EXT_IMM
         start = wr.offset + off0
         end = wr.offset + min(wr.length, off0 + n * mtu)
-        txq = self.host.tx_queues
         if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
             runs.queue(txq, list(map(_FIRST, at)), list(map(_SECOND, at)),  # type: ignore[arg-type]
                        evs, ops, flags, exts, seq & PSN_MASK, va, wr.view[start:end], mtu,
