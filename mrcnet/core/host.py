@@ -36,6 +36,8 @@ from mrcnet.core.config import (
     QPAttrs,
     check_timeout_exp,
 )
+from mrcnet.core.context import HostContext
+from mrcnet.core.cq import CompletionQueue
 from mrcnet.core.events import (
     Completion,
     Event,
@@ -45,7 +47,7 @@ from mrcnet.core.events import (
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
-from mrcnet.core.qp import QueuePair, WorkRequest, ts16
+from mrcnet.core.qp import QueuePair
 from mrcnet.core.rxlane import (
     RX_ACKS,
     RX_END,
@@ -56,6 +58,8 @@ from mrcnet.core.rxlane import (
     WHY_PARSE,
     lane_class,
 )
+from mrcnet.core.sender import WorkRequest
+from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest, MalformedFrame
 from mrcnet.fastpath import CRxLane, FrameParser, PyParsed
@@ -66,31 +70,6 @@ _INF = float("inf")
 _MAX_QPN = 0xFFFFFE  # ENDPOINT_QPN (0xFFFFFF) is reserved
 _IMM_MAX = 0xFFFFFFFF
 _ID_MASK = 0xFFFFFFFF
-
-
-class CompletionQueue:
-    """A completion queue: QPs push, the application polls."""
-
-    def __init__(self, handle: int) -> None:
-        self.handle = handle
-        self._q: deque[Completion] = deque()
-
-    def push(self, c: Completion) -> None:
-        """Add one completion."""
-        self._q.append(c)
-
-    def poll(self, max_entries: int) -> list[Completion]:
-        """Take up to ``max_entries`` completions, oldest first."""
-        q = self._q
-        n = min(max_entries, len(q))
-        return [q.popleft() for _ in range(n)]
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def has_error(self) -> bool:
-        """Does a waiting completion carry an error status?"""
-        return any(c.status is not WCStatus.SUCCESS for c in self._q)
 
 
 @dataclass(slots=True)
@@ -177,6 +156,9 @@ class Host:
         self._lane_peers: frozenset[bytes] = frozenset()
         self._lane_win = 0
         self._lane_gen = self.memory.generation
+        # what every QP here may see of this host
+        self._qp_ctx = HostContext(self.name, self.config, self.memory, self.count, self.emit,
+                                   self.path_events, self.port_of_plane)
 
     # --- counters and events ------------------------------------------------------------
 
@@ -241,7 +223,7 @@ class Host:
         if qpn > _MAX_QPN:
             raise InvalidRequest("out of QP numbers")
         self._next_qpn += 1
-        self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs(), recv_cq)
+        self._qps[qpn] = QueuePair(self._qp_ctx, qpn, cq, attrs or QPAttrs(), recv_cq)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
         return qpn
