@@ -123,6 +123,10 @@ RETH_LEN: Final = 16  # VA(64) rkey(32) DMA length(32): in every data packet
 METH_LEN: Final = 4  # reserved(8) message sequence number(24): with *_IMM opcodes
 IMMDT_LEN: Final = 4  # immediate data (32): with *_IMM opcodes, after METH
 TSETH_LEN: Final = 4  # send timestamp(16) reserved(16): when BTH.TS is set
+# Which optional headers a data frame built by the C run builder carries (bits; the C
+# side's MRC_EXT_* in mrcnet/_csrc/fastpath.h)
+DATA_EXT_IMM: Final = 1  # METH + ImmDt follow the RETH
+DATA_EXT_TSETH: Final = 2  # TSETH follows
 SETH_LEN: Final = 28  # SACK extended header
 CCSTATE_LEN: Final = 8  # congestion-control state that follows SETH
 NETH_LEN: Final = 20  # NACK extended header

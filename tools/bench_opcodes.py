@@ -1,7 +1,7 @@
 """Python bytecodes per data packet in the sender's core: a measure the machine's load
 cannot move.
 
-Two Hosts back to back (``mrcnet.core.bench``'s harness), mrcd's core settings, a 1 MiB
+Two Hosts back to back (tools/bench_core.py's harness), mrcd's core settings, a 1 MiB
 write of 8 KiB packets per round: the sender's calls (``frames_to_send``, and
 ``receive_batch`` of the SACKs) run under ``sys.settrace`` with opcode tracing, and every
 bytecode executed in them is counted, per function. The receiver runs untraced. Compare
@@ -19,8 +19,9 @@ import sys
 import types
 from typing import Any
 
+from bench_core import idle, pair
+
 from mrcnet.core import HostConfig
-from mrcnet.core.bench import idle, pair
 from mrcnet.daemon.config import DAEMON_CORE
 
 

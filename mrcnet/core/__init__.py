@@ -14,6 +14,7 @@ from mrcnet.core.config import (
     Port,
     QPAttrs,
 )
+from mrcnet.core.cq import CompletionQueue
 from mrcnet.core.events import (
     Completion,
     Event,
@@ -26,9 +27,9 @@ from mrcnet.core.events import (
     WriteCompleted,
 )
 from mrcnet.core.evs import EVManager, ev_path, make_ev
-from mrcnet.core.host import CompletionQueue, Host, PathProbe
+from mrcnet.core.host import Host, PathProbe
 from mrcnet.core.memory import MemoryRegion
-from mrcnet.core.qp import retry_schedule
+from mrcnet.core.recovery import retry_schedule
 from mrcnet.core.states import QP_TRANSITIONS, EVState, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from mrcnet.constants import (
     ACK_TIMEOUT_MAX_EXP,
     ACK_TIMEOUT_UNIT_S,
     DEFAULT_EVS_PER_QP,
+    PSN_MASK,
+    RETRY_EXP_INFINITE,
+    RETRY_LINEAR_MAX,
 )
+from mrcnet.errors import InvalidAttribute
 from mrcnet.wire import Route
 
 # --- core defaults (protocol-level choices of this implementation; see docs/CORE.md) ----
@@ -26,6 +30,7 @@ DEFAULT_MAX_IMM_OUTSTANDING = 64
 EV_PROFILE_SPRAY = "spray"
 EV_PROFILE_ECMP = "ecmp"
 EV_PROFILES = frozenset({EV_PROFILE_SPRAY, EV_PROFILE_ECMP})
+MAX_QPN = 0xFFFFFE  # the highest QP number (ENDPOINT_QPN, 0xFFFFFF, is reserved)
 
 #: mrc.h attribute names accepted by ``Host.modify_qp`` -> this module's names.
 #: (``retry_linear_cnt``/``retry_exp_cnt`` map to ``retry_linear``/``retry_cnt``.)
@@ -194,3 +199,33 @@ def check_timeout_exp(t: int) -> None:
     """Raise ValueError unless ``t`` is a valid ack timeout exponent."""
     if not 0 <= t <= ACK_TIMEOUT_MAX_EXP:
         raise ValueError(f"timeout exponent {t} outside 0..{ACK_TIMEOUT_MAX_EXP}")
+
+
+def check_qp_attrs(attrs: dict[str, Any]) -> None:
+    """Raise :class:`InvalidAttribute` for a QP attribute value out of range (names as
+    in :class:`QPAttrs`, mrc.h aliases already mapped)."""
+    for k in ("sq_psn", "rq_psn"):
+        if k in attrs and not 0 <= int(attrs[k]) <= PSN_MASK:
+            raise InvalidAttribute(f"{k}={attrs[k]} is not a 24-bit PSN")
+    if "dest_qp_num" in attrs and not 0 < int(attrs["dest_qp_num"]) <= MAX_QPN:
+        raise InvalidAttribute(f"dest_qp_num={attrs['dest_qp_num']} out of range")
+    if "timeout" in attrs:
+        try:
+            check_timeout_exp(int(attrs["timeout"]))
+        except ValueError as e:
+            raise InvalidAttribute(str(e)) from None
+    if attrs.get("ev_profile") not in (None, *EV_PROFILES):
+        raise InvalidAttribute(f"ev_profile {attrs['ev_profile']!r} unknown")
+    for k in ("retry_cnt", "max_imm_outstanding", "evs_per_qp", "max_wimm_dest",
+              "retry_exp_cnt"):
+        if k in attrs and int(attrs[k]) < 0:
+            raise InvalidAttribute(f"{k} must not be negative")
+    if "retry_linear" in attrs and not 0 <= int(attrs["retry_linear"]) <= RETRY_LINEAR_MAX:
+        raise InvalidAttribute(f"retry_linear_cnt {attrs['retry_linear']} outside "
+                               f"0..{RETRY_LINEAR_MAX}")
+    if "retry_exp_cnt" in attrs and int(attrs["retry_exp_cnt"]) > RETRY_EXP_INFINITE:
+        raise InvalidAttribute(f"retry_exp_cnt {attrs['retry_exp_cnt']} outside "
+                               f"0..{RETRY_EXP_INFINITE} (25: forever)")
+    for k in ("mpr", "mpr_dest"):
+        if k in attrs and not 0 < int(attrs[k]) <= 0xFF:
+            raise InvalidAttribute(f"{k}={attrs[k]} must be 1..255 (units of 128 PSNs)")

@@ -17,10 +17,7 @@ from typing import Any
 
 from mrcnet.constants import (
     ENDPOINT_QPN,
-    MPR_UNIT,
-    PSN_MASK,
     RETRY_EXP_INFINITE,
-    RETRY_LINEAR_MAX,
     EndpointOp,
     Opcode,
 )
@@ -28,14 +25,17 @@ from mrcnet.core.cc import CC_REGISTRY, create_cc
 from mrcnet.core.config import (
     EV_PROFILE_ECMP,
     EV_PROFILES,
+    MAX_QPN,
     MRC_H_ALIASES,
     Access,
     HostConfig,
     PathProvider,
     Port,
     QPAttrs,
-    check_timeout_exp,
+    check_qp_attrs,
 )
+from mrcnet.core.context import HostContext
+from mrcnet.core.cq import CompletionQueue
 from mrcnet.core.events import (
     Completion,
     Event,
@@ -45,52 +45,19 @@ from mrcnet.core.events import (
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
-from mrcnet.core.qp import QueuePair, WorkRequest, ts16
-from mrcnet.core.rxlane import (
-    RX_ACKS,
-    RX_END,
-    RX_POS_SHIFT,
-    RX_SACK,
-    RX_SACKS,
-    WHY_MR_MISS,
-    WHY_PARSE,
-    lane_class,
-)
+from mrcnet.core.qp import QueuePair
+from mrcnet.core.receive import Receiver
+from mrcnet.core.sender import WorkRequest
+from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
-from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest, MalformedFrame
-from mrcnet.fastpath import CRxLane, FrameParser, PyParsed
+from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
+from mrcnet.fastpath import FrameParser, PyParsed
 from mrcnet.wire import Route, build_endpoint
 from mrcnet.wire.endpoint import EndpointHeader
 
 _INF = float("inf")
-_MAX_QPN = 0xFFFFFE  # ENDPOINT_QPN (0xFFFFFF) is reserved
 _IMM_MAX = 0xFFFFFFFF
 _ID_MASK = 0xFFFFFFFF
-
-
-class CompletionQueue:
-    """A completion queue: QPs push, the application polls."""
-
-    def __init__(self, handle: int) -> None:
-        self.handle = handle
-        self._q: deque[Completion] = deque()
-
-    def push(self, c: Completion) -> None:
-        """Add one completion."""
-        self._q.append(c)
-
-    def poll(self, max_entries: int) -> list[Completion]:
-        """Take up to ``max_entries`` completions, oldest first."""
-        q = self._q
-        n = min(max_entries, len(q))
-        return [q.popleft() for _ in range(n)]
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def has_error(self) -> bool:
-        """Does a waiting completion carry an error status?"""
-        return any(c.status is not WCStatus.SUCCESS for c in self._q)
 
 
 @dataclass(slots=True)
@@ -138,10 +105,6 @@ class Host:
         self._events: deque[Event] = deque()
         self.path_events: list[PathStateChanged] = []
         self._ctrl: list[tuple[int, bytes]] = []
-        #: mrcd's ports' send queues (:class:`mrcnet.fastpath.SendQueue`): when set, new
-        #: data frames go there instead of into :meth:`frames_to_send`'s list (runs
-        #: built in C; single frames and control frames still come in the list)
-        self.tx_queues: Any = None
         self._counters: dict[str, int] = {}
         self._peer_routes: dict[str, dict[int, list[Route]]] = {}
         self._ip_peer: dict[bytes, str] = {}
@@ -166,21 +129,10 @@ class Host:
         # before the next frame is parsed (receive() is not re-entered).
         self._parser = FrameParser(use_c=None if self.config.fast_parse else False)
         self.rx_frames = 0  # hot counter: a plain attribute, folded into counters()
-        # The receive lane (mrcnet/core/rxlane.py): data of one QP at a time (the last
-        # one whose data took the full path), the regions it may write, and what it was
-        # set up with (re-checked before each batch).
-        self._lane: Any = lane_class(self.config.fast_parse)()
-        self._lane.verify = self.config.verify_checksums
-        self._lane_slots = isinstance(self._lane, CRxLane)  # reads a C batch in place
-        self._lane_qp: QueuePair | None = None
-        # The QP whose SACKs the lane takes (the last one a SACK came for), and the table
-        # and peers the lane was given for it
-        self._ack_qp: QueuePair | None = None
-        self._ack_txt: Any = None
-        self._ack_peers: frozenset[bytes] = frozenset()
-        self._lane_peers: frozenset[bytes] = frozenset()
-        self._lane_win = 0
-        self._lane_gen = self.memory.generation
+        # what every QP here may see of this host
+        self._qp_ctx = HostContext(self.name, self.config, self.memory, self.count, self.emit,
+                                   self.path_events, self.port_of_plane)
+        self._rx = Receiver(self)  # frames in (and the receive lane kept in step)
 
     # --- counters and events ------------------------------------------------------------
 
@@ -242,10 +194,10 @@ class Host:
         receive (immediate) completions to ``recv_cq`` if given, else also to ``cq``
         (mrc.h has a send and a receive CQ per QP)."""
         qpn = self._next_qpn
-        if qpn > _MAX_QPN:
+        if qpn > MAX_QPN:
             raise InvalidRequest("out of QP numbers")
         self._next_qpn += 1
-        self._qps[qpn] = QueuePair(self, qpn, cq, attrs or QPAttrs(), recv_cq)
+        self._qps[qpn] = QueuePair(self._qp_ctx, qpn, cq, attrs or QPAttrs(), recv_cq)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
         return qpn
@@ -290,7 +242,7 @@ class Host:
             raise InvalidAttribute(
                 f"QP {qpn} {qp.state.value}->{to_state.value} does not take {sorted(unknown)}"
                 f" (allowed: {sorted(required | optional)})")
-        self._check_attrs(attrs)
+        check_qp_attrs(attrs)
         if to_state is QPState.ERROR:
             qp.fail(WCStatus.WR_FLUSH_ERR, "moved to ERROR by modify_qp")
             return
@@ -327,34 +279,6 @@ class Host:
         if to_state is QPState.RTS and qp.state is QPState.RTR:
             qp.start_sending()
         qp.state = to_state
-
-    @staticmethod
-    def _check_attrs(attrs: dict[str, Any]) -> None:
-        for k in ("sq_psn", "rq_psn"):
-            if k in attrs and not 0 <= int(attrs[k]) <= PSN_MASK:
-                raise InvalidAttribute(f"{k}={attrs[k]} is not a 24-bit PSN")
-        if "dest_qp_num" in attrs and not 0 < int(attrs["dest_qp_num"]) <= _MAX_QPN:
-            raise InvalidAttribute(f"dest_qp_num={attrs['dest_qp_num']} out of range")
-        if "timeout" in attrs:
-            try:
-                check_timeout_exp(int(attrs["timeout"]))
-            except ValueError as e:
-                raise InvalidAttribute(str(e)) from None
-        if attrs.get("ev_profile") not in (None, *EV_PROFILES):
-            raise InvalidAttribute(f"ev_profile {attrs['ev_profile']!r} unknown")
-        for k in ("retry_cnt", "max_imm_outstanding", "evs_per_qp", "max_wimm_dest",
-                  "retry_exp_cnt"):
-            if k in attrs and int(attrs[k]) < 0:
-                raise InvalidAttribute(f"{k} must not be negative")
-        if "retry_linear" in attrs and not 0 <= int(attrs["retry_linear"]) <= RETRY_LINEAR_MAX:
-            raise InvalidAttribute(f"retry_linear_cnt {attrs['retry_linear']} outside "
-                                   f"0..{RETRY_LINEAR_MAX}")
-        if "retry_exp_cnt" in attrs and int(attrs["retry_exp_cnt"]) > RETRY_EXP_INFINITE:
-            raise InvalidAttribute(f"retry_exp_cnt {attrs['retry_exp_cnt']} outside "
-                                   f"0..{RETRY_EXP_INFINITE} (25: forever)")
-        for k in ("mpr", "mpr_dest"):
-            if k in attrs and not 0 < int(attrs[k]) <= 0xFF:
-                raise InvalidAttribute(f"{k}={attrs[k]} must be 1..255 (units of 128 PSNs)")
 
     def post_write(
         self,
@@ -612,293 +536,17 @@ class Host:
         each batch its socket gives). ``slots``: the C batch
         (:class:`mrcnet.fastpath.CBatchIO`) whose last receive gave ``frames`` (its
         ``recv_views``, or a :class:`mrcnet.fastpath.SlotFrames` of it): the C lane then
-        reads them where they are. Never raises.
+        reads them where they are. Never raises. (The loop: mrcnet/core/receive.py.)"""
+        self._rx.receive_batch(frames, port, now, slots)
 
-        The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
-        common case of data for the QP it serves on its own; each frame it stops at
-        takes the path below (:meth:`_lane_frame`), and so does each SACK it finds due.
-        Data frames that take that path set the lane to their QP."""
-        n = len(frames)
-        if not n:
-            return
-        self._last_now = now
-        self.rx_frames += n
-        lane = self._lane
-        p = self.ports.get(port)
-        if lane is None or p is None or not self.port_up[port]:
-            self._receive_frames(frames, port, now)
-            return
-        loaded = None
-        if slots is not None and self._lane_slots:
-            lane.load_slots(slots, n)
-        else:
-            loaded = lane.load(frames)
-            if loaded is None:  # a buffer the lane cannot read: frame by frame
-                self._receive_frames(frames, port, now)
-                return
-            frames = loaded
-        if self.memory.generation != self._lane_gen:  # a region went: forget them all
-            lane.clear_mrs()
-            self._lane_gen = self.memory.generation
-        qp = self._lane_qp
-        if qp is not None:  # _lane_check's common case, inlined (once per batch)
-            st = qp.state
-            mpr = qp.attrs.mpr_dest
-            if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not lane.qp
-                    or qp.peer_ips is not self._lane_peers
-                    or (mpr * MPR_UNIT if mpr else self.config.rx_window) != self._lane_win
-                    or self._qps.get(qp.qpn) is not qp):
-                self._lane_use(qp)
-        if self._ack_qp is not None:
-            self._ack_sync()
-        plane, run, ctrl = p.plane, lane.run, self._ctrl
-        marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
-        i = 0
-        qp = self._lane_qp  # (only _lane_frame changes it)
-        if qp is not None:
-            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
-        try:
-            while i < n:
-                r = run(i, n, now, plane)
-                k, st = r >> RX_POS_SHIFT, r & 3
-                # SACKs the lane took (for the ack QP): their decisions, before anything else
-                acks = self._ack_replay(now) if r & RX_ACKS else 0
-                got = k - i + (st == RX_SACK) - acks  # data frames the lane handled (qp's)
-                if got:  # (then the lane has a QP)
-                    assert qp is not None
-                    qp.rx_packets += got
-                    if marked != qp.qpn:
-                        marked = qp.qpn
-                        self._dirty.add(marked)
-                        self._sendq.add(marked)
-                if r & RX_SACKS:  # the SACKs the lane built, in their place among the rest
-                    assert qp is not None
-                    sacks = lane.take_sacks()
-                    ctrl += sacks
-                    qp.tx_sacks += len(sacks)
-                if st != RX_END:
-                    if st == RX_SACK:
-                        assert qp is not None
-                        try:
-                            qp.send_sack(now, ctrl)
-                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))  # a new path
-                        except Exception as e:  # never crash on network input; count it
-                            self.last_internal_error = e
-                            self.count("rx_internal_error")
-                    else:
-                        self._lane_frame(lane, frames[k], port, plane, now)
-                        qp = self._lane_qp
-                        if qp is not None:  # (its planes or credit may have changed)
-                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
-                        if self._ack_qp is not None:  # (its window or losses may have)
-                            self._ack_sync()
-                        marked = -1
-                i = k + 1
-        except Exception as e:  # a bug (frames are handled above): count it loudly, and
-            # what the lane built still goes out
-            self.last_internal_error = e
-            self.count("rx_internal_error")
-            sacks = lane.take_sacks()
-            if sacks and qp is not None:
-                ctrl += sacks
-                qp.tx_sacks += len(sacks)
-        finally:
-            if loaded is not None:
-                lane.release()
+    @property
+    def _lane(self) -> Any:
+        """The receive lane (None: frame by frame)."""
+        return self._rx._lane
 
-    def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
-                    plane: int, now: float) -> None:
-        """A frame the lane stopped at, its parse in ``lane``: what the per-frame path
-        does with it (the lane then serves the QP of a data frame that got to on_data)."""
-        if lane.why == WHY_PARSE:
-            reason = lane.malformed()
-            if reason is None:
-                self.last_internal_error = lane.error
-                self.count("rx_internal_error")
-            else:
-                self.count(f"rx_malformed_{reason.value}")
-            return
-        f = lane.parsed
-        try:
-            dest_qp = f.dest_qp
-            if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
-                self._dispatch(f, frame, port, now)
-                self._lane_check()
-                return
-            qp = self._ready_qp(f, frame)
-            if qp is None:
-                return
-            if not f.is_data:
-                qp.on_sack(f, now)
-                if qp is not self._ack_qp:
-                    self._ack_use(qp)
-                self._lane_check()
-                return
-            rkey = f.rkey if lane.why == WHY_MR_MISS else None
-            qp.on_data(f, frame, plane, now, self._ctrl)
-            if rkey is not None:  # a region the lane has not met yet
-                mr = self.memory.lookup(rkey)
-                if mr is not None and mr.remote_write:
-                    lane.add_mr(mr)
-            if qp is not self._lane_qp:
-                self._lane_use(qp)
-            else:
-                self._lane_check()
-        except Exception as e:  # never crash on network input; count it loudly
-            self.last_internal_error = e
-            self.count("rx_internal_error")
-
-    def _ready_qp(self, f: PyParsed, frame: bytes | bytearray | memoryview
-                  ) -> QueuePair | None:
-        """The frame's QP if it is ready and the frame comes from its peer (then marked
-        for timers and sending), else None (counted)."""
-        dest_qp = f.dest_qp
-        qp = self._qps.get(dest_qp)
-        if qp is None:
-            self.count("rx_unknown_qpn")
-            return None
-        if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
-            self.count("rx_qp_not_ready")
-            return None
-        o = f.src_off
-        if bytes(frame[o : o + 16]) not in qp.peer_ips:
-            self.count("rx_wrong_peer")
-            return None
-        self._dirty.add(dest_qp)
-        self._sendq.add(dest_qp)
-        return qp
-
-    def _lane_use(self, qp: QueuePair) -> None:
-        """The lane serves ``qp`` (a ready QP) from now on."""
-        st = qp.state
-        if (st is not QPState.RTS and st is not QPState.RTR) or self._qps.get(qp.qpn) is not qp:
-            self._lane.clear_qp()
-            self._lane_qp = None
-            return
-        cfg, mpr = self.config, qp.attrs.mpr_dest
-        win = mpr * MPR_UNIT if mpr else cfg.rx_window
-        if self._lane.set_qp(qp.qpn, qp.rx, qp.peer_ips, win, cfg.ack_every, cfg.ack_delay,
-                             cfg.reorder_floor, cfg.sack_on_reorder):
-            self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
-        else:
-            self._lane_qp = None
-
-    def _ack_use(self, qp: QueuePair) -> None:
-        """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
-        self._ack_qp = qp
-        self._ack_txt, self._ack_peers = qp.txt, qp.peer_ips
-        if not self._lane.set_ack(qp.qpn, qp.txt, qp.peer_ips, qp._txcap):
-            self._ack_qp = None
-
-    def _ack_sync(self) -> None:
-        """Before the lane runs: let it take the ack QP's SACKs, from where its window is
-        now, if on_sack's decisions cannot change what a later SACK's table work does
-        (rx.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
-        and suspects no path. Else every SACK stops and takes the full path."""
-        qp = self._ack_qp
-        assert qp is not None
-        lane = self._lane
-        if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
-                or qp.cc is None):
-            lane.ack_pause()
-            return
-        if self._qps.get(qp.qpn) is not qp:  # destroyed
-            lane.ack_pause()
-            self._ack_qp = None
-            return
-        if qp.txt is not self._ack_txt or qp.peer_ips is not self._ack_peers:
-            self._ack_use(qp)  # a new table (reset) or new peers
-            if self._ack_qp is None:
-                return
-        lane.ack_sync(qp.snd_una, qp.next_seq)
-
-    def _ack_replay(self, now: float) -> int:
-        """on_sack's decisions for the SACKs the lane took (in order); returns how many."""
-        qp = self._ack_qp
-        assert qp is not None
-        ints, sents = self._lane.take_acks()
-        qp.on_sack_records(ints, sents, now)
-        qpn = qp.qpn
-        self._dirty.add(qpn)
-        self._sendq.add(qpn)
-        return len(sents)
-
-    def _lane_check(self) -> None:
-        """Is the lane's QP still ready, with the same state record, peers and window?
-        (Between batches the API, the timers or a frame may have changed any of them.)"""
-        qp = self._lane_qp
-        if qp is None:
-            return
-        mpr = qp.attrs.mpr_dest
-        win = mpr * MPR_UNIT if mpr else self.config.rx_window
-        st = qp.state
-        if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not self._lane.qp
-                or qp.peer_ips is not self._lane_peers or win != self._lane_win
-                or self._qps.get(qp.qpn) is not qp):
-            self._lane_use(qp)
-
-    def _receive_frames(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                        now: float) -> None:
-        """:meth:`receive_batch` frame by frame, without the lane (a port that is down,
-        or no lane): the data and SACKs of a ready QP go to it without
-        :meth:`_dispatch`."""
-        parse, verify = self._parser.parse, self.config.verify_checksums
-        p = self.ports.get(port)
-        up = p is not None and self.port_up[port]
-        plane, qps, ctrl = p.plane if p is not None else -1, self._qps, self._ctrl
-        rts, rtr = QPState.RTS, QPState.RTR
-        dirty, sendq = self._dirty, self._sendq
-        last = -1  # the QP of the previous data or SACK frame
-        marked = False  # ``last`` is in _dirty and _sendq (nothing clears them in here)
-        qp: QueuePair | None = None
-        for frame in frames:
-            try:
-                if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
-                    frame = frame.cast("B")  # offsets below are byte offsets
-                f = parse(frame, verify)
-            except MalformedFrame as e:
-                self.count(f"rx_malformed_{e.reason.value}")
-                continue
-            except Exception as e:  # a parser bug must not take the host down
-                self.last_internal_error = e
-                self.count("rx_internal_error")
-                continue
-            try:
-                if not up:
-                    self.count("rx_port_down")
-                    continue
-                # _dispatch inlined for data and SACKs (the QP looked up once per run
-                # of frames for it); anything else goes through _dispatch itself.
-                dest_qp = f.dest_qp
-                if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
-                    self._dispatch(f, frame, port, now)
-                    continue
-                if dest_qp != last or qp is None:
-                    qp = qps.get(dest_qp)
-                    if qp is None:
-                        last = -1
-                        self.count("rx_unknown_qpn")
-                        continue
-                    last, marked = dest_qp, False
-                st = qp.state
-                if st is not rts and st is not rtr:
-                    self.count("rx_qp_not_ready")
-                    continue
-                o = f.src_off
-                if bytes(frame[o : o + 16]) not in qp.peer_ips:
-                    self.count("rx_wrong_peer")
-                    continue
-                if not marked:
-                    dirty.add(dest_qp)
-                    sendq.add(dest_qp)
-                    marked = True
-                if f.is_data:
-                    qp.on_data(f, frame, plane, now, ctrl)
-                else:
-                    qp.on_sack(f, now)
-            except Exception as e:  # never crash on network input; count it loudly
-                self.last_internal_error = e
-                self.count("rx_internal_error")
+    @_lane.setter
+    def _lane(self, lane: Any) -> None:
+        self._rx._lane = lane
 
     def _dispatch(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: int,
                   now: float) -> None:
@@ -910,7 +558,7 @@ class Host:
         if dest_qp == ENDPOINT_QPN:
             self._on_endpoint(f, frame, p, now)
             return
-        qp = self._ready_qp(f, frame)
+        qp = self._rx._ready_qp(f, frame)
         if qp is None:
             return
         if f.is_data:
@@ -1034,8 +682,13 @@ class Host:
             self._peer_path_probe[ppk] = rid
             self.count("tx_ev_probe")
 
-    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
-        """Every frame ready to go now: (local port index, frame bytes)."""
+    def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
+        """Every frame ready to go now: (local port index, frame bytes).
+
+        ``sendq``: the caller's per-port send queues (:class:`mrcnet.fastpath.SendQueue`,
+        mrcd's): new data frames built a run at a time in C then go straight into them
+        (no Python object per frame) instead of into the list; single frames and control
+        frames still come in the list."""
         self._last_now = now
         out = self._ctrl
         self._ctrl = []
@@ -1060,9 +713,9 @@ class Host:
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
-                qp.emit(now, out)
+                qp.emit(now, out, sendq)
         self._sendq.clear()
-        sq = self.tx_queues
+        sq = sendq
         queued = 0
         if sq is not None:
             queued = sq.take_added()

@@ -188,8 +188,9 @@ class Daemon(Verbs):
         self.host = core.Host(cfg.host, [core.Port(lp.index, lp.plane, lp.mac, lp.ip)
                                          for lp in self.local], self.paths, hc)
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
-        # without a Python object per frame (the rest comes in frames_to_send's list).
-        self.tx_queues = self.host.tx_queues = fastpath.send_queue(len(self.ports))
+        # without a Python object per frame: handed to every frames_to_send call (the rest
+        # comes in its list).
+        self.tx_queues = fastpath.send_queue(len(self.ports))
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
@@ -375,7 +376,7 @@ class Daemon(Verbs):
         """Drain the core's frames into the ports, one batch per port: the list's, then
         the data frames on the send queues."""
         assert self.host is not None
-        out = self.host.frames_to_send(now)
+        out = self.host.frames_to_send(now, sendq=self.tx_queues)
         if out:
             if len(self.ports) == 1:
                 self._send(0, [f for _, f in out])

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the core's per-packet path: ``python -m mrcnet.core.bench``.
+"""Micro-benchmark of the core's per-packet path: ``python tools/bench_core.py``.
 
 Two Hosts wired back to back (no network model): host A writes ``--size`` bytes to host
 B; every frame is handed straight to the other side. The time spent inside each host's

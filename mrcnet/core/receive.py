@@ -1,0 +1,371 @@
+"""The receive loop: frames in, dispatched to their QPs, with the receive lane in step.
+
+:meth:`Receiver.receive_batch` hands a batch to the receive lane (mrcnet/core/rxlane.py,
+C or its Python twin), which handles the common case on its own: plain data for the QP
+it serves, and the SACKs of the QP whose table it was given. Every frame the lane stops
+at takes the per-frame path (parse, checks, ``QueuePair.on_data`` / ``on_sack``, or the
+host's dispatch for everything else). Before each batch the lane's copy of what it needs
+(the QP's state record, peers, window, the sending QP's window and table) is checked and
+brought in step with the QPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from mrcnet.constants import ENDPOINT_QPN, MPR_UNIT
+from mrcnet.core.config import HostConfig, Port
+from mrcnet.core.memory import MemoryTable
+from mrcnet.core.qp import QueuePair
+from mrcnet.core.rxlane import (
+    RX_ACKS,
+    RX_END,
+    RX_POS_SHIFT,
+    RX_SACK,
+    RX_SACKS,
+    WHY_MR_MISS,
+    WHY_PARSE,
+    lane_class,
+)
+from mrcnet.core.states import QPState
+from mrcnet.errors import MalformedFrame
+from mrcnet.fastpath import CRxLane, FrameParser, PyParsed
+
+
+class ReceivingHost(Protocol):
+    """What the receive loop uses of its host."""
+
+    config: HostConfig
+    memory: MemoryTable
+    ports: dict[int, Port]
+    port_up: dict[int, bool]
+    rx_frames: int
+    last_internal_error: BaseException | None
+    _last_now: float
+    _qps: dict[int, QueuePair]
+    _dirty: set[int]
+    _sendq: set[int]
+    _ctrl: list[tuple[int, bytes]]
+    _parser: FrameParser
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Bump a host counter."""
+
+    def _dispatch(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: int,
+                  now: float) -> None:
+        """Any frame that is not plain data or a SACK for a QP."""
+
+
+class Receiver:
+    """The receive loop of one host (see the module docstring)."""
+
+    def __init__(self, host: ReceivingHost) -> None:
+        self.host = host
+        config = host.config
+        # The receive lane: data of one QP at a time (the last one whose data took the
+        # full path), the regions it may write, and what it was set up with (re-checked
+        # before each batch). None: frame by frame.
+        self._lane: Any = lane_class(config.fast_parse)()
+        self._lane.verify = config.verify_checksums
+        self._lane_slots = isinstance(self._lane, CRxLane)  # reads a C batch in place
+        self._lane_qp: QueuePair | None = None
+        # The QP whose SACKs the lane takes (the last one a SACK came for), and the table
+        # and peers the lane was given for it
+        self._ack_qp: QueuePair | None = None
+        self._ack_txt: Any = None
+        self._ack_peers: frozenset[bytes] = frozenset()
+        self._lane_peers: frozenset[bytes] = frozenset()
+        self._lane_win = 0
+        self._lane_gen = host.memory.generation
+
+    def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
+                      now: float, slots: Any = None) -> None:
+        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments). Never raises.
+
+        The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
+        common case of data for the QP it serves on its own; each frame it stops at
+        takes the path below (:meth:`_lane_frame`), and so does each SACK it finds due.
+        Data frames that take that path set the lane to their QP."""
+        n = len(frames)
+        if not n:
+            return
+        self.host._last_now = now
+        self.host.rx_frames += n
+        lane = self._lane
+        p = self.host.ports.get(port)
+        if lane is None or p is None or not self.host.port_up[port]:
+            self._receive_frames(frames, port, now)
+            return
+        loaded = None
+        if slots is not None and self._lane_slots:
+            lane.load_slots(slots, n)
+        else:
+            loaded = lane.load(frames)
+            if loaded is None:  # a buffer the lane cannot read: frame by frame
+                self._receive_frames(frames, port, now)
+                return
+            frames = loaded
+        if self.host.memory.generation != self._lane_gen:  # a region went: forget them all
+            lane.clear_mrs()
+            self._lane_gen = self.host.memory.generation
+        qp = self._lane_qp
+        if qp is not None:  # _lane_check's common case, inlined (once per batch)
+            st = qp.state
+            mpr = qp.attrs.mpr_dest
+            if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not lane.qp
+                    or qp.peer_ips is not self._lane_peers
+                    or (mpr * MPR_UNIT if mpr else self.host.config.rx_window) != self._lane_win
+                    or self.host._qps.get(qp.qpn) is not qp):
+                self._lane_use(qp)
+        if self._ack_qp is not None:
+            self._ack_sync()
+        plane, run, ctrl = p.plane, lane.run, self.host._ctrl
+        marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
+        i = 0
+        qp = self._lane_qp  # (only _lane_frame changes it)
+        if qp is not None:
+            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+        try:
+            while i < n:
+                r = run(i, n, now, plane)
+                k, st = r >> RX_POS_SHIFT, r & 3
+                # SACKs the lane took (for the ack QP): their decisions, before anything else
+                acks = self._ack_replay(now) if r & RX_ACKS else 0
+                got = k - i + (st == RX_SACK) - acks  # data frames the lane handled (qp's)
+                if got:  # (then the lane has a QP)
+                    assert qp is not None
+                    qp.rx_packets += got
+                    if marked != qp.qpn:
+                        marked = qp.qpn
+                        self.host._dirty.add(marked)
+                        self.host._sendq.add(marked)
+                if r & RX_SACKS:  # the SACKs the lane built, in their place among the rest
+                    assert qp is not None
+                    sacks = lane.take_sacks()
+                    ctrl += sacks
+                    qp.tx_sacks += len(sacks)
+                if st != RX_END:
+                    if st == RX_SACK:
+                        assert qp is not None
+                        try:
+                            qp.send_sack(now, ctrl)
+                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))  # a new path
+                        except Exception as e:  # never crash on network input; count it
+                            self.host.last_internal_error = e
+                            self.host.count("rx_internal_error")
+                    else:
+                        self._lane_frame(lane, frames[k], port, plane, now)
+                        qp = self._lane_qp
+                        if qp is not None:  # (its planes or credit may have changed)
+                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+                        if self._ack_qp is not None:  # (its window or losses may have)
+                            self._ack_sync()
+                        marked = -1
+                i = k + 1
+        except Exception as e:  # a bug (frames are handled above): count it loudly, and
+            # what the lane built still goes out
+            self.host.last_internal_error = e
+            self.host.count("rx_internal_error")
+            sacks = lane.take_sacks()
+            if sacks and qp is not None:
+                ctrl += sacks
+                qp.tx_sacks += len(sacks)
+        finally:
+            if loaded is not None:
+                lane.release()
+
+    def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
+                    plane: int, now: float) -> None:
+        """A frame the lane stopped at, its parse in ``lane``: what the per-frame path
+        does with it (the lane then serves the QP of a data frame that got to on_data)."""
+        if lane.why == WHY_PARSE:
+            reason = lane.malformed()
+            if reason is None:
+                self.host.last_internal_error = lane.error
+                self.host.count("rx_internal_error")
+            else:
+                self.host.count(f"rx_malformed_{reason.value}")
+            return
+        f = lane.parsed
+        try:
+            dest_qp = f.dest_qp
+            if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
+                self.host._dispatch(f, frame, port, now)
+                self._lane_check()
+                return
+            qp = self._ready_qp(f, frame)
+            if qp is None:
+                return
+            if not f.is_data:
+                qp.on_sack(f, now)
+                if qp is not self._ack_qp:
+                    self._ack_use(qp)
+                self._lane_check()
+                return
+            rkey = f.rkey if lane.why == WHY_MR_MISS else None
+            qp.on_data(f, frame, plane, now, self.host._ctrl)
+            if rkey is not None:  # a region the lane has not met yet
+                mr = self.host.memory.lookup(rkey)
+                if mr is not None and mr.remote_write:
+                    lane.add_mr(mr)
+            if qp is not self._lane_qp:
+                self._lane_use(qp)
+            else:
+                self._lane_check()
+        except Exception as e:  # never crash on network input; count it loudly
+            self.host.last_internal_error = e
+            self.host.count("rx_internal_error")
+
+    def _ready_qp(self, f: PyParsed, frame: bytes | bytearray | memoryview
+                  ) -> QueuePair | None:
+        """The frame's QP if it is ready and the frame comes from its peer (then marked
+        for timers and sending), else None (counted)."""
+        dest_qp = f.dest_qp
+        qp = self.host._qps.get(dest_qp)
+        if qp is None:
+            self.host.count("rx_unknown_qpn")
+            return None
+        if qp.state is not QPState.RTS and qp.state is not QPState.RTR:
+            self.host.count("rx_qp_not_ready")
+            return None
+        o = f.src_off
+        if bytes(frame[o : o + 16]) not in qp.peer_ips:
+            self.host.count("rx_wrong_peer")
+            return None
+        self.host._dirty.add(dest_qp)
+        self.host._sendq.add(dest_qp)
+        return qp
+
+    def _lane_use(self, qp: QueuePair) -> None:
+        """The lane serves ``qp`` (a ready QP) from now on."""
+        st = qp.state
+        if ((st is not QPState.RTS and st is not QPState.RTR)
+                or self.host._qps.get(qp.qpn) is not qp):
+            self._lane.clear_qp()
+            self._lane_qp = None
+            return
+        cfg, mpr = self.host.config, qp.attrs.mpr_dest
+        win = mpr * MPR_UNIT if mpr else cfg.rx_window
+        if self._lane.set_qp(qp.qpn, qp.rx, qp.peer_ips, win, cfg.ack_every, cfg.ack_delay,
+                             cfg.reorder_floor, cfg.sack_on_reorder):
+            self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
+        else:
+            self._lane_qp = None
+
+    def _ack_use(self, qp: QueuePair) -> None:
+        """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
+        self._ack_qp = qp
+        self._ack_txt, self._ack_peers = qp.txt, qp.peer_ips
+        if not self._lane.set_ack(qp.qpn, qp.txt, qp.peer_ips, qp._txcap):
+            self._ack_qp = None
+
+    def _ack_sync(self) -> None:
+        """Before the lane runs: let it take the ack QP's SACKs, from where its window is
+        now, if on_sack's decisions cannot change what a later SACK's table work does
+        (rx.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
+        and suspects no path. Else every SACK stops and takes the full path."""
+        qp = self._ack_qp
+        assert qp is not None
+        lane = self._lane
+        if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
+                or qp.cc is None):
+            lane.ack_pause()
+            return
+        if self.host._qps.get(qp.qpn) is not qp:  # destroyed
+            lane.ack_pause()
+            self._ack_qp = None
+            return
+        if qp.txt is not self._ack_txt or qp.peer_ips is not self._ack_peers:
+            self._ack_use(qp)  # a new table (reset) or new peers
+            if self._ack_qp is None:
+                return
+        lane.ack_sync(qp.snd_una, qp.next_seq)
+
+    def _ack_replay(self, now: float) -> int:
+        """on_sack's decisions for the SACKs the lane took (in order); returns how many."""
+        qp = self._ack_qp
+        assert qp is not None
+        ints, sents = self._lane.take_acks()
+        qp.on_sack_records(ints, sents, now)
+        qpn = qp.qpn
+        self.host._dirty.add(qpn)
+        self.host._sendq.add(qpn)
+        return len(sents)
+
+    def _lane_check(self) -> None:
+        """Is the lane's QP still ready, with the same state record, peers and window?
+        (Between batches the API, the timers or a frame may have changed any of them.)"""
+        qp = self._lane_qp
+        if qp is None:
+            return
+        mpr = qp.attrs.mpr_dest
+        win = mpr * MPR_UNIT if mpr else self.host.config.rx_window
+        st = qp.state
+        if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not self._lane.qp
+                or qp.peer_ips is not self._lane_peers or win != self._lane_win
+                or self.host._qps.get(qp.qpn) is not qp):
+            self._lane_use(qp)
+
+    def _receive_frames(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
+                        now: float) -> None:
+        """:meth:`receive_batch` frame by frame, without the lane (a port that is down,
+        or no lane): the data and SACKs of a ready QP go to it without
+        :meth:`_dispatch`."""
+        parse, verify = self.host._parser.parse, self.host.config.verify_checksums
+        p = self.host.ports.get(port)
+        up = p is not None and self.host.port_up[port]
+        plane, qps, ctrl = p.plane if p is not None else -1, self.host._qps, self.host._ctrl
+        rts, rtr = QPState.RTS, QPState.RTR
+        dirty, sendq = self.host._dirty, self.host._sendq
+        last = -1  # the QP of the previous data or SACK frame
+        marked = False  # ``last`` is in _dirty and _sendq (nothing clears them in here)
+        qp: QueuePair | None = None
+        for frame in frames:
+            try:
+                if type(frame) is memoryview and (frame.itemsize != 1 or frame.ndim != 1):
+                    frame = frame.cast("B")  # offsets below are byte offsets
+                f = parse(frame, verify)
+            except MalformedFrame as e:
+                self.host.count(f"rx_malformed_{e.reason.value}")
+                continue
+            except Exception as e:  # a parser bug must not take the host down
+                self.host.last_internal_error = e
+                self.host.count("rx_internal_error")
+                continue
+            try:
+                if not up:
+                    self.host.count("rx_port_down")
+                    continue
+                # _dispatch inlined for data and SACKs (the QP looked up once per run
+                # of frames for it); anything else goes through _dispatch itself.
+                dest_qp = f.dest_qp
+                if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
+                    self.host._dispatch(f, frame, port, now)
+                    continue
+                if dest_qp != last or qp is None:
+                    qp = qps.get(dest_qp)
+                    if qp is None:
+                        last = -1
+                        self.host.count("rx_unknown_qpn")
+                        continue
+                    last, marked = dest_qp, False
+                st = qp.state
+                if st is not rts and st is not rtr:
+                    self.host.count("rx_qp_not_ready")
+                    continue
+                o = f.src_off
+                if bytes(frame[o : o + 16]) not in qp.peer_ips:
+                    self.host.count("rx_wrong_peer")
+                    continue
+                if not marked:
+                    dirty.add(dest_qp)
+                    sendq.add(dest_qp)
+                    marked = True
+                if f.is_data:
+                    qp.on_data(f, frame, plane, now, ctrl)
+                else:
+                    qp.on_sack(f, now)
+            except Exception as e:  # never crash on network input; count it loudly
+                self.host.last_internal_error = e
+                self.host.count("rx_internal_error")

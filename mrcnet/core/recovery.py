@@ -1,0 +1,606 @@
+"""Recovery: what the requester learns from SACKs and NACKs, and what it does about loss.
+
+:meth:`Recovery.on_sack` retires acknowledged packets (the table's work, C when built),
+feeds RTT and ECN to the EV manager and CC, and, once per receive burst
+(:meth:`Recovery.after_sacks`), detects losses RACK-style (a packet sent before one that
+was acknowledged, still missing after that packet's RTT plus a reorder allowance) and
+completes work requests in order. A loss with nothing newer through on its path makes
+the path a suspect; confirmed losses concentrated on one path retire it. The per-path
+retransmission timer is the backstop, with a retry budget that ends in ERROR.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
+from mrcnet.core.cc import CongestionControl
+from mrcnet.core.context import QPView
+from mrcnet.core.events import Completion, WCOpcode, WCStatus, WriteCompleted
+from mrcnet.core.evs import EVManager, ev_path
+from mrcnet.core.sender import Sender
+from mrcnet.core.seqnum import CREDIT_MOD, unwrap, unwrap32
+from mrcnet.core.states import EVState, QPState
+from mrcnet.core.txtable import PEND, TxTable
+from mrcnet.fastpath import PyParsed
+
+_INF = float("inf")
+REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious losses
+REO_DECAY_BYTES = 4 << 20  # ... and halves after this many bytes without one
+REO_LEARN_MARGIN = 1.25  # a spurious loss sets the allowance to 1.25x what it needed
+_LOST_LOG_MAX = 4096  # packets declared lost remembered (to recognise late arrivals)
+SUSPECT_GRACE_RTTS = 1.0  # a suspected path retires this many srtts after the loss
+AMBIGUOUS_WINDOW_RTTS = 8  # ambiguous losses of one path count within 8 smoothed RTTs
+CONFIRMED_WINDOW_RTTS = 192  # confirmed losses count with this time constant (srtts)
+CONFIRMED_MIN = 1.5  # decayed confirmed losses a path needs to retire: two within ~133 srtts
+CONFIRMED_SIGMAS = 3.0  # ... and this many standard deviations above its fair share
+REO_SCALED_CAP_RTTS = 2  # the scaled reorder floor stays within 2 smoothed RTTs
+REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spurious loss
+
+
+def retry_schedule(base: float, retry_cnt: int, linear: int) -> list[float]:
+    """Timeout before each (re)transmission of a packet nobody acknowledges: ``linear``
+    intervals of ``base``, then doubling; ``retry_cnt + 1`` in all. Their sum bounds how
+    long an unreachable peer takes to put the QP in ERROR."""
+    return [base * (1 if k <= linear else 2 ** (k - linear)) for k in range(retry_cnt + 1)]
+
+
+class Recovery:
+    """The requester's acknowledgement and loss side of one QP (see the module
+    docstring). Its sender ``snd`` (set by the QP that composes both) holds the work
+    requests, the send sequence space and the peer's credit."""
+
+    def __init__(self, qp: QPView) -> None:
+        self.qp = qp
+        self.cfg = qp.cfg
+        self.attrs = qp.attrs
+        self.snd: Sender
+        # shared with the sender, set by the QP whenever it makes new ones
+        self.evm: EVManager | None = None
+        self.cc: CongestionControl | None = None
+        self.txt: TxTable
+        self._txcap = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything about packets in flight and the paths (QP reset)."""
+        self.snd_una = self.attrs.sq_psn
+        self.rtx_q: deque[int] = deque()  # seqs waiting for a retransmission
+        self.rto_at = _INF
+        self.retries = 0
+        self.rack_at = _INF
+        self.reo_scale = 1
+        self.reo_clean = 0
+        self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
+        self.reo_last = -_INF  # time of the last spurious loss
+        # seq -> (EV, TSETH stamp, time declared lost, by RACK) of transmissions declared lost
+        self.lost_log: dict[int, tuple[int, int, float, bool]] = {}
+        # path key (EV >> EV_PATH_SHIFT: plane and path) -> (count, window start) of its
+        # ambiguous losses (the newest send time acknowledged per path is the table's:
+        # path_acked)
+        self.path_amb: dict[int, tuple[int, float]] = {}
+        # path key -> (deadline, send time of the lost packet, its EVs) of a path under
+        # suspicion: retired at the deadline unless something newer gets through first
+        # (and the newest acknowledged send time then: with no news from the peer since,
+        # the deadline moves on instead; a stalled peer or host is not a dead path)
+        self.suspects: dict[int, tuple[float, float, list[int], float]] = {}
+        # path key -> its confirmed losses (a retransmission got through and the original
+        # never did), decaying with time constant CONFIRMED_WINDOW_RTTS, as of conf_t
+        self.path_conf: dict[int, float] = {}
+        self.conf_t = 0.0
+        self.suspect_at = _INF
+        self.srtt = 0.0
+        self.rttvar = 0.0
+        self.min_rtt = 0.0
+        self.sack_pending = False  # SACKs handled since the host's last frames_to_send
+        self.sack_acked = 0  # ... and what they acknowledged
+
+    @property
+    def rack_sent(self) -> float:
+        """Newest send time of any packet acknowledged (RACK; -1 before the first)."""
+        return self.txt.rack_sent
+
+    def on_timer(self, now: float) -> None:
+        """Run the requester's timers that are due (the QP is in RTS)."""
+        if self.rack_at <= now:
+            self._detect_losses(now)
+        if self.suspect_at <= now:
+            self._retire_suspects(now)
+        if self.rto_at <= now:
+            self._on_rto(now)
+
+    def lose_off_planes(self, live: set[int], now: float) -> None:
+        """Packets in flight on planes no longer in ``live`` are lost: resend them."""
+        txt = self.txt
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is not None and ev_path(e[0])[0] not in live:
+                self._mark_lost(seq, now, "port")
+
+    def probe_timeout(self) -> float:
+        """How long an EV probe may take to be answered: the QP's RTT plus four
+        variances (endpoint scheduling delay included); 0 before any sample."""
+        return self.srtt + 4 * self.rttvar
+
+    def base_timeout(self) -> float:
+        base = self.srtt + 4 * self.rttvar if self.srtt else self.attrs.ack_timeout_s
+        return max(self.cfg.timeout_floor, base)
+
+    def rto(self, ev: int) -> float:
+        """Per-path timeout of a packet on ``ev``: its EV's own RTT estimate, else the
+        QP's, else the QP's ack timeout attribute; never below the floor."""
+        evm = self.evm
+        info = evm.evs.get(ev) if evm is not None else None
+        if info is not None and info.srtt:
+            # An EV sees few samples; the QP's variance (endpoint jitter is common to
+            # every path) keeps a quiet EV's estimate from being too tight.
+            base = info.srtt + 4 * max(info.rttvar, self.rttvar)
+        elif self.srtt:
+            base = self.srtt + 4 * self.rttvar
+        else:
+            base = self.attrs.ack_timeout_s
+        return max(self.cfg.timeout_floor, base)
+
+    def backoff(self) -> float:
+        """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
+        k = self.retries - self.qp.retry_linear
+        return 1.0 if k <= 0 else float(1 << min(k, 30))
+
+    def _arm_rto(self) -> None:
+        """The retransmission timer follows the oldest packet in flight (per-path RTO)."""
+        seq = self.txt.oldest()
+        e = self.txt.get(seq) if seq is not None else None
+        self.rto_at = _INF if e is None else e[1] + self.rto(e[0]) * self.backoff()
+
+    def _mark_lost(self, seq: int, now: float, cause: str) -> None:
+        """Take packet ``seq`` out of flight and queue it for retransmission on another
+        EV."""
+        txt = self.txt
+        e = txt.get(seq)
+        if e is None:
+            return
+        ev, sent = e[0], e[1]
+        txt.lose(seq)
+        evm, cc = self.evm, self.cc
+        assert evm is not None and cc is not None
+        info = evm.evs.get(ev)
+        if cause == "trim":
+            if info is not None:
+                info.trimmed += 1
+            self.rtx_q.appendleft(seq)
+        else:
+            if info is not None:
+                info.lost += 1
+            if cause in ("loss", "timeout"):
+                log = self.lost_log
+                if len(log) >= _LOST_LOG_MAX:
+                    for k in list(log)[: _LOST_LOG_MAX // 2]:
+                        del log[k]
+                log[seq] = (ev, e[2], now, cause == "loss")
+                txt.log(seq, True)
+                if self._path_failed(ev, sent, now, cause):
+                    if cause == "timeout":
+                        evm.assume_bad(ev, now, cause)
+                    else:
+                        self._suspect(ev, sent, now)
+                cc.on_loss(now)
+            self.rtx_q.append(seq)
+        self.qp.count(f"lost_{cause}")
+
+    def _suspect(self, ev: int, sent: float, now: float) -> None:
+        """A SACK-detected loss with nothing newer through on its path: that is what a
+        dead path looks like, and also what a late batch looks like when the endpoints
+        add scheduling jitter. Give the path a short grace (half a smoothed RTT, within
+        the allowance already waited): a newer packet acknowledged on it clears it,
+        otherwise its EVs retire. (After a real failure more packets on the path go
+        missing meanwhile; they join the same suspicion.)"""
+        key = ev >> EV_PATH_SHIFT
+        sus = self.suspects.get(key)
+        if sus is not None:
+            if ev not in sus[2]:
+                sus[2].append(ev)
+            return
+        self.qp.count("loss_suspect")
+        grace = SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
+        self.suspects[key] = (now + grace, sent, [ev], self.rack_sent)
+        self.suspect_at = min(self.suspect_at, now + grace)
+
+    def _retire_suspects(self, now: float) -> None:
+        evm = self.evm
+        assert evm is not None
+        nxt = _INF
+        for key, (due, sent, evs, rack) in list(self.suspects.items()):
+            if due <= now and self.rack_sent <= rack:
+                # Nothing newer acknowledged anywhere since the suspicion: the peer (or
+                # this host) is stalled, which says nothing about this path. Wait on.
+                due = now + SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
+                self.suspects[key] = (due, sent, evs, rack)
+                self.qp.count("loss_suspect_extended")
+            if due <= now:
+                del self.suspects[key]
+                self._retire_path(evs, now)
+            else:
+                nxt = min(nxt, due)
+        self.suspect_at = nxt
+
+    def _retire_path(self, evs: list[int], now: float) -> None:
+        """EVs of one path share its fate: retire the path's other EVs with these (or
+        each would have to lose a packet of its own first)."""
+        evm = self.evm
+        assert evm is not None
+        plane, path, _ = ev_path(evs[0])
+        # Spares (revived EVs waiting for a slot) share the path's fate too: left GOOD,
+        # a refill could put one straight back onto the dead path.
+        evs = evs + [i.ev for i in (*evm.active.get(plane, ()), *evm.spares.get(plane, ()))
+                     if i.path == path]
+        for ev in evs:
+            evm.assume_bad(ev, now, "loss")
+
+    def _confirmed_loss(self, ev: int, now: float) -> None:
+        """The retransmission of a packet lost on ``ev`` got through while the original
+        never did: a real loss (reordering and endpoint lateness never get here).
+
+        A path is retired for losses concentrated on it (a lossy link), not for loss that
+        every path sees alike (drops at a congested host or in a shared queue: retiring
+        paths for that only moves the load around, and with all of them retired in turn
+        the QP loses its spread). So its recent confirmed losses are compared with what
+        the other paths' count predicts for its share: it retires once it has at least
+        CONFIRMED_MIN and exceeds that prediction by CONFIRMED_SIGMAS (Poisson) plus one.
+        With no loss elsewhere that is its second loss (within about 133 smoothed RTTs),
+        so random loss on one link is still caught within a few RTTs."""
+        self.qp.count("loss_confirmed")
+        key = ev >> EV_PATH_SHIFT
+        conf = self.path_conf
+        tau = CONFIRMED_WINDOW_RTTS * max(self.srtt, self.cfg.reorder_floor)
+        if conf and now > self.conf_t:
+            f = math.exp(-(now - self.conf_t) / tau)
+            for k in list(conf):
+                v = conf[k] * f
+                if v < 0.05:
+                    del conf[k]
+                else:
+                    conf[k] = v
+        self.conf_t = now
+        mine = conf.get(key, 0.0) + 1.0
+        conf[key] = mine
+        others = sum(conf.values()) - mine
+        evm = self.evm
+        assert evm is not None
+        active = {i.ev >> EV_PATH_SHIFT for lst in evm.active.values() for i in lst}
+        npaths = len(active | conf.keys())
+        expected = others / (npaths - 1) if npaths > 1 else 0.0
+        if mine >= CONFIRMED_MIN and mine > expected + CONFIRMED_SIGMAS * math.sqrt(expected) + 1:
+            del conf[key]
+            self.qp.count("loss_confirmed_retired")
+            self._retire_path([ev], now)
+
+    def _path_failed(self, ev: int, sent: float, now: float, cause: str) -> bool:
+        """Does the loss of a packet on ``ev`` sent at ``sent`` condemn its path? At once
+        if nothing sent on the path after it has been acknowledged (a dead path delivers
+        nothing newer). If a later packet got through, the loss is ambiguous (reordering,
+        endpoint jitter, a random drop): only ``retire_ambiguous`` of them within a few
+        RTTs retire the EV."""
+        key = ev >> EV_PATH_SHIFT
+        if cause == "timeout" and self.rack_sent <= sent:
+            # Nothing sent after it got through on *any* path: the peer (or this host's
+            # own scheduling) stalled, or everything is down. No path to blame; the
+            # retry budget decides.
+            self.qp.count("timeout_unblamed")
+            return False
+        if self.txt.path_acked(key) <= sent:
+            return True
+        self.qp.count("loss_ambiguous")
+        need = self.cfg.retire_ambiguous
+        if need <= 1:
+            return True
+        window = AMBIGUOUS_WINDOW_RTTS * max(self.srtt, self.cfg.reorder_floor)
+        n, start = self.path_amb.get(key, (0, now))
+        if now - start > window:
+            n, start = 0, now
+        n += 1
+        if n >= need:
+            self.path_amb.pop(key, None)
+            return True
+        self.path_amb[key] = (n, start)
+        return False
+
+    def _learn_reorder(self, late: float) -> None:
+        """A packet declared lost arrived ``late`` seconds after that: widen the allowance
+        to cover it (with a margin), never beyond the retransmission timeout."""
+        cap = max(self.cfg.timeout_floor, self.srtt + 4 * self.rttvar)
+        self.reo_learned = min(cap, max(
+            self.reo_learned, REO_LEARN_MARGIN * (self._reorder_allowance() + late)))
+
+    def _reorder_allowance(self) -> float:
+        floor = max(self.cfg.reorder_floor, self.min_rtt / 4)
+        base = floor * self.reo_scale
+        if self.reo_scale > 1 and self.srtt:
+            # Doubling after spurious losses widens it, but not beyond a couple of RTTs
+            # (unless measured lateness says more: reo_learned): a dead path must still
+            # be noticed within a few RTTs.
+            base = min(base, max(floor, REO_SCALED_CAP_RTTS * self.srtt))
+        return max(base, self.reo_learned) + self.cfg.ack_delay
+
+    def _detect_losses(self, now: float) -> None:
+        """RACK over sprayed paths: a packet sent before the most recently sent packet
+        that was acknowledged is lost once that packet's RTT plus a reorder allowance has
+        passed since it was sent; otherwise a timer is set for that moment."""
+        txt = self.txt
+        limit = txt.rack_sent
+        if limit < 0:
+            return
+        # The allowance covers path skew and the peer's ACK coalescing delay.
+        lost, self.rack_at = txt.rack(limit, txt.rack_rtt + self._reorder_allowance(), now)
+        for seq in lost:
+            self._mark_lost(seq, now, "loss")
+
+    def _on_rto(self, now: float) -> None:
+        """Timer backstop: every packet past its per-path RTO is lost (its EV retires);
+        one retry round is counted, and the next round waits the backed-off timeout.
+        Rounds without any acknowledgement in between exhaust the retry budget."""
+        expired = []
+        backoff = self.backoff()
+        txt = self.txt
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is not None and e[1] + self.rto(e[0]) * backoff <= now:
+                expired.append(seq)
+        if not expired:
+            self._arm_rto()
+            return
+        self.retries += 1
+        budget = self.qp.retry_budget
+        if self.retries > budget:
+            self._retry_exhausted(expired[0], now)
+            return
+        for seq in expired:
+            self._mark_lost(seq, now, "timeout")
+        self.qp.count("rto_rounds")
+        self.rto_at = now + self.base_timeout() * self.backoff()
+
+    def _retry_exhausted(self, seq: int, now: float) -> None:
+        budget = self.qp.retry_budget
+        self.qp.fail(
+            WCStatus.RETRY_EXC_ERR,
+            f"peer unreachable: no acknowledgement from {self.attrs.peer} QP "
+            f"{self.attrs.dest_qp_num} for PSN {seq & PSN_MASK} after {budget} "
+            f"retransmissions on {len(self.evm.evs) if self.evm else 0} EVs "
+            f"(retry budget exhausted; check the peer host, its QP and the fabric)",
+        )
+
+    def on_sack(self, s: PyParsed, now: float) -> None:
+        """A SACK (or ACK) from the peer's responder (``s``: the parsed frame)."""
+        una = self.snd_una
+        cack = unwrap(s.cack_psn, una)
+        if cack > self.snd.next_seq or cack <= una - self._txcap:
+            self.qp.count("rx_sack_out_of_window")
+            return
+        if cack < una:
+            # An older SACK overtaken by a newer one: its bitmap may still be news.
+            self.qp.count("rx_sack_stale")
+        credit = unwrap32(s.imm_credit, self.snd.peer_credit)
+        if credit > self.snd.peer_credit:
+            self.snd.peer_credit = credit
+        self.snd.credit_probe_at = _INF
+        self.snd.credit_probes = 0
+        evm, cc = self.evm, self.cc
+        if evm is None or cc is None or self.qp.state is not QPState.RTS:
+            return
+        # The table acknowledges what the SACK reports (the per-packet work) and says
+        # whether the SACK is about the latest transmission of the packet that
+        # triggered it (same EV and timestamp): then that packet gives an RTT sample.
+        txt = self.txt
+        trig = cack + s.ack_offset
+        sack_ev, sack_off, ts_echo = s.sack_ev, s.sack_offset, s.ts_echo
+        acked = txt.sack(now, una, cack, self.snd.next_seq, cack + sack_off, s.bitmap,
+                         sack_off == 1, trig, sack_ev, ts_echo)
+        if cack > una:
+            self.snd_una = cack
+        self._sack_news(acked, txt.trig_tx, txt.trig_sent, trig, sack_ev, ts_echo, s.ece,
+                        s.mode, s.window_penalty, now)
+
+    def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
+        """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.PyRxLane`
+        ``take_acks``; rx.h ``struct mrc_rx_ack``): the rest of :meth:`on_sack` for each,
+        in order. ``ints`` holds ``RX_ACK_INTS`` integers per SACK, ``sents`` the
+        triggering packet's send time."""
+        it = iter(ints)  # (ten at a time: zip of one iterator with itself)
+        recs = zip(it, it, it, it, it, it, it, it, it, it, strict=False)
+        # (what on_sack sets per SACK, set once: no decision below reads or sets them)
+        self.snd.credit_probe_at = _INF
+        self.snd.credit_probes = 0
+        for (cack, acked, tx, sack_ev, ts_echo, trig, ece, mode, penalty, credit), sent in zip(
+                recs, sents, strict=True):
+            una = self.snd_una
+            if cack < una:
+                self.qp.count("rx_sack_stale")
+            if (credit - self.snd.peer_credit) % CREDIT_MOD:  # (the same credit: no news)
+                credit = unwrap32(credit, self.snd.peer_credit)
+                if credit > self.snd.peer_credit:
+                    self.snd.peer_credit = credit
+            if cack > una:
+                self.snd_una = cack
+            self._sack_news(acked, tx, sent, trig, sack_ev, ts_echo, ece, mode, penalty, now)
+
+    def _sack_news(self, acked: int, tx: int, trig_sent: float, trig: int, sack_ev: int,
+                   ts_echo: int, ece: int, mode: int, penalty: int, now: float) -> None:
+        """:meth:`on_sack`'s decisions after the table's work: ``acked`` bytes newly
+        acknowledged; ``tx``: the triggering packet's transmissions if the SACK is about
+        its latest one (then sent at ``trig_sent``), else 0."""
+        evm, cc = self.evm, self.cc
+        assert evm is not None and cc is not None
+        rtt = None
+        spurious = False
+        if self.lost_log:
+            rec = self.lost_log.get(trig)
+            if rec is not None and rec[0] == sack_ev and rec[1] == ts_echo:
+                # The transmission we declared lost has arrived after all: learn how
+                # late it was, so the allowance covers it next time.
+                del self.lost_log[trig]
+                self._learn_reorder(now - rec[2])
+                spurious = True
+        info = evm.evs.get(sack_ev)
+        if tx:
+            if tx > 1 and self.lost_log:
+                rec = self.lost_log.pop(trig, None)
+                if rec is not None and rec[3] and rec[0] != sack_ev:
+                    # The retransmission triggered this SACK and the PSN was still
+                    # missing: the original (declared lost by RACK, not by a timeout,
+                    # which a stalled peer also causes) never arrived.
+                    self._confirmed_loss(rec[0], now)
+            rtt = now - trig_sent
+            if info is not None:
+                info.rtt_sample(rtt)
+            self._rtt_sample(rtt)
+        if info is not None:
+            info.acked += 1
+            if ece:
+                info.ecn += 1
+            if info.state is EVState.ASSUMED_BAD:
+                # A packet on a retired EV got through: the path works (as good as a
+                # probe answer), and the loss that retired it was probably reordering.
+                evm.probe_result(sack_ev, True)
+                spurious = True
+        if spurious:
+            self._spurious_loss(now)
+        if ece:
+            evm.skip(sack_ev, "ecn")
+        if mode:
+            if mode == SackMode.SKIP_ONCE:
+                evm.skip(sack_ev, "receiver")
+            elif mode == SackMode.ALWAYS_SKIP:
+                evm.assume_bad(sack_ev, now, "receiver")
+        if acked and (self.suspects or self.lost_log):  # (_acked has nothing to do else)
+            self._acked(self.txt, now)
+        cc.on_ack(acked, rtt, ece != 0, now)
+        if penalty:
+            cc.on_penalty(penalty, now)
+        self.sack_acked += acked
+        if not self.sack_pending:
+            # Loss detection, the timer and completions run once per receive burst
+            # (Host.frames_to_send -> after_sacks): a batch of SACKs handled at one
+            # instant is one piece of news (a SACK early in the batch must not make
+            # packets that a later one acknowledges look lost), and one RACK scan per
+            # burst instead of per SACK.
+            self.sack_pending = True
+        if acked:
+            self.retries = 0
+            if self.reo_scale > 1:
+                self.reo_clean += acked
+                if self.reo_clean >= REO_DECAY_BYTES and self._reo_quiet(now):
+                    self.reo_scale = max(1, self.reo_scale // 2)
+                    self.reo_learned /= 2
+                    self.reo_clean = 0
+            elif self.reo_learned:
+                self.reo_clean += acked
+                if self.reo_clean >= REO_DECAY_BYTES and self._reo_quiet(now):
+                    self.reo_learned /= 2
+                    self.reo_clean = 0
+
+    def after_sacks(self, now: float) -> None:
+        """The end of a burst that brought SACKs: detect losses, re-arm the timer,
+        complete work requests."""
+        self.sack_pending = False
+        acked, self.sack_acked = self.sack_acked, 0
+        if self.evm is None or self.cc is None or self.qp.state is not QPState.RTS:
+            return
+        self._detect_losses(now)
+        if acked:
+            self._arm_rto()
+            self._complete_wrs()
+        elif not self.txt.ninfl:
+            self.rto_at = _INF
+
+    def _reo_quiet(self, now: float) -> bool:
+        """Long enough without a spurious loss for the allowance to narrow (slowly: a
+        fast link moves REO_DECAY_BYTES in a fraction of one jittery RTT)."""
+        return now - self.reo_last >= REO_DECAY_RTTS * self.srtt
+
+    def _spurious_loss(self, now: float) -> None:
+        """RACK-style adaptation: a loss that was not one widens the reorder allowance
+        (doubling, up to x16); it narrows again after REO_DECAY_BYTES clean bytes."""
+        self.qp.count("loss_spurious")
+        self.reo_last = now
+        self.reo_scale = min(REO_SCALE_MAX, self.reo_scale * 2)
+        self.reo_clean = 0
+
+    def _rtt_sample(self, rtt: float) -> None:
+        if self.srtt == 0.0:
+            self.srtt, self.rttvar, self.min_rtt = rtt, rtt / 2, rtt
+            return
+        self.rttvar += 0.25 * (abs(self.srtt - rtt) - self.rttvar)
+        self.srtt += 0.125 * (rtt - self.srtt)
+        self.min_rtt = min(self.min_rtt, rtt)
+
+    def _acked(self, txt: TxTable, now: float) -> None:
+        """What the table's last SACK acknowledged, for the decisions: the newest send
+        time acknowledged per path (a suspected path that delivered something sent after
+        its loss is cleared), and packets declared lost that were not (learn the
+        reordering)."""
+        suspects = self.suspects
+        if suspects:
+            for key, sent in txt.paths():
+                sus = suspects.get(key)
+                if sus is not None and sent >= sus[1]:
+                    del suspects[key]  # something newer got through: the path works
+                    self.qp.count("loss_suspect_cleared")
+        if self.lost_log:
+            for seq, sent, pending in txt.specials():
+                rec = self.lost_log.pop(seq, None)
+                if rec is not None and (pending or now - sent < self.min_rtt):
+                    pkey = rec[0] >> EV_PATH_SHIFT
+                    if self.suspects and self.suspects.pop(pkey, None) is not None:
+                        self.qp.count("loss_suspect_cleared")  # the "lost" packet came
+                    # Acknowledged before its retransmission was sent, or sooner than any
+                    # RTT ever measured: the transmission declared lost arrived after all.
+                    self._learn_reorder(now - rec[2])
+                    self._spurious_loss(now)
+
+    def _complete_wrs(self) -> None:
+        wrs, unacked = self.snd.wrs, self.txt.wr_unacked
+        while wrs:
+            wr = wrs[0]
+            if wr.next_pkt < wr.npkts or unacked(wr.slot):
+                return
+            wrs.popleft()
+            del self.snd.wr_of[wr.slot]
+            if wr.imm is not None:
+                self.snd.imm_outstanding -= 1
+            self.qp.cq.push(Completion(
+                WCStatus.SUCCESS, wr.wr_id, WCOpcode.RDMA_WRITE, wr.length, wr.imm, self.qp.qpn))
+            if self.cfg.completion_events:
+                self.qp.ctx.emit(WriteCompleted(self.qp.qpn, wr.wr_id, wr.length))
+
+    def on_nack(self, n: PyParsed, now: float) -> None:
+        """A NACK: trimmed packets are retransmitted at once; an access error is fatal."""
+        if self.qp.state is not QPState.RTS or self.evm is None or self.cc is None:
+            return
+        seq = unwrap(n.nack_psn, self.snd_una)
+        e = self.txt.get(seq)
+        if e is None or e[0] != n.nack_ev:
+            # Not about the latest transmission of an outstanding packet: stale or forged.
+            self.qp.count("rx_nack_stale")
+            return
+        reason = n.nack_reason
+        if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
+            lasthop = reason == NackReason.TRIMMED_LASTHOP
+            # A trim proves the path and the peer alive: the timeout retry budget is for
+            # silence, not congestion (the resend waits for the window like new data).
+            self.retries = 0
+            if not lasthop:
+                self.evm.skip(e[0], "trim")
+            self.cc.on_trim(now, lasthop)
+            if not e[8] & PEND:
+                self._mark_lost(seq, now, "trim")
+        elif reason == NackReason.UNEXP_EVENT:
+            wr = self.snd.wr_of[e[7]]
+            self.qp.fail(
+                WCStatus.REM_ACCESS_ERR,
+                f"remote access error: {self.attrs.peer} refused the write of wr_id "
+                f"{wr.wr_id} (rkey {wr.rkey:#x}, address {wr.remote_addr + e[5]:#x}): "
+                "check the rkey and that the range lies inside the peer's memory region",
+            )
+        else:
+            # Resource shortage or window: let the timer resend it later (no path blame).
+            self.qp.count("rx_nack_other")

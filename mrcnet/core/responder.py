@@ -1,0 +1,387 @@
+"""Responding: the receive side of one QP.
+
+Every data packet is checked (PSN window, rkey and bounds), placed at its address in
+any order, recorded, and delivered in order as the cumulative point passes it (a
+write-with-immediate completes then, exactly once). SACKs (cumulative point, bitmap,
+the triggering packet's EV and stamp, receive credit, CC state) and NACKs (trims, access
+errors, no receive credit) go back on the path the packet came on. The host's receive
+lane (mrcnet/core/rxlane.py, C or its Python twin) does the same for the common case on
+the same state record (``rx``): every change here goes there as well.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from mrcnet.constants import (
+    EV_PATH_SHIFT,
+    EV_PLANE_MASK,
+    EV_PLANE_SHIFT,
+    IMM_OPCODES,
+    MPR_UNIT,
+    PSN_MASK,
+    SACK_BITMAP_BITS,
+    WINDOW_PENALTY_MAX,
+    NackReason,
+    Opcode,
+)
+from mrcnet.core.context import QPView
+from mrcnet.core.ctrl import SackTemplate
+from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
+from mrcnet.core.evs import EVManager, ev_path
+from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
+from mrcnet.core.seqnum import CREDIT_MOD, HALF, MSN_MASK, unwrap
+from mrcnet.core.states import QPState
+from mrcnet.fastpath import PyParsed
+from mrcnet.wire import Route, build_nack
+from mrcnet.wire.nack import NETH
+
+_INF = float("inf")
+_ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
+_LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
+_ENDS = frozenset(int(op) for op in _ONLY + _LAST)  # opcodes that end a message
+_PENALTY_PER_LASTHOP_TRIM = 8  # receiver window penalty added per last-hop trim
+_PENALTY_DECAY = 0.5  # ... and halved at every SACK that carries it
+
+
+class Responder:
+    """The responder of one QP (see the module docstring)."""
+
+    def __init__(self, qp: QPView) -> None:
+        self.qp = qp
+        self.qpn = qp.qpn
+        self.cfg = qp.cfg
+        self.attrs = qp.attrs
+        self.memory = qp.ctx.memory
+        self.rcq = qp.rcq
+        # set by the QP whenever it makes new ones (INIT -> RTR, profile changes)
+        self.evm: EVManager | None = None
+        self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
+        self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
+        self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
+        self.tx_sacks = 0
+        self.recv_wrs: deque[int] = deque()
+        self.recv_posted = 0  # receives ever posted (the immediate credit we advertise)
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh receive state (QP reset; posted receives are the QP's business)."""
+        # The per-packet state is one record (``struct mrc_rx_qp``, rx.h documents the
+        # fields) that the host's receive lane updates in place for the common case of
+        # receiving data.
+        self._rxk = lane_class(self.cfg.fast_parse)
+        self.rx = self._rxk.new_state(ring_size(self.rx_window))
+        self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
+        self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
+        self.imm_done = 0  # next MSN to complete
+        self.rx.penalty = 0.0
+        self.lasthop_trims: dict[int, dict[int, float]] = {}
+
+    def start(self, paths: dict[int, list[Route]], evm: EVManager | None) -> None:
+        """INIT -> RTR: the peer's paths and the QP's EVs are known."""
+        self._paths = paths
+        self.evm = evm
+        self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
+        self._sack_tmpl.clear()
+
+    @property
+    def rx_window(self) -> int:
+        """PSNs the responder accepts ahead of (and behind) its cumulative point."""
+        mpr = self.attrs.mpr_dest
+        return mpr * MPR_UNIT if mpr else self.cfg.rx_window
+
+    def on_data(self, f: PyParsed, frame: bytes | bytearray | memoryview, plane: int,
+                now: float, out: list[tuple[int, bytes]]) -> None:
+        """A data packet (``f``: the parsed ``frame``): check, place, and acknowledge (or
+        NACK) it. (The host's receive lane does the same for the common case: every
+        change here goes to mrcnet/_csrc/rx.c and mrcnet/core/rxlane.py as well.)"""
+        rx = self.rx
+        rcv = rx.rcv_nxt
+        d = (f.psn - rcv) & PSN_MASK  # unwrap(psn, rcv) - rcv, inlined (every packet)
+        if d >= HALF:
+            d -= PSN_MASK + 1
+        seq = rcv + d
+        cfg = self.cfg
+        mpr = self.attrs.mpr_dest  # self.rx_window, inlined
+        win = mpr * MPR_UNIT if mpr else cfg.rx_window
+        if d >= win or d <= -win:
+            self.qp.count("rx_psn_out_of_window")
+            return
+        ev = f.ev
+        ts = f.timestamp  # 0 without a TSETH
+        n = f.length
+        rkey, va = f.rkey, f.va
+        # rkey and bounds (MemoryTable.target, inlined: this runs for every packet)
+        mr = self.memory.lookup(rkey)
+        off = va - mr.addr if mr is not None else -1
+        if mr is None or not mr.remote_write or off < 0 or off + n > mr.length:
+            tgt = self.memory.target(rkey, va, n)
+            assert isinstance(tgt, str)
+            self.qp.count(f"rx_{tgt}")
+            if d >= 0:
+                self._nack(NackReason.UNEXP_EVENT, ev, seq, ts, plane, out)
+            return
+        ce = f.ce != 0
+        m = rx.ooo_cap - 1  # the out-of-order set: slot seq & m holds seq, or -1
+        if d < 0 or (rx.ooo_n and rx.ooo_seq[seq & m] == seq):
+            self.qp.count("rx_duplicate")
+            self._note_ack(seq, ev, ts, ce, plane)
+            self.send_sack(now, out)
+            return
+        if f.trimmed:
+            self.qp.count("rx_trimmed")
+            self._nack(self._trim_reason(ev, plane, now), ev, seq, ts, plane, out)
+            return
+        op = f.opcode
+        if f.has_imm:
+            msn = f.msn
+            if unwrap(msn, self.imm_done) >= self.recv_posted:
+                # The sender ran past our receive credit: refuse, it will resend.
+                self.qp.count("rx_no_recv_credit")
+                self._nack(NackReason.NO_RESOURCE, ev, seq, ts, plane, out)
+                return
+            imm = f.imm
+        else:
+            msn = imm = 0
+        if n:  # untrimmed: the payload is all there, RETH length bytes at payload_off
+            po = f.payload_off
+            mr.view[off : off + n] = memoryview(frame)[po : po + n]
+        rx.rcvd_bytes += n
+        self.rx_packets += 1
+        rx.rx_burst += 1
+        # A retransmission is SACKed at once: its echo tells the sender the loss was real.
+        now_sack = f.ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
+        if d == 0:
+            if op in _ENDS:
+                self._deliver((n, op, msn, imm))
+            else:  # _deliver's whole work for a packet inside a message
+                rx.rx_msg_bytes += n
+            nxt = seq + 1
+            if rx.ooo_n:
+                while rx.ooo_seq[nxt & m] == nxt:
+                    self._deliver(self._ooo_pop(nxt & m))
+                    nxt += 1
+                if rx.hole_old:
+                    # A hole older than the reorder allowance closed: the sender has
+                    # probably declared it lost; tell it now (it learns the reordering).
+                    now_sack = True
+                    rx.hole_old = 0
+                rx.hole_at = now if rx.ooo_n else _INF  # the next hole, if any
+            rx.rcv_nxt = nxt
+        else:
+            if d >= rx.ooo_cap:  # a window wider than the ring (mpr_dest grew)
+                self._rxk.grow(rx, ring_size(d + 1))
+                m = rx.ooo_cap - 1
+            j = seq & m
+            rx.ooo_seq[j] = seq
+            rx.ooo_len[j], rx.ooo_op[j], rx.ooo_msn[j], rx.ooo_imm[j] = n, op, msn, imm
+            rx.ooo_n += 1
+            if op in IMM_OPCODES:
+                rx.ooo_nimm += 1
+            if seq > rx.rx_high:
+                rx.rx_high = seq
+            if rx.hole_at == _INF:
+                rx.hole_at = now
+            elif (not rx.hole_old and now - rx.hole_at >= cfg.reorder_floor
+                  and not cfg.sack_on_reorder):
+                # The hole at the cumulative point outlived the reorder allowance: a
+                # real gap, SACK at once. Mere reordering (most arrivals are out of
+                # order when packets are sprayed) is coalesced like in-order data.
+                rx.hole_old = 1
+                now_sack = True
+        k = rx.unrep_n  # PSNs received since the last SACK: the first ones in the record
+        if k < RX_UNREP_MAX:
+            rx.unrep[k] = seq
+        else:
+            self._unrep_more.append(seq)
+        rx.unrep_n = k + 1
+        since = rx.since_ack = rx.since_ack + 1
+        rx.ack_seq = seq
+        rx.ack_ev = ev
+        rx.ack_ts = ts
+        rx.ack_ce = ce
+        rx.ack_plane = plane
+        if (now_sack or since >= cfg.ack_every
+                or rx.unrep[0] < seq - SACK_BITMAP_BITS // 2):
+            self.send_sack(now, out)
+        elif rx.ack_at == _INF:
+            rx.ack_at = now + cfg.ack_delay
+
+    def _ooo_pop(self, j: int) -> tuple[int, int, int, int]:
+        """Take slot ``j``'s packet out of the out-of-order set: (len, opcode, msn, imm)."""
+        rx = self.rx
+        rx.ooo_seq[j] = -1
+        rx.ooo_n -= 1
+        op = rx.ooo_op[j]
+        if op in IMM_OPCODES:
+            rx.ooo_nimm -= 1
+        return rx.ooo_len[j], op, rx.ooo_msn[j], rx.ooo_imm[j]
+
+    def _deliver(self, entry: tuple[int, int, int, int]) -> None:
+        """The cumulative point moved over one packet: account for message boundaries
+        and complete a write-with-immediate (in order, exactly once)."""
+        length, op, msn, imm = entry
+        rx = self.rx
+        rx.rx_msg_bytes += length
+        if op in _LAST or op in _ONLY:
+            total = rx.rx_msg_bytes
+            rx.rx_msg_bytes = 0
+            if op in IMM_OPCODES:
+                if msn != self.imm_done & MSN_MASK:
+                    self.qp.count("rx_msn_mismatch")
+                self.imm_done += 1
+                wr_id = self.recv_wrs.popleft() if self.recv_wrs else -1
+                self.rcq.push(Completion(
+                    WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm, self.qpn))
+                if self.cfg.completion_events:
+                    self.qp.ctx.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
+
+    def _note_ack(self, seq: int, ev: int, ts: int, ce: bool, plane: int) -> None:
+        rx = self.rx
+        rx.ack_seq, rx.ack_ev, rx.ack_ts, rx.ack_ce, rx.ack_plane = seq, ev, ts, ce, plane
+
+    def lane_sack_state(self, npaths: int) -> tuple[int, int, dict[int, Any] | None]:
+        """What the host's receive lane needs to build this QP's usual SACKs itself
+        (send_sack's case of a usable triggering path): the planes that are usable and
+        have paths, as bits; the receive credit to advertise; and the SACK templates by
+        path, unless the lane has ``npaths`` of them already (None)."""
+        evm = self.evm
+        m = 0
+        if evm is not None:
+            paths = self._paths
+            for pl in evm.usable_planes:
+                if pl < 64 and pl in paths:
+                    m |= 1 << pl
+        t = self._sack_tmpl
+        return m, self._credit(), (t if len(t) != npaths else None)
+
+    def _credit(self) -> int:
+        """The receive credit a SACK advertises (mod 2^32): receives posted, capped by
+        the responder's own limit on immediates in flight."""
+        posted = self.recv_posted
+        mw = self.attrs.max_wimm_dest
+        if mw is not None:
+            posted = min(posted, self.imm_done + mw)
+        return posted % CREDIT_MOD
+
+    @property
+    def ooo(self) -> dict[int, tuple[int, int, int, int]]:
+        """The out-of-order set as a dict: seq -> (len, opcode, msn, imm) (a copy)."""
+        rx = self.rx
+        return {int(s): (int(rx.ooo_len[i]), int(rx.ooo_op[i]), int(rx.ooo_msn[i]),
+                         int(rx.ooo_imm[i]))
+                for i in range(rx.ooo_cap) if (s := rx.ooo_seq[i]) >= 0}
+
+    @property
+    def unreported(self) -> list[int]:
+        """Sequence numbers received since the last SACK (a copy)."""
+        rx = self.rx
+        return [int(rx.unrep[i]) for i in range(min(rx.unrep_n, RX_UNREP_MAX))] + \
+            self._unrep_more
+
+    def _trim_reason(self, ev: int, plane: int, now: float) -> NackReason:
+        """Last hop or not? Trims arriving close together on different paths of one plane
+        share only the last hop (the receiver's downlink): call that an incast."""
+        _, path, _ = ev_path(ev)
+        recent = self.lasthop_trims.setdefault(plane, {})
+        window = max(self.cfg.reorder_floor, self.qp.srtt or self.cfg.base_rtt_hint)
+        lasthop = any(p != path and now - t <= window for p, t in recent.items())
+        recent[path] = now
+        if lasthop:
+            self.rx.penalty = min(WINDOW_PENALTY_MAX, self.rx.penalty + _PENALTY_PER_LASTHOP_TRIM)
+            return NackReason.TRIMMED_LASTHOP
+        return NackReason.TRIMMED
+
+    def _reverse(self, plane: int, ev: int = 0) -> tuple[int, int, Route]:
+        """EV, port and route for a SACK/NACK. It goes back on the path the triggering
+        packet came on: that path just worked, and the sender steers it (a path the sender
+        retired carries no data, hence no SACKs either). Without a usable triggering EV,
+        the QP's own live EVs in the plane are the reverse set."""
+        evm = self.evm
+        assert evm is not None
+        ev_plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK  # ev_path(ev)[0], inlined
+        if ev and ev_plane in evm.usable_planes and ev_plane in self._paths:
+            port, route = self.qp.route(ev)
+            return ev, port, route
+        rev = evm.reverse_ev(plane) if plane in evm.usable_planes else evm.next_ev().ev
+        port, route = self.qp.route(rev)
+        return rev, port, route
+
+    def _nack(self, reason: NackReason, ev: int, seq: int, ts: int, plane: int,
+              out: list[tuple[int, bytes]]) -> None:
+        if self.evm is None:
+            return
+        rev, port, route = self._reverse(plane, ev)
+        out.append((port, build_nack(route, ev=rev, dest_qp=self.attrs.dest_qp_num or 0,
+                                     neth=NETH(reason, ev, seq & PSN_MASK,
+                                               self.rx.rcv_nxt & PSN_MASK, ts))))
+        self.qp.count("tx_nack")
+
+    def send_sack(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one
+        SACK per 64-PSN window so every packet received since the last SACK is reported),
+        the triggering packet's EV and timestamp, receive credit and CC state."""
+        rx = self.rx
+        rx.ack_at = _INF
+        rx.since_ack = 0
+        evm = self.evm
+        st = self.qp.state
+        if evm is None or (st is not QPState.RTR and st is not QPState.RTS):
+            return
+        # One SACK per window: the first always starts right after the cumulative point,
+        # so every SACK repeats what is still missing before it (a lost SACK costs
+        # nothing); extra windows only for packets further out that no SACK has reported
+        # yet (rxlane.sack_bases). The frames themselves: self._rxk.sack (C or Python).
+        more = self._unrep_more
+        bases = None
+        if more:  # more arrived than the record holds (ack_every above RX_UNREP_MAX)
+            bases = sack_bases(rx, more)
+            more.clear()
+        # Back on the triggering packet's path when it is usable (_reverse's first case,
+        # inlined: no side effects), else whatever _reverse picks.
+        ev = rx.ack_ev
+        ev_plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK
+        if not (ev and ev_plane in evm.usable_planes and ev_plane in self._paths):
+            ack_plane = rx.ack_plane
+            ev = self._reverse(ack_plane if ack_plane >= 0 else evm.usable_planes[0]
+                               if evm.usable_planes else 0, ev)[0]
+        path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
+        tp = self._sack_tmpl.get(path_key)
+        if tp is None:
+            port, route = self.qp.route(ev)
+            tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(SackTemplate(
+                route, dest_qp=self.attrs.dest_qp_num or 0)), port)
+        tmpl, port = tp
+        penalty = 0
+        pen = rx.penalty
+        if pen:  # (mostly 0.0, which the decay keeps)
+            penalty = int(pen)
+            rx.penalty = pen * _PENALTY_DECAY
+        frames = self._rxk.sack(rx, tmpl, ev, penalty, self._credit(), bases)
+        if len(frames) == 1:
+            out.append((port, frames[0]))
+            self.tx_sacks += 1
+            return
+        for frame in frames:
+            out.append((port, frame))
+            self.tx_sacks += 1
+
+    def on_probe(self, f: PyParsed, plane: int, now: float,
+                 out: list[tuple[int, bytes]]) -> None:
+        """A reliability probe: answer with a SACK reflecting its EV (and our credit)."""
+        self._note_ack(self.rx.rcv_nxt - 1, f.ev, f.probe_timestamp, False, plane)
+        self.send_sack(now, out)
+
+    def post_recv(self, wr_id: int, now: float, out: list[tuple[int, bytes]]) -> None:
+        """A receive for one immediate: more credit; tell the peer if it may be waiting."""
+        self.recv_wrs.append(wr_id)
+        self.recv_posted += 1
+        self.credit_update(now, out)
+
+    def credit_update(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """Send a SACK carrying our receive credit (no RTT echo: ack_offset -1)."""
+        if self.qp.state in (QPState.RTR, QPState.RTS) and self.evm is not None:
+            rx = self.rx
+            self._note_ack(rx.rcv_nxt - 1, 0, 0, False, rx.ack_plane)
+            self.send_sack(now, out)

@@ -1,0 +1,421 @@
+"""Sending: work requests -> runs of packets -> data frames.
+
+:meth:`Sender.emit` cuts posted writes (:class:`WorkRequest`) lazily into MTU-sized
+packets, each with its own RETH address, as many of one work request at a time as the
+window takes (a "run"), picks their EVs together, records them in the table of packets
+in flight and builds their frames (one C call per run when built). Retransmissions that
+recovery queued go first. Credit for immediates (the peer's receive credit, and the
+probes that ask for it) is the sender's too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from operator import itemgetter
+from typing import Any, Protocol
+
+from mrcnet.constants import (
+    DATA_EXT_IMM,
+    DATA_EXT_TSETH,
+    EV_PATH_SHIFT,
+    IMM_OPCODES,
+    LAST_OPCODES,
+    MPR_UNIT,
+    PSN_MASK,
+    Opcode,
+)
+from mrcnet.core.cc import CongestionControl
+from mrcnet.core.context import QPView
+from mrcnet.core.events import WCStatus
+from mrcnet.core.evs import EVInfo, EVManager
+from mrcnet.core.seqnum import MSN_MASK, ts16
+from mrcnet.core.txtable import PEND, Entry, TxTable
+from mrcnet.fastpath import RunPatcher, make_template, run_patcher
+from mrcnet.wire import build_data, build_probe
+from mrcnet.wire.bth import F_ACKREQ, F_TS
+from mrcnet.wire.probe import ProbeHeader
+from mrcnet.wire.template import DataTemplate
+
+_INF = float("inf")
+# Opcodes as plain ints for the per-packet path (an enum member lookup costs more)
+_OP_FIRST, _OP_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
+_OP_LAST, _OP_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_IMM)
+_OP_ONLY, _OP_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_IMM)
+_TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
+_U64 = 1 << 64
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+
+
+class WorkRequest:
+    """A posted RDMA WRITE (with or without immediate)."""
+
+    __slots__ = (
+        "imm",
+        "length",
+        "msn",
+        "next_pkt",
+        "npkts",
+        "offset",
+        "remote_addr",
+        "rkey",
+        "slot",
+        "view",
+        "wr_id",
+    )
+
+    def __init__(
+        self, wr_id: int, view: memoryview, offset: int, length: int,
+        remote_addr: int, rkey: int, imm: int | None, mtu: int,
+    ) -> None:
+        self.wr_id = wr_id
+        self.view = view
+        self.offset = offset
+        self.length = length
+        self.remote_addr = remote_addr
+        self.rkey = rkey
+        self.imm = imm
+        self.msn = -1
+        self.npkts = max(1, -(-length // mtu))
+        self.next_pkt = 0
+        self.slot = -1  # its slot in the QP's table of packets in flight, once started
+
+
+class SendGuard(Protocol):
+    """What sending needs from recovery: the acknowledged point, the queue of packets
+    to resend, and the retransmission timer it arms for new packets."""
+
+    snd_una: int
+    rtx_q: deque[int]
+    rto_at: float
+
+    def rto(self, ev: int) -> float:
+        """Per-path timeout of a packet on ``ev``."""
+
+    def backoff(self) -> float:
+        """The retry phase's timeout multiplier."""
+
+    def base_timeout(self) -> float:
+        """The QP's timeout (RTT based, never below the floor)."""
+
+
+class Sender:
+    """The requester's send side of one QP (see the module docstring)."""
+
+    def __init__(self, qp: QPView, rec: SendGuard) -> None:
+        self.qp = qp
+        self.rec = rec
+        self.cfg = qp.cfg
+        self.attrs = qp.attrs
+        # shared with recovery, set by the QP whenever it makes new ones
+        self.evm: EVManager | None = None
+        self.cc: CongestionControl | None = None
+        self.txt: TxTable
+        self._txcap = 0
+        self._tmpl: dict[tuple[object, ...], Any] = {}
+        self._tmpl_ev: dict[tuple[int, int], tuple[int, Any, Any]] = {}
+        # (path, rkey) -> (port, slot in self._runs): new data frames built a run at a
+        # time in C (None without the C fast path: one frame per call then); and the
+        # same per rkey and EV, for the per-packet lookup
+        self._run_slot: dict[tuple[int, int], tuple[int, int] | None] = {}
+        self._run_slot_ev: dict[int, dict[int, tuple[int, int] | None]] = {}
+        self._runs: RunPatcher | None = None
+        self.tx_packets = 0  # hot counter: a plain attribute, folded into counters()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every work request and the send sequence space (QP reset)."""
+        self.sq: deque[WorkRequest] = deque()  # not yet fully sent
+        self.wrs: deque[WorkRequest] = deque()  # sent, not yet completed (in order)
+        self.next_seq = self.attrs.sq_psn
+        self.wr_ctr = 0  # work requests started (their table slots)
+        self.wr_of: dict[int, WorkRequest] = {}  # slot -> started, not completed
+        self.next_msn = 0
+        self.peer_credit = 0
+        self.imm_outstanding = 0
+        self.credit_probe_at = _INF
+        self.credit_probes = 0
+
+    def clear_templates(self) -> None:
+        """Forget every frame template (the routes changed: INIT -> RTR)."""
+        self._tmpl.clear()
+        self._tmpl_ev.clear()
+        self._run_slot.clear()
+        self._run_slot_ev.clear()
+        self._runs = None
+
+    @property
+    def tx_window(self) -> int:
+        """PSNs the requester may have outstanding (mrc.h MPR x 128, else the host's)."""
+        mpr = self.attrs.mpr
+        return mpr * MPR_UNIT if mpr else self.cfg.rx_window
+
+
+    def post_write(self, wr: WorkRequest) -> None:
+        """Queue a write; it is sent from :meth:`emit` once the QP is in RTS."""
+        self.sq.append(wr)
+
+    def has_work(self) -> bool:
+        """Anything to (re)transmit?"""
+        return bool(self.sq or self.rec.rtx_q)
+
+    def emit(self, now: float, out: list[tuple[int, bytes]], sendq: Any = None) -> None:
+        """Append data frames the window allows: retransmissions first, then new data
+        (into ``sendq``, the caller's send queues, when given and built in C).
+
+        New data goes out a run at a time: as many packets of one work request as the
+        window allows (exactly where checking it packet by packet would stop), their EVs
+        chosen together (:meth:`EVManager.take`), accounted for in the table of packets
+        in flight in one call and, with the C fast path, built in one C call
+        (:meth:`_run_frames`)."""
+        cc, evm = self.cc, self.evm
+        if cc is None or evm is None:
+            return
+        cwnd = cc.cwnd
+        rec = self.rec
+        rtx_q, sq, txt = rec.rtx_q, self.sq, self.txt
+        while rtx_q:
+            seq = rtx_q[0]
+            e = txt.get(seq)
+            if e is None or not e[8] & PEND:  # acknowledged meanwhile
+                rtx_q.popleft()
+                continue
+            if txt.ninfl and txt.infl_bytes + e[4] > cwnd:
+                return
+            rtx_q.popleft()
+            self._resend(seq, e, now, out, evm.next_ev(avoid=e[0]))
+        mtu = self.cfg.mtu_payload
+        win = min(self.tx_window, self._txcap)
+        ts = ts16(now)
+        while sq:
+            # Packets the window takes: each new one needs inflight + mtu <= cwnd unless
+            # nothing is in flight (inside a run every packet but a message's last is a
+            # whole mtu, and the last ends the run).
+            ninfl = txt.ninfl
+            k = int((cwnd - txt.infl_bytes) // mtu) if ninfl else max(1, int(cwnd // mtu))
+            seq = self.next_seq
+            wr = sq[0]
+            idx = wr.next_pkt
+            k = min(k, rec.snd_una + win - seq, wr.npkts - idx)
+            if k <= 0:
+                break
+            if idx == 0:
+                if wr.imm is not None and not self._imm_allowed(now):
+                    break
+                self._start_wr(wr)
+            evs = evm.take(k)
+            if not evs:  # the next EV is not the plain round robin's: the full choice
+                info = evm.next_ev()
+                info.sent += 1
+                evs = [info.ev]
+            k = len(evs)
+            ops = [_OP_MIDDLE] * k
+            if idx == 0:
+                ops[0] = _OP_FIRST
+            end = idx + k
+            if end == wr.npkts:
+                sq.popleft()
+                if wr.imm is None:
+                    ops[-1] = _OP_ONLY if end == 1 else _OP_LAST
+                else:
+                    ops[-1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
+            wr.next_pkt = end
+            self.next_seq = seq + k
+            self._run_frames(wr, seq, idx, evs, ops, ts, out, sendq)
+            txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
+            if rec.rto_at == _INF:
+                rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
+            self.tx_packets += k
+
+    def _run_frames(self, wr: WorkRequest, seq: int, idx: int, evs: list[int], ops: list[int],
+                    ts: int, out: list[tuple[int, bytes]], txq: Any) -> None:
+        """Append the frames of new packets ``seq ..`` (packets ``idx ..`` of ``wr``, one
+        per EV): one C call when every path has a run slot, else one at a time. With the
+        send queues ``txq`` a run built in C goes into them instead of ``out``."""
+        mtu = self.cfg.mtu_payload
+        rkey = wr.rkey
+        by_ev = self._run_slot_ev.get(rkey)
+        if by_ev is None:
+            by_ev = self._run_slot_ev[rkey] = {}
+        # (map and itemgetter: per packet no Python bytecode, only C)
+        try:
+            at = list(map(by_ev.__getitem__, evs))
+        except KeyError:
+            for ev in evs:
+                if ev not in by_ev:
+                    by_ev[ev] = self._run_path(ev, rkey)
+            at = list(map(by_ev.__getitem__, evs))
+        n = len(evs)
+        off0 = idx * mtu
+        va = wr.remote_addr + off0
+        runs = self._runs
+        if runs is None or None in at or va + (n - 1) * mtu >= _U64:
+            for i in range(n):  # raises as one at a time did
+                off = off0 + i * mtu
+                out.append(self._frame(seq + i, wr, off, min(mtu, wr.length - off), ops[i],
+                                       evs[i], ts, False))
+            return
+        # Inside a run of one work request every packet but the first and the last is a
+        # WRITE_MIDDLE, which carries no AckReq and no immediate.
+        flags, exts = [F_TS] * n, [DATA_EXT_TSETH] * n
+        for i in (0, n - 1):
+            op = ops[i]
+            if op in LAST_OPCODES:
+                flags[i] = F_TS | F_ACKREQ
+            if op in IMM_OPCODES:
+                exts[i] = DATA_EXT_TSETH | DATA_EXT_IMM
+        start = wr.offset + off0
+        end = wr.offset + min(wr.length, off0 + n * mtu)
+        if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
+            runs.queue(txq, list(map(_FIRST, at)), list(map(_SECOND, at)),  # type: ignore[arg-type]
+                       evs, ops, flags, exts, seq & PSN_MASK, va, wr.view[start:end], mtu,
+                       wr.msn & MSN_MASK, wr.imm if wr.imm is not None else 0, ts)
+            return
+        frames = runs.frames(
+            list(map(_SECOND, at)), evs, ops, flags, exts,  # type: ignore[arg-type]
+            seq & PSN_MASK, va,
+            wr.view[start:end], mtu, wr.msn & MSN_MASK,
+            wr.imm if wr.imm is not None else 0, ts)
+        # (read-only views, not bytes: every taker of frames_to_send's frames, the
+        # ports' batch send and the simulator, takes any buffer)
+        out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
+
+    def _imm_allowed(self, now: float) -> bool:
+        if (self.next_msn < self.peer_credit
+                and self.imm_outstanding < self.attrs.max_imm_outstanding):
+            return True
+        if (self.next_msn >= self.peer_credit and not self.txt.ninfl
+                and self.credit_probe_at == _INF):
+            # Blocked on the peer's receive credit with nothing in flight: ask for a SACK
+            # (which carries the credit) now and then, counted against the retry budget.
+            self.credit_probe_at = now + self.rec.base_timeout()
+        return False
+
+    def _start_wr(self, wr: WorkRequest) -> None:
+        self.wrs.append(wr)
+        wr.slot = self.wr_ctr & 0xFFFFFFFF
+        self.wr_ctr += 1
+        self.wr_of[wr.slot] = wr
+        if wr.imm is not None:
+            wr.msn = self.next_msn
+            self.next_msn += 1
+            self.imm_outstanding += 1
+
+    def _resend(self, seq: int, e: Entry, now: float, out: list[tuple[int, bytes]],
+                info: EVInfo) -> None:
+        """Retransmit ``seq`` (its table entry ``e``) on ``info``."""
+        ts = ts16(now)
+        off = e[5]
+        out.append(self._frame(seq, self.wr_of[e[7]], off, e[4], e[6], info.ev, ts, True))
+        self.txt.resend(seq, info.ev, now, ts)
+        info.sent += 1
+        if self.rec.rto_at == _INF:
+            self.rec.rto_at = now + self.rec.rto(info.ev) * self.rec.backoff()
+        self.tx_packets += 1
+        self.qp.count("tx_retransmit")
+
+    def _frame(self, seq: int, wr: WorkRequest, off: int, length: int, opcode: int, ev: int,
+               ts: int, rtx: bool) -> tuple[int, bytes]:
+        """(local port, data frame) of packet ``seq`` (bytes ``off ..`` of ``wr``) on
+        ``ev``."""
+        start = wr.offset + off
+        imm = opcode in IMM_OPCODES
+        payload = wr.view[start : start + length]
+        tp = self._data_path(ev, wr.rkey) if self.cfg.use_templates else None
+        if tp is not None:
+            port, tmpl, spec = tp
+            frame = tmpl.frame(
+                opcode, seq & PSN_MASK, ev, wr.remote_addr + off, payload, spec,
+                (wr.msn & MSN_MASK) if imm else None, wr.imm if imm else None, ts, rtx,
+                opcode in LAST_OPCODES)
+        else:
+            port, route = self.qp.route(ev)
+            frame = build_data(
+                route,
+                ev=ev,
+                opcode=opcode,
+                dest_qp=self.attrs.dest_qp_num or 0,
+                psn=seq & PSN_MASK,
+                va=wr.remote_addr + off,
+                rkey=wr.rkey,
+                payload=payload,
+                msn=(wr.msn & MSN_MASK) if imm else None,
+                imm=wr.imm if imm else None,
+                timestamp=ts,
+                rtx=rtx,
+                ack_req=opcode in LAST_OPCODES,
+            )
+        return port, frame
+
+    def _data_path(self, ev: int, rkey: int) -> tuple[int, Any, Any] | None:
+        """(port, template, path spec) for data frames on ``ev`` with ``rkey``: the
+        headers are built once per (route shape, rkey) and patched per packet (C when
+        built); None when the route cannot be templated (then build_data is used)."""
+        key = (ev >> EV_PATH_SHIFT, rkey)  # the path (plane, path index), not the instance
+        hit = self._tmpl_ev.get(key)
+        if hit is not None:
+            return hit
+        port, route = self.qp.route(ev)
+        shape = (route.src_mac, route.dst_mac, route.src_ip, route.dst_ip, route.encap,
+                 route.hop_limit, route.usid is None,
+                 len(route.segments) if route.segments else 0, rkey)
+        try:
+            tmpl = self._tmpl.get(shape)
+            if tmpl is None:
+                tmpl = make_template(DataTemplate.for_route(
+                    route, dest_qp=self.attrs.dest_qp_num or 0, rkey=rkey))
+                self._tmpl[shape] = tmpl
+            if route.usid is not None:
+                spec = tmpl.path(usid=route.usid)
+            elif route.segments is not None:
+                spec = tmpl.path(segments=route.segments)
+            else:
+                spec = None
+        except ValueError:
+            return None
+        hit = (port, tmpl, spec)
+        if len(self._tmpl_ev) > _TEMPLATE_CACHE_MAX:
+            self._tmpl_ev.clear()
+            self._run_slot.clear()
+            self._run_slot_ev.clear()
+            self._runs = None
+        self._tmpl_ev[key] = hit
+        return hit
+
+    def _run_path(self, ev: int, rkey: int) -> tuple[int, int] | None:
+        """(port, slot) for building new data frames on ``ev`` with ``rkey`` in a run
+        (:class:`mrcnet.fastpath.RunPatcher`); None when they are built one at a time
+        (no C fast path, templates off, or a route that cannot be templated)."""
+        key = (ev >> EV_PATH_SHIFT, rkey)
+        if key in self._run_slot:
+            return self._run_slot[key]
+        hit = self._data_path(ev, rkey) if self.cfg.use_templates else None
+        slot = None
+        if hit is not None:
+            if self._runs is None:
+                self._runs = run_patcher()
+            if self._runs is not None:
+                port, tmpl, spec = hit
+                slot = (port, self._runs.add(tmpl, spec))
+        self._run_slot[key] = slot
+        return slot
+
+    def credit_probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        self.credit_probes += 1
+        budget = self.qp.retry_budget
+        if self.credit_probes > budget + 1:
+            self.qp.fail(
+                WCStatus.RETRY_EXC_ERR,
+                f"peer unreachable: {self.attrs.peer} QP {self.attrs.dest_qp_num} did not "
+                f"answer {budget + 1} credit probes (retry budget exhausted)",
+            )
+            return
+        assert self.evm is not None
+        info = self.evm.next_ev()
+        port, route = self.qp.route(info.ev)
+        out.append((port, build_probe(
+            route, ev=info.ev, dest_qp=self.attrs.dest_qp_num or 0,
+            probe=ProbeHeader(self.credit_probes, info.ev, self.next_seq & PSN_MASK, ts16(now)),
+        )))
+        base = self.rec.base_timeout()
+        k = self.credit_probes - self.qp.retry_linear
+        self.credit_probe_at = now + (base if k <= 0 else base * (1 << min(k, 30)))
