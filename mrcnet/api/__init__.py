@@ -1,7 +1,8 @@
 """Client library of mrcd: a verbs-like API after ``mrc.h`` (see :mod:`mrcnet.api.client`)
 and a socket-like API on top of it (see :mod:`mrcnet.api.socket`, docs/SOCKET-API.md).
 
-Talks to the local mrcd over its Unix socket; memory regions are shared memfds.
+Talks to the local mrcd over its Unix socket; memory regions are shared memfds. Every
+exception is importable from here (one tree: :mod:`mrcnet.api.errors`).
 """
 
 from mrcnet.api.client import (
@@ -19,33 +20,33 @@ from mrcnet.api.errors import (
     AccessDenied,
     ApiError,
     BadLkey,
+    BrokenPipe,
     ConnectError,
+    ConnectionRefused,
+    ConnectionReset,
     DaemonNotRunning,
+    EndOfStream,
     InvalidArgument,
     InvalidCQ,
     InvalidQP,
+    MrcdAccessDenied,
+    MrcdNotRunning,
     OutOfBounds,
+    PeerUnreachable,
     ProtocolError,
     QueueFull,
+    SocketClosed,
+    SocketError,
+    SocketTimeout,
+    WouldBlock,
 )
 from mrcnet.api.socket import (
     AsyncMrcSocket,
-    BrokenPipe,
-    ConnectionRefused,
-    ConnectionReset,
-    EndOfStream,
-    MrcdAccessDenied,
-    MrcdNotRunning,
     MrcListener,
     MrcServer,
     MrcSocket,
     MrcStreamReader,
     MrcStreamWriter,
-    PeerUnreachable,
-    SocketClosed,
-    SocketError,
-    SocketTimeout,
-    WouldBlock,
     connect_async,
     create_connection,
     create_server,
