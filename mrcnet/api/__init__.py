@@ -2,7 +2,8 @@
 and a socket-like API on top of it (see :mod:`mrcnet.api.socket`, docs/SOCKET-API.md).
 
 Talks to the local mrcd over its Unix socket; memory regions are shared memfds. Every
-exception is importable from here (one tree: :mod:`mrcnet.api.errors`).
+exception is importable from here (one tree: :mod:`mrcnet.api.errors`), and so are the
+core's events that :meth:`Context.get_async_event` returns (dataclasses: match on type).
 """
 
 from mrcnet.api.client import (
@@ -40,6 +41,7 @@ from mrcnet.api.errors import (
     SocketTimeout,
     WouldBlock,
 )
+from mrcnet.api.messages import StampedEvent
 from mrcnet.api.socket import (
     AsyncMrcSocket,
     MrcListener,
@@ -52,6 +54,14 @@ from mrcnet.api.socket import (
     create_server,
     open_connection,
     start_server,
+)
+from mrcnet.core.events import (
+    Event,
+    ImmediateReceived,
+    PathStateChanged,
+    PortStatusChanged,
+    QPError,
+    WriteCompleted,
 )
 
 __all__ = [
@@ -68,6 +78,8 @@ __all__ = [
     "Context",
     "DaemonNotRunning",
     "EndOfStream",
+    "Event",
+    "ImmediateReceived",
     "InvalidArgument",
     "InvalidCQ",
     "InvalidQP",
@@ -80,17 +92,22 @@ __all__ = [
     "MrcdAccessDenied",
     "MrcdNotRunning",
     "OutOfBounds",
+    "PathStateChanged",
     "PeerInfo",
     "PeerUnreachable",
+    "PortStatusChanged",
     "ProtocolError",
+    "QPError",
     "QueueFull",
     "QueuePair",
     "RemoteRegion",
     "SocketClosed",
     "SocketError",
     "SocketTimeout",
+    "StampedEvent",
     "WorkCompletion",
     "WouldBlock",
+    "WriteCompleted",
     "connect_async",
     "create_connection",
     "create_server",

@@ -29,6 +29,7 @@ from mrcnet.api.errors import (
     MrcdNotRunning,
     SocketError,
 )
+from mrcnet.core.events import QPError
 
 __all__ = ["Hub", "Route", "Watcher"]
 
@@ -140,10 +141,10 @@ class Hub:
                 if len(wcs) == 256:
                     continue
                 while (ev := self.ctx.get_async_event(timeout=0)) is not None:
-                    if ev.get("type") == "QPError":
-                        ch = self.channels.get(int(ev.get("qpn", -1)))
+                    if isinstance(ev, QPError):
+                        ch = self.channels.get(ev.qpn)
                         if ch is not None:
-                            ch.fail(str(ev.get("reason", "QP error")))
+                            ch.fail(ev.reason)
                 if not self.cq.pending():
                     break
             for acc in list(self.acceptors):
