@@ -41,7 +41,9 @@ from mrcnet.api import (
     MemoryRegion,
     QueuePair,
     WorkCompletion,
+    messages,
 )
+from mrcnet.core.events import Event, PathStateChanged
 from mrcnet.daemon.paths import LocalPort
 from mrcnet.errors import MrcError
 from mrcnet.io import IOSetupError, PacketPort
@@ -273,7 +275,7 @@ class _Run:
         self.by_qpn = {qp.qpn: qp for qp in self.qps}
         self.verdicts: list[int] = []
         self.events: list[dict[str, Any]] = []
-        self.other_events: list[dict[str, Any]] = []
+        self.other_events: list[Event] = []
         self.on_event: Callable[[dict[str, Any]], None] | None = None
 
     def counters(self) -> tuple[int, int, int]:
@@ -297,16 +299,17 @@ class _Run:
         return out
 
     def drain_events(self) -> None:
-        """Move mrcd's asynchronous events into ``events`` (EV state changes, stamped
-        with time.monotonic()) and ``other_events``."""
-        while (e := self.ctx.get_async_event(timeout=0)) is not None:
-            e = {"clock": time.monotonic(), **e}  # mrcd's own stamp if it sent one
-            if e.get("type") == "PathStateChanged":
-                self.events.append(e)
+        """Move mrcd's asynchronous events into ``events`` (EV state changes as JSON
+        records, with mrcd's time.monotonic() stamp as ``clock``) and ``other_events``."""
+        while (got := self.ctx.get_stamped_event(timeout=0)) is not None:
+            if isinstance(got.event, PathStateChanged):
+                # A record for JSON lines: the event's fields and mrcd's stamp.
+                rec = {"clock": got.clock, **messages.encode(got.event)}
+                self.events.append(rec)
                 if self.on_event is not None:
-                    self.on_event(e)
+                    self.on_event(rec)
             else:
-                self.other_events.append(e)
+                self.other_events.append(got.event)
 
     def take(self, wcs: list[WorkCompletion]) -> tuple[int, int]:
         """Sort completions: (writes done, errors); verdicts are kept, receives reposted."""

@@ -1,7 +1,9 @@
 """Client library of mrcd: a verbs-like API after ``mrc.h`` (see :mod:`mrcnet.api.client`)
 and a socket-like API on top of it (see :mod:`mrcnet.api.socket`, docs/SOCKET-API.md).
 
-Talks to the local mrcd over its Unix socket; memory regions are shared memfds.
+Talks to the local mrcd over its Unix socket; memory regions are shared memfds. Every
+exception is importable from here (one tree: :mod:`mrcnet.api.errors`), and so are the
+core's events that :meth:`Context.get_async_event` returns (dataclasses: match on type).
 """
 
 from mrcnet.api.client import (
@@ -19,38 +21,47 @@ from mrcnet.api.errors import (
     AccessDenied,
     ApiError,
     BadLkey,
+    BrokenPipe,
     ConnectError,
+    ConnectionRefused,
+    ConnectionReset,
     DaemonNotRunning,
+    EndOfStream,
     InvalidArgument,
     InvalidCQ,
     InvalidQP,
-    OutOfBounds,
-    ProtocolError,
-    QueueFull,
-)
-from mrcnet.api.socket import (
-    AsyncMrcSocket,
-    BrokenPipe,
-    ConnectionRefused,
-    ConnectionReset,
-    EndOfStream,
     MrcdAccessDenied,
     MrcdNotRunning,
+    OutOfBounds,
+    PeerUnreachable,
+    ProtocolError,
+    QueueFull,
+    SocketClosed,
+    SocketError,
+    SocketTimeout,
+    WouldBlock,
+)
+from mrcnet.api.messages import StampedEvent
+from mrcnet.api.socket import (
+    AsyncMrcSocket,
     MrcListener,
     MrcServer,
     MrcSocket,
     MrcStreamReader,
     MrcStreamWriter,
-    PeerUnreachable,
-    SocketClosed,
-    SocketError,
-    SocketTimeout,
-    WouldBlock,
     connect_async,
     create_connection,
     create_server,
     open_connection,
     start_server,
+)
+from mrcnet.core.events import (
+    Event,
+    ImmediateReceived,
+    PathStateChanged,
+    PortStatusChanged,
+    QPError,
+    WriteCompleted,
 )
 
 __all__ = [
@@ -67,6 +78,8 @@ __all__ = [
     "Context",
     "DaemonNotRunning",
     "EndOfStream",
+    "Event",
+    "ImmediateReceived",
     "InvalidArgument",
     "InvalidCQ",
     "InvalidQP",
@@ -79,17 +92,22 @@ __all__ = [
     "MrcdAccessDenied",
     "MrcdNotRunning",
     "OutOfBounds",
+    "PathStateChanged",
     "PeerInfo",
     "PeerUnreachable",
+    "PortStatusChanged",
     "ProtocolError",
+    "QPError",
     "QueueFull",
     "QueuePair",
     "RemoteRegion",
     "SocketClosed",
     "SocketError",
     "SocketTimeout",
+    "StampedEvent",
     "WorkCompletion",
     "WouldBlock",
+    "WriteCompleted",
     "connect_async",
     "create_connection",
     "create_server",

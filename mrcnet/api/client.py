@@ -42,7 +42,9 @@ from mrcnet.api.errors import (
     OutOfBounds,
     ProtocolError,
 )
+from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
 from mrcnet.api.protocol import PROTOCOL_VERSION, Message, moderation_error, recv_msg, send_msg
+from mrcnet.core.events import Completion, Event
 
 __all__ = [
     "Access",
@@ -107,6 +109,11 @@ class WorkCompletion:
     def ok(self) -> bool:
         """True for a successful completion."""
         return self.status == "SUCCESS"
+
+    @classmethod
+    def of(cls, c: Completion) -> WorkCompletion:
+        """The core's completion as the application sees it (status and opcode by name)."""
+        return cls(c.status.value, c.wr_id, c.opcode.value, c.byte_len, c.imm, c.qpn)
 
 
 @dataclass
@@ -302,7 +309,7 @@ class Context:
         self._cqs: dict[int, CompletionQueue] = {}
         self._mrs: dict[int, MemoryRegion] = {}
         self._connected: dict[int, PeerInfo] = {}
-        self._events: collections.deque[Message] = collections.deque()
+        self._events: collections.deque[StampedEvent] = collections.deque()
         self._unanswered: dict[int, str] = {}  # pipelined requests: id -> op
         self._deferred: collections.deque[Message] = collections.deque()
         # Path (EV) state changes are many under loss: only sent when asked for.
@@ -432,13 +439,11 @@ class Context:
         elif push == "wc":
             cq = self._cqs.get(msg["cq"])
             if cq is not None:
-                cq._wcs.extend(WorkCompletion(w["status"], w["wr_id"], w["opcode"],
-                                              w["byte_len"], w.get("imm"), w["qpn"])
-                               for w in msg["wcs"])
+                cq._wcs.extend(decode_completions(msg["wcs"], WorkCompletion.of))
         elif push == "connected":
             self._connected[msg["qpn"]] = _peer_info(msg)
         elif push == "event":
-            self._events.append(msg["event"])
+            self._events.append(stamped_event(msg))
         else:
             raise ProtocolError(f"unknown push {push!r} from mrcd")
 
@@ -513,8 +518,16 @@ class Context:
         ``ports``, ``deny_ev`` / ``allow_ev`` (qpn=, ev=). Sees every client's QPs."""
         return self._call(f"admin_{op}", **args)
 
-    def get_async_event(self, timeout: float | None = 0.0) -> Message | None:
-        """The next asynchronous event (QP error, path state...), or None."""
+    def get_async_event(self, timeout: float | None = 0.0) -> Event | None:
+        """The next asynchronous event, or None: the core's dataclass
+        (:class:`~mrcnet.core.events.QPError`, ``PathStateChanged``,
+        ``PortStatusChanged``), to match on its type."""
+        got = self.get_stamped_event(timeout)
+        return None if got is None else got.event
+
+    def get_stamped_event(self, timeout: float | None = 0.0) -> StampedEvent | None:
+        """:meth:`get_async_event` with the time mrcd made the event (``clock``, its
+        ``time.monotonic()``: the same clock as this process's)."""
         if not self._events:
             self._pump(block=bool(timeout), timeout=timeout)
         return self._events.popleft() if self._events else None

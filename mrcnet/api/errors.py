@@ -1,5 +1,11 @@
-"""Typed exceptions of the client library. mrcd reports errors by class name; the client
-raises the same class (unknown names become :class:`ApiError`)."""
+"""The exceptions of the client library, one tree under :class:`mrcnet.errors.MrcError`.
+
+Two branches: :class:`ApiError` for the verbs API (mrcd reports errors by class name; the
+client raises the same class, unknown names become :class:`ApiError`), and
+:class:`SocketError` for the socket-like API (each also the matching builtin
+:class:`OSError`, as socket errors are). The socket API's errors about mrcd itself are in
+both branches (:class:`MrcdNotRunning` is a :class:`DaemonNotRunning`).
+"""
 
 from __future__ import annotations
 
@@ -48,6 +54,76 @@ class ConnectError(ApiError):
 
 class QueueFull(ApiError):
     """Too many outstanding work requests (or immediates) on the QP."""
+
+
+# --- the socket-like API ----------------------------------------------------------
+
+
+class SocketError(MrcError, OSError):
+    """Base class of the socket API's errors (an :class:`OSError`, as socket errors)."""
+
+
+class MrcdNotRunning(DaemonNotRunning, SocketError, ConnectionRefusedError):
+    """No mrcd at the socket path (or it went away); ``path`` is where it was looked for."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        self.path = path
+        super().__init__(detail or f"mrcd is not running at {path} (start it with "
+                         "mrcd --config FILE, or pass mrcd=PATH / set MRCD_SOCKET)")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class MrcdAccessDenied(AccessDenied, SocketError, PermissionError):
+    """mrcd's socket exists, but its mode/group do not let this user in (``path``)."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(detail)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class PeerUnreachable(SocketError, ConnectionError):
+    """The peer host is unknown to mrcd, or its mrcd cannot be reached."""
+
+
+class ConnectionRefused(SocketError, ConnectionRefusedError):
+    """The peer's mrcd answered, but nothing listens on that service (or it refused)."""
+
+
+class ConnectionReset(SocketError, ConnectionResetError):
+    """The connection's QP failed (``reason``: mrcd's words, e.g. the retry budget ran out
+    because the peer's mrcd or QP disappeared)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"connection reset: {reason}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class BrokenPipe(SocketError, BrokenPipeError):
+    """Sending after this side shut down writing, or after the peer closed."""
+
+
+class SocketClosed(SocketError):
+    """The socket (or listener) was closed by this process."""
+
+
+class EndOfStream(SocketError, EOFError):
+    """``recv_message``: the peer closed (orderly); no more messages will come."""
+
+
+class SocketTimeout(SocketError, TimeoutError):
+    """A blocking call did not finish within the socket's timeout."""
+
+
+class WouldBlock(SocketError, BlockingIOError):
+    """A non-blocking socket (timeout 0) cannot do the call right now."""
 
 
 #: Name -> class, for errors that travel from mrcd to the client.

@@ -8,7 +8,8 @@ the request it belongs to. A message is one UTF-8 JSON object:
   ``"reply": "errors"`` mrcd answers only a failure (pipelined posts)
 - response (mrcd -> client): ``{"id": n, "ok": {...}}`` or
   ``{"id": n, "error": {"type": "<ApiError subclass>", "message": "..."}}``
-- push (mrcd -> client, unsolicited): ``{"push": "wc" | "event" | "connected", ...}``
+- push (mrcd -> client, unsolicited): ``{"push": "wc" | "event" | "connected", ...}``;
+  completions and events carry the core's dataclasses (:mod:`mrcnet.api.messages`)
 
 The first request must be ``hello`` with ``"v": PROTOCOL_VERSION``. Who may talk to mrcd
 is decided by the socket file's permissions (``socket_mode`` in mrcd's configuration).

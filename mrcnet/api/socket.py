@@ -31,29 +31,28 @@ from collections.abc import Callable, Iterator
 from types import EllipsisType, TracebackType
 from typing import TypeVar
 
-from mrcnet.api.errors import ConnectError
-from mrcnet.api.ring import (
-    DEFAULT_LINGER,
-    DEFAULT_MAX_CHUNK,
-    DEFAULT_RING,
-    MAGIC,
-    REFUSED_PAUSE,
-    Acceptor,
+from mrcnet.api.acceptor import Acceptor
+from mrcnet.api.errors import (
     BrokenPipe,
-    BytesLike,
-    Channel,
-    ConnectAttempts,
+    ConnectError,
     ConnectionRefused,
     ConnectionReset,
     EndOfStream,
     MrcdAccessDenied,
     MrcdNotRunning,
     PeerUnreachable,
-    SocketBase,
     SocketClosed,
     SocketError,
     SocketTimeout,
     WouldBlock,
+)
+from mrcnet.api.ring import DEFAULT_MAX_CHUNK, DEFAULT_RING, MAGIC, Channel
+from mrcnet.api.socket_base import (
+    DEFAULT_LINGER,
+    REFUSED_PAUSE,
+    BytesLike,
+    ConnectAttempts,
+    SocketBase,
     deadline_after,
 )
 from mrcnet.api.stream import (

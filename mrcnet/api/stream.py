@@ -35,21 +35,15 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from mrcnet.api.errors import ConnectError
-from mrcnet.api.ring import (
+from mrcnet.api.acceptor import Acceptor
+from mrcnet.api.errors import ConnectError, EndOfStream, SocketClosed, SocketError
+from mrcnet.api.ring import DEFAULT_MAX_CHUNK, DEFAULT_RING, MAGIC, Channel
+from mrcnet.api.socket_base import (
     DEFAULT_LINGER,
-    DEFAULT_MAX_CHUNK,
-    DEFAULT_RING,
-    MAGIC,
     REFUSED_PAUSE,
-    Acceptor,
     BytesLike,
-    Channel,
     ConnectAttempts,
-    EndOfStream,
     SocketBase,
-    SocketClosed,
-    SocketError,
     deadline_after,
 )
 

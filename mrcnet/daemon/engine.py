@@ -17,7 +17,6 @@ import grp
 import math
 import socket
 import time
-from typing import Any
 
 import structlog
 
@@ -45,8 +44,6 @@ log = structlog.get_logger("mrcd")
 #: Rounds of one batch per port read per wake-up before the loop moves on (fairness
 #: between ports and clients).
 RX_BATCHES_PER_WAKEUP = 8
-#: Completions pushed to a client per message.
-WC_PER_PUSH = 256
 _INF = float("inf")
 #: Bytes of headers around a data payload, worst case (outer + inner IPv6, a 4-segment
 #: SRH, UDP, BTH, RETH, METH + ImmDt, TSETH, ICRC): the payload must fit the rest of the MTU.
@@ -93,22 +90,15 @@ def _interface_address(ifname: str) -> str:
                        "[[port]] or give a fabric description")
 
 
-def _event_body(ev: core.Event) -> dict[str, Any]:
-    """A core event as JSON: its type name and fields (enums by value)."""
-    return {"type": type(ev).__name__, **{
-        k: (v.value if hasattr(v, "value") else v)
-        for k, v in ((name, getattr(ev, name)) for name in ev.__slots__)}}
-
-
-class Daemon(Verbs):
+class Daemon:
     """One mrcd: ports, core, control channel and client API. :meth:`run` until stopped.
 
-    The data path, timer and port state are here; client requests and QP connection
-    management are in :class:`~mrcnet.daemon.verbs.Verbs`.
+    The data path, timer and port state are here; client requests, QP connection
+    management and the pushes to clients are in ``verbs`` (a
+    :class:`~mrcnet.daemon.verbs.Verbs` holding this engine).
     """
 
     def __init__(self, cfg: DaemonConfig) -> None:
-        super().__init__()
         self.cfg = cfg
         self.ports: list[PacketPort] = []
         self.local: list[LocalPort] = []
@@ -121,7 +111,6 @@ class Daemon(Verbs):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._mod_due = _INF  # the earliest end of a moderated CQ's period
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
@@ -130,6 +119,16 @@ class Daemon(Verbs):
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
         self.log = log.bind(host=cfg.host)
+        self.verbs = Verbs(self)
+
+    # --- what Verbs calls (its Engine) -----------------------------------------------------
+    def pump(self, now: float | None = None) -> None:
+        """After a client request changed the core: send, deliver, re-arm."""
+        self._pump(now)
+
+    def guarded(self, what: str) -> None:
+        """An internal error caught in a request handler: log it, keep going."""
+        self._guarded(what)
 
     # --- setup / teardown ---------------------------------------------------------------
     def open(self) -> None:
@@ -237,15 +236,16 @@ class Daemon(Verbs):
             for i, port in enumerate(self.ports):
                 loop.add_reader(port.fileno(), self._on_port_readable, i)
             self._watch_links(loop)
-            self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, self._dispatch,
-                                 self._on_session_closed, self.cfg.host, len(self.ports),
-                                 after_burst=self._after_requests,
+            verbs = self.verbs
+            self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, verbs.dispatch,
+                                 verbs.on_session_closed, self.cfg.host, len(self.ports),
+                                 after_burst=verbs.after_requests,
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
                                             for lp in self.local], group=self._gid)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
-            self.control = ControlServer(self._on_connect_request, listen,
+            self.control = ControlServer(self.verbs.on_connect_request, listen,
                                          self.cfg.control_port)
             await self.control.start()
             self.log.info("mrcd ready", socket=self.cfg.socket, control=listen,
@@ -369,7 +369,7 @@ class Daemon(Verbs):
         if now is None:
             now = time.monotonic()
         self._send_out(now)
-        self._deliver()
+        self.verbs.deliver()
         self._rearm()
 
     def _send_out(self, now: float) -> None:
@@ -418,60 +418,13 @@ class Daemon(Verbs):
             self._loop.remove_writer(port.fileno())
             self._writers.discard(index)
 
-    def _deliver(self) -> None:
-        """Push what the core has for clients: events, then completions. Events first:
-        a QP error's reason then reaches the client before the work requests it failed
-        (sent after it, a failed completion could be taken for the whole story by a
-        client that read between the two messages)."""
-        host = self.host
-        assert host is not None
-        while (ev := host.next_event()) is not None:
-            qpn = getattr(ev, "qpn", None)
-            if qpn is not None:
-                owner = self._qp_owner.get(qpn)
-                if owner is None:
-                    continue  # a QP its client destroyed
-                if isinstance(ev, core.PathStateChanged) and not owner.path_events:
-                    continue
-                # Stamped here, in the loop pass that made it (mrcd's clock is
-                # time.monotonic(), shared by every process on the machine): a client may
-                # read it much later, and when an EV changed is what tools measure.
-                owner.send({"push": "event", "event": {**_event_body(ev),
-                                                        "clock": time.monotonic()}})
-                if isinstance(ev, core.QPError):
-                    self.log.warning("QP error", qpn=qpn, reason=ev.reason)
-            elif self.api is not None:
-                body = _event_body(ev)
-                for s in list(self.api.sessions.values()):
-                    s.send({"push": "event", "event": body})
-        mod, since = self._cq_mod, self._cq_since
-        now = time.monotonic() if mod else 0.0
-        self._mod_due = _INF
-        for handle, (cq, session) in self._cqs.items():
-            n = len(cq)
-            if not n:
-                continue
-            m = mod.get(handle) if mod else None
-            if m is not None and n < m[0]:
-                # Moderated: wait for more (an error goes at once), or for the period.
-                t0 = since.setdefault(handle, now)
-                if now - t0 < m[1] and not cq.has_error():
-                    self._mod_due = min(self._mod_due, t0 + m[1])
-                    continue
-            if since:
-                since.pop(handle, None)
-            while len(cq):
-                wcs = host.poll_cq(cq, WC_PER_PUSH)
-                session.send({"push": "wc", "cq": handle, "wcs": [
-                    {"status": c.status.value, "wr_id": c.wr_id, "opcode": c.opcode.value,
-                     "byte_len": c.byte_len, "imm": c.imm, "qpn": c.qpn} for c in wcs]})
-
     def _rearm(self) -> None:
         host = self.host
         assert host is not None and self._loop is not None
         t = host.next_timer()
-        if self._mod_due < _INF:  # a moderated CQ's period ends
-            t = self._mod_due if t is None else min(t, self._mod_due)
+        due = self.verbs.mod_due
+        if due < _INF:  # a moderated CQ's period ends
+            t = due if t is None else min(t, due)
         if self._timer is not None and t is not None and self._timer_at is not None \
                 and self._timer_at <= t:
             # Armed for this deadline or an earlier one: keep it. The core's deadlines

@@ -1,13 +1,14 @@
 """mrcd's client-facing half: the verbs requests of :mod:`mrcnet.api` and connecting QPs.
 
 Follow one request: the API server (:mod:`mrcnet.daemon.apiserver`) hands a message to
-:meth:`Verbs._dispatch`, which calls ``_op_<name>``; the answer goes back by the server.
+:meth:`Verbs.dispatch`, which calls ``_op_<name>``; the answer goes back by the server.
 ``connect`` talks to the peer's mrcd over the control channel
 (:mod:`mrcnet.daemon.control`), whose server side ends in
-:meth:`Verbs._on_connect_request`. Every request that changed the core is followed by one
-``_pump`` (per burst of requests) in :class:`mrcnet.daemon.engine.Daemon`, which this
-class is mixed into; here also live the ownership tables (which client owns which QP, CQ,
-region, listen) that decide where completions and events go and what a client may touch.
+:meth:`Verbs.on_connect_request`. Every request that changed the core is followed by one
+``pump`` (per burst of requests) of the engine :class:`Verbs` holds (:class:`Engine`:
+:class:`mrcnet.daemon.engine.Daemon`). Here also live the ownership tables (which client
+owns which QP, CQ, region, listen) that decide where completions and events go
+(:meth:`Verbs.deliver`) and what a client may touch.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from mrcnet import core
 from mrcnet.api.errors import (
@@ -31,17 +32,18 @@ from mrcnet.api.errors import (
     InvalidQP,
     OutOfBounds,
 )
+from mrcnet.api.messages import completions_push, event_push
 from mrcnet.api.protocol import Message, moderation_error
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.host import PathProbe
-from mrcnet.daemon.apiserver import Session
+from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
 from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
 
-__all__ = ["PROBE_SERVICE", "Verbs"]
+__all__ = ["PROBE_SERVICE", "Engine", "Verbs"]
 
 #: Control-channel service of a probe hello (``mrcctl probe``): the prober's mrcd tells
 #: the peer's mrcd who it is, so the peer answers EV probes before any QP joins them. No
@@ -58,37 +60,72 @@ PROBE_WAIT: Final = 1.0
 PROBE_HELLO_TIMEOUT: Final = 2.0
 #: How often the probe coroutine looks whether every answer is in (s).
 PROBE_POLL: Final = 0.005
+#: Completions pushed to a client per message.
+WC_PER_PUSH: Final = 256
+_INF: Final = float("inf")
+
+
+class Engine(Protocol):
+    """What :class:`Verbs` needs of mrcd's engine (:class:`mrcnet.daemon.engine.Daemon`):
+    its configuration, core, paths, ports and API server to read, its logger, and the
+    two calls after a request changed the core."""
+
+    @property
+    def cfg(self) -> DaemonConfig:
+        """mrcd's configuration."""
+
+    @property
+    def host(self) -> core.Host | None:
+        """The core (None before ``open``)."""
+
+    @property
+    def paths(self) -> FabricPaths | StaticPaths | None:
+        """How peers are reached (None before ``open``)."""
+
+    @property
+    def ports(self) -> list[PacketPort]:
+        """The NIC ports, in the core's port order."""
+
+    @property
+    def api(self) -> ApiServer | None:
+        """The client API server (its sessions get the events that concern every client)."""
+
+    @property
+    def errors(self) -> int:
+        """Internal errors caught so far (reported in stats)."""
+
+    @property
+    def log(self) -> Any:
+        """mrcd's structured logger."""
+
+    def pump(self, now: float | None = None) -> None:
+        """Send what the core has, deliver completions and events, re-arm the timer."""
+
+    def guarded(self, what: str) -> None:
+        """Log an internal error caught in ``what``; mrcd keeps going."""
 
 
 class Verbs:
-    """Client requests and QP connection management (mixed into ``Daemon``)."""
+    """Client requests and QP connection management, on the engine it is given."""
 
-    # Provided by the Daemon this is mixed into.
-    cfg: DaemonConfig
-    host: core.Host | None
-    paths: FabricPaths | StaticPaths | None
-    ports: list[PacketPort]
-    errors: int
-    log: Any
-
-    def __init__(self) -> None:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         # Ownership, for pushes and clean-up.
         self._cqs: dict[int, tuple[core.CompletionQueue, Session]] = {}
         # Completion moderation per CQ (modify_cq): push when this many wait, or this
         # long (s) after the oldest; and since when the oldest has waited
         self._cq_mod: dict[int, tuple[int, float]] = {}
         self._cq_since: dict[int, float] = {}
+        #: The earliest end of a moderated CQ's period (the engine's timer wakes for it).
+        self.mod_due = _INF
         self._qp_owner: dict[int, Session] = {}
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
         self._listens: dict[int, tuple[Session, int, list[int], Any]] = {}
 
-    def _pump(self, now: float | None = None) -> None:
-        raise NotImplementedError  # the Daemon's
-
-    def _guarded(self, what: str) -> None:
-        raise NotImplementedError  # the Daemon's
-
-    def _dispatch(self, s: Session, msg: Message, fds: list[int]) -> Message | Awaitable[Message]:
+    def dispatch(self, s: Session, msg: Message,
+                 fds: list[int]) -> Message | Awaitable[Message]:
+        """One client request: ``_op_<name>``'s answer, or an awaitable of it (raises
+        :class:`~mrcnet.api.errors.ApiError` to refuse it)."""
         op = msg.get("op")
         handler = getattr(self, f"_op_{op}", None)
         if handler is None or not isinstance(op, str):
@@ -104,13 +141,14 @@ class Verbs:
             raise InvalidArgument(f"{op}: bad or missing argument {e}") from None
         except (core.InvalidRequest, core.InvalidAttribute, core.IllegalTransition) as e:
             raise InvalidQP(str(e)) from None
-        return result  # the API server calls _after_requests once per burst
+        return result  # the API server calls after_requests once per burst
 
-    def _after_requests(self) -> None:
+    def after_requests(self) -> None:
+        """After a burst of requests: one pump for all of them."""
         try:
-            self._pump()
+            self.engine.pump()
         except Exception:
-            self._guarded("requests")
+            self.engine.guarded("requests")
 
     def _qpn(self, s: Session, msg: Message) -> int:
         qpn = int(msg["qpn"])
@@ -119,7 +157,7 @@ class Verbs:
         return qpn
 
     def _op_reg_mr(self, s: Session, msg: Message, fds: list[int]) -> Message:
-        assert self.host is not None
+        assert self.engine.host is not None
         if len(fds) != 1:
             for fd in fds:
                 os.close(fd)
@@ -132,16 +170,16 @@ class Verbs:
             mp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)  # the mapping keeps the memory
-        mr = self.host.register_mr(mp, Access(int(msg.get("access", 3))))
+        mr = self.engine.host.register_mr(mp, Access(int(msg.get("access", 3))))
         self._mr_by_lkey[mr.lkey] = (mr, mp, s)
         s.mrs[mr.lkey] = mr
         return {"lkey": mr.lkey, "rkey": mr.rkey, "addr": mr.addr}
 
     def _release_mr(self, lkey: int) -> None:
-        assert self.host is not None
+        assert self.engine.host is not None
         mr, mp, s = self._mr_by_lkey.pop(lkey)
         s.mrs.pop(lkey, None)
-        self.host.deregister_mr(mr)
+        self.engine.host.deregister_mr(mr)
         # Writes in flight may still hold views; the map then goes with them (GC).
         with contextlib.suppress(BufferError, ValueError):
             mr.view.release()
@@ -155,8 +193,8 @@ class Verbs:
         return {}
 
     def _op_create_cq(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
-        cq = self.host.create_cq()
+        assert self.engine.host is not None
+        cq = self.engine.host.create_cq()
         self._cqs[cq.handle] = (cq, s)
         s.cqs.add(cq.handle)
         return {"cq": cq.handle}
@@ -179,29 +217,29 @@ class Verbs:
         return {}
 
     def _op_create_qp(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
+        assert self.engine.host is not None
         handle = int(msg["cq"])
         entry = self._cqs.get(handle)
         if entry is None or entry[1] is not s:
             raise InvalidCQ(f"no CQ {handle} in this context")
-        qpn = self.host.create_qp(entry[0])
+        qpn = self.engine.host.create_qp(entry[0])
         init: dict[str, Any] = {
-            "ev_profile": msg.get("ev_profile") or self.cfg.ev_profile,
-            "cc_profile": msg.get("cc_profile") or self.cfg.cc_profile,
+            "ev_profile": msg.get("ev_profile") or self.engine.cfg.ev_profile,
+            "cc_profile": msg.get("cc_profile") or self.engine.cfg.cc_profile,
         }
         if msg.get("max_imm") is not None:
             init["max_imm_outstanding"] = int(msg["max_imm"])
         self._qp_owner[qpn] = s
         s.qps.add(qpn)
         try:
-            self.host.modify_qp(qpn, QPState.INIT, **init)
+            self.engine.host.modify_qp(qpn, QPState.INIT, **init)
         except core.InvalidAttribute as e:
             self._destroy_qp(qpn)
             raise InvalidArgument(str(e)) from None
         return {"qpn": qpn}
 
     def _destroy_qp(self, qpn: int) -> None:
-        assert self.host is not None
+        assert self.engine.host is not None
         s = self._qp_owner.pop(qpn, None)
         if s is not None:
             s.qps.discard(qpn)
@@ -209,7 +247,7 @@ class Verbs:
             if lq == qpn:
                 del self._listens[service]
         with contextlib.suppress(core.InvalidRequest):
-            self.host.destroy_qp(qpn)
+            self.engine.host.destroy_qp(qpn)
 
     def _op_destroy_qp(self, s: Session, msg: Message) -> Message:
         self._destroy_qp(self._qpn(s, msg))
@@ -239,47 +277,48 @@ class Verbs:
         return {}
 
     def _qp_profile(self, qpn: int) -> tuple[str, str, int]:
-        assert self.host is not None
-        a = self.host.qp(qpn).attrs
-        return (a.ev_profile or self.cfg.ev_profile, a.cc_profile or self.cfg.cc_profile,
+        assert self.engine.host is not None
+        a = self.engine.host.qp(qpn).attrs
+        cfg = self.engine.cfg
+        return (a.ev_profile or cfg.ev_profile, a.cc_profile or cfg.cc_profile,
                 a.max_imm_outstanding)
 
     def _to_rtr(self, qpn: int, peer: str, remote: ConnectRequest, my_psn: int) -> None:
         """INIT -> RTR towards the peer's QP (ControlError when the core refuses)."""
-        assert self.host is not None
+        assert self.engine.host is not None
         _, _, max_imm = self._qp_profile(qpn)
         try:
-            self.host.modify_qp(qpn, QPState.RTR, peer=peer, dest_qp_num=remote.qpn,
+            self.engine.host.modify_qp(qpn, QPState.RTR, peer=peer, dest_qp_num=remote.qpn,
                                 rq_psn=remote.psn, sq_psn=my_psn,
                                 max_imm_outstanding=min(max_imm, remote.max_imm))
         except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
             raise ControlError(str(e)) from None
 
     def _to_rts(self, qpn: int) -> None:
-        assert self.host is not None
+        assert self.engine.host is not None
         try:
-            self.host.modify_qp(qpn, QPState.RTS)
+            self.engine.host.modify_qp(qpn, QPState.RTS)
         except (core.IllegalTransition, core.InvalidRequest) as e:
             raise ControlError(str(e)) from None
 
     def _back_to_init(self, qpn: int) -> None:
         """After a connection attempt broke off: the QP is as it was before (INIT)."""
-        assert self.host is not None
+        assert self.engine.host is not None
         if qpn not in self._qp_owner:
             return
         ev, cc, max_imm = self._qp_profile(qpn)
         try:
-            if self.host.qp(qpn).state is not QPState.INIT:
-                self.host.modify_qp(qpn, QPState.RESET)
-                self.host.modify_qp(qpn, QPState.INIT, ev_profile=ev, cc_profile=cc,
+            if self.engine.host.qp(qpn).state is not QPState.INIT:
+                self.engine.host.modify_qp(qpn, QPState.RESET)
+                self.engine.host.modify_qp(qpn, QPState.INIT, ev_profile=ev, cc_profile=cc,
                                     max_imm_outstanding=max_imm)
         except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
-            self.log.error("QP not reset after a failed connect", qpn=qpn, error=str(e))
+            self.engine.log.error("QP not reset after a failed connect", qpn=qpn, error=str(e))
 
     async def _prepare_peer(self, peer: str) -> None:
-        if isinstance(self.paths, StaticPaths):
+        if isinstance(self.engine.paths, StaticPaths):
             # Neighbour discovery may block up to a second: keep the loop running.
-            await asyncio.to_thread(self.paths.resolve, peer)
+            await asyncio.to_thread(self.engine.paths.resolve, peer)
 
     def _op_connect(self, s: Session, msg: Message) -> Awaitable[Message]:
         qpn = self._qpn(s, msg)
@@ -290,7 +329,7 @@ class Verbs:
 
     async def _connect(self, s: Session, qpn: int, peer: str, service: int,
                        mrs: list[dict[str, int]], private: Any) -> Message:
-        assert self.paths is not None and self.host is not None
+        assert self.engine.paths is not None and self.engine.host is not None
         ev, cc, max_imm = self._qp_profile(qpn)
         psn = secrets.randbelow(PSN_MASK + 1)
 
@@ -302,11 +341,11 @@ class Verbs:
             self._to_rtr(qpn, peer, remote, psn)  # ready to receive before "ready"
 
         try:
-            addr = self.paths.control_address(peer)
-            port = (self.cfg.peers[peer].control_port if peer in self.cfg.peers
-                    else self.cfg.control_port)
+            addr = self.engine.paths.control_address(peer)
+            port = (self.engine.cfg.peers[peer].control_port if peer in self.engine.cfg.peers
+                    else self.engine.cfg.control_port)
             await self._prepare_peer(peer)
-            req = ConnectRequest(self.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs),
+            req = ConnectRequest(self.engine.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs),
                                  private, service)
             remote = await control_request(addr, port, req, on_accept)
             if self._qp_owner.get(qpn) is not s:
@@ -316,18 +355,19 @@ class Verbs:
             self._back_to_init(qpn)
             raise ConnectError(f"connecting QP {qpn} to {peer} service {service}: {e}") \
                 from None
-        self.log.info("QP connected", qpn=qpn, peer=peer, peer_qpn=remote.qpn,
+        self.engine.log.info("QP connected", qpn=qpn, peer=peer, peer_qpn=remote.qpn,
                       service=service)
-        self._pump()
+        self.engine.pump()
         return {"peer": remote.src, "peer_qpn": remote.qpn, "mrs": list(remote.mrs),
                 "private": remote.private, "max_imm": remote.max_imm}
 
-    async def _on_connect_request(self, req: ConnectRequest) -> Acceptance:
+    async def on_connect_request(self, req: ConnectRequest) -> Acceptance:
+        """A peer's mrcd connects to a service here (the control channel's server side)."""
         if req.service == PROBE_SERVICE:
             return await self._on_probe_hello(req)
         held = self._listens.pop(req.service, None)  # reserved for this exchange
         if held is None:
-            raise ControlError(f"no QP listens on service {req.service} at {self.cfg.host}")
+            raise ControlError(f"no QP listens on service {req.service} at {self.engine.cfg.host}")
         s, qpn, lkeys, private = held
 
         def give_back() -> None:
@@ -353,20 +393,20 @@ class Verbs:
             s.listens.discard(req.service)  # one connection per listen, as accept()
             s.send({"push": "connected", "qpn": qpn, "peer": req.src, "peer_qpn": req.qpn,
                     "mrs": list(req.mrs), "private": req.private, "max_imm": req.max_imm})
-            self.log.info("QP accepted", qpn=qpn, peer=req.src, peer_qpn=req.qpn,
+            self.engine.log.info("QP accepted", qpn=qpn, peer=req.src, peer_qpn=req.qpn,
                           service=req.service)
-            self._pump()
+            self.engine.pump()
 
         def abort() -> None:
             self._back_to_init(qpn)
             give_back()
 
-        reply = ConnectRequest(self.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs), private,
+        reply = ConnectRequest(self.engine.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs), private,
                                req.service)
         return Acceptance(reply, commit, abort)
 
     def _op_post_write(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
+        assert self.engine.host is not None
         qpn = self._qpn(s, msg)
         lkey = int(msg["lkey"])
         mr = s.mrs.get(lkey)
@@ -378,31 +418,32 @@ class Verbs:
             raise OutOfBounds(f"[{msg['addr']:#x}, +{length}) is outside region lkey "
                               f"{lkey:#x}")
         imm = msg.get("imm")
-        self.host.post_write(qpn, int(msg.get("wr_id", 0)), mr, offset, length,
+        self.engine.host.post_write(qpn, int(msg.get("wr_id", 0)), mr, offset, length,
                              int(msg["remote_addr"]), int(msg["rkey"]),
                              None if imm is None else int(imm))
         return {}
 
     def _op_post_recv(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
-        self.host.post_recv(self._qpn(s, msg), int(msg.get("wr_id", 0)), time.monotonic())
+        assert self.engine.host is not None
+        self.engine.host.post_recv(self._qpn(s, msg), int(msg.get("wr_id", 0)), time.monotonic())
         return {}
 
     def _op_stats(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
-        out: Message = {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
-                        "ports": {p.ifname: p.snapshot() for p in self.ports}}
+        assert self.engine.host is not None
+        out: Message = {"host": self.engine.host.counters(),
+                        "mrcd_internal_errors": self.engine.errors,
+                        "ports": {p.ifname: p.snapshot() for p in self.engine.ports}}
         if "qpn" in msg:
             qpn = self._qpn(s, msg)
-            out["qp"] = {k: v for k, v in self.host.qp_stats(qpn).items()
+            out["qp"] = {k: v for k, v in self.engine.host.qp_stats(qpn).items()
                          if isinstance(v, int | float | str | dict | type(None))}
             # The next PSN this QP expects as responder (24 bits), for tools and tests.
-            rcv = getattr(self.host.qp(qpn), "rcv_nxt", None)
+            rcv = getattr(self.engine.host.qp(qpn), "rcv_nxt", None)
             if isinstance(rcv, int):
                 out["qp"]["rcv_psn"] = rcv & PSN_MASK
             if msg.get("evs"):
                 # One entry per EV (plane, path = spine index, state, sent/acked/lost...).
-                out["evs"] = list(self.host.ev_stats(qpn).values())
+                out["evs"] = list(self.engine.host.ev_stats(qpn).values())
         return out
 
     # --- admin (mrcctl): every client's QPs; access is gated by the socket's mode ---------
@@ -414,48 +455,48 @@ class Verbs:
         return qpn
 
     def _op_admin_qps(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
+        assert self.engine.host is not None
         qps = []
         for qpn in sorted(self._qp_owner):
-            info = {k: v for k, v in self.host.qp_stats(qpn).items()
+            info = {k: v for k, v in self.engine.host.qp_stats(qpn).items()
                     if isinstance(v, int | float | str | dict | type(None))}
             info["owner_pid"] = self._qp_owner[qpn].pid
             info["ev_profile"], info["cc_profile"], _ = self._qp_profile(qpn)
             qps.append(info)
-        return {"host": self.cfg.host, "qps": qps}
+        return {"host": self.engine.cfg.host, "qps": qps}
 
     def _op_admin_evs(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
+        assert self.engine.host is not None
         qpn = self._admin_qpn(msg)
-        return {"qpn": qpn, "evs": list(self.host.ev_stats(qpn).values())}
+        return {"qpn": qpn, "evs": list(self.engine.host.ev_stats(qpn).values())}
 
     def _op_admin_ports(self, s: Session, msg: Message) -> Message:
-        assert self.host is not None
-        return {"host": self.host.counters(), "mrcd_internal_errors": self.errors,
+        assert self.engine.host is not None
+        return {"host": self.engine.host.counters(), "mrcd_internal_errors": self.engine.errors,
                 "ports": [{"port": i, "ifname": p.ifname, **p.snapshot()}
-                          for i, p in enumerate(self.ports)]}
+                          for i, p in enumerate(self.engine.ports)]}
 
     def _op_admin_profiles(self, s: Session, msg: Message) -> Message:
         return {"ev_profiles": list(EV_PROFILES), "cc_profiles": list(CC_PROFILES),
-                "default_ev_profile": self.cfg.ev_profile,
-                "default_cc_profile": self.cfg.cc_profile}
+                "default_ev_profile": self.engine.cfg.ev_profile,
+                "default_cc_profile": self.engine.cfg.cc_profile}
 
     def _admin_ev(self, msg: Message, deny: bool) -> Message:
-        assert self.host is not None
+        assert self.engine.host is not None
         qpn = self._admin_qpn(msg)
         ev = int(msg["ev"])
-        ok = self.host.deny_ev(qpn, ev) if deny else self.host.allow_ev(qpn, ev)
+        ok = self.engine.host.deny_ev(qpn, ev) if deny else self.engine.host.allow_ev(qpn, ev)
         if not ok:
-            state = self.host.ev_stats(qpn).get(ev, {}).get("state")
+            state = self.engine.host.ev_stats(qpn).get(ev, {}).get("state")
             if state is None:
                 raise InvalidArgument(f"QP {qpn} has no EV {ev}")
             raise InvalidArgument(f"EV {ev} of QP {qpn} is {state}: not changed")
-        self.log.info("EV denied" if deny else "EV allowed", qpn=qpn, ev=ev)
-        return {"qpn": qpn, "ev": ev, "state": self.host.ev_stats(qpn)[ev]["state"]}
+        self.engine.log.info("EV denied" if deny else "EV allowed", qpn=qpn, ev=ev)
+        return {"qpn": qpn, "ev": ev, "state": self.engine.host.ev_stats(qpn)[ev]["state"]}
 
     def _op_admin_set_profile(self, s: Session, msg: Message) -> Message:
         """Give a live QP another EV and/or CC profile (effective at once)."""
-        assert self.host is not None
+        assert self.engine.host is not None
         qpn = self._admin_qpn(msg)
         ev, cc = msg.get("ev_profile"), msg.get("cc_profile")
         if ev is None and cc is None:
@@ -464,22 +505,22 @@ class Verbs:
             if name is not None and name not in known:
                 raise InvalidArgument(f"unknown {kind} profile {name!r}: this mrcd offers "
                                       f"{', '.join(known)}")
-        self.host.set_qp_profiles(qpn, ev_profile=ev, cc_profile=cc, now=time.monotonic())
+        self.engine.host.set_qp_profiles(qpn, ev_profile=ev, cc_profile=cc, now=time.monotonic())
         ev_now, cc_now, _ = self._qp_profile(qpn)
-        self.log.info("QP profile set", qpn=qpn, ev_profile=ev_now, cc_profile=cc_now)
+        self.engine.log.info("QP profile set", qpn=qpn, ev_profile=ev_now, cc_profile=cc_now)
         return {"qpn": qpn, "ev_profile": ev_now, "cc_profile": cc_now,
-                "state": self.host.qp(qpn).state.value,
-                "evs": len(self.host.ev_stats(qpn))}
+                "state": self.engine.host.qp(qpn).state.value,
+                "evs": len(self.engine.host.ev_stats(qpn))}
 
     def _op_admin_planes(self, s: Session, msg: Message) -> Message:
         """Per plane: its port's counters and link, and every QP's EVs in it summed."""
-        assert self.host is not None
-        host = self.host
+        assert self.engine.host is not None
+        host = self.engine.host
         rows: dict[int, dict[str, Any]] = {}
         for idx, port in sorted(host.ports.items()):
-            st = self.ports[idx].snapshot()  # mrcd's port i is the core's port i
+            st = self.engine.ports[idx].snapshot()  # mrcd's port i is the core's port i
             rows[port.plane] = {
-                "plane": port.plane, "ifname": self.ports[idx].ifname,
+                "plane": port.plane, "ifname": self.engine.ports[idx].ifname,
                 "link": "up" if host.port_up[idx] else "down",
                 **{k: st.get(k, 0) for k in ("tx_frames", "rx_frames", "tx_dropped",
                                               "rx_link_down")},
@@ -498,7 +539,7 @@ class Verbs:
                     row[k] += e[k]
             for plane in seen:
                 rows[plane]["qps"] += 1
-        return {"host": self.cfg.host, "planes": [rows[p] for p in sorted(rows)]}
+        return {"host": self.engine.cfg.host, "planes": [rows[p] for p in sorted(rows)]}
 
     # --- admin probe: EV probes down every path to a host, no QP needed ----------------
 
@@ -506,11 +547,11 @@ class Verbs:
         """A peer to probe, by name or by one of its port addresses (InvalidArgument if
         this mrcd's fabric description or [peers] does not know it)."""
         name = self._host_named(text)
-        if name == self.cfg.host:
+        if name == self.engine.cfg.host:
             raise InvalidArgument(f"{name} is this host: probe another one")
-        assert self.paths is not None
+        assert self.engine.paths is not None
         try:
-            self.paths.planes(name)
+            self.engine.paths.planes(name)
         except UnknownPeer as e:
             raise InvalidArgument(str(e)) from None
         return name
@@ -523,11 +564,11 @@ class Verbs:
             addr = ipaddress.IPv6Address(text)
         except ValueError:
             return text
-        if isinstance(self.paths, FabricPaths):
-            found = [h.name for h in self.paths.desc.hosts
+        if isinstance(self.engine.paths, FabricPaths):
+            found = [h.name for h in self.engine.paths.desc.hosts
                      if any(ipaddress.IPv6Address(p.address) == addr for p in h.ports)]
-        elif isinstance(self.paths, StaticPaths):
-            found = [n for n, pc in self.paths.peers.items()
+        elif isinstance(self.engine.paths, StaticPaths):
+            found = [n for n, pc in self.engine.paths.peers.items()
                      if any(ipaddress.IPv6Address(a) == addr for a in pc.addresses)]
         else:
             found = []
@@ -537,7 +578,7 @@ class Verbs:
         return found[0]
 
     def _op_admin_probe(self, s: Session, msg: Message) -> Awaitable[Message]:
-        assert self.paths is not None
+        assert self.engine.paths is not None
         peer = self._peer_name(str(msg["host"]))
         count = PROBE_COUNT if msg.get("count") is None else int(msg["count"])
         if not 1 <= count <= PROBE_MAX_COUNT:
@@ -545,10 +586,10 @@ class Verbs:
         planes: list[int] | None = None
         if msg.get("plane") is not None:
             plane = int(msg["plane"])
-            shared = list(self.paths.planes(peer))
+            shared = list(self.engine.paths.planes(peer))
             if plane not in shared:
                 raise InvalidArgument(f"plane {plane} does not reach {peer} from "
-                                      f"{self.cfg.host} (planes: {shared})")
+                                      f"{self.engine.cfg.host} (planes: {shared})")
             planes = [plane]
         return self._probe(peer, count, planes)
 
@@ -556,21 +597,21 @@ class Verbs:
         """Where ``peer``'s mrcd may be reached: on a fabric, its port address in every
         shared plane, planes whose local port is up first (a hello must not fail just
         because the first plane's port is down); else its one control address."""
-        assert self.paths is not None and self.host is not None
-        if not isinstance(self.paths, FabricPaths):
-            return [self.paths.control_address(peer)]
-        host = self.host
+        assert self.engine.paths is not None and self.engine.host is not None
+        if not isinstance(self.engine.paths, FabricPaths):
+            return [self.engine.paths.control_address(peer)]
+        host = self.engine.host
         up = {host.ports[i].plane for i, ok in host.port_up.items() if ok}
-        them = self.paths.desc.host(peer)
+        them = self.engine.paths.desc.host(peer)
         return [them.port(plane).address for plane in
-                sorted(self.paths.planes(peer), key=lambda pl: (pl not in up, pl))]
+                sorted(self.engine.paths.planes(peer), key=lambda pl: (pl not in up, pl))]
 
     async def _probe_hello(self, peer: str) -> str:
         """Tell ``peer``'s mrcd who we are (so it can answer our probes): "ok" or why not."""
-        port = (self.cfg.peers[peer].control_port if peer in self.cfg.peers
-                else self.cfg.control_port)
-        req = ConnectRequest(self.cfg.host, 0, 0, self.cfg.ev_profile, self.cfg.cc_profile,
-                             0, (), None, PROBE_SERVICE)
+        cfg = self.engine.cfg
+        port = cfg.peers[peer].control_port if peer in cfg.peers else cfg.control_port
+        req = ConnectRequest(cfg.host, 0, 0, cfg.ev_profile, cfg.cc_profile, 0, (), None,
+                             PROBE_SERVICE)
         errors = []
         try:
             for addr in self._control_addresses(peer):
@@ -587,20 +628,21 @@ class Verbs:
     async def _on_probe_hello(self, req: ConnectRequest) -> Acceptance:
         """A peer's mrcd is about to probe us: learn its routes, so its EV probes get an
         answer even though no QP joins the two hosts."""
-        assert self.host is not None
+        assert self.engine.host is not None
         try:
             await self._prepare_peer(req.src)
-            if not self.host.learn_peer(req.src):
-                raise ControlError(f"no path from {self.cfg.host} to {req.src}")
+            if not self.engine.host.learn_peer(req.src):
+                raise ControlError(f"no path from {self.engine.cfg.host} to {req.src}")
         except (UnknownPeer, IOSetupError) as e:
             raise ControlError(str(e)) from None
-        reply = ConnectRequest(self.cfg.host, 0, 0, self.cfg.ev_profile, self.cfg.cc_profile,
-                               0, (), None, PROBE_SERVICE)
+        cfg = self.engine.cfg
+        reply = ConnectRequest(cfg.host, 0, 0, cfg.ev_profile, cfg.cc_profile, 0, (), None,
+                               PROBE_SERVICE)
         return Acceptance(reply, lambda: None, lambda: None)
 
     async def _probe(self, peer: str, count: int, planes: list[int] | None) -> Message:
-        assert self.host is not None
-        host = self.host
+        assert self.engine.host is not None
+        host = self.engine.host
         await self._prepare_peer(peer)
         hello = await self._probe_hello(peer)
         probes: list[PathProbe] = []
@@ -609,7 +651,7 @@ class Verbs:
                 if i:
                     await asyncio.sleep(PROBE_GAP)
                 probes += host.probe_paths(peer, time.monotonic(), planes)
-                self._pump()
+                self.engine.pump()
             deadline = time.monotonic() + PROBE_WAIT
             while any(p.rtt is None for p in probes) and time.monotonic() < deadline:
                 await asyncio.sleep(PROBE_POLL)
@@ -628,9 +670,9 @@ class Verbs:
                 "rtt_avg_us": round(sum(rtts) / len(rtts), 1) if rtts else None,
                 "rtt_max_us": round(max(rtts), 1) if rtts else None,
                 "port": "up" if host.port_up[host.port_of_plane(plane)] else "down"})
-        self.log.info("probed", peer=peer, count=count, paths=len(paths),
+        self.engine.log.info("probed", peer=peer, count=count, paths=len(paths),
                       lost=sum(p["lost"] for p in paths), hello=hello)
-        return {"host": self.cfg.host, "peer": peer, "count": count, "hello": hello,
+        return {"host": self.engine.cfg.host, "peer": peer, "count": count, "hello": hello,
                 "paths": paths}
 
     def _op_admin_deny_ev(self, s: Session, msg: Message) -> Message:
@@ -639,7 +681,8 @@ class Verbs:
     def _op_admin_allow_ev(self, s: Session, msg: Message) -> Message:
         return self._admin_ev(msg, False)
 
-    def _on_session_closed(self, s: Session) -> None:
+    def on_session_closed(self, s: Session) -> None:
+        """A client went away: free what it owned (mrcd destroys its QPs)."""
         for qpn in list(s.qps):
             self._destroy_qp(qpn)
         for service in list(s.listens):
@@ -650,3 +693,50 @@ class Verbs:
             self._cq_since.pop(handle, None)
         for lkey in list(s.mrs):
             self._release_mr(lkey)
+
+    # --- pushes: what the core has for clients -----------------------------------------
+
+    def deliver(self) -> None:
+        """Push what the core has for clients: events, then completions. Events first:
+        a QP error's reason then reaches the client before the work requests it failed
+        (sent after it, a failed completion could be taken for the whole story by a
+        client that read between the two messages)."""
+        host = self.engine.host
+        assert host is not None
+        while (ev := host.next_event()) is not None:
+            if isinstance(ev, core.PortStatusChanged):  # every client's concern
+                api = self.engine.api
+                if api is not None:
+                    msg = event_push(ev, time.monotonic())
+                    for s in list(api.sessions.values()):
+                        s.send(msg)
+                continue
+            owner = self._qp_owner.get(ev.qpn)
+            if owner is None:
+                continue  # a QP its client destroyed
+            if isinstance(ev, core.PathStateChanged) and not owner.path_events:
+                continue
+            # Stamped here, in the loop pass that made it (mrcd's clock is
+            # time.monotonic(), shared by every process on the machine): a client may
+            # read it much later, and when an EV changed is what tools measure.
+            owner.send(event_push(ev, time.monotonic()))
+            if isinstance(ev, core.QPError):
+                self.engine.log.warning("QP error", qpn=ev.qpn, reason=ev.reason)
+        mod, since = self._cq_mod, self._cq_since
+        now = time.monotonic() if mod else 0.0
+        self.mod_due = _INF
+        for handle, (cq, session) in self._cqs.items():
+            n = len(cq)
+            if not n:
+                continue
+            m = mod.get(handle) if mod else None
+            if m is not None and n < m[0]:
+                # Moderated: wait for more (an error goes at once), or for the period.
+                t0 = since.setdefault(handle, now)
+                if now - t0 < m[1] and not cq.has_error():
+                    self.mod_due = min(self.mod_due, t0 + m[1])
+                    continue
+            if since:
+                since.pop(handle, None)
+            while len(cq):
+                session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))

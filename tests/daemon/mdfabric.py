@@ -21,6 +21,7 @@ from mdnsutil import Mrcd, start_mrcd
 
 from mrcnet.api import Context, MemoryRegion, QueuePair
 from mrcnet.api.client import CompletionQueue, PeerInfo
+from mrcnet.core.events import Event, PathStateChanged
 from mrcnet.fabric.fabric import Fabric
 
 MIB = 1 << 20
@@ -100,7 +101,7 @@ class Conn:
     mr_b: MemoryRegion
     peer: PeerInfo
     events: list[PathEvent] = field(default_factory=list)
-    other_events: list[dict[str, Any]] = field(default_factory=list)
+    other_events: list[Event] = field(default_factory=list)
 
     def close(self) -> None:
         for c in (self.ca, self.cb):
@@ -110,10 +111,11 @@ class Conn:
     def drain_events(self) -> None:
         """Collect the sender's asynchronous events, timed by mrcd's stamp (when the EV
         changed; time.monotonic() in mrcd), or on arrival if it has none."""
-        while (e := self.ca.get_async_event(timeout=0)) is not None:
-            if e.get("type") == "PathStateChanged":
-                self.events.append(PathEvent(e.get("clock", time.monotonic()), e["ev"],
-                                             e["old"], e["new"], e["cause"]))
+        while (got := self.ca.get_stamped_event(timeout=0)) is not None:
+            e = got.event
+            if isinstance(e, PathStateChanged):
+                self.events.append(PathEvent(got.clock, e.ev, e.old.value, e.new.value,
+                                             e.cause))
             else:
                 self.other_events.append(e)
 

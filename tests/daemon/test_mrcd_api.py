@@ -25,6 +25,7 @@ from mrcnet.api import (
     OutOfBounds,
     RemoteRegion,
 )
+from mrcnet.core.events import PortStatusChanged, QPError
 from mrcnet.daemon.control import (
     CONTROL_VERSION,
     Acceptance,
@@ -274,10 +275,10 @@ def test_peer_loss_fails_the_qp_with_an_event(mrcd_pair: MrcdPair) -> None:
         wcs = qp_a.cq.wait(timeout=60)
         assert [(w.status, w.wr_id) for w in wcs] == [("RETRY_EXC_ERR", 4)]
         ev = ca.get_async_event(timeout=5)
-        while ev is not None and ev["type"] != "QPError":
+        while ev is not None and not isinstance(ev, QPError):
             ev = ca.get_async_event(timeout=5)
-        assert ev is not None and ev["qpn"] == qp_a.qpn
-        assert "peer unreachable" in ev["reason"]
+        assert isinstance(ev, QPError) and ev.qpn == qp_a.qpn
+        assert "peer unreachable" in ev.reason
         # And a new connection to the host whose mrcd is gone says so.
         qp2 = ca.create_qp(ca.create_cq())
         with pytest.raises(ConnectError, match=r"cannot reach mrcd at \[fd00:4d52::b\]"):
@@ -290,19 +291,18 @@ def test_port_carrier_loss_is_reported(mrcd_pair: MrcdPair) -> None:
 
     v = mrcd_pair.veth
     with Context(mrcd_pair.a.socket) as ca:
-        def next_port_event() -> dict[str, object]:
+        def next_port_event() -> PortStatusChanged:
             for _ in range(50):
                 ev = ca.get_async_event(timeout=0.2)
-                if ev is not None and ev["type"] == "PortStatusChanged":
+                if isinstance(ev, PortStatusChanged):
                     return ev
             raise AssertionError("no PortStatusChanged event")
 
         # b's end goes down: a's port loses carrier, a's mrcd takes plane 0 out of use.
         run("ip", "link", "set", v.if_b, "down", ns=v.ns_b)
-        assert next_port_event() == {"type": "PortStatusChanged", "port": 0, "plane": 0,
-                                     "up": False, "peer": None}
+        assert next_port_event() == PortStatusChanged(port=0, plane=0, up=False, peer=None)
         run("ip", "link", "set", v.if_b, "up", ns=v.ns_b)
-        assert next_port_event()["up"] is True
+        assert next_port_event().up is True
     assert "port down" in mrcd_pair.a.logs()
 
 
@@ -348,7 +348,7 @@ def test_path_events_only_on_request(mrcd_pair: MrcdPair) -> None:
         def kinds(ctx: Context) -> set[str]:
             seen: set[str] = set()
             while (ev := ctx.get_async_event(timeout=0.2)) is not None:
-                seen.add(str(ev["type"]))
+                seen.add(type(ev).__name__)
             return seen
 
         # Since core 57ae6c5 a timeout with nothing newer acknowledged anywhere (a dead

@@ -17,6 +17,7 @@ import pytest
 from mdfabric import MIB, Conn, FabricMrcds, PathEvent, connect, fabric_with_mrcds
 from mdnsutil import needs_root
 
+from mrcnet.core.events import PortStatusChanged, QPError
 from mrcnet.fabric.fabric import Fabric
 
 SPEC = "leafspine:planes=2,spines=2,leaves=3,hosts=1,rate=500mbit,mtu=9000"
@@ -172,7 +173,7 @@ def test_path_failure_mid_transfer(fm: FabricMrcds, conn: Conn, kind: str) -> No
         assert got == ["SUCCESS"] * 32
         quiet.drain_events()
         assert quiet.events == [] and not [e for e in quiet.other_events
-                                           if e.get("type") == "QPError"]
+                                           if isinstance(e, QPError)]
         _assert_exact(quiet, 32 * MIB)
     finally:
         quiet.close()
@@ -212,7 +213,7 @@ def _assert_exact(c: Conn, total: int) -> None:
 def _assert_healthy(c: Conn) -> None:
     st = c.ca.stats(c.qp_a)
     assert st["qp"]["state"] == "RTS" and st["mrcd_internal_errors"] == 0
-    assert not [e for e in c.other_events if e.get("type") == "QPError"]
+    assert not [e for e in c.other_events if isinstance(e, QPError)]
 
 
 def test_one_percent_loss_on_a_link_mid_transfer(fm: FabricMrcds, conn: Conn) -> None:
@@ -273,9 +274,9 @@ def test_sender_nic_port_down_mid_transfer(fm: FabricMrcds, conn: Conn) -> None:
 
     assert conn.stream(total, MIB, 16, timeout=60, on_progress=progress) == []
     _assert_exact(conn, total)
-    ports = [e for e in conn.other_events if e.get("type") == "PortStatusChanged"
-             and e.get("peer") is None and e["plane"] == 1]
-    assert [e["up"] for e in ports][:2] == [False, True], ports
+    ports = [e for e in conn.other_events if isinstance(e, PortStatusChanged)
+             and e.peer is None and e.plane == 1]
+    assert [e.up for e in ports][:2] == [False, True], ports
     a, b = sent_down["at_fail"], sent_down["at_restore"]
     plane1 = sum(b[k] - a[k] for k in b if k[0] == 1)
     plane0 = sum(b[k] - a[k] for k in b if k[0] == 0)

@@ -20,6 +20,7 @@ from mdfabric import MIB, Conn, FabricMrcds, connect, fabric_with_mrcds
 from mdnsutil import in_netns, needs_root, run, start_mrcd
 
 from mrcnet.constants import Opcode
+from mrcnet.core.events import QPError
 from mrcnet.io import PacketPort
 from mrcnet.io.kernel_drop import TABLE_RE
 from mrcnet.wire import UDP, Ethernet, IPv6, Route, build_data, mac_to_bytes
@@ -75,7 +76,7 @@ def test_peer_mrcd_killed_gives_a_clear_error_and_other_qps_keep_working(
             deadline = time.monotonic() + 5
             while "event" not in result and time.monotonic() < deadline:
                 e = to_h2.ca.get_async_event(timeout=0.2)
-                if e is not None and e.get("type") == "QPError":
+                if isinstance(e, QPError):
                     result["event"] = e
 
         waiter = threading.Thread(target=wait_error)
@@ -88,7 +89,7 @@ def test_peer_mrcd_killed_gives_a_clear_error_and_other_qps_keep_working(
         assert [(w.wr_id, w.status) for w in wcs] == [
             (100, "RETRY_EXC_ERR"), (101, "WR_FLUSH_ERR"), (102, "WR_FLUSH_ERR"),
             (103, "WR_FLUSH_ERR")], wcs
-        reason = result["event"]["reason"]
+        reason = result["event"].reason
         assert "peer unreachable" in reason and "h2" in reason \
             and "retry budget exhausted" in reason, reason
         elapsed = result["t"] - t_post
