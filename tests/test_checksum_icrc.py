@@ -1,4 +1,5 @@
-"""mrcnet.fastpath checksums: the C and pure-Python paths against naive references.
+"""The UDP checksum and ICRC twins (mrcnet.wire.checksum, mrcnet.wire.icrc), C and pure
+Python, against naive references.
 
 Both implementations are tested in one process (``py_*`` and ``c_*``); the binding
 switch (MRCNET_NO_FASTPATH, a missing C module) is tested in subprocesses.

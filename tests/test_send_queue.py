@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 import pytest
-from test_fastpath_run import _EXT_TSETH, _paths
+from test_run_patcher import _EXT_TSETH, _paths
 
 from mrcnet.buffers import SendQueue, send_queue
 from mrcnet.io.batch import CBatchIO

@@ -1,4 +1,4 @@
-"""The C parser (``mrc_parse`` via ``mrcnet.fastpath``) against the reference
+"""The C parser (``mrc_parse`` via ``mrcnet.wire.parsed``) against the reference
 ``mrcnet.wire.parse_frame``: same accept/reject decision, same reason, same trimmed flag,
 same fields, for every kind of frame in every mode, valid, mutated and random.
 
