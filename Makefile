@@ -37,4 +37,4 @@ bench: $(STAMP)
 	$(PY) tools/bench_wire.py
 
 clean:
-	rm -rf build dist *.egg-info mrcnet/_fastpath*.so mrcnet/_fastpath.c
+	rm -rf build dist *.egg-info mrcnet/_native*.so mrcnet/_native.c mrcnet/_fastpath*.so mrcnet/_fastpath.c

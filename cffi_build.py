@@ -1,9 +1,11 @@
-"""Build ``mrcnet._fastpath`` (cffi API mode) from mrcnet/_csrc during ``pip install``.
+"""Build ``mrcnet._native`` (cffi API mode) from mrcnet/_csrc during ``pip install``.
 
-cffi's declarations are read from the headers themselves (fastpath.h, spray.h, tx.h,
-rx.h, sendq.h, nscc.h: the part between their ``cffi: begin`` / ``cffi: end`` markers,
-plain declarations and #defines of integers), so they cannot drift from what the C code
-compiles against.
+Each C source is named after the Python file that binds it (checksum.c for
+mrcnet/wire/checksum.py, batch.c for mrcnet/io/batch.py, rxlane.c for
+mrcnet/core/rxlane.py, ...); mrcnet/native.py loads the compiled module once.
+cffi's declarations are read from the headers themselves (the part between their
+``cffi: begin`` / ``cffi: end`` markers, plain declarations and #defines of integers),
+so they cannot drift from what the C code compiles against.
 Needs only a C compiler and the Python headers (the CRC is in mrcnet/_csrc/crc32.c).
 """
 
@@ -13,6 +15,11 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "mrcnet" / "_csrc"
+
+# In dependency order: a header's declarations may use those of the ones before it
+# (rxlane.h uses buffers.h, parsed.h and txtable.h; batch.h uses buffers.h).
+HEADERS = ("checksum.h", "icrc.h", "template.h", "parsed.h", "buffers.h", "batch.h",
+           "spray.h", "txtable.h", "rxlane.h", "cc.h")
 
 ffibuilder = FFI()
 
@@ -24,7 +31,7 @@ def _cdef_of(header: Path) -> str:
 
 
 # System structs stay opaque (``...;``): API mode takes their sizes from the system
-# headers at build time. Then fastpath.h's own declarations.
+# headers at build time. Then the headers' own declarations.
 ffibuilder.cdef(
     """
     struct mmsghdr { ...; };
@@ -32,13 +39,11 @@ ffibuilder.cdef(
     struct sockaddr_ll { ...; };
     """
 )
-# (rx.h and sendq.h use fastpath.h's declarations)
-for _header in ("fastpath.h", "spray.h", "tx.h", "rx.h", "sendq.h", "nscc.h"):
+for _header in HEADERS:
     ffibuilder.cdef(_cdef_of(CSRC / _header))
 ffibuilder.set_source(
-    "mrcnet._fastpath",
-    '#include "fastpath.h"\n#include "spray.h"\n#include "tx.h"\n#include "rx.h"\n'
-    '#include "sendq.h"\n#include "nscc.h"',
+    "mrcnet._native",
+    "".join(f'#include "{h}"\n' for h in HEADERS),
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],

@@ -7,10 +7,10 @@ ratios mean something even when the absolute numbers drift (2 shared vCPUs here)
 
     build   py-ref       mrcnet.wire.build_data (the reference builder)
             py-template  mrcnet.wire.template.DataTemplate.patch into a reused buffer
-            c-template   mrcnet.fastpath.CTemplate.patch (one C call) into a reused buffer
+            c-template   mrcnet.wire.template.CTemplate.patch (one C call) into a reused buffer
     parse   py-ref       mrcnet.wire.parse_frame, pure-Python checksum and ICRC
             c-checksum   the same parse with the checksum verified in C
-            c-parse      mrcnet.fastpath.FrameParser (C mrc_parse: the whole parse, ICRC and
+            c-parse      mrcnet.wire.parsed.FrameParser (C mrc_parse: the whole parse, ICRC and
                          checksum verified, into a reused flat record; the core's path)
     udp6 checksum / icrc: the kernels alone, Python vs C
 
@@ -39,11 +39,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mrcnet import fastpath
 from mrcnet.constants import PSN_MASK, Opcode
+from mrcnet.io.batch import CBatchIO, PyBatchIO
+from mrcnet.native import HAVE_C
 from mrcnet.wire import Route, build_data, ip6, parse_frame, usid_container
+from mrcnet.wire.checksum import c_udp6_checksum, c_udp6_checksum_ok
 from mrcnet.wire.checksum import udp6_checksum as ref_udp6_checksum
-from mrcnet.wire.template import DataTemplate
+from mrcnet.wire.icrc import c_icrc, py_icrc
+from mrcnet.wire.parsed import FrameParser
+from mrcnet.wire.template import CTemplate, DataTemplate
 
 BATCH = 64  # frames per timed call: amortizes the loop, like mrcd's batches
 DEFAULT_SIZES = (64, 1024, 8192)
@@ -111,8 +115,8 @@ def bench_size(size: int, duration: float, rounds: int) -> list[Result]:
         return BATCH
 
     builds: dict[str, Callable[[], int]] = {"py-ref": build_ref, "py-template": build_py}
-    if fastpath.HAVE_C:
-        ctmpl = fastpath.CTemplate(tmpl)
+    if HAVE_C:
+        ctmpl = CTemplate(tmpl)
 
         def build_c() -> int:
             patch = ctmpl.patch
@@ -131,8 +135,8 @@ def bench_size(size: int, duration: float, rounds: int) -> list[Result]:
         return BATCH
 
     parses: dict[str, Callable[[], int]] = {"py-ref": parse_ref}
-    if fastpath.HAVE_C:
-        c_ok = fastpath.c_udp6_checksum_ok
+    if HAVE_C:
+        c_ok = c_udp6_checksum_ok
 
         def parse_c() -> int:
             for f in frames:
@@ -140,7 +144,7 @@ def bench_size(size: int, duration: float, rounds: int) -> list[Result]:
             return BATCH
 
         parses["c-checksum"] = parse_c
-        parser = fastpath.FrameParser(use_c=True)
+        parser = FrameParser(use_c=True)
 
         def parse_cfull() -> int:
             parse = parser.parse
@@ -167,10 +171,10 @@ def bench_size(size: int, duration: float, rounds: int) -> list[Result]:
     sums: dict[str, Callable[[], int]] = {
         "py-ref": kernel(ref_udp6_checksum, src, dst, udp_b),
     }
-    crcs: dict[str, Callable[[], int]] = {"py-ref": kernel(fastpath.py_icrc, cov, True)}
-    if fastpath.HAVE_C:
-        sums["c"] = kernel(fastpath.c_udp6_checksum, src, dst, udp_b)
-        crcs["c"] = kernel(fastpath.c_icrc, cov, True)
+    crcs: dict[str, Callable[[], int]] = {"py-ref": kernel(py_icrc, cov, True)}
+    if HAVE_C:
+        sums["c"] = kernel(c_udp6_checksum, src, dst, udp_b)
+        crcs["c"] = kernel(c_icrc, cov, True)
 
     out = []
     for op, fns in (("build", builds), ("parse", parses), ("udp6-checksum", sums),
@@ -225,9 +229,9 @@ def bench_io(sizes: tuple[int, ...], duration: float, rounds: int) -> list[Resul
     if os.geteuid() != 0:
         raise SystemExit("--io needs root (it makes a private netns with a veth pair)")
     out = []
-    kinds: dict[str, type[Any]] = {"per-frame": fastpath.PyBatchIO}
-    if fastpath.HAVE_C:
-        kinds["mmsg"] = fastpath.CBatchIO
+    kinds: dict[str, type[Any]] = {"per-frame": PyBatchIO}
+    if HAVE_C:
+        kinds["mmsg"] = CBatchIO
     frames_by_size = {
         size: [b"\xff" * 6 + b"\x02" + bytes(5) + ETH_P_TEST.to_bytes(2, "big")
                + os.urandom(min(size, 8900))] * BATCH for size in sizes}
@@ -313,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.io:
         results += bench_io(sizes, args.duration, args.rounds)
     env = {
-        "have_c": fastpath.HAVE_C, "python": platform.python_version(),
+        "have_c": HAVE_C, "python": platform.python_version(),
         "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
         "duration_s": args.duration, "rounds": args.rounds, "batch": BATCH,
         "elapsed_s": round(time.perf_counter() - t0, 2),
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                    "ratios": ratios(results)}, sys.stdout, indent=2)
         print()
     else:
-        print(f"mrcnet wire benchmark: C fast path {'on' if fastpath.HAVE_C else 'OFF'}, "
+        print(f"mrcnet wire benchmark: C fast path {'on' if HAVE_C else 'OFF'}, "
               f"Python {env['python']}, {env['cpus']} CPUs, load {env['loadavg_1m']:.2f}, "
               f"best of {args.rounds} interleaved rounds x {args.duration}s")
         print(table(results))

@@ -5,7 +5,7 @@
  * for Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), as in Linux
  * (arch/x86/crypto/crc32-pclmul_asm.S) and Chromium's zlib (crc32_simd.c). A slicing-by-8
  * table does short inputs, tails, and CPUs without PCLMULQDQ. */
-#include "fastpath.h"
+#include "icrc.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* mrcnet C fast path: the EV round robin of one QP (spray.c).
+/* mrcnet C: the EV round robin of one QP (spray.c).
  *
  * mrcnet/core/evs.py ``EVManager.next_ev`` sprays packets round robin over planes, then
  * over each plane's live paths, then over each path's EVs. Its first try for each packet

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from mrcnet import fastpath
+from mrcnet import native
 
 # --- NSCC parameters (fractions of the measured base RTT / BDP; see docs/CORE.md) -------
 NSCC_TARGET_FRACTION: Final = 0.5  # target queueing delay = this x base RTT
@@ -76,7 +76,7 @@ def create_cc(name: str, mss: int, rate: float, base_rtt_hint: float, *,
         cls = CC_REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown CC profile {name!r}; known: {sorted(CC_REGISTRY)}") from None
-    if cls is NSCC and fastpath.HAVE_C:
+    if cls is NSCC and native.HAVE_C:
         cls = CNSCC  # the same NSCC, its per-ACK update in C
     return cls(mss, rate, base_rtt_hint, target_floor=target_floor, rtt_floor=rtt_floor,
                delay_filter=delay_filter)
@@ -223,7 +223,7 @@ class NSCC(CongestionControl):
         self._clamp()
 
 
-#: CNSCC.quadrant's values, by nscc.h's MRC_NSCC_* number.
+#: CNSCC.quadrant's values, by cc.h's MRC_NSCC_* number.
 _QUADRANTS: Final = ("", "proportional_increase", "fair_increase", "multiplicative_decrease",
                      "no_change", "quick_adapt")
 
@@ -241,7 +241,7 @@ def _c_field(name: str, kind: type = float) -> Any:
 
 
 class CNSCC(NSCC):
-    """:class:`NSCC` with its state and its per-ACK update in C (``mrcnet/_csrc/nscc.c``):
+    """:class:`NSCC` with its state and its per-ACK update in C (``mrcnet/_csrc/cc.c``):
     the same arithmetic, operation for operation, so the same windows to the last bit
     (``tests/core/test_nscc.py`` compares the two). :func:`create_cc` gives it for
     ``"nscc"`` when the C fast path is built."""
@@ -249,13 +249,13 @@ class CNSCC(NSCC):
     def __init__(self, mss: int, rate: float, base_rtt_hint: float, *,
                  target_floor: float = 0.0, rtt_floor: float = 0.0,
                  delay_filter: float = 0.0) -> None:
-        c = fastpath._C.mrc_nscc_new(mss, rate, base_rtt_hint, target_floor, rtt_floor,
+        c = native.C.mrc_nscc_new(mss, rate, base_rtt_hint, target_floor, rtt_floor,
                                      delay_filter)
-        if c == fastpath._ffi.NULL:
+        if c == native.ffi.NULL:
             raise MemoryError("NSCC state")
-        self._c = fastpath._ffi.gc(c, fastpath._C.mrc_nscc_free)
-        self._on_ack = fastpath._C.mrc_nscc_on_ack
-        self._penalty = fastpath._C.mrc_nscc_on_penalty
+        self._c = native.ffi.gc(c, native.C.mrc_nscc_free)
+        self._on_ack = native.C.mrc_nscc_on_ack
+        self._penalty = native.C.mrc_nscc_on_penalty
         self.mss, self.rate = mss, rate
 
     cwnd = _c_field("cwnd")  # type: ignore[assignment]

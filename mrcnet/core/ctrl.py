@@ -4,8 +4,8 @@ the L4 bytes, the ICRC and the UDP checksum.
 A SACK has a fixed size, so everything in front of the UDP checksum is the same for every
 SACK on one route but the EV's bits. :class:`SackTemplate` takes those bytes from a frame the
 reference builder (:func:`mrcnet.wire.build_sack`) made and redoes only what changes, with
-:mod:`mrcnet.fastpath`'s ICRC and checksum (one C call when built). Tests compare it byte
-for byte with the reference.
+:class:`mrcnet.wire.template.FrameFinisher`'s ICRC and checksum (one C call when built).
+Tests compare it byte for byte with the reference.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from mrcnet.constants import (
     IPV6_HEADER_LEN,
     UDP_HEADER_LEN,
 )
-from mrcnet.fastpath import FrameFinisher
 from mrcnet.wire import CCState, Route, build_sack, parse_frame
 from mrcnet.wire.sack import CCSTATE_STRUCT, SETH, SETH_F_ECE, SETH_STRUCT
+from mrcnet.wire.template import FrameFinisher
 
 _DUMMY = SETH(ev=0, cack_psn=0)
 # Bytes 2-3 of the outer IPv6 header: the flow label's low 16 bits (the EV's low half).
@@ -52,7 +52,7 @@ class SackTemplate:
     The whole frame is copied from a template and patched in place: the EV's bits (the
     UDP source port, covered by ICRC and checksum, and the low 16 bits of the outer flow
     label, covered by neither), SETH and CC state; then ICRC and UDP checksum
-    (:class:`mrcnet.fastpath.FrameFinisher`, one C call when built).
+    (:class:`mrcnet.wire.template.FrameFinisher`, one C call when built).
     """
 
     __slots__ = ("_cc_off", "_fin", "_frame", "_pseudo", "_seth_off", "_udp_off")

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
-from mrcnet import fastpath
 from mrcnet.constants import (
     EV_INSTANCE_MASK,
     EV_MARK,
@@ -34,7 +33,9 @@ from mrcnet.constants import (
     EV_PLANE_SHIFT,
 )
 from mrcnet.core.events import PathStateChanged
+from mrcnet.core.spray import CSpray
 from mrcnet.core.states import EVState
+from mrcnet.native import HAVE_C
 
 _SKIP = EVState.SKIP  # (a global load instead of an attribute lookup per packet)
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
@@ -187,7 +188,7 @@ class EVManager:
         # The same rotation in C for runs of packets (take): laid out again whenever
         # _ver moves (a ring dropped, a state or the usable planes changed)
         self._ver = 0
-        self._spray: fastpath.CSpray | None = fastpath.CSpray() if fastpath.HAVE_C else None
+        self._spray: CSpray | None = CSpray() if HAVE_C else None
         self._spray_ver = -1
         self._spray_keys: list[int] = []  # path keys, in the layout's order
         self._spray_infos: list[EVInfo] = []  # EVs, in the layout's order

@@ -9,9 +9,9 @@ responder's state exactly as :meth:`mrcnet.core.qp.QueuePair.on_data` would. It 
 and hands back to Python at any other frame (which then takes the full path, the
 frame's parse done) and whenever a SACK is due (which Python builds, at the very point
 ``on_data`` would). The lane and the Python core share one responder state record (the
-fields of ``struct mrc_rx_qp``, mrcnet/_csrc/rx.h), so neither copies anything back.
+fields of ``struct mrc_rx_qp``, mrcnet/_csrc/rxlane.h), so neither copies anything back.
 
-With the C fast path the lane is ``mrcnet/_csrc/rx.c`` (:class:`mrcnet.fastpath.CRxLane`);
+With the C module the lane is ``mrcnet/_csrc/rxlane.c`` (:class:`mrcnet.core.rxlane_c.CRxLane`);
 :class:`PyRxLane` here is its pure-Python twin, with the same interface, the same
 decisions and the same state (``tests/core/test_rxlane.py`` and
 ``tests/core/test_hotpath_batch.py`` compare them, and both with the frame-by-frame path).
@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mrcnet import fastpath
 from mrcnet.constants import (
     ENDPOINT_QPN,
     EV_PATH_SHIFT,
@@ -34,10 +33,12 @@ from mrcnet.constants import (
 )
 from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.memory import MemoryRegion
+from mrcnet.core.rxlane_c import CRxLane
 from mrcnet.errors import MalformedFrame, MalformedReason
-from mrcnet.fastpath import py_parse
+from mrcnet.native import HAVE_C
+from mrcnet.wire.parsed import py_parse
 
-# mrcnet/_csrc/rx.h (a test checks the two agree)
+# mrcnet/_csrc/rxlane.h (a test checks the two agree)
 RX_UNREP_MAX = 64  # PSNs received since the last SACK the record holds itself
 RX_PEERS_MAX = 8  # peer addresses a lane checks a frame's source against
 RX_MRS_MAX = 256  # regions a lane's table holds (more: their frames take the full path)
@@ -49,7 +50,7 @@ RX_END, RX_SACK, RX_STOP, RX_SACKS, RX_ACKS = 0, 1, 2, 4, 8
 RX_POS_SHIFT = 4  # run()'s result: pos << RX_POS_SHIFT | flags | result
 (WHY_NONE, WHY_PARSE, WHY_OTHER, WHY_PEER, WHY_WINDOW, WHY_MR_MISS, WHY_MR_BAD, WHY_DUP,
  WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT, WHY_ACK) = range(14)
-RX_ACK_INTS = 10  # integers per SACK record (rx.h MRC_RX_ACK_INTS)
+RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
 
 _HALF = 1 << 23
@@ -69,7 +70,7 @@ def ring_size(window: int) -> int:
 
 
 class PyRxQP:
-    """The responder state record in Python: ``struct mrc_rx_qp``'s fields (rx.h
+    """The responder state record in Python: ``struct mrc_rx_qp``'s fields (rxlane.h
     documents them), the ring's arrays as lists."""
 
     __slots__ = (
@@ -103,7 +104,7 @@ class PyRxQP:
 
 class PyRxLane:
     """The receive lane in Python (the module docstring says what it does). One per
-    host; :class:`mrcnet.fastpath.CRxLane` has the same interface."""
+    host; :class:`mrcnet.core.rxlane_c.CRxLane` has the same interface."""
 
     def __init__(self) -> None:
         self.frames: Sequence[Any] = ()
@@ -122,14 +123,14 @@ class PyRxLane:
         self.placed = 0  # data frames the lane handled, ever
         self.parsed: Any = None  # the frame the lane stopped at (RX_STOP), parsed
         self.error: Exception | None = None  # ... or why it could not be
-        # SACKs the lane builds itself (rx.h struct mrc_rx_ctx says when)
+        # SACKs the lane builds itself (rxlane.h struct mrc_rx_ctx says when)
         self.sack_ok = False
         self.plane_ok = 0
         self.credit = 0
         self.paths: dict[int, tuple[Any, int]] = {}
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
-        # The QP whose SACKs the lane takes (rx.h struct mrc_rx_ack says when)
+        # The QP whose SACKs the lane takes (rxlane.h struct mrc_rx_ack says when)
         self.ack_on = False
         self.ack_qpn = -1
         self.ack_txt: Any = None
@@ -182,7 +183,7 @@ class PyRxLane:
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames :meth:`mrcnet.core.qp.QueuePair.send_sack` sends now, on
         ``ev``, from template ``t``: one per window base (``bases``, or if None
-        :func:`sack_bases` of ``rx.unrep``). Empties ``rx.unrep``. The twin of rx.c
+        :func:`sack_bases` of ``rx.unrep``). Empties ``rx.unrep``. The twin of rxlane.c
         ``mrc_rx_sack``."""
         rcv = rx.rcv_nxt
         if bases is None:
@@ -271,13 +272,13 @@ class PyRxLane:
 
     def take_acks(self) -> tuple[list[int], list[float]]:
         """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
-        each (rx.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
+        each (rxlane.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
         ints, sent = self.ack_ints, self.ack_sent
         self.ack_ints, self.ack_sent = [], []
         return ints, sent
 
     def _ack_take(self, f: Any, buf: Any, now: float) -> bool:
-        """rx.c ack_take: a SACK of the ack QP to its table, a record left (True), or
+        """rxlane.c ack_take: a SACK of the ack QP to its table, a record left (True), or
         False for Python to see it."""
         if len(self.ack_sent) >= RX_ACK_MAX:
             return False
@@ -313,7 +314,7 @@ class PyRxLane:
         return out
 
     def _lane_sack(self, q: Any) -> bool:
-        """rx.c lane_sack: send_sack's common case, or False (nothing changed)."""
+        """rxlane.c lane_sack: send_sack's common case, or False (nothing changed)."""
         ev = q.ack_ev
         plane = (ev >> _EV_PLANE_SHIFT) & _EV_PLANE_MASK
         if not ev or plane >= 64 or not (self.plane_ok >> plane) & 1:
@@ -364,7 +365,7 @@ class PyRxLane:
         wait in ``take_sacks``, | RX_ACKS when records of SACKs it took wait in
         ``take_acks``): RX_END
         (all done, pos n), RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame
-        ``pos`` not handled: ``parsed`` holds it, ``why`` says why). The twin of rx.c
+        ``pos`` not handled: ``parsed`` holds it, ``why`` says why). The twin of rxlane.c
         ``mrc_rx_run``, line for line."""
         frames, q, verify = self.frames, self.qp, self.verify
         self.plane = plane
@@ -495,7 +496,7 @@ def sack_bases(rx: Any, more: list[int]) -> list[int]:
 
 def lane_class(use_c: bool) -> Any:
     """The lane to use: C when asked for and built, else Python."""
-    return fastpath.CRxLane if use_c and fastpath.HAVE_C else PyRxLane
+    return CRxLane if use_c and HAVE_C else PyRxLane
 
 
 __all__ = ["PyRxLane", "PyRxQP", "lane_class", "ring_size", "sack_bases"]

@@ -8,8 +8,8 @@ waiting for a retransmission. The packets in flight are also kept in transmissio
 :class:`~mrcnet.core.qp.QueuePair` calls in once per run of new packets and once per
 SACK, never per packet: the per-packet bookkeeping of sending and acknowledging is the
 table's, every decision (loss, paths, congestion) the QP's. With the C fast path the table
-is ``mrcnet/_csrc/tx.c`` (:class:`mrcnet.fastpath.CTxTable`); :class:`PyTxTable` here is
-its pure-Python twin with the same interface and results (``tests/core/test_txtable.py``
+is ``mrcnet/_csrc/txtable.c`` (:class:`CTxTable`, below); :class:`PyTxTable` is its
+pure-Python twin with the same interface and results (``tests/core/test_txtable.py``
 runs both on the same operations and compares).
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Protocol
 
-from mrcnet import fastpath
+from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 
-# Entry flags (mrcnet/_csrc/tx.h MRC_TX_*)
+# Entry flags (mrcnet/_csrc/txtable.h MRC_TX_*)
 LIVE, INFL, PEND, LOGGED = 1, 2, 4, 8
 
 #: (ev, sent, ts, tx, length, off, opcode, wr slot, flags) of one packet
@@ -28,7 +28,7 @@ Entry = tuple[int, float, int, int, int, int, int, int, int]
 
 
 class TxTable(Protocol):
-    """What :class:`PyTxTable` and :class:`mrcnet.fastpath.CTxTable` both offer."""
+    """What :class:`PyTxTable` and :class:`CTxTable` both offer."""
 
     trig_tx: int
     trig_sent: float
@@ -234,10 +234,139 @@ class PyTxTable:
         return self._path_acked.get(key, -1.0)
 
 
+class CTxTable:
+    """The requester's table of packets in flight in C (``mrcnet/_csrc/txtable.c``): the
+    interface and results of :class:`PyTxTable`, which documents it."""
+
+    __slots__ = ("_cap", "_keep", "_lost", "_o", "_t", "_wr", "trig_sent", "trig_tx")
+
+    def __init__(self, capacity: int, seq: int, paths: int = 16) -> None:
+        if not HAVE_C:
+            raise RuntimeError(NOT_BUILT)
+        t = self._t = ffi.new("struct mrc_txq *")
+        pk = ffi.new("struct mrc_txpkt[]", capacity)
+        pslots = 1 << max(4, (2 * paths - 1).bit_length())
+        ptab = ffi.new("struct mrc_txpath[]", pslots)
+        t.paths, t.pmask = ptab, pslots - 1
+        self._wr = ffi.new("int32_t[]", 2 * capacity)
+        t.pk, t.mask = pk, capacity - 1
+        t.wr_unacked, t.wr_mask = self._wr, 2 * capacity - 1
+        o = self._o = ffi.new("struct mrc_txsack *")
+        keep = [pk, ffi.new("uint32_t[]", capacity), ffi.new("double[]", capacity),
+                ffi.new("uint64_t[]", capacity), ffi.new("double[]", capacity),
+                ffi.new("uint8_t[]", capacity)]
+        o.path_key, o.path_sent, o.special_seq, o.special_sent, o.special_pend = keep[1:]
+        self._keep = [*keep, ptab]
+        self._lost = ffi.new("uint64_t[]", capacity)
+        self._cap = capacity
+        C.mrc_tx_init(t, seq)
+        self.trig_tx, self.trig_sent = 0, 0.0
+
+    @property
+    def ninfl(self) -> int:
+        """Packets in flight."""
+        return int(self._t.ninfl)
+
+    @property
+    def infl_bytes(self) -> int:
+        """Payload bytes in flight."""
+        return int(self._t.infl_bytes)
+
+    @property
+    def rack_sent(self) -> float:
+        """Newest send time of any acknowledged packet (-1: none yet)."""
+        return float(self._t.rack_sent)
+
+    @property
+    def rack_rtt(self) -> float:
+        """RTT of that packet."""
+        return float(self._t.rack_rtt)
+
+    def send(self, seq0: int, evs: list[int], ops: list[int], wr: int, off0: int, seg: int,
+             total: int, now: float, ts: int) -> None:
+        """New packets ``seq0 ..`` (one per EV) of work request slot ``wr``, sent now."""
+        C.mrc_tx_send(self._t, seq0, len(evs), evs, bytes(ops), wr, off0, seg, total, now,
+                       ts)
+
+    def resend(self, seq: int, ev: int, now: float, ts: int) -> bool:
+        """A retransmission of ``seq`` on ``ev`` (to the end of the flight order)."""
+        return bool(C.mrc_tx_resend(self._t, seq, ev, now, ts))
+
+    def lose(self, seq: int) -> bool:
+        """``seq`` is declared lost: out of flight, waiting for a retransmission."""
+        return bool(C.mrc_tx_lose(self._t, seq))
+
+    def log(self, seq: int, on: bool) -> bool:
+        """Mark (or unmark) ``seq`` as having a "declared lost" record."""
+        return bool(C.mrc_tx_log(self._t, seq, on))
+
+    def get(self, seq: int) -> tuple[int, float, int, int, int, int, int, int, int] | None:
+        """The entry of an unacknowledged ``seq``, else None."""
+        if seq < 0:
+            return None
+        p = self._t.pk[seq & (self._cap - 1)]
+        if not p.flags & 1 or p.seq != seq:
+            return None
+        return (p.ev, p.sent, p.ts, p.tx, p.len, p.off, p.opcode, p.wr, p.flags)
+
+    def sack(self, now: float, snd_una: int, cack: int, next_seq: int, base: int, bm: int,
+             first: bool, trig: int, ev: int, ts: int) -> int:
+        """A SACK (see :meth:`PyTxTable.sack`)."""
+        o = self._o
+        n = C.mrc_tx_sack(self._t, now, snd_una, cack, next_seq, base, bm, first, trig, ev,
+                           ts, o)
+        tx = self.trig_tx = o.trig_tx
+        if tx:
+            self.trig_sent = o.trig_sent
+        return int(n)
+
+    def paths(self) -> list[tuple[int, float]]:
+        """(path key, newest send time) of what the last :meth:`sack` acknowledged."""
+        o = self._o
+        k = o.npaths
+        return list(zip(ffi.unpack(o.path_key, k), ffi.unpack(o.path_sent, k),
+                        strict=True))
+
+    def specials(self) -> list[tuple[int, float, bool]]:
+        """Packets with a "declared lost" record the last :meth:`sack` acknowledged."""
+        o = self._o
+        k = o.nspecial
+        if not k:
+            return []
+        return [(o.special_seq[i], o.special_sent[i], bool(o.special_pend[i]))
+                for i in range(k)]
+
+    def rack(self, limit: float, wait: float, now: float) -> tuple[list[int], float]:
+        """Packets in flight sent before ``limit`` and at least ``wait`` ago, and when the
+        next would be (inf: none)."""
+        at = ffi.new("double *")
+        n = C.mrc_tx_rack(self._t, limit, wait, now, self._lost, self._cap, at)
+        return ffi.unpack(self._lost, n), at[0]
+
+    def inflight(self) -> list[int]:
+        """The packets in flight, oldest first."""
+        n = C.mrc_tx_inflight(self._t, self._lost, self._cap)
+        return ffi.unpack(self._lost, n)  # type: ignore[no-any-return]
+
+    def oldest(self) -> int | None:
+        """The packet in flight longest, if any."""
+        t = self._t
+        return int(t.pk[t.head].seq) if t.head >= 0 else None
+
+    def wr_unacked(self, wr: int) -> int:
+        """Packets of work request slot ``wr`` not yet acknowledged."""
+        return int(self._wr[wr & self._t.wr_mask])
+
+    def path_acked(self, key: int) -> float:
+        """The newest send time of a packet acknowledged on path ``key`` (-1: none)."""
+        return float(C.mrc_tx_path_acked(self._t, key))
+
+
+
 def new_tx_table(window: int, seq: int, paths: int = 16) -> TxTable:
     """A table for a send window of ``window`` PSNs starting at ``seq`` over at most
     ``paths`` paths: the C one when the fast path is built."""
     capacity = 1 << max(4, (window - 1).bit_length())
-    if fastpath.HAVE_C:
-        return fastpath.CTxTable(capacity, seq, paths)
+    if HAVE_C:
+        return CTxTable(capacity, seq, paths)
     return PyTxTable(capacity, seq, paths)

@@ -2,7 +2,7 @@
 the host stack from answering MRC frames, and next-hop neighbour resolution.
 
 - :class:`PacketPort`: a non-blocking packet socket bound to one port, filtered in the
-  kernel to MRC frames only, with batched send/receive through :mod:`mrcnet.fastpath`.
+  kernel to MRC frames only, with batched send/receive through :mod:`mrcnet.io.batch`.
 - :class:`KernelDrop`: an nftables table (unique name, owned by this process) that drops
   MRC frames on ingress after the packet-socket tap saw them.
 - :func:`neighbour_mac`: the MAC of a next hop from the kernel neighbour table.

@@ -15,7 +15,7 @@ The socket is non-blocking, ignores this host's own transmissions (PACKET_IGNORE
 the batch receiver drops PACKET_OUTGOING too, for kernels without the option), and has
 large buffers (SO_RCVBUFFORCE when allowed).
 
-Frames go in and out in batches through :mod:`mrcnet.fastpath` (sendmmsg/recvmmsg in C,
+Frames go in and out in batches through :mod:`mrcnet.io.batch` (sendmmsg/recvmmsg in C,
 or the pure-Python twin). A full send queue does not block or drop: the rest of a batch
 waits in a small backlog that :meth:`PacketPort.flush` retries (mrcd calls it when the
 socket becomes writable; :attr:`PacketPort.backlog` says when to watch for that).
@@ -34,8 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from mrcnet import fastpath
+from mrcnet import buffers
 from mrcnet.constants import ETH_HEADER_LEN
+from mrcnet.io import batch as batch_io
 from mrcnet.io.bpf import attach_filter
 from mrcnet.io.errors import CapabilityError, IOSetupError
 
@@ -160,7 +161,7 @@ class PacketPort:
             sock.close()
             raise
         self._sock = sock
-        self._io = fastpath.BatchIO(sock.fileno(), max_batch, max(self.frame_max, 2048))
+        self._io = batch_io.BatchIO(sock.fileno(), max_batch, max(self.frame_max, 2048))
         self._backlog: deque[bytes | bytearray | memoryview] = deque()
 
     @staticmethod
@@ -220,20 +221,20 @@ class PacketPort:
 
     # --- receive -----------------------------------------------------------------------
     @property
-    def rx_batch(self) -> fastpath.CBatchIO | None:
+    def rx_batch(self) -> batch_io.CBatchIO | None:
         """The C batch whose buffers the last :meth:`recv`'s views point into (None
         without the C fast path): ``Host.receive_batch(..., slots=)`` reads them there."""
         io = self._io
-        return io if isinstance(io, fastpath.CBatchIO) else None
+        return io if isinstance(io, batch_io.CBatchIO) else None
 
     def recv_slots(self) -> int:
         """:meth:`recv` without making the views (C batch I/O only: see
         :attr:`rx_batch`): how many frames the batch holds now, until the next receive
-        (:class:`mrcnet.fastpath.SlotFrames` views them)."""
+        (:class:`mrcnet.buffers.SlotFrames` views them)."""
         io = self._io
-        assert isinstance(io, fastpath.CBatchIO)
+        assert isinstance(io, batch_io.CBatchIO)
         try:
-            got = fastpath.recv_slots(io)
+            got = batch_io.recv_slots(io)
         except OSError as e:
             if e.errno not in (errno.ENETDOWN, errno.ENXIO):
                 raise
@@ -313,12 +314,12 @@ class PacketPort:
                 break
         return total
 
-    def send_queue(self, q: fastpath.SendQueue, index: int) -> int:
+    def send_queue(self, q: buffers.SendQueue, index: int) -> int:
         """Send what waits for this port (its ``index``) on ``q`` (mrcd's data frames,
-        :class:`mrcnet.fastpath.SendQueue`): as much as the socket takes now, the rest
+        :class:`mrcnet.buffers.SendQueue`): as much as the socket takes now, the rest
         stays queued. Errors as :meth:`send`: a link that is down drops the queue, a
         frame too large for the MTU is dropped; all counted. Returns frames sent."""
-        assert isinstance(self._io, fastpath.CBatchIO)
+        assert isinstance(self._io, batch_io.CBatchIO)
         total = 0
         while True:
             n, calls, err = q.send(index, self._io)

@@ -1,6 +1,7 @@
 """MRC wire format: one module per header, and whole-frame build/parse in :mod:`.frame`.
 
-This pure-Python code is the reference; :mod:`mrcnet.fastpath` must produce identical bytes.
+This pure-Python code is the reference; the C twins beside it (:mod:`mrcnet.native`) must produce
+identical bytes.
 """
 
 from mrcnet.errors import MalformedFrame, MalformedReason

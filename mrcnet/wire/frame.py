@@ -322,7 +322,7 @@ def parse_frame(
     """Parse an MRC frame strictly. Raises only ``MalformedFrame``; never copies payload.
 
     ``checksum_ok`` and ``icrc_fn`` let a caller plug in the C fast path
-    (``mrcnet.fastpath.udp6_checksum_ok`` / ``mrcnet.fastpath.icrc``).
+    (``mrcnet.wire.checksum.fast_udp6_checksum_ok`` / ``mrcnet.wire.icrc.fast_icrc``).
     """
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:

@@ -8,8 +8,17 @@ into a caller's buffer: opcode, BTH flags (AckReq, RTX, TS), PSN, EV (UDP source
 outer flow label), the path (outer destination, or SRH segments), RETH address and length,
 METH/ImmDt/TSETH, payload, all length fields, ICRC and UDP checksum.
 
-:class:`mrcnet.fastpath.CTemplate` does the same in one C call. The tests prove
+:class:`CTemplate` does the same in one C call (mrcnet/_csrc/template.c). The tests prove
 ``build_data(...) == DataTemplate.patch(...) == CTemplate.patch(...)`` byte for byte.
+:class:`RunPatcher` (C only) builds a run of a message's frames in one call;
+:class:`FrameFinisher` writes the ICRC and UDP checksum of a control frame patched in
+place from a per-path template (the core's SACKs), in C when built.
+
+What mrcd uses: ``make_template(frame_or_DataTemplate)`` once per (QP, destination),
+``tmpl.path(usid=...)`` or ``tmpl.path(segments=...)`` once per EV, then per packet
+``tmpl.patch(out, opcode=, psn=, ev=, va=, payload=, path=, msn=, imm=, timestamp=,
+rtx=, ack_req=, cap=) -> length``; ``out`` is a bytearray/memoryview or, fastest, a batch's
+``slot_ptr(i)`` (then ``cap=bufsize``): no copy but the payload's.
 """
 
 from __future__ import annotations
@@ -17,7 +26,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
 from mrcnet.constants import (
     DATA_OPCODES,
@@ -36,12 +46,16 @@ from mrcnet.constants import (
     UDP_HEADER_LEN,
     Opcode,
 )
+from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 from mrcnet.wire._util import Buffer
 from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
 from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
 from mrcnet.wire.frame import Route, build_data, parse_frame
 from mrcnet.wire.icrc import icrc
 from mrcnet.wire.usid import usid_final
+
+if TYPE_CHECKING:
+    from mrcnet.buffers import SendQueue
 
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
@@ -267,7 +281,7 @@ class DataTemplate:
               path: PathSpec | None, msn: int | None, imm: int | None,
               timestamp: int | None, rtx: bool, ack_req: bool) -> bytes:
         """One frame as ``bytes``, every field positional (the core's per-packet call;
-        :class:`mrcnet.fastpath.CTemplate` has the same method, one C call)."""
+        :class:`CTemplate` has the same method, one C call)."""
         buf = bytearray(self.max_frame_len(len(payload)))
         n = self.patch(buf, opcode=opcode, psn=psn, ev=ev, va=va, payload=payload, path=path,
                        msn=msn, imm=imm, timestamp=timestamp, rtx=rtx, ack_req=ack_req)
@@ -298,3 +312,314 @@ def check_data_args(opcode: int, psn: int, ev: int, va: int, msn: int | None,
     if timestamp is not None and not 0 <= timestamp <= 0xFFFF:
         raise ValueError(f"timestamp={timestamp!r} does not fit in 16 bits")
     return imm_ext
+
+
+# ---- the C twin ----------------------------------------------------------------------
+
+_U64_MAX: Final = (1 << 64) - 1
+_PLAIN_DATA_OPS: Final = frozenset(int(op) for op in DATA_OPCODES - IMM_OPCODES)
+_IMM_EXT_LEN: Final = METH_LEN + IMMDT_LEN
+_TSETH_EXT_LEN: Final = TSETH_LEN
+# mrc_patch_data's extension bits (template.h MRC_EXT_*; a test checks them against C)
+EXT_IMM: Final = 1
+EXT_TSETH: Final = 2
+
+
+def _path_args(path: PathSpec | None, null: Any) -> tuple[Any, Any, Any]:
+    """(outer destination, SRH segments, pseudo-header destination) of ``path`` for
+    ``mrc_patch_data``: NULL where the template's own value stands."""
+    if path is None:
+        return null, null, null
+    return (path.outer_da, null if path.srh_segs is None else path.srh_segs,
+            null if path.pseudo_dst is None else path.pseudo_dst)
+
+
+class CTemplate:
+    """C twin of :class:`mrcnet.wire.template.DataTemplate`: one C call per packet.
+
+    Made from a Python template (which found the offsets); ``patch`` takes the same
+    arguments and writes the same bytes. ``out`` may also be a cdata pointer (such as
+    :meth:`CBatchIO.slot_ptr`), then with ``cap``, to patch straight into a send slot.
+    """
+
+    def __init__(self, tmpl: DataTemplate) -> None:
+        if C is None:
+            raise RuntimeError(NOT_BUILT)
+        hdr = tmpl.hdr
+        if len(hdr) > C.MRC_TMPL_HDR_MAX:
+            raise ValueError(f"template headers of {len(hdr)} bytes exceed the C limit")
+        t = self._t = ffi.new("struct mrc_tmpl *")
+        ffi.memmove(t.hdr, hdr, len(hdr))
+        t.hdr_len = len(hdr)
+        t.off_outer_ip = tmpl.off_outer
+        t.off_srh_segs = tmpl.off_srh_segs
+        t.srh_segs_len = tmpl.srh_segs_len
+        t.off_inner_ip = tmpl.off_inner
+        t.off_udp = tmpl.off_udp
+        t.off_bth = tmpl.off_bth
+        t.off_reth = tmpl.off_reth
+        t.imm_first = int(tmpl.IMM_BEFORE_TSETH)
+        t.icrc_le = int(tmpl.ICRC_LITTLE_ENDIAN)
+        t.pseudo_sum = C.mrc_tmpl_addr_sum(tmpl.pseudo_src, tmpl.pseudo_dst)
+        ffi.memmove(t.pseudo_src, tmpl.pseudo_src, 16)
+        #: The Python template this one was made from (offsets, ``path()``).
+        self.template = tmpl
+        self._cdata_type = ffi.CData
+        self._check = check_data_args
+        self._null = ffi.NULL
+        self._hdr_len = len(hdr)
+
+    def path(self, *, usid: bytes | None = None,
+             segments: Sequence[bytes] | None = None) -> PathSpec:
+        """Same as :meth:`DataTemplate.path`."""
+        return self.template.path(usid=usid, segments=segments)
+
+    def max_frame_len(self, payload_len: int) -> int:
+        """Same as :meth:`DataTemplate.max_frame_len`."""
+        return self.template.max_frame_len(payload_len)
+
+    def patch(
+        self,
+        out: bytearray | memoryview | Any,
+        *,
+        opcode: int,
+        psn: int,
+        ev: int,
+        va: int,
+        payload: bytes | bytearray | memoryview = b"",
+        path: PathSpec | None = None,
+        msn: int | None = None,
+        imm: int | None = None,
+        timestamp: int | None = None,
+        rtx: bool = False,
+        ack_req: bool = False,
+        cap: int | None = None,
+    ) -> int:
+        """Write one data frame into ``out``; returns its length (see DataTemplate.patch)."""
+        # The common packet (no immediate, no timestamp, fields in range) is checked inline;
+        # anything else goes through the full check, which also words the errors.
+        if (timestamp is None and msn is None and imm is None and opcode in _PLAIN_DATA_OPS
+                and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX):
+            ext = 0
+            flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
+            timestamp = 0
+        else:
+            ext = EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+            flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
+            if timestamp is not None:
+                ext |= EXT_TSETH
+                flags |= F_TS
+            else:
+                timestamp = 0
+        if isinstance(out, self._cdata_type):
+            if cap is None:
+                raise ValueError("cap= is needed with a cdata output buffer")
+            ptr = out
+        else:
+            ptr = ffi.from_buffer(out)
+            cap = len(out) if cap is None else min(cap, len(out))
+        da, segs, pd = _path_args(path, self._null)
+        if type(payload) is not bytes:
+            payload = ffi.from_buffer(payload)
+        n = int(C.mrc_patch_data(ptr, cap, self._t, opcode, flags, psn, ev, da, segs, pd, va,
+                                  ext, msn or 0, imm or 0, timestamp, payload, len(payload)))
+        if n == 0:
+            raise ValueError(f"a frame with {len(payload)} payload bytes does not fit "
+                             f"{cap} bytes or an IPv6 length field")
+        return n
+
+    def frame(self, opcode: int, psn: int, ev: int, va: int,
+              payload: bytes | bytearray | memoryview, path: PathSpec | None,
+              msn: int | None, imm: int | None, timestamp: int | None, rtx: bool,
+              ack_req: bool) -> bytes:
+        """One data frame as ``bytes``, every field positional: the core's per-packet
+        call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into a
+        buffer of exactly the frame's size, so the only copy is ``bytes()``'s."""
+        if (msn is None and imm is None and opcode in _PLAIN_DATA_OPS
+                and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX
+                and (timestamp is None or 0 <= timestamp <= 0xFFFF)):
+            ext = 0
+        else:  # the full check, which also words the errors
+            ext = EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+        flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
+        n = self._hdr_len + len(payload) + ICRC_LEN
+        if ext:
+            n += _IMM_EXT_LEN
+        if timestamp is not None:
+            ext |= EXT_TSETH
+            flags |= F_TS
+            n += _TSETH_EXT_LEN
+        else:
+            timestamp = 0
+        da, segs, pd = _path_args(path, self._null)
+        if type(payload) is not bytes:
+            payload = ffi.from_buffer(payload)
+        buf = bytearray(n)
+        if not C.mrc_patch_data(ffi.from_buffer(buf), n, self._t, opcode, flags, psn, ev, da,
+                                 segs, pd, va, ext, msn or 0, imm or 0, timestamp, payload,
+                                 len(payload)):
+            raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
+                             "IPv6 length field")
+        return bytes(buf)
+
+    def build(self, **fields: Any) -> bytes:
+        """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
+        buf = bytearray(self.max_frame_len(len(fields.get("payload", b""))))
+        return bytes(buf[: self.patch(buf, **fields)])
+
+
+# RunPatcher's buffers: each run's frames go into one of their own (views into it stay
+# valid as long as anyone holds a frame), left uninitialised: every byte of a frame is
+# written, and zeroing it first would cost as much as copying the frames out.
+_RAW_ALLOC: Any = (ffi.new_allocator(should_clear_after_alloc=False)
+                   if ffi is not None else None)
+
+
+
+
+class RunPatcher:
+    """A sender's data frames built a run at a time: one C call (``mrc_patch_run``) for
+    consecutive packets of one message instead of one :meth:`CTemplate.frame` each.
+
+    Paths (a template and its per-path fields) are registered once with :meth:`add`, which
+    gives their slot; :meth:`frames` then takes per packet only its slot, EV, opcode, BTH
+    flags and extension bits. Each frame is the same bytes :meth:`CTemplate.frame` makes.
+    C only: :func:`run_patcher` gives None without it.
+    """
+
+    __slots__ = ("_keep", "_paths", "_size", "n")
+
+    def __init__(self, size: int = 64) -> None:
+        self._paths = ffi.new("struct mrc_path[]", size)
+        self._size = size
+        self._keep: list[Any] = []  # owners of the pointers stored in the table
+        #: Paths registered so far (the next slot).
+        self.n = 0
+
+    def add(self, tmpl: CTemplate, path: PathSpec | None) -> int:
+        """Register a (template, path) pair; returns its slot."""
+        if self.n == self._size:  # grow: a fresh table, the old entries copied over
+            bigger = ffi.new("struct mrc_path[]", 2 * self._size)
+            ffi.memmove(bigger, self._paths, ffi.sizeof("struct mrc_path") * self._size)
+            self._keep.append(self._paths)
+            self._paths, self._size = bigger, 2 * self._size
+        e = self._paths[self.n]
+        e.tmpl = tmpl._t
+        self._keep.append(tmpl)
+        null = ffi.NULL
+        if path is None:
+            e.outer_da = e.srh_segs = e.pseudo_dst = null
+        else:
+            for name in ("outer_da", "srh_segs", "pseudo_dst"):
+                v = getattr(path, name)
+                if v is None:
+                    setattr(e, name, null)
+                else:
+                    buf = ffi.from_buffer(v)
+                    self._keep.append(buf)
+                    setattr(e, name, ffi.cast("const uint8_t *", buf))
+        self.n += 1
+        return self.n - 1
+
+    def frames(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
+               exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
+               seg: int, msn: int, imm: int, timestamp: int) -> list[memoryview]:
+        """Frames of ``len(slots)`` packets: packet i carries payload bytes ``[i * seg,
+        (i + 1) * seg)`` (the last one the rest), PSN ``psn0 + i``, address ``va0 + i *
+        seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits. Read-only
+        views, one per frame, into a buffer of this run's own."""
+        n = len(slots)
+        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, msn,
+                                imm, timestamp)
+        view = memoryview(ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
+        # The frames lie end to end: slices from running sums (C iterators: no Python
+        # bytecode per frame).
+        ends = list(accumulate(ffi.unpack(lens, n)))
+        return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+    def queue(self, sendq: SendQueue, ports: list[int], slots: list[int], evs: list[int],
+              ops: list[int], flags: list[int], exts: list[int], psn0: int, va0: int,
+              payload: bytes | bytearray | memoryview, seg: int, msn: int, imm: int,
+              timestamp: int) -> None:
+        """The frames :meth:`frames` makes, queued on ``sendq`` instead (frame i on port
+        ``ports[i]``): no Python object per frame."""
+        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, msn,
+                                imm, timestamp)
+        sendq.add_run(buf, lens, ports)
+
+    def _build(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
+               exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
+               seg: int, msn: int, imm: int, timestamp: int) -> tuple[Any, Any]:
+        """The run's frames back to back in a buffer of their own, and their lengths."""
+        n = len(slots)
+        cap = n * (C.MRC_TMPL_HDR_MAX + _IMM_EXT_LEN + _TSETH_EXT_LEN + ICRC_LEN) + len(payload)
+        buf = _RAW_ALLOC("uint8_t[]", cap)
+        lens = ffi.new("uint32_t[]", n)
+        pl = payload if type(payload) is bytes else ffi.from_buffer(payload)
+        if not C.mrc_patch_run(buf, cap, n, self._paths, slots, evs, ops, flags, exts, psn0,
+                                va0, pl, len(payload), seg, msn, imm, timestamp, lens):
+            raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
+                             "not fit an IPv6 length field")
+        return buf, lens
+
+
+
+def run_patcher() -> RunPatcher | None:
+    """A :class:`RunPatcher` when the C fast path is built, else None."""
+    return RunPatcher() if HAVE_C else None
+
+
+class FrameFinisher:
+    """ICRC and UDP checksum for frames built in place from a per-path template (control
+    frames: everything but these two fields is copied or packed by the caller).
+
+    ``icrc_from``: where the ICRC starts (inner IPv6 header with ``has_ip``, else the UDP
+    header); ``udp_off``: the UDP header (the datagram runs to the frame's end);
+    ``pseudo_src``/``pseudo_dst``: the checksum's pseudo-header addresses. ``finish(buf)``
+    writes both into ``buf`` (a bytearray holding the whole frame): one C call when built
+    (``mrc_finish_frame``), else the reference functions; the same bytes either way.
+    """
+
+    __slots__ = ("_c", "_has_ip", "_icrc_from", "_pdst", "_psrc", "_sum", "_udp_off")
+
+    def __init__(self, icrc_from: int, has_ip: bool, udp_off: int, pseudo_src: bytes,
+                 pseudo_dst: bytes, use_c: bool | None = None) -> None:
+        self._c = HAVE_C if use_c is None else use_c
+        if self._c and C is None:
+            raise RuntimeError(NOT_BUILT)
+        self._icrc_from, self._has_ip, self._udp_off = icrc_from, has_ip, udp_off
+        self._psrc, self._pdst = bytes(pseudo_src), bytes(pseudo_dst)
+        self._sum = int(C.mrc_tmpl_addr_sum(self._psrc, self._pdst)) if self._c else 0
+
+    def finish(self, buf: bytearray) -> None:
+        """Write the ICRC (last 4 bytes) and the UDP checksum of the frame in ``buf``."""
+        n = len(buf)
+        if self._c:
+            C.mrc_finish_frame(ffi.from_buffer(buf), n, self._icrc_from, self._has_ip,
+                                self._udp_off, self._sum)
+            return
+        u = self._udp_off
+        buf[u + 6 : u + 8] = b"\0\0"
+        buf[n - ICRC_LEN :] = icrc(buf[self._icrc_from : n - ICRC_LEN], self._has_ip)
+        csum = udp6_checksum(self._psrc, self._pdst, buf[u:])
+        buf[u + 6 : u + 8] = csum.to_bytes(2, "big")
+
+
+
+#: A data-frame template of either implementation (same ``patch``/``path`` interface).
+Template: TypeAlias = "CTemplate | DataTemplate"
+
+
+def make_template(frame_or_template: bytes | bytearray | memoryview | DataTemplate) -> Template:
+    """The data-frame template mrcd should use: C when built, else the Python reference.
+
+    Takes a data frame made by :func:`mrcnet.wire.build_data` or a ``DataTemplate``.
+    """
+    t = (frame_or_template if isinstance(frame_or_template, DataTemplate)
+         else DataTemplate(frame_or_template))
+    return CTemplate(t) if HAVE_C else t
+
+
+def patch_data_frame(tmpl: Template, out: bytearray | memoryview | Any, **fields: Any) -> int:
+    """Write one data frame from ``tmpl`` into ``out`` (see ``DataTemplate.patch``)."""
+    return tmpl.patch(out, **fields)

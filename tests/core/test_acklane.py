@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from mrcnet import fastpath
 from mrcnet.constants import PSN_MASK, SackMode
 from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.rxlane import (
@@ -28,14 +27,16 @@ from mrcnet.core.rxlane import (
     WHY_PARSE,
     PyRxLane,
 )
-from mrcnet.core.txtable import PyTxTable
-from mrcnet.fastpath import py_parse
+from mrcnet.core.rxlane_c import CRxLane
+from mrcnet.core.txtable import CTxTable, PyTxTable
+from mrcnet.native import HAVE_C
+from mrcnet.wire.parsed import py_parse
 from mrcnet.wire.sack import SETH, CCState
 
 from .harness import Net, connect, ip
 from .test_txtable import _state
 
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+needs_c = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 QPN = 0x1234
 CAP = 256  # table slots (the send window)
@@ -117,8 +118,8 @@ def test_ack_lane_c_and_python(seed: int, start: int) -> None:
     prov = net.fabric.provider("h1")
     st = [SackTemplate(r, dest_qp=QPN) for p in (0, 1) for r in prov.routes("h0", p)]
     peers = frozenset({ip(1, 0), ip(1, 1)})
-    tables = [fastpath.CTxTable(CAP, start), PyTxTable(CAP, start)]
-    lanes = [fastpath.CRxLane(), PyRxLane()]
+    tables = [CTxTable(CAP, start), PyTxTable(CAP, start)]
+    lanes = [CRxLane(), PyRxLane()]
     for lane, t in zip(lanes, tables, strict=True):
         lane.verify = False  # forged sources get past the parser (the lane checks them)
         assert lane.set_ack(QPN, t, peers, CAP)
@@ -167,7 +168,7 @@ def test_paused_lane_takes_no_sacks() -> None:
     route = net.fabric.provider("h1").routes("h0", 0)[0]
     st = SackTemplate(route, dest_qp=QPN)
     frame = st.build(0x1000, SETH(ev=0x1000, cack_psn=3, sack_offset=1), CCState())
-    for lane, t in ((fastpath.CRxLane(), fastpath.CTxTable(64, 0)),
+    for lane, t in ((CRxLane(), CTxTable(64, 0)),
                     (PyRxLane(), PyTxTable(64, 0))):
         t.send(0, [0x1000] * 5, [0xC7] * 5, 0, 0, 100, 500, 1.0, 7)
         assert lane.set_ack(QPN, t, frozenset({ip(1, 0)}), 64)

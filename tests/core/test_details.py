@@ -11,9 +11,9 @@ import pytest
 from mrcnet.constants import NackReason
 from mrcnet.core import HostConfig, WCOpcode, WCStatus
 from mrcnet.core.ctrl import SackTemplate
-from mrcnet.fastpath import FrameFinisher
 from mrcnet.wire import CCState, Route, build_sack, parse_frame, usid_container
 from mrcnet.wire.sack import SETH
+from mrcnet.wire.template import FrameFinisher
 
 from .harness import Impairments, Net, connect
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from mrcnet import fastpath
 from mrcnet.core import CC_REGISTRY, NSCC, CongestionControl, create_cc, register_cc
 from mrcnet.core.cc import CNSCC, NSCC_ALPHA, NSCC_GAMMA, NSCC_MAX_BDP
+from mrcnet.native import HAVE_C
 
 MSS = 4096
 RATE = 100e9 / 8  # bytes/s
@@ -142,7 +142,7 @@ _FIELDS = ("cwnd", "base_rtt", "delay", "srtt", "scale_rtt", "bdp", "maxwnd", "t
            "last_md", "last_qa", "qa_pending", "quadrant")
 
 
-@pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+@pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 @pytest.mark.parametrize("seed", range(12))
 def test_c_nscc_is_nscc_to_the_bit(seed: int) -> None:
     """CNSCC (nscc.c) and NSCC on the same random stream of ACKs (with and without RTT

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from mrcnet import fastpath
 from mrcnet.core import HostConfig
+from mrcnet.native import HAVE_C
 
 from .harness import Impairments, Net, connect
 
@@ -34,7 +34,7 @@ def _run(fast: bool) -> tuple[list[tuple[float, str, int, bytes]], list[dict[str
     return net.tx_log, [h.counters() for h in net.hosts.values()], bytes(dst)
 
 
-@pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+@pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 def test_c_parser_and_parse_frame_drive_the_core_identically() -> None:
     log_c, counters_c, dst_c = _run(True)
     log_py, counters_py, dst_py = _run(False)

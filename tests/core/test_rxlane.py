@@ -12,17 +12,21 @@ from typing import Any
 
 import pytest
 
-from mrcnet import fastpath
+from mrcnet import native
+from mrcnet.buffers import SlotFrames
 from mrcnet.constants import PSN_MASK, SACK_BITMAP_BITS
-from mrcnet.core import HostConfig, QPState, rxlane
+from mrcnet.core import HostConfig, QPState, rxlane, rxlane_c
 from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.rxlane import PyRxLane, ring_size, sack_bases
-from mrcnet.fastpath import py_parse
+from mrcnet.core.rxlane_c import CRxLane
+from mrcnet.io.batch import CBatchIO, recv_slots
+from mrcnet.native import HAVE_C
+from mrcnet.wire.parsed import py_parse
 
 from .harness import Net, connect, trim
 from .test_hotpath_batch import _reference_receive
 
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+needs_c = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 MODES = ["c", "py", "nolane", "ref"]
 
 
@@ -43,7 +47,7 @@ def _setup(mode: str, psn: int, kw: dict[str, Any], size: int) -> tuple[Net, Any
 def _generate(psn: int, kw: dict[str, Any], size: int = 600_000,
               writes: int = 5) -> list[tuple[int, bytes]]:
     """The data frames h0 sends for a few writes (some with an immediate), in order."""
-    net, (qa, _qb, ms, md, _src), _hb = _setup("c" if fastpath.HAVE_C else "py", psn, kw,
+    net, (qa, _qb, ms, md, _src), _hb = _setup("c" if HAVE_C else "py", psn, kw,
                                                size)
     net.log_tx = True
     ha = net.h(0)
@@ -67,7 +71,7 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], psn: int,
     built = [0]
     if mode in ("c", "py"):
         lane = hb._lane
-        assert isinstance(lane, fastpath.CRxLane if mode == "c" else PyRxLane)
+        assert isinstance(lane, CRxLane if mode == "c" else PyRxLane)
         take = lane.take_sacks
 
         def counting() -> list[tuple[int, bytes]]:
@@ -138,7 +142,7 @@ def _batches(frames: list[tuple[int, bytes]], rng: random.Random, *, reorder: in
 def _compare(batches: list[list[tuple[int, bytes]]], psn: int, kw: dict[str, Any],
              **extra: Any) -> dict[str, dict[str, Any]]:
     res = {m: _replay(m, batches, psn, kw, **extra)
-           for m in MODES if m != "c" or fastpath.HAVE_C}
+           for m in MODES if m != "c" or HAVE_C}
     ref = res["ref"]
     for m, r in res.items():
         for k in ("out", "counters", "dst", "state", "cq"):
@@ -266,7 +270,7 @@ def test_qp_destroyed_and_reset_between_batches() -> None:
     """The lane's QP goes away (and a new one takes its number): nothing of the old
     state is used."""
     frames = _generate(0, {})
-    for mode in [m for m in MODES[:3] if m != "c" or fastpath.HAVE_C]:
+    for mode in [m for m in MODES[:3] if m != "c" or HAVE_C]:
         _net, (_qa, qb, _ms, _md, _src), hb = _setup(mode, 0, {}, 600_000)
         if mode == "nolane":
             hb._lane = None
@@ -284,18 +288,18 @@ def test_qp_destroyed_and_reset_between_batches() -> None:
 
 @needs_c
 def test_constants_match_the_header() -> None:
-    lib = fastpath._C
+    lib = native.C
     assert lib.MRC_RX_UNREP_MAX == rxlane.RX_UNREP_MAX
-    assert lib.MRC_RX_PEERS_MAX == rxlane.RX_PEERS_MAX == fastpath._RX_PEERS_MAX
-    assert fastpath._RX_MRS_MAX == rxlane.RX_MRS_MAX
+    assert lib.MRC_RX_PEERS_MAX == rxlane.RX_PEERS_MAX == rxlane_c._RX_PEERS_MAX
+    assert rxlane_c._RX_MRS_MAX == rxlane.RX_MRS_MAX
     assert (lib.MRC_RX_END, lib.MRC_RX_SACK, lib.MRC_RX_STOP, lib.MRC_RX_SACKS,
             lib.MRC_RX_ACKS) == (rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP,
                                  rxlane.RX_SACKS, rxlane.RX_ACKS)
     assert max(rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP) | rxlane.RX_SACKS | \
         rxlane.RX_ACKS < 1 << rxlane.RX_POS_SHIFT
-    assert fastpath._RX_PATHS_MAX == rxlane.RX_PATHS_MAX
+    assert rxlane_c._RX_PATHS_MAX == rxlane.RX_PATHS_MAX
     assert lib.MRC_RX_ACK_INTS == rxlane.RX_ACK_INTS
-    assert fastpath._RX_ACK_MAX == rxlane.RX_ACK_MAX
+    assert rxlane_c._RX_ACK_MAX == rxlane.RX_ACK_MAX
     names = ["NONE", "PARSE", "OTHER", "PEER", "WINDOW", "MR_MISS", "MR_BAD", "DUP",
              "TRIMMED", "IMM", "FULL", "DELIVER", "SHORT", "ACK"]
     assert [getattr(lib, f"MRC_RX_WHY_{n}") for n in names] == [
@@ -324,7 +328,7 @@ def _ring(rx: Any) -> dict[int, tuple[int, ...]]:
 @pytest.mark.parametrize("seed", range(5))
 def test_ring_grow_and_bitmap(seed: int) -> None:
     rng = random.Random(seed)
-    C, P = fastpath.CRxLane, PyRxLane
+    C, P = CRxLane, PyRxLane
     c, p = C.new_state(128), P.new_state(128)
     rcv = rng.choice([0, (1 << 24) - 60, 123_456_789])
     for rx in (c, p):
@@ -351,7 +355,7 @@ def test_sack_frames_c_and_python(seed: int) -> None:
     connect(net, 0, 1)
     route = net.fabric.provider("h1").routes("h0", rng.randrange(2))[rng.randrange(2)]
     st = SackTemplate(route, dest_qp=rng.getrandbits(24))
-    C, P = fastpath.CRxLane, PyRxLane
+    C, P = CRxLane, PyRxLane
     c, p = C.new_state(256), P.new_state(256)
     rcv = rng.choice([5, (1 << 24) - 3, 1 << 40])
     for rx in (c, p):
@@ -395,28 +399,28 @@ def test_slot_frames_view_a_c_batch() -> None:
 
     frames = _generate(0, {})[:12]
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    with a, b, fastpath.CBatchIO(b.fileno(), max_batch=8, bufsize=9216) as io:
+    with a, b, CBatchIO(b.fileno(), max_batch=8, bufsize=9216) as io:
         for _, f in frames[:5]:
             a.send(f)
-        assert fastpath.recv_slots(io) == 5 == io.last_received
-        sf = fastpath.SlotFrames(io, 5)
+        assert recv_slots(io) == 5 == io.last_received
+        sf = SlotFrames(io, 5)
         assert [bytes(v) for v in sf] == [f for _, f in frames[:5]]
         assert bytes(sf[-1]) == frames[4][1] and len(sf[1:3]) == 2
         with pytest.raises(IndexError):
             sf[5]
-        assert fastpath.recv_slots(io) == 0
+        assert recv_slots(io) == 0
         results = []
         for use_slots in (True, False):
             _net, (_qa, _qb, _ms, md, _src), hb = _setup("c", 0, {}, 600_000)
             for _, f in frames:
                 a.send(f)
-            k = fastpath.recv_slots(io)
+            k = recv_slots(io)
             assert k == 8
-            hb.receive_batch(fastpath.SlotFrames(io, k) if use_slots
-                             else [bytes(v) for v in fastpath.SlotFrames(io, k)], 0, 1.0,
+            hb.receive_batch(SlotFrames(io, k) if use_slots
+                             else [bytes(v) for v in SlotFrames(io, k)], 0, 1.0,
                              io if use_slots else None)
-            k = fastpath.recv_slots(io)
-            hb.receive_batch(fastpath.SlotFrames(io, k), 0, 1.1, io if use_slots else None)
+            k = recv_slots(io)
+            hb.receive_batch(SlotFrames(io, k), 0, 1.1, io if use_slots else None)
             results.append((hb.counters(), bytes(md.view), hb.frames_to_send(1.2)))
         assert results[0] == results[1]
         assert results[0][0]["rx_data"] == 12

@@ -13,10 +13,10 @@ import random
 
 import pytest
 
-from mrcnet import fastpath
 from mrcnet.core.evs import EVManager
+from mrcnet.native import HAVE_C
 
-pytestmark = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 
 def _snapshot(m: EVManager) -> tuple[object, ...]:

@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from mrcnet import fastpath
-from mrcnet.core.txtable import PyTxTable, TxTable, new_tx_table
+from mrcnet.core.txtable import CTxTable, PyTxTable, TxTable, new_tx_table
+from mrcnet.native import HAVE_C
 
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+needs_c = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 WINDOW = 64
 SEG = 1000
@@ -96,7 +96,7 @@ def _run(seed: int, tables: list[TxTable], start: int) -> None:
 @pytest.mark.parametrize("seed", range(40))
 def test_c_table_matches_python_twin(seed: int) -> None:
     start = [0, 5, (1 << 24) - 20, 1 << 40][seed % 4]
-    tables: list[TxTable] = [PyTxTable(WINDOW, start), fastpath.CTxTable(WINDOW, start)]
+    tables: list[TxTable] = [PyTxTable(WINDOW, start), CTxTable(WINDOW, start)]
     _run(seed, tables, start)
 
 

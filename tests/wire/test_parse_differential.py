@@ -1,10 +1,10 @@
-"""The C parser (``mrc_parse`` via ``mrcnet.fastpath``) against the reference
+"""The C parser (``mrc_parse`` via ``mrcnet.wire.parsed``) against the reference
 ``mrcnet.wire.parse_frame``: same accept/reject decision, same reason, same trimmed flag,
 same fields, for every kind of frame in every mode, valid, mutated and random.
 
 For each input both run with the same ``verify`` setting. A rejection must name the same
 ``MalformedReason``; an accepted frame must give the same flat record as
-``fastpath.py_parse`` (which flattens parse_frame's ``Frame``: every header field and
+``py_parse`` (which flattens parse_frame's ``Frame``: every header field and
 every offset) and ``parsed_to_frame`` must rebuild a ``Frame`` equal to parse_frame's.
 """
 
@@ -29,18 +29,27 @@ from wire_strategies import (
 )
 
 from mrcnet import constants as K
-from mrcnet import fastpath
+from mrcnet import native
 from mrcnet.errors import MalformedFrame, MalformedReason
+from mrcnet.native import HAVE_C
 from mrcnet.wire import parse_frame
+from mrcnet.wire.parsed import (
+    PARSE_REASONS,
+    FrameParser,
+    PyParsed,
+    c_parse,
+    parsed_to_frame,
+    py_parse,
+)
 
-pytestmark = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 SEED = int(os.environ.get("MRCNET_DIFF_SEED", "20261122"))
 N_FUZZ = int(os.environ.get("MRCNET_DIFF_FRAMES", "100000"))
 
 
 def _c_fields(c: object) -> dict[str, int]:
-    return {n: int(getattr(c, n)) for n in fastpath.PyParsed.__slots__ if n != "why"}
+    return {n: int(getattr(c, n)) for n in PyParsed.__slots__ if n != "why"}
 
 
 def agree(buf: bytes | bytearray | memoryview, verify: bool = True) -> str:
@@ -52,15 +61,15 @@ def agree(buf: bytes | bytearray | memoryview, verify: bool = True) -> str:
     else:
         ref_reason = None
     try:
-        c = fastpath.c_parse(buf, verify)
+        c = c_parse(buf, verify)
     except MalformedFrame as e:
         assert e.reason == ref_reason, (e.reason, ref_reason, bytes(buf).hex())
         return e.reason.value
     assert ref_reason is None, (ref_reason, "C accepted", bytes(buf).hex())
-    py = fastpath.py_parse(buf, verify)
+    py = py_parse(buf, verify)
     cf, pf = _c_fields(c), py.fields()
     assert cf == pf, {k: (cf[k], pf[k]) for k in cf if cf[k] != pf[k]}
-    assert fastpath.parsed_to_frame(buf, c) == ref
+    assert parsed_to_frame(buf, c) == ref
     return "trimmed" if c.trimmed else "ok"
 
 
@@ -69,19 +78,19 @@ def agree(buf: bytes | bytearray | memoryview, verify: bool = True) -> str:
 
 def test_record_fields_match_the_c_struct() -> None:
     """PyParsed and struct mrc_parsed have the same fields (the core reads either)."""
-    ffi = fastpath._ffi
+    ffi = native.ffi
     c_names = [name for name, _ in ffi.typeof("struct mrc_parsed").fields]
-    assert c_names == list(fastpath.PyParsed.__slots__)
+    assert c_names == list(PyParsed.__slots__)
 
 
 def test_reason_codes_match() -> None:
-    lib = fastpath._C
-    for i, reason in enumerate(fastpath.PARSE_REASONS):
+    lib = native.C
+    for i, reason in enumerate(PARSE_REASONS):
         if reason is None:
             assert i == lib.MRC_OK == 0
         else:
             assert getattr(lib, "MRC_" + reason.name) == i
-    assert set(MalformedReason) == {r for r in fastpath.PARSE_REASONS if r is not None}
+    assert set(MalformedReason) == {r for r in PARSE_REASONS if r is not None}
 
 
 # --- valid frames of every kind and mode -----------------------------------------------
@@ -206,7 +215,7 @@ def test_frame_parser_reuses_its_record_and_raises_like_parse_frame() -> None:
     specs = all_sample_specs()
     a, b = specs[0].build(), specs[3].build()
     for use_c in (True, False):
-        fp = fastpath.FrameParser(use_c=use_c)
+        fp = FrameParser(use_c=use_c)
         ra = fp.parse(a)
         assert ra.opcode == K.Opcode.WRITE_MIDDLE and ra.is_data and not ra.trimmed
         assert bytes(a[ra.payload_off : ra.payload_off + ra.payload_len]) == bytes(range(33))

@@ -1,7 +1,10 @@
-/* The responder's receive lane: see rx.h. Each step below names the line of
+/* The responder's receive lane: see rxlane.h. Each step below names the line of
  * QueuePair.on_data (mrcnet/core/qp.py) it repeats; mrcnet/core/rxlane.py repeats it in
  * Python. Protocol values are spelled out (a test checks them against mrcnet.constants). */
-#include "rx.h"
+#include "rxlane.h"
+
+#include "checksum.h"
+#include "template.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
-from mrcnet import fastpath
 from mrcnet.constants import Opcode
+from mrcnet.io.batch import PACKET_OUTGOING, CBatchIO, PyBatchIO, recv_batch, send_batch
+from mrcnet.native import HAVE_C
 from mrcnet.wire import Route, parse_frame, usid_container
-from mrcnet.wire.template import DataTemplate
+from mrcnet.wire.checksum import c_udp6_checksum_ok
+from mrcnet.wire.template import CTemplate, DataTemplate
 
 # in_netns is tests/daemon's (mdnsutil): pytest puts that folder on sys.path only when it
 # collects it, so a run of this module alone adds it (appended: it shadows nothing).
@@ -91,10 +93,10 @@ IMPLS = ["py", "c"]
 
 def batch(kind: str, fd: int, max_batch: int = 64, bufsize: int = 2048) -> Any:
     if kind == "c":
-        if not fastpath.HAVE_C:
+        if not HAVE_C:
             pytest.skip("C fast path off (not built, or MRCNET_NO_FASTPATH=1)")
-        return fastpath.CBatchIO(fd, max_batch, bufsize)
-    return fastpath.PyBatchIO(fd, max_batch, bufsize)
+        return CBatchIO(fd, max_batch, bufsize)
+    return PyBatchIO(fd, max_batch, bufsize)
 
 
 def test_frames(dst: bytes, src: bytes, n: int) -> list[bytes]:
@@ -146,7 +148,7 @@ def test_recv_skips_own_outgoing_frames(veth: VethPair, kind: str) -> None:
     with sa, tap:
         b = batch(kind, tap.fileno())
         frames = test_frames(veth.mac_b, veth.mac_a, 10)
-        assert fastpath.send_batch(sa.fileno(), frames) == 10
+        assert send_batch(sa.fileno(), frames) == 10
         seen: list[Any] = []
         received = [0]
 
@@ -156,14 +158,14 @@ def test_recv_skips_own_outgoing_frames(veth: VethPair, kind: str) -> None:
 
         poll(step, lambda: received[0] >= 10)
         assert (received[0], seen) == (10, [])
-        assert fastpath.send_batch(sa.fileno(), frames) == 10
+        assert send_batch(sa.fileno(), frames) == 10
         got: list[tuple[bytes, int]] = []
         ours = ETH_P_TEST.to_bytes(2, "big")
         poll(lambda: got.extend((bytes(v), pt) for v, pt, _ in b.recv(skip_outgoing=False)
                                 if v[12:14] == ours),
              lambda: len(got) >= 10)
         assert [g[0] for g in got] == frames
-        assert {g[1] for g in got} == {fastpath.PACKET_OUTGOING}
+        assert {g[1] for g in got} == {PACKET_OUTGOING}
 
 
 @pytest.mark.parametrize("kind", IMPLS)
@@ -171,7 +173,7 @@ def test_recv_in_small_batches_and_wait(veth: VethPair, kind: str) -> None:
     sa, sb = veth.socket(veth.a), veth.socket(veth.b)
     with sa, sb:
         frames = test_frames(veth.mac_b, veth.mac_a, 20)
-        assert fastpath.send_batch(sa.fileno(), frames) == 20
+        assert send_batch(sa.fileno(), frames) == 20
         b = batch(kind, sb.fileno(), max_batch=8, bufsize=2048)
         sb.setblocking(True)  # wait=True blocks for the first frame only on a blocking fd
         got = [bytes(v) for v, _, _ in b.recv(wait=True)]
@@ -192,7 +194,7 @@ def test_truncates_to_bufsize(veth: VethPair, kind: str) -> None:
     sa, sb = veth.socket(veth.a), veth.socket(veth.b)
     with sa, sb:
         frame = test_frames(veth.mac_b, veth.mac_a, 1)[0] + bytes(500)
-        assert fastpath.send_batch(sa.fileno(), [frame]) == 1
+        assert send_batch(sa.fileno(), [frame]) == 1
         b = batch(kind, sb.fileno(), 4, 100)
         got = recv_all(b, 1)
         assert [g[0] for g in got] == [frame[:100]]
@@ -228,22 +230,22 @@ def test_errors_raise_oserror_with_errno(kind: str) -> None:
 def test_patched_mrc_frames_cross_the_veth(veth: VethPair) -> None:
     """The zero-copy path mrcd uses: C template patch into send slots, sendmmsg, recvmmsg,
     then a strict parse with the C checksum on the far side."""
-    if not fastpath.HAVE_C:
+    if not HAVE_C:
         pytest.skip("C fast path off (not built, or MRCNET_NO_FASTPATH=1)")
     route = Route(veth.mac_a, veth.mac_b, bytes.fromhex("fd00" + "00" * 13 + "01"),
                   bytes.fromhex("fd00" + "00" * 13 + "02"), usid=usid_container(
                       bytes.fromhex("fc000000"), [0x10, 0x20, 0x30]))
-    t = fastpath.CTemplate(DataTemplate.for_route(route, dest_qp=0x77, rkey=0x55))
+    t = CTemplate(DataTemplate.for_route(route, dest_qp=0x77, rkey=0x55))
     sa, sb = veth.socket(veth.a, ETH_P_IPV6), veth.socket(veth.b, ETH_P_IPV6)
     with sa, sb:
-        tx = fastpath.CBatchIO(sa.fileno(), 32, 9216)
-        rx = fastpath.CBatchIO(sb.fileno(), 32, 9216)
+        tx = CBatchIO(sa.fileno(), 32, 9216)
+        rx = CBatchIO(sb.fileno(), 32, 9216)
         lens = [t.patch(tx.slot_ptr(i), cap=tx.bufsize, opcode=Opcode.WRITE_MIDDLE, psn=i,
                         ev=0x10000 * i + 7, va=4096 * i, payload=bytes([i]) * (100 * i + 1))
                 for i in range(32)]
         assert tx.send_slots(lens) == 32
         frames: list[Any] = []
-        poll(lambda: frames.extend(parse_frame(v, checksum_ok=fastpath.c_udp6_checksum_ok)
+        poll(lambda: frames.extend(parse_frame(v, checksum_ok=c_udp6_checksum_ok)
                                    for v, _, _ in rx.recv()),
              lambda: len(frames) >= 32)
         assert [(f.bth.psn, f.ev, len(f.payload)) for f in frames] == [
@@ -254,8 +256,8 @@ def test_stateless_helpers(veth: VethPair) -> None:
     sa, sb = veth.socket(veth.a), veth.socket(veth.b)
     with sa, sb:
         frames = test_frames(veth.mac_b, veth.mac_a, 100)  # more than one batch of 64
-        assert fastpath.send_batch(sa.fileno(), frames) == 100
+        assert send_batch(sa.fileno(), frames) == 100
         got: list[bytes] = []
-        poll(lambda: got.extend(f for f, _, _ in fastpath.recv_batch(sb.fileno(), 64, 2048)),
+        poll(lambda: got.extend(f for f, _, _ in recv_batch(sb.fileno(), 64, 2048)),
              lambda: len(got) >= 100)
         assert got == frames

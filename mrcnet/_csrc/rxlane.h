@@ -1,4 +1,4 @@
-/* mrcnet C fast path: the responder's receive lane (rx.c).
+/* mrcnet C: the responder's receive lane (rxlane.c).
  *
  * Like TCP header prediction: the common case of receiving data (a data frame of the QP
  * the lane is set to, from its peer, in the receive window, new, untrimmed, without an
@@ -10,11 +10,12 @@
  * when a SACK is due, so the SACK is built by Python at the point on_data would build
  * it. mrcnet/core/rxlane.py is the pure-Python twin; the tests compare the frames both
  * send with the frame-by-frame path's. */
-#ifndef MRCNET_RX_H
-#define MRCNET_RX_H
+#ifndef MRCNET_RXLANE_H
+#define MRCNET_RXLANE_H
 
-#include "fastpath.h"
-#include "tx.h"
+#include "buffers.h"
+#include "parsed.h"
+#include "txtable.h"
 
 /* cffi: begin */
 #define MRC_RX_UNREP_MAX 64  /* PSNs received since the last SACK kept here (Python keeps

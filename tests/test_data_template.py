@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrcnet import fastpath
 from mrcnet.constants import (
     DATA_OPCODES,
     DSCP_CONTROL,
@@ -28,6 +27,8 @@ from mrcnet.constants import (
     NackReason,
     Opcode,
 )
+from mrcnet.io.batch import CBatchIO, PyBatchIO
+from mrcnet.native import HAVE_C
 from mrcnet.wire import (
     BTH,
     NETH,
@@ -38,10 +39,11 @@ from mrcnet.wire import (
     parse_frame,
     usid_container,
 )
-from mrcnet.wire.template import DataTemplate, PathSpec
+from mrcnet.wire.checksum import c_udp6_checksum_ok
+from mrcnet.wire.template import CTemplate, DataTemplate, PathSpec, make_template
 
 NO_C = "C fast path off (not built, or MRCNET_NO_FASTPATH=1)"
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason=NO_C)
+needs_c = pytest.mark.skipif(not HAVE_C, reason=NO_C)
 
 BLOCK = bytes.fromhex("fc000000")
 usid = st.integers(1, 0xFFFF)
@@ -123,8 +125,8 @@ def packets(draw: st.DrawFn, flow: Flow) -> tuple[dict[str, Any], Route]:
 
 def impls(t: DataTemplate) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = [("py", t)]
-    if fastpath.HAVE_C:
-        out.append(("c", fastpath.CTemplate(t)))
+    if HAVE_C:
+        out.append(("c", CTemplate(t)))
     return out
 
 
@@ -180,12 +182,12 @@ def test_patched_frames_parse_and_verify_with_c(mode: str) -> None:
     kw: dict[str, Any] = ({"usid": container([1, 2, 3])} if mode == "usid"
                           else {"segments": (os.urandom(16), os.urandom(16))})
     route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16), **kw)
-    t = fastpath.make_template(DataTemplate.for_route(route, dest_qp=7, rkey=9))
-    assert isinstance(t, fastpath.CTemplate)
+    t = make_template(DataTemplate.for_route(route, dest_qp=7, rkey=9))
+    assert isinstance(t, CTemplate)
     buf = bytearray(9100)
     n = t.patch(buf, opcode=Opcode.WRITE_MIDDLE, psn=5, ev=0x12345678, va=4096,
                 payload=memoryview(bytearray(b"x" * 1001)))
-    f = parse_frame(buf[:n], checksum_ok=fastpath.c_udp6_checksum_ok)
+    f = parse_frame(buf[:n], checksum_ok=c_udp6_checksum_ok)
     assert (f.bth.psn, f.ev, f.reth.va if f.reth else None) == (5, 0x12345678, 4096)
     assert bytes(f.payload) == b"x" * 1001
 
@@ -193,15 +195,15 @@ def test_patched_frames_parse_and_verify_with_c(mode: str) -> None:
 @pytest.mark.parametrize("name", ["py", "c"])
 def test_patch_into_batch_slot(name: str) -> None:
     """mrcd's zero-copy send path: the same code for both implementations."""
-    if name == "c" and not fastpath.HAVE_C:
+    if name == "c" and not HAVE_C:
         pytest.skip(NO_C)
     route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16),
                   usid=container([9, 8]))
     t = DataTemplate.for_route(route, dest_qp=3, rkey=4)
-    tmpl: Any = fastpath.CTemplate(t) if name == "c" else t
+    tmpl: Any = CTemplate(t) if name == "c" else t
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # any socket; no I/O here
     try:
-        b: Any = (fastpath.CBatchIO if name == "c" else fastpath.PyBatchIO)(sock.fileno(), 4, 2048)
+        b: Any = (CBatchIO if name == "c" else PyBatchIO)(sock.fileno(), 4, 2048)
         kw: dict[str, Any] = {"opcode": Opcode.WRITE_ONLY, "psn": 1, "ev": 2, "va": 3,
                               "payload": b"hello"}
         n = tmpl.patch(b.slot_ptr(2), cap=b.bufsize, **kw)
@@ -215,12 +217,12 @@ def test_patch_into_batch_slot(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["py", "c"])
 def test_patch_rejects_bad_fields(name: str) -> None:
-    if name == "c" and not fastpath.HAVE_C:
+    if name == "c" and not HAVE_C:
         pytest.skip("C fast path off (not built, or MRCNET_NO_FASTPATH=1)")
     route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16),
                   usid=container([1]))
     t = DataTemplate.for_route(route, dest_qp=3, rkey=4)
-    impl: Any = t if name == "py" else fastpath.CTemplate(t)
+    impl: Any = t if name == "py" else CTemplate(t)
     buf = bytearray(200)
     base: dict[str, Any] = {"opcode": Opcode.WRITE_ONLY, "psn": 0, "ev": 0, "va": 0}
     for bad in ({"psn": PSN_MASK + 1}, {"ev": 1 << 32}, {"va": -1}, {"opcode": Opcode.SACK},
@@ -237,8 +239,8 @@ def test_make_template_follows_binding() -> None:
     route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16))
     frame = build_data(route, ev=1, opcode=Opcode.WRITE_FIRST, dest_qp=1, psn=1, va=0, rkey=0,
                        payload=b"abc")
-    t = fastpath.make_template(frame)
-    assert isinstance(t, fastpath.CTemplate if fastpath.HAVE_C else DataTemplate)
+    t = make_template(frame)
+    assert isinstance(t, CTemplate if HAVE_C else DataTemplate)
 
 
 def test_template_keeps_bth_byte1() -> None:

@@ -1,11 +1,11 @@
-/* mrcnet C fast path: NSCC's per-ACK update (nscc.c).
+/* mrcnet C: NSCC's per-ACK update (cc.c).
  *
  * The same arithmetic as mrcnet.core.cc.NSCC, operation for operation (so the doubles
  * come out bit for bit the same; tests/core/test_nscc.py runs both on random ACK streams
  * and compares every field after each step). NSCC's state lives here for the C class
  * (mrcnet.core.cc.CNSCC), whose attributes read and write these fields. */
-#ifndef MRCNET_NSCC_H
-#define MRCNET_NSCC_H
+#ifndef MRCNET_CC_H
+#define MRCNET_CC_H
 
 #include <stdint.h>
 

@@ -1,8 +1,17 @@
-/* The ports' send queues: see sendq.h. */
-#include "sendq.h"
+/* Batch memory and the ports' send queues. See buffers.h for the contract of each
+ * function. */
+#include "buffers.h"
 
-#include <errno.h>
 #include <string.h>
+
+void mrc_batch_init(struct mrc_batch *b)
+{
+    memset(b->msgs, 0, sizeof(*b->msgs) * b->max);
+    for (unsigned i = 0; i < b->max; i++) {
+        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+}
 
 static int make_room(struct mrc_sendq *q)
 {
@@ -35,39 +44,6 @@ unsigned mrc_sendq_add_run(struct mrc_sendq *qs, unsigned nq, const uint8_t *dat
         off += len;
     }
     return queued;
-}
-
-unsigned mrc_sendq_send(int fd, struct mrc_batch *b, struct mrc_sendq *q, int *err,
-                        unsigned *calls)
-{
-    unsigned sent = 0;
-    *err = 0;
-    *calls = 0;
-    while (q->head < q->n) {
-        unsigned k = q->n - q->head;
-        if (k > b->max)
-            k = b->max;
-        for (unsigned i = 0; i < k; i++) {
-            b->iov[i] = q->iov[q->head + i];
-            b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
-            b->msgs[i].msg_hdr.msg_namelen = 0;
-        }
-        int r = mrc_send_prepared(fd, b, k);
-        (*calls)++;
-        if (r < 0) {
-            *err = -r;
-            return sent;
-        }
-        q->head += (uint32_t)r;
-        sent += (unsigned)r;
-        if ((unsigned)r < k) {
-            *err = EAGAIN;
-            break;
-        }
-    }
-    if (q->head == q->n)
-        q->head = q->n = 0;
-    return sent;
 }
 
 unsigned mrc_sendq_drop(struct mrc_sendq *q, unsigned k)

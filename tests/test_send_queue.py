@@ -12,19 +12,22 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 import pytest
-from test_fastpath_run import _EXT_TSETH, _paths
+from test_run_patcher import _EXT_TSETH, _paths
 
-from mrcnet import fastpath
+from mrcnet.buffers import SendQueue, send_queue
+from mrcnet.io.batch import CBatchIO
+from mrcnet.native import HAVE_C
 from mrcnet.wire.bth import F_TS
+from mrcnet.wire.template import RunPatcher
 
-pytestmark = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 OP_MIDDLE = 0xC7
 
 
 @contextmanager
 def _ports(n: int, sndbuf: int | None = None
-           ) -> Iterator[list[tuple[socket.socket, fastpath.CBatchIO]]]:
+           ) -> Iterator[list[tuple[socket.socket, CBatchIO]]]:
     """``n`` datagram socket pairs: (the receiving end, a batch I/O on the sending end)."""
     with ExitStack() as stack:
         out = []
@@ -35,7 +38,7 @@ def _ports(n: int, sndbuf: int | None = None
             if sndbuf is not None:
                 b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
             a.setblocking(False)
-            out.append((a, fastpath.CBatchIO(b.fileno(), max_batch=8)))
+            out.append((a, CBatchIO(b.fileno(), max_batch=8)))
         yield out
 
 
@@ -48,7 +51,7 @@ def _drain(a: socket.socket) -> list[bytes]:
             return got
 
 
-def _runs(rng: random.Random, rp: fastpath.RunPatcher, slots: list[int], nports: int,
+def _runs(rng: random.Random, rp: RunPatcher, slots: list[int], nports: int,
           count: int) -> Iterator[tuple[list[int], tuple[object, ...]]]:
     """Random runs: (each frame's port, RunPatcher arguments)."""
     for _ in range(count):
@@ -65,11 +68,11 @@ def _runs(rng: random.Random, rp: fastpath.RunPatcher, slots: list[int], nports:
 @pytest.mark.parametrize("seed", range(4))
 def test_queued_frames_are_the_run_frames_in_order(seed: int) -> None:
     rng = random.Random(seed)
-    rp = fastpath.RunPatcher()
+    rp = RunPatcher()
     slots = [rp.add(t, spec) for t, spec in _paths()]
     want: list[list[bytes]] = [[], [], []]
     got: list[list[bytes]] = [[], [], []]
-    q = fastpath.SendQueue(3)
+    q = SendQueue(3)
     with _ports(3) as ports:
         for k, (where, args) in enumerate(_runs(rng, rp, slots, 3, 40)):
             for p, f in zip(where, rp.frames(*args), strict=True):  # type: ignore[arg-type]
@@ -90,9 +93,9 @@ def test_queued_frames_are_the_run_frames_in_order(seed: int) -> None:
 
 def test_full_socket_keeps_the_rest_then_sends_it() -> None:
     rng = random.Random(9)
-    rp = fastpath.RunPatcher()
+    rp = RunPatcher()
     slots = [rp.add(t, spec) for t, spec in _paths()]
-    q = fastpath.SendQueue(1)
+    q = SendQueue(1)
     want: list[bytes] = []
     with _ports(1, sndbuf=4096) as [(a, io)]:
         for where, args in _runs(rng, rp, slots, 1, 6):
@@ -112,9 +115,9 @@ def test_full_socket_keeps_the_rest_then_sends_it() -> None:
 
 def test_overflow_drop_and_an_error_at_the_head() -> None:
     rng = random.Random(3)
-    rp = fastpath.RunPatcher()
+    rp = RunPatcher()
     slots = [rp.add(t, spec) for t, spec in _paths()]
-    q = fastpath.SendQueue(2, cap=10)
+    q = SendQueue(2, cap=10)
     where, args = next(_runs(random.Random(5), rp, slots, 1, 1))
     n = len(where)
     frames = [bytes(f) for f in rp.frames(*args)]  # type: ignore[arg-type]
@@ -134,4 +137,4 @@ def test_overflow_drop_and_an_error_at_the_head() -> None:
 
 
 def test_send_queue_is_c_only() -> None:
-    assert isinstance(fastpath.send_queue(2), fastpath.SendQueue)
+    assert isinstance(send_queue(2), SendQueue)

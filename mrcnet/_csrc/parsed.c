@@ -8,7 +8,10 @@
  *
  * Protocol values are spelled out here (a C file cannot import mrcnet.constants); a test
  * checks each against the Python constant of the same meaning. */
-#include "fastpath.h"
+#include "parsed.h"
+
+#include "checksum.h"
+#include "icrc.h"
 
 #include <string.h>
 

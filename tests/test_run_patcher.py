@@ -8,19 +8,19 @@ import random
 
 import pytest
 
-from mrcnet import fastpath
 from mrcnet.constants import DATA_OPCODES, IMM_OPCODES, LAST_OPCODES, PSN_MASK
+from mrcnet.native import HAVE_C
 from mrcnet.wire import Route, usid_container
 from mrcnet.wire.bth import F_ACKREQ, F_TS
-from mrcnet.wire.template import DataTemplate
+from mrcnet.wire.template import CTemplate, DataTemplate, PathSpec, RunPatcher, run_patcher
 
-pytestmark = pytest.mark.skipif(not fastpath.HAVE_C, reason="C fast path not built")
+pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 _EXT_IMM, _EXT_TSETH = 1, 2
 
 
-def _paths() -> list[tuple[fastpath.CTemplate, fastpath.PathSpec | None]]:
-    out: list[tuple[fastpath.CTemplate, fastpath.PathSpec | None]] = []
+def _paths() -> list[tuple[CTemplate, PathSpec | None]]:
+    out: list[tuple[CTemplate, PathSpec | None]] = []
     for encap in (True, False):
         for mode in ("usid", "srh", "plain"):
             for spine in range(2):
@@ -31,7 +31,7 @@ def _paths() -> list[tuple[fastpath.CTemplate, fastpath.PathSpec | None]]:
                     kw["segments"] = (bytes(15) + bytes([7 + spine]), bytes(15) + b"\x01")
                 r = Route(b"\x02" * 6, b"\x04" * 6, bytes(15) + b"\x09", bytes(15) + b"\x01",
                           encap=encap, **kw)  # type: ignore[arg-type]
-                t = fastpath.CTemplate(DataTemplate.for_route(r, dest_qp=0x1234, rkey=77))
+                t = CTemplate(DataTemplate.for_route(r, dest_qp=0x1234, rkey=77))
                 spec = None
                 if mode == "usid":
                     spec = t.path(usid=r.usid)
@@ -45,7 +45,7 @@ def _paths() -> list[tuple[fastpath.CTemplate, fastpath.PathSpec | None]]:
 def test_run_frames_equal_frame_by_frame(seed: int) -> None:
     rng = random.Random(seed)
     paths = _paths()
-    rp = fastpath.RunPatcher(size=2)  # small: the table has to grow
+    rp = RunPatcher(size=2)  # small: the table has to grow
     slots_of = [rp.add(t, spec) for t, spec in paths]
     n = rng.randint(1, 40)
     seg = rng.choice([256, 1024, 8192])
@@ -73,4 +73,4 @@ def test_run_frames_equal_frame_by_frame(seed: int) -> None:
 
 
 def test_run_patcher_is_c_only() -> None:
-    assert isinstance(fastpath.run_patcher(), fastpath.RunPatcher)
+    assert isinstance(run_patcher(), RunPatcher)

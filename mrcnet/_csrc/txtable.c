@@ -1,5 +1,5 @@
-/* The requester's table of packets in flight: see tx.h. */
-#include "tx.h"
+/* The requester's table of packets in flight: see txtable.h. */
+#include "txtable.h"
 
 #include <math.h>
 

@@ -1,4 +1,5 @@
-"""mrcnet.fastpath checksums: the C and pure-Python paths against naive references.
+"""The UDP checksum and ICRC twins (mrcnet.wire.checksum, mrcnet.wire.icrc), C and pure
+Python, against naive references.
 
 Both implementations are tested in one process (``py_*`` and ``c_*``); the binding
 switch (MRCNET_NO_FASTPATH, a missing C module) is tested in subprocesses.
@@ -16,20 +17,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnet import fastpath
+from mrcnet import native
 from mrcnet.constants import IPPROTO_UDP
+from mrcnet.io.batch import BatchIO, CBatchIO
+from mrcnet.native import HAVE_C
 from mrcnet.wire import checksum as ref_checksum
+from mrcnet.wire.checksum import (
+    c_udp6_checksum,
+    c_udp6_checksum_ok,
+    fast_udp6_checksum,
+    py_udp6_checksum,
+    py_udp6_checksum_ok,
+)
+from mrcnet.wire.icrc import c_icrc, py_icrc
 from mrcnet.wire.icrc import icrc as ref_icrc
 
 NO_C = "C fast path off (not built, or MRCNET_NO_FASTPATH=1)"
-needs_c = pytest.mark.skipif(not fastpath.HAVE_C, reason=NO_C)
+needs_c = pytest.mark.skipif(not HAVE_C, reason=NO_C)
 
 Checksum = Callable[[bytes, bytes, bytes], int]
 Icrc = Callable[..., bytes]
 IMPLS: list[tuple[str, Checksum, Callable[[bytes, bytes, bytes], bool], Icrc]]
-IMPLS = [("py", fastpath.py_udp6_checksum, fastpath.py_udp6_checksum_ok, fastpath.py_icrc)]
-if fastpath.HAVE_C:
-    IMPLS.append(("c", fastpath.c_udp6_checksum, fastpath.c_udp6_checksum_ok, fastpath.c_icrc))
+IMPLS = [("py", py_udp6_checksum, py_udp6_checksum_ok, py_icrc)]
+if HAVE_C:
+    IMPLS.append(("c", c_udp6_checksum, c_udp6_checksum_ok, c_icrc))
 IMPL_IDS = [i[0] for i in IMPLS]
 
 
@@ -176,7 +187,7 @@ def test_icrc_ignores_variant_fields(name: str, csum: object, ok: object,
 def test_c_crc32_equals_zlib_for_every_length_and_alignment(impl: str) -> None:
     """The C CRC-32 (PCLMULQDQ folding, or the slicing-by-8 table) against zlib.crc32:
     every length through the 64-byte fold threshold and its 16-byte tails, odd offsets."""
-    lib = fastpath._C
+    lib = native.C
     active = lib.mrc_crc32_impl(1 if impl == "clmul" else 0)
     try:
         if impl == "clmul" and not active:
@@ -197,18 +208,18 @@ def test_c_crc32_equals_zlib_for_every_length_and_alignment(impl: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(covered=st.binary(min_size=60, max_size=9000), has_ip=st.booleans())
 def test_c_icrc_both_crc_codes(impl: str, covered: bytes, has_ip: bool) -> None:
-    lib = fastpath._C
+    lib = native.C
     lib.mrc_crc32_impl(1 if impl == "clmul" else 0)
     try:
-        assert fastpath.c_icrc(covered, has_ip) == ref_icrc(covered, has_ip)
+        assert c_icrc(covered, has_ip) == ref_icrc(covered, has_ip)
     finally:
         lib.mrc_crc32_impl(1)
 
 
 @needs_c
 def test_binding_prefers_c() -> None:
-    assert fastpath.udp6_checksum is fastpath.c_udp6_checksum
-    assert fastpath.BatchIO is fastpath.CBatchIO
+    assert fast_udp6_checksum is c_udp6_checksum
+    assert BatchIO is CBatchIO
 
 
 def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -229,7 +240,7 @@ def test_missing_module_warns_once_and_falls_back() -> None:
     # sys.modules[name] = None makes the import fail exactly as an unbuilt module does.
     code = (
         "import sys, warnings\n"
-        "sys.modules['mrcnet._fastpath'] = None\n"
+        "sys.modules['mrcnet._native'] = None\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
         "    import mrcnet.fastpath as f\n"

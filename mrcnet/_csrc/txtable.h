@@ -1,4 +1,4 @@
-/* mrcnet C fast path: the requester's table of packets in flight (tx.c).
+/* mrcnet C: the requester's table of packets in flight (txtable.c).
  *
  * One entry per PSN of the send window (a ring indexed by seq & mask): its EV, send
  * time, TSETH stamp, transmission count, length and work request, and whether it is
@@ -9,8 +9,8 @@
  * about loss, paths and congestion stays in Python (mrcnet/core/qp.py), which calls
  * in once per run of new packets and once per SACK. mrcnet/core/txtable.py is the
  * pure-Python twin: the tests run both and compare. */
-#ifndef MRCNET_TX_H
-#define MRCNET_TX_H
+#ifndef MRCNET_TXTABLE_H
+#define MRCNET_TXTABLE_H
 
 #include <stdint.h>
 

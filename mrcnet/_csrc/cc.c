@@ -1,7 +1,7 @@
-/* NSCC's per-ACK update: see nscc.h. Each function names the method of
+/* NSCC's per-ACK update: see cc.h. Each function names the method of
  * mrcnet/core/cc.py NSCC it repeats; the constants are cc.py's NSCC_* (tests/core/test_nscc.py
  * runs both on random ACK streams: any difference shows). */
-#include "nscc.h"
+#include "cc.h"
 
 #include <stdlib.h>
 #include <string.h>

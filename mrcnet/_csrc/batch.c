@@ -1,0 +1,120 @@
+/* Batched packet socket I/O. See batch.h for the contract of each function. */
+#include "batch.h"
+
+#include <errno.h>
+#include <string.h>
+
+int mrc_send_prepared(int fd, struct mrc_batch *b, unsigned n)
+{
+    unsigned done = 0;
+    while (done < n) {
+        int r = sendmmsg(fd, b->msgs + done, n - done, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+                return (int)done;  /* queue full: the caller retries the rest later */
+            return done ? (int)done : -errno;
+        }
+        if (r == 0)
+            break;
+        done += (unsigned)r;
+    }
+    return (int)done;
+}
+
+int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n)
+{
+    size_t off = 0;
+    if (n > b->max)
+        n = b->max;
+    for (unsigned i = 0; i < n; i++) {
+        b->iov[i].iov_base = (void *)(data + off);
+        b->iov[i].iov_len = b->lens[i];
+        b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
+        b->msgs[i].msg_hdr.msg_namelen = 0;
+        off += b->lens[i];
+    }
+    return mrc_send_prepared(fd, b, n);
+}
+
+int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n)
+{
+    if (n > b->max)
+        n = b->max;
+    for (unsigned i = 0; i < n; i++) {
+        b->iov[i].iov_base = b->bufs + (size_t)i * b->bufsize;
+        b->iov[i].iov_len = b->lens[i];
+        b->msgs[i].msg_hdr.msg_name = NULL;
+        b->msgs[i].msg_hdr.msg_namelen = 0;
+    }
+    return mrc_send_prepared(fd, b, n);
+}
+
+int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_outgoing,
+                   unsigned *nrecv)
+{
+    if (n > b->max)
+        n = b->max;
+    for (unsigned i = 0; i < n; i++) {
+        /* recvmmsg overwrites these; reset so every slot gets the full buffer again. */
+        b->iov[i].iov_base = b->bufs + (size_t)i * b->bufsize;
+        b->iov[i].iov_len = b->bufsize;
+        b->msgs[i].msg_hdr.msg_name = &b->addrs[i];
+        b->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_ll);
+        b->msgs[i].msg_hdr.msg_flags = 0;
+    }
+    int r;
+    do {
+        /* With `wait`, block for the first frame only, then take what is queued. */
+        r = recvmmsg(fd, b->msgs, n, wait ? MSG_WAITFORONE : MSG_DONTWAIT, NULL);
+    } while (r < 0 && errno == EINTR);
+    *nrecv = 0;
+    if (r < 0)
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    *nrecv = (unsigned)r;
+    unsigned k = 0;
+    for (unsigned i = 0; i < (unsigned)r; i++) {
+        uint8_t pt = b->addrs[i].sll_pkttype;
+        b->lens[i] = b->msgs[i].msg_len;
+        b->pkttype[i] = pt;
+        b->ifindex[i] = b->addrs[i].sll_ifindex;
+        if (skip_outgoing && pt == PACKET_OUTGOING)
+            continue;
+        b->idx[k++] = i;
+    }
+    return (int)k;
+}
+
+unsigned mrc_sendq_send(int fd, struct mrc_batch *b, struct mrc_sendq *q, int *err,
+                        unsigned *calls)
+{
+    unsigned sent = 0;
+    *err = 0;
+    *calls = 0;
+    while (q->head < q->n) {
+        unsigned k = q->n - q->head;
+        if (k > b->max)
+            k = b->max;
+        for (unsigned i = 0; i < k; i++) {
+            b->iov[i] = q->iov[q->head + i];
+            b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
+            b->msgs[i].msg_hdr.msg_namelen = 0;
+        }
+        int r = mrc_send_prepared(fd, b, k);
+        (*calls)++;
+        if (r < 0) {
+            *err = -r;
+            return sent;
+        }
+        q->head += (uint32_t)r;
+        sent += (unsigned)r;
+        if ((unsigned)r < k) {
+            *err = EAGAIN;
+            break;
+        }
+    }
+    if (q->head == q->n)
+        q->head = q->n = 0;
+    return sent;
+}

@@ -1,0 +1,38 @@
+/* mrcnet C: sendmmsg/recvmmsg on a bound packet socket (batch.c), through a batch's
+ * buffers (buffers.h): the twin of mrcnet/io/batch.py's PyBatchIO (its Python file binds
+ * them as CBatchIO). */
+#ifndef MRCNET_BATCH_H
+#define MRCNET_BATCH_H
+
+#include "buffers.h"
+
+/* cffi: begin */
+/* Sends n frames with sendmmsg on a bound packet socket: frame i is `lens[i]` bytes, the
+ * frames packed back to back from `data`. Returns the number sent (partial when the queue
+ * is full, or before a frame that failed), or -errno if the first one failed. */
+int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n);
+
+/* Sends the frames already written into the batch's own buffers (slot i, lens[i]). */
+int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n);
+
+/* Receives up to min(n, max) frames with recvmmsg(MSG_DONTWAIT unless `wait`), into the
+ * batch's buffers. For each kept frame k (frames of packet type PACKET_OUTGOING dropped
+ * when skip_outgoing), idx[k] is its slot and lens/pkttype/ifindex[slot] describe it.
+ * Returns the number kept; *nrecv gets the number received. 0 on EAGAIN; -errno on error. */
+int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_outgoing,
+                   unsigned *nrecv);
+
+/* Send queue q's frames on fd (a bound packet socket) with sendmmsg, b->max at a time
+ * through b's message headers, until the queue is empty or the socket takes no more.
+ * Returns the frames sent; *err gets 0 (queue empty), EAGAIN (the socket is full: the
+ * rest waits) or the errno of a frame that failed at the head of the queue (left there:
+ * the caller decides); *calls gets the sendmmsg calls made. */
+unsigned mrc_sendq_send(int fd, struct mrc_batch *b, struct mrc_sendq *q, int *err,
+                        unsigned *calls);
+/* cffi: end */
+
+/* sendmmsg of the n messages b->msgs[0..n-1] already set up: how many went (partial
+ * when the socket is full), or -errno if the first one failed. */
+int mrc_send_prepared(int fd, struct mrc_batch *b, unsigned n);
+
+#endif

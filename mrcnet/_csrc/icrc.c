@@ -1,0 +1,58 @@
+/* The RoCEv2 invariant CRC. See icrc.h for the contract of each function. */
+#include "icrc.h"
+
+#include <string.h>
+
+#define IP6_LEN 40
+#define UDP_LEN 8
+#define BTH_LEN 12
+
+/* Raw CRC state after RoCEv2's 8 bytes of 0xff (they stand for the InfiniBand LRH). */
+static uint32_t icrc_prefix(void)
+{
+    static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    return mrc_crc32_raw(0xffffffffu, ones, sizeof ones);
+}
+
+uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
+{
+    uint8_t head[IP6_LEN + UDP_LEN + BTH_LEN];
+    size_t ip = has_ip ? IP6_LEN : 0, hlen = ip + UDP_LEN + BTH_LEN;
+
+    if (len < hlen)
+        return 0;
+    /* The input is read-only: copy the bytes that hold variant fields and mask them. */
+    memcpy(head, p, hlen);
+    if (has_ip) {
+        head[0] |= 0x0f;                      /* traffic class (low nibble of byte 0) */
+        head[1] = head[2] = head[3] = 0xff;   /* traffic class (rest) + flow label */
+        head[7] = 0xff;                       /* hop limit */
+    }
+    head[ip + 6] = head[ip + 7] = 0xff;       /* UDP checksum */
+    head[ip + UDP_LEN + 4] = 0xff;            /* BTH reserved byte */
+    uint32_t c = mrc_crc32_raw(icrc_prefix(), head, hlen);
+    return ~mrc_crc32_raw(c, p + hlen, len - hlen);
+}
+
+/* ICRC of a frame we are writing: mask the variant fields in place so one CRC pass covers
+ * the whole span (the fast path needs >= 64 contiguous bytes), then put them back. The
+ * UDP checksum is left masked: the caller overwrites it next. */
+uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip)
+{
+    size_t ip = has_ip ? IP6_LEN : 0;
+    uint8_t saved[5];
+    memcpy(saved, p, 4);
+    saved[4] = p[7];
+    uint8_t bth_resv = p[ip + UDP_LEN + 4];
+    if (has_ip) {
+        p[0] |= 0x0f;
+        p[1] = p[2] = p[3] = p[7] = 0xff;
+    }
+    p[ip + 6] = p[ip + 7] = 0xff;
+    p[ip + UDP_LEN + 4] = 0xff;
+    uint32_t crc = ~mrc_crc32_raw(icrc_prefix(), p, len);
+    p[ip + UDP_LEN + 4] = bth_resv;
+    memcpy(p, saved, 4);
+    p[7] = saved[4];
+    return crc;
+}

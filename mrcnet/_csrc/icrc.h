@@ -1,0 +1,33 @@
+/* mrcnet C: the RoCEv2 invariant CRC (icrc.c) and the CRC-32 it runs on (crc32.c), the
+ * twins of mrcnet/wire/icrc.py (whose Python file also binds them). */
+#ifndef MRCNET_ICRC_H
+#define MRCNET_ICRC_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* cffi: begin */
+/* CRC-32 as zlib's crc32() computes it (crc32.c: PCLMULQDQ folding when the CPU has it,
+ * else a slicing-by-8 table). mrc_crc32_raw works on the uninverted state:
+ * mrc_crc32(c, p, n) == ~mrc_crc32_raw(~c, p, n). */
+uint32_t mrc_crc32(uint32_t crc, const uint8_t *p, size_t n);
+uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n);
+/* Select the CRC code: 1 = PCLMULQDQ if the CPU has it, 0 = table (tests use both).
+ * Returns 1 if PCLMULQDQ is now in use. */
+int mrc_crc32_impl(int want);
+
+/* RoCEv2 invariant CRC: CRC-32 (zlib's) of 8 bytes of 0xff, then `len` bytes from `p`
+ * (up to but not including the ICRC) with the fields that change in flight taken as all
+ * ones. With has_ip, `p` is the inner IPv6 header (traffic class, flow label and hop limit
+ * masked), else the UDP header; then the UDP checksum and the BTH reserved byte are
+ * masked. Returns zlib's value (the reference stores it little-endian), or 0 if `len`
+ * cannot hold the headers. Mirrors mrcnet/wire/icrc.py. */
+uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
+/* cffi: end */
+
+/* ICRC of a frame being written (template.c): the variant fields of p[0:len] are masked
+ * in place so one CRC pass covers the whole span, then put back, except the UDP
+ * checksum, left masked (the caller overwrites it next). Returns zlib's value. */
+uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip);
+
+#endif

@@ -1,0 +1,126 @@
+/* Data frames from a template, control frames finished in place. See template.h for the
+ * contract of each function. */
+#include "template.h"
+
+#include <string.h>
+
+#include "checksum.h"
+#include "icrc.h"
+
+#define IP6_LEN 40
+#define UDP_LEN 8
+
+static inline void put16(uint8_t *p, uint32_t v) { p[0] = v >> 8; p[1] = v; }
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
+                      uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
+                      const uint8_t *outer_da, const uint8_t *srh_segs,
+                      const uint8_t *pseudo_dst, uint64_t va,
+                      uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                      const uint8_t *payload, size_t payload_len)
+{
+    size_t ext_len = ((ext & MRC_EXT_IMM) ? 8 : 0) + ((ext & MRC_EXT_TSETH) ? 4 : 0);
+    size_t total = t->hdr_len + ext_len + payload_len + 4;
+    if (total > cap || total - t->off_outer_ip - IP6_LEN > 0xffff)
+        return 0;
+
+    memcpy(out, t->hdr, t->hdr_len);
+
+    /* Outer IPv6: EV in the low 16 bits of the flow label (the top 4 stay the template's),
+     * payload length, and the destination (uSID container) for this path. */
+    uint8_t *o = out + t->off_outer_ip;
+    put16(o + 2, ev & 0xffff);
+    put16(o + 4, (uint32_t)(total - t->off_outer_ip - IP6_LEN));
+    if (outer_da)
+        memcpy(o + 24, outer_da, 16);
+    if (srh_segs && t->off_srh_segs)
+        memcpy(out + t->off_srh_segs, srh_segs, t->srh_segs_len);
+
+    if (t->off_inner_ip)
+        put16(out + t->off_inner_ip + 4, (uint32_t)(total - t->off_inner_ip - IP6_LEN));
+
+    uint8_t *u = out + t->off_udp;
+    put16(u + 0, ev >> 16);
+    put16(u + 4, (uint32_t)(total - t->off_udp));
+
+    uint8_t *b = out + t->off_bth;
+    b[0] = (uint8_t)opcode;                         /* byte 1 (SE/M/Pad/TVer) stays */
+    b[8] = (uint8_t)bth_flags;
+    b[9] = psn >> 16; b[10] = psn >> 8; b[11] = psn;
+
+    uint8_t *r = out + t->off_reth;
+    put32(r, (uint32_t)(va >> 32));
+    put32(r + 4, (uint32_t)va);
+    put32(r + 12, (uint32_t)payload_len);
+
+    /* Extension headers in the order the reference builder writes them. */
+    uint8_t *e = out + t->hdr_len;
+    uint8_t *e_imm = e, *e_ts = e;
+    if ((ext & MRC_EXT_IMM) && (ext & MRC_EXT_TSETH)) {
+        if (t->imm_first) e_ts = e + 8; else e_imm = e + 4;
+    }
+    if (ext & MRC_EXT_IMM) {
+        put32(e_imm, msn & 0xffffff);               /* reserved(8) | MSN(24) */
+        put32(e_imm + 4, imm);
+    }
+    if (ext & MRC_EXT_TSETH) {
+        put16(e_ts, timestamp);                     /* timestamp(16) | reserved(16) */
+        put16(e_ts + 2, 0);
+    }
+    if (payload_len)
+        memcpy(e + ext_len, payload, payload_len);
+
+    /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. */
+    uint8_t *ic = out + total - 4;
+    uint8_t *cov = out + (t->off_inner_ip ? t->off_inner_ip : t->off_udp);
+    uint32_t crc = mrc_icrc_in_place(cov, (size_t)(ic - cov), t->off_inner_ip != 0);
+    if (t->icrc_le) { ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24; }
+    else put32(ic, crc);
+
+    put16(u + 6, 0);
+    uint32_t ph = pseudo_dst ? mrc_tmpl_addr_sum(t->pseudo_src, pseudo_dst) : t->pseudo_sum;
+    uint16_t c = (uint16_t)~mrc_udp6_sum_addrs(ph, u, total - t->off_udp);
+    put16(u + 6, c ? c : 0xffff);
+    return total;
+}
+
+size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
+                     const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
+                     const uint8_t *flags, const uint8_t *ext, uint32_t psn0, uint64_t va0,
+                     const uint8_t *payload, size_t payload_len, size_t seg,
+                     uint32_t msn, uint32_t imm, uint32_t timestamp, uint32_t *lens)
+{
+    size_t used = 0;
+    for (unsigned i = 0; i < n; i++) {
+        size_t off = (size_t)i * seg;
+        if (off > payload_len)
+            return 0;
+        size_t len = payload_len - off < seg ? payload_len - off : seg;
+        const struct mrc_path *p = &paths[slot[i]];
+        size_t k = mrc_patch_data(out + used, cap - used, p->tmpl, op[i], flags[i],
+                                  (psn0 + i) & 0xffffffu, ev[i], p->outer_da, p->srh_segs,
+                                  p->pseudo_dst, va0 + off, ext[i], msn, imm, timestamp,
+                                  payload + off, len);
+        if (!k)
+            return 0;
+        lens[i] = (uint32_t)k;
+        used += k;
+    }
+    return used;
+}
+
+void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
+                      uint32_t udp_off, uint32_t pseudo_sum)
+{
+    uint8_t *ic = frame + len - 4;
+    uint32_t crc = mrc_icrc_in_place(frame + icrc_from, (size_t)(ic - frame) - icrc_from, has_ip);
+    ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24;  /* little-endian */
+    uint8_t *u = frame + udp_off;
+    put16(u + 6, 0);
+    uint16_t c = (uint16_t)~mrc_udp6_sum_addrs(pseudo_sum, u, len - udp_off);
+    put16(u + 6, c ? c : 0xffff);
+}

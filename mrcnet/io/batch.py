@@ -1,0 +1,300 @@
+"""Batched send and receive on packet sockets: sendmmsg/recvmmsg in C, one call per frame
+in Python.
+
+- ``BatchIO(fd, max_batch, bufsize)`` per port (:class:`CBatchIO` when the C module is
+  built, else :class:`PyBatchIO`): ``send(frames) -> sent``, ``send_slots(lengths) ->
+  sent``, ``recv(max_frames=None, wait=False, skip_outgoing=True) -> [(memoryview,
+  pkttype, ifindex)]`` (views valid until the next ``recv``), ``slot(i)``/``slot_ptr(i)``,
+  ``last_received``. A full queue gives a partial count; other errors raise ``OSError``
+  with its errno. :class:`CBatchIO`'s memory is a :class:`mrcnet.buffers.BatchSlots`
+  (the core reads received frames in it); :func:`recv_slots` receives into it without
+  making views.
+- The stateless ``send_batch(fd, frames)`` / ``recv_batch(fd, ...)``.
+
+The C half is mrcnet/_csrc/batch.c; :mod:`mrcnet.native` decides which twin is bound.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import fcntl
+import os
+import socket
+import struct
+from collections.abc import Sequence
+from typing import Any, Final
+
+from mrcnet.buffers import BatchSlots
+from mrcnet.native import HAVE_C, C, ffi
+
+__all__ = [
+    "PACKET_OUTGOING",
+    "BatchIO",
+    "CBatchIO",
+    "PyBatchIO",
+    "Received",
+    "recv_batch",
+    "recv_slots",
+    "send_batch",
+]
+
+# Linux <linux/if_packet.h>: sll_pkttype of a frame this host sent (a packet socket sees
+# its own host's transmissions too; mrcd must not take them for received frames).
+PACKET_OUTGOING: Final = 4
+
+#: One received frame: (frame bytes, sll_pkttype, sll_ifindex). The memoryview points
+#: into the batch's reusable buffer and is valid until that batch's next ``recv``.
+Received = tuple[memoryview, int, int]
+
+_SIOCGIFINDEX: Final = 0x8933  # <linux/sockios.h>
+_IFREQ_INDEX: Final = struct.Struct("16si20x")  # struct ifreq: name, ifindex (40 bytes)
+
+
+class PyBatchIO:
+    """Pure-Python twin of :class:`CBatchIO`: one syscall per frame.
+
+    Same interface and the same zero-copy receive (``recvfrom_into`` reusable slots).
+    """
+
+    def __init__(self, fd: int, max_batch: int = 64, bufsize: int = 9216) -> None:
+        if max_batch < 1 or bufsize < 1:
+            raise ValueError("max_batch and bufsize must be positive")
+        self.fd = fd
+        self.max_batch = max_batch
+        self.bufsize = bufsize
+        # A socket object over the caller's fd, for recvfrom_into's sll address (packet
+        # type, interface). It is detached, never closed: the fd stays the caller's.
+        self._sock = socket.socket(fileno=fd)
+        self._buf = bytearray(max_batch * bufsize)
+        self._view = memoryview(self._buf)
+        self._ifindex: dict[str, int] = {}
+        #: Number of frames the last ``recv`` took from the socket, kept or not.
+        self.last_received = 0
+
+    def close(self) -> None:
+        """Let go of the fd without closing it (it belongs to the caller)."""
+        if self._sock.fileno() >= 0:
+            self._sock.detach()
+
+    def __del__(self) -> None:
+        sock = getattr(self, "_sock", None)
+        if sock is not None and sock.fileno() >= 0:
+            sock.detach()
+
+    def __enter__(self) -> PyBatchIO:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def slot(self, i: int) -> memoryview:
+        """Writable view of send/receive buffer ``i`` (``bufsize`` bytes)."""
+        return self._view[i * self.bufsize : (i + 1) * self.bufsize]
+
+    def slot_ptr(self, i: int) -> memoryview:
+        """Buffer ``i`` to patch into: the twin of :meth:`CBatchIO.slot_ptr` (a view here)."""
+        if not 0 <= i < self.max_batch:
+            raise IndexError(i)
+        return self.slot(i)
+
+    def send(self, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Send up to ``max_batch`` frames; returns how many went (partial when full)."""
+        sent = 0
+        for f in frames[: self.max_batch]:
+            try:
+                self._sock.send(f, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                if e.errno == _errno.ENOBUFS:
+                    break
+                if sent:
+                    break  # report the error on the next call, like sendmmsg
+                raise
+            sent += 1
+        return sent
+
+    def _if_index(self, ifname: str) -> int:
+        # Ask through the socket itself (SIOCGIFINDEX): it may live in another netns than
+        # this thread, where socket.if_nametoindex would look.
+        ifr = fcntl.ioctl(self._sock.fileno(), _SIOCGIFINDEX,
+                          _IFREQ_INDEX.pack(ifname.encode(), 0))
+        return int(_IFREQ_INDEX.unpack(ifr)[1])
+
+    def send_slots(self, lens: Sequence[int]) -> int:
+        """Send frames already written into slots 0..len(lens)-1, frame i ``lens[i]`` long."""
+        return self.send([self._view[i * self.bufsize : i * self.bufsize + n]
+                          for i, n in enumerate(lens)])
+
+    def recv(self, max_frames: int | None = None, *, wait: bool = False,
+             skip_outgoing: bool = True) -> list[Received]:
+        """Receive what is queued (up to ``max_frames``) without blocking, or with ``wait``
+        block for the first frame only. Frames this host sent are dropped unless
+        ``skip_outgoing`` is False. Views are valid until the next ``recv``."""
+        n = self.max_batch if max_frames is None else min(max_frames, self.max_batch)
+        out: list[Received] = []
+        got = 0
+        flags = 0 if wait else socket.MSG_DONTWAIT
+        bs = self.bufsize
+        for i in range(n):
+            try:
+                nbytes, addr = self._sock.recvfrom_into(self._view[i * bs : (i + 1) * bs],
+                                                        bs, flags)
+            except (BlockingIOError, InterruptedError):
+                break
+            got += 1
+            flags = socket.MSG_DONTWAIT
+            ifname, _proto, pkttype = addr[0], addr[1], addr[2]
+            if skip_outgoing and pkttype == PACKET_OUTGOING:
+                continue
+            idx = self._ifindex.get(ifname)
+            if idx is None:
+                idx = self._ifindex[ifname] = self._if_index(ifname)
+            out.append((self._view[i * bs : i * bs + nbytes], pkttype, idx))
+        self.last_received = got
+        return out
+
+    def recv_views(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
+        """:meth:`recv`'s views only (outgoing frames skipped)."""
+        return [v for v, _pkttype, _ifindex in self.recv(max_frames, wait=wait)]
+
+
+class CBatchIO(BatchSlots):
+    """sendmmsg/recvmmsg on a packet socket with buffers allocated once and reused.
+
+    ``fd`` is a bound AF_PACKET socket (blocking or not: calls never block unless asked).
+    Frame i of a receive batch lands in slot i; ``recv`` returns memoryviews of the
+    slots (no copy), valid until the next ``recv``.
+    """
+
+    def __init__(self, fd: int, max_batch: int = 64, bufsize: int = 9216) -> None:
+        super().__init__(max_batch, bufsize)
+        self.fd = fd
+        #: Number of frames the last ``recv`` took from the socket, kept or not.
+        self.last_received = 0
+
+    def close(self) -> None:
+        """Nothing to release (the fd belongs to the caller); here for symmetry."""
+
+    def __enter__(self) -> CBatchIO:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Send up to ``max_batch`` frames in one sendmmsg; returns how many went.
+
+        A full queue (EAGAIN/ENOBUFS) gives a partial count; another error raises OSError
+        if nothing was sent, else shows on the next call.
+        """
+        frames = frames[: self.max_batch]
+        n = len(frames)
+        if n == 0:
+            return 0
+        # One join (a C loop) instead of one cdata conversion per frame; sendmmsg then
+        # points its iovecs into the joined buffer.
+        data = b"".join(frames)
+        self._lens[0:n] = [len(f) for f in frames]
+        r = int(C.mrc_send_batch(self.fd, self._b, data, n))
+        if r < 0:
+            raise OSError(-r, os.strerror(-r))
+        return r
+
+    def send_slots(self, lens: Sequence[int]) -> int:
+        """Send frames already written into slots 0..len(lens)-1 (zero copy)."""
+        n = min(len(lens), self.max_batch)
+        self._lens[0:n] = list(lens[:n])
+        r = int(C.mrc_send_slots(self.fd, self._b, n))
+        if r < 0:
+            raise OSError(-r, os.strerror(-r))
+        return r
+
+    def recv(self, max_frames: int | None = None, *, wait: bool = False,
+             skip_outgoing: bool = True) -> list[Received]:
+        """Receive what is queued (up to ``max_frames``) in one recvmmsg without blocking,
+        or with ``wait`` block for the first frame only. Frames this host sent
+        (PACKET_OUTGOING) are dropped unless ``skip_outgoing`` is False."""
+        n = self.max_batch if max_frames is None else min(max_frames, self.max_batch)
+        k = int(C.mrc_recv_batch(self.fd, self._b, n, int(wait), int(skip_outgoing),
+                                  self._nrecv))
+        self.last_received = int(self._nrecv[0])
+        if k < 0:
+            raise OSError(-k, os.strerror(-k))
+        if k == 0:
+            return []
+        bs = self.bufsize
+        v, lens, pt, ifx = self._view, self._lens, self._pkttype, self._ifindex
+        return [(v[i * bs : i * bs + lens[i]], pt[i], ifx[i])
+                for i in ffi.unpack(self._idx, k)]
+
+    def recv_views(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
+        """:meth:`recv` without the packet type and interface of each frame (outgoing
+        frames skipped): only the views, for the per-frame receive path."""
+        n = self.max_batch if max_frames is None else min(max_frames, self.max_batch)
+        k = int(C.mrc_recv_batch(self.fd, self._b, n, int(wait), 1, self._nrecv))
+        self.last_received = int(self._nrecv[0])
+        if k < 0:
+            raise OSError(-k, os.strerror(-k))
+        if k == 0:
+            return []
+        bs, v, lens = self.bufsize, self._view, self._lens
+        return [v[i * bs : i * bs + lens[i]] for i in ffi.unpack(self._idx, k)]
+
+
+    def send_queued(self, q: Any, err: Any, calls: Any) -> int:
+        """Send a port's send queue (``q``: its ``struct mrc_sendq *``) until it is empty
+        or the socket is full: frames sent; ``err``/``calls`` get ``mrc_sendq_send``'s
+        error and call count (:meth:`mrcnet.buffers.SendQueue.send` reads them)."""
+        return int(C.mrc_sendq_send(self.fd, self._b, q, err, calls))
+
+
+
+def recv_slots(io: CBatchIO, max_frames: int | None = None) -> int:
+    """``io.recv_views()`` without the views: receive what is queued (outgoing frames
+    skipped) and return how many frames were kept (:class:`mrcnet.buffers.SlotFrames`
+    shows them)."""
+    n = io.max_batch if max_frames is None else min(max_frames, io.max_batch)
+    k: int = C.mrc_recv_batch(io.fd, io._b, n, 0, 1, io._nrecv)
+    io.last_received = io._nrecv[0]
+    if k < 0:
+        raise OSError(-k, os.strerror(-k))
+    return k
+
+
+BatchIO: type[CBatchIO] | type[PyBatchIO] = CBatchIO if HAVE_C else PyBatchIO
+
+_batches: dict[tuple[int, int, int], CBatchIO | PyBatchIO] = {}
+
+
+def _batch_for(fd: int, max_frames: int, bufsize: int) -> CBatchIO | PyBatchIO:
+    key = (fd, max_frames, bufsize)
+    b = _batches.get(key)
+    if b is None:
+        b = _batches[key] = BatchIO(fd, max_frames, bufsize)
+    return b
+
+
+def send_batch(fd: int, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+    """Send ``frames`` on the bound packet socket ``fd`` in batches; returns how many
+    went (fewer when the socket's queue is full). Long-lived callers should keep a
+    :data:`BatchIO` instead (no per-call lookup)."""
+    b = _batch_for(fd, 64, 1)
+    sent = 0
+    while sent < len(frames):
+        chunk = frames[sent : sent + 64]
+        r = b.send(chunk)
+        sent += r
+        if r < len(chunk):
+            break
+    return sent
+
+
+def recv_batch(fd: int, max_frames: int = 64, bufsize: int = 9216, *,
+               skip_outgoing: bool = True) -> list[tuple[bytes, int, int]]:
+    """Receive up to ``max_frames`` queued frames from ``fd`` without blocking, as
+    (bytes, sll_pkttype, sll_ifindex). Copies each frame (the batch buffer is shared);
+    use :data:`BatchIO` for zero-copy views."""
+    b = _batch_for(fd, max_frames, bufsize)
+    return [(bytes(v), pt, ifx) for v, pt, ifx in b.recv(skip_outgoing=skip_outgoing)]
+
