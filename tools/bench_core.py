@@ -9,7 +9,7 @@ checks, placement, SACK build).
 Modes run in interleaved rounds (A B C D A B C D ...) and the best round of each is
 kept, so machine noise hits them alike: compare rows of one run, not across runs.
 ``parse_frame`` rows use the reference parser (``HostConfig(fast_parse=False)``: what
-the receiver did before the C parser), the others ``mrcnet.fastpath.FrameParser``.
+the receiver did before the C parser), the others ``mrcnet.wire.parsed.FrameParser``.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ class HostConfig:
     - ``completion_events``: also report completions as events (besides the CQ).
     - ``port_status_retries``: PORT_STATUS sends to a peer before giving up.
     - ``use_templates``: build data frames by patching per-route header templates
-      (:mod:`mrcnet.fastpath`, C when built) instead of :func:`mrcnet.wire.build_data`.
+      (:mod:`mrcnet.wire.template`, C when built) instead of :func:`mrcnet.wire.build_data`.
     - ``cc_target_floor``: NSCC never targets less queueing delay than this (seconds).
       An endpoint whose own scheduling adds jitter to every RTT sample (mrcd in Python:
       0.1-2 ms) must set it above that jitter, or NSCC reads the jitter as a queue.
@@ -121,7 +121,7 @@ class HostConfig:
       outlives ``reorder_floor`` (and when it closes), or on ACK-request, CE, duplicate,
       retransmission, trim, probe. Sprayed traffic: 0.46 -> 0.25 SACKs per data packet
       in the simulator. True: a SACK at once on every out-of-order arrival (before).
-    - ``fast_parse``: parse received frames with :class:`mrcnet.fastpath.FrameParser` (the
+    - ``fast_parse``: parse received frames with :class:`mrcnet.wire.parsed.FrameParser` (the
       C parser when built); False: the reference :func:`mrcnet.wire.parse_frame`. Same
       decisions either way (tests/wire/test_parse_differential.py); the switch exists to
       measure the difference.

@@ -51,9 +51,9 @@ from mrcnet.core.sender import WorkRequest
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
-from mrcnet.fastpath import FrameParser, PyParsed
 from mrcnet.wire import Route, build_endpoint
 from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
 _IMM_MAX = 0xFFFFFFFF
@@ -534,8 +534,8 @@ class Host:
         """Frames from the network on local ``port``, all at ``now``: the same as
         :meth:`receive` of each in turn, with less Python per frame (mrcd hands over
         each batch its socket gives). ``slots``: the C batch
-        (:class:`mrcnet.fastpath.CBatchIO`) whose last receive gave ``frames`` (its
-        ``recv_views``, or a :class:`mrcnet.fastpath.SlotFrames` of it): the C lane then
+        (:class:`mrcnet.buffers.BatchSlots`) whose last receive gave ``frames`` (its
+        ``recv_views``, or a :class:`mrcnet.buffers.SlotFrames` of it): the C lane then
         reads them where they are. Never raises. (The loop: mrcnet/core/receive.py.)"""
         self._rx.receive_batch(frames, port, now, slots)
 
@@ -685,7 +685,7 @@ class Host:
     def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
         """Every frame ready to go now: (local port index, frame bytes).
 
-        ``sendq``: the caller's per-port send queues (:class:`mrcnet.fastpath.SendQueue`,
+        ``sendq``: the caller's per-port send queues (:class:`mrcnet.buffers.SendQueue`,
         mrcd's): new data frames built a run at a time in C then go straight into them
         (no Python object per frame) instead of into the list; single frames and control
         frames still come in the list."""

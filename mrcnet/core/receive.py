@@ -28,9 +28,10 @@ from mrcnet.core.rxlane import (
     WHY_PARSE,
     lane_class,
 )
+from mrcnet.core.rxlane_c import CRxLane
 from mrcnet.core.states import QPState
 from mrcnet.errors import MalformedFrame
-from mrcnet.fastpath import CRxLane, FrameParser, PyParsed
+from mrcnet.wire.parsed import FrameParser, PyParsed
 
 
 class ReceivingHost(Protocol):

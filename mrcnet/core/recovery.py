@@ -23,7 +23,7 @@ from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import CREDIT_MOD, unwrap, unwrap32
 from mrcnet.core.states import EVState, QPState
 from mrcnet.core.txtable import PEND, TxTable
-from mrcnet.fastpath import PyParsed
+from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
 REO_SCALE_MAX = 16  # reorder allowance grows to at most 16x after spurious losses

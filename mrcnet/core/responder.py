@@ -33,9 +33,9 @@ from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
 from mrcnet.core.seqnum import CREDIT_MOD, HALF, MSN_MASK, unwrap
 from mrcnet.core.states import QPState
-from mrcnet.fastpath import PyParsed
 from mrcnet.wire import Route, build_nack
 from mrcnet.wire.nack import NETH
+from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)

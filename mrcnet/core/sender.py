@@ -30,11 +30,10 @@ from mrcnet.core.events import WCStatus
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
 from mrcnet.core.txtable import PEND, Entry, TxTable
-from mrcnet.fastpath import RunPatcher, make_template, run_patcher
 from mrcnet.wire import build_data, build_probe
 from mrcnet.wire.bth import F_ACKREQ, F_TS
 from mrcnet.wire.probe import ProbeHeader
-from mrcnet.wire.template import DataTemplate
+from mrcnet.wire.template import DataTemplate, RunPatcher, make_template, run_patcher
 
 _INF = float("inf")
 # Opcodes as plain ints for the per-packet path (an enum member lookup costs more)
@@ -383,7 +382,7 @@ class Sender:
 
     def _run_path(self, ev: int, rkey: int) -> tuple[int, int] | None:
         """(port, slot) for building new data frames on ``ev`` with ``rkey`` in a run
-        (:class:`mrcnet.fastpath.RunPatcher`); None when they are built one at a time
+        (:class:`mrcnet.wire.template.RunPatcher`); None when they are built one at a time
         (no C fast path, templates off, or a route that cannot be templated)."""
         key = (ev >> EV_PATH_SHIFT, rkey)
         if key in self._run_slot:

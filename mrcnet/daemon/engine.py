@@ -20,7 +20,7 @@ import time
 
 import structlog
 
-from mrcnet import core, fastpath
+from mrcnet import buffers, core
 from mrcnet.constants import IPV6_HEADER_LEN
 from mrcnet.core import HostConfig
 from mrcnet.daemon.apiserver import ApiServer, claim_socket_path
@@ -114,7 +114,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
-        self.tx_queues: fastpath.SendQueue | None = None
+        self.tx_queues: buffers.SendQueue | None = None
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -189,7 +189,7 @@ class Daemon:
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
-        self.tx_queues = fastpath.send_queue(len(self.ports))
+        self.tx_queues = buffers.send_queue(len(self.ports))
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
@@ -345,7 +345,7 @@ class Daemon:
                 if rxb is not None:  # the core's lane reads them in the port's buffers
                     k = port.recv_slots()
                     if k:
-                        receive(fastpath.SlotFrames(rxb, k), i, now, rxb)
+                        receive(buffers.SlotFrames(rxb, k), i, now, rxb)
                 else:
                     frames = port.recv()
                     k = len(frames)

@@ -1,8 +1,8 @@
 """Keep mrcd's C heap mapped: no page fault per packet.
 
 The sender builds each run of data frames in a fresh buffer of up to ~600 KiB
-(:class:`mrcnet.fastpath.RunPatcher`), and each port batch is joined into another
-(:meth:`mrcnet.fastpath.CBatchIO.send`). With glibc's defaults a freed block at the top
+(:class:`mrcnet.wire.template.RunPatcher`), and each port batch is joined into another
+(:meth:`mrcnet.io.batch.CBatchIO.send`). With glibc's defaults a freed block at the top
 of the heap beyond ``M_TRIM_THRESHOLD`` is given back to the kernel (``brk``), and the
 next run's buffer takes fresh pages again: measured on a sending mrcd, 56,000 page
 faults and 370 ``brk`` calls per second, 0.8 faults per 8 KiB packet, and about a tenth
