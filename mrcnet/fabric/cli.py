@@ -12,18 +12,18 @@ import os
 import sys
 from typing import Any
 
-from mrcnet.fabric.errors import FabricError
+from mrcnet.fabric.errors import FabricError, SpecError
 
 EPILOG = """\
 examples:
   mrc-fabric up leafspine:planes=2,spines=4,leaves=2,hosts=2,rate=1gbit,mtu=9000 --name lab
   mrc-fabric status lab
   mrc-fabric exec lab h0 -- ip -6 addr
-  mrc-fabric link lab p0l0 p0s1 blackhole        # one way: p0l0 -> p0s1
-  mrc-fabric link lab p0l0 p0s1 loss 1.5 --both
-  mrc-fabric link lab p0l0 p0s1 flap --period 500
-  mrc-fabric link lab p0l0 p0s1 clear
-  mrc-fabric node lab p1s0 blackhole
+  mrc-fabric link lab L0.0 S0.1 blackhole        # one way: L0.0 -> S0.1
+  mrc-fabric link lab L0.0 S0.1 loss 1.5 --both
+  mrc-fabric link lab L0.0 S0.1 flap --period 500
+  mrc-fabric link lab L0.0 S0.1 clear
+  mrc-fabric node lab S1.0 blackhole
   mrc-fabric port lab h1 0 down
   mrc-fabric probe lab h0 h3                     # frames through every plane/spine
   mrc-fabric down lab
@@ -202,7 +202,7 @@ def cmd_link(a: argparse.Namespace) -> int:
     act = a.action
     if act == "loss":
         if a.value is None:
-            raise FabricError("loss needs a percentage, e.g. link lab p0l0 p0s1 loss 1.5")
+            raise FabricError("loss needs a percentage, e.g. link lab L0.0 S0.1 loss 1.5")
         try:
             pct = float(a.value)
         except ValueError as e:
@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("exec", help="run a command inside a node's netns")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, p0l1")
+    s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, L0.1")
     s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
     s.set_defaults(fn=cmd_exec)
 
@@ -328,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Blackhole and loss act on the direction A -> B "
                        "(both with --both); down, up, flap and clear act on the cable.")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("a", metavar="A", help="node name, e.g. p0l0 or h0")
-    s.add_argument("b", metavar="B", help="node name, e.g. p0s1 or p0l0")
+    s.add_argument("a", metavar="A", help="node name, e.g. L0.0 or h0")
+    s.add_argument("b", metavar="B", help="node name, e.g. S0.1 or L0.0")
     s.add_argument("action", choices=["down", "up", "blackhole", "loss", "flap", "clear"])
     s.add_argument("value", nargs="?", metavar="PCT", help="loss percentage (0-100)")
     s.add_argument("--period", type=int, metavar="MS",
@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("node", help="blackhole a switch (links stay up) or restore it")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("switch", metavar="SWITCH", help="e.g. p0s1")
+    s.add_argument("switch", metavar="SWITCH", help="e.g. S0.1")
     s.add_argument("action", choices=["blackhole", "restore"])
     s.set_defaults(fn=cmd_node)
 
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc: int = args.fn(args)
         return rc
-    except FabricError as e:
+    except (FabricError, SpecError) as e:
         print(f"mrc-fabric: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:

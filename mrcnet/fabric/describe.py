@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mrcnet.constants import USID_BITS, USID_BLOCK_BITS, USID_MAX_PER_CONTAINER
 from mrcnet.fabric.errors import FabricError
+from mrcnet.topology import addressing, naming
+from mrcnet.topology.errors import SpecError
 
 #: Version of the description format; bumped on any incompatible change.
 DESCRIPTION_VERSION = 1
@@ -27,24 +28,22 @@ IPv6 = ipaddress.IPv6Address
 
 
 def usid_address(block: ipaddress.IPv6Network, usids: list[int]) -> IPv6:
-    """The address ``<block>:<usid0>:<usid1>:...::`` (F3216 container)."""
-    if len(usids) > USID_MAX_PER_CONTAINER:
-        raise FabricError(f"{len(usids)} uSIDs do not fit one container")
-    value = int(block.network_address)
-    shift = 128 - USID_BLOCK_BITS
-    for usid in usids:
-        if not 0 < usid < (1 << USID_BITS):
-            raise FabricError(f"uSID {usid:#x} is not a non-zero {USID_BITS}-bit value")
-        shift -= USID_BITS
-        value |= usid << shift
-    return IPv6(value)
+    """The address ``<block>:<usid0>:<usid1>:...::`` (F3216 container).
+
+    :func:`mrcnet.topology.addressing.usid_address`, raising :class:`FabricError` like the
+    rest of the description.
+    """
+    try:
+        return addressing.usid_address(block, usids)
+    except SpecError as e:
+        raise FabricError(str(e)) from None
 
 
 @dataclass(frozen=True)
 class LinkEnd:
     """One end of a link: a node's interface."""
 
-    node: str  #: node name ("h0", "p0l1", "p1s0")
+    node: str  #: node name ("h0", "L0.1", "S1.0")
     netns: str
     ifname: str
     mac: str
@@ -55,7 +54,7 @@ class LinkEnd:
 class Link:
     """A veth cable. ``a`` is the lower tier (host or leaf), ``b`` the upper one."""
 
-    name: str  #: "<a>-<b>", e.g. "h0-p0l0", "p0l0-p0s1"
+    name: str  #: "<a>-<b>", e.g. "h0-L0.0", "L0.0-S0.1"
     plane: int
     kind: str  #: "host-leaf" or "leaf-spine"
     rate_bps: int  #: shaped egress rate of switch ends, 0 = unshaped
@@ -169,14 +168,29 @@ class FabricDescription:
         return [s for p in self.planes for s in (*p.leaves, *p.spines)]
 
     def switch(self, name: str) -> Switch:
-        """A switch by name ("p0l1", "p1s0")."""
+        """A switch by name ("L0.1", "S1.0"; "p0l1" is read as "L0.1")."""
+        name = self.node_name(name)
         for s in self.switches():
             if s.name == name:
                 return s
         raise FabricError(f"no switch {name!r} in fabric {self.name}")
 
+    def node_name(self, name: str) -> str:
+        """``name`` as this description spells it (``p0l1`` -> ``L0.1``).
+
+        A description written before both tools shared one naming keeps its own names.
+        """
+        if name in self.node_names():
+            return name
+        canon = naming.canonical(name)
+        if canon in self.node_names():
+            return canon
+        compact = naming.compact(canon)
+        return compact if compact in self.node_names() else name
+
     def node_netns(self, name: str) -> str:
         """The netns of any node (host or switch)."""
+        name = self.node_name(name)
         for h in self.hosts:
             if h.name == name:
                 return h.netns
@@ -185,7 +199,7 @@ class FabricDescription:
                 return s.netns
         raise FabricError(
             f"no node {name!r} in fabric {self.name} (hosts h0..h{len(self.hosts) - 1}, "
-            "switches p<plane>l<i> / p<plane>s<i>)"
+            "switches L<plane>.<i> / S<plane>.<i>)"
         )
 
     def node_names(self) -> list[str]:
@@ -194,6 +208,7 @@ class FabricDescription:
 
     def link(self, a: str, b: str) -> Link:
         """The link between nodes ``a`` and ``b`` (either order)."""
+        a, b = self.node_name(a), self.node_name(b)
         for ln in self.links:
             if {ln.a.node, ln.b.node} == {a, b}:
                 return ln
@@ -201,6 +216,7 @@ class FabricDescription:
 
     def links_of(self, node: str) -> list[Link]:
         """Every link touching ``node``."""
+        node = self.node_name(node)
         return [ln for ln in self.links if node in (ln.a.node, ln.b.node)]
 
     # --- paths ---------------------------------------------------------------------------
@@ -215,11 +231,10 @@ class FabricDescription:
         s, d = self.host(src), self.host(dst)
         pl = self.planes[plane]
         src_leaf, dst_leaf = pl.leaves[s.leaf_index], pl.leaves[d.leaf_index]
-        if spine is None:
-            if src_leaf is not dst_leaf:
-                raise FabricError(f"{s.name} and {d.name} are on different leaves: give a spine")
-            return [src_leaf.usid, d.usid]
-        return [src_leaf.usid, pl.spines[spine].usid, dst_leaf.usid, d.usid]
+        if spine is None and src_leaf is not dst_leaf:
+            raise FabricError(f"{s.name} and {d.name} are on different leaves: give a spine")
+        return addressing.path_usids(src_leaf.usid, None if spine is None else
+                                     pl.spines[spine].usid, dst_leaf.usid, d.usid)
 
     def path_container(
         self, src: str | int, dst: str | int, plane: int, spine: int | None

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from mrcnet.errors import MrcError
+from mrcnet.topology.errors import SpecError
+
+__all__ = ["FabricError", "PermissionProblem", "SpecError", "ToolMissing"]
 
 
 class FabricError(MrcError):
     """A fabric could not be built, found, changed or removed."""
-
-
-class SpecError(FabricError):
-    """The topology spec (one-line or TOML) is invalid."""
 
 
 class PermissionProblem(FabricError):

@@ -21,7 +21,7 @@ from mrcnet.sim.matrix import __doc__ as MATRIX_DOC
 from mrcnet.sim.matrix import format_matrix, incast, load_matrix, permutation
 from mrcnet.sim.net import HostJitter
 from mrcnet.sim.topology import SPEC_HELP, parse_topology, with_options
-from mrcnet.sim.units import format_time, parse_bool, parse_bytes, parse_time
+from mrcnet.topology.units import format_time, parse_bool, parse_bytes, parse_time
 
 _EPILOG = """\
 examples:
@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc: int = args.fn(args)
         return rc
-    except SimError as e:
+    except (SimError, SpecError) as e:
         print(f"mrc-sim: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
