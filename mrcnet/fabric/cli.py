@@ -27,10 +27,10 @@ examples:
   mrc-fabric port lab h1 0 down
   mrc-fabric probe lab h0 h3                     # frames through every plane/spine
   mrc-fabric down lab
-spec keys: planes spines leaves hosts(per leaf) rate host_rate mtu srv6(usid|srh) trim_size
-  trim(on|off|size) queue ecn hdr_queue drop ecn_last_hop host_drop host_shaping delay(not
-  emulated); sizes in bytes (64k) or packets (8pkt); mrc-sim specs work unchanged
-  (see docs/FABRIC.md)
+spec: the same grammar as mrc-sim (every key: mrc-sim specs; defaults per tool and what
+  each emulates: docs/TOPOLOGY.md). Keys mrc-fabric cannot emulate (delay, skew) are
+  recorded and reported by up and status. Switches are L<plane>.<i> / S<plane>.<i>
+  (p0l0 / p0s1 are read the same).
 state: $MRC_FABRIC_STATE_DIR (default /run/mrcnet/fabrics)
 """
 
@@ -43,10 +43,19 @@ def _progress(line: str) -> None:
     print(f"mrc-fabric: {line}", file=sys.stderr, flush=True)
 
 
+def _spec_lines(options: dict[str, Any]) -> list[str]:
+    """The effective spec and what it records without emulating (docs/TOPOLOGY.md)."""
+    out = [f"effective spec: {options['effective']}"] if options.get("effective") else []
+    return out + [f"note: {n}" for n in options.get("not_emulated", [])]
+
+
 def cmd_up(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
 
     fab = Fabric.up(a.spec, name=a.name, progress=None if a.quiet else _progress)
+    if not a.quiet:
+        for line in _spec_lines(fab.description.options):
+            _progress(line)
     pids: dict[str, int] = {}
     if a.mrcd:
         from mrcnet.fabric.mrcd import mrcd_dir, start_mrcds
@@ -138,6 +147,8 @@ def cmd_status(a: argparse.Namespace) -> int:
         return 0
     print(f"fabric {st['name']} ({st['status']}), srv6={st['srv6']}, block {st['usid_block']}")
     print(f"description: {st['description']}")
+    for line in _spec_lines(Fabric.load(a.name).description.options):
+        print(line)
     print(f"\n{'NODE':<6} {'ROLE':<6} {'USID':<7} NETNS")
     for n in st["nodes"]:
         extra = ""

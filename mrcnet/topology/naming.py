@@ -2,7 +2,7 @@
 
 Hosts are ``h<i>`` (numbered across the fabric), leaves ``L<plane>.<i>``, spines
 ``S<plane>.<i>``. A link is named after its two nodes, the lower tier first (``h3-L0.1``,
-``L0.1-S0.3``) and a direction after its sender (``L0.1->S0.3``).
+``L0.1-S0.3``).
 
 Where a user types a switch name, the compact form ``p<plane>l<i>`` / ``p<plane>s<i>``
 (mrc-fabric's names before both tools shared one naming) is accepted too; mrc-fabric
@@ -40,11 +40,6 @@ def switch_name(role: str, plane: int, index: int) -> str:
 def link_name(lower: str, upper: str) -> str:
     """``<lower tier>-<upper tier>``: ``h3-L0.1``, ``L0.1-S0.3``."""
     return f"{lower}-{upper}"
-
-
-def direction_name(src: str, dst: str) -> str:
-    """One direction of a link, named after its sender: ``L0.1->S0.3``."""
-    return f"{src}->{dst}"
 
 
 def canonical(name: str) -> str:

@@ -70,6 +70,10 @@ class Key:
     show: Callable[[Any], str] = str  #: value -> text, for to_line and reports
 
 
+def _show_bool(v: bool) -> str:
+    return "on" if v else "off"
+
+
 def _show_switch(v: bool | int) -> str:
     return "on" if v is True else ("off" if v == 0 else str(v))
 
@@ -100,12 +104,14 @@ KEYS: dict[str, Key] = {
                 _show_switch),
     "ecn": Key(_switch, _BOTH, "mark CE above this queue length: on, off or SIZE",
                _show_switch),
-    "ecn_last_hop": Key(lambda v, m: parse_bool(v), _BOTH, "mark CE on leaf->host ports too"),
+    "ecn_last_hop": Key(lambda v, m: parse_bool(v), _BOTH, "mark CE on leaf->host ports too",
+                        _show_bool),
     "drop": Key(lambda v, m: parse_bytes(v, packet=m), (FABRIC,),
                 "virtual-queue bytes before dropping (0: never)"),
     "host_drop": Key(lambda v, m: parse_bool(v), (FABRIC,),
-                     "hosts' kernels drop MRC frames after the packet-socket tap"),
-    "host_shaping": Key(lambda v, m: parse_bool(v), (FABRIC,), "shape host egress too"),
+                     "hosts' kernels drop MRC frames after the packet-socket tap", _show_bool),
+    "host_shaping": Key(lambda v, m: parse_bool(v), (FABRIC,), "shape host egress too",
+                        _show_bool),
     "vq_drain": Key(_drain, (FABRIC,), "virtual queue drain rate / link rate, (0, 1]"),
     "txqueuelen": Key(lambda v, m: parse_int(v), (FABRIC,),
                       "frames per pfifo_fast band on shaped ports"),
