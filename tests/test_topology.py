@@ -10,7 +10,6 @@ import ipaddress
 
 import pytest
 
-from mrcnet.fabric.describe import FabricDescription
 from mrcnet.fabric.errors import SpecError as FabricSpecError
 from mrcnet.fabric.spec import allocate
 from mrcnet.fabric.spec import parse_spec as fabric_spec
@@ -19,6 +18,7 @@ from mrcnet.sim.errors import SpecError as SimSpecError
 from mrcnet.sim.topology import Fabric, parse_topology
 from mrcnet.topology import FABRIC, SIM, SpecError, parse_spec
 from mrcnet.topology.addressing import SIM_FABRIC_ID
+from mrcnet.topology.description import FabricDescription
 from mrcnet.topology.naming import canonical, compact
 
 SPECS = [

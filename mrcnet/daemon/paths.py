@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mrcnet.daemon.config import PeerConfig
-from mrcnet.fabric.describe import FabricDescription
-from mrcnet.fabric.describe import Host as FabricHost
 from mrcnet.io import NeighbourError, neighbour_mac
+from mrcnet.topology.description import FabricDescription
+from mrcnet.topology.description import Host as FabricHost
 from mrcnet.topology.routes import build_route
 from mrcnet.wire import Route, mac_to_bytes
 

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from mrcnet.errors import MrcError
-from mrcnet.topology.errors import SpecError
+from mrcnet.topology.errors import FabricError, SpecError
 
 __all__ = ["FabricError", "PermissionProblem", "SpecError", "ToolMissing"]
-
-
-class FabricError(MrcError):
-    """A fabric could not be built, found, changed or removed."""
 
 
 class PermissionProblem(FabricError):

@@ -26,7 +26,6 @@ from typing import Any
 
 from mrcnet.fabric import plan
 from mrcnet.fabric.bpfmap import F_BLACKHOLE, LinkMaps, compile_object
-from mrcnet.fabric.describe import FabricDescription, Link, load, save
 from mrcnet.fabric.errors import FabricError
 from mrcnet.fabric.nsutil import (
     Batch,
@@ -53,6 +52,7 @@ from mrcnet.fabric.state import (
     proc_start_time,
     used_fabric_ids,
 )
+from mrcnet.topology.description import FabricDescription, Link, load, save
 from mrcnet.topology.spec import TopologySpec
 
 Progress = Callable[[str], None]

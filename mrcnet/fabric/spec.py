@@ -3,7 +3,7 @@
 The spec itself (grammar, units, shape) is :mod:`mrcnet.topology.spec`, shared with
 mrc-sim. :func:`resolve` reads the options mrc-fabric emulates, with mrc-fabric's defaults
 (docs/TOPOLOGY.md), into a :class:`FabricSpec`; :func:`allocate` lays the fabric out as a
-:class:`~mrcnet.fabric.describe.FabricDescription` (names, uSIDs, locators, addresses,
+:class:`~mrcnet.topology.description.FabricDescription` (names, uSIDs, locators, addresses,
 MACs, interface and netns names) with the shared naming and addressing plan. Pure
 computation, no root needed.
 """
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mrcnet.constants import USID_BITS, USID_BLOCK_BITS
-from mrcnet.fabric.describe import (
+from mrcnet.topology import addressing, naming
+from mrcnet.topology.description import (
     DESCRIPTION_VERSION,
     FabricDescription,
     Host,
@@ -25,7 +26,6 @@ from mrcnet.fabric.describe import (
     Port,
     Switch,
 )
-from mrcnet.topology import addressing, naming
 from mrcnet.topology.errors import SpecError
 from mrcnet.topology.spec import FABRIC, WHY_NOT, TopologySpec, check_shape, shape_parts
 from mrcnet.topology.spec import parse_spec as parse_topology

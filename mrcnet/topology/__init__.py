@@ -5,7 +5,8 @@
 - :mod:`~mrcnet.topology.naming`: node and link names (``h3``, ``L0.1``, ``S0.3``);
 - :mod:`~mrcnet.topology.addressing`: the uSID block, uSIDs, port addresses, MACs;
 - :mod:`~mrcnet.topology.routes`: the route builder;
-- :mod:`~mrcnet.topology.errors`: :class:`SpecError`.
+- :mod:`~mrcnet.topology.description`: the fabric description file mrcd reads;
+- :mod:`~mrcnet.topology.errors`: :class:`SpecError` (and :class:`FabricError`).
 
 Per-tool defaults and what each tool emulates: docs/TOPOLOGY.md.
 """

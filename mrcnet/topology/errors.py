@@ -1,12 +1,18 @@
-"""The one error a topology, failure or traffic spec raises when it is written wrong.
+"""The errors of topologies: a spec written wrong, a fabric that is not as asked.
 
-mrc-fabric and mrc-sim both raise this class (``mrcnet.fabric.errors`` and
+mrc-fabric and mrc-sim both raise :class:`SpecError` (``mrcnet.fabric.errors`` and
 ``mrcnet.sim.errors`` re-export it), so a spec error is caught the same way in either tool.
+:class:`FabricError` is mrc-fabric's base error, here because a fabric description
+(:mod:`mrcnet.topology.description`) raises it too.
 """
 
 from __future__ import annotations
 
 from mrcnet.errors import MrcError
+
+
+class FabricError(MrcError):
+    """A fabric could not be built, found, changed or removed, or its description is wrong."""
 
 
 class SpecError(MrcError, ValueError):
