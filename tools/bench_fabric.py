@@ -44,7 +44,7 @@ def main() -> int:
 
     from mrcnet.fabric.fabric import Fabric, down, list_names
     from mrcnet.fabric.nsutil import netns_exists
-    from mrcnet.fabric.topology import parse_spec
+    from mrcnet.fabric.spec import parse_spec
 
     spec = parse_spec(args.spec)
     print(f"spec: {args.spec}")

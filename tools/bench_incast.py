@@ -19,7 +19,7 @@ but not the incast port. Its goodput is measured alone first (baseline), then du
 the incast.
 
 Reported per mode: incast completion time over ideal (bytes / bottleneck rate), the
-fabric's trims and drops on the incast port (BPF counters of ``p<n>l0->h0``), the
+fabric's trims and drops on the incast port (BPF counters of ``L<n>.0->h0``), the
 senders' mrcd counters (``lost_trim``: trimmed packets NACKed and queued for resend,
 ``lost_loss``: SACK/RACK-detected losses, ``lost_timeout``: packets resent because their
 retransmission timer fired, ``rto_rounds``, ``tx_retransmit``), the receiver's
@@ -394,7 +394,7 @@ class IncastResult:
     victim_byte_exact: bool
     mrcd_cpu_share: dict[str, float]  #: CPU seconds per second of the incast, per host
     socket_drops: dict[str, int]  #: frames dropped by the kernel at mrcd's full sockets
-    #: incast ports ("p0l0->h0"): largest real (qdisc) and virtual (BPF) backlog sampled,
+    #: incast ports ("L0.0->h0"): largest real (qdisc) and virtual (BPF) backlog sampled,
     #: and the mean real backlog, in bytes
     queue_real_max: dict[str, int] = field(default_factory=dict)
     queue_virtual_max: dict[str, int] = field(default_factory=dict)
@@ -455,7 +455,7 @@ def run_incast(trim: bool, workdir: Path, *, mib: int = 8, rate: str = "200mbit"
                extra: str = "", prefix: str | None = None) -> IncastResult:
     """One mode: fabric, mrcds, victim alone, then the incast beside it."""
     from mrcnet.api.socket import create_server
-    from mrcnet.fabric.topology import parse_spec
+    from mrcnet.fabric.spec import parse_spec
 
     spec = spec_for(trim, rate, host_rate, queue, extra)
     topo = parse_spec(spec)

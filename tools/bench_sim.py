@@ -22,11 +22,11 @@ from typing import Any
 
 from mrcnet.constants import Opcode
 from mrcnet.sim.engine import Simulator
-from mrcnet.sim.errors import SimError
+from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.matrix import Flow, incast, permutation
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import Fabric, LeafSpineSpec, parse_topology, with_options
-from mrcnet.sim.units import parse_bytes
+from mrcnet.topology.units import parse_bytes
 from mrcnet.wire import build_data
 
 DEFAULT_TOPOLOGY = "leafspine:planes=2,spines=8,leaves=8,hosts=8,rate=100gbit,delay=1us"
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 for t in args.transports.split(",") if t.strip()]
         inc = bench_incast(spec, 4 << 20, not args.quiet) if args.incast else []
         net = bench_network(spec, args.raw_frames, 8192) if args.raw_frames > 0 else None
-    except SimError as e:
+    except (SimError, SpecError) as e:
         print(f"bench_sim: error: {e}", file=sys.stderr)
         return 2
     out = {"topology": spec.to_line(), "hosts": spec.n_hosts, "flow_size": size,

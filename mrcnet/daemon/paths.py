@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mrcnet.daemon.config import PeerConfig
-from mrcnet.fabric.describe import FabricDescription
-from mrcnet.fabric.describe import Host as FabricHost
 from mrcnet.io import NeighbourError, neighbour_mac
+from mrcnet.topology.description import FabricDescription
+from mrcnet.topology.description import Host as FabricHost
+from mrcnet.topology.routes import build_route
 from mrcnet.wire import Route, mac_to_bytes
 
 __all__ = ["FabricPaths", "LocalPort", "StaticPaths", "UnknownPeer"]
@@ -75,15 +76,12 @@ class FabricPaths:
         fport = self.desc.host(self.host).port(plane)
         dst_ip = _ip(self.desc.host(peer).port(plane).address)
         dst_mac = port.next_hop_mac or mac_to_bytes(fport.neighbor_mac)
-        routes: list[Route] = []
-        for spine in range(len(self.desc.planes[plane].spines)):
-            if self.desc.srv6 == "srh":
-                segs = tuple(a.packed for a in
-                             self.desc.path_segments(self.host, peer, plane, spine))
-                routes.append(Route(port.mac, dst_mac, port.ip, dst_ip, segments=segs))
-            else:
-                usid = self.desc.path_container(self.host, peer, plane, spine).packed
-                routes.append(Route(port.mac, dst_mac, port.ip, dst_ip, usid=usid))
+        block = self.desc.block.network_address.packed[:4]
+        routes = [
+            build_route(self.desc.srv6, block, self.desc.path_usids(self.host, peer, plane, spine),
+                        src_mac=port.mac, dst_mac=dst_mac, src_ip=port.ip, dst_ip=dst_ip)
+            for spine in range(len(self.desc.planes[plane].spines))
+        ]
         self._cache[key] = routes
         return routes
 

@@ -10,8 +10,8 @@ Main entry points (see docs/FABRIC.md):
 
 from __future__ import annotations
 
-from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.fabric.errors import FabricError
 from mrcnet.fabric.fabric import Fabric, down, down_all, list_fabrics
+from mrcnet.topology.description import FabricDescription, load
 
 __all__ = ["Fabric", "FabricDescription", "FabricError", "down", "down_all", "list_fabrics", "load"]

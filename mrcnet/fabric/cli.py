@@ -12,25 +12,25 @@ import os
 import sys
 from typing import Any
 
-from mrcnet.fabric.errors import FabricError
+from mrcnet.fabric.errors import FabricError, SpecError
 
 EPILOG = """\
 examples:
   mrc-fabric up leafspine:planes=2,spines=4,leaves=2,hosts=2,rate=1gbit,mtu=9000 --name lab
   mrc-fabric status lab
   mrc-fabric exec lab h0 -- ip -6 addr
-  mrc-fabric link lab p0l0 p0s1 blackhole        # one way: p0l0 -> p0s1
-  mrc-fabric link lab p0l0 p0s1 loss 1.5 --both
-  mrc-fabric link lab p0l0 p0s1 flap --period 500
-  mrc-fabric link lab p0l0 p0s1 clear
-  mrc-fabric node lab p1s0 blackhole
+  mrc-fabric link lab L0.0 S0.1 blackhole        # one way: L0.0 -> S0.1
+  mrc-fabric link lab L0.0 S0.1 loss 1.5 --both
+  mrc-fabric link lab L0.0 S0.1 flap --period 500
+  mrc-fabric link lab L0.0 S0.1 clear
+  mrc-fabric node lab S1.0 blackhole
   mrc-fabric port lab h1 0 down
   mrc-fabric probe lab h0 h3                     # frames through every plane/spine
   mrc-fabric down lab
-spec keys: planes spines leaves hosts(per leaf) rate host_rate mtu srv6(usid|srh) trim_size
-  trim(on|off|size) queue ecn hdr_queue drop ecn_last_hop host_drop host_shaping delay(not
-  emulated); sizes in bytes (64k) or packets (8pkt); mrc-sim specs work unchanged
-  (see docs/FABRIC.md)
+spec: the same grammar as mrc-sim (every key: mrc-sim specs; defaults per tool and what
+  each emulates: docs/TOPOLOGY.md). Keys mrc-fabric cannot emulate (delay, skew) are
+  recorded and reported by up and status. Switches are L<plane>.<i> / S<plane>.<i>
+  (p0l0 / p0s1 are read the same).
 state: $MRC_FABRIC_STATE_DIR (default /run/mrcnet/fabrics)
 """
 
@@ -43,10 +43,19 @@ def _progress(line: str) -> None:
     print(f"mrc-fabric: {line}", file=sys.stderr, flush=True)
 
 
+def _spec_lines(options: dict[str, Any]) -> list[str]:
+    """The effective spec and what it records without emulating (docs/TOPOLOGY.md)."""
+    out = [f"effective spec: {options['effective']}"] if options.get("effective") else []
+    return out + [f"note: {n}" for n in options.get("not_emulated", [])]
+
+
 def cmd_up(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
 
     fab = Fabric.up(a.spec, name=a.name, progress=None if a.quiet else _progress)
+    if not a.quiet:
+        for line in _spec_lines(fab.description.options):
+            _progress(line)
     pids: dict[str, int] = {}
     if a.mrcd:
         from mrcnet.fabric.mrcd import mrcd_dir, start_mrcds
@@ -138,6 +147,8 @@ def cmd_status(a: argparse.Namespace) -> int:
         return 0
     print(f"fabric {st['name']} ({st['status']}), srv6={st['srv6']}, block {st['usid_block']}")
     print(f"description: {st['description']}")
+    for line in _spec_lines(Fabric.load(a.name).description.options):
+        print(line)
     print(f"\n{'NODE':<6} {'ROLE':<6} {'USID':<7} NETNS")
     for n in st["nodes"]:
         extra = ""
@@ -202,7 +213,7 @@ def cmd_link(a: argparse.Namespace) -> int:
     act = a.action
     if act == "loss":
         if a.value is None:
-            raise FabricError("loss needs a percentage, e.g. link lab p0l0 p0s1 loss 1.5")
+            raise FabricError("loss needs a percentage, e.g. link lab L0.0 S0.1 loss 1.5")
         try:
             pct = float(a.value)
         except ValueError as e:
@@ -320,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("exec", help="run a command inside a node's netns")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, p0l1")
+    s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, L0.1")
     s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
     s.set_defaults(fn=cmd_exec)
 
@@ -328,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Blackhole and loss act on the direction A -> B "
                        "(both with --both); down, up, flap and clear act on the cable.")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("a", metavar="A", help="node name, e.g. p0l0 or h0")
-    s.add_argument("b", metavar="B", help="node name, e.g. p0s1 or p0l0")
+    s.add_argument("a", metavar="A", help="node name, e.g. L0.0 or h0")
+    s.add_argument("b", metavar="B", help="node name, e.g. S0.1 or L0.0")
     s.add_argument("action", choices=["down", "up", "blackhole", "loss", "flap", "clear"])
     s.add_argument("value", nargs="?", metavar="PCT", help="loss percentage (0-100)")
     s.add_argument("--period", type=int, metavar="MS",
@@ -353,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("node", help="blackhole a switch (links stay up) or restore it")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("switch", metavar="SWITCH", help="e.g. p0s1")
+    s.add_argument("switch", metavar="SWITCH", help="e.g. S0.1")
     s.add_argument("action", choices=["blackhole", "restore"])
     s.set_defaults(fn=cmd_node)
 
@@ -372,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc: int = args.fn(args)
         return rc
-    except FabricError as e:
+    except (FabricError, SpecError) as e:
         print(f"mrc-fabric: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:

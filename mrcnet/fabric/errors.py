@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from mrcnet.errors import MrcError
+from mrcnet.topology.errors import FabricError, SpecError
 
-
-class FabricError(MrcError):
-    """A fabric could not be built, found, changed or removed."""
-
-
-class SpecError(FabricError):
-    """The topology spec (one-line or TOML) is invalid."""
+__all__ = ["FabricError", "PermissionProblem", "SpecError", "ToolMissing"]
 
 
 class PermissionProblem(FabricError):

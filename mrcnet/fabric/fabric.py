@@ -1,7 +1,7 @@
 """The :class:`Fabric` API: bring a fabric up, break it on purpose, observe it, remove it.
 
     with Fabric.up("leafspine:planes=2,spines=2,leaves=2,hosts=1", name="demo") as fab:
-        fab.link("p0l0", "p0s1").blackhole()
+        fab.link("L0.0", "S0.1").blackhole()
         print(fab.status()["links"][0])
         fab.exec("h0", ["ip", "-6", "route"], check=True)
 
@@ -26,7 +26,6 @@ from typing import Any
 
 from mrcnet.fabric import plan
 from mrcnet.fabric.bpfmap import F_BLACKHOLE, LinkMaps, compile_object
-from mrcnet.fabric.describe import FabricDescription, Link, load, save
 from mrcnet.fabric.errors import FabricError
 from mrcnet.fabric.nsutil import (
     Batch,
@@ -42,6 +41,7 @@ from mrcnet.fabric.nsutil import (
     write_sysctls,
 )
 from mrcnet.fabric.seg6nl import SEG6_LOCAL_ACTION_END, seg6local_routes
+from mrcnet.fabric.spec import FabricSpec, allocate, parse_spec, resolve, validate_name
 from mrcnet.fabric.state import (
     ProcRecord,
     StateRecord,
@@ -52,7 +52,8 @@ from mrcnet.fabric.state import (
     proc_start_time,
     used_fabric_ids,
 )
-from mrcnet.fabric.topology import TopologySpec, allocate, parse_spec, validate_name
+from mrcnet.topology.description import FabricDescription, Link, load, save
+from mrcnet.topology.spec import TopologySpec
 
 Progress = Callable[[str], None]
 
@@ -115,17 +116,22 @@ class Fabric:
     @classmethod
     def up(
         cls,
-        spec: str | TopologySpec,
+        spec: str | FabricSpec | TopologySpec,
         name: str,
         progress: Progress | None = None,
     ) -> Fabric:
-        """Build a fabric from a spec (one-line, TOML path or :class:`TopologySpec`).
+        """Build a fabric from a spec (one-line, TOML path, or a parsed spec).
 
         Raises :class:`FabricError` (subclasses say why) and leaves nothing behind.
         """
         say = progress or _quiet
         validate_name(name)
-        topo = parse_spec(spec) if isinstance(spec, str) else spec
+        if isinstance(spec, str):
+            topo = parse_spec(spec)
+        elif isinstance(spec, TopologySpec):
+            topo = resolve(spec)
+        else:
+            topo = spec
         check_privileges()
         require_tool("ip", "iproute2")
         require_tool("tc", "iproute2")
@@ -334,12 +340,12 @@ class Fabric:
     # --- failures ---------------------------------------------------------------------------
     def link(self, a: str, b: str) -> LinkControl:
         """Failure controls of the link a-b (direction a -> b for blackhole and loss)."""
-        return LinkControl(self, self.description.link(a, b), a, b)
+        desc = self.description
+        return LinkControl(self, desc.link(a, b), desc.node_name(a), desc.node_name(b))
 
     def node(self, switch: str) -> NodeControl:
         """Failure controls of a switch."""
-        self.description.switch(switch)
-        return NodeControl(self, switch)
+        return NodeControl(self, self.description.switch(switch).name)
 
     def port(self, host: str, plane: int) -> PortControl:
         """Failure controls of a host NIC port."""

@@ -15,9 +15,9 @@ import time
 from types import FrameType
 
 from mrcnet.fabric import plan
-from mrcnet.fabric.describe import load
 from mrcnet.fabric.nsutil import netns_exists
 from mrcnet.fabric.state import fabric_dir
+from mrcnet.topology.description import load
 
 _stop = False
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mrcnet.fabric.bpfmap import EGRESS_SECTION, F_ECN, F_TRIM, INGRESS_SECTION, LinkConfig
-from mrcnet.fabric.describe import FabricDescription, Link, LinkEnd, usid_address
+from mrcnet.topology.description import FabricDescription, Link, LinkEnd, usid_address
 
 #: Device carrying each switch's seg6local route. Not lo (IPv6 turns a seg6local route on
 #: lo into a reject route) and not dummy (this kernel has no dummy driver): an ifb device

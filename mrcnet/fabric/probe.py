@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterator
 
 from mrcnet.constants import DSCP_DATA, ECN, ETH_P_IPV6, MRC_UDP_PORT
-from mrcnet.fabric.describe import FabricDescription
 from mrcnet.fabric.nsutil import in_netns
+from mrcnet.topology.description import FabricDescription
 
 ETH_P_ALL = 0x0003
 

@@ -21,7 +21,7 @@ from mrcnet.sim.matrix import __doc__ as MATRIX_DOC
 from mrcnet.sim.matrix import format_matrix, incast, load_matrix, permutation
 from mrcnet.sim.net import HostJitter
 from mrcnet.sim.topology import SPEC_HELP, parse_topology, with_options
-from mrcnet.sim.units import format_time, parse_bool, parse_bytes, parse_time
+from mrcnet.topology.units import format_time, parse_bool, parse_bytes, parse_time
 
 _EPILOG = """\
 examples:
@@ -115,7 +115,9 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def _human(res: dict[str, Any], all_ports: bool) -> str:
     s = res["summary"]
-    out = [f"topology  {res['topology']}", f"transport {res['transport']}"]
+    out = [f"topology  {res['topology']}"]
+    out += [f"note      {n}" for n in res.get("not_emulated", [])]
+    out.append(f"transport {res['transport']}")
     out += [f"failure   {f}" for f in res["failures"]]
     flows = [
         [str(f["id"]), f["src"], f["dst"], _fmt_bytes(f["size"]), format_time(f["start"]),
@@ -200,6 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"/{len(r.flows)}", file=sys.stderr)
 
     res = run.run(until=until, progress=progress if args.progress else None).as_dict()
+    # The topology line is every effective value; the notes say what the spec asked for
+    # that the simulator only records.
+    res["not_emulated"] = spec.notes()
     if args.json:
         json.dump(_json_safe(res), sys.stdout, indent=1)
         print()
@@ -322,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc: int = args.fn(args)
         return rc
-    except SimError as e:
+    except (SimError, SpecError) as e:
         print(f"mrc-sim: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from mrcnet.errors import MrcError
+from mrcnet.topology.errors import SpecError
+
+__all__ = ["SimError", "SpecError"]
 
 
 class SimError(MrcError):
     """A simulation could not be set up or run."""
 
-
-class SpecError(SimError):
-    """A topology, failure or traffic-matrix spec is invalid."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from mrcnet.sim.errors import SpecError
 from mrcnet.sim.net import EgressPort
 from mrcnet.sim.topology import Fabric
-from mrcnet.sim.units import format_time, parse_fraction, parse_time
+from mrcnet.topology.units import format_time, parse_fraction, parse_time
 
 FAIL_HELP = __doc__.split("Grammar::", 1)[1] if __doc__ else ""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mrcnet.sim.errors import SpecError
-from mrcnet.sim.units import parse_bytes, parse_time
+from mrcnet.topology.units import parse_bytes, parse_time
 
 
 @dataclass(frozen=True)

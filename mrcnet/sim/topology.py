@@ -1,115 +1,106 @@
-"""Multi-plane leaf-spine fabrics: the one-line spec, the builder and its paths.
+"""Multi-plane leaf-spine fabrics in the simulator: the sim's reading of a spec, the builder
+and its paths.
 
-Spec: ``leafspine:planes=2,spines=8,leaves=4,hosts=2,rate=100gbit,delay=1us,queue=8pkt``
-(every key optional, see :data:`SPEC_HELP`). The builder lays the fabric out with the same
-addressing plan as mrc-fabric (uSID block ``fc00:1::/32``; spine uSID ``0x1PSS``, leaf
-``0x2PLL``, host ``0x4HHH``; host port addresses ``fd00:1:<plane>::<host uSID>``), installs
-static routes in every switch and answers "which routes lead from host A to host B in
-plane P" (one per spine) for the transport's path manager.
+The spec (grammar, units, shape, names, addressing plan) is :mod:`mrcnet.topology`, shared
+with mrc-fabric: ``leafspine:planes=2,spines=8,leaves=4,hosts=2,rate=100gbit,delay=1us``.
+:func:`resolve` reads the options the simulator emulates, with its own defaults for rates,
+delays and queues (docs/TOPOLOGY.md). The builder lays the fabric out with the shared
+addressing plan as fabric 1 (uSID block ``fc00:1::/32``), installs static routes in every
+switch and answers "which routes lead from host A to host B in plane P" (one per spine)
+for the transport's path manager.
 
-Node names: hosts ``h0..h{N-1}``, leaves ``L<plane>.<i>``, spines ``S<plane>.<i>``.
-Link names put the lower tier first: ``h3-L0.1``, ``L0.1-S0.3``.
+Node names are the shared ones: hosts ``h0..h{N-1}``, leaves ``L<plane>.<i>``, spines
+``S<plane>.<i>`` (``p0l1``/``p0s3`` are accepted where a name is typed). Link names put
+the lower tier first: ``h3-L0.1``, ``L0.1-S0.3``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from mrcnet.constants import (
-    HOST_USID_BASE,
-    LEAF_USID_BASE,
-    MAX_HOSTS,
-    MAX_PER_PLANE,
-    MAX_PLANES,
-    MIN_TRIM,
-    SPINE_USID_BASE,
-    USID_BITS,
-)
+from mrcnet.constants import USID_BITS
 from mrcnet.sim.engine import Simulator
-from mrcnet.sim.errors import SpecError
 from mrcnet.sim.net import EgressPort, HostNode, Switch
-from mrcnet.sim.units import (
-    format_rate,
-    format_time,
-    parse_bool,
-    parse_bytes,
-    parse_rate,
-    parse_time,
+from mrcnet.topology import addressing, naming
+from mrcnet.topology.errors import SpecError
+from mrcnet.topology.naming import host_name, leaf_name, spine_name
+from mrcnet.topology.routes import build_route
+from mrcnet.topology.spec import SIM, TopologySpec, check_shape, help_text, shape_parts
+from mrcnet.topology.spec import parse_spec as parse_spec_line
+from mrcnet.topology.units import format_rate, format_time
+from mrcnet.wire import Route
+
+__all__ = [
+    "SPEC_HELP",
+    "USID_BLOCK",
+    "Fabric",
+    "LeafSpineSpec",
+    "Link",
+    "SimPaths",
+    "host_name",
+    "leaf_name",
+    "parse_topology",
+    "resolve",
+    "spine_name",
+    "with_options",
+]
+
+USID_BLOCK = addressing.usid_block(addressing.SIM_FABRIC_ID).network_address.packed[:4]
+
+#: mrc-sim's defaults for what the spec leaves out, beyond the shared shape (docs/TOPOLOGY.md).
+DEFAULT_RATE_BPS = 100e9
+DEFAULT_DELAY_S = 1e-6
+DEFAULT_QUEUE_PKTS = 8
+DEFAULT_HDR_QUEUE = 64 * 1024
+DEFAULT_ECN_PKTS = 3
+
+SPEC_HELP = help_text() + (
+    "mrc-sim's defaults: rate=100gbit, delay=1us, skew=0, queue=8pkt, hdr_queue=64k,\n"
+    "trim=on, ecn=3pkt, ecn_last_hop=off; the shape, mtu, srv6 and trim_size defaults are\n"
+    "mrc-fabric's too (docs/TOPOLOGY.md). [fabric only] keys are recorded, not emulated.\n"
 )
-from mrcnet.wire import Route, usid_container
-
-USID_BLOCK = bytes.fromhex("fc000001")  # fc00:1::/32
-HOST_PREFIX = "fd00:1"  # + ":<plane>::<host uSID>"
-
-SPEC_HELP = """\
-leafspine:KEY=VALUE,... (every key optional):
-  planes=2          network planes; every host has one NIC port per plane
-  spines=4          spines per plane (= paths per plane between hosts on different leaves)
-  leaves=2          leaves per plane
-  hosts=2           hosts per leaf
-  rate=100gbit      every link's rate (bit, kbit, mbit, gbit, tbit)
-  host_rate=RATE    host<->leaf links only (default: rate)
-  delay=1us         propagation delay of every link (s, ms, us, ns)
-  skew=0            path skew: spine i's links get skew x i / (spines - 1) extra delay
-  mtu=9000          largest frame the transport may send (bytes)
-  queue=8pkt        data queue per switch port: bytes (64k) or MTU-sized packets (8pkt)
-  hdr_queue=64k     strict-priority queue for control frames and trimmed headers
-  trim=on           trim data frames that overflow the data queue (off: drop-tail)
-  trim_size=256     bytes a trimmed frame keeps, from the Ethernet header on
-                    (at least 144 in usid mode, 216 in srh mode: all headers)
-  ecn=3pkt          mark CE on ECT frames joining a data queue longer than this (off)
-  ecn_last_hop=off  also mark on leaf->host ports (off: ECN steers paths, not incast)
-  srv6=usid         usid (F3216 containers, no SRH) or srh (classic segment list)
-"""
 
 
 @dataclass(frozen=True)
 class LeafSpineSpec:
     """A multi-plane, two-tier leaf-spine fabric, as the user asked for it."""
 
-    planes: int = 2
-    spines: int = 4
-    leaves: int = 2
-    hosts: int = 2  #: per leaf
-    rate_bps: float = 100e9
+    planes: int = TopologySpec.planes
+    spines: int = TopologySpec.spines
+    leaves: int = TopologySpec.leaves
+    hosts: int = TopologySpec.hosts  #: per leaf
+    rate_bps: float = DEFAULT_RATE_BPS
     host_rate_bps: float = 0.0  #: 0 = same as rate_bps
-    delay: float = 1e-6
+    delay: float = DEFAULT_DELAY_S
     skew: float = 0.0  #: extra one-way delay of spine i's links: skew x i / (spines - 1)
-    mtu: int = 9000
-    queue_bytes: int = 8 * 9000
-    hdr_queue_bytes: int = 64 * 1024
+    mtu: int = TopologySpec.mtu
+    queue_bytes: int = DEFAULT_QUEUE_PKTS * TopologySpec.mtu
+    hdr_queue_bytes: int = DEFAULT_HDR_QUEUE
     trim: bool = True
-    trim_size: int = 256
-    ecn_bytes: int = 3 * 9000
+    trim_size: int = TopologySpec.trim_size
+    ecn_bytes: int = DEFAULT_ECN_PKTS * TopologySpec.mtu
     ecn_last_hop: bool = False
-    srv6: str = "usid"
+    srv6: str = TopologySpec.srv6
+    #: the spec as written, for :meth:`notes` (None when built field by field)
+    source: TopologySpec | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_shape(self.planes, self.spines, self.leaves, self.hosts, self.mtu, self.srv6,
+                    self.trim_size)
         checks = [
-            (1 <= self.planes <= MAX_PLANES, f"planes must be 1..{MAX_PLANES}"),
-            (1 <= self.spines <= MAX_PER_PLANE, f"spines must be 1..{MAX_PER_PLANE}"),
-            (1 <= self.leaves <= MAX_PER_PLANE, f"leaves must be 1..{MAX_PER_PLANE}"),
-            (self.hosts >= 1, "hosts (per leaf) must be >= 1"),
-            (self.n_hosts <= MAX_HOSTS, f"at most {MAX_HOSTS} hosts in total"),
             (self.rate_bps > 0 and self.host_rate_bps >= 0, "rates must be positive"),
             (self.delay >= 0, "delay must be >= 0"),
             (self.skew >= 0, "skew must be >= 0"),
-            (1280 <= self.mtu <= 65535, "mtu must be 1280..65535"),
             (self.queue_bytes >= self.mtu, "queue must hold at least one MTU-sized frame"),
             (self.hdr_queue_bytes >= self.trim_size, "hdr_queue must hold a trimmed header"),
             (self.ecn_bytes >= 0, "ecn must be >= 0 (0 = off)"),
-            (self.srv6 in ("usid", "srh"), "srv6 must be usid or srh"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise SpecError(f"topology: {msg}")
-        low = MIN_TRIM[self.srv6]
-        if not low <= self.trim_size <= self.mtu:
-            raise SpecError(f"topology: trim_size must be {low}..mtu in {self.srv6} mode "
-                            "(a trimmed frame keeps all its headers)")
 
     @property
     def n_hosts(self) -> int:
@@ -128,13 +119,8 @@ class LeafSpineSpec:
 
     def to_line(self) -> str:
         """The one-line form of this spec (parses back to an equal spec)."""
-        parts = [
-            f"planes={self.planes}",
-            f"spines={self.spines}",
-            f"leaves={self.leaves}",
-            f"hosts={self.hosts}",
-            f"rate={format_rate(self.rate_bps)}",
-        ]
+        parts = shape_parts(self.planes, self.spines, self.leaves, self.hosts)
+        parts.append(f"rate={format_rate(self.rate_bps)}")
         if self.host_rate_bps:
             parts.append(f"host_rate={format_rate(self.host_rate_bps)}")
         parts += [
@@ -155,65 +141,46 @@ class LeafSpineSpec:
         return "leafspine:" + ",".join(parts)
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise SpecError(f"bad integer {text!r}") from None
+    def notes(self) -> list[str]:
+        """What the spec asks for that the simulator records but does not emulate."""
+        if self.source is None:
+            return []
+        return [f"{kv}: recorded, not emulated" for kv in self.source.not_emulated(SIM)]
+
+
+def resolve(spec: TopologySpec) -> LeafSpineSpec:
+    """The spec as the simulator builds it: its options with mrc-sim's defaults.
+
+    ``trim=SIZE`` (mrc-fabric's trim threshold) is trimming on above a data queue of SIZE;
+    ``rate=none`` is refused: every simulated link needs a rate.
+    """
+    mtu = spec.mtu
+    kw: dict[str, Any] = {f: getattr(spec, f) for f in
+                          ("planes", "spines", "leaves", "hosts", "mtu", "srv6", "trim_size")}
+    if spec.given("rate"):
+        kw["rate_bps"] = float(spec.get("rate"))
+    if spec.given("host_rate"):
+        kw["host_rate_bps"] = float(spec.get("host_rate"))
+    for key in ("delay", "skew", "ecn_last_hop"):
+        if spec.given(key):
+            kw[key] = spec.get(key)
+    if spec.given("hdr_queue"):
+        kw["hdr_queue_bytes"] = spec.get("hdr_queue")
+    queue = spec.get("queue")
+    trim = spec.get("trim")  # None: not given; True: on; 0: off; int: on above that queue
+    if trim is not None:
+        kw["trim"] = trim is True or trim > 0
+        if trim is not True and trim > 0 and queue is None:
+            queue = trim
+    kw["queue_bytes"] = DEFAULT_QUEUE_PKTS * mtu if queue is None else queue
+    ecn = spec.get("ecn")
+    kw["ecn_bytes"] = DEFAULT_ECN_PKTS * mtu if ecn is None or ecn is True else ecn
+    return LeafSpineSpec(**kw, source=spec)
 
 
 def parse_topology(text: str) -> LeafSpineSpec:
-    """Parse ``leafspine:key=value,...`` (see :data:`SPEC_HELP`)."""
-    kind, _, rest = text.strip().partition(":")
-    if kind != "leafspine":
-        raise SpecError(
-            f"bad topology {text!r}: expected leafspine:key=value,... "
-            "(e.g. leafspine:planes=2,spines=8,leaves=4,hosts=2,rate=100gbit,delay=1us)"
-        )
-    items: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or not value.strip():
-            raise SpecError(f"topology: bad item {part!r}: expected key=value")
-        key = key.strip()
-        if key in items:
-            raise SpecError(f"topology: {key} given twice")
-        items[key] = value.strip()
-    known = {
-        "planes", "spines", "leaves", "hosts", "rate", "host_rate", "delay", "skew", "mtu",
-        "queue", "hdr_queue", "trim", "trim_size", "ecn", "ecn_last_hop", "srv6",
-    }
-    unknown = set(items) - known
-    if unknown:
-        raise SpecError(
-            f"topology: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(known))})"
-        )
-    kw: dict[str, Any] = {}
-    for key in ("planes", "spines", "leaves", "hosts", "mtu"):
-        if key in items:
-            kw[key] = _int(items[key])
-    mtu = kw.get("mtu", LeafSpineSpec.mtu)
-    if "rate" in items:
-        kw["rate_bps"] = parse_rate(items["rate"])
-    if "host_rate" in items:
-        kw["host_rate_bps"] = parse_rate(items["host_rate"])
-    if "delay" in items:
-        kw["delay"] = parse_time(items["delay"])
-    if "skew" in items:
-        kw["skew"] = parse_time(items["skew"])
-    kw["queue_bytes"] = parse_bytes(items.get("queue", "8pkt"), packet=mtu)
-    kw["ecn_bytes"] = parse_bytes(items.get("ecn", "3pkt"), packet=mtu)
-    if "hdr_queue" in items:
-        kw["hdr_queue_bytes"] = parse_bytes(items["hdr_queue"], packet=mtu)
-    if "trim" in items:
-        kw["trim"] = parse_bool(items["trim"])
-    if "trim_size" in items:
-        kw["trim_size"] = parse_bytes(items["trim_size"])
-    if "ecn_last_hop" in items:
-        kw["ecn_last_hop"] = parse_bool(items["ecn_last_hop"])
-    if "srv6" in items:
-        kw["srv6"] = items["srv6"].lower()
-    return LeafSpineSpec(**kw)
+    """Parse a spec line or TOML file (:mod:`mrcnet.topology.spec`) for the simulator."""
+    return resolve(parse_spec_line(text))
 
 
 def with_options(spec: LeafSpineSpec, **changes: Any) -> LeafSpineSpec:
@@ -223,21 +190,6 @@ def with_options(spec: LeafSpineSpec, **changes: Any) -> LeafSpineSpec:
     if bad:
         raise SpecError(f"topology: unknown option {sorted(bad)[0]!r}")
     return replace(spec, **changes)
-
-
-def host_name(index: int) -> str:
-    """``h<index>``."""
-    return f"h{index}"
-
-
-def leaf_name(plane: int, index: int) -> str:
-    """``L<plane>.<index>``."""
-    return f"L{plane}.{index}"
-
-
-def spine_name(plane: int, index: int) -> str:
-    """``S<plane>.<index>``."""
-    return f"S{plane}.{index}"
 
 
 class Link:
@@ -276,10 +228,6 @@ class Link:
                 cb(up)
 
 
-def _addr(text: str) -> bytes:
-    return ipaddress.IPv6Address(text).packed
-
-
 class Fabric:
     """A built leaf-spine fabric inside a :class:`~mrcnet.sim.engine.Simulator`."""
 
@@ -295,9 +243,8 @@ class Fabric:
 
     # --- construction ---------------------------------------------------------------
     def _mac(self) -> bytes:
-        # Locally administered unicast, "fb" like mrc-fabric, then a counter.
         self._mac_n += 1
-        return bytes([0x02, 0xFB, 0x00, 0x01, self._mac_n >> 8 & 0xFF, self._mac_n & 0xFF])
+        return addressing.mac(addressing.SIM_FABRIC_ID, self._mac_n)
 
     def _port(self, name: str, *, rate: float, last_hop: bool, src_mac: bytes | None,
               dst_mac: bytes, host_nic: bool, extra_delay: float = 0.0) -> EgressPort:
@@ -323,15 +270,15 @@ class Fabric:
         s = self.spec
         for p in range(s.planes):
             self.leaves.append([
-                self._switch(leaf_name(p, i), "leaf", p, LEAF_USID_BASE + (p << 8) + i)
+                self._switch(leaf_name(p, i), "leaf", p, addressing.leaf_usid(p, i))
                 for i in range(s.leaves)
             ])
             self.spines.append([
-                self._switch(spine_name(p, i), "spine", p, SPINE_USID_BASE + (p << 8) + i)
+                self._switch(spine_name(p, i), "spine", p, addressing.spine_usid(p, i))
                 for i in range(s.spines)
             ])
         for h in range(s.n_hosts):
-            usid = HOST_USID_BASE + h
+            usid = addressing.host_usid(h)
             node = HostNode(self.sim, host_name(h), h, usid, h // s.hosts)
             self.hosts.append(node)
             host_loc = USID_BLOCK + usid.to_bytes(2, "big")
@@ -347,11 +294,11 @@ class Fabric:
                 leaf.ports.append(down)
                 node.nics.append(up)
                 node.macs.append(h_mac)
-                addr = _addr(f"{HOST_PREFIX}:{p:x}::{usid:x}")
+                addr = addressing.port_address(addressing.SIM_FABRIC_ID, p, usid).packed
                 node.addresses.append(addr)
                 leaf.routes48[host_loc] = down
                 leaf.routes128[addr] = down
-                name = f"{node.name}-{leaf.name}"
+                name = naming.link_name(node.name, leaf.name)
                 self.links[name] = Link(name, "host-leaf", p, up, down)
         below: list[list[HostNode]] = [[] for _ in range(s.leaves)]
         for hn in self.hosts:
@@ -377,7 +324,7 @@ class Fabric:
                     for hn in below[li]:
                         spine.routes48[USID_BLOCK + hn.usid.to_bytes(2, "big")] = down
                         spine.routes128[hn.addresses[p]] = down
-                    name = f"{leaf.name}-{spine.name}"
+                    name = naming.link_name(leaf.name, spine.name)
                     self.links[name] = Link(name, "leaf-spine", p, up, down)
             # Plain IPv6 to a host on another leaf goes up through spine 0 (static, like
             # mrc-fabric's control-plane spine): no ECMP anywhere.
@@ -398,7 +345,8 @@ class Fabric:
             yield from self.spines[p]
 
     def switch(self, name: str) -> Switch:
-        """A switch by name (``L0.1``, ``S1.3``)."""
+        """A switch by name (``L0.1``, ``S1.3``; ``p0l1`` is read as ``L0.1``)."""
+        name = naming.canonical(name)
         for sw in self.switches():
             if sw.name == name:
                 return sw
@@ -421,6 +369,7 @@ class Fabric:
 
     def link(self, a: str, b: str) -> Link:
         """The link between nodes ``a`` and ``b``, in either order."""
+        a, b = naming.canonical(a), naming.canonical(b)
         for name in (f"{a}-{b}", f"{b}-{a}"):
             if name in self.links:
                 return self.links[name]
@@ -441,22 +390,18 @@ class Fabric:
         pair of hosts has exactly ``spines`` paths per plane.
         """
         s, d = self.hosts[src], self.hosts[dst]
-        usids = [
+        usids = addressing.path_usids(
             self.leaves[plane][s.leaf_index].usid,
             self.spines[plane][spine].usid,
             self.leaves[plane][d.leaf_index].usid,
             d.usid,
-        ]
-        leaf_mac = self.links[f"{s.name}-{leaf_name(plane, s.leaf_index)}"].ba.mac_rewrite
-        assert leaf_mac is not None
-        common: dict[str, Any] = dict(
-            src_mac=s.macs[plane], dst_mac=leaf_mac[6:12],
-            src_ip=s.addresses[plane], dst_ip=d.addresses[plane],
         )
-        if self.spec.srv6 == "srh":
-            segs = tuple(usid_container(USID_BLOCK, [u]) for u in usids)
-            return Route(**common, segments=segs)
-        return Route(**common, usid=usid_container(USID_BLOCK, usids))
+        leaf = leaf_name(plane, s.leaf_index)
+        leaf_mac = self.links[naming.link_name(s.name, leaf)].ba.mac_rewrite
+        assert leaf_mac is not None
+        return build_route(self.spec.srv6, USID_BLOCK, usids, src_mac=s.macs[plane],
+                           dst_mac=leaf_mac[6:12], src_ip=s.addresses[plane],
+                           dst_ip=d.addresses[plane])
 
     def routes(self, src: int, dst: int, plane: int) -> list[Route]:
         """One route per spine of ``plane`` from ``src`` to ``dst``, spine order."""

@@ -232,7 +232,7 @@ def test_one_percent_loss_on_a_link_mid_transfer(fm: FabricMrcds, conn: Conn) ->
     _assert_exact(conn, total)
     c1 = conn.ca.stats(conn.qp_a)["qp"]["counters"]
     after = fm.fab.counters()
-    drops = after["p1l0->p1s0"]["drops"] - before["p1l0->p1s0"]["drops"]
+    drops = after["L1.0->S1.0"]["drops"] - before["L1.0->S1.0"]["drops"]
     assert drops > 0  # the loss really happened
     resent = c1.get("tx_retransmit", 0) - c0.get("tx_retransmit", 0)
     assert resent >= 1

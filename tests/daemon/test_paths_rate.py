@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mrcnet.daemon.paths import FabricPaths
-from mrcnet.fabric.topology import allocate, parse_spec
+from mrcnet.fabric.spec import allocate, parse_spec
 
 
 def _paths(spec: str) -> FabricPaths:

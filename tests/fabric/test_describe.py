@@ -10,7 +10,7 @@ import pytest
 from mrcnet.fabric import plan
 from mrcnet.fabric.describe import FabricDescription, load, save, usid_address
 from mrcnet.fabric.errors import FabricError, SpecError
-from mrcnet.fabric.topology import allocate, parse_rate, parse_spec, validate_name
+from mrcnet.fabric.spec import allocate, parse_rate, parse_spec, validate_name
 
 
 def test_one_line_spec() -> None:

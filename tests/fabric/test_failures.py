@@ -75,11 +75,11 @@ def test_link_down_and_up(fab: Fabric) -> None:
     leaf = d.planes[0].leaves[d.hosts[0].leaf_index].name
     fab.link(leaf, "p0s0").down()
     st = fab.status()
-    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-p0s0"]
+    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-S0.0"]
     assert all(v["oper"] == "down" for v in ln["directions"].values())
     assert _deliver(fab, 0, 0) == 0
     assert _deliver(fab, 0, 1) == 20  # the other spine is untouched
-    assert st["failures"][f"link:{leaf}-p0s0"] == {"down": True}
+    assert st["failures"][f"link:{leaf}-S0.0"] == {"down": True}
     fab.link(leaf, "p0s0").up()
     assert _deliver(fab, 0, 0) == 20  # routes and neighbours were re-installed
     assert _deliver(fab, 0, 0, reverse=True) == 20
@@ -91,12 +91,12 @@ def test_link_blackhole_is_one_way(fab: Fabric) -> None:
     before = fab.counters()
     fab.link(leaf, "p1s1").blackhole()
     assert _deliver(fab, 1, 1) == 0
-    assert _delta(fab, before, f"{leaf}->p1s1", "drops") >= 20
+    assert _delta(fab, before, f"{leaf}->S1.1", "drops") >= 20
     assert _deliver(fab, 1, 1, reverse=True) == 20  # p1s1 -> leaf still forwards
     st = fab.status()
-    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-p1s1"]
+    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-S1.1"]
     assert all(v["oper"] == "up" for v in ln["directions"].values())  # link stays up
-    assert ln["directions"][f"{leaf}->p1s1"]["blackhole"] is True
+    assert ln["directions"][f"{leaf}->S1.1"]["blackhole"] is True
     fab.link(leaf, "p1s1").clear()
     assert _deliver(fab, 1, 1) == 20
 
@@ -121,11 +121,11 @@ def test_node_blackhole(fab: Fabric) -> None:
     assert _deliver(fab, 0, 1, reverse=True) == 0
     assert _deliver(fab, 0, 0) == 20
     dst_leaf = fab.description.planes[0].leaves[fab.description.hosts[-1].leaf_index].name
-    assert _delta(fab, before, f"p0s1->{dst_leaf}", "drops") >= 20
+    assert _delta(fab, before, f"S0.1->{dst_leaf}", "drops") >= 20
     st = fab.status()
-    spine_links = [x for x in st["links"] if "p0s1" in x["name"]]
+    spine_links = [x for x in st["links"] if "S0.1" in x["name"]]
     assert all(v["oper"] == "up" for x in spine_links for v in x["directions"].values())
-    assert next(n for n in st["nodes"] if n["name"] == "p0s1")["blackhole"] is True
+    assert next(n for n in st["nodes"] if n["name"] == "S0.1")["blackhole"] is True
     fab.node("p0s1").restore()
     assert _deliver(fab, 0, 1) == 20
 
@@ -155,8 +155,8 @@ def test_flap_runs_in_background_and_clear_stops_it(fab: Fabric) -> None:
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline and len(seen) < 2:
         st = fab.status()
-        [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-p0s0"]
-        seen.add(ln["directions"][f"{leaf}->p0s0"]["oper"])
+        [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-S0.0"]
+        seen.add(ln["directions"][f"{leaf}->S0.0"]["oper"])
         time.sleep(0.03)
     assert {"up", "down"} <= seen, seen
     ctl.clear()
@@ -184,4 +184,4 @@ def test_failures_compose(fab: Fabric) -> None:
     fab.link(leaf, "p0s1").up()  # up undoes down only: the loss stays
     assert _deliver(fab, 0, 1) == 0
     rec = StateRecord.load(fab.name).failures
-    assert rec[f"link:{leaf}-p0s1"] == {"loss_pct": {f"{leaf}->p0s1": 100, f"p0s1->{leaf}": 100}}
+    assert rec[f"link:{leaf}-S0.1"] == {"loss_pct": {f"{leaf}->S0.1": 100, f"S0.1->{leaf}": 100}}

@@ -66,8 +66,8 @@ def test_congested_port_trims(slow_fabric: Fabric, srv6: str) -> None:
     before = fab.counters()
     got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * n))
     after = fab.counters()
-    trims = after[f"{leaf}->p0s0"]["trims"] - before[f"{leaf}->p0s0"]["trims"]
-    drops = after[f"{leaf}->p0s0"]["drops"] - before[f"{leaf}->p0s0"]["drops"]
+    trims = after[f"{leaf}->S0.0"]["trims"] - before[f"{leaf}->S0.0"]["trims"]
+    drops = after[f"{leaf}->S0.0"]["drops"] - before[f"{leaf}->S0.0"]["drops"]
     trimmed = [f for f in got if len(f) == trim_size]
     full = [f for f in got if len(f) == FRAME]
     assert trims >= n // 2, (trims, drops)
@@ -77,8 +77,8 @@ def test_congested_port_trims(slow_fabric: Fabric, srv6: str) -> None:
     assert all(probe.parse_tclass(f)[0] == DSCP_TRIMMED for f in trimmed)
     assert all(probe.parse_tclass(f)[0] == DSCP_DATA for f in full)
     st = fab.status()
-    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-p0s0"]
-    assert ln["directions"][f"{leaf}->p0s0"]["trims"] >= trims
+    [ln] = [x for x in st["links"] if x["name"] == f"{leaf}-S0.0"]
+    assert ln["directions"][f"{leaf}->S0.0"]["trims"] >= trims
     # Trimmed headers overtake queued full frames (strict priority under the shaper):
     # the last frame to arrive is a full one, though trimmed ones were sent after it.
     assert len(got[-1]) == FRAME
@@ -109,11 +109,11 @@ def test_ecn_marks_before_trimming(slow_fabric: Fabric) -> None:
     before = fab.counters()
     got = _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * 7))
     after = fab.counters()
-    ce = after[f"{leaf}->p0s0"]["ce"] - before[f"{leaf}->p0s0"]["ce"]
+    ce = after[f"{leaf}->S0.0"]["ce"] - before[f"{leaf}->S0.0"]["ce"]
     marked = [f for f in got if probe.parse_tclass(f)[1] == ECN.CE]
     assert len(got) == 7
     assert ce >= 1 and len(marked) == ce
-    assert after[f"{leaf}->p0s0"]["trims"] == before[f"{leaf}->p0s0"]["trims"]
+    assert after[f"{leaf}->S0.0"]["trims"] == before[f"{leaf}->S0.0"]["trims"]
     # ECN is off on the last hop (leaf -> host) by default, on elsewhere.
     dst_leaf = d.planes[0].leaves[d.hosts[-1].leaf_index].name
     assert not fab.maps(dst_leaf, dst).read_config().flags & F_ECN
@@ -153,10 +153,10 @@ def test_shaped_link_carries_its_rate(rate_fabric: Fabric) -> None:
     t.start()
     try:
         time.sleep(0.5)  # let the queue fill
-        b0 = fab.counters()["p0s0->p0l0"]["bytes"]
+        b0 = fab.counters()["S0.0->L0.0"]["bytes"]
         t0 = time.monotonic()
         time.sleep(1.5)
-        b1 = fab.counters()["p0s0->p0l0"]["bytes"]
+        b1 = fab.counters()["S0.0->L0.0"]["bytes"]
         t1 = time.monotonic()
     finally:
         stop.set()
@@ -180,9 +180,9 @@ def test_last_hop_trims_and_ecn_option(
     before = fab.counters()
     got = _collect(fab, "h1", 0, lambda: probe.send_frames(d, "h0", 0, [frame] * 60))
     after = fab.counters()
-    last = after["p0l0->h1"]
-    trims = last["trims"] - before["p0l0->h1"]["trims"]
-    ce = last["ce"] - before["p0l0->h1"]["ce"]
+    last = after["L0.0->h1"]
+    trims = last["trims"] - before["L0.0->h1"]["trims"]
+    ce = last["ce"] - before["L0.0->h1"]["ce"]
     assert trims >= 20
     assert len([f for f in got if probe.parse_tclass(f)[0] == DSCP_TRIMMED]) == trims
     if ecn_last_hop:
@@ -210,7 +210,7 @@ def test_control_dscp_overtakes_queued_data(slow_fabric: Fabric) -> None:
 def test_spec_options_for_the_real_queue() -> None:
     """vq_drain, txqueuelen and burst parse, default and validate (docs/FABRIC.md)."""
     from mrcnet.fabric.errors import SpecError
-    from mrcnet.fabric.topology import DEFAULT_VQ_DRAIN, allocate, parse_spec
+    from mrcnet.fabric.spec import DEFAULT_VQ_DRAIN, allocate, parse_spec
 
     base = "leafspine:planes=1,spines=1,leaves=2,hosts=1,rate=20mbit,mtu=1500"
     d = allocate(parse_spec(base), "hcx", 1)
@@ -277,9 +277,9 @@ def test_shaper_charges_trimmed_frames_their_trimmed_length(slow_fabric: Fabric)
         return int(root["bytes"])
 
     frame = probe.build_frame(d, src, dst, 0, 0, size=FRAME)
-    b0, q0 = fab.counters()[f"{leaf.name}->p0s0"], tbf_bytes()
+    b0, q0 = fab.counters()[f"{leaf.name}->S0.0"], tbf_bytes()
     _collect(fab, dst, 0, lambda: probe.send_frames(d, src, 0, [frame] * 100))
-    b1, q1 = fab.counters()[f"{leaf.name}->p0s0"], tbf_bytes()
+    b1, q1 = fab.counters()[f"{leaf.name}->S0.0"], tbf_bytes()
     assert b1["trims"] - b0["trims"] >= 50
     # what the program handed over (after trimming) is what the shaper charged
     assert q1 - q0 == b1["bytes"] - b0["bytes"], (q1 - q0, b1["bytes"] - b0["bytes"])

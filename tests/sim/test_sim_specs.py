@@ -11,7 +11,7 @@ from mrcnet.sim.cli import main
 from mrcnet.sim.errors import SpecError
 from mrcnet.sim.matrix import format_matrix, parse_matrix, permutation
 from mrcnet.sim.topology import LeafSpineSpec, parse_topology
-from mrcnet.sim.units import parse_bytes, parse_rate, parse_time
+from mrcnet.topology.units import parse_bytes, parse_rate, parse_time
 
 
 def test_topology_spec_keys_and_units() -> None:
