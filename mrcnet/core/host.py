@@ -546,7 +546,7 @@ class Host:
 
     @_lane.setter
     def _lane(self, lane: Any) -> None:
-        self._rx._lane = lane
+        self._rx.set_lane(lane)
 
     def _dispatch(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: int,
                   now: float) -> None:

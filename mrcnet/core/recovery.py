@@ -401,8 +401,8 @@ class Recovery:
                         s.mode, s.window_penalty, now)
 
     def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
-        """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.PyRxLane`
-        ``take_acks``; rx.h ``struct mrc_rx_ack``): the rest of :meth:`on_sack` for each,
+        """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.CRxLane`
+        ``take_acks``; rxlane.h ``struct mrc_rx_ack``): the rest of :meth:`on_sack` for each,
         in order. ``ints`` holds ``RX_ACK_INTS`` integers per SACK, ``sents`` the
         triggering packet's send time."""
         it = iter(ints)  # (ten at a time: zip of one iterator with itself)

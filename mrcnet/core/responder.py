@@ -5,8 +5,9 @@ any order, recorded, and delivered in order as the cumulative point passes it (a
 write-with-immediate completes then, exactly once). SACKs (cumulative point, bitmap,
 the triggering packet's EV and stamp, receive credit, CC state) and NACKs (trims, access
 errors, no receive credit) go back on the path the packet came on. The host's receive
-lane (mrcnet/core/rxlane.py, C or its Python twin) does the same for the common case on
-the same state record (``rx``): every change here goes there as well.
+lane (mrcnet/core/rxlane.py, in C) does the same for the common case on the same state
+record (``rx``): every change here goes there as well (and to the lane's Python oracle,
+tests/core/pylane.py).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Responder:
                 now: float, out: list[tuple[int, bytes]]) -> None:
         """A data packet (``f``: the parsed ``frame``): check, place, and acknowledge (or
         NACK) it. (The host's receive lane does the same for the common case: every
-        change here goes to mrcnet/_csrc/rx.c and mrcnet/core/rxlane.py as well.)"""
+        change here goes to mrcnet/_csrc/rxlane.c and tests/core/pylane.py as well.)"""
         rx = self.rx
         rcv = rx.rcv_nxt
         d = (f.psn - rcv) & PSN_MASK  # unwrap(psn, rcv) - rcv, inlined (every packet)
