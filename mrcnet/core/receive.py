@@ -274,7 +274,7 @@ class Receiver:
     def _ack_sync(self) -> None:
         """Before the lane runs: let it take the ack QP's SACKs, from where its window is
         now, if on_sack's decisions cannot change what a later SACK's table work does
-        (rx.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
+        (rxlane.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
         and suspects no path. Else every SACK stops and takes the full path."""
         qp = self._ack_qp
         assert qp is not None

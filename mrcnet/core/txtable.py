@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Final, Protocol
 
+from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 
 # Entry flags (mrcnet/_csrc/txtable.h MRC_TX_*)
@@ -149,7 +150,7 @@ class PyTxTable:
     def _acked(self, seq: int, e: list[Any], now: float) -> int:
         self._unlink(seq, e)
         del self._pk[seq]
-        key, sent = e[E_EV] >> 12, e[E_SENT]
+        key, sent = e[E_EV] >> EV_PATH_SHIFT, e[E_SENT]
         if sent > self._paths.get(key, -1.0):
             self._paths[key] = sent
         if sent > self._path_acked.get(key, -1.0):
