@@ -32,6 +32,7 @@ from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
+from mrcnet.io import batch as batch_io
 from mrcnet.io.kernel_drop import remove_stale_tables
 from mrcnet.io.linkwatch import LinkWatch
 from mrcnet.io.packet_port import interface_running
@@ -114,7 +115,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
-        self.tx_queues: buffers.SendQueue | None = None
+        self.tx_queues: batch_io.SendQueue | None = None
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -189,7 +190,7 @@ class Daemon:
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
-        self.tx_queues = buffers.send_queue(len(self.ports))
+        self.tx_queues = batch_io.send_queue(len(self.ports))
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
