@@ -24,6 +24,7 @@ import collections
 import contextlib
 import enum
 import errno
+import fcntl
 import mmap
 import os
 import socket
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrcnet.api.errors import (
-    BY_NAME,
     AccessDenied,
     ApiError,
     BadLkey,
@@ -41,9 +41,17 @@ from mrcnet.api.errors import (
     InvalidArgument,
     OutOfBounds,
     ProtocolError,
+    error_from,
 )
 from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
-from mrcnet.api.protocol import PROTOCOL_VERSION, Message, moderation_error, recv_msg, send_msg
+from mrcnet.api.protocol import (
+    PROTOCOL_VERSION,
+    Message,
+    map_region,
+    moderation_error,
+    recv_msg,
+    send_msg,
+)
 from mrcnet.core.events import Completion, Event
 
 __all__ = [
@@ -353,8 +361,7 @@ class Context:
     def _raise_deferred(self) -> None:
         if self._deferred:
             err = self._deferred.popleft()
-            raise BY_NAME.get(err.get("type", ""), ApiError)(
-                "an earlier " + err.get("op", "request") + " failed: " + err.get("message", "?"))
+            raise error_from(err, "an earlier " + str(err.get("op", "request")) + " failed: ")
 
     def _post(self, op: str, **args: Any) -> None:
         """Send a request without waiting: mrcd answers only if it fails, and that error
@@ -397,8 +404,7 @@ class Context:
     def _result(self, resp: Message) -> Message:
         self._raise_deferred()  # a pipelined post that failed before this request ran
         if "error" in resp:
-            err = resp["error"]
-            raise BY_NAME.get(err.get("type", ""), ApiError)(err.get("message", "?"))
+            raise error_from(resp["error"])
         ok: Message = resp.get("ok", {})
         return ok
 
@@ -464,14 +470,31 @@ class Context:
     # --- verbs --------------------------------------------------------------------------
     def alloc_mr(self, length: int,
                  access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE) -> MemoryRegion:
-        """Allocate ``length`` bytes of memory shared with mrcd and register them."""
+        """Allocate ``length`` bytes of memory shared with mrcd and register them.
+
+        The memory is a memfd sealed at its size (``F_SEAL_SHRINK``, ``F_SEAL_GROW``,
+        then ``F_SEAL_SEAL``): mrcd maps only sealed memory, since a file that shrank
+        under its mapping would make mrcd fault (docs/SECURITY.md)."""
         if length <= 0:
             raise InvalidArgument(f"a memory region needs a positive length, got {length}")
-        fd = os.memfd_create("mrc-mr", os.MFD_CLOEXEC)
         try:
-            os.ftruncate(fd, length)
-            mp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            r = self._call("reg_mr", fds=[fd], length=length, access=int(access))
+            fd = os.memfd_create("mrc-mr", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except OSError as e:
+            raise ApiError(f"cannot create a memfd: {e.strerror}") from None
+        try:
+            try:
+                os.ftruncate(fd, length)
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                            fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            except OSError as e:
+                raise InvalidArgument(f"cannot allocate {length} bytes of shared memory: "
+                                      f"{e.strerror}") from None
+            mp = map_region(fd, length, "this process")
+            try:
+                r = self._call("reg_mr", fds=[fd], length=length, access=int(access))
+            except BaseException:
+                mp.close()
+                raise
         finally:
             os.close(fd)  # both mappings keep the memory alive
         mr = MemoryRegion(self, r["addr"], length, r["lkey"], r["rkey"], memoryview(mp), mp)

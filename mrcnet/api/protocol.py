@@ -18,12 +18,15 @@ is decided by the socket file's permissions (``socket_mode`` in mrcd's configura
 from __future__ import annotations
 
 import json
+import mmap
 import socket
 from typing import Any, Final
 
+from mrcnet.api.errors import InvalidArgument
+
 __all__ = ["MAX_FDS", "MAX_MESSAGE", "MODERATION_COUNT_MAX", "MODERATION_PERIOD_MAX_US",
-           "PROTOCOL_VERSION", "decode", "encode", "moderation_error", "recv_msg",
-           "send_msg"]
+           "PROTOCOL_VERSION", "decode", "encode", "map_region", "moderation_error",
+           "recv_msg", "send_msg"]
 
 PROTOCOL_VERSION: Final = 1
 #: Bytes per message: control only (payload bytes live in shared memory, never here).
@@ -47,6 +50,17 @@ def moderation_error(count: object, period_us: object) -> str | None:
     return None
 
 Message = dict[str, Any]
+
+
+def map_region(fd: int, length: int, who: str) -> mmap.mmap:
+    """Map ``length`` bytes of a region's memfd shared and writable (both the client and
+    mrcd do); :class:`InvalidArgument` naming ``who`` when the kernel refuses."""
+    try:
+        return mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, OverflowError) as e:
+        why = e.strerror if isinstance(e, OSError) else str(e)
+        raise InvalidArgument(f"{who} cannot map {length} bytes of shared memory: "
+                              f"{why}") from None
 
 
 def encode(msg: Message) -> bytes:

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from mrcnet.api.errors import ApiError, ProtocolError
+from mrcnet.api.errors import ApiError, ProtocolError, error_to
 from mrcnet.api.protocol import PROTOCOL_VERSION, Message, encode, recv_msg
 
 __all__ = ["ApiServer", "Session", "claim_socket_path"]
@@ -230,7 +230,7 @@ class ApiServer:
             result = self.dispatch(s, msg, fds)
         except ApiError as e:
             self._close_fds(fds)
-            s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+            s.send({"id": rid, "error": error_to(e)})
             return
         except Exception as e:  # a bug in mrcd: answer, log, keep serving
             self._close_fds(fds)
@@ -254,7 +254,7 @@ class ApiServer:
         try:
             result = await pending
         except ApiError as e:
-            s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+            s.send({"id": rid, "error": error_to(e)})
         except Exception as e:
             log.exception("request failed", session=s.sid)
             s.send({"id": rid, "error": {"type": "ApiError",

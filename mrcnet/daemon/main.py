@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import signal
 import sys
 
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mrcd: {args.config} is valid")
         return 0
     setup_logging(cfg.log_format, cfg.log_level)
+    # A fatal signal (a bug in C, or a client mapping that faults despite the seal
+    # checks: docs/SECURITY.md) leaves a traceback in the log, not silence.
+    faulthandler.enable()
     keep_heap()  # no page faults per packet (see mrcnet/daemon/heap.py)
     prof = None
     if args.profile:

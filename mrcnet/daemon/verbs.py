@@ -33,13 +33,14 @@ from mrcnet.api.errors import (
     OutOfBounds,
 )
 from mrcnet.api.messages import completions_push, event_push
-from mrcnet.api.protocol import Message, moderation_error
+from mrcnet.api.protocol import Message, map_region, moderation_error
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.host import PathProbe
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
 from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
+from mrcnet.daemon.guard import check_region_fd
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
 
@@ -165,9 +166,8 @@ class Verbs:
         fd = fds[0]
         try:
             length = int(msg["length"])
-            if length <= 0 or os.fstat(fd).st_size < length:
-                raise OutOfBounds(f"the memfd is smaller than the {length} bytes to register")
-            mp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            check_region_fd(fd, length)  # sealed: it can never shrink under the mapping
+            mp = map_region(fd, length, "mrcd")
         finally:
             os.close(fd)  # the mapping keeps the memory
         mr = self.engine.host.register_mr(mp, Access(int(msg.get("access", 3))))
