@@ -39,18 +39,22 @@ from mrcnet.api.errors import (
     BadLkey,
     DaemonNotRunning,
     InvalidArgument,
+    LimitExceeded,
     OutOfBounds,
     ProtocolError,
     error_from,
 )
 from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
 from mrcnet.api.protocol import (
+    MAX_MESSAGE,
     PROTOCOL_VERSION,
     Message,
+    encode,
     map_region,
     moderation_error,
+    nesting_exceeds,
     recv_msg,
-    send_msg,
+    send_raw,
 )
 from mrcnet.core.events import Completion, Event
 
@@ -320,6 +324,9 @@ class Context:
         self._events: collections.deque[StampedEvent] = collections.deque()
         self._unanswered: dict[int, str] = {}  # pipelined requests: id -> op
         self._deferred: collections.deque[Message] = collections.deque()
+        # What mrcd takes (its hello says; these until then).
+        self._max_message = MAX_MESSAGE
+        self._max_depth = 32
         # Path (EV) state changes are many under loss: only sent when asked for.
         hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid(),
                            path_events=path_events)
@@ -327,6 +334,9 @@ class Context:
         self.planes: int = hello["planes"]
         #: This host's plain IPv6 address per plane (for out-of-band traffic of its own).
         self.addresses: list[str] = list(hello.get("addresses", []))
+        limits = hello.get("limits", {})
+        self._max_message = int(limits.get("max_message", MAX_MESSAGE))
+        self._max_depth = int(limits.get("max_json_depth", self._max_depth))
 
     # --- plumbing -----------------------------------------------------------------------
     def fileno(self) -> int:
@@ -350,13 +360,32 @@ class Context:
 
     def _send(self, msg: Message, fds: list[int] | None = None) -> None:
         self._raise_deferred()
+        data = self._encode(msg)
         self._sock.settimeout(self.timeout)  # a full mrcd queue blocks, bounded
         try:
-            send_msg(self._sock, msg, fds)
+            send_raw(self._sock, data, fds)
         except (BrokenPipeError, ConnectionResetError):
             raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
         except TimeoutError:
             raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") from None
+
+    def _encode(self, msg: Message) -> bytes:
+        """``msg`` as bytes, checked against the limits mrcd announced (it could not
+        answer a request it cannot read to the call that waits for it)."""
+        op = msg.get("op", "request")
+        try:
+            data = encode(msg, self._max_message)
+        except ValueError as e:
+            raise LimitExceeded(f"{op}: {e} (mrcd's per-client limit limits.max_message "
+                                f"is {self._max_message}; an administrator can raise it "
+                                "in mrcd's configuration)", "limits.max_message",
+                                self._max_message) from None
+        if nesting_exceeds(data, self._max_depth):
+            raise LimitExceeded(f"{op}: the request nests deeper than {self._max_depth} "
+                                f"levels (mrcd's per-client limit limits.max_json_depth; "
+                                "an administrator can raise it in mrcd's configuration)",
+                                "limits.max_json_depth", self._max_depth)
+        return data
 
     def _raise_deferred(self) -> None:
         if self._deferred:
@@ -435,6 +464,9 @@ class Context:
     def _dispatch(self, msg: Message) -> None:
         push = msg.get("push")
         if push is None:
+            if msg.get("id") is None:  # mrcd could not read a request to find its id
+                self._deferred.append({**msg.get("error", {}), "op": "request"})
+                return
             rid = int(msg["id"])
             op = self._unanswered.pop(rid, None)
             if op is not None:

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import structlog
 
+from mrcnet.api.protocol import nesting_exceeds
 from mrcnet.errors import MrcError
 
 __all__ = ["CONTROL_VERSION", "Acceptance", "ConnectRequest", "ControlError", "ControlServer",
@@ -42,6 +43,8 @@ __all__ = ["CONTROL_VERSION", "Acceptance", "ConnectRequest", "ControlError", "C
 
 CONTROL_VERSION: Final = 1
 MAX_LINE: Final = 1 << 16
+#: JSON nesting a control line may have (a connect's private data is the deep part).
+MAX_DEPTH: Final = 32
 #: A peer that sends nothing for this long is dropped (the exchange is one line each way).
 IDLE_TIMEOUT: Final = 10.0
 
@@ -95,9 +98,11 @@ def _encode(msg: dict[str, Any]) -> bytes:
 
 
 def _decode(line: bytes) -> dict[str, Any]:
+    if nesting_exceeds(line, MAX_DEPTH):  # before the parser recurses that deep
+        raise ControlError(f"control line nested deeper than {MAX_DEPTH} levels")
     try:
         msg = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ControlError("control line is not JSON") from None
     if not isinstance(msg, dict):
         raise ControlError("control line is not a JSON object")

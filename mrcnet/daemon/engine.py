@@ -242,7 +242,8 @@ class Daemon:
                                  verbs.on_session_closed, self.cfg.host, len(self.ports),
                                  after_burst=verbs.after_requests,
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
-                                            for lp in self.local], group=self._gid)
+                                            for lp in self.local], group=self._gid,
+                                 limits=self.cfg.limits)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]

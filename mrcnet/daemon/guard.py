@@ -64,8 +64,8 @@ def check_region_fd(fd: int, length: int) -> None:
                           "bytes to register")
 
 
-def over_limit(what: str, have: int, key: str, limit: int, unit: str = "") -> LimitExceeded:
-    """The error for a client that would go over a per-client limit."""
-    return LimitExceeded(f"{what}: this client would have {have}{unit}, over mrcd's "
-                         f"per-client limit of {limit}{unit} (raise {key} in mrcd's "
-                         "configuration)", key, limit)
+def over_limit(what: str, key: str, limit: int) -> LimitExceeded:
+    """The error of a request that would take a client over a per-client limit:
+    ``what`` happened, which limit (``key``, the configuration key) and its value."""
+    return LimitExceeded(f"{what}: mrcd's per-client limit {key} is {limit} (an "
+                         "administrator can raise it in mrcd's configuration)", key, limit)

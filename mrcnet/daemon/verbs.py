@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import ipaddress
 import mmap
-import os
 import secrets
 import time
 from collections.abc import Awaitable
@@ -40,7 +39,7 @@ from mrcnet.core.host import PathProbe
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
 from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
-from mrcnet.daemon.guard import check_region_fd
+from mrcnet.daemon.guard import check_region_fd, over_limit
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
 
@@ -122,6 +121,8 @@ class Verbs:
         self._qp_owner: dict[int, Session] = {}
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
         self._listens: dict[int, tuple[Session, int, list[int], Any]] = {}
+        #: CQs of clients that are gone (the core has no destroy_cq), for new clients.
+        self._spare_cqs: list[core.CompletionQueue] = []
 
     def dispatch(self, s: Session, msg: Message,
                  fds: list[int]) -> Message | Awaitable[Message]:
@@ -131,9 +132,7 @@ class Verbs:
         handler = getattr(self, f"_op_{op}", None)
         if handler is None or not isinstance(op, str):
             raise InvalidArgument(f"unknown request {op!r}")
-        if fds and op != "reg_mr":
-            for fd in fds:
-                os.close(fd)
+        if fds and op != "reg_mr":  # (the API server closes every fd it received)
             raise InvalidArgument(f"{op} takes no file descriptor")
         try:
             result: Message | Awaitable[Message] = (
@@ -160,25 +159,30 @@ class Verbs:
     def _op_reg_mr(self, s: Session, msg: Message, fds: list[int]) -> Message:
         assert self.engine.host is not None
         if len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
             raise InvalidArgument("reg_mr needs exactly one memfd")
-        fd = fds[0]
-        try:
-            length = int(msg["length"])
-            check_region_fd(fd, length)  # sealed: it can never shrink under the mapping
-            mp = map_region(fd, length, "mrcd")
-        finally:
-            os.close(fd)  # the mapping keeps the memory
+        length = int(msg["length"])
+        lim = self.engine.cfg.limits
+        if len(s.mrs) >= lim.max_mrs:
+            raise over_limit(f"reg_mr: this client has {len(s.mrs)} memory regions",
+                             "limits.max_mrs", lim.max_mrs)
+        if s.mr_bytes + length > lim.max_mr_bytes:
+            raise over_limit(f"reg_mr: {length} bytes more would make this client's "
+                             f"regions {s.mr_bytes + length} bytes",
+                             "limits.max_mr_bytes", lim.max_mr_bytes)
+        check_region_fd(fds[0], length)  # sealed: it can never shrink under the mapping
+        # The API server closes the fd afterwards; the mapping keeps the memory.
+        mp = map_region(fds[0], length, "mrcd")
         mr = self.engine.host.register_mr(mp, Access(int(msg.get("access", 3))))
         self._mr_by_lkey[mr.lkey] = (mr, mp, s)
         s.mrs[mr.lkey] = mr
+        s.mr_bytes += mr.length
         return {"lkey": mr.lkey, "rkey": mr.rkey, "addr": mr.addr}
 
     def _release_mr(self, lkey: int) -> None:
         assert self.engine.host is not None
         mr, mp, s = self._mr_by_lkey.pop(lkey)
-        s.mrs.pop(lkey, None)
+        if s.mrs.pop(lkey, None) is not None:
+            s.mr_bytes -= mr.length
         self.engine.host.deregister_mr(mr)
         # Writes in flight may still hold views; the map then goes with them (GC).
         with contextlib.suppress(BufferError, ValueError):
@@ -194,7 +198,16 @@ class Verbs:
 
     def _op_create_cq(self, s: Session, msg: Message) -> Message:
         assert self.engine.host is not None
-        cq = self.engine.host.create_cq()
+        lim = self.engine.cfg.limits.max_cqs
+        if len(s.cqs) >= lim:
+            raise over_limit(f"create_cq: this client has {len(s.cqs)} CQs",
+                             "limits.max_cqs", lim)
+        # The core keeps every CQ it made: reuse those of clients that are gone.
+        if self._spare_cqs:
+            cq = self._spare_cqs.pop()
+            cq.poll(len(cq))
+        else:
+            cq = self.engine.host.create_cq()
         self._cqs[cq.handle] = (cq, s)
         s.cqs.add(cq.handle)
         return {"cq": cq.handle}
@@ -222,6 +235,10 @@ class Verbs:
         entry = self._cqs.get(handle)
         if entry is None or entry[1] is not s:
             raise InvalidCQ(f"no CQ {handle} in this context")
+        lim = self.engine.cfg.limits.max_qps
+        if len(s.qps) >= lim:
+            raise over_limit(f"create_qp: this client has {len(s.qps)} QPs",
+                             "limits.max_qps", lim)
         qpn = self.engine.host.create_qp(entry[0])
         init: dict[str, Any] = {
             "ev_profile": msg.get("ev_profile") or self.engine.cfg.ev_profile,
@@ -424,8 +441,19 @@ class Verbs:
         return {}
 
     def _op_post_recv(self, s: Session, msg: Message) -> Message:
-        assert self.engine.host is not None
-        self.engine.host.post_recv(self._qpn(s, msg), int(msg.get("wr_id", 0)), time.monotonic())
+        host = self.engine.host
+        assert host is not None
+        qpn = self._qpn(s, msg)
+        lim = self.engine.cfg.limits.max_recvs
+        if s.recvs >= lim:
+            # s.recvs only grows (consumed receives are not subtracted): recount the
+            # receives still queued on the client's QPs once it reaches the limit.
+            s.recvs = sum(len(host.qp(q).recv_wrs) for q in s.qps)
+            if s.recvs >= lim:
+                raise over_limit(f"post_recv: this client has {s.recvs} receives queued",
+                                 "limits.max_recvs", lim)
+        host.post_recv(qpn, int(msg.get("wr_id", 0)), time.monotonic())
+        s.recvs += 1
         return {}
 
     def _op_stats(self, s: Session, msg: Message) -> Message:
@@ -688,7 +716,10 @@ class Verbs:
         for service in list(s.listens):
             self._listens.pop(service, None)
         for handle in list(s.cqs):
-            self._cqs.pop(handle, None)
+            entry = self._cqs.pop(handle, None)
+            if entry is not None:  # its QPs are gone: another client may have it
+                entry[0].poll(len(entry[0]))
+                self._spare_cqs.append(entry[0])
             self._cq_mod.pop(handle, None)
             self._cq_since.pop(handle, None)
         for lkey in list(s.mrs):

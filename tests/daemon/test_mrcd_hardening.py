@@ -6,6 +6,7 @@ not let them do it (an unsealed memfd, malformed messages, fds where none belong
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -18,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mdnsutil import MrcdPair, needs_root
+from mdnsutil import Mrcd, MrcdPair, VethPair, needs_root, start_mrcd, write_config
 
-from mrcnet.api import Context, MemoryNotSealed
+from mrcnet.api import Context, LimitExceeded, MemoryNotSealed
 from mrcnet.api.protocol import PROTOCOL_VERSION
+from mrcnet.daemon.config import ClientLimits, ConfigError, parse_config
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -216,3 +218,219 @@ def test_shrink_attack_on_both_sides(mrcd_pair: MrcdPair, kept_fds: list[int]) -
     assert_serving(mrcd_pair)
     for m in (mrcd_pair.a, mrcd_pair.b):
         assert "Fatal Python error" not in m.logs()
+
+
+# --- item 2: fds never leak; per-client quotas ------------------------------------------
+
+def fd_links(pid: int) -> list[str]:
+    """What mrcd's fds are (for a failure's message)."""
+    out = []
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            out.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+    return sorted(out)
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_fd_count(pid: int, want: int, timeout: float = 5.0) -> int:
+    """mrcd's fd count once it is ``want`` (or whatever it is after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while (n := fd_count(pid)) != want and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return n
+
+
+def _bad_requests(rid: int) -> list[tuple[bytes, int, str]]:
+    """Malformed requests of every kind: (bytes, fds to attach, the error type)."""
+    def req(**kw: Any) -> bytes:
+        return json.dumps({"id": rid, **kw}).encode()
+    deep = 5000
+    return [
+        (b"not json at all", 1, "ProtocolError"),
+        (b"[1, 2, 3]", 2, "ProtocolError"),
+        (req(op="no_such_op"), 1, "InvalidArgument"),
+        (req(op="stats"), 3, "InvalidArgument"),  # takes no fd
+        (req(op="reg_mr", length=4096), 2, "InvalidArgument"),  # two memfds
+        (req(op="reg_mr", length="x"), 1, "InvalidArgument"),
+        (req(op="reg_mr", length=-1), 1, "InvalidArgument"),
+        (req(op="reg_mr", length=4096, unsealed=True), 1, "MemoryNotSealed"),
+        (req(op="create_qp", cq="nope"), 1, "InvalidArgument"),
+        (req(op="stats")[:-1] + b',"x":' + b"[" * deep + b"]" * deep + b"}", 1,
+         "LimitExceeded"),
+        (req(op="stats", pad="x" * 70000), 2, "LimitExceeded"),  # longer than a message
+        (req(op="stats"), 8, "ProtocolError"),  # more fds than a request may carry
+    ]
+
+
+@needs_root
+def test_malformed_messages_with_fds_leave_the_fd_count_flat(mrcd_pair: MrcdPair) -> None:
+    pid = mrcd_pair.a.proc.pid
+    path = mrcd_pair.a.socket
+    with Context(path) as c:  # whatever mrcd opens once (lazily) is open now
+        c.alloc_mr(4096).deregister()
+    before = wait_fd_count(pid, -1, timeout=0.2)
+    raw = Raw(path)
+    with_client = fd_count(pid)
+    assert with_client == before + 1
+    sent = 0
+    replies: dict[str, int] = {}
+    try:
+        while sent < 1000:
+            rid = sent
+            for data, nfds, kind in _bad_requests(rid):
+                unsealed = b'"unsealed"' in data
+                fds = [memfd(4096, 0 if unsealed else fcntl.F_SEAL_SHRINK)
+                       for _ in range(nfds)]
+                try:
+                    raw.send_raw(data, fds)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+                r = raw.reply()
+                assert r["error"]["type"] == kind, (data[:60], r)
+                # The answer goes to the request's id whenever its bytes start with one.
+                assert r["id"] == (None if data[:1] != b"{" else rid)
+                replies[kind] = replies.get(kind, 0) + 1
+                sent += 1
+        # (mrcd closes a request's fds right after answering it: give it a moment)
+        assert wait_fd_count(pid, with_client) == with_client, (replies, fd_links(pid))
+        # Clients that send fds and go at once; clients that skip hello.
+        for i in range(50):
+            c2 = Raw(path, hello=i % 2 == 0)
+            fds = [memfd(4096, fcntl.F_SEAL_SHRINK) for _ in range(3)]
+            c2.send_raw(json.dumps({"id": 1, "op": "reg_mr", "length": 4096}).encode(), fds)
+            for fd in fds:
+                os.close(fd)
+            c2.close()
+        assert "host" in raw.call("stats")["ok"]  # the same session still served
+    finally:
+        raw.close()
+    assert wait_fd_count(pid, before) == before
+    assert mrcd_pair.a.proc.poll() is None
+
+
+@needs_root
+def test_deeply_nested_json_gets_an_answer(mrcd_pair: MrcdPair) -> None:
+    raw = Raw(mrcd_pair.a.socket)
+    try:
+        t0 = time.monotonic()
+        # 100k deep: longer than a message, too (answered as such, to its id).
+        raw.send_raw(b'{"id":9,"op":"stats","x":' + b"[" * 100_000)
+        r = raw.reply()
+        assert r["id"] == 9 and r["error"]["type"] == "LimitExceeded"
+        assert r["error"]["key"] == "limits.max_message"
+        # 30k deep inside a message: the depth limit.
+        raw.send_raw(b'{"id":10,"op":"stats","x":' + b"[" * 30_000 + b"]" * 30_000 + b"}")
+        r = raw.reply()
+        assert r["id"] == 10 and r["error"]["key"] == "limits.max_json_depth"
+        assert "limits.max_json_depth" in r["error"]["message"]
+        # Brackets inside strings are not nesting.
+        assert "ok" in raw.call("stats", note="[" * 1000)
+        assert time.monotonic() - t0 < 5
+    finally:
+        raw.close()
+    assert_serving(mrcd_pair)
+
+
+LIMITS = {"max_qps": 3, "max_cqs": 4, "max_mrs": 3, "max_mr_bytes": 256 * KIB,
+          "max_recvs": 5, "max_message": 4096, "max_json_depth": 8}
+
+
+@pytest.fixture
+def limited(veth: VethPair, tmp_path: Path) -> Iterator[Mrcd]:
+    """One mrcd with small per-client limits (:data:`LIMITS`)."""
+    cfg, sock = str(tmp_path / "ha.toml"), str(tmp_path / "ha.sock")
+    write_config(cfg, "ha", veth.if_a, veth.ip_a, sock, {"hb": veth.ip_b},
+                 extra="[limits]\n" + "".join(f"{k} = {v}\n" for k, v in LIMITS.items()),
+                 log_level="info")
+    m = start_mrcd("ha", veth.ns_a, cfg, sock, str(tmp_path))
+    try:
+        yield m
+    finally:
+        m.stop()
+
+
+def _hits(key: str, e: pytest.ExceptionInfo[LimitExceeded]) -> None:
+    assert e.value.key == f"limits.{key}" and e.value.limit == LIMITS[key]
+    assert f"limits.{key}" in str(e.value) and "configuration" in str(e.value)
+
+
+@needs_root
+def test_each_quota_gives_its_typed_error(limited: Mrcd) -> None:
+    with Context(limited.socket) as c, Context(limited.socket) as other:
+        cq = c.create_cq()
+        qps = [c.create_qp(cq) for _ in range(3)]
+        with pytest.raises(LimitExceeded) as e:
+            c.create_qp(cq)
+        _hits("max_qps", e)
+        other.create_qp(other.create_cq())  # limits are per client
+        qps.pop().destroy()
+        qps.append(c.create_qp(cq))  # room again
+        for _ in range(3):
+            c.create_cq()
+        with pytest.raises(LimitExceeded) as e:
+            c.create_cq()
+        _hits("max_cqs", e)
+        mrs = [c.alloc_mr(4 * KIB) for _ in range(3)]
+        with pytest.raises(LimitExceeded) as e:
+            c.alloc_mr(4 * KIB)
+        _hits("max_mrs", e)
+        for mr in mrs:
+            mr.deregister()
+        big = c.alloc_mr(256 * KIB)
+        with pytest.raises(LimitExceeded) as e:
+            c.alloc_mr(4 * KIB)
+        _hits("max_mr_bytes", e)
+        big.deregister()
+        c.alloc_mr(200 * KIB).deregister()
+        # Receives: 5 queued on the client's QPs together; posts are pipelined, so the
+        # refusal comes with the next call.
+        for i in range(5):
+            qps[i % 2].post_recv(wr_id=i)
+        qps[2].post_recv(wr_id=5)
+        with pytest.raises(LimitExceeded) as e:
+            c.stats()
+        _hits("max_recvs", e)
+        assert "an earlier post_recv failed" in str(e.value)
+        qps[0].destroy()  # its receives go with it
+        qps[2].post_recv(wr_id=6)
+        assert "host" in c.stats()
+        # Message size and JSON depth: the library checks before sending...
+        with pytest.raises(LimitExceeded) as e:
+            c.listen(1, qps[1], private="x" * 5000)
+        _hits("max_message", e)
+        nested: Any = 1
+        for _ in range(10):
+            nested = [nested]
+        with pytest.raises(LimitExceeded) as e:
+            c.listen(1, qps[1], private=nested)
+        _hits("max_json_depth", e)
+        c.listen(1, qps[1], private=[[[1]]])
+    # ...and mrcd answers a client that does not.
+    raw = Raw(limited.socket)
+    try:
+        r = raw.call("stats", pad="x" * 5000)
+        assert r["error"]["type"] == "LimitExceeded" and r["error"]["key"] == "limits.max_message"
+        r = raw.call("stats", deep=[[[[[[[[[[1]]]]]]]]]])
+        assert r["error"]["key"] == "limits.max_json_depth"
+        assert r["error"]["limit"] == LIMITS["max_json_depth"]
+    finally:
+        raw.close()
+    assert limited.proc.poll() is None
+
+
+def test_limits_configuration() -> None:
+    base = {"host": "h0", "port": [{"ifname": "eth0", "plane": 0}],
+            "peers": {"h1": {"control": "fd00::b", "addresses": ["fd00::b"]}}}
+    assert parse_config(base).limits == ClientLimits()
+    assert parse_config({**base, "limits": {"max_qps": 7}}).limits.max_qps == 7
+    for bad, why in (({"max_qp": 1}, "unknown key(s) limits.max_qp"),
+                     ({"max_qps": 0}, "limits.max_qps = 0: must be at least 1"),
+                     ({"max_message": 100}, "must be from 4096 to"),
+                     ({"max_json_depth": 10_000}, "must be from 2 to 500"),
+                     ({"max_cqs": "many"}, "max_cqs must be int")):
+        with pytest.raises(ConfigError, match=why.replace("(", r"\(").replace(")", r"\)")):
+            parse_config({**base, "limits": bad})
