@@ -23,10 +23,8 @@ inside its host, as root: they open the ports themselves).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import random
-import resource
 import socket
 import sys
 import time
@@ -44,11 +42,14 @@ from mrcnet.api import (
     messages,
 )
 from mrcnet.core.events import Event, PathStateChanged
-from mrcnet.daemon.paths import LocalPort
-from mrcnet.errors import MrcError
-from mrcnet.io import IOSetupError, PacketPort
-from mrcnet.io.bench import raw_send, raw_sink, routes_frames
-from mrcnet.wire import Route, mac_to_bytes
+from mrcnet.perf_pattern import (
+    PATTERN_BLOCK,
+    fill_pattern,
+    pattern_matches,
+    prefix_imm,
+    prefix_of,
+)
+from mrcnet.perf_raw import raw_main
 
 __all__ = ["Latency", "Result", "main", "run_client", "run_latency", "run_server"]
 
@@ -64,6 +65,9 @@ VERDICT_BAD = 1  # ... the bytes differ from the client's pattern
 VERDICT_UNCHECKED = 2  # ... the server runs with --no-verify
 DEFAULT_ITERS = 200
 DEFAULT_REGION = 16 << 20  # bytes the server exposes per QP (writes cycle over them)
+#: The largest single write (its size travels in a 32-bit immediate in --lat; the
+#: region the server exposes may be any size).
+MAX_WRITE = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -104,12 +108,6 @@ class Result:
 
 #: How late completion moderation may make a bandwidth run's completions (us).
 MODERATION_PERIOD_US = 1000
-
-
-def pattern(seed: int, length: int) -> bytes:
-    """The bytes the client writes and the server checks: pseudo-random from ``seed``
-    (sent in the connection's private data), so no two offsets repeat a block."""
-    return random.Random(seed).randbytes(length)
 
 
 def _wait(cq: CompletionQueue, timeout: float) -> list[WorkCompletion]:
@@ -155,7 +153,8 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
     peers = [qp.accept(timeout=None) for qp in qplist]
     say(f"connected: {peers[0].host} QP {', '.join(str(p.qpn) for p in peers)}")
     seed = peers[0].private.get("seed") if isinstance(peers[0].private, dict) else None
-    expected = pattern(int(seed), mrs[0].length) if verify and seed is not None else None
+    check = verify and isinstance(seed, int)
+    seed_n = seed if isinstance(seed, int) else 0
     index = {qp.qpn: i for i, qp in enumerate(qplist)}
     bad = 0
     while True:
@@ -178,13 +177,13 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
                 continue
             # The last write of a size: the client has written [0, imm) of this QP's
             # region with its pattern. Check it and answer with the verdict.
-            n = min(wc.imm, mr.length)
-            ok = expected is None or mr.buf[:n] == expected[:n]
+            n = min(prefix_of(wc.imm), mr.length)
+            ok = not check or pattern_matches(mr.buf, seed_n, n)
             if not ok:
                 bad += 1
                 say(f"QP {qp.qpn}: the first {n} bytes differ from the client's pattern")
             if peer.regions:
-                verdict = VERDICT_UNCHECKED if expected is None else 0 if ok else VERDICT_BAD
+                verdict = VERDICT_UNCHECKED if not check else 0 if ok else VERDICT_BAD
                 qp.post_write(mr, 0, 0, peer.regions[0], imm=VERDICT_FLAG | verdict)
 
 
@@ -268,7 +267,7 @@ class _Run:
         # on both sides, and each write lands at the offset it was read from.
         self.region = min(r.length for r in self.remotes)
         self.mr = ctx.alloc_mr(self.region)
-        self.mr.buf[:] = pattern(self.seed, self.region)
+        self.filled = 0  # the pattern is in [0, filled) of the region (see fill)
         for qp in self.qps:
             for i in range(RECV_DEPTH):
                 qp.post_recv(wr_id=i)
@@ -277,6 +276,14 @@ class _Run:
         self.events: list[dict[str, Any]] = []
         self.other_events: list[Event] = []
         self.on_event: Callable[[dict[str, Any]], None] | None = None
+
+    def fill(self, upto: int) -> None:
+        """Put the pattern in the region up to ``upto`` bytes: only what writes will
+        read is touched (a large region stays sparse)."""
+        upto = min(upto, self.region)
+        if upto > self.filled:
+            fill_pattern(self.mr.buf, self.seed, self.filled, upto)
+            self.filled = -(-upto // PATTERN_BLOCK) * PATTERN_BLOCK
 
     def counters(self) -> tuple[int, int, int]:
         """(retransmissions, trims NACKed, data packets sent) summed over the QPs."""
@@ -425,6 +432,9 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
                 outstanding[wc.wr_id] -= 1
         return run.take(wcs)
 
+    # The writes read [0, slots used) of the region: the pattern must be there.
+    want = amount.writes(size)
+    run.fill(run.region if want is None else (warmup + want + 1) * size)
     # Warm-up writes first (untimed), so the window has opened when the clock starts.
     done = posted = 0
     while done < warmup:
@@ -432,7 +442,6 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
             post(posted % nq)
             posted += 1
         done += reap()[0]
-    want = amount.writes(size)
     ticker.start(size)
     deadline = ticker.t0 + (amount.seconds or 0.0)
     posted = done = errors = 0
@@ -458,7 +467,7 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
     # ([0, n) of its region); the server compares and answers with a verdict.
     verdicts0 = len(run.verdicts)
     for q in range(nq):
-        post(q, imm=min(written[q] + 1, slots) * size)
+        post(q, imm=prefix_imm(min(written[q] + 1, slots) * size))
     got = 0
     while got < nq or len(run.verdicts) - verdicts0 < nq:
         d, e = reap()
@@ -698,9 +707,15 @@ def _client(ctx: Context, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mrc-perf`` command."""
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     if args.mode in ("raw-sink", "raw-send"):
-        return _raw_main(args)
+        return raw_main(args)
+    if args.size <= 0:
+        ap.error(f"--size {args.size}: give a positive number of bytes")
+    if args.mode == "client" and args.size > MAX_WRITE:
+        ap.error(f"--size {args.size}: one write is at most {MAX_WRITE} bytes (1G); the "
+                 "server's region (its --size) may be larger")
     try:
         with Context(args.socket, path_events=args.mode == "client") as ctx:
             if args.mode == "server":
@@ -710,84 +725,14 @@ def main(argv: list[str] | None = None) -> int:
                     print("verify: ok" if not bad else f"verify: {bad} check(s) differ")
                 return 1 if bad else 0
             return _client(ctx, args)
-    except (ApiError, TimeoutError) as e:
-        print(f"mrc-perf: {e}", file=sys.stderr)
+    except (ApiError, OSError, MemoryError) as e:  # (TimeoutError is an OSError)
+        why = ("out of memory (a smaller --size?)" if isinstance(e, MemoryError)
+               else e.strerror if isinstance(e, OSError) and e.strerror else str(e))
+        print(f"mrc-perf: {why}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mrc-perf: interrupted", file=sys.stderr)
         return 130
-
-
-def _raw_ports(args: argparse.Namespace) -> tuple[list[PacketPort], list[LocalPort]]:
-    from mrcnet.fabric.describe import load
-
-    if args.fabric:
-        if not args.host:
-            raise IOSetupError("--fabric needs --host (this host's name)")
-        me = load(args.fabric).host(args.host)
-        names = [(p.ifname, p.plane, p.address) for p in me.ports]
-    else:
-        if not args.ifname:
-            raise IOSetupError("give --ifname (repeatable) or --fabric and --host")
-        names = [(n, i, getattr(args, "src_ip", None) or "::") for i, n in
-                 enumerate(args.ifname)]
-    ports = [PacketPort(n) for n, _, _ in names]
-    local = [LocalPort(i, plane, n, p.mac, ipaddress.IPv6Address(addr).packed)
-             for i, ((n, plane, addr), p) in enumerate(zip(names, ports, strict=True))]
-    return ports, local
-
-
-def _raw_main(args: argparse.Namespace) -> int:
-    from mrcnet.daemon.paths import FabricPaths
-    from mrcnet.fabric.describe import load
-
-    try:
-        ports, local = _raw_ports(args)
-    except MrcError as e:
-        print(f"mrc-perf: {e}", file=sys.stderr)
-        return 1
-    try:
-        if args.mode == "raw-sink":
-            print(f"mrc-perf raw-sink: listening on {', '.join(p.ifname for p in ports)}",
-                  file=sys.stderr, flush=True)
-            try:
-                r = raw_sink(ports)
-            except TimeoutError as e:
-                print(f"mrc-perf: {e}", file=sys.stderr)
-                return 1
-        else:
-            if args.fabric:
-                if not args.peer:
-                    print("mrc-perf: raw-send --fabric needs the destination host",
-                          file=sys.stderr)
-                    return 1
-                paths = FabricPaths(load(args.fabric), args.host, local)
-                frames = [routes_frames(paths.routes(args.peer, lp.plane), args.size)
-                          for lp in local]
-            else:
-                if not (args.dst_mac and args.src_ip and args.dst_ip):
-                    print("mrc-perf: raw-send needs --dst-mac, --src-ip and --dst-ip "
-                          "(or --fabric)", file=sys.stderr)
-                    return 1
-                route = Route(local[0].mac, mac_to_bytes(args.dst_mac),
-                              ipaddress.IPv6Address(args.src_ip).packed,
-                              ipaddress.IPv6Address(args.dst_ip).packed)
-                frames = [routes_frames([route], args.size) for _ in local]
-            r = raw_send(ports, frames, args.seconds)
-    finally:
-        for p in ports:
-            p.close()
-    what = "received" if args.mode == "raw-sink" else "sent"
-    if args.json:
-        ru = resource.getrusage(resource.RUSAGE_SELF)  # (start-up included: small)
-        print(json.dumps({"frames": r.frames, "bytes": r.nbytes, "seconds": r.seconds,
-                          "kpps": r.kpps, "gbps": r.gbps, "trimmed": r.trimmed,
-                          "cpu_user": ru.ru_utime, "cpu_system": ru.ru_stime}))
-    else:
-        trims = f" ({r.trimmed} trimmed by switches)" if r.trimmed else ""
-        print(f"raw {what}: {r.frames} frames{trims} in {r.seconds:.2f} s: "
-              f"{r.kpps:.1f} kframes/s, {r.gbps:.3f} Gb/s")
-    return 0
 
 
 if __name__ == "__main__":

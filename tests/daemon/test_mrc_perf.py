@@ -10,6 +10,15 @@ from collections.abc import Iterator
 
 from mdnsutil import BIN, MrcdPair, VethPair, needs_root
 
+from mrcnet.perf import PING_FLAG
+from mrcnet.perf_pattern import (
+    PATTERN_BLOCK,
+    fill_pattern,
+    pattern_matches,
+    prefix_imm,
+    prefix_of,
+)
+
 PERF = os.path.join(BIN, "mrc-perf")
 
 
@@ -148,11 +157,49 @@ def test_perf_to_an_unknown_address_is_a_clear_error(mrcd_pair: MrcdPair) -> Non
 
 
 def test_perf_rejects_bad_arguments() -> None:
-    for bad in (["-s", "12X"], ["-q", "0"], ["--seconds", "-1"], ["-n", "5", "-D", "1"]):
-        r = subprocess.run([PERF, "client", "hb", *bad], capture_output=True, text=True,
+    for bad in (["client", "hb", "-s", "12X"], ["client", "hb", "-q", "0"],
+                ["client", "hb", "--seconds", "-1"], ["client", "hb", "-n", "5", "-D", "1"],
+                ["client", "hb", "-s", "2G"], ["client", "hb", "-s", "0"],
+                ["server", "-s", "0"]):
+        r = subprocess.run([PERF, *bad], capture_output=True, text=True,
                            timeout=30, check=False)
         assert r.returncode == 2, bad
-        assert "error:" in r.stderr, bad
+        assert "error:" in r.stderr and "Traceback" not in r.stderr, bad
+
+
+@needs_root
+def test_perf_region_of_512_mib(mrcd_pair: MrcdPair) -> None:
+    """A region of 512 MiB (256 MiB and more overflowed making the pattern): sparse
+    memfds on both sides, a few writes in it, verified."""
+    with _server(mrcd_pair, "--size", "512M") as server:
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "30",
+                            "client", "hb", "-s", "1M", "-n", "4", "--json", "--quiet"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        (row,) = [json.loads(line) for line in r.stdout.splitlines()]
+        assert row["size"] == 1 << 20 and row["verified"] is True and row["errors"] == 0
+        assert server.wait(timeout=30) == 0
+        assert "verify: ok" in (server.stdout.read() if server.stdout else "")
+        assert "Traceback" not in (server.stderr.read() if server.stderr else "")
+
+
+def test_perf_pattern_and_prefix_of_any_size() -> None:
+    buf = memoryview(bytearray(3 * PATTERN_BLOCK))
+    fill_pattern(buf, 7, 0, 2 * PATTERN_BLOCK + 5)
+    fill_pattern(buf, 7, 2 * PATTERN_BLOCK, 3 * PATTERN_BLOCK)  # continued later
+    assert pattern_matches(buf, 7, 3 * PATTERN_BLOCK)
+    assert not pattern_matches(buf, 8, 100)
+    assert bytes(buf[:PATTERN_BLOCK]) != bytes(buf[PATTERN_BLOCK:2 * PATTERN_BLOCK])
+    buf[PATTERN_BLOCK + 3] ^= 1
+    assert not pattern_matches(buf, 7, 3 * PATTERN_BLOCK)
+    # How far the pattern reaches, in a 32-bit immediate that never looks like a ping
+    # or the end: bytes below 1 GiB, KiB above.
+    for n in (0, 64, (1 << 30) - 1, 1 << 30, 3 << 30, (5 << 30) + 1000, (1 << 40) - 1):
+        imm = prefix_imm(n)
+        assert 0 <= imm < PING_FLAG
+        assert n - 1024 < prefix_of(imm) <= n
+    assert prefix_of(prefix_imm(1 << 42)) == (1 << 40) - 1024  # past 1 TiB: the first TiB
 
 
 def test_perf_without_mrcd(tmp_path: object) -> None:
