@@ -551,11 +551,20 @@ class Context:
         return QueuePair(self, r["qpn"], cq)
 
     def listen(self, service: int, qp: QueuePair, *, expose: Sequence[MemoryRegion] = (),
-               private: Any = None) -> None:
+               private: Any = None, backlog: int = 0) -> None:
         """Let the next peer that connects to ``service`` connect to ``qp`` (mrcd answers
-        for the application; :meth:`QueuePair.accept` then returns the peer)."""
+        for the application; :meth:`QueuePair.accept` then returns the peer).
+
+        ``backlog`` > 0: until :meth:`unlisten`, up to that many connects that arrive
+        while no QP listens (the last one connected, the next not armed yet) wait in
+        mrcd for the next ``listen`` on the service instead of being refused."""
         self._call("listen", service=service, qpn=qp.qpn, mrs=[m.lkey for m in expose],
-                   private=private)
+                   private=private, backlog=backlog)
+
+    def unlisten(self, service: int) -> None:
+        """Stop listening on ``service``: connects waiting in its backlog are refused and
+        the QP armed on it (if any) listens no more."""
+        self._call("unlisten", service=service)
 
     def stats(self, qp: QueuePair | None = None, *, evs: bool = False) -> Message:
         """mrcd's counters (host, ports; with ``qp`` also that QP's state and counters;

@@ -38,8 +38,15 @@ from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.host import PathProbe
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
-from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
+from mrcnet.daemon.control import (
+    ACCEPT_TIMEOUT,
+    Acceptance,
+    ConnectRequest,
+    ControlError,
+    control_request,
+)
 from mrcnet.daemon.guard import check_region_fd, over_limit
+from mrcnet.daemon.listens import Listen, Listens
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
 
@@ -60,6 +67,8 @@ PROBE_WAIT: Final = 1.0
 PROBE_HELLO_TIMEOUT: Final = 2.0
 #: How often the probe coroutine looks whether every answer is in (s).
 PROBE_POLL: Final = 0.005
+#: The largest backlog of a listen (connects waiting for the listener's next QP).
+MAX_BACKLOG: Final = 4096
 #: Completions pushed to a client per message.
 WC_PER_PUSH: Final = 256
 _INF: Final = float("inf")
@@ -120,7 +129,7 @@ class Verbs:
         self.mod_due = _INF
         self._qp_owner: dict[int, Session] = {}
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
-        self._listens: dict[int, tuple[Session, int, list[int], Any]] = {}
+        self.listens = Listens(engine.cfg.host)
         #: CQs of clients that are gone (the core has no destroy_cq), for new clients.
         self._spare_cqs: list[core.CompletionQueue] = []
 
@@ -260,9 +269,7 @@ class Verbs:
         s = self._qp_owner.pop(qpn, None)
         if s is not None:
             s.qps.discard(qpn)
-        for service, (_ls, lq, _m, _p) in list(self._listens.items()):
-            if lq == qpn:
-                del self._listens[service]
+        self.listens.drop_qp(qpn)
         with contextlib.suppress(core.InvalidRequest):
             self.engine.host.destroy_qp(qpn)
 
@@ -285,12 +292,15 @@ class Verbs:
         if service == PROBE_SERVICE:
             raise InvalidArgument(f"service {service} is reserved (mrcctl probe)")
         self._exposed(s, msg.get("mrs", []))  # check the keys now, not at connect time
-        held = self._listens.get(service)
-        if held is not None and held[0] is not s:
-            raise InvalidArgument(f"service {service} is already listened on by another "
-                                  "client")
-        self._listens[service] = (s, qpn, list(msg.get("mrs", [])), msg.get("private"))
-        s.listens.add(service)
+        backlog = int(msg.get("backlog", 0))
+        if not 0 <= backlog <= MAX_BACKLOG:
+            raise InvalidArgument(f"backlog {backlog}: give 0..{MAX_BACKLOG}")
+        self.listens.listen(Listen(s, qpn, list(msg.get("mrs", [])), msg.get("private")),
+                            service, backlog)
+        return {}
+
+    def _op_unlisten(self, s: Session, msg: Message) -> Message:
+        self.listens.unlisten(s, int(msg["service"]))
         return {}
 
     def _qp_profile(self, qpn: int) -> tuple[str, str, int]:
@@ -364,7 +374,8 @@ class Verbs:
             await self._prepare_peer(peer)
             req = ConnectRequest(self.engine.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs),
                                  private, service)
-            remote = await control_request(addr, port, req, on_accept)
+            remote = await control_request(addr, port, req, on_accept,
+                                           accept_timeout=ACCEPT_TIMEOUT)
             if self._qp_owner.get(qpn) is not s:
                 raise ControlError(f"QP {qpn} was destroyed while connecting")
             self._to_rts(qpn)
@@ -382,14 +393,13 @@ class Verbs:
         """A peer's mrcd connects to a service here (the control channel's server side)."""
         if req.service == PROBE_SERVICE:
             return await self._on_probe_hello(req)
-        held = self._listens.pop(req.service, None)  # reserved for this exchange
-        if held is None:
-            raise ControlError(f"no QP listens on service {req.service} at {self.engine.cfg.host}")
-        s, qpn, lkeys, private = held
+        # Reserved for this exchange; with a backlog, waits for the listener's next QP.
+        held = await self.listens.take(req.service)
+        s, qpn, lkeys, private = held.session, held.qpn, held.lkeys, held.private
 
         def give_back() -> None:
-            if not s.closed and qpn in self._qp_owner and req.service not in self._listens:
-                self._listens[req.service] = held
+            if qpn in self._qp_owner:
+                self.listens.give_back(req.service, held)
 
         try:
             ev, cc, max_imm = self._qp_profile(qpn)
@@ -407,7 +417,7 @@ class Verbs:
                 raise ControlError(f"the listening QP {qpn} went away")
             self._to_rtr(qpn, req.src, req, psn)
             self._to_rts(qpn)
-            s.listens.discard(req.service)  # one connection per listen, as accept()
+            self.listens.consumed(s, req.service)  # one connection per listen
             s.send({"push": "connected", "qpn": qpn, "peer": req.src, "peer_qpn": req.qpn,
                     "mrs": list(req.mrs), "private": req.private, "max_imm": req.max_imm})
             self.engine.log.info("QP accepted", qpn=qpn, peer=req.src, peer_qpn=req.qpn,
@@ -713,8 +723,7 @@ class Verbs:
         """A client went away: free what it owned (mrcd destroys its QPs)."""
         for qpn in list(s.qps):
             self._destroy_qp(qpn)
-        for service in list(s.listens):
-            self._listens.pop(service, None)
+        self.listens.drop_session(s)
         for handle in list(s.cqs):
             entry = self._cqs.pop(handle, None)
             if entry is not None:  # its QPs are gone: another client may have it
