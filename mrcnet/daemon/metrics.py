@@ -67,6 +67,10 @@ EV_COUNTERS: Final = {
 EV_STATES: Final = tuple(s.value for s in EVState)
 
 
+def _sentence(doc: str) -> str:
+    return doc[0].upper() + doc[1:] + "."
+
+
 class MetricsUnavailable(MrcError):
     """prometheus-client is not installed."""
 
@@ -107,7 +111,7 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
 
     pl = ["host", "port", "plane"]
     for key, doc in PORT_COUNTERS.items():
-        f = CounterMetricFamily(f"mrc_port_{key}", doc.capitalize() + ".", labels=pl)
+        f = CounterMetricFamily(f"mrc_port_{key}", _sentence(doc), labels=pl)
         for p in ports["ports"]:
             f.add_metric([host, p["ifname"], plane_of.get(p["ifname"], "")], p.get(key, 0))
         yield f
@@ -145,7 +149,7 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         "inflight_bytes": GaugeMetricFamily("mrc_qp_inflight_bytes", "Bytes in flight.",
                                             labels=ql),
     }
-    named = {k: CounterMetricFamily(n, doc.capitalize() + ".", labels=ql)
+    named = {k: CounterMetricFamily(n, _sentence(doc), labels=ql)
              for k, (n, doc) in QP_COUNTERS.items()}
     every = CounterMetricFamily("mrc_qp_counter", "Every core counter of the QP, by name.",
                                 labels=["host", "qp", "counter"])
@@ -177,7 +181,7 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
     evs = GaugeMetricFamily("mrc_evs", "EVs (paths) of the QP in the plane, by state "
                             "(sum by plane and state for the plane's picture).",
                             labels=["host", "qp", "plane", "state"])
-    sums = {k: CounterMetricFamily(f"mrc_qp_ev_{k}", doc.capitalize() + ".",
+    sums = {k: CounterMetricFamily(f"mrc_qp_ev_{k}", _sentence(doc),
                                    labels=["host", "qp", "plane"])
             for k, doc in EV_COUNTERS.items()}
     for qpn, ev_list in sorted(snap["evs"].items()):

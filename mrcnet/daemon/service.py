@@ -138,6 +138,6 @@ class Service:
             setup_logging(d.cfg.log_format, d.cfg.log_level)
             d.log = structlog.get_logger("mrcd").bind(host=d.cfg.host)
         if restart:
-            d.log.warning("configuration changes that need a restart (running values kept)",
+            d.log.warning("configuration change needs a restart (running values kept)",
                           keys=restart)
         d.log.info("configuration reloaded", applied=sorted(apply), path=self.path)
