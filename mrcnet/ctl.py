@@ -198,7 +198,13 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    from mrcnet.daemon import metrics  # `mrcctl metrics`: the rendering mrcd serves
+
+    parser = _parser()
+    metrics.add_command(parser)
+    args = parser.parse_args(argv)
+    if args.cmd == "metrics":
+        return metrics.run_command(args)
     show = {"qps": _show_qps, "evs": _show_evs, "ports": _show_ports, "profiles": _show_profiles,
             "planes": _show_planes, "deny": _show_ev_change, "allow": _show_ev_change,
             "set-profile": _show_set_profile, "probe": _show_probe}[args.cmd]

@@ -14,6 +14,8 @@ default to every port the description gives this host)::
     kernel_drop = true                # nftables rule: the kernel must not answer MRC
     log_format = "console"            # or "json" (structlog)
     log_level = "info"
+    metrics_listen = "127.0.0.1:9464" # Prometheus /metrics (HOST:PORT; off when absent;
+                                      # needs the extra: pip install 'mrcnet[metrics]')
 
     [[port]]                          # one per NIC port = plane
     ifname = "eth0"
@@ -53,7 +55,7 @@ from mrcnet.core.config import HostConfig
 from mrcnet.errors import MrcError
 
 __all__ = ["ClientLimits", "ConfigError", "DaemonConfig", "PeerConfig", "PortConfig",
-           "load_config"]
+           "load_config", "parse_listen"]
 
 DEFAULT_CONTROL_PORT: Final = 47910
 DEFAULT_SOCKET_DIR: Final = "/run/mrcd"
@@ -160,6 +162,7 @@ class DaemonConfig:
     peers: dict[str, PeerConfig] = field(default_factory=dict)
     limits: ClientLimits = field(default_factory=ClientLimits)
     core: dict[str, Any] = field(default_factory=lambda: dict(DAEMON_CORE))
+    metrics_listen: str | None = None  #: HOST:PORT of the Prometheus endpoint (None: off)
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -190,7 +193,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     """Check a parsed TOML document and build the configuration."""
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
-             "log_level", "port", "peers", "core", "limits"}
+             "log_level", "port", "peers", "core", "limits", "metrics_listen"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -245,6 +248,9 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     control_port = _want(data, "control_port", int, source, DEFAULT_CONTROL_PORT)
     if not 0 < control_port < 65536:
         raise ConfigError(f"{source}: control_port {control_port} is not a TCP port")
+    metrics_listen = _want(data, "metrics_listen", str, source, None)
+    if metrics_listen is not None:
+        parse_listen(metrics_listen, f"{source}: metrics_listen")
     core = dict(DAEMON_CORE)
     fields = HostConfig.__dataclass_fields__
     for key, value in _want(data, "core", dict, source, {}).items():
@@ -280,8 +286,24 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         peers=peers,
         limits=_limits(_want(data, "limits", dict, source, {}), source),
         core=core,
+        metrics_listen=metrics_listen,
         source=source,
     )
+
+
+def parse_listen(text: str, where: str = "metrics_listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for an IPv6 address; an empty host: every address)
+    as (host, port); :class:`ConfigError` naming ``where`` if it is not one."""
+    host, sep, port_s = text.rpartition(":")
+    if not sep or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ConfigError(f"{where}: {text!r} is not HOST:PORT (e.g. \"127.0.0.1:9464\" or "
+                          "\"[::1]:9464\")")
+    if host.startswith("[") and host.endswith("]"):
+        host = _addr(host[1:-1], where)
+    elif ":" in host:
+        raise ConfigError(f"{where}: {text!r}: write an IPv6 address in brackets, "
+                          "\"[::1]:9464\"")
+    return host, int(port_s)
 
 
 def _limits(d: dict[str, Any], source: str) -> ClientLimits:

@@ -17,6 +17,7 @@ import grp
 import math
 import socket
 import time
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -121,6 +122,8 @@ class Daemon:
         self.errors = 0
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
+        #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
+        self.on_ready: list[Callable[[], Awaitable[None]]] = []
 
     # --- what Verbs calls (its Engine) -----------------------------------------------------
     def pump(self, now: float | None = None) -> None:
@@ -252,6 +255,8 @@ class Daemon:
             await self.control.start()
             self.log.info("mrcd ready", socket=self.cfg.socket, control=listen,
                           control_port=self.cfg.control_port)
+            for hook in self.on_ready:
+                await hook()
             await self._stop.wait()
             self.log.info("mrcd stopping")
         finally:
