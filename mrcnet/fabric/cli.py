@@ -194,15 +194,20 @@ def cmd_describe(a: argparse.Namespace) -> int:
 
 def cmd_exec(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
+    from mrcnet.fabric.mrcd import exec_env
+    from mrcnet.fabric.nsutil import set_uts_hostname
 
-    fab = Fabric.load(a.name)
     argv = list(a.cmd)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise FabricError("give a command after --, e.g. mrc-fabric exec lab h0 -- ip -6 addr")
+    fab = Fabric.load(a.name)
     ns = fab.netns(a.node)
-    os.execvp("ip", ["ip", "netns", "exec", ns, *argv])
+    env = exec_env(fab, a.node)
+    set_uts_hostname(ns)  # `hostname` inside says lab-h0, not the machine's name
+    sys.stdout.flush()
+    os.execvpe("ip", ["ip", "netns", "exec", ns, *argv], env)
     return 127  # pragma: no cover - execvp does not return
 
 
@@ -329,7 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--path", action="store_true", help="print only its path")
     s.set_defaults(fn=cmd_describe)
 
-    s = sub.add_parser("exec", help="run a command inside a node's netns")
+    s = sub.add_parser(
+        "exec", help="run a command inside a node's netns",
+        description="Runs CMD inside the node's network namespace, with hostname = the "
+        "netns name, MRC_FABRIC, MRC_NODE, and for a host MRC_HOST plus MRCD_SOCKET when "
+        "the fabric runs an mrcd on it (up --mrcd): mrcctl and mrc-perf find that mrcd.")
     s.add_argument("name", metavar="NAME")
     s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, L0.1")
     s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
