@@ -47,7 +47,7 @@ def check_privileges() -> None:
     except OSError:
         pass
     raise PermissionProblem(
-        "mrc-fabric needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces): run as root"
+        "run as root: mrc-fabric needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces)"
     )
 
 
