@@ -30,6 +30,7 @@ examples:
   mrc-fabric node lab S1.0 blackhole
   mrc-fabric port lab h1 0 down
   mrc-fabric probe lab h0 h3                     # frames through every plane/spine
+  mrc-fabric capture lab h0:p0 -w h0.pcapng -c 100
   mrc-fabric down lab
   mrc-fabric down --all --yes                    # every recorded fabric, without asking
 spec: the same grammar as mrc-sim (every key: mrc-sim specs; defaults per tool and what
@@ -279,6 +280,18 @@ def cmd_exec(a: argparse.Namespace) -> int:
     return 127  # pragma: no cover - execvp does not return
 
 
+def cmd_capture(a: argparse.Namespace) -> int:
+    from mrcnet.fabric.capture import capture
+    from mrcnet.fabric.fabric import Fabric
+
+    fab = Fabric.load(a.name)
+    got = capture(fab, a.target, a.write, fmt=a.format, count=a.count, seconds=a.seconds,
+                  snaplen=a.snaplen, bpf=a.filter, say=None if a.quiet else _progress)
+    _done(f"wrote {got.frames} frame{'s' if got.frames != 1 else ''} to {got.path} "
+          f"({got.fmt}, {got.seconds:.1f} s on {','.join(got.interfaces)})")
+    return 0
+
+
 def cmd_link(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
 
@@ -435,6 +448,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, L0.1")
     s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
     s.set_defaults(fn=cmd_exec)
+
+    s = sub.add_parser(
+        "capture", help="record a node's frames to a pcap or pcapng file",
+        description="Runs dumpcap (or tcpdump, for one interface to a classic pcap) inside "
+        "the node's netns until COUNT frames, --seconds, Ctrl-C or SIGTERM, stops it by "
+        "PID and says how many frames the file holds. Read the file with "
+        "'python -m mrcnet.wire decode FILE', tshark or Wireshark.")
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("target", metavar="NODE[:IFACE]",
+                   help="h0 (every port of the host: pcapng), h0:p1, L0.0:s1 ...")
+    s.add_argument("-w", "--write", required=True, metavar="FILE",
+                   help="output file; .pcap or .pcapng says the format")
+    s.add_argument("-F", "--format", choices=["pcap", "pcapng"],
+                   help="file format whatever the suffix")
+    s.add_argument("-c", "--count", type=int, metavar="COUNT", help="stop after COUNT frames")
+    s.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
+    s.add_argument("-s", "--snaplen", type=int, metavar="BYTES",
+                   help="keep at most BYTES of each frame (default: whole frames)")
+    s.add_argument("-f", "--filter", metavar="BPF",
+                   help="capture filter in pcap syntax, e.g. 'udp port 4791 or ip6[6] = 41'")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    s.set_defaults(fn=cmd_capture)
 
     s = sub.add_parser("link", help="fail a link: down|up|blackhole|loss PCT|flap|clear",
                        description="Blackhole and loss act on the direction A -> B "

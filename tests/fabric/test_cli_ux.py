@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,19 @@ SPEC = "leafspine:planes=2,spines=1,leaves=1,hosts=2,rate=200mbit,mtu=9000"
 NO_CAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
           "--"]
+
+
+def _finish(p: subprocess.Popen[str], before: Callable[[], None],
+            timeout: float = 30) -> tuple[str, str]:
+    """Run ``before`` while ``p`` (started by the test) runs, then collect its output;
+    ``p`` is killed by PID if anything goes wrong."""
+    try:
+        before()
+        return p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def _needs_root() -> None:
@@ -199,14 +212,12 @@ def test_status_table_words_rates_watch_and_closed_pipe(lab: tuple[str, Path]) -
     # --watch refreshes until Ctrl-C, then exits 0.
     w = subprocess.Popen([*CLI, "status", name, "--watch", "0.5"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+
+    def then_ctrl_c() -> None:
         time.sleep(2.5)
         w.send_signal(2)
-        out, err = w.communicate(timeout=20)
-    finally:
-        if w.poll() is None:
-            w.kill()
-            w.wait()
+
+    out, err = _finish(w, then_ctrl_c)
     assert w.returncode == 0, err
     assert out.count(f"fabric {name} (up)") >= 2 and "Traceback" not in err
 
@@ -237,3 +248,78 @@ def test_down_all_lists_and_asks(tmp_path: Path) -> None:
     assert not any((state / n / "state.json").exists() for n in names)
     r = run_cli("down", "--all", state=state)
     assert r.returncode == 0 and "nothing to remove" in r.stdout
+
+
+# --- 4. capture ----------------------------------------------------------------------------
+SEND_SAMPLES = """
+import socket, sys
+from mrcnet.wire.samples import samples
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+for x in samples():
+    s.send(x.frame)
+"""
+
+
+def _send_samples(name: str, host: str, ifname: str) -> None:
+    subprocess.run(["ip", "netns", "exec", f"{name}-{host}", sys.executable, "-c",
+                    SEND_SAMPLES, ifname], check=True, timeout=60)
+
+
+def _start_capture(name: str, state: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "MRC_FABRIC_STATE_DIR": str(state)}
+    p = subprocess.Popen([*CLI, "capture", name, *args], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    line = p.stderr.readline()
+    assert "capturing on" in line, line + p.stderr.read()
+    return p
+
+
+@pytest.mark.parametrize("sig", [15, 2], ids=["sigterm", "ctrl-c"])
+def test_capture_pcapng_of_every_port_then_decode(lab: tuple[str, Path], tmp_path: Path,
+                                                  sig: int) -> None:
+    from mrcnet.wire.pcap import read_pcap
+    from mrcnet.wire.samples import samples
+
+    name, state = lab
+    out = tmp_path / "h0.pcapng"
+    cap = _start_capture(name, state, "h0", "-w", str(out))
+
+    def send_then_stop() -> None:
+        _send_samples(name, "h0", "p1")
+        time.sleep(0.5)
+        cap.send_signal(sig)
+
+    stdout, stderr = _finish(cap, send_then_stop)
+    assert cap.returncode == 0, stderr
+    frames = [r.data for r in read_pcap(out)]
+    assert out.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"  # pcapng
+    assert stdout.startswith(f"wrote {len(frames)} frames to {out} (pcapng")
+    assert "p0,p1" in stdout and "Traceback" not in stderr
+    want = [s.frame for s in samples()]
+    assert all(f in frames for f in want)
+    r = subprocess.run([sys.executable, "-m", "mrcnet.wire", "decode", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == len(frames) >= len(want)
+
+
+def test_capture_pcap_stops_after_count(lab: tuple[str, Path], tmp_path: Path) -> None:
+    from mrcnet.wire.pcap import PCAP_MAGIC_US, read_pcap
+
+    name, state = lab
+    out = tmp_path / "p1.cap"
+    cap = _start_capture(name, state, "h0:p1", "-w", str(out), "-F", "pcap", "-c", "3",
+                         "--seconds", "60")
+    stdout, stderr = _finish(cap, lambda: _send_samples(name, "h0", "p1"))
+    assert cap.returncode == 0, stderr
+    assert int.from_bytes(out.read_bytes()[:4], "little") == PCAP_MAGIC_US
+    assert len(list(read_pcap(out))) == 3
+    assert stdout.startswith(f"wrote 3 frames to {out} (pcap")
+    # Errors are one line, before anything runs.
+    for args, msg in [(["h0", "-w", str(tmp_path / "x.pcap")], "a classic pcap holds one"),
+                      (["h0:p9", "-w", str(tmp_path / "x.pcapng")], "no interface 'p9'"),
+                      (["h0", "-w", str(tmp_path / "x.txt")], "-F pcap|pcapng")]:
+        r = run_cli("capture", name, *args, state=state)
+        assert r.returncode == 1 and msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
