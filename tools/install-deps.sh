@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages mrcnet needs, but only those that are missing.
 # clang/llvm/libbpf-dev: compile the fabric's tc BPF trimming program.
-# iproute2: ip/tc for the fabric. tshark: optional decode check of the sample pcap.
+# iproute2: ip/tc for the fabric. tshark: optional decode check of the sample pcap, and
+# its dumpcap records captures (mrc-fabric capture).
 # nftables/ethtool: host-side drop of MRC frames and NIC tuning.
 # systemd: systemd-analyze checks mrcd's unit file (tests; no running systemd needed).
 set -euo pipefail
