@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mrcd`` command."""
     ap = argparse.ArgumentParser(prog="mrcd", description="MRC daemon: runs MRC queue "
                                  "pairs for local applications over raw packet sockets")
+    ap.add_argument("--version", action="version", version=sys.modules["mrcnet"].version_text())
     ap.add_argument("-c", "--config", required=True, help="TOML configuration file")
     ap.add_argument("--check", action="store_true",
                     help="only check the configuration and exit")

@@ -279,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=sys.modules["mrcnet"].version_text())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser(
         "run", help="run a traffic matrix over a fabric",

@@ -40,10 +40,16 @@ def test_perf_client_and_server(mrcd_pair: MrcdPair) -> None:
                             "--tx-depth", "4", "--tcp", "--json"],
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
-        rows = [json.loads(line) for line in r.stdout.splitlines()]
-        assert len(rows) == 2 and rows[0]["size"] == 262144 and rows[0]["iters"] == 8
-        assert rows[0]["errors"] == 0 and rows[0]["gbps"] > 0
-        assert rows[1]["size"] == -1 and rows[1]["gbps"] > 0  # the kernel TCP baseline
+        records = [json.loads(line) for line in r.stdout.splitlines()]
+        assert all("type" in x for x in records)
+        (start,) = [x for x in records if x["type"] == "start"]
+        assert start["sizes"] == [262144] and start["tx_depth"] == 4 and start["tcp"]
+        (row,) = [x for x in records if x["type"] == "result"]
+        (tcp,) = [x for x in records if x["type"] == "tcp_baseline"]
+        assert row["size"] == 262144 and row["iters"] == 8
+        assert row["errors"] == 0 and row["gbps"] > 0 and row["error"] is None
+        assert row["gbps_peak"] >= row["gbps"] * 0.99
+        assert tcp["size"] == -1 and tcp["gbps"] > 0  # the kernel TCP baseline
         out, err = server.communicate(timeout=60)
         assert server.returncode == 0, err
         assert "connected: ha" in out and "verify: ok" in out
@@ -66,9 +72,11 @@ def test_perf_latency(mrcd_pair: MrcdPair) -> None:
                             "--json"],
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
-        (row,) = [json.loads(line) for line in r.stdout.splitlines()]
+        (row,) = [x for x in map(json.loads, r.stdout.splitlines())
+                  if x["type"] == "latency"]
         assert row["size"] == 4096 and row["iters"] == 20
         assert 0 < row["t_min"] <= row["t_typical"] <= row["t_99"] <= row["t_max"]
+        assert row["t_99"] <= row["t_999"] <= row["t_max"] and row["t_stdev"] >= 0
         assert server.wait(timeout=60) == 0
     finally:
         if server.poll() is None:
@@ -103,7 +111,7 @@ def test_perf_several_qps_for_a_duration_verified_with_intervals(mrcd_pair: Mrcd
         assert r.returncode == 0, r.stderr
         records = [json.loads(line) for line in r.stdout.splitlines()]
         intervals = [x for x in records if x.get("type") == "interval"]
-        (row,) = [x for x in records if "type" not in x]
+        (row,) = [x for x in records if x["type"] == "result"]
         # Timed: about 1.5 s of writes over both QPs, every byte range checked.
         assert 1.4 <= row["seconds"] <= 3.0 and row["qps"] == 2
         assert row["verified"] is True and row["errors"] == 0
@@ -130,10 +138,10 @@ def test_perf_bytes_and_a_table(mrcd_pair: MrcdPair) -> None:
         assert r.returncode == 0, r.stderr
         assert r.stderr == ""  # --quiet: no progress lines
         header, line = r.stdout.splitlines()
-        assert "verified" in header and "rtx" in header
+        assert "verified" in header and "rtx" in header and "BW peak[Gb/s]" in header
         cols = line.split()
         # 6 MiB of 64 KiB writes: 96 of them, cycling over (and checked in) 4 MiB.
-        assert cols[0] == "65536" and cols[1] == "96" and cols[5] == "yes"
+        assert cols[0] == "65536" and cols[1] == "96" and cols[6] == "yes"
         assert server.wait(timeout=30) == 0
 
 
@@ -177,7 +185,8 @@ def test_perf_region_of_512_mib(mrcd_pair: MrcdPair) -> None:
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr
-        (row,) = [json.loads(line) for line in r.stdout.splitlines()]
+        (row,) = [x for x in map(json.loads, r.stdout.splitlines())
+                  if x["type"] == "result"]
         assert row["size"] == 1 << 20 and row["verified"] is True and row["errors"] == 0
         assert server.wait(timeout=30) == 0
         assert "verify: ok" in (server.stdout.read() if server.stdout else "")
