@@ -10,6 +10,7 @@ after a timeout. The frames written are counted by reading the file back.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -51,6 +52,16 @@ def node_interfaces(fab: Any, node: str) -> list[str]:
     name = desc.node_name(node)
     desc.node_netns(name)  # a clear error for an unknown node
     return [ln.end(name).ifname for ln in desc.links_of(name)]
+
+
+def _admin_up(netns: str, ifname: str) -> bool:
+    """Whether ``ifname`` in ``netns`` is administratively up (``ip -j link``)."""
+    out = subprocess.run(["ip", "-n", netns, "-j", "link", "show", "dev", ifname],
+                         capture_output=True, text=True, check=False)
+    try:
+        return "UP" in json.loads(out.stdout)[0].get("flags", [])
+    except (ValueError, IndexError, KeyError):
+        return True  # unknown: let the capture tool say what is wrong
 
 
 @dataclass
@@ -120,7 +131,15 @@ def capture(fab: Any, target: str, path: str | Path, *, fmt: str | None = None,
                               f"{', '.join(all_ifaces)})")
         ifaces = [iface]
     else:
-        ifaces = all_ifaces
+        # dumpcap refuses an interface that is down (a port or link taken down by a
+        # failure): capture the rest and say which were left out.
+        netns = fab.description.node_netns(fab.description.node_name(node))
+        ifaces = [i for i in all_ifaces if _admin_up(netns, i)]
+        down = [i for i in all_ifaces if i not in ifaces]
+        if not ifaces:
+            raise FabricError(f"every interface of {node} is down ({', '.join(down)})")
+        if down and say is not None:
+            say(f"left out (down): {', '.join(down)}")
     kind = capture_format(path, fmt)
     if kind == "pcap" and len(ifaces) > 1:
         raise FabricError(f"a classic pcap holds one interface and {node} has "
