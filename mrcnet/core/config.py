@@ -169,7 +169,7 @@ class QPAttrs:
     - ``mpr``/``mpr_dest``: max PSN range as requester / responder, in units of 128 PSNs
       (None: the host's ``rx_window``).
     - ``max_wimm_dest``: immediates the responder lets the peer have in flight at most
-      (caps the receive credit it advertises).
+      (more are refused: NACK NO_RESOURCE, resent later).
 
     ``modify_qp`` also takes the mrc.h spellings (see :data:`MRC_H_ALIASES`).
     """

@@ -30,6 +30,7 @@ from mrcnet.constants import (
     PSN_MASK,
     SACK_BITMAP_BITS,
     Opcode,
+    SackMode,
 )
 from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.memory import MemoryRegion
@@ -59,9 +60,7 @@ _OP_FIRST, _OP_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
 _OP_LAST, _OP_ONLY = int(Opcode.WRITE_LAST), int(Opcode.WRITE_ONLY)
 _PLAIN = frozenset((_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_ONLY))
 _HALF_BITS = SACK_BITMAP_BITS // 2
-_S16_MAX = (1 << 15) - 1
 _EV_PLANE_SHIFT, _EV_PLANE_MASK, _EV_PATH_SHIFT = EV_PLANE_SHIFT, EV_PLANE_MASK, EV_PATH_SHIFT
-_U32 = 1 << 32
 
 
 def ring_size(window: int) -> int:
@@ -126,7 +125,6 @@ class PyRxLane:
         # SACKs the lane builds itself (rxlane.h struct mrc_rx_ctx says when)
         self.sack_ok = False
         self.plane_ok = 0
-        self.credit = 0
         self.paths: dict[int, tuple[Any, int]] = {}
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
@@ -179,23 +177,22 @@ class PyRxLane:
         return st
 
     @staticmethod
-    def sack(rx: Any, t: Any, ev: int, penalty: int, credit: int,
+    def sack(rx: Any, t: Any, ev: int, penalty: int, probe: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames :meth:`mrcnet.core.qp.QueuePair.send_sack` sends now, on
         ``ev``, from template ``t``: one per window base (``bases``, or if None
-        :func:`sack_bases` of ``rx.unrep``). Empties ``rx.unrep``. The twin of rxlane.c
-        ``mrc_rx_sack``."""
+        :func:`sack_bases` of ``rx.unrep``); ``probe`` >= 0: a probe response with that
+        id. Empties ``rx.unrep``. The twin of rxlane.c ``mrc_rx_sack``."""
         rcv = rx.rcv_nxt
         if bases is None:
             bases = sack_bases(rx, [])
         rx.unrep_n = 0
-        ack_off = max(-_S16_MAX, min(_S16_MAX, rx.ack_seq - rcv))
         nooo = rx.ooo_n
-        cack, max_range = rcv & PSN_MASK, min(0xFFFF, max(rx.rx_high, rcv) - rcv)
-        ack_ev, ack_ce, ack_ts, rcvd = rx.ack_ev, rx.ack_ce, rx.ack_ts, rx.rcvd_bytes % _U32
-        return [t.build_fields(ev, ack_ev, cack, ack_off, min(_S16_MAX, base - rcv),
-                               max_range, ack_ce, PyRxLane.bitmap(rx, base) if nooo else 0,
-                               credit, ack_ts, min(255, nooo), penalty, rcvd)
+        ack_ev, ack_ce, ack_ts, rcvd, ack_seq = (rx.ack_ev, rx.ack_ce, rx.ack_ts,
+                                                 rx.rcvd_bytes, rx.ack_seq)
+        return [t.build_fields(ev, ack_ev, rcv, ack_seq, base, ack_ce, probe,
+                               PyRxLane.bitmap(rx, base) if nooo else 0, ack_ts, nooo,
+                               penalty, rcvd)
                 for base in bases]
 
     # --- set up --------------------------------------------------------------------
@@ -231,13 +228,13 @@ class PyRxLane:
         self.qp, self.qpn = None, -1
         self.paths, self.sack_ok = {}, False
 
-    def sack_setup(self, plane_ok: int, credit: int,
+    def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
         """Let the lane build the QP's due SACKs itself when the triggering packet's
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
-        template for its path; ``credit``: the receive credit to advertise; ``tmpls``:
-        the QP's templates (path key -> (template, port)) if they changed."""
-        self.plane_ok, self.credit, self.sack_ok = plane_ok, credit, True
+        template for its path; ``tmpls``: the QP's templates (path key -> (template,
+        port)) if they changed."""
+        self.plane_ok, self.sack_ok = plane_ok, True
         if tmpls is not None:
             self.set_paths(tmpls)
 
@@ -285,23 +282,27 @@ class PyRxLane:
         o = f.src_off
         if bytes(buf[o : o + 16]) not in self.ack_peers:
             return False
+        if f.pr:
+            return False  # (a probe response answers no packet: Python's)
         una = self.ack_una
-        d = (f.cack_psn - una) & PSN_MASK
+        d = (f.cack_psn + 1 - una) & PSN_MASK  # SETH's CACK is the last PSN in order
         if d >= _HALF:
             d -= PSN_MASK + 1
         cack = una + d
         if cack > self.ack_next or cack <= una - self.ack_cap:
             return False
-        trig = cack + f.ack_offset
+        trig = cack - 1 + f.ack_offset
         txt = self.ack_txt
         off = f.sack_offset
-        acked = txt.sack(now, una, cack, self.ack_next, cack + off, f.bitmap, off == 1, trig,
-                         f.sack_ev, f.ts_echo)
+        acked = txt.sack(now, una, cack, self.ack_next, cack - 1 + off, f.bitmap, off == 2,
+                         trig, f.sack_ev, f.ts_echo)
         if cack > una:
             self.ack_una = cack
         tx = txt.trig_tx
-        self.ack_ints += (cack, acked, tx, f.sack_ev, f.ts_echo, trig, f.ece, f.mode,
-                          f.window_penalty, f.imm_credit)
+        mode = f.mode
+        self.ack_ints += (cack, acked, tx, f.sack_ev, f.ts_echo, trig,
+                          int(mode == SackMode.SKIP_ONCE), mode, f.window_penalty,
+                          f.rcvd_bytes)
         self.ack_sent.append(txt.trig_sent if tx else 0.0)
         return True
 
@@ -329,7 +330,7 @@ class PyRxLane:
         if len(bases) * ln > room:
             return False
         pen = q.penalty
-        frames = PyRxLane.sack(q, tmpl, ev, int(pen) if pen else 0, self.credit, bases)
+        frames = PyRxLane.sack(q, tmpl, ev, int(pen) if pen else 0, -1, bases)
         if pen:
             q.penalty = pen * 0.5
         q.ack_at = _INF
@@ -408,7 +409,7 @@ class PyRxLane:
             if f.trimmed:
                 return self._stop(k, WHY_TRIMMED)
             op = f.opcode
-            if f.has_imm or op not in _PLAIN:
+            if f.has_imm or not f.has_tseth or op not in _PLAIN:
                 return self._stop(k, WHY_IMM)
             if d >= q.ooo_cap or q.unrep_n >= RX_UNREP_MAX:
                 return self._stop(k, WHY_FULL)

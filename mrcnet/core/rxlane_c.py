@@ -116,7 +116,7 @@ class CRxLane:
     _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
 
     @staticmethod
-    def sack(rx: Any, tl: Any, ev: int, penalty: int, credit: int,
+    def sack(rx: Any, tl: Any, ev: int, penalty: int, probe: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames ``QueuePair.send_sack`` sends now (``mrc_rx_sack``; see
         :meth:`mrcnet.core.rxlane.PyRxLane.sack`; ``tl``: :meth:`sack_template`'s)."""
@@ -130,7 +130,7 @@ class CRxLane:
             cb, nb = ffi.new("int64_t[]", bases), len(bases)
             if nb * ln > len(out):
                 out, ptr = CRxLane._sack_out = _sack_buffer(nb * ln)
-        n = C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, credit, cb, nb)
+        n = C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, probe, cb, nb)
         if n == 1:
             return [ffi.unpack(out, ln)]  # (a char array unpacks to bytes)
         data = ffi.unpack(out, n * ln)
@@ -226,14 +226,14 @@ class CRxLane:
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.npaths, c.sack_ok, self._path_keep = 0, 0, []
 
-    def sack_setup(self, plane_ok: int, credit: int,
+    def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
         """Let the lane build the QP's due SACKs itself when the triggering packet's
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
-        template for its path; ``credit``: the receive credit to advertise; ``tmpls``:
-        the QP's templates (path key -> ((template, length), port)) if they changed."""
+        template for its path; ``tmpls``: the QP's templates (path key -> ((template,
+        length), port)) if they changed."""
         c = self._c
-        c.plane_ok, c.credit, c.sack_ok = plane_ok, credit, 1
+        c.plane_ok, c.sack_ok = plane_ok, 1
         if tmpls is not None:
             self.set_paths(tmpls)
 
