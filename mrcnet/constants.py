@@ -89,7 +89,7 @@ PSN_MASK: Final = PSN_MOD - 1
 QPN_MASK: Final = (1 << 24) - 1
 # Connectionless endpoint operations (EV probes, port status) use a reserved QPN [M+].
 ENDPOINT_QPN: Final = 0x2
-FIRST_QPN: Final = 0x10  # connected QPs are numbered from here (0-2 reserved, as in IB/MRC)
+FIRST_QPN: Final = 0x1  # connected QPs are numbered from here, ENDPOINT_QPN skipped
 # BTH byte 8 flags [L: only one public reading shows them]
 BTH_F_ACKREQ: Final = 0x80
 BTH_F_R: Final = 0x40

@@ -196,9 +196,11 @@ class Host:
         receive (immediate) completions to ``recv_cq`` if given, else also to ``cq``
         (mrc.h has a send and a receive CQ per QP)."""
         qpn = self._next_qpn
+        if qpn == ENDPOINT_QPN:  # reserved for endpoint operations
+            qpn += 1
         if qpn > MAX_QPN:
             raise InvalidRequest("out of QP numbers")
-        self._next_qpn += 1
+        self._next_qpn = qpn + 1
         self._qps[qpn] = QueuePair(self._qp_ctx, qpn, cq, attrs or QPAttrs(), recv_cq)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
