@@ -34,6 +34,7 @@ from mrcnet.core.config import (
     Port,
     QPAttrs,
     check_qp_attrs,
+    ev_order_code,
 )
 from mrcnet.core.context import HostContext
 from mrcnet.core.cq import CompletionQueue
@@ -52,7 +53,7 @@ from mrcnet.core.sender import WorkRequest
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
-from mrcnet.wire import Route, build_endpoint
+from mrcnet.wire import Route, build_endpoint, set_ev_order
 from mrcnet.wire.eeth import EETH
 from mrcnet.wire.erth import ERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
@@ -94,6 +95,7 @@ class Host:
         if self.config.ev_profile not in EV_PROFILES:
             raise InvalidAttribute(
                 f"ev_profile {self.config.ev_profile!r}: use one of {sorted(EV_PROFILES)}")
+        set_ev_order(ev_order_code(self.config.ev_order))  # (process-wide, as the fabric's)
         self.ports = {p.index: p for p in ports}
         self._plane_port = {p.plane: p.index for p in ports}
         if len(self._plane_port) != len(ports):
@@ -195,9 +197,7 @@ class Host:
         """A new QP in RESET; returns its QP number. Send completions go to ``cq``,
         receive (immediate) completions to ``recv_cq`` if given, else also to ``cq``
         (mrc.h has a send and a receive CQ per QP)."""
-        qpn = self._next_qpn
-        if qpn == ENDPOINT_QPN:  # reserved for endpoint operations
-            qpn += 1
+        qpn = self._next_qpn + (self._next_qpn == ENDPOINT_QPN)  # (reserved: skipped)
         if qpn > MAX_QPN:
             raise InvalidRequest("out of QP numbers")
         self._next_qpn = qpn + 1
@@ -585,9 +585,7 @@ class Host:
         if peer is None:
             self.count("rx_endpoint_unknown_peer")
             return
-        # The request id rides in BTH.PSN; an EV probe and its answer travel on the EV
-        # under test (the frame's own).
-        rid, op, ev = f.psn, f.ep_op, f.ev
+        rid, op, ev = f.psn, f.ep_op, f.ev  # (request id in BTH.PSN; probes: EV under test)
         if f.opcode == Opcode.ENDPOINT_REQ:
             if op == EndpointOp.EV_PROBE:
                 route = self._route_for_ev(peer, ev)

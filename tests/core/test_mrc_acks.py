@@ -101,3 +101,27 @@ def test_a_reliability_probe_is_answered_by_a_sack_with_pr() -> None:
     ha.receive(raw, 0, 1e-6)
     assert (qp.snd_una, qp.srtt) == before
     assert net.internal_errors() == 0
+
+
+def test_the_other_ev_order_is_a_host_setting() -> None:
+    """HostConfig(ev_order="sport-high") puts the EV's high half in the source port, for
+    the whole process; a transfer works the same, and the default comes back."""
+    from mrcnet.core import HostConfig
+    from mrcnet.wire import ev_order
+
+    try:
+        net = Net(config=HostConfig(ev_order="sport-high"))
+        qa, _qb = connect(net, 0, 1)
+        ha = net.h(0)
+        src = bytearray(range(256)) * 64
+        dst = bytearray(len(src))
+        ms, md = ha.register_mr(src), net.h(1).register_mr(dst)
+        ha.post_write(qa, 1, ms, 0, len(src), md.addr, md.rkey)
+        net.log_tx = True
+        net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=0.1)
+        assert dst == src and ev_order() == 1
+        f = parse_frame(net.tx_log[0][3])
+        assert f.udp.sport == f.ev >> 16 and f.outer.flow_label == f.ev & 0xFFFF
+    finally:
+        Net(config=HostConfig())  # the default again, for every later test
+    assert ev_order() == 0
