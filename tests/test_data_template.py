@@ -275,3 +275,26 @@ def test_template_refuses_non_data_and_trimmed_frames() -> None:
     with pytest.raises(ValueError, match="data frame"):
         DataTemplate(build_frame(route, ev=1, bth=BTH(Opcode.NACK, 1, 0), ext=[
             NETH(reason=NackReason.TRIMMED, entropy=1, nack_psn=0)], dscp=DSCP_CONTROL))
+
+
+@pytest.mark.parametrize("encap", [True, False], ids=["encap", "noencap"])
+def test_template_for_mrc_srh_form(encap: bool) -> None:
+    """MRC's SRv6-with-SRH form (a uSID container in the destination, the next one in a
+    reduced SRH): every path patched into one template is build_data's frame."""
+    c1 = container([0x100, 0x200])
+    route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16), usid=c1,
+                  usid_srh=container([0x300, 0x7]), encap=encap)
+    t = DataTemplate.for_route(route, dest_qp=3, rkey=4)
+    for spine in (0x201, 0x202):
+        r2 = Route(route.src_mac, route.dst_mac, route.src_ip, route.dst_ip,
+                   usid=container([0x100, spine]), usid_srh=container([0x300 + spine, 7]),
+                   encap=encap)
+        assert r2.usid is not None
+        want = build_data(r2, ev=9, opcode=Opcode.WRITE_ONLY, dest_qp=3, psn=5, va=6, rkey=4,
+                          payload=b"abc", timestamp=7)
+        for _name, impl in impls(t):
+            path = impl.path(usid=r2.usid, usid_srh=r2.usid_srh)
+            assert impl.build(opcode=Opcode.WRITE_ONLY, psn=5, ev=9, va=6, payload=b"abc",
+                              timestamp=7, path=path) == want
+    with pytest.raises(ValueError):
+        t.path(usid=c1)  # this template's frames carry the SRH

@@ -100,7 +100,10 @@ def test_each_sample_parses_as_described(s: Sample) -> None:
     """The name's promises hold: mode, encap, opcode; checksums verify unless trimmed."""
     f = parse_frame(s.frame)
     assert (f.inner is not None) == s.encap
-    assert (f.srh is not None) == (s.mode == "srh")
+    assert (f.srh is not None) == (s.mode in ("srh", "usid-srh"))
+    if s.mode == "usid-srh":  # MRC's form: a reduced SRH holding the next container
+        assert f.srh is not None and f.srh.segments_left == 1 and f.srh.last_entry == 0
+        assert f.outer.dst[:4] == f.srh.final_segment[:4] == USID_PATH[:4]
     if s.mode == "srh":
         assert f.srh is not None
         assert f.srh.segments_left == len(SRH_PATH) - 1
@@ -357,6 +360,8 @@ def test_tshark_agrees(sample_pcap: Path, tmp_path: Path) -> None:
         if s.mode == "srh":
             assert rtype == "4" and segleft == str(len(SRH_PATH) - 1), s.name
             assert len(addrs.split(",")) == len(SRH_PATH), s.name
+        elif s.mode == "usid-srh":
+            assert rtype == "4" and segleft == "1" and len(addrs.split(",")) == 1, s.name
         else:
             assert rtype == "", s.name
         if s.checksum_as_sent:

@@ -176,8 +176,8 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
         uint32_t seg_bytes = 16 * (last + 1), total = SRH_FIXED + 8 * hel;
         if (seg_bytes > 8 * hel)
             FAIL(MRC_BAD_SRH, "SRH last entry beyond its length");
-        if (sl > last)
-            FAIL(MRC_BAD_SRH, "SRH segments left beyond last entry");
+        if (sl > last + 1)  /* last + 1: a reduced SRH (RFC 8754 4.3.1.1) */
+            FAIL(MRC_BAD_SRH, "SRH segments left beyond last entry + 1");
         NEED(off, total, "SRH segment list");
         const uint8_t *t = s + SRH_FIXED + seg_bytes;
         uint32_t n = total - SRH_FIXED - seg_bytes, i = 0;
@@ -425,8 +425,12 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
             const uint8_t *in = buf + out->inner_off;
             ok = checksum_ok(in + 8, in + 24, udp, n);
         } else if (out->srh_off) {
-            /* the final segment, segment list[0], is the upper-layer destination */
-            ok = checksum_ok(o + 8, buf + out->srh_off + SRH_FIXED, udp, n);
+            /* the final segment, segment list[0], is the upper-layer destination; in
+             * MRC's form a uSID container, fully shifted */
+            const uint8_t *fs = buf + out->srh_off + SRH_FIXED;
+            uint8_t fin[16];
+            ok = checksum_ok(o + 8, fs, udp, n) ||
+                 (usid_final(fs, fin) && checksum_ok(o + 8, fin, udp, n));
         } else {
             /* uSID without an inner header: the fully shifted container; a plain IPv6
              * frame uses its destination as it is. */

@@ -347,7 +347,7 @@ class Sender:
             return hit
         port, route = self.qp.route(ev)
         shape = (route.src_mac, route.dst_mac, route.src_ip, route.dst_ip, route.encap,
-                 route.hop_limit, route.usid is None,
+                 route.hop_limit, route.usid is None, route.usid_srh is None,
                  len(route.segments) if route.segments else 0, rkey)
         try:
             tmpl = self._tmpl.get(shape)
@@ -356,7 +356,7 @@ class Sender:
                     route, dest_qp=self.attrs.dest_qp_num or 0, rkey=rkey))
                 self._tmpl[shape] = tmpl
             if route.usid is not None:
-                spec = tmpl.path(usid=route.usid)
+                spec = tmpl.path(usid=route.usid, usid_srh=route.usid_srh)
             elif route.segments is not None:
                 spec = tmpl.path(segments=route.segments)
             else:

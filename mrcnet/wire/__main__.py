@@ -87,7 +87,12 @@ class Decoded:
 
 def describe_path(f: Frame) -> str:
     """The SRv6 path as a reader wants it: travel order, inner header if any."""
-    if f.srh is not None:
+    if f.srh is not None and f.srh.active_segment is None:  # MRC's form: reduced SRH
+        first = " ".join(f"{u:x}" for u in usid_list(f.outer.dst))
+        nxt = " > ".join(ip6_str(s) for s in reversed(f.srh.segments))
+        path = (f"usid {ip6_str(f.outer.dst)} [{first}] then srh [{nxt}] "
+                f"left={f.srh.segments_left}")
+    elif f.srh is not None:
         hops = " > ".join(ip6_str(s) for s in reversed(f.srh.segments))
         path = f"srh [{hops}] left={f.srh.segments_left}"
     else:

@@ -83,9 +83,12 @@ class Route:
     """How a frame reaches its destination: L2 next hop, addresses and SRv6 path.
 
     Exactly one of ``usid`` (a uSID container, see :mod:`mrcnet.wire.usid`) and
-    ``segments`` (SRH mode: segment list in travel order, first hop first) is normally
-    given; with neither the frame is plain IPv6 to ``dst_ip``. With ``encap`` (the default)
-    an inner IPv6 header from ``src_ip`` to ``dst_ip`` follows the outer header.
+    ``segments`` (a classic RFC 8754 segment list in travel order, first hop first: not
+    MRC's form) is normally given; with neither the frame is plain IPv6 to ``dst_ip``.
+    ``usid_srh`` adds MRC's SRv6-with-SRH form to a uSID route: a second container, for a
+    path longer than one container holds, in a one-segment (reduced) SRH that the last
+    uSID of ``usid`` hands over to. With ``encap`` (the default) an inner IPv6 header from
+    ``src_ip`` to ``dst_ip`` follows the outer header.
     """
 
     src_mac: bytes
@@ -96,12 +99,15 @@ class Route:
     segments: tuple[bytes, ...] | None = None
     encap: bool = True
     hop_limit: int = DEFAULT_HOP_LIMIT
+    usid_srh: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.usid is not None and self.segments is not None:
             raise ValueError("a route is either uSID (usid=...) or SRH (segments=...), not both")
         if self.segments is not None and not self.segments:
             raise ValueError("an SRH route needs at least one segment")
+        if self.usid_srh is not None and self.usid is None:
+            raise ValueError("usid_srh= continues a uSID route: give usid= too")
 
     @property
     def outer_dst(self) -> bytes:
@@ -115,6 +121,8 @@ class Route:
     @property
     def final_dst(self) -> bytes:
         """The pseudo-header destination of a frame without an inner IPv6 header."""
+        if self.usid_srh is not None:
+            return usid_final(self.usid_srh)
         if self.usid is not None:
             return usid_final(self.usid)
         if self.segments is not None:
@@ -125,7 +133,7 @@ class Route:
         """The same route through another uSID path (per-EV path selection)."""
         return Route(
             self.src_mac, self.dst_mac, self.src_ip, self.dst_ip, usid=container,
-            encap=self.encap, hop_limit=self.hop_limit,
+            encap=self.encap, hop_limit=self.hop_limit, usid_srh=self.usid_srh,
         )
 
 
@@ -177,6 +185,8 @@ def build_frame(
     srh = b""
     if route.segments is not None:
         srh = SRH.from_path(upper_nh, route.segments).pack()
+    elif route.usid_srh is not None:
+        srh = SRH.reduced(upper_nh, (route.usid_srh,)).pack()
     outer = IPv6(
         src=route.src_ip,
         dst=route.outer_dst,
@@ -468,6 +478,11 @@ def parse_frame(
             ok = checksum_ok(inner.src, inner.dst, udp_bytes)
         elif srh is not None:
             ok = checksum_ok(outer.src, srh.final_segment, udp_bytes)
+            if not ok:  # MRC's form: the final segment is a uSID container, shifted
+                try:
+                    ok = checksum_ok(outer.src, usid_final(srh.final_segment), udp_bytes)
+                except ValueError:
+                    ok = False
         else:
             # uSID mode without an inner header: the pseudo-header destination is the
             # fully shifted container; a plain IPv6 frame uses the destination as it is.

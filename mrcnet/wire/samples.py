@@ -22,7 +22,9 @@ SACK and NACK reflecting the forward EV they answer. EVs follow the default orde
 low 16 bits in the UDP source port, the high 16 in the flow labels.
 
 Unless its name says otherwise a frame is in uSID mode with an inner IPv6 header
-(``encap``); ``-srh`` frames carry a segment list, ``-noencap`` frames have no inner header,
+(``encap``); ``-srh`` frames carry a classic segment list, ``-usid-srh`` MRC's SRH form (the
+first uSID container fc00:0:1001:2001:: in the destination, the next, fc00:0:1002:e002::, in a
+reduced one-segment SRH), ``-noencap`` frames have no inner header,
 ``-plain`` frames go straight to the receiver. ``write-middle-trimmed`` is a 1024-byte-payload
 data frame as a switch forwards it after trimming: cut to 256 bytes, outer DSCP re-marked
 ``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were; ``write-only-ce``
@@ -95,6 +97,10 @@ USID_NOENCAP = Route(*_FWD, usid=USID_PATH, encap=False)
 SRH = Route(*_FWD, segments=SRH_PATH)
 SRH_NOENCAP = Route(*_FWD, segments=SRH_PATH, encap=False)
 PLAIN = Route(*_FWD, encap=False)
+# MRC's SRv6-with-SRH form: the first container in the destination, the next in a reduced
+# one-segment SRH (for paths longer than one container holds).
+USID_SRH = Route(*_FWD, usid=usid_container(USID_BLOCK, PATH_USIDS[:2]),
+                 usid_srh=usid_container(USID_BLOCK, PATH_USIDS[2:]))
 REVERSE_USID = Route(*_REV, usid=REVERSE_USID_PATH)
 REVERSE_SRH_NOENCAP = Route(*_REV, segments=REVERSE_SRH_PATH, encap=False)
 
@@ -106,7 +112,7 @@ class Sample:
     name: str
     description: str
     frame: bytes
-    mode: str  # "usid", "srh" or "plain"
+    mode: str  # "usid", "usid-srh" (MRC's SRH form), "srh" (classic) or "plain"
     encap: bool
     trimmed: bool = False
 
@@ -220,6 +226,9 @@ def _build() -> list[Sample]:
          lambda: _data(SRH_NOENCAP, Opcode.WRITE_ONLY, 109), SRH_NOENCAP, False),
         ("write-only-usid-noencap", "WRITE in uSID mode without inner header",
          lambda: _data(USID_NOENCAP, Opcode.WRITE_ONLY, 110), USID_NOENCAP, False),
+        ("write-only-usid-srh", "WRITE in MRC's SRH form: uSID container + a reduced SRH "
+         "holding the next container", lambda: _data(USID_SRH, Opcode.WRITE_ONLY, 115),
+         USID_SRH, False),
         ("write-only-plain", "WRITE straight to the receiver (no SRv6, no inner header)",
          lambda: _data(PLAIN, Opcode.WRITE_ONLY, 111), PLAIN, False),
         ("write-middle-trimmed", "data frame trimmed by a switch to 256 bytes",
@@ -268,7 +277,8 @@ def _build() -> list[Sample]:
     ]
     out = []
     for name, desc, make, route, trimmed in specs:
-        mode = "usid" if route.usid else "srh" if route.segments else "plain"
+        mode = ("usid-srh" if route.usid_srh else "usid" if route.usid else
+                "srh" if route.segments else "plain")
         out.append(Sample(name, desc, make(), mode, route.encap, trimmed))
     return out
 

@@ -138,6 +138,10 @@ class DataTemplate:
             self.pseudo_src, self.pseudo_dst = f.inner.src, f.inner.dst
         elif f.srh is not None:
             self.pseudo_src, self.pseudo_dst = f.outer.src, f.srh.final_segment
+            if (route is not None and route.usid_srh is not None) or (
+                    route is None and not udp6_checksum_ok(f.outer.src, f.srh.final_segment,
+                                                           udp)):
+                self.pseudo_dst = usid_final(f.srh.final_segment)  # MRC's SRH form
         else:
             if route is not None:
                 self.usid_pseudo = route.usid is not None
@@ -166,12 +170,18 @@ class DataTemplate:
         return (len(self.hdr) + METH_LEN + TSETH_LEN + RETH_LEN + IMMDT_LEN + payload_len
                 + ICRC_LEN)
 
-    def path(self, *, usid: bytes | None = None,
-             segments: Sequence[bytes] | None = None) -> PathSpec:
-        """Precompute the bytes of one path: a uSID container, or SRH segments in travel
-        order (first hop first; the same number as the template's)."""
+    def path(self, *, usid: bytes | None = None, segments: Sequence[bytes] | None = None,
+             usid_srh: bytes | None = None) -> PathSpec:
+        """Precompute the bytes of one path: a uSID container (and, in MRC's SRH form, the
+        second container its SRH holds), or classic SRH segments in travel order (first
+        hop first; the same number as the template's)."""
         if (usid is None) == (segments is None):
             raise ValueError("give exactly one of usid= and segments=")
+        if usid_srh is not None:
+            if usid is None or self.srh_segs_len != 16 or len(usid) != 16 or len(usid_srh) != 16:
+                raise ValueError("usid_srh= needs usid= and a template with a one-segment SRH")
+            return PathSpec(bytes(usid), bytes(usid_srh),
+                            None if self.off_inner else usid_final(usid_srh))
         if usid is not None:
             if self.has_srh:
                 raise ValueError("this template's frames carry an SRH: give segments=")
@@ -376,10 +386,10 @@ class CTemplate:
         self._null = ffi.NULL
         self._hdr_len = len(hdr)
 
-    def path(self, *, usid: bytes | None = None,
-             segments: Sequence[bytes] | None = None) -> PathSpec:
+    def path(self, *, usid: bytes | None = None, segments: Sequence[bytes] | None = None,
+             usid_srh: bytes | None = None) -> PathSpec:
         """Same as :meth:`DataTemplate.path`."""
-        return self.template.path(usid=usid, segments=segments)
+        return self.template.path(usid=usid, segments=segments, usid_srh=usid_srh)
 
     def max_frame_len(self, payload_len: int) -> int:
         """Same as :meth:`DataTemplate.max_frame_len`."""

@@ -75,6 +75,11 @@ def check_route(f: Frame, r: Route, ev: int) -> None:
         assert f.srh.segments_left == len(r.segments) - 1
         assert f.srh.active_segment == f.outer.dst
         assert f.srh.final_segment == r.final_dst
+    elif r.usid_srh is not None:  # MRC's form: the second container in a reduced SRH
+        assert f.srh is not None and f.outer.next_header == IPPROTO_ROUTING
+        assert f.srh.next_header == upper
+        assert f.srh.segments == (r.usid_srh,) and f.srh.segments_left == 1
+        assert f.srh.active_segment is None and f.outer.dst == r.usid
     else:
         assert f.srh is None
         assert f.outer.next_header == upper
@@ -313,7 +318,8 @@ def test_with_usid_changes_only_the_path(spec: Spec, container: list[int]) -> No
     """Route.with_usid keeps everything but the outer destination."""
     new = usid_container(b"\xfc\x00\x00\x00", container)
     r2 = spec.route.with_usid(new)
-    assert r2.outer_dst == new and r2.final_dst == usid_final(new)
+    assert r2.outer_dst == new and r2.usid_srh == spec.route.usid_srh
+    assert r2.final_dst == usid_final(r2.usid_srh or new)
     assert (r2.src_ip, r2.dst_ip, r2.encap, r2.hop_limit) == (
         spec.route.src_ip, spec.route.dst_ip, spec.route.encap, spec.route.hop_limit,
     )

@@ -253,7 +253,7 @@ def test_out_of_range_field_raises_valueerror(hdr: str, name: str, lo: int, hi: 
         ("seth", "m", 3), ("neth", "reason", 0), ("neth", "reason", 0x03),
         ("erth", "op", 2), ("erth", "op", 3), ("eeth", "op", 3),
         ("srh", "segments", ()), ("srh", "segments", (bytes(15),)),
-        ("srh", "segments_left", 1), ("srh", "segments_left", -1),
+        ("srh", "segments_left", 2), ("srh", "segments_left", -1),
         ("srh", "tlvs", b"\x00" * 3), ("srh", "segments", (bytes(16),) * 129),
     ],
 )
@@ -370,7 +370,7 @@ def _srh_bytes(hel: int, rtype: int, sl: int, last: int, body: bytes) -> bytes:
     [
         (_srh_bytes(2, 3, 0, 0, bytes(16)), "routing type 3"),
         (_srh_bytes(2, 0, 0, 0, bytes(16)), "routing type 0"),
-        (_srh_bytes(2, 4, 1, 0, bytes(16)), "segments left > last entry"),
+        (_srh_bytes(2, 4, 2, 0, bytes(16)), "segments left > last entry + 1"),
         (_srh_bytes(2, 4, 0, 1, bytes(32)), "last entry needs more than hdr ext len"),
         (_srh_bytes(1, 4, 0, 0, bytes(16)), "hdr ext len shorter than one segment"),
         (_srh_bytes(0, 4, 0, 0, b""), "hdr ext len 0"),
@@ -382,6 +382,16 @@ def _srh_bytes(hel: int, rtype: int, sl: int, last: int, body: bytes) -> bytes:
 def test_srh_inconsistent(raw: bytes, why: str) -> None:
     """Every inconsistent SRH raises BAD_SRH (never a bare exception)."""
     assert malformed_reason(SRH.unpack_from, raw + bytes(64)) is MalformedReason.BAD_SRH, why
+
+
+def test_reduced_srh() -> None:
+    """MRC's form: the first segment only in the destination, segments left = last entry
+    + 1 (RFC 8754 allows it); the active segment is then none of the list's."""
+    c2 = bytes.fromhex("fc000000000200330000000000000000")
+    srh = SRH.reduced(41, [c2])
+    assert (srh.segments, srh.segments_left, srh.last_entry) == ((c2,), 1, 0)
+    assert srh.active_segment is None and srh.final_segment == c2
+    assert SRH.unpack_from(srh.pack()) == srh
 
 
 def test_srh_segment_list_truncated() -> None:

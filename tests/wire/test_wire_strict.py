@@ -153,7 +153,7 @@ CASES: list[tuple[str, Mutator, MalformedReason, dict[str, bool]]] = [
     ("srh-nh-tcp", _srh(0, lambda v: 6), MalformedReason.BAD_NEXT_HEADER, {}),
     ("srh-type-0", _srh(2, lambda v: 0), MalformedReason.BAD_SRH, {}),
     ("srh-type-3", _srh(2, lambda v: 3), MalformedReason.BAD_SRH, {}),
-    ("srh-sl-gt-last", _srh(3, lambda v: 3), MalformedReason.BAD_SRH, {}),
+    ("srh-sl-gt-last", _srh(3, lambda v: 4), MalformedReason.BAD_SRH, {}),
     ("srh-sl-255", _srh(3, lambda v: 255), MalformedReason.BAD_SRH, {}),
     ("srh-hel-short", _srh(1, lambda v: v - 2), MalformedReason.BAD_SRH, {}),
     ("srh-hel-1", _srh(1, lambda v: 1), MalformedReason.BAD_SRH, {}),

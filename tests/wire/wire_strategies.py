@@ -119,7 +119,10 @@ def routes(draw: st.DrawFn, mode: str | None = None, encap: bool | None = None) 
     encap = draw(st.booleans()) if encap is None else encap
     kw: dict[str, Any] = {}
     if mode == "usid":
-        kw["usid"] = usid_container(draw(blocks), draw(usid_lists))
+        block = draw(blocks)
+        kw["usid"] = usid_container(block, draw(usid_lists))
+        if draw(st.booleans()):  # MRC's SRH form: a second container in a reduced SRH
+            kw["usid_srh"] = usid_container(block, draw(usid_lists))
     elif mode == "srh":
         kw["segments"] = tuple(draw(st.lists(addrs, min_size=1, max_size=6)))
     return Route(
