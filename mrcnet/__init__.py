@@ -5,3 +5,15 @@ socket-like client APIs) and ``mrc-fabric`` (real leaf-spine fabrics in network 
 """
 
 __version__ = "0.1.0"
+
+
+def version_text(prog: str = "%(prog)s") -> str:
+    """``PROG VERSION`` for every tool's ``--version``: the installed package's version
+    (its metadata), else :data:`__version__` (a source tree without an install)."""
+    from importlib import metadata
+
+    try:
+        v = metadata.version("mrcnet")
+    except metadata.PackageNotFoundError:
+        v = __version__
+    return f"{prog} {v}"

@@ -16,6 +16,8 @@ from typing import Any
 
 from mrcnet.api import Context
 from mrcnet.api.client import default_socket_path
+from mrcnet.api.errors import DaemonNotRunning
+from mrcnet.cliutil import add_version, both_sides, not_running, survive_pipe
 from mrcnet.errors import MrcError
 
 __all__ = ["main"]
@@ -35,9 +37,24 @@ EXIT_PROBES_LOST = 2
 _SECONDS = {"srtt", "min_rtt"}
 
 
+def ev_text(ev: int) -> str:
+    """An EV as captures and the decoder show it: ``0x%08x``."""
+    return f"0x{ev:08x}"
+
+
+def _ev(text: str) -> int:
+    """An EV on the command line: hex (``0x80001000``, as tables show it) or decimal."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an EV: {text!r} (e.g. 0x80001000)") from None
+
+
 def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "-"
+    if key == "ev" and isinstance(v, int):
+        return ev_text(v)
     if isinstance(v, float):
         return f"{v * 1e3:.3f}ms" if key in _SECONDS else f"{v:.0f}"
     return str(v)
@@ -96,7 +113,7 @@ def _show_profiles(r: dict[str, Any]) -> str:
 
 
 def _show_ev_change(r: dict[str, Any]) -> str:
-    return f"QP {r['qpn']} EV {r['ev']}: {r['state']}"
+    return f"QP {r['qpn']} EV {ev_text(r['ev'])}: {r['state']}"
 
 
 def _show_set_profile(r: dict[str, Any]) -> str:
@@ -132,11 +149,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="mrcctl", description="Inspect and steer a running mrcd: QPs, EVs (paths), "
         "ports, planes; deny or allow an EV and set the CC/EV profile of a live QP; send "
         "EV probes to a host. Exit status: 0 done, 1 error, 2 probe answers missing.")
+    add_version(p)
+    # --json and --socket go before or after the command.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON, not a table")
-    common.add_argument("--socket", metavar="PATH", default=None,
-                        help=f"mrcd's socket (default: $MRCD_SOCKET or "
-                        f"{default_socket_path()})")
+    _common(common, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     sub.add_parser("qps", parents=[common], help="every QP: state, peer, window, counters")
     e = sub.add_parser("evs", parents=[common],
@@ -156,7 +172,8 @@ def _parser() -> argparse.ArgumentParser:
                        ("allow", "let a QP use a denied EV again")):
         d = sub.add_parser(name, parents=[common], help=what)
         d.add_argument("qpn", type=int, help="the QP number")
-        d.add_argument("ev", type=int, help="the EV (see mrcctl evs QPN)")
+        d.add_argument("ev", type=_ev, help="the EV, hex as mrcctl evs QPN shows it (or "
+                       "decimal)")
     sp = sub.add_parser(
         "set-profile", parents=[common],
         help="give a live QP another CC and/or EV profile (takes effect at once)",
@@ -181,7 +198,16 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--count", "-c", type=int, default=None,
                     help="probe rounds (default: mrcd's, 5; at most 1000)")
     pr.add_argument("--plane", type=int, default=None, help="only this plane")
+    both_sides(_common, p)
     return p
+
+
+def _common(p: argparse.ArgumentParser, default: Any) -> None:
+    """The options every command takes (before or after it)."""
+    p.add_argument("--json", action="store_true", default=False if default is None
+                   else default, help="print JSON, not a table (EVs as numbers)")
+    p.add_argument("--socket", metavar="PATH", default=default,
+                   help=f"mrcd's socket (default: $MRCD_SOCKET or {default_socket_path()})")
 
 
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -198,7 +224,18 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Entry point of the ``mrcctl`` command."""
+    return survive_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from mrcnet.daemon import metrics  # `mrcctl metrics`: the rendering mrcd serves
+
+    parser = _parser()
+    metrics.add_command(parser)
+    args = parser.parse_args(argv)
+    if args.cmd == "metrics":
+        return metrics.run_command(args)
     show = {"qps": _show_qps, "evs": _show_evs, "ports": _show_ports, "profiles": _show_profiles,
             "planes": _show_planes, "deny": _show_ev_change, "allow": _show_ev_change,
             "set-profile": _show_set_profile, "probe": _show_probe}[args.cmd]
@@ -212,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with Context(args.socket, timeout=timeout) as ctx:
             result = ctx.admin(op, **params)
+    except DaemonNotRunning:
+        print(f"mrcctl: {not_running(args.socket)}", file=sys.stderr)
+        return 1
     except (MrcError, OSError) as e:
         print(f"mrcctl: {e}", file=sys.stderr)
         return 1

@@ -14,6 +14,10 @@ What MRC does, on a real (emulated) fabric, in five steps:
 5. tear everything down (mrcds by PID, the fabric's namespaces, its state directory)
    and check that nothing is left.
 
+Between steps 3 and 4 the transfer is drawn (goodput and each path's share of the data
+packets over time, the failure shaded) into ``out/mrc-demo-failure.png`` (``--plot FILE``,
+``--no-plot``) when matplotlib is installed (``pip install 'mrcnet[plot]'``).
+
 ``--keep`` leaves the fabric and its mrcds up to explore (``mrc-fabric status NAME``,
 ``mrc-fabric down NAME``); ``--json`` prints a machine-readable summary on stdout (the
 progress lines then go to stderr); ``--pcap`` adds the wire-format part of the demo (one
@@ -48,6 +52,7 @@ from mrcnet.wire.pcap import write_pcap
 from mrcnet.wire.samples import Sample, samples
 
 PCAP_NAME = "mrc-samples.pcap"
+DEFAULT_PLOT = "out/mrc-demo-failure.png"
 TSHARK_TIMEOUT_S = 120
 
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate={rate},mtu=9000"
@@ -100,6 +105,11 @@ class Demo:
     events: list[dict[str, Any]] = field(default_factory=list)  #: PathStateChanged + clock
     t_down: float = 0.0
     t_up: float = 0.0
+    #: mrc-perf's interval records: {"t", "bytes", "sent": {path: packets so far}}
+    series: list[dict[str, Any]] = field(default_factory=list)
+    down_at: float | None = None  #: seconds into the transfer the link went down
+    up_at: float | None = None
+    plot: Path | None = None  #: where to write the PNG of the failure (None = no plot)
     result: dict[str, Any] = field(default_factory=dict)
     leftovers: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
@@ -251,6 +261,8 @@ def step_transfer(demo: Demo) -> None:
             demo.say(f"      QP from {SENDER} to {RECEIVER}: "
                      f"{sum(sum(p['states'].values()) for p in rec['paths'].values())} EVs "
                      f"over paths {', '.join(sorted(rec['paths']))}")
+        demo.series.append({"t": rec["t"], "bytes": rec["bytes"],
+                            "sent": {k: p["sent"] for k, p in rec["paths"].items()}})
         if len(demo.phases) < len(marks) and rec["t"] >= marks[len(demo.phases)] - 1e-3:
             paths = rec["paths"]
             sent = {k: p["sent"] for k, p in paths.items()}
@@ -271,10 +283,12 @@ def step_transfer(demo: Demo) -> None:
             if ph.name == "before":
                 demo.say(f"   >> link {FAIL_LINK[0]}-{FAIL_LINK[1]} down")
                 demo.t_down = time.monotonic()
+                demo.down_at = rec["t"]
                 fab.link(*FAIL_LINK).down()
             elif ph.name == "during":
                 demo.say(f"   >> link {FAIL_LINK[0]}-{FAIL_LINK[1]} up")
                 demo.t_up = time.monotonic()
+                demo.up_at = rec["t"]
                 fab.link(*FAIL_LINK).up()
     status = client.wait(timeout=STALL_TIMEOUT_S)
     err = client.stderr.read().strip() if client.stderr else ""
@@ -394,6 +408,23 @@ def step_result(demo: Demo) -> None:
         raise DemoFailed(f"the data did not verify: {r.get('server_says')}")
     if not (r["failed_path_bad_during"] and r["failed_path_good_after"]):
         raise DemoFailed("the failed path's EVs did not go ASSUMED_BAD and back as expected")
+
+
+def step_plot(demo: Demo) -> None:
+    """The failure as a PNG (goodput and per-path share over time), if matplotlib is
+    installed; a missing matplotlib is said, not a failure of the demo."""
+    if demo.plot is None or not demo.series:
+        return
+    from mrcnet.plots import PlotUnavailable, demo_plot
+
+    try:
+        path = demo_plot(demo.series, demo.plot, down_at=demo.down_at, up_at=demo.up_at,
+                         failed=f"p{FAIL_PATH[0]}s{FAIL_PATH[1]}", link="-".join(FAIL_LINK))
+    except PlotUnavailable as exc:
+        demo.say(f"      no plot: {exc}")
+        return
+    demo.result["plot"] = str(path)
+    demo.say(f"      plot of the failure (goodput, per-path share): {path}")
 
 
 # --- 5. teardown ---------------------------------------------------------------------------
@@ -571,7 +602,8 @@ def step_tshark(demo: Demo) -> None:
     demo.say(f"   {v.version} agrees: {summary}")
 
 
-STEPS: list[Callable[[Demo], None]] = [step_fabric, step_connect, step_transfer, step_result]
+STEPS: list[Callable[[Demo], None]] = [step_fabric, step_connect, step_transfer, step_plot,
+                                       step_result]
 PCAP_STEPS: list[Callable[[Demo], None]] = [step_write_samples, step_decode, step_tshark]
 
 
@@ -646,6 +678,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pcap", nargs="?", const="out", default=None, metavar="DIR",
                    help="also write one MRC frame of every kind to DIR/mrc-samples.pcap "
                    "(default out/) and decode it (mrcnet, and tshark if installed)")
+    p.add_argument("--plot", default=DEFAULT_PLOT, metavar="FILE.png",
+                   help=f"where to write the PNG of the failure: goodput and per-path share "
+                   f"over time (default {DEFAULT_PLOT}; needs matplotlib)")
+    p.add_argument("--no-plot", action="store_true", help="write no PNG")
     p.add_argument("--rate", default="500mbit", help="link rate (tc units; default 500mbit)")
     p.add_argument("--seconds", type=float, nargs=3, default=(4.0, 5.0, 5.0),
                    metavar=("BEFORE", "DURING", "AFTER"),
@@ -662,7 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     before, during, after = args.seconds
     with tempfile.TemporaryDirectory(prefix="mrcnet-demo-") as tmp:
         demo = Demo(Path(tmp), out=out, rate=args.rate, before_s=before, during_s=during,
-                    after_s=after, keep=args.keep is not None)
+                    after_s=after, keep=args.keep is not None,
+                    plot=None if args.no_plot else Path(args.plot).resolve())
         steps = [] if args.no_fabric else list(STEPS)
         if args.pcap is not None:
             workdir = Path(args.pcap)

@@ -15,6 +15,11 @@ prints the same as JSON lines for tools. ``--tcp`` adds a kernel TCP stream betw
 same two hosts in the same run (the server's sink address travels as private data), so
 the table ends with the ratio MRC / TCP.
 
+The server judges a run by mrcd's view of its QPs (:mod:`mrcnet.perf_server`), not by
+completions plain writes never give it; a run that fails still prints what it measured
+with mrcd's reason. The client is :mod:`mrcnet.perf_client`, the output
+:mod:`mrcnet.perf_report`.
+
 ``raw-sink`` / ``raw-send`` measure the ceiling under all of it: MRC-shaped frames through
 the packet sockets and the network on every path, no protocol and no mrcd (run each
 inside its host, as root: they open the ports themselves).
@@ -23,516 +28,50 @@ inside its host, as root: they open the ports themselves).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
-import random
-import resource
-import socket
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, TextIO
+from collections.abc import Callable
+from dataclasses import asdict
+from types import FrameType
+from typing import Any
 
-from mrcnet.api import (
-    ApiError,
-    CompletionQueue,
-    Context,
-    MemoryRegion,
-    QueuePair,
-    WorkCompletion,
-    messages,
+from mrcnet import version_text
+from mrcnet.api import ApiError, Context
+from mrcnet.api.errors import DaemonNotRunning
+from mrcnet.cliutil import add_version, both_sides, not_running, survive_pipe
+from mrcnet.perf_client import run_client, run_latency
+from mrcnet.perf_proto import (
+    ALL_SIZES,
+    DEFAULT_ITERS,
+    DEFAULT_REGION,
+    DEFAULT_SERVICE,
+    DEFAULT_SIZE,
+    MAX_WRITE,
+    PING_FLAG,
+    Latency,
+    Result,
+    RunFailed,
 )
-from mrcnet.core.events import Event, PathStateChanged
-from mrcnet.daemon.paths import LocalPort
-from mrcnet.errors import MrcError
-from mrcnet.io import IOSetupError, PacketPort
-from mrcnet.io.bench import raw_send, raw_sink, routes_frames
-from mrcnet.wire import Route, mac_to_bytes
+from mrcnet.perf_raw import raw_main
+from mrcnet.perf_report import (
+    PlotUnavailable,
+    bw_header,
+    bw_row,
+    check_plot,
+    lat_table,
+    plot_run,
+    progress_printer,
+    tcp_line,
+)
+from mrcnet.perf_server import serve_main
 
-__all__ = ["Latency", "Result", "main", "run_client", "run_latency", "run_server"]
+__all__ = ["PING_FLAG", "Latency", "Result", "build_parser", "main", "run_client",
+           "run_latency"]
 
-DEFAULT_SERVICE = 18515  # perftest's port, as a service number
-DEFAULT_SIZE = 65536
-ALL_SIZES = [1 << k for k in range(6, 21, 2)]  # 64 B .. 1 MiB, x4 steps
-END_IMM = 0xFFFFFFFF  # the last write: done
-END_TCP_IMM = 0xFFFFFFFE  # the last write: done, a TCP baseline stream follows
-PING_FLAG = 0x80000000  # latency mode: imm = PING_FLAG | size, the server writes it back
-RECV_DEPTH = 64
-VERDICT_FLAG = 0x40000000  # the server's answer to a size's last write: flag | verdict
-VERDICT_BAD = 1  # ... the bytes differ from the client's pattern
-VERDICT_UNCHECKED = 2  # ... the server runs with --no-verify
-DEFAULT_ITERS = 200
-DEFAULT_REGION = 16 << 20  # bytes the server exposes per QP (writes cycle over them)
-
-
-@dataclass(frozen=True)
-class Latency:
-    """One row of the latency table (microseconds, one-way = half the round trip)."""
-
-    size: int
-    iters: int
-    t_min: float
-    t_typical: float
-    t_avg: float
-    t_99: float
-    t_max: float
-
-
-@dataclass(frozen=True)
-class Result:
-    """One row of the client's table: one message size (or, ``size == -1``, the kernel
-    TCP baseline). ``verified``: the server found every byte it checked equal to the
-    client's pattern (None: not checked); ``retransmissions``, ``trims`` (trimmed
-    packets NACKed to the sender) and ``ev_changes`` (EV state changes) are summed over
-    the run's QPs for this size."""
-
-    size: int
-    iters: int
-    seconds: float
-    gbps: float
-    mpps: float
-    errors: int
-    bytes: int = 0
-    qps: int = 1
-    verified: bool | None = None
-    retransmissions: int = 0
-    trims: int = 0
-    ev_changes: int = 0
-    packets: int = 0  #: data packets sent, retransmissions included
-
-
-#: How late completion moderation may make a bandwidth run's completions (us).
-MODERATION_PERIOD_US = 1000
-
-
-def pattern(seed: int, length: int) -> bytes:
-    """The bytes the client writes and the server checks: pseudo-random from ``seed``
-    (sent in the connection's private data), so no two offsets repeat a block."""
-    return random.Random(seed).randbytes(length)
-
-
-def _wait(cq: CompletionQueue, timeout: float) -> list[WorkCompletion]:
-    wcs = cq.wait(timeout=timeout, max_entries=256)
-    if not wcs:
-        raise TimeoutError(f"no completion in {timeout} s (is the peer alive?)")
-    return wcs
-
-
-def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: float,
-               say: Callable[[str], None] = print, qps: int = 1) -> int:
-    """Serve one client run with ``qps`` QPs (QP i listens on ``service + i``, ``size``
-    bytes exposed to each); returns the number of checks whose bytes did not verify."""
-    cq = ctx.create_cq()
-    mrs = [ctx.alloc_mr(size) for _ in range(qps)]
-    qplist = [ctx.create_qp(cq) for _ in range(qps)]
-    # A kernel TCP sink on this host's plain address, for the client's side-by-side
-    # baseline (--tcp); its address travels in the connection's private data.
-    tcp = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    tcp.bind(("::", 0))
-    tcp.listen(1)
-    private: dict[str, Any] = {"qps": qps, "verify": verify}
-    if ctx.addresses:
-        private["tcp"] = [ctx.addresses[0], tcp.getsockname()[1]]
-    for i, (qp, mr) in enumerate(zip(qplist, mrs, strict=True)):
-        ctx.listen(service + i, qp, expose=[mr], private=private)
-    try:
-        return _serve(ctx, qplist, cq, mrs, service, verify, timeout, say, tcp)
-    finally:
-        tcp.close()
-
-
-def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
-           mrs: list[MemoryRegion], service: int, verify: bool, timeout: float,
-           say: Callable[[str], None], tcp: socket.socket) -> int:
-    for qp in qplist:
-        for i in range(RECV_DEPTH):
-            qp.post_recv(wr_id=i)
-    services = (f"service {service}" if len(qplist) == 1
-                else f"services {service}..{service + len(qplist) - 1}")
-    say(f"mrc-perf server on {ctx.host}: waiting on {services} "
-        f"({mrs[0].length} bytes exposed per QP)")
-    peers = [qp.accept(timeout=None) for qp in qplist]
-    say(f"connected: {peers[0].host} QP {', '.join(str(p.qpn) for p in peers)}")
-    seed = peers[0].private.get("seed") if isinstance(peers[0].private, dict) else None
-    expected = pattern(int(seed), mrs[0].length) if verify and seed is not None else None
-    index = {qp.qpn: i for i, qp in enumerate(qplist)}
-    bad = 0
-    while True:
-        for wc in _wait(cq, timeout):
-            if not wc.ok:
-                say(f"error completion: {wc.status}")
-                return bad + 1
-            if wc.opcode != "RECV_RDMA_WITH_IMM" or wc.imm is None:
-                continue  # our own writes (pongs, verdicts) completing
-            i = index.get(wc.qpn, 0)
-            qp, mr, peer = qplist[i], mrs[i], peers[i]
-            qp.post_recv(wr_id=wc.wr_id)
-            if wc.imm in (END_IMM, END_TCP_IMM):
-                if wc.imm == END_TCP_IMM:
-                    _tcp_sink(tcp, timeout)
-                return bad
-            if wc.imm & PING_FLAG and peer.regions:
-                n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate
-                qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm)
-                continue
-            # The last write of a size: the client has written [0, imm) of this QP's
-            # region with its pattern. Check it and answer with the verdict.
-            n = min(wc.imm, mr.length)
-            ok = expected is None or mr.buf[:n] == expected[:n]
-            if not ok:
-                bad += 1
-                say(f"QP {qp.qpn}: the first {n} bytes differ from the client's pattern")
-            if peer.regions:
-                verdict = VERDICT_UNCHECKED if expected is None else 0 if ok else VERDICT_BAD
-                qp.post_write(mr, 0, 0, peer.regions[0], imm=VERDICT_FLAG | verdict)
-
-
-def _tcp_sink(tcp: socket.socket, timeout: float) -> None:
-    """Take one TCP stream (the client's baseline), until EOF."""
-    tcp.settimeout(timeout)
-    conn, _ = tcp.accept()
-    with conn:
-        conn.settimeout(timeout)
-        while conn.recv(1 << 20):
-            pass
-
-
-def tcp_baseline(address: str, port: int, nbytes: int, timeout: float) -> float:
-    """Gbit/s of one kernel TCP stream of ``nbytes`` to ``address``."""
-    block = bytes(1 << 20)
-    with socket.create_connection((address, port), timeout=timeout) as s:
-        t0 = time.perf_counter()
-        left = nbytes
-        while left > 0:
-            n = min(left, len(block))
-            s.sendall(block[:n])
-            left -= n
-        s.shutdown(socket.SHUT_WR)
-        s.recv(1)  # EOF: the sink has read everything
-        dt = time.perf_counter() - t0
-    return nbytes * 8 / dt / 1e9
-
-
-@dataclass
-class Amount:
-    """How much to send per size: ``iters`` writes, ``nbytes`` bytes or ``seconds``."""
-
-    iters: int | None = None
-    nbytes: int | None = None
-    seconds: float | None = None
-
-    def writes(self, size: int) -> int | None:
-        """Writes for ``size`` (None: until ``seconds`` have passed)."""
-        if self.nbytes is not None:
-            return max(1, -(-self.nbytes // size))
-        if self.seconds is not None:
-            return None
-        return self.iters if self.iters is not None else DEFAULT_ITERS
-
-
-#: What the progress callback gets, about once per interval: seconds since the size
-#: started (``t``) and ``clock`` (time.monotonic(), to line up with other processes),
-#: bytes completed, the interval's Gb/s, counters so far; with ``paths`` also "paths":
-#: {"p0s1": {"sent": n, "states": {"GOOD": n, ...}}} (sent: cumulative).
-Progress = Callable[[dict[str, Any]], None]
-
-
-class _Run:
-    """The client side of one run: QPs, regions, counters and path events."""
-
-    def __init__(self, ctx: Context, peer: str, service: int, qps: int, timeout: float,
-                 cc_profile: str | None, biggest: int) -> None:
-        self.ctx = ctx
-        self.timeout = timeout
-        self.cq = ctx.create_cq(depth=4096)
-        self.qps = [ctx.create_qp(self.cq, cc_profile=cc_profile) for _ in range(qps)]
-        self.seed = random.getrandbits(63)
-        self.back = ctx.alloc_mr(64)  # where the server writes its verdicts
-        infos = []
-        for i, qp in enumerate(self.qps):
-            try:
-                infos.append(qp.connect(peer, service + i, expose=[self.back],
-                                        private={"seed": self.seed, "qps": qps}))
-            except ApiError as e:
-                hint = f" (is the server running with --qps {qps}?)" if i else ""
-                raise type(e)(f"{e}{hint}") from None
-        self.remotes = [info.regions[0] for info in infos if info.regions]
-        if len(self.remotes) < qps or min(r.length for r in self.remotes) < biggest:
-            have = min((r.length for r in self.remotes), default=0)
-            raise ApiError(f"the server exposes {have} bytes per QP; run it with "
-                           f"--size {biggest} or more")
-        private = infos[0].private
-        self.private: dict[str, Any] = private if isinstance(private, dict) else {}
-        # The client's region is as long as the server's: the pattern is the same bytes
-        # on both sides, and each write lands at the offset it was read from.
-        self.region = min(r.length for r in self.remotes)
-        self.mr = ctx.alloc_mr(self.region)
-        self.mr.buf[:] = pattern(self.seed, self.region)
-        for qp in self.qps:
-            for i in range(RECV_DEPTH):
-                qp.post_recv(wr_id=i)
-        self.by_qpn = {qp.qpn: qp for qp in self.qps}
-        self.verdicts: list[int] = []
-        self.events: list[dict[str, Any]] = []
-        self.other_events: list[Event] = []
-        self.on_event: Callable[[dict[str, Any]], None] | None = None
-
-    def counters(self) -> tuple[int, int, int]:
-        """(retransmissions, trims NACKed, data packets sent) summed over the QPs."""
-        rtx = trims = packets = 0
-        for qp in self.qps:
-            c = self.ctx.stats(qp)["qp"].get("counters", {})
-            rtx += int(c.get("tx_retransmit", 0))
-            trims += int(c.get("lost_trim", 0))
-            packets += int(c.get("tx_data", 0))
-        return rtx, trims, packets
-
-    def paths(self) -> dict[str, dict[str, Any]]:
-        """Per (plane, path): packets sent (cumulative) and EV states, over the QPs."""
-        out: dict[str, dict[str, Any]] = {}
-        for qp in self.qps:
-            for e in self.ctx.stats(qp, evs=True).get("evs", []):
-                p = out.setdefault(f"p{e['plane']}s{e['path']}", {"sent": 0, "states": {}})
-                p["sent"] += int(e["sent"])
-                p["states"][e["state"]] = p["states"].get(e["state"], 0) + 1
-        return out
-
-    def drain_events(self) -> None:
-        """Move mrcd's asynchronous events into ``events`` (EV state changes as JSON
-        records, with mrcd's time.monotonic() stamp as ``clock``) and ``other_events``."""
-        while (got := self.ctx.get_stamped_event(timeout=0)) is not None:
-            if isinstance(got.event, PathStateChanged):
-                # A record for JSON lines: the event's fields and mrcd's stamp.
-                rec = {"clock": got.clock, **messages.encode(got.event)}
-                self.events.append(rec)
-                if self.on_event is not None:
-                    self.on_event(rec)
-            else:
-                self.other_events.append(got.event)
-
-    def take(self, wcs: list[WorkCompletion]) -> tuple[int, int]:
-        """Sort completions: (writes done, errors); verdicts are kept, receives reposted."""
-        done = errors = 0
-        for wc in wcs:
-            if wc.opcode == "RECV_RDMA_WITH_IMM":
-                if wc.ok and wc.imm is not None and wc.imm & VERDICT_FLAG:
-                    self.verdicts.append(wc.imm & ~VERDICT_FLAG)
-                qp = self.by_qpn.get(wc.qpn)
-                if qp is not None and wc.ok:
-                    qp.post_recv(wr_id=wc.wr_id)
-                errors += not wc.ok
-                continue
-            done += 1
-            errors += not wc.ok
-        return done, errors
-
-
-def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int | None = None,
-               tx_depth: int = 16, service: int = DEFAULT_SERVICE, timeout: float = 30.0,
-               cc_profile: str | None = None, tcp: bool = False,
-               warmup: int | None = None, *, qps: int = 1, nbytes: int | None = None,
-               seconds: float | None = None, progress: Progress | None = None,
-               interval: float = 1.0, paths: bool = False,
-               events: Callable[[dict[str, Any]], None] | None = None) -> list[Result]:
-    """Run every size against ``peer``'s server; one :class:`Result` per size.
-
-    Per size: ``iters`` writes, or ``nbytes`` bytes, or writes for ``seconds``, spread
-    round robin over ``qps`` QPs with at most ``tx_depth`` outstanding on each. After
-    the size, one more write per QP carries an immediate: the server checks that QP's
-    region against the pattern and answers with a verdict (``Result.verified``). With
-    ``tcp``, a last row (``size`` = -1) is a kernel TCP stream of as many bytes as the
-    largest size moved, to the server's host, in the same run. ``progress`` is called
-    about every ``interval`` seconds (see :data:`Progress`); ``events`` with every EV
-    state change of the run's QPs (mrcd's PathStateChanged, plus ``clock``)."""
-    run = _Run(ctx, peer, service, qps, timeout, cc_profile, max(sizes))
-    run.on_event = events
-    # Completions in batches of a quarter of the window (the rest stays in flight): a
-    # push, a wake-up of this process and a round of posts per batch, not per write.
-    run.cq.moderate(max(1, tx_depth * qps // 4), MODERATION_PERIOD_US)
-    amount = Amount(iters, nbytes, seconds)
-    results = []
-    for size in sizes:
-        n = amount.writes(size)
-        warm = (n // 2 if n is not None else 2 * tx_depth * qps) if warmup is None else warmup
-        results.append(_one_size(run, size, amount, warm, tx_depth,
-                                 _Ticker(run, progress, interval, paths)))
-    sink = run.private.get("tcp")
-    tcp = tcp and bool(sink)
-    run.qps[0].post_write(run.mr, 0, 0, run.remotes[0], imm=END_TCP_IMM if tcp else END_IMM,
-                          wr_id=1 << 40)
-    while not run.take(_wait(run.cq, timeout))[0]:
-        pass
-    if tcp and sink:
-        moved = max(r.bytes for r in results)
-        gbps = tcp_baseline(sink[0], int(sink[1]), moved, timeout)
-        results.append(Result(-1, 1, moved * 8 / gbps / 1e9, gbps, 0.0, 0, moved))
-    return results
-
-
-class _Ticker:
-    """Calls the progress callback about once per interval with the run's figures."""
-
-    def __init__(self, run: _Run, progress: Progress | None, interval: float,
-                 paths: bool) -> None:
-        self.run, self.progress, self.interval, self.paths = run, progress, interval, paths
-
-    def start(self, size: int) -> None:
-        self.size = size
-        self.rtx0, self.trims0, self.packets0 = self.run.counters()
-        self.run.drain_events()
-        self.ev0 = len(self.run.events)
-        self.t0 = self.last = time.perf_counter()
-        self.last_done = 0
-
-    def tick(self, done: int, force: bool = False) -> None:
-        now = time.perf_counter()
-        if self.progress is None or (now - self.last < self.interval and not force):
-            return
-        run = self.run
-        run.drain_events()
-        rtx, trims, _ = run.counters()
-        dt = max(now - self.last, 1e-9)
-        rec: dict[str, Any] = {
-            "t": round(now - self.t0, 3), "clock": time.monotonic(), "size": self.size,
-            "bytes": done * self.size,
-            "gbps": round((done - self.last_done) * self.size * 8 / dt / 1e9, 4),
-            "retransmissions": rtx - self.rtx0, "trims": trims - self.trims0,
-            "ev_changes": len(run.events) - self.ev0}
-        if self.paths:
-            rec["paths"] = run.paths()
-        self.progress(rec)
-        self.last, self.last_done = now, done
-
-
-def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
-              ticker: _Ticker) -> Result:
-    nq = len(run.qps)
-    slots = run.region // size  # offsets a write may land at
-    written = [0] * nq  # writes posted per QP, warm-up included: the next offset
-    outstanding = [0] * nq
-
-    def post(q: int, imm: int | None = None) -> None:
-        off = (written[q] % slots) * size
-        run.qps[q].post_write(run.mr, off, size, run.remotes[q], off, imm=imm, wr_id=q)
-        written[q] += 1
-        outstanding[q] += 1
-
-    def reap() -> tuple[int, int]:
-        wcs = _wait(run.cq, run.timeout)
-        for wc in wcs:
-            if wc.opcode != "RECV_RDMA_WITH_IMM":
-                outstanding[wc.wr_id] -= 1
-        return run.take(wcs)
-
-    # Warm-up writes first (untimed), so the window has opened when the clock starts.
-    done = posted = 0
-    while done < warmup:
-        while posted < warmup and outstanding[posted % nq] < tx_depth:
-            post(posted % nq)
-            posted += 1
-        done += reap()[0]
-    want = amount.writes(size)
-    ticker.start(size)
-    deadline = ticker.t0 + (amount.seconds or 0.0)
-    posted = done = errors = 0
-
-    def more() -> bool:
-        return posted < want if want is not None else time.perf_counter() < deadline
-
-    while True:
-        going = more()  # once per round: a round that found it true posts at least once
-        if not going and done >= posted:
-            break
-        while going and outstanding[posted % nq] < tx_depth:
-            post(posted % nq)
-            posted += 1
-            going = more()
-        d, e = reap()
-        done += d
-        errors += e
-        ticker.tick(done)
-    dt = time.perf_counter() - ticker.t0
-    ticker.tick(done, force=True)
-    # The check: one more write per QP carrying how far this QP's pattern now reaches
-    # ([0, n) of its region); the server compares and answers with a verdict.
-    verdicts0 = len(run.verdicts)
-    for q in range(nq):
-        post(q, imm=min(written[q] + 1, slots) * size)
-    got = 0
-    while got < nq or len(run.verdicts) - verdicts0 < nq:
-        d, e = reap()
-        got += d
-        errors += e
-    answers = run.verdicts[verdicts0:]
-    verified = (None if VERDICT_UNCHECKED in answers
-                else all(a == 0 for a in answers))
-    rtx, trims, packets = run.counters()
-    run.drain_events()
-    moved = done * size
-    return Result(size, done, dt, moved * 8 / dt / 1e9, done / dt / 1e6, errors, moved,
-                  nq, verified, rtx - ticker.rtx0, trims - ticker.trims0,
-                  len(run.events) - ticker.ev0, packets - ticker.packets0)
-
-
-def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, service: int,
-                timeout: float, cc_profile: str | None = None) -> list[Latency]:
-    """Ping-pong writes-with-immediate (like ib_write_lat): one :class:`Latency` per size."""
-    biggest = max(sizes)
-    mr = ctx.alloc_mr(biggest)
-    cq = ctx.create_cq()
-    qp = ctx.create_qp(cq, cc_profile=cc_profile)
-    info = qp.connect(peer, service, expose=[mr])  # the server writes its pongs here
-    remote = info.regions[0]
-    for i in range(RECV_DEPTH):
-        qp.post_recv(wr_id=i)
-    rows = []
-    for size in sizes:
-        samples = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            qp.post_write(mr, 0, size, remote, imm=PING_FLAG | size)
-            while True:
-                pong = [w for w in _wait(cq, timeout) if w.opcode == "RECV_RDMA_WITH_IMM"]
-                if pong:
-                    break
-            samples.append((time.perf_counter() - t0) / 2 * 1e6)
-            for w in pong:
-                qp.post_recv(wr_id=w.wr_id)
-        samples.sort()
-        rows.append(Latency(size, iters, samples[0], samples[len(samples) // 2],
-                            sum(samples) / len(samples),
-                            samples[min(len(samples) - 1, int(len(samples) * 0.99))],
-                            samples[-1]))
-    qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=1 << 40)
-    _wait(cq, timeout)
-    return rows
-
-
-def _lat_table(rows: Sequence[Latency]) -> list[str]:
-    lines = [f"{'#bytes':>10} {'#iterations':>12} {'t_min[us]':>10} {'t_typical[us]':>14} "
-             f"{'t_avg[us]':>10} {'t_99[us]':>10} {'t_max[us]':>10}"]
-    for r in rows:
-        lines.append(f"{r.size:>10} {r.iters:>12} {r.t_min:>10.1f} {r.t_typical:>14.1f} "
-                     f"{r.t_avg:>10.1f} {r.t_99:>10.1f} {r.t_max:>10.1f}")
-    return lines
-
-
-def _table(results: Sequence[Result]) -> list[str]:
-    lines = [f"{'#bytes':>10} {'#iterations':>12} {'BW average[Gb/s]':>17} "
-             f"{'MsgRate[Mpps]':>14} {'errors':>7} {'verified':>9} {'rtx':>7} "
-             f"{'trims':>7} {'EV chg':>7}"]
-    best = max((r.gbps for r in results if r.size > 0), default=0.0)
-    for r in results:
-        if r.size < 0:
-            lines.append(f"kernel TCP, same hosts, same run: {r.gbps:.3f} Gb/s; best MRC "
-                         f"size / TCP = {best / r.gbps:.2f}")
-            continue
-        verified = {True: "yes", False: "NO", None: "-"}[r.verified]
-        lines.append(f"{r.size:>10} {r.iters:>12} {r.gbps:>17.3f} {r.mpps:>14.6f} "
-                     f"{r.errors:>7} {verified:>9} {r.retransmissions:>7} {r.trims:>7} "
-                     f"{r.ev_changes:>7}")
-    return lines
+#: -D with --run_infinitely and no -D (perftest's default duration).
+FOREVER_PERIOD = 5.0
 
 
 def _size(text: str) -> int:
@@ -560,25 +99,6 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     return parse
 
 
-def _progress_printer(stream: TextIO | None, json_lines: bool) -> Progress:
-    """Progress records: a human line on ``stream`` (overwritten in place on a
-    terminal; None: no line), and with ``json_lines`` also the record as a JSON line on
-    stdout."""
-    tty = stream is not None and stream.isatty()
-
-    def show(rec: dict[str, Any]) -> None:
-        if stream is not None:
-            line = (f"[{rec['t']:6.1f} s] size {rec['size']}: "
-                    f"{rec['bytes'] / (1 << 20):,.0f} MiB, {rec['gbps']:.3f} Gb/s, rtx "
-                    f"{rec['retransmissions']}, trims {rec['trims']}, EV changes "
-                    f"{rec['ev_changes']}")
-            print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n",
-                  file=stream, flush=True)
-        if json_lines:
-            print(json.dumps({"type": "interval", **rec}), flush=True)
-    return show
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``mrc-perf`` command line."""
     ap = argparse.ArgumentParser(
@@ -592,13 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
         "  mrc-perf client h1 --bytes 1G --tcp      # and kernel TCP beside it\n"
         "  mrc-perf client h1 --lat -s 64           # round trips\n"
         "  mrc-perf client h1 -a --json             # every size, JSON lines\n"
-        "The server must run with the same --qps as the client.")
-    ap.add_argument("--socket", help="mrcd's socket (default $MRCD_SOCKET or "
-                    "/run/mrcd/<hostname>.sock)")
-    ap.add_argument("--service", type=int, default=DEFAULT_SERVICE,
-                    help="service number the server listens on (QP i: service + i)")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds without progress "
-                    "before giving up")
+        "  mrc-perf client h1 -D 5 --run_infinitely # a row every 5 s until Ctrl-C\n"
+        "  mrc-perf client h1 -s 1M -D 30 --plot run.png\n"
+        "The server must run with the same --qps as the client (it says so otherwise).\n"
+        "--socket, --service and --timeout go before or after MODE.")
+    add_version(ap)
     sub = ap.add_subparsers(dest="mode", required=True, metavar="MODE")
     sv = sub.add_parser("server", help="wait for one client run and check its bytes")
     sv.add_argument("-s", "--size", type=_size, default=DEFAULT_REGION,
@@ -641,9 +159,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "and EV states in every interval record")
     cl.add_argument("--events", action="store_true", help="with --json: one JSON line "
                     "per EV state change (type path_event, clock = time.monotonic())")
-    cl.add_argument("--json", action="store_true", help="JSON lines instead of a table: "
-                    "one per size (with 'verified'); with --paths/--events also interval "
-                    "and path_event records (field 'type')")
+    cl.add_argument("--json", action="store_true", help="JSON lines instead of a table, "
+                    "each with a 'type': start (the parameters), interval (one per "
+                    "--interval), path_event (with --events), result (one per size, with "
+                    "'verified'; 'error' on a run that failed), tcp_baseline, latency")
+    cl.add_argument("-b", "--bidirectional", action="store_true", help="the server "
+                    "writes back to this host at the same time (like ib_write_bw -b): "
+                    "the table adds BW back")
+    cl.add_argument("--run_infinitely", "--run-infinitely", action="store_true",
+                    help="repeat the sizes, a row each, until Ctrl-C (default -D 5)")
+    cl.add_argument("--report_gbits", "--report-gbits", action="store_true",
+                    help="accepted for perftest habits: rates are always in Gb/s")
+    cl.add_argument("--plot", metavar="FILE.png", help="draw the run: goodput and each "
+                    "path's share over time, EV failures marked (needs matplotlib: "
+                    "pip install 'mrcnet[plot]')")
     for name, text in (("raw-sink", "count raw MRC frames arriving (the ceiling, receive "
                         "side; needs CAP_NET_RAW, run in the host)"),
                        ("raw-send", "send raw MRC frames as fast as possible over every "
@@ -661,133 +190,186 @@ def build_parser() -> argparse.ArgumentParser:
             rp.add_argument("--dst-ip", help="destination address (without --fabric)")
             rp.add_argument("-s", "--size", type=int, default=8192, help="payload bytes")
             rp.add_argument("--seconds", type=float, default=3.0)
+    both_sides(_common, ap, sv, cl)
     return ap
+
+
+def _common(p: argparse.ArgumentParser, default: Any) -> None:
+    """Options of every mode, accepted before or after it (see both_sides)."""
+    keep = default is not None
+    p.add_argument("--socket", default=default, help="mrcd's socket (default "
+                   "$MRCD_SOCKET or /run/mrcd/<hostname>.sock)")
+    p.add_argument("--service", type=int, default=default if keep else DEFAULT_SERVICE,
+                   help="service number the server listens on (QP i: service + i)")
+    p.add_argument("--timeout", type=_positive(float), default=default if keep else 30.0,
+                   help="seconds without progress before giving up (the server: "
+                   "without anything received while its QPs are up)")
+
+
+def _emit(rec: dict[str, Any]) -> None:
+    print(json.dumps(rec), flush=True)
+
+
+class _Stop:
+    """Ctrl-C (or SIGTERM) once: finish the size under way, check it, end the run
+    cleanly; twice: interrupt."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        print("\nmrc-perf: stopping after this size (Ctrl-C again to abort)",
+              file=sys.stderr, flush=True)
+
+    def __call__(self) -> bool:
+        return self.asked
+
+    def restore(self) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+
+def _start_record(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
+    return {"type": "start", "version": version_text("mrc-perf"), "clock": time.monotonic(),
+            "mode": "latency" if args.lat else "bandwidth", "peer": args.peer,
+            "sizes": sizes, "qps": args.qps, "tx_depth": args.tx_depth,
+            "iters": args.iters, "bytes": args.nbytes, "seconds": args.seconds,
+            "warmup": args.warmup, "interval": args.interval, "cc": args.cc,
+            "bidirectional": args.bidirectional, "run_infinitely": args.run_infinitely,
+            "tcp": args.tcp, "service": args.service, "timeout": args.timeout}
 
 
 def _client(ctx: Context, args: argparse.Namespace) -> int:
     sizes = ALL_SIZES if args.all else [args.size]
+    if args.run_infinitely and args.seconds is None and args.iters is None \
+            and args.nbytes is None:
+        args.seconds = FOREVER_PERIOD
+    if args.json:
+        _emit(_start_record(args, sizes))
     if args.lat:
         rows = run_latency(ctx, args.peer, sizes, args.iters or 1000, args.service,
                            args.timeout, args.cc)
         if args.json:
             for row in rows:
-                print(json.dumps(asdict(row)))
+                _emit({"type": "latency", **asdict(row)})
         else:
-            print("\n".join(_lat_table(rows)))
+            print("\n".join(lat_table(rows)))
         return 0
-    json_intervals = args.json and (args.paths or args.events)
-    progress = (None if args.quiet and not json_intervals else
-                _progress_printer(None if args.quiet else sys.stderr, json_intervals))
-    results = run_client(ctx, args.peer, sizes, args.iters, args.tx_depth, args.service,
-                         args.timeout, args.cc, args.tcp, args.warmup, qps=args.qps,
-                         nbytes=args.nbytes, seconds=args.seconds, progress=progress,
-                         interval=args.interval, paths=args.paths, events=(
-                             (lambda e: print(json.dumps({**e, "type": "path_event"}),
-                                              flush=True)) if args.json and args.events
-                             else None))
-    if progress is not None and not args.quiet and sys.stderr.isatty():
-        print(file=sys.stderr)
-    if args.json:
-        for r in results:
-            print(json.dumps(asdict(r)))
-    else:
-        print("\n".join(_table(results)))
+    intervals: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    plot = args.plot is not None
+    progress = (None if args.quiet and not args.json and not plot else
+                progress_printer(None if args.quiet else sys.stderr, args.json,
+                                 intervals if plot else None))
+
+    def on_event(e: dict[str, Any]) -> None:
+        if plot:
+            events.append(e)
+        if args.json and args.events:
+            _emit({**e, "type": "path_event"})
+
+    tty = progress is not None and not args.quiet and sys.stderr.isatty()
+    shown: list[Result] = []
+
+    def on_result(r: Result) -> None:
+        if tty:
+            print(file=sys.stderr)
+        if args.json:
+            _emit({"type": "result", **asdict(r)})
+        else:
+            if not shown:
+                print(bw_header(args.bidirectional), flush=True)
+            print(bw_row(r), flush=True)
+        shown.append(r)
+
+    stop = _Stop()
+    failure: RunFailed | None = None
+    try:
+        results = run_client(
+            ctx, args.peer, sizes, args.iters, args.tx_depth, args.service, args.timeout,
+            args.cc, args.tcp, args.warmup, qps=args.qps, nbytes=args.nbytes,
+            seconds=args.seconds, progress=progress, interval=args.interval,
+            paths=args.paths or plot, events=on_event if plot or args.events else None,
+            bidir=args.bidirectional, forever=args.run_infinitely, stop=stop,
+            on_result=on_result)
+    except RunFailed as e:
+        failure, results = e, e.results
+    finally:
+        stop.restore()
+    for r in results:
+        if r in shown:
+            continue
+        if r.size < 0:
+            if args.json:
+                _emit({"type": "tcp_baseline", **asdict(r)})
+            else:
+                print(tcp_line(r, results))
+        else:
+            on_result(r)
+    if args.bidirectional and not args.json:
+        both = [r.gbps + (r.gbps_back or 0.0) for r in results if r.size > 0]
+        if both:
+            print(f"bidirectional: both directions together up to {max(both):.3f} Gb/s "
+                  "(ib_write_bw -b's BW)")
+    if plot:
+        plot_run(args.plot, intervals, events, f"mrc-perf {ctx.host} -> {args.peer}")
+        print(f"mrc-perf: plot written to {args.plot}", file=sys.stderr)
+    if failure is not None:
+        if args.json:
+            _emit({"type": "error", "error": failure.reason})
+        print(f"mrc-perf: the run failed: {failure.reason}", file=sys.stderr)
+        return 1
     failed = any(r.errors or r.verified is False for r in results)
     return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mrc-perf`` command."""
-    args = build_parser().parse_args(argv)
+    return survive_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
     if args.mode in ("raw-sink", "raw-send"):
-        return _raw_main(args)
+        return raw_main(args)
+    if args.size <= 0:
+        ap.error(f"--size {args.size}: give a positive number of bytes")
+    if args.mode == "client":
+        if args.size > MAX_WRITE:
+            ap.error(f"--size {args.size}: one write is at most {MAX_WRITE} bytes (1G); "
+                     "the server's region (its --size) may be larger")
+        if args.lat and (args.bidirectional or args.run_infinitely):
+            ap.error("--lat takes neither -b nor --run_infinitely")
+        if args.plot:
+            try:
+                check_plot()
+            except PlotUnavailable as e:
+                ap.error(str(e))
     try:
         with Context(args.socket, path_events=args.mode == "client") as ctx:
             if args.mode == "server":
-                bad = run_server(ctx, args.size, args.service, args.verify, args.timeout,
-                                 lambda line: print(line, flush=True), qps=args.qps)
-                if args.verify:
-                    print("verify: ok" if not bad else f"verify: {bad} check(s) differ")
-                return 1 if bad else 0
+                return serve_main(ctx, args.size, args.service, args.verify, args.timeout,
+                                  args.qps)
             return _client(ctx, args)
-    except (ApiError, TimeoutError) as e:
-        print(f"mrc-perf: {e}", file=sys.stderr)
+    except DaemonNotRunning:
+        print(f"mrc-perf: {not_running(args.socket)}", file=sys.stderr)
+        return 1
+    except RunFailed as e:
+        print(f"mrc-perf: the run failed: {e.reason}", file=sys.stderr)
+        return 1
+    except (ApiError, OSError, MemoryError) as e:  # (TimeoutError is an OSError)
+        why = ("out of memory (a smaller --size?)" if isinstance(e, MemoryError)
+               else e.strerror if isinstance(e, OSError) and e.strerror else str(e))
+        print(f"mrc-perf: {why}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mrc-perf: interrupted", file=sys.stderr)
         return 130
-
-
-def _raw_ports(args: argparse.Namespace) -> tuple[list[PacketPort], list[LocalPort]]:
-    from mrcnet.fabric.describe import load
-
-    if args.fabric:
-        if not args.host:
-            raise IOSetupError("--fabric needs --host (this host's name)")
-        me = load(args.fabric).host(args.host)
-        names = [(p.ifname, p.plane, p.address) for p in me.ports]
-    else:
-        if not args.ifname:
-            raise IOSetupError("give --ifname (repeatable) or --fabric and --host")
-        names = [(n, i, getattr(args, "src_ip", None) or "::") for i, n in
-                 enumerate(args.ifname)]
-    ports = [PacketPort(n) for n, _, _ in names]
-    local = [LocalPort(i, plane, n, p.mac, ipaddress.IPv6Address(addr).packed)
-             for i, ((n, plane, addr), p) in enumerate(zip(names, ports, strict=True))]
-    return ports, local
-
-
-def _raw_main(args: argparse.Namespace) -> int:
-    from mrcnet.daemon.paths import FabricPaths
-    from mrcnet.fabric.describe import load
-
-    try:
-        ports, local = _raw_ports(args)
-    except MrcError as e:
-        print(f"mrc-perf: {e}", file=sys.stderr)
-        return 1
-    try:
-        if args.mode == "raw-sink":
-            print(f"mrc-perf raw-sink: listening on {', '.join(p.ifname for p in ports)}",
-                  file=sys.stderr, flush=True)
-            try:
-                r = raw_sink(ports)
-            except TimeoutError as e:
-                print(f"mrc-perf: {e}", file=sys.stderr)
-                return 1
-        else:
-            if args.fabric:
-                if not args.peer:
-                    print("mrc-perf: raw-send --fabric needs the destination host",
-                          file=sys.stderr)
-                    return 1
-                paths = FabricPaths(load(args.fabric), args.host, local)
-                frames = [routes_frames(paths.routes(args.peer, lp.plane), args.size)
-                          for lp in local]
-            else:
-                if not (args.dst_mac and args.src_ip and args.dst_ip):
-                    print("mrc-perf: raw-send needs --dst-mac, --src-ip and --dst-ip "
-                          "(or --fabric)", file=sys.stderr)
-                    return 1
-                route = Route(local[0].mac, mac_to_bytes(args.dst_mac),
-                              ipaddress.IPv6Address(args.src_ip).packed,
-                              ipaddress.IPv6Address(args.dst_ip).packed)
-                frames = [routes_frames([route], args.size) for _ in local]
-            r = raw_send(ports, frames, args.seconds)
-    finally:
-        for p in ports:
-            p.close()
-    what = "received" if args.mode == "raw-sink" else "sent"
-    if args.json:
-        ru = resource.getrusage(resource.RUSAGE_SELF)  # (start-up included: small)
-        print(json.dumps({"frames": r.frames, "bytes": r.nbytes, "seconds": r.seconds,
-                          "kpps": r.kpps, "gbps": r.gbps, "trimmed": r.trimmed,
-                          "cpu_user": ru.ru_utime, "cpu_system": ru.ru_stime}))
-    else:
-        trims = f" ({r.trimmed} trimmed by switches)" if r.trimmed else ""
-        print(f"raw {what}: {r.frames} frames{trims} in {r.seconds:.2f} s: "
-              f"{r.kpps:.1f} kframes/s, {r.gbps:.3f} Gb/s")
-    return 0
 
 
 if __name__ == "__main__":

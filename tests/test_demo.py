@@ -40,7 +40,8 @@ def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing
 ) -> None:
     env = dict(os.environ, MRC_FABRIC_STATE_DIR=str(tmp_path / "fabrics"))
     run = subprocess.run(
-        [sys.executable, "-m", "mrcnet.demo", "--json", "--seconds", "3", "4", "4"],
+        [sys.executable, "-m", "mrcnet.demo", "--json", "--seconds", "3", "4", "4",
+         "--plot", str(tmp_path / "demo.png")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -55,6 +56,11 @@ def test_demo_runs_a_verified_transfer_through_a_link_failure_and_leaves_nothing
     assert r["app_errors"] == 0
     assert r["bytes"] >= 64 * (1 << 20)
     assert "error" not in r
+    # The PNG of the failure, where the demo said it wrote it.
+    png = tmp_path / "demo.png"
+    assert r["plot"] == str(png) and png.stat().st_size > 1000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot of the failure (goodput, per-path share): {png}" in run.stderr
 
     # The failed link's path: ASSUMED_BAD during, revived and carrying its share after.
     path = r["failure"]["path"]

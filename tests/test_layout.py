@@ -4,12 +4,15 @@
 - no module over 800 lines;
 - the sans-I/O core imports nothing, directly or through other mrcnet modules (package
   ``__init__`` files included), that does I/O: socket, fcntl, select, asyncio;
-- one class per error concept: a single ``SpecError``.
+- one class per error concept: a single ``SpecError``;
+- a client (``mrcnet.api``) does not load the protocol engine.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,3 +149,29 @@ def test_one_spec_error() -> None:
         if isinstance(node, ast.ClassDef) and node.name == "SpecError"
     ]
     assert len(defs) == 1, defs
+
+
+def test_the_client_does_not_load_the_engine() -> None:
+    """``import mrcnet.api`` takes the core's event dataclasses, not the engine: the
+    package ``mrcnet.core`` loads its names when they are first used."""
+    code = ("import sys, mrcnet.api; "
+            "print(sorted(m for m in sys.modules if m.startswith('mrcnet.core')))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    loaded = ast.literal_eval(out)
+    assert "mrcnet.core.events" in loaded
+    assert "mrcnet.core.host" not in loaded, loaded
+
+
+def test_the_core_names_resolve() -> None:
+    """Every name ``mrcnet.core`` offers is its home module's object."""
+    import importlib
+
+    import mrcnet.core as core
+
+    for name in core.__all__:
+        home = importlib.import_module(core._HOMES[name])
+        assert getattr(core, name) is getattr(home, name), name
+    assert set(core.__all__) == set(core._HOMES)
+    with pytest.raises(AttributeError):
+        core.no_such_name  # noqa: B018

@@ -295,7 +295,7 @@ def test_cli_errors_are_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     text = tmp_path / "notes.txt"
     text.write_text("hello, not a capture\n")
     assert wire_main(["decode", str(text)]) == 1
-    assert "not a pcap file" in capsys.readouterr().err
+    assert "not a pcap" in capsys.readouterr().err
     assert wire_main(["decode", str(tmp_path)]) == 1
     assert "directory" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:

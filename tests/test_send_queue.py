@@ -14,8 +14,7 @@ from contextlib import ExitStack, contextmanager
 import pytest
 from test_run_patcher import _EXT_TSETH, _paths
 
-from mrcnet.buffers import SendQueue, send_queue
-from mrcnet.io.batch import CBatchIO
+from mrcnet.io.batch import CBatchIO, SendQueue, send_queue
 from mrcnet.native import HAVE_C
 from mrcnet.wire.bth import F_TS
 from mrcnet.wire.template import RunPatcher

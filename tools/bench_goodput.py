@@ -253,7 +253,7 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
             ss = subprocess.run([*_ns(fab, h), "ss", "-0", "-m", "-n"], capture_output=True,
                                 text=True, timeout=30, check=False).stdout
             counters[f"{h}_sk_drops"] = sum(int(x) for x in re.findall(r"\bd(\d+)\)", ss))
-    row = json.loads(r.stdout.splitlines()[0])
+    (row,) = [x for x in map(json.loads, r.stdout.splitlines()) if x.get("type") == "result"]
     # The warm-up writes (iters // 2) moved data too: count them in the CPU per GB.
     nbytes = size * (iters + iters // 2)
     return {"gbps": row["gbps"], "bytes": nbytes, "errors": row["errors"],

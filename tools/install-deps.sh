@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages mrcnet needs, but only those that are missing.
 # clang/llvm/libbpf-dev: compile the fabric's tc BPF trimming program.
-# iproute2: ip/tc for the fabric. tshark: optional decode check of the sample pcap.
+# iproute2: ip/tc for the fabric. tshark: optional decode check of the sample pcap, and
+# its dumpcap records captures (mrc-fabric capture).
 # nftables/ethtool: host-side drop of MRC frames and NIC tuning.
+# systemd: systemd-analyze checks mrcd's unit file (tests; no running systemd needed).
 set -euo pipefail
 need=()
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -15,6 +17,7 @@ have_cmd ip       || need+=(iproute2)
 have_cmd tshark   || need+=(tshark)
 have_cmd nft      || need+=(nftables)
 have_cmd ethtool  || need+=(ethtool)
+have_cmd systemd-analyze || need+=(systemd)
 have_pkg python3-dev || have_cmd python3-config || need+=(python3-dev)
 # Debian's python3 makes virtualenvs only with python3-venv (ensurepip) installed.
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)

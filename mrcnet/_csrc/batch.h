@@ -1,12 +1,34 @@
 /* mrcnet C: sendmmsg/recvmmsg on a bound packet socket (batch.c), through a batch's
  * buffers (buffers.h): the twin of mrcnet/io/batch.py's PyBatchIO (its Python file binds
- * them as CBatchIO). */
+ * them as CBatchIO); and the ports' send queues (struct mrc_sendq, mrcnet.io.batch.SendQueue).
+ *
+ * The send queues: mrcd's data frames go from the run that built them to sendmmsg with no
+ * Python object per frame. mrc_patch_run (template.h) writes a run's frames back to back
+ * into one buffer; mrc_sendq_add_run queues a pointer to each frame on its port's queue;
+ * mrc_sendq_send sends a port's queue through the port's batch headers straight from
+ * those buffers and keeps what the socket did not take. The buffers belong to Python
+ * (SendQueue), which keeps them alive until their frames are gone. */
 #ifndef MRCNET_BATCH_H
 #define MRCNET_BATCH_H
 
 #include "buffers.h"
 
 /* cffi: begin */
+/* One port's frames waiting to go, oldest first: iov[head .. n-1] (cap slots). */
+struct mrc_sendq {
+    struct iovec *iov;
+    uint32_t head, n, cap;
+};
+
+/* Queue the n frames of a run, laid back to back from `data` (frame i is lens[i] bytes),
+ * frame i on queue port[i] of the nq queues `qs`. A frame for a queue that is full (after
+ * moving its waiting frames to the front) or out of range is not queued. Returns how
+ * many were queued. */
+unsigned mrc_sendq_add_run(struct mrc_sendq *qs, unsigned nq, const uint8_t *data,
+                           const uint32_t *lens, const uint16_t *port, unsigned n);
+
+/* Drop the k oldest frames of q (all if k is larger); returns how many went. */
+unsigned mrc_sendq_drop(struct mrc_sendq *q, unsigned k);
 /* Sends n frames with sendmmsg on a bound packet socket: frame i is `lens[i]` bytes, the
  * frames packed back to back from `data`. Returns the number sent (partial when the queue
  * is full, or before a frame that failed), or -errno if the first one failed. */

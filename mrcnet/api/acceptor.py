@@ -4,6 +4,7 @@ turns each connection that arrives into a :class:`~mrcnet.api.ring.Channel`."""
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Any
 
 from mrcnet.api.errors import ApiError, SocketError
@@ -55,8 +56,9 @@ class Acceptor:
             return
         ch = Channel.create(self.hub, self.ring_size, **self.kw)
         try:
+            # The backlog: connects that arrive before the next arm() wait in mrcd.
             self.hub.call(self.hub.ctx.listen, self.service, ch.qp, expose=[ch.ring],
-                          private=MAGIC)
+                          private=MAGIC, backlog=self.backlog)
         except BaseException:
             ch.destroy()
             raise
@@ -100,6 +102,8 @@ class Acceptor:
         self.closed = True
         if self in self.hub.acceptors:
             self.hub.acceptors.remove(self)
+        with contextlib.suppress(ApiError, SocketError):  # connects waiting: refused now
+            self.hub.call(self.hub.ctx.unlisten, self.service)
         if self.pending is not None:
             self.pending.destroy()
             self.pending = None

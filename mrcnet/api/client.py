@@ -24,6 +24,7 @@ import collections
 import contextlib
 import enum
 import errno
+import fcntl
 import mmap
 import os
 import socket
@@ -33,17 +34,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrcnet.api.errors import (
-    BY_NAME,
     AccessDenied,
     ApiError,
     BadLkey,
     DaemonNotRunning,
     InvalidArgument,
+    LimitExceeded,
     OutOfBounds,
     ProtocolError,
+    error_from,
 )
 from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
-from mrcnet.api.protocol import PROTOCOL_VERSION, Message, moderation_error, recv_msg, send_msg
+from mrcnet.api.protocol import (
+    MAX_MESSAGE,
+    PROTOCOL_VERSION,
+    Message,
+    encode,
+    map_region,
+    moderation_error,
+    nesting_exceeds,
+    recv_msg,
+    send_raw,
+)
 from mrcnet.core.events import Completion, Event
 
 __all__ = [
@@ -312,6 +324,9 @@ class Context:
         self._events: collections.deque[StampedEvent] = collections.deque()
         self._unanswered: dict[int, str] = {}  # pipelined requests: id -> op
         self._deferred: collections.deque[Message] = collections.deque()
+        # What mrcd takes (its hello says; these until then).
+        self._max_message = MAX_MESSAGE
+        self._max_depth = 32
         # Path (EV) state changes are many under loss: only sent when asked for.
         hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid(),
                            path_events=path_events)
@@ -319,6 +334,9 @@ class Context:
         self.planes: int = hello["planes"]
         #: This host's plain IPv6 address per plane (for out-of-band traffic of its own).
         self.addresses: list[str] = list(hello.get("addresses", []))
+        limits = hello.get("limits", {})
+        self._max_message = int(limits.get("max_message", MAX_MESSAGE))
+        self._max_depth = int(limits.get("max_json_depth", self._max_depth))
 
     # --- plumbing -----------------------------------------------------------------------
     def fileno(self) -> int:
@@ -342,19 +360,37 @@ class Context:
 
     def _send(self, msg: Message, fds: list[int] | None = None) -> None:
         self._raise_deferred()
+        data = self._encode(msg)
         self._sock.settimeout(self.timeout)  # a full mrcd queue blocks, bounded
         try:
-            send_msg(self._sock, msg, fds)
+            send_raw(self._sock, data, fds)
         except (BrokenPipeError, ConnectionResetError):
             raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
         except TimeoutError:
             raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") from None
 
+    def _encode(self, msg: Message) -> bytes:
+        """``msg`` as bytes, checked against the limits mrcd announced (it could not
+        answer a request it cannot read to the call that waits for it)."""
+        op = msg.get("op", "request")
+        try:
+            data = encode(msg, self._max_message)
+        except ValueError as e:
+            raise LimitExceeded(f"{op}: {e} (mrcd's per-client limit limits.max_message "
+                                f"is {self._max_message}; an administrator can raise it "
+                                "in mrcd's configuration)", "limits.max_message",
+                                self._max_message) from None
+        if nesting_exceeds(data, self._max_depth):
+            raise LimitExceeded(f"{op}: the request nests deeper than {self._max_depth} "
+                                f"levels (mrcd's per-client limit limits.max_json_depth; "
+                                "an administrator can raise it in mrcd's configuration)",
+                                "limits.max_json_depth", self._max_depth)
+        return data
+
     def _raise_deferred(self) -> None:
         if self._deferred:
             err = self._deferred.popleft()
-            raise BY_NAME.get(err.get("type", ""), ApiError)(
-                "an earlier " + err.get("op", "request") + " failed: " + err.get("message", "?"))
+            raise error_from(err, "an earlier " + str(err.get("op", "request")) + " failed: ")
 
     def _post(self, op: str, **args: Any) -> None:
         """Send a request without waiting: mrcd answers only if it fails, and that error
@@ -397,8 +433,7 @@ class Context:
     def _result(self, resp: Message) -> Message:
         self._raise_deferred()  # a pipelined post that failed before this request ran
         if "error" in resp:
-            err = resp["error"]
-            raise BY_NAME.get(err.get("type", ""), ApiError)(err.get("message", "?"))
+            raise error_from(resp["error"])
         ok: Message = resp.get("ok", {})
         return ok
 
@@ -429,6 +464,9 @@ class Context:
     def _dispatch(self, msg: Message) -> None:
         push = msg.get("push")
         if push is None:
+            if msg.get("id") is None:  # mrcd could not read a request to find its id
+                self._deferred.append({**msg.get("error", {}), "op": "request"})
+                return
             rid = int(msg["id"])
             op = self._unanswered.pop(rid, None)
             if op is not None:
@@ -464,14 +502,31 @@ class Context:
     # --- verbs --------------------------------------------------------------------------
     def alloc_mr(self, length: int,
                  access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE) -> MemoryRegion:
-        """Allocate ``length`` bytes of memory shared with mrcd and register them."""
+        """Allocate ``length`` bytes of memory shared with mrcd and register them.
+
+        The memory is a memfd sealed at its size (``F_SEAL_SHRINK``, ``F_SEAL_GROW``,
+        then ``F_SEAL_SEAL``): mrcd maps only sealed memory, since a file that shrank
+        under its mapping would make mrcd fault (docs/SECURITY.md)."""
         if length <= 0:
             raise InvalidArgument(f"a memory region needs a positive length, got {length}")
-        fd = os.memfd_create("mrc-mr", os.MFD_CLOEXEC)
         try:
-            os.ftruncate(fd, length)
-            mp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            r = self._call("reg_mr", fds=[fd], length=length, access=int(access))
+            fd = os.memfd_create("mrc-mr", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except OSError as e:
+            raise ApiError(f"cannot create a memfd: {e.strerror}") from None
+        try:
+            try:
+                os.ftruncate(fd, length)
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                            fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            except OSError as e:
+                raise InvalidArgument(f"cannot allocate {length} bytes of shared memory: "
+                                      f"{e.strerror}") from None
+            mp = map_region(fd, length, "this process")
+            try:
+                r = self._call("reg_mr", fds=[fd], length=length, access=int(access))
+            except BaseException:
+                mp.close()
+                raise
         finally:
             os.close(fd)  # both mappings keep the memory alive
         mr = MemoryRegion(self, r["addr"], length, r["lkey"], r["rkey"], memoryview(mp), mp)
@@ -496,11 +551,20 @@ class Context:
         return QueuePair(self, r["qpn"], cq)
 
     def listen(self, service: int, qp: QueuePair, *, expose: Sequence[MemoryRegion] = (),
-               private: Any = None) -> None:
+               private: Any = None, backlog: int = 0) -> None:
         """Let the next peer that connects to ``service`` connect to ``qp`` (mrcd answers
-        for the application; :meth:`QueuePair.accept` then returns the peer)."""
+        for the application; :meth:`QueuePair.accept` then returns the peer).
+
+        ``backlog`` > 0: until :meth:`unlisten`, up to that many connects that arrive
+        while no QP listens (the last one connected, the next not armed yet) wait in
+        mrcd for the next ``listen`` on the service instead of being refused."""
         self._call("listen", service=service, qpn=qp.qpn, mrs=[m.lkey for m in expose],
-                   private=private)
+                   private=private, backlog=backlog)
+
+    def unlisten(self, service: int) -> None:
+        """Stop listening on ``service``: connects waiting in its backlog are refused and
+        the QP armed on it (if any) listens no more."""
+        self._call("unlisten", service=service)
 
     def stats(self, qp: QueuePair | None = None, *, evs: bool = False) -> Message:
         """mrcd's counters (host, ports; with ``qp`` also that QP's state and counters;

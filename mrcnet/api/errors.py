@@ -48,6 +48,23 @@ class InvalidArgument(ApiError):
     """An argument is missing or out of range."""
 
 
+class MemoryNotSealed(InvalidArgument):
+    """mrcd refuses a memory region whose file is not a memfd sealed against shrinking
+    (``F_SEAL_SHRINK``): a region that could shrink under mrcd's mapping would make its
+    reads and writes fault. :meth:`Context.alloc_mr <mrcnet.api.Context.alloc_mr>` seals
+    what it creates."""
+
+
+class LimitExceeded(ApiError):
+    """A per-client limit of mrcd was reached. ``key`` is the mrcd configuration key that
+    raises it (e.g. ``limits.max_qps``), ``limit`` its current value."""
+
+    def __init__(self, message: str, key: str = "", limit: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.limit = limit
+
+
 class ConnectError(ApiError):
     """Connecting a QP to a peer failed (unknown peer, unreachable mrcd, refused)."""
 
@@ -130,5 +147,26 @@ class WouldBlock(SocketError, BlockingIOError):
 BY_NAME: dict[str, type[ApiError]] = {
     c.__name__: c
     for c in (ApiError, DaemonNotRunning, AccessDenied, ProtocolError, BadLkey, OutOfBounds,
-              InvalidQP, InvalidCQ, InvalidArgument, ConnectError, QueueFull)
+              InvalidQP, InvalidCQ, InvalidArgument, ConnectError, QueueFull, MemoryNotSealed,
+              LimitExceeded)
 }
+
+
+def error_from(err: dict[str, object], prefix: str = "") -> ApiError:
+    """The exception for an error mrcd sent (``{"type", "message"}``, and for
+    :class:`LimitExceeded` ``key`` and ``limit``); ``prefix`` goes before the message."""
+    cls = BY_NAME.get(str(err.get("type", "")), ApiError)
+    text = prefix + str(err.get("message", "?"))
+    if cls is LimitExceeded:
+        limit = err.get("limit")
+        return LimitExceeded(text, str(err.get("key", "")),
+                             limit if isinstance(limit, int) else None)
+    return cls(text)
+
+
+def error_to(e: ApiError) -> dict[str, object]:
+    """What mrcd sends for ``e`` (the inverse of :func:`error_from`)."""
+    out: dict[str, object] = {"type": type(e).__name__, "message": str(e)}
+    if isinstance(e, LimitExceeded):
+        out["key"], out["limit"] = e.key, e.limit
+    return out

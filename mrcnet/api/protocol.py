@@ -18,12 +18,18 @@ is decided by the socket file's permissions (``socket_mode`` in mrcd's configura
 from __future__ import annotations
 
 import json
+import mmap
+import os
+import re
 import socket
 from typing import Any, Final
 
+from mrcnet.api.errors import InvalidArgument
+
 __all__ = ["MAX_FDS", "MAX_MESSAGE", "MODERATION_COUNT_MAX", "MODERATION_PERIOD_MAX_US",
-           "PROTOCOL_VERSION", "decode", "encode", "moderation_error", "recv_msg",
-           "send_msg"]
+           "PROTOCOL_VERSION", "decode", "encode", "leading_id", "map_region",
+           "moderation_error", "nesting_exceeds", "recv_msg", "recv_raw", "send_msg",
+           "send_raw"]
 
 PROTOCOL_VERSION: Final = 1
 #: Bytes per message: control only (payload bytes live in shared memory, never here).
@@ -49,39 +55,111 @@ def moderation_error(count: object, period_us: object) -> str | None:
 Message = dict[str, Any]
 
 
-def encode(msg: Message) -> bytes:
-    """One message as bytes."""
+def map_region(fd: int, length: int, who: str) -> mmap.mmap:
+    """Map ``length`` bytes of a region's memfd shared and writable (both the client and
+    mrcd do); :class:`InvalidArgument` naming ``who`` when the kernel refuses."""
+    try:
+        return mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, OverflowError) as e:
+        why = e.strerror if isinstance(e, OSError) else str(e)
+        raise InvalidArgument(f"{who} cannot map {length} bytes of shared memory: "
+                              f"{why}") from None
+
+
+def encode(msg: Message, limit: int = MAX_MESSAGE) -> bytes:
+    """One message as bytes (ValueError beyond ``limit`` bytes)."""
     data = json.dumps(msg, separators=(",", ":")).encode()
-    if len(data) > MAX_MESSAGE:
-        raise ValueError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    if len(data) > limit:
+        raise ValueError(f"message of {len(data)} bytes exceeds {limit}")
     return data
 
 
 def decode(data: bytes) -> Message:
-    """Bytes to a message (ValueError if it is not a JSON object)."""
-    msg = json.loads(data)
+    """Bytes to a message (ValueError if it is not a JSON object, or nested beyond what
+    the decoder can take)."""
+    try:
+        msg = json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(msg, dict):
         raise ValueError("a message must be a JSON object")
     return msg
 
 
-def send_msg(sock: socket.socket, msg: Message, fds: list[int] | None = None) -> None:
+#: A JSON string (skipped whole: brackets inside do not count) or a bracket.
+_NESTING = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+#: The request id at the start of a message, as the library writes it (``{"id":7,``).
+_LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*(-?\d{1,18})\s*[,}]')
+
+
+def nesting_exceeds(data: bytes, depth: int) -> bool:
+    """Whether the JSON text ``data`` nests arrays/objects deeper than ``depth``, found
+    without parsing it (a parser would recurse that deep first). Costs two ``count``
+    calls unless the text has more than ``depth`` brackets at all."""
+    if data.count(b"[") + data.count(b"{") <= depth:
+        return False
+    level = 0
+    for m in _NESTING.finditer(data):
+        c = m.group()
+        if c in (b"[", b"{"):
+            level += 1
+            if level > depth:
+                return True
+        elif c in (b"]", b"}"):
+            level -= 1
+    return False
+
+
+def leading_id(data: bytes) -> int | None:
+    """The ``id`` of a request that cannot be decoded, if it starts with one (so its
+    error still reaches the call that waits for it)."""
+    m = _LEADING_ID.match(data)
+    return int(m.group(1)) if m else None
+
+
+def send_msg(sock: socket.socket, msg: Message, fds: list[int] | None = None,
+             limit: int = MAX_MESSAGE) -> None:
     """Send one message, with ``fds`` attached (SCM_RIGHTS) when given."""
-    data = encode(msg)
+    send_raw(sock, encode(msg, limit), fds)
+
+
+def send_raw(sock: socket.socket, data: bytes, fds: list[int] | None = None) -> None:
+    """Send one encoded message, with ``fds`` attached when given."""
     if fds:
         socket.send_fds(sock, [data], fds)
     else:
         sock.send(data)
 
 
-def recv_msg(sock: socket.socket) -> tuple[Message, list[int]] | None:
-    """Receive one message and the fds that came with it; None at end of stream.
+def recv_raw(sock: socket.socket, size: int = MAX_MESSAGE) -> tuple[bytes, list[int], int] | None:
+    """Receive one datagram of at most ``size`` bytes: its bytes, the fds that came with
+    it (the caller owns them from here: it must close them, whatever happens next) and
+    the flags (``MSG_TRUNC``: it was longer; ``MSG_CTRUNC``: more than :data:`MAX_FDS`
+    fds were attached, the kernel closed the rest). None at end of stream.
 
     Raises BlockingIOError on a non-blocking socket with nothing queued.
     """
-    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    data, fds, flags, _addr = socket.recv_fds(sock, size, MAX_FDS)
     if not data:
         for fd in fds:
-            socket.close(fd)
+            os.close(fd)
         return None
-    return decode(data), fds
+    return data, fds, flags
+
+
+def recv_msg(sock: socket.socket) -> tuple[Message, list[int]] | None:
+    """Receive one message and the fds that came with it; None at end of stream. The fds
+    are closed if the message cannot be decoded (ValueError).
+
+    Raises BlockingIOError on a non-blocking socket with nothing queued.
+    """
+    got = recv_raw(sock)
+    if got is None:
+        return None
+    data, fds, _flags = got
+    try:
+        return decode(data), fds
+    except ValueError:
+        for fd in fds:
+            os.close(fd)
+        raise

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 from mrcnet.constants import (
@@ -33,11 +32,9 @@ from mrcnet.constants import (
     EV_PLANE_SHIFT,
 )
 from mrcnet.core.events import PathStateChanged
-from mrcnet.core.spray import CSpray
+from mrcnet.core.spray import Spray, new_spray
 from mrcnet.core.states import EVState
-from mrcnet.native import HAVE_C
 
-_SKIP = EVState.SKIP  # (a global load instead of an attribute lookup per packet)
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
 
@@ -171,8 +168,6 @@ class EVManager:
         self.active: dict[int, list[EVInfo]] = {p: [] for p in sorted(self.paths)}
         self.spares: dict[int, list[EVInfo]] = {p: [] for p in sorted(self.paths)}
         self.usable_planes: list[int] = sorted(self.paths)
-        self._rr_plane = 0
-        self._rr: dict[int, int] = {p: 0 for p in self.paths}
         self._next_instance: dict[tuple[int, int], int] = {}
         self._bad: dict[int, EVInfo] = {}  # ASSUMED_BAD EVs (probed)
         # EVs of one path share its fate (SRv6: the EV names the path), so bad EVs are
@@ -180,18 +175,9 @@ class EVManager:
         self._groups: dict[tuple[int, int], _ProbeGroup] = {}
         self._last_resort = 0
         self._rr_reverse = 0
-        # Per plane: the active EVs grouped by path (rebuilt when the set changes), and a
-        # rotation counter per path: packets go round robin over paths, then over each
-        # path's EVs, so every live path of a plane carries the same share.
-        self._rings: dict[int, list[list[EVInfo]]] = {}
-        self._inst_rr: dict[int, int] = {}  # by path key (EV >> EV_PATH_SHIFT)
-        # The same rotation in C for runs of packets (take): laid out again whenever
-        # _ver moves (a ring dropped, a state or the usable planes changed)
-        self._ver = 0
-        self._spray: CSpray | None = CSpray() if HAVE_C else None
-        self._spray_ver = -1
-        self._spray_keys: list[int] = []  # path keys, in the layout's order
-        self._spray_infos: list[EVInfo] = []  # EVs, in the layout's order
+        # Which EV each packet takes (round robin over planes, paths, EVs): spray.py.
+        # Told whenever the active EVs of a plane, a state or the usable planes change.
+        self.spray: Spray[EVInfo] = new_spray(self.active, self._skip_done)
         self.next_probe = float("inf")
         if not self.paths:
             return
@@ -227,15 +213,14 @@ class EVManager:
         return info
 
     def _drop_ring(self, plane: int) -> None:
-        self._rings.pop(plane, None)
-        self._ver += 1
+        self.spray.drop(plane)
 
     def _set(self, info: EVInfo, new: EVState, cause: str) -> None:
         old = info.state
         if old is new:
             return
         info.state = new
-        self._ver += 1
+        self.spray.changed()
         self.events.append(PathStateChanged(self.qpn, info.ev, old, new, cause))
 
     def _remove_active(self, info: EVInfo) -> None:
@@ -295,15 +280,6 @@ class EVManager:
 
     # --- per packet -----------------------------------------------------------------
 
-    def _ring(self, plane: int) -> list[list[EVInfo]]:
-        ring = self._rings.get(plane)
-        if ring is None:
-            by: dict[int, list[EVInfo]] = {}
-            for info in self.active[plane]:
-                by.setdefault(info.path, []).append(info)
-            ring = self._rings[plane] = [by[p] for p in sorted(by)]
-        return ring
-
     def next_ev(self, avoid: int = -1) -> EVInfo:
         """The EV for the next packet: round robin over planes, then over the plane's
         paths, then over each path's EVs (so a plane's live paths share its load equally,
@@ -325,126 +301,26 @@ class EVManager:
         """
         if self.ecmp:
             return self.ecmp_ev()
-        planes = self.usable_planes
-        n = len(planes)
-        fallback: EVInfo | None = None
-        avoid_path = (avoid >> EV_PATH_SHIFT) if avoid >= 0 else -1
-        handed = False  # a skipped plane handed this packet on
-        rings, inst_rr, rr = self._rings, self._inst_rr, self._rr  # (runs per packet)
-        for k in range(n):
-            plane = planes[self._rr_plane % n]
-            self._rr_plane += 1
-            ring = rings.get(plane)
-            if ring is None:
-                ring = self._ring(plane)
-            m = len(ring)
-            if not m:
-                continue
-            last_plane = k == n - 1  # no other plane left to hand a skipped slot to
-            i = rr[plane]
-            for _ in range(m):
-                lst = ring[i % m]
-                i += 1
-                key = lst[0].ev >> EV_PATH_SHIFT  # the path (plane and path index)
-                c = inst_rr.get(key, 0)
-                inst_rr[key] = c + 1
-                info = lst[c % len(lst)]
-                if info.state is _SKIP:
-                    self._set(info, EVState.GOOD, "skip_done")
-                    fallback = fallback or info
-                    if info.skip_plane and not last_plane:
-                        handed = True
-                        break  # this plane's turn goes to the next plane
-                    continue
-                if key == avoid_path:
-                    fallback = fallback or info
-                    continue
-                rr[plane] = i
-                if handed:
-                    # The packet was the skipped plane's: the plane that took it keeps
-                    # its own turn, so one ECN echo moves one packet.
-                    self._rr_plane -= 1
-                return info
-            rr[plane] = i
-        if fallback is not None:
-            return fallback
+        info = self.spray.next(self.usable_planes,
+                               (avoid >> EV_PATH_SHIFT) if avoid >= 0 else -1)
+        if info is not None:
+            return info
         return self._last_resort_ev()
+
+    def _skip_done(self, info: EVInfo) -> None:
+        """The rotation passed over a SKIP EV: it is GOOD again."""
+        self._set(info, EVState.GOOD, "skip_done")
 
     def take(self, k: int) -> list[int]:
         """The EVs of the next ``k`` packets, as ``k`` calls of :meth:`next_ev` would give
         them (each counted as sent), as long as each is its plain round robin's first try
         (not ECMP, not a SKIP EV): the list stops before the first that is not, and is
         empty if the very next one is not (the caller then asks :meth:`next_ev`). One
-        call per run of new packets instead of one per packet."""
+        call per run of new packets instead of one per packet (:meth:`Spray.take`)."""
         planes = self.usable_planes
-        n = len(planes)
-        if self.ecmp or not n:
+        if self.ecmp or not planes:
             return []
-        if self._spray is not None:
-            return self._take_c(k)
-        rings, rr, inst_rr = self._rings, self._rr, self._inst_rr
-        rr_plane = self._rr_plane
-        out: list[int] = []
-        for _ in range(k):
-            plane = planes[rr_plane % n]
-            ring = rings.get(plane)
-            if ring is None:  # (built as next_ev would build it, at the same moment)
-                ring = self._ring(plane)
-            if not ring:
-                break
-            i = rr[plane]
-            lst = ring[i % len(ring)]
-            key = lst[0].ev >> EV_PATH_SHIFT
-            c = inst_rr.get(key, 0)
-            info = lst[c % len(lst)]
-            if info.state is _SKIP:
-                break
-            rr_plane += 1
-            rr[plane] = i + 1
-            inst_rr[key] = c + 1
-            info.sent += 1
-            out.append(info.ev)
-        self._rr_plane = rr_plane
-        return out
-
-    def _take_c(self, k: int) -> list[int]:
-        """:meth:`take` in C: the same EVs, counters and counts."""
-        spray = self._spray
-        assert spray is not None
-        planes = self.usable_planes
-        if self._spray_ver != self._ver:
-            self._fold_sent()  # (the counts belong to the old layout's EVs)
-            # Lay the rings out (building a missing one: its first packet would have
-            # built it in next_ev, the same ring at the same moment).
-            layout = []
-            keys: list[int] = []
-            infos: list[EVInfo] = []
-            for plane in planes:
-                ring = self._ring(plane)
-                layout.append([[(i.ev, i.state is _SKIP) for i in lst] for lst in ring])
-                keys.extend(lst[0].ev >> EV_PATH_SHIFT for lst in ring)
-                infos.extend(i for lst in ring for i in lst)
-            spray.build(layout)
-            self._spray_keys, self._spray_infos = keys, infos
-            self._spray_ver = self._ver
-        # The counters go in and come back per call (next_ev moves them too); map and
-        # zip keep that free of Python bytecode per plane and path.
-        rr, inst_rr, keys = self._rr, self._inst_rr, self._spray_keys
-        evs, self._rr_plane, plane_rr, path_inst = spray.take(
-            k, self._rr_plane, list(map(rr.__getitem__, planes)),
-            list(map(inst_rr.get, keys, repeat(0, len(keys)))))
-        if evs:
-            rr.update(zip(planes, plane_rr, strict=True))
-            inst_rr.update(zip(keys, path_inst, strict=True))
-        return evs
-
-    def _fold_sent(self) -> None:
-        """Add the packets the C rotation gave each EV to its ``sent`` counter (done
-        when they are read, not per run)."""
-        if self._spray is not None and self._spray_infos:
-            for info, c in zip(self._spray_infos, self._spray.take_sent(), strict=True):
-                if c:
-                    info.sent += c
+        return self.spray.take(planes, k)
 
     def _last_resort_ev(self) -> EVInfo:
         pool = [
@@ -614,7 +490,7 @@ class EVManager:
         """Only these planes may carry packets now (local ports and the peer's ports)."""
         new = [p for p in sorted(self.paths) if p in set(planes)]
         self.usable_planes = new
-        self._ver += 1
+        self.spray.changed()
         if self.ecmp and new and not any(i.plane in new for i in self.evs.values()):
             # RoCE-like failover: the single EV moves to a live plane.
             plane = new[self._ecmp_hash % len(new)]
@@ -629,5 +505,5 @@ class EVManager:
 
     def stats(self) -> dict[int, dict[str, Any]]:
         """Per-EV counters."""
-        self._fold_sent()
+        self.spray.fold_sent()
         return {ev: info.stats() for ev, info in self.evs.items()}

@@ -137,6 +137,14 @@ class Host:
         self._qp_ctx = HostContext(self.name, self.config, self.memory, self.count, self.emit,
                                    self.path_events, self.port_of_plane)
         self._rx = Receiver(self)  # frames in (and the receive lane kept in step)
+        #: ``receive_batch(frames, port, now, slots=None)``: frames from the network on
+        #: local ``port``, all at ``now``: the same as :meth:`receive` of each in turn,
+        #: with less Python per frame (mrcd hands over each batch its socket gives).
+        #: ``slots``: the C batch (:class:`mrcnet.buffers.BatchSlots`) whose last receive
+        #: gave ``frames`` (its ``recv_views``, or a :class:`mrcnet.buffers.SlotFrames` of
+        #: it): the C lane then reads them where they are. Never raises. It is the
+        #: receiver's own method (mrcnet/core/receive.py), bound here: no hop per batch.
+        self.receive_batch = self._rx.receive_batch
 
     # --- counters and events ------------------------------------------------------------
 
@@ -533,15 +541,6 @@ class Host:
         """One frame from the network on local ``port``. Never raises."""
         self.receive_batch((frame,), port, now)
 
-    def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                      now: float, slots: Any = None) -> None:
-        """Frames from the network on local ``port``, all at ``now``: the same as
-        :meth:`receive` of each in turn, with less Python per frame (mrcd hands over
-        each batch its socket gives). ``slots``: the C batch
-        (:class:`mrcnet.buffers.BatchSlots`) whose last receive gave ``frames`` (its
-        ``recv_views``, or a :class:`mrcnet.buffers.SlotFrames` of it): the C lane then
-        reads them where they are. Never raises. (The loop: mrcnet/core/receive.py.)"""
-        self._rx.receive_batch(frames, port, now, slots)
 
     @property
     def _lane(self) -> Any:
@@ -550,7 +549,7 @@ class Host:
 
     @_lane.setter
     def _lane(self, lane: Any) -> None:
-        self._rx._lane = lane
+        self._rx.set_lane(lane)
 
     def _dispatch(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: int,
                   now: float) -> None:
@@ -690,7 +689,7 @@ class Host:
     def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
         """Every frame ready to go now: (local port index, frame bytes).
 
-        ``sendq``: the caller's per-port send queues (:class:`mrcnet.buffers.SendQueue`,
+        ``sendq``: the caller's per-port send queues (:class:`mrcnet.io.batch.SendQueue`,
         mrcd's): new data frames built a run at a time in C then go straight into them
         (no Python object per frame) instead of into the list; single frames and control
         frames still come in the list."""

@@ -1,12 +1,13 @@
 """The receive loop: frames in, dispatched to their QPs, with the receive lane in step.
 
 :meth:`Receiver.receive_batch` hands a batch to the receive lane (mrcnet/core/rxlane.py,
-C or its Python twin), which handles the common case on its own: plain data for the QP
-it serves, and the SACKs of the QP whose table it was given. Every frame the lane stops
-at takes the per-frame path (parse, checks, ``QueuePair.on_data`` / ``on_sack``, or the
-host's dispatch for everything else). Before each batch the lane's copy of what it needs
-(the QP's state record, peers, window, the sending QP's window and table) is checked and
-brought in step with the QPs.
+in C), which handles the common case on its own: plain data for the QP it serves, and
+the SACKs of the QP whose table it was given. Every frame the lane stops at takes the
+per-frame path (parse, checks, ``QueuePair.on_data`` / ``on_sack``, or the host's
+dispatch for everything else), and so does every frame when there is no lane (no C
+module, or ``fast_parse`` off): the lane makes the per-frame path's decisions. Before
+each batch the lane's copy of what it needs (the QP's state record, peers, window, the
+sending QP's window and table) is checked and brought in step with the QPs.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from mrcnet.core.rxlane import (
     RX_SACKS,
     WHY_MR_MISS,
     WHY_PARSE,
-    lane_class,
+    CRxLane,
+    new_lane,
 )
-from mrcnet.core.rxlane_c import CRxLane
 from mrcnet.core.states import QPState
 from mrcnet.errors import MalformedFrame
 from mrcnet.wire.parsed import FrameParser, PyParsed
@@ -63,13 +64,11 @@ class Receiver:
 
     def __init__(self, host: ReceivingHost) -> None:
         self.host = host
-        config = host.config
         # The receive lane: data of one QP at a time (the last one whose data took the
         # full path), the regions it may write, and what it was set up with (re-checked
         # before each batch). None: frame by frame.
-        self._lane: Any = lane_class(config.fast_parse)()
-        self._lane.verify = config.verify_checksums
-        self._lane_slots = isinstance(self._lane, CRxLane)  # reads a C batch in place
+        self._lane: Any = None
+        self._lane_slots = False  # the lane reads a C batch in place
         self._lane_qp: QueuePair | None = None
         # The QP whose SACKs the lane takes (the last one a SACK came for), and the table
         # and peers the lane was given for it
@@ -79,6 +78,17 @@ class Receiver:
         self._lane_peers: frozenset[bytes] = frozenset()
         self._lane_win = 0
         self._lane_gen = host.memory.generation
+        self.set_lane(new_lane(host.config.fast_parse))
+
+    def set_lane(self, lane: Any) -> None:
+        """Use ``lane`` from now on (None: frame by frame). Anything with the interface
+        of :class:`mrcnet.core.rxlane.CRxLane` will do: the tests plant the lane's
+        Python oracle here."""
+        self._lane = lane
+        self._lane_slots = isinstance(lane, CRxLane)
+        self._lane_qp = self._ack_qp = None
+        if lane is not None:
+            lane.verify = self.host.config.verify_checksums
 
     def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
                       now: float, slots: Any = None) -> None:
@@ -264,7 +274,7 @@ class Receiver:
     def _ack_sync(self) -> None:
         """Before the lane runs: let it take the ack QP's SACKs, from where its window is
         now, if on_sack's decisions cannot change what a later SACK's table work does
-        (rx.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
+        (rxlane.h struct mrc_rx_ack): the QP is sending, keeps no "declared lost" records
         and suspects no path. Else every SACK stops and takes the full path."""
         qp = self._ack_qp
         assert qp is not None

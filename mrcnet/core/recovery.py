@@ -22,7 +22,7 @@ from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
-from mrcnet.core.txtable import PEND, TxTable
+from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
@@ -121,7 +121,7 @@ class Recovery:
         txt = self.txt
         for seq in txt.inflight():
             e = txt.get(seq)
-            if e is not None and ev_path(e[0])[0] not in live:
+            if e is not None and ev_path(e[E_EV])[0] not in live:
                 self._mark_lost(seq, now, "port")
 
     def probe_timeout(self) -> float:
@@ -157,7 +157,7 @@ class Recovery:
         """The retransmission timer follows the oldest packet in flight (per-path RTO)."""
         seq = self.txt.oldest()
         e = self.txt.get(seq) if seq is not None else None
-        self.rto_at = _INF if e is None else e[1] + self.rto(e[0]) * self.backoff()
+        self.rto_at = _INF if e is None else e[E_SENT] + self.rto(e[E_EV]) * self.backoff()
 
     def _mark_lost(self, seq: int, now: float, cause: str) -> None:
         """Take packet ``seq`` out of flight and queue it for retransmission on another
@@ -166,7 +166,7 @@ class Recovery:
         e = txt.get(seq)
         if e is None:
             return
-        ev, sent = e[0], e[1]
+        ev, sent = e[E_EV], e[E_SENT]
         txt.lose(seq)
         evm, cc = self.evm, self.cc
         assert evm is not None and cc is not None
@@ -188,7 +188,7 @@ class Recovery:
                 if len(log) >= _LOST_LOG_MAX:
                     for k in list(log)[: _LOST_LOG_MAX // 2]:
                         del log[k]
-                log[seq] = (ev, e[2], now, cause == "loss")
+                log[seq] = (ev, e[E_TS], now, cause == "loss")
                 txt.log(seq, True)
                 if self._path_failed(ev, sent, now, cause):
                     if cause == "timeout":
@@ -355,7 +355,7 @@ class Recovery:
         txt = self.txt
         for seq in txt.inflight():
             e = txt.get(seq)
-            if e is not None and e[1] + self.rto(e[0]) * backoff <= now:
+            if e is not None and e[E_SENT] + self.rto(e[E_EV]) * backoff <= now:
                 expired.append(seq)
         if not expired:
             self._arm_rto()
@@ -425,8 +425,8 @@ class Recovery:
         self._sack_news(acked, 0, 0.0, -1, 0, 0, 0, 0, 0, now)
 
     def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
-        """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.PyRxLane`
-        ``take_acks``; rx.h ``struct mrc_rx_ack``): the rest of :meth:`on_sack` for each,
+        """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.CRxLane`
+        ``take_acks``; rxlane.h ``struct mrc_rx_ack``): the rest of :meth:`on_sack` for each,
         in order. ``ints`` holds ``RX_ACK_INTS`` integers per SACK, ``sents`` the
         triggering packet's send time."""
         it = iter(ints)  # (ten at a time: zip of one iterator with itself)
@@ -592,7 +592,7 @@ class Recovery:
             return
         seq = unwrap(n.nack_psn, self.snd_una)
         e = self.txt.get(seq)
-        if e is None or e[0] != n.nack_ev:
+        if e is None or e[E_EV] != n.nack_ev:
             # Not about the latest transmission of an outstanding packet: stale or forged.
             self.qp.count("rx_nack_stale")
             return
@@ -603,16 +603,16 @@ class Recovery:
             # silence, not congestion (the resend waits for the window like new data).
             self.retries = 0
             if not lasthop:
-                self.evm.skip(e[0], "trim")
+                self.evm.skip(e[E_EV], "trim")
             self.cc.on_trim(now, lasthop)
-            if not e[8] & PEND:
+            if not e[E_FLAGS] & PEND:
                 self._mark_lost(seq, now, "trim")
         elif reason == NackReason.UNEXP_EVENT:
-            wr = self.snd.wr_of[e[7]]
+            wr = self.snd.wr_of[e[E_WR]]
             self.qp.fail(
                 WCStatus.REM_ACCESS_ERR,
                 f"remote access error: {self.attrs.peer} refused the write of wr_id "
-                f"{wr.wr_id} (rkey {wr.rkey:#x}, address {wr.remote_addr + e[5]:#x}): "
+                f"{wr.wr_id} (rkey {wr.rkey:#x}, address {wr.remote_addr + e[E_OFF]:#x}): "
                 "check the rkey and that the range lies inside the peer's memory region",
             )
         elif reason == NackReason.NO_RESOURCE:

@@ -5,9 +5,9 @@ any order, recorded, and delivered in order as the cumulative point passes it (a
 write-with-immediate completes then, exactly once). SACKs (cumulative point, bitmap,
 the triggering packet's EV and stamp, CC state; a plain cumulative ACK when that is all
 there is to say) and NACKs (trims, access errors, an immediate without a posted receive)
-go back on the path the packet came on. The host's receive
-lane (mrcnet/core/rxlane.py, C or its Python twin) does the same for the common case on
-the same state record (``rx``): every change here goes there as well.
+go back on the path the packet came on. The host's receive lane (mrcnet/core/rxlane.py,
+in C) does the same for the common case on the same state record (``rx``): every change
+here goes there as well (and to the lane's Python oracle, tests/core/pylane.py).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Responder:
                 now: float, out: list[tuple[int, bytes]]) -> None:
         """A data packet (``f``: the parsed ``frame``): check, place, and acknowledge (or
         NACK) it. (The host's receive lane does the same for the common case: every
-        change here goes to mrcnet/_csrc/rx.c and mrcnet/core/rxlane.py as well.)"""
+        change here goes to mrcnet/_csrc/rxlane.c and tests/core/pylane.py as well.)"""
         rx = self.rx
         rcv = rx.rcv_nxt
         d = (f.psn - rcv) & PSN_MASK  # unwrap(psn, rcv) - rcv, inlined (every packet)

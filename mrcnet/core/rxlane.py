@@ -1,43 +1,40 @@
-"""The responder's receive lane: the common case of receiving data, a batch at a time.
+"""The responder's receive lane, and the responder state record it shares with Python.
 
 Like TCP header prediction. :meth:`mrcnet.core.host.Host.receive_batch` hands each batch
-to a lane, which parses the frames one after the other and handles, on its own, every
-data frame of the QP it is set to that needs nothing unusual: from the QP's peer, in the
-receive window, not a duplicate, untrimmed, without an immediate, for a registered region
-that allows remote writes and holds the range. It places the payload and moves the
-responder's state exactly as :meth:`mrcnet.core.qp.QueuePair.on_data` would. It stops
-and hands back to Python at any other frame (which then takes the full path, the
-frame's parse done) and whenever a SACK is due (which Python builds, at the very point
-``on_data`` would). The lane and the Python core share one responder state record (the
-fields of ``struct mrc_rx_qp``, mrcnet/_csrc/rxlane.h), so neither copies anything back.
+to the lane (:class:`CRxLane`, the C function ``mrc_rx_run`` of ``mrcnet/_csrc/rxlane.c``),
+which parses the frames one after the other and handles, on its own, every data frame of
+the QP it is set to that needs nothing unusual: from the QP's peer, in the receive window,
+not a duplicate, untrimmed, without an immediate, for a registered region that allows
+remote writes and holds the range. It places the payload and moves the responder's state
+exactly as :meth:`mrcnet.core.responder.Responder.on_data` would. It stops and hands back
+to Python at any other frame (which then takes the full path, the frame's parse done) and
+whenever a SACK is due that it cannot build itself (which Python builds, at the very
+point ``on_data`` would). It also takes the SACKs of one sending QP to that QP's table of
+packets in flight (:class:`mrcnet.core.txtable.CTxTable`), leaving a record per SACK for
+:meth:`mrcnet.core.recovery.Recovery.on_sack_records`.
 
-With the C module the lane is ``mrcnet/_csrc/rxlane.c`` (:class:`mrcnet.core.rxlane_c.CRxLane`);
-:class:`PyRxLane` here is its pure-Python twin, with the same interface, the same
-decisions and the same state (``tests/core/test_rxlane.py`` and
-``tests/core/test_hotpath_batch.py`` compare them, and both with the frame-by-frame path).
+The lane and the Python core share one responder state record (the fields of ``struct
+mrc_rx_qp``, mrcnet/_csrc/rxlane.h), so neither copies anything back. Without the C
+module the record is :class:`PyRxQP` and its operations (ring growth, SACK bitmaps and
+frames) are :class:`PyRxState`'s; there is no lane then: every frame takes the per-frame
+path, which is the reference the C lane is held to (``tests/core/pylane.py`` keeps the
+lane's logic in Python as the tests' oracle, and ``tests/core/test_rxlane.py``,
+``test_acklane.py`` and ``test_hotpath_batch.py`` compare the three).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from mrcnet.constants import (
-    ENDPOINT_QPN,
-    EV_PATH_SHIFT,
-    EV_PLANE_MASK,
-    EV_PLANE_SHIFT,
-    PSN_MASK,
-    SACK_BITMAP_BITS,
-    Opcode,
-    SackMode,
-)
+from mrcnet.buffers import BatchSlots
+from mrcnet.constants import SACK_BITMAP_BITS
 from mrcnet.core.ctrl import SackTemplate
-from mrcnet.core.memory import MemoryRegion
-from mrcnet.core.rxlane_c import CRxLane
-from mrcnet.errors import MalformedFrame, MalformedReason
-from mrcnet.native import HAVE_C
-from mrcnet.wire.parsed import py_parse
+from mrcnet.core.txtable import CTxTable
+from mrcnet.errors import MalformedReason
+from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
+from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
 # mrcnet/_csrc/rxlane.h (a test checks the two agree)
 RX_UNREP_MAX = 64  # PSNs received since the last SACK the record holds itself
@@ -54,13 +51,7 @@ RX_POS_SHIFT = 4  # run()'s result: pos << RX_POS_SHIFT | flags | result
 RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
 
-_HALF = 1 << 23
 _INF = float("inf")
-_OP_FIRST, _OP_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
-_OP_LAST, _OP_ONLY = int(Opcode.WRITE_LAST), int(Opcode.WRITE_ONLY)
-_PLAIN = frozenset((_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_ONLY))
-_HALF_BITS = SACK_BITMAP_BITS // 2
-_EV_PLANE_SHIFT, _EV_PLANE_MASK, _EV_PATH_SHIFT = EV_PLANE_SHIFT, EV_PLANE_MASK, EV_PATH_SHIFT
 
 
 def ring_size(window: int) -> int:
@@ -101,41 +92,9 @@ class PyRxQP:
         self.ooo_op = [0] * cap
 
 
-class PyRxLane:
-    """The receive lane in Python (the module docstring says what it does). One per
-    host; :class:`mrcnet.core.rxlane_c.CRxLane` has the same interface."""
-
-    def __init__(self) -> None:
-        self.frames: Sequence[Any] = ()
-        self.qp: PyRxQP | None = None
-        self.qpn = -1
-        self.peers: frozenset[bytes] = frozenset()
-        self.win = 0
-        self.ack_every = 1
-        self.sack_on_reorder = False
-        self.ack_delay = self.reorder_floor = 0.0
-        self.plane = -1
-        self.verify = True
-        self.mrs: dict[int, MemoryRegion] = {}
-        self.pos = 0
-        self.why = WHY_NONE
-        self.placed = 0  # data frames the lane handled, ever
-        self.parsed: Any = None  # the frame the lane stopped at (RX_STOP), parsed
-        self.error: Exception | None = None  # ... or why it could not be
-        # SACKs the lane builds itself (rxlane.h struct mrc_rx_ctx says when)
-        self.sack_ok = False
-        self.plane_ok = 0
-        self.paths: dict[int, tuple[Any, int]] = {}
-        self.sout: list[tuple[int, bytes]] = []
-        self.sout_len = 0
-        # The QP whose SACKs the lane takes (rxlane.h struct mrc_rx_ack says when)
-        self.ack_on = False
-        self.ack_qpn = -1
-        self.ack_txt: Any = None
-        self.ack_peers: frozenset[bytes] = frozenset()
-        self.ack_una = self.ack_next = self.ack_cap = 0
-        self.ack_ints: list[int] = []
-        self.ack_sent: list[float] = []
+class PyRxState:
+    """The responder state record's operations in Python (without the C module): the
+    static methods :class:`CRxLane` has for ``struct mrc_rx_qp``, on a :class:`PyRxQP`."""
 
     # --- the responder state record --------------------------------------------------
 
@@ -191,292 +150,9 @@ class PyRxLane:
         ack_ev, ack_ce, ack_ts, rcvd, ack_seq = (rx.ack_ev, rx.ack_ce, rx.ack_ts,
                                                  rx.rcvd_bytes, rx.ack_seq)
         return [t.build_fields(ev, ack_ev, rcv, ack_seq, base, ack_ce, probe,
-                               PyRxLane.bitmap(rx, base) if nooo else 0, ack_ts, nooo,
+                               PyRxState.bitmap(rx, base) if nooo else 0, ack_ts, nooo,
                                penalty, rcvd)
                 for base in bases]
-
-    # --- set up --------------------------------------------------------------------
-
-    def load(self, frames: Sequence[bytes | bytearray | memoryview]) -> Sequence[Any] | None:
-        """Take a batch's frames; returns them as the lane reads them (memoryviews cast
-        to bytes): the caller's full path must read those."""
-        if any(type(f) is memoryview and (f.itemsize != 1 or f.ndim != 1) for f in frames):
-            frames = [f.cast("B") if type(f) is memoryview and (f.itemsize != 1 or f.ndim != 1)
-                      else f for f in frames]
-        self.frames = frames
-        return frames
-
-    def release(self) -> None:
-        """Let go of the loaded frames."""
-        self.frames = ()
-
-    def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
-               ack_delay: float, reorder_floor: float, sack_on_reorder: bool) -> bool:
-        """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
-        QP) if the lane cannot check its peers."""
-        if len(peers) > RX_PEERS_MAX:
-            self.clear_qp()
-            return False
-        self.qp, self.qpn, self.peers = rx, qpn, peers
-        self.win, self.ack_every, self.ack_delay = win, ack_every, ack_delay
-        self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
-        self.paths, self.sack_ok = {}, False
-        return True
-
-    def clear_qp(self) -> None:
-        """Serve no QP: every data frame stops."""
-        self.qp, self.qpn = None, -1
-        self.paths, self.sack_ok = {}, False
-
-    def sack_setup(self, plane_ok: int,
-                   tmpls: dict[int, tuple[Any, int]] | None) -> None:
-        """Let the lane build the QP's due SACKs itself when the triggering packet's
-        plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
-        template for its path; ``tmpls``: the QP's templates (path key -> (template,
-        port)) if they changed."""
-        self.plane_ok, self.sack_ok = plane_ok, True
-        if tmpls is not None:
-            self.set_paths(tmpls)
-
-    def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
-        """The QP's SACK templates: path key -> (template, port)."""
-        self.paths = dict(list(tmpls.items())[:RX_PATHS_MAX])
-
-    @property
-    def npaths(self) -> int:
-        """SACK templates the lane knows."""
-        return len(self.paths)
-
-    def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
-        """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
-        holds) once :meth:`ack_sync` says where its window is; False (and none taken) if
-        the lane cannot (too many peers, or a table of the other kind)."""
-        self.ack_on = False
-        if len(peers) > RX_PEERS_MAX or not hasattr(txt, "sack"):
-            self.ack_qpn, self.ack_txt = -1, None
-            return False
-        self.ack_qpn, self.ack_txt, self.ack_peers, self.ack_cap = qpn, txt, peers, txcap
-        return True
-
-    def ack_sync(self, una: int, next_seq: int) -> None:
-        """The ack QP's send window now (its snd_una and next_seq): take its SACKs."""
-        self.ack_una, self.ack_next = una, next_seq
-        self.ack_on = self.ack_txt is not None
-
-    def ack_pause(self) -> None:
-        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
-        self.ack_on = False
-
-    def take_acks(self) -> tuple[list[int], list[float]]:
-        """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
-        each (rxlane.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
-        ints, sent = self.ack_ints, self.ack_sent
-        self.ack_ints, self.ack_sent = [], []
-        return ints, sent
-
-    def _ack_take(self, f: Any, buf: Any, now: float) -> bool:
-        """rxlane.c ack_take: a SACK of the ack QP to its table, a record left (True), or
-        False for Python to see it."""
-        if len(self.ack_sent) >= RX_ACK_MAX:
-            return False
-        o = f.src_off
-        if bytes(buf[o : o + 16]) not in self.ack_peers:
-            return False
-        if f.pr:
-            return False  # (a probe response answers no packet: Python's)
-        una = self.ack_una
-        d = (f.cack_psn + 1 - una) & PSN_MASK  # SETH's CACK is the last PSN in order
-        if d >= _HALF:
-            d -= PSN_MASK + 1
-        cack = una + d
-        if cack > self.ack_next or cack <= una - self.ack_cap:
-            return False
-        trig = cack - 1 + f.ack_offset
-        txt = self.ack_txt
-        off = f.sack_offset
-        acked = txt.sack(now, una, cack, self.ack_next, cack - 1 + off, f.bitmap, off == 2,
-                         trig, f.sack_ev, f.ts_echo)
-        if cack > una:
-            self.ack_una = cack
-        tx = txt.trig_tx
-        mode = f.mode
-        self.ack_ints += (cack, acked, tx, f.sack_ev, f.ts_echo, trig,
-                          int(mode == SackMode.SKIP_ONCE), mode, f.window_penalty,
-                          f.rcvd_bytes)
-        self.ack_sent.append(txt.trig_sent if tx else 0.0)
-        return True
-
-    def _flags(self) -> int:
-        return (RX_SACKS if self.sout else 0) | (RX_ACKS if self.ack_sent else 0)
-
-    def take_sacks(self) -> list[tuple[int, bytes]]:
-        """The SACK frames the lane built since the last call: (port, frame), in order."""
-        out, self.sout, self.sout_len = self.sout, [], 0
-        return out
-
-    def _lane_sack(self, q: Any) -> bool:
-        """rxlane.c lane_sack: send_sack's common case, or False (nothing changed)."""
-        ev = q.ack_ev
-        plane = (ev >> _EV_PLANE_SHIFT) & _EV_PLANE_MASK
-        if not ev or plane >= 64 or not (self.plane_ok >> plane) & 1:
-            return False
-        tp = self.paths.get(ev >> _EV_PATH_SHIFT)
-        if tp is None or len(self.sout) >= RX_SOUT_MAX:
-            return False
-        tmpl, port = tp
-        ln = len(tmpl.layout()[0])
-        room = min((RX_SOUT_MAX - len(self.sout)) * ln, RX_SOUT_BYTES - self.sout_len)
-        bases = sack_bases(q, [])
-        if len(bases) * ln > room:
-            return False
-        pen = q.penalty
-        frames = PyRxLane.sack(q, tmpl, ev, int(pen) if pen else 0, -1, bases)
-        if pen:
-            q.penalty = pen * 0.5
-        q.ack_at = _INF
-        q.since_ack = 0
-        self.sout += [(port, f) for f in frames]
-        self.sout_len += len(frames) * ln
-        return True
-
-    def add_mr(self, mr: MemoryRegion) -> None:
-        """Let the lane write ``mr`` (a registered region that allows remote writes)."""
-        if len(self.mrs) < RX_MRS_MAX:
-            self.mrs[mr.rkey] = mr
-
-    def drop_mr(self, rkey: int) -> None:
-        """Forget the region with ``rkey`` (deregistered)."""
-        self.mrs.pop(rkey, None)
-
-    def clear_mrs(self) -> None:
-        """Forget every region."""
-        self.mrs.clear()
-
-    def malformed(self) -> MalformedReason | None:
-        """Why the frame the lane stopped at (``why`` WHY_PARSE) did not parse (None: a
-        parser bug, not the frame)."""
-        e = self.error
-        return e.reason if isinstance(e, MalformedFrame) else None
-
-    # --- the lane --------------------------------------------------------------------
-
-    def run(self, i: int, n: int, now: float, plane: int) -> int:
-        """Handle frames ``i .. n-1``, received at ``now`` on a port of ``plane``;
-        returns ``pos << RX_POS_SHIFT | result`` (| RX_SACKS when SACK frames it built
-        wait in ``take_sacks``, | RX_ACKS when records of SACKs it took wait in
-        ``take_acks``): RX_END
-        (all done, pos n), RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame
-        ``pos`` not handled: ``parsed`` holds it, ``why`` says why). The twin of rxlane.c
-        ``mrc_rx_run``, line for line."""
-        frames, q, verify = self.frames, self.qp, self.verify
-        self.plane = plane
-        for k in range(i, n):
-            buf = frames[k]
-            try:
-                f = py_parse(buf, verify)
-            except Exception as e:  # (the caller counts it)
-                self.parsed, self.error = None, e
-                return self._stop(k, WHY_PARSE)
-            self.parsed, self.error = f, None
-            if (not f.is_data and f.has_seth and self.ack_on and f.dest_qp == self.ack_qpn
-                    and f.dest_qp != ENDPOINT_QPN):
-                if self._ack_take(f, buf, now):
-                    continue
-                return self._stop(k, WHY_ACK)
-            if q is None or not f.is_data or f.dest_qp != self.qpn:
-                return self._stop(k, WHY_OTHER)
-            o = f.src_off
-            if bytes(buf[o : o + 16]) not in self.peers:
-                return self._stop(k, WHY_PEER)
-            rcv = q.rcv_nxt
-            d = (f.psn - rcv) & PSN_MASK
-            if d >= _HALF:
-                d -= PSN_MASK + 1
-            seq = rcv + d
-            win = self.win
-            if d >= win or d <= -win:
-                return self._stop(k, WHY_WINDOW)
-            n_ = f.length
-            mr = self.mrs.get(f.rkey)
-            if mr is None:
-                return self._stop(k, WHY_MR_MISS)
-            off = f.va - mr.addr
-            if not mr.remote_write or off < 0 or off + n_ > mr.length:
-                return self._stop(k, WHY_MR_BAD)
-            m = q.ooo_cap - 1
-            if d < 0 or (q.ooo_n and q.ooo_seq[seq & m] == seq):
-                return self._stop(k, WHY_DUP)
-            if f.trimmed:
-                return self._stop(k, WHY_TRIMMED)
-            op = f.opcode
-            if f.has_imm or not f.has_tseth or op not in _PLAIN:
-                return self._stop(k, WHY_IMM)
-            if d >= q.ooo_cap or q.unrep_n >= RX_UNREP_MAX:
-                return self._stop(k, WHY_FULL)
-            if d == 0 and q.ooo_nimm:
-                return self._stop(k, WHY_DELIVER)
-            if n_:
-                po = f.payload_off
-                if f.payload_len != n_ or po + n_ > len(buf):
-                    return self._stop(k, WHY_SHORT)
-                mr.view[off : off + n_] = memoryview(buf)[po : po + n_]
-            self.placed += 1
-            q.rcvd_bytes += n_
-            q.rx_burst += 1
-            ce = 1 if f.ce else 0
-            now_sack = bool(f.ack_req or ce or f.rtx or (d != 0 and self.sack_on_reorder))
-            if d == 0:
-                q.rx_msg_bytes += n_
-                if op in (_OP_LAST, _OP_ONLY):
-                    q.rx_msg_bytes = 0
-                nxt = seq + 1
-                if q.ooo_n:
-                    seqs = q.ooo_seq
-                    while seqs[nxt & m] == nxt:
-                        j = nxt & m
-                        seqs[j] = -1
-                        q.ooo_n -= 1
-                        q.rx_msg_bytes += q.ooo_len[j]
-                        if q.ooo_op[j] in (_OP_LAST, _OP_ONLY):
-                            q.rx_msg_bytes = 0
-                        nxt += 1
-                    if q.hole_old:
-                        now_sack = True
-                        q.hole_old = 0
-                    q.hole_at = now if q.ooo_n else _INF
-                q.rcv_nxt = nxt
-            else:
-                j = seq & m
-                q.ooo_seq[j] = seq
-                q.ooo_len[j], q.ooo_op[j], q.ooo_msn[j], q.ooo_imm[j] = n_, op, 0, 0
-                q.ooo_n += 1
-                if seq > q.rx_high:
-                    q.rx_high = seq
-                if q.hole_at == _INF:
-                    q.hole_at = now
-                elif (not q.hole_old and now - q.hole_at >= self.reorder_floor
-                      and not self.sack_on_reorder):
-                    q.hole_old = 1
-                    now_sack = True
-            q.unrep[q.unrep_n] = seq
-            q.unrep_n += 1
-            q.since_ack += 1
-            q.ack_seq, q.ack_ev, q.ack_ts, q.ack_ce, q.ack_plane = (
-                seq, f.ev, f.timestamp, ce, self.plane)
-            if (now_sack or q.since_ack >= self.ack_every
-                    or q.unrep[0] < seq - _HALF_BITS):
-                if self.sack_ok and self._lane_sack(q):
-                    continue  # built here, exactly as send_sack would
-                self.pos, self.why = k, WHY_NONE
-                return k << RX_POS_SHIFT | self._flags() | RX_SACK
-            if q.ack_at == _INF:
-                q.ack_at = now + self.ack_delay
-        self.pos, self.why = n, WHY_NONE
-        return n << RX_POS_SHIFT | self._flags() | RX_END
-
-    def _stop(self, k: int, why: int) -> int:
-        self.pos, self.why = k, why
-        return k << RX_POS_SHIFT | self._flags() | RX_STOP
 
 
 def sack_bases(rx: Any, more: list[int]) -> list[int]:
@@ -495,9 +171,360 @@ def sack_bases(rx: Any, more: list[int]) -> list[int]:
     return bases
 
 
+def _sack_buffer(size: int) -> tuple[Any, Any]:
+    """A char array (unpacks to bytes) and the same memory as ``uint8_t *``."""
+    out = ffi.new("char[]", size)
+    return out, ffi.cast("uint8_t *", out)
+
+
+class CRxLane:
+    """The responder's receive lane in C (``mrcnet/_csrc/rxlane.c``; the module docstring
+    says what it does). One per host.
+
+    ``run(i, n, now, plane)`` is the C function ``mrc_rx_run`` itself, bound to this
+    lane's context (no Python frame per call): it handles frames ``i .. n-1``, received
+    at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
+    (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
+    records of SACKs it took wait in :meth:`take_acks`): RX_END (all done, pos n),
+    RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
+    ``parsed`` holds it, ``why`` says why)."""
+
+    def __init__(self) -> None:
+        if not HAVE_C:
+            raise RuntimeError(NOT_BUILT)
+        c = self._c = ffi.new("struct mrc_rx_ctx *")
+        self._mrs = ffi.new("struct mrc_rx_mr[]", RX_MRS_MAX)
+        c.mrs, c.nmrs, c.qpn = self._mrs, 0, 0xFFFFFFFF
+        self._mr_bufs: dict[int, Any] = {}  # rkey -> the from_buffer cdata c.mrs points into
+        self._keep: list[Any] = []  # the loaded frames' cdata views (alive while in use)
+        self._grow(64)
+        # SACKs the lane builds: output (64 frames of up to MRC_RX_SACK_MAX bytes), the
+        # per-path templates it may use (and the cdata they live in, kept alive here)
+        self._sout = ffi.new("char[]", 64 * 512)
+        self._sport = ffi.new("uint32_t[]", 64)
+        self._slen = ffi.new("uint32_t[]", 64)
+        self._paths = ffi.new("struct mrc_rx_path[]", RX_PATHS_MAX)
+        self._path_keep: list[Any] = []
+        c.sout, c.sout_cap = ffi.cast("uint8_t *", self._sout), 64 * 512
+        c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
+        c.paths, c.npaths = self._paths, 0
+        self.qp: Any = None  # the state record c.qp points to (kept alive here)
+        # The QP whose SACKs the lane takes: c.ack points to _ack while it does
+        a = self._ack = ffi.new("struct mrc_rx_ack *")
+        self._ack_rec = ffi.new("int64_t[]", RX_ACK_MAX * C.MRC_RX_ACK_INTS)
+        self._ack_sent = ffi.new("double[]", RX_ACK_MAX)
+        a.rec, a.rec_sent, a.max = self._ack_rec, self._ack_sent, RX_ACK_MAX
+        self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
+        self.parsed: Any = ffi.addressof(c, "parsed")
+        self.run: Callable[[int, int, float, int], int] = functools.partial(C.mrc_rx_run, c)
+
+    def _grow(self, cap: int) -> None:
+        self._ptr = ffi.new("const uint8_t *[]", cap)
+        self._len = ffi.new("uint32_t[]", cap)
+        c = self._c
+        c.ptr, c.len, c.cap = self._ptr, self._len, cap
+        self._cap = cap
+
+    # --- the responder state record (struct mrc_rx_qp) --------------------------------
+
+    @staticmethod
+    def new_state(cap: int) -> Any:
+        """A fresh responder state with an empty ring of ``cap`` slots (a power of 2),
+        freed with the returned cdata."""
+        q = C.mrc_rx_new(cap)
+        if q == ffi.NULL:
+            raise MemoryError(f"receive ring of {cap} slots")
+        return ffi.gc(q, C.mrc_rx_free)
+
+    @staticmethod
+    def grow(rx: Any, cap: int) -> None:
+        """Move ``rx``'s ring to ``cap`` slots (a power of 2 that holds every entry)."""
+        if C.mrc_rx_grow(rx, cap):
+            raise MemoryError(f"receive ring of {cap} slots")
+
+    @staticmethod
+    def bitmap(rx: Any, base: int) -> int:
+        """Bit i set when ``base + i`` is in ``rx``'s out-of-order set (a SACK bitmap)."""
+        return int(C.mrc_rx_bitmap(rx, base))
+
+    # --- SACKs ------------------------------------------------------------------------
+
+    @staticmethod
+    def sack_template(st: Any) -> Any:
+        """What :meth:`sack` builds SACKs from: a ``struct mrc_rx_sackt`` laid out like
+        ``st`` (a ``mrcnet.core.ctrl.SackTemplate``), with its length."""
+        frame, udp_off, seth_off, cc_off, icrc_from, has_ip, psrc, pdst = st.layout()
+        t = ffi.new("struct mrc_rx_sackt *")
+        if len(frame) > len(t.frame):
+            raise ValueError(f"a SACK of {len(frame)} bytes")
+        ffi.memmove(t.frame, frame, len(frame))
+        t.len, t.udp_off, t.seth_off, t.cc_off = len(frame), udp_off, seth_off, cc_off
+        t.icrc_from, t.has_ip = icrc_from, int(has_ip)
+        t.pseudo_sum = C.mrc_tmpl_addr_sum(psrc, pdst)
+        return t, len(frame)
+
+    _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
+
+    @staticmethod
+    def sack(rx: Any, tl: Any, ev: int, penalty: int, probe: int,
+             bases: list[int] | None) -> list[bytes]:
+        """The SACK frames ``Responder.send_sack`` sends now, on ``ev``, from ``tl``
+        (:meth:`sack_template`'s): one per window base (``bases``, or if None
+        :func:`sack_bases` of ``rx.unrep``); ``probe`` >= 0: a probe response with that
+        id. Empties ``rx.unrep``. ``mrc_rx_sack``; the twin of :meth:`PyRxState.sack`."""
+        t, ln = tl
+        buf = CRxLane._sack_out
+        if buf is None:
+            buf = CRxLane._sack_out = _sack_buffer(66 * 512)  # MRC_RX_SACK_MAX each
+        out, ptr = buf
+        cb, nb = ffi.NULL, 0
+        if bases is not None:
+            cb, nb = ffi.new("int64_t[]", bases), len(bases)
+            if nb * ln > len(out):
+                out, ptr = CRxLane._sack_out = _sack_buffer(nb * ln)
+        n = C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, probe, cb, nb)
+        if n == 1:
+            return [ffi.unpack(out, ln)]  # (a char array unpacks to bytes)
+        data = ffi.unpack(out, n * ln)
+        return [data[i * ln : (i + 1) * ln] for i in range(n)]
+
+    # --- set up --------------------------------------------------------------------
+
+    def load(self, frames: Sequence[bytes | bytearray | memoryview]) -> Sequence[Any] | None:
+        """Point the lane at a batch's frames (kept referenced until the next load);
+        returns them as the lane reads them (memoryviews cast to bytes), or None if a
+        frame is a buffer C cannot read (not contiguous: the caller's per-frame path
+        counts it)."""
+        n = len(frames)
+        if n > self._cap:
+            self._grow(max(n, 2 * self._cap))
+        try:
+            frames = [f.cast("B") if type(f) is memoryview and (f.itemsize != 1 or f.ndim != 1)
+                      else f for f in frames]
+            keep = self._keep = [ffi.from_buffer(f) for f in frames]
+        except (BufferError, TypeError, ValueError):
+            self.release()
+            return None
+        self._ptr[0:n] = keep
+        self._len[0:n] = [len(f) for f in frames]
+        return frames
+
+    def release(self) -> None:
+        """Let go of the loaded frames' buffers (a memoryview with an export left would
+        be one the garbage collector cannot clear)."""
+        for b in self._keep:
+            ffi.release(b)
+        self._keep = []
+
+    def load_slots(self, io: BatchSlots, k: int) -> None:
+        """Point the lane at the ``k`` frames ``io``'s last receive kept, where they are
+        (no copy, no per-frame Python): they are the frames ``io.recv_views`` returned."""
+        if k > self._cap:
+            self._grow(max(k, io.max_batch))
+        C.mrc_rx_slots(self._c, io._b, k)
+
+    def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
+               ack_delay: float, reorder_floor: float, sack_on_reorder: bool) -> bool:
+        """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
+        QP) if the lane cannot check its peers."""
+        c = self._c
+        if len(peers) > RX_PEERS_MAX:
+            self.clear_qp()
+            return False
+        for i, ip in enumerate(peers):
+            ffi.memmove(c.peers + 16 * i, ip, 16)
+        c.npeers, c.qpn, c.qp, self.qp = len(peers), qpn, rx, rx
+        c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
+        c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
+        c.npaths, c.sack_ok, self._path_keep = 0, 0, []
+        return True
+
+    def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
+        """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
+        holds) once :meth:`ack_sync` says where its window is; False (and none taken) if
+        the lane cannot (too many peers, or a table that is not a :class:`CTxTable`)."""
+        self._c.ack = ffi.NULL
+        a = self._ack
+        if len(peers) > RX_PEERS_MAX or not isinstance(txt, CTxTable):
+            a.qpn, self._ack_txt = 0xFFFFFFFF, None
+            return False
+        for i, ip in enumerate(peers):
+            ffi.memmove(a.peers + 16 * i, ip, 16)
+        a.npeers, a.qpn, a.txcap = len(peers), qpn, txcap
+        a.txq, a.o, self._ack_txt = txt._t, txt._o, txt
+        return True
+
+    def ack_sync(self, una: int, next_seq: int) -> None:
+        """The ack QP's send window now (its snd_una and next_seq): take its SACKs."""
+        if self._ack_txt is not None:
+            a = self._ack
+            a.una, a.next_seq = una, next_seq
+            self._c.ack = a
+
+    def ack_pause(self) -> None:
+        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
+        self._c.ack = ffi.NULL
+
+    def take_acks(self) -> tuple[list[int], list[float]]:
+        """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
+        each (rxlane.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
+        a = self._ack
+        n = a.n
+        a.n = 0
+        return (ffi.unpack(self._ack_rec, n * C.MRC_RX_ACK_INTS),
+                ffi.unpack(self._ack_sent, n))
+
+    def clear_qp(self) -> None:
+        """Serve no QP: every data frame stops."""
+        c = self._c
+        c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
+        c.npaths, c.sack_ok, self._path_keep = 0, 0, []
+
+    def sack_setup(self, plane_ok: int,
+                   tmpls: dict[int, tuple[Any, int]] | None) -> None:
+        """Let the lane build the QP's due SACKs itself when the triggering packet's
+        plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
+        template for its path; ``tmpls``: the QP's templates (path key -> ((template,
+        length), port)) if they changed."""
+        c = self._c
+        c.plane_ok, c.sack_ok = plane_ok, 1
+        if tmpls is not None:
+            self.set_paths(tmpls)
+
+    def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
+        """The QP's SACK templates: path key -> ((template, length), port)."""
+        keep, paths = [], self._paths
+        for i, (key, ((t, _ln), port)) in enumerate(tmpls.items()):
+            if i >= RX_PATHS_MAX:
+                break
+            e = paths[i]
+            e.key, e.port, e.t = key, port, t
+            keep.append(t)
+        self._path_keep = keep
+        self._c.npaths = len(keep)
+
+    @property
+    def npaths(self) -> int:
+        """SACK templates the lane knows."""
+        return int(self._c.npaths)
+
+    def take_sacks(self) -> list[tuple[int, bytes]]:
+        """The SACK frames the lane built since the last call: (port, frame), in order."""
+        c = self._c
+        n = c.nsout
+        if not n:
+            return []
+        data = ffi.unpack(self._sout, c.sout_len)
+        ports = ffi.unpack(self._sport, n)
+        if n == 1:
+            c.nsout = c.sout_len = 0
+            return [(ports[0], data)]
+        lens = ffi.unpack(self._slen, n)
+        c.nsout = c.sout_len = 0
+        out, o = [], 0
+        for p, ln in zip(ports, lens, strict=True):
+            out.append((p, data[o : o + ln]))
+            o += ln
+        return out
+
+    @property
+    def plane(self) -> int:
+        """The last run's receiving port's plane (the SACKs' ack_plane)."""
+        return int(self._c.plane)
+
+    @property
+    def verify(self) -> bool:
+        """Check the ICRC and UDP checksum of every frame."""
+        return bool(self._c.verify)
+
+    @verify.setter
+    def verify(self, v: bool) -> None:
+        self._c.verify = VERIFY_ALL if v else 0
+
+    @property
+    def placed(self) -> int:
+        """Data frames the lane handled, ever."""
+        return int(self._c.placed)
+
+    @property
+    def pos(self) -> int:
+        """Where the last run stopped."""
+        return int(self._c.pos)
+
+    @property
+    def why(self) -> int:
+        """Why (``WHY_*``)."""
+        return int(self._c.why)
+
+    @property
+    def mrs(self) -> dict[int, int]:
+        """rkey -> address of each region in the lane's table."""
+        return {int(m.rkey): int(m.addr) for m in self._mrs[0 : self._c.nmrs]}
+
+    def add_mr(self, mr: Any) -> None:
+        """Let the lane write ``mr`` (a registered region that allows remote writes)."""
+        c = self._c
+        if mr.rkey in self._mr_bufs or c.nmrs >= RX_MRS_MAX:
+            return
+        # The buffer is held through the object under the region's view (a bytearray, an
+        # mmap), not the view itself: a memoryview with an export cannot be cleared by
+        # the garbage collector (a Host in a reference cycle would leave it half torn
+        # down). The view's place in it: its address less the object's.
+        view = mr.view
+        try:
+            buf = ffi.from_buffer("uint8_t[]", view.obj, require_writable=True)
+            vp = ffi.from_buffer("uint8_t[]", view, require_writable=True)
+        except (TypeError, ValueError, BufferError):
+            return  # not a plain writable buffer: its frames take the full path
+        off = int(ffi.cast("uintptr_t", vp)) - int(ffi.cast("uintptr_t", buf))
+        ffi.release(vp)
+        if off < 0 or off + mr.length > len(buf) or mr.length > view.nbytes:
+            ffi.release(buf)
+            return
+        e = self._mrs[c.nmrs]
+        e.addr, e.length, e.base, e.rkey, e.remote_write = (
+            mr.addr, mr.length, buf + off, mr.rkey, int(mr.remote_write))
+        self._mr_bufs[mr.rkey] = buf
+        c.nmrs += 1
+
+    def drop_mr(self, rkey: int) -> None:
+        """Forget the region with ``rkey`` (deregistered), and release its buffer."""
+        buf = self._mr_bufs.pop(rkey, None)
+        if buf is None:
+            return
+        c, mrs = self._c, self._mrs
+        last = c.nmrs - 1
+        for i in range(c.nmrs):
+            if mrs[i].rkey == rkey:
+                if i != last:  # the last entry fills the hole
+                    m, e = mrs[last], mrs[i]
+                    e.addr, e.length, e.base, e.rkey, e.remote_write = (
+                        m.addr, m.length, m.base, m.rkey, m.remote_write)
+                c.nmrs = last
+                break
+        ffi.release(buf)
+
+    def clear_mrs(self) -> None:
+        """Forget every region."""
+        for rkey in list(self._mr_bufs):
+            self.drop_mr(rkey)
+
+    def malformed(self) -> MalformedReason | None:
+        """Why the frame the lane stopped at (``why`` WHY_PARSE) did not parse."""
+        return PARSE_REASONS[int(self._c.parsed.reason)]
+
+
 def lane_class(use_c: bool) -> Any:
-    """The lane to use: C when asked for and built, else Python."""
-    return CRxLane if use_c and HAVE_C else PyRxLane
+    """The responder state record's operations: :class:`CRxLane`'s when asked for and
+    built, else :class:`PyRxState`'s."""
+    return CRxLane if use_c and HAVE_C else PyRxState
 
 
-__all__ = ["PyRxLane", "PyRxQP", "lane_class", "ring_size", "sack_bases"]
+def new_lane(use_c: bool) -> CRxLane | None:
+    """A host's receive lane: a :class:`CRxLane` when asked for and built, else None
+    (every frame takes the per-frame path)."""
+    return CRxLane() if use_c and HAVE_C else None
+
+
+__all__ = ["CRxLane", "PyRxQP", "PyRxState", "lane_class", "new_lane", "ring_size",
+           "sack_bases"]

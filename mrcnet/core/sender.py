@@ -28,7 +28,7 @@ from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
-from mrcnet.core.txtable import PEND, Entry, TxTable
+from mrcnet.core.txtable import E_EV, E_FLAGS, E_LEN, E_OFF, E_OP, E_WR, PEND, Entry, TxTable
 from mrcnet.wire import build_data
 from mrcnet.wire.bth import F_ACKREQ, F_TS
 from mrcnet.wire.template import DataTemplate, RunPatcher, make_template, run_patcher
@@ -170,13 +170,13 @@ class Sender:
         while rtx_q:
             seq = rtx_q[0]
             e = txt.get(seq)
-            if e is None or not e[8] & PEND:  # acknowledged meanwhile
+            if e is None or not e[E_FLAGS] & PEND:  # acknowledged meanwhile
                 rtx_q.popleft()
                 continue
-            if txt.ninfl and txt.infl_bytes + e[4] > cwnd:
+            if txt.ninfl and txt.infl_bytes + e[E_LEN] > cwnd:
                 return
             rtx_q.popleft()
-            self._resend(seq, e, now, out, evm.next_ev(avoid=e[0]))
+            self._resend(seq, e, now, out, evm.next_ev(avoid=e[E_EV]))
         mtu = self.cfg.mtu_payload
         win = min(self.tx_window, self._txcap)
         ts = ts16(now)
@@ -294,8 +294,8 @@ class Sender:
                 info: EVInfo) -> None:
         """Retransmit ``seq`` (its table entry ``e``) on ``info``."""
         ts = ts16(now)
-        off = e[5]
-        out.append(self._frame(seq, self.wr_of[e[7]], off, e[4], e[6], info.ev, ts, True))
+        off = e[E_OFF]
+        out.append(self._frame(seq, self.wr_of[e[E_WR]], off, e[E_LEN], e[E_OP], info.ev, ts, True))
         self.txt.resend(seq, info.ev, now, ts)
         info.sent += 1
         if self.rec.rto_at == _INF:

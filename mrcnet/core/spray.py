@@ -1,45 +1,197 @@
-"""The EV round robin of one QP in C: the twin of the plain rotation of
-:meth:`mrcnet.core.evs.EVManager.take`.
+"""Spraying: which EV each packet of a QP leaves on.
 
-``EVManager.next_ev`` sprays packets round robin over planes, then over each plane's
-live paths, then over each path's EVs. Its first try for each packet (no SKIP EV met, no
-EV to avoid) is a plain rotation of counters, which ``EVManager.take`` runs for a whole
-run of packets: in Python, or with :class:`CSpray` (mrcnet/_csrc/spray.c) in one C call.
-The EV manager keeps the EVs, their states and the counters; it lays them out here
-(rebuilt when the set or a state changes), hands the counters over for each call and
-takes them back after it (``tests/core/test_spray.py`` compares the two).
+A different EV per packet: round robin over the usable planes, then over the plane's
+paths that have an active EV, then over that path's EVs (so a plane's live paths share
+its load equally, however many EVs each holds after refills). :class:`Spray` keeps that
+rotation for one QP: the rings (per plane, its active EVs grouped by path, built when
+first needed after a change), the counters (one over the planes, one per plane over its
+paths, one per path over its EVs) and a version that moves whenever the set or a state
+changes. :meth:`Spray.next` is one packet's choice, SKIP EVs and an EV to avoid
+included; :meth:`Spray.take` is its first try for a whole run of packets (no SKIP EV
+met, no EV to avoid), the plain rotation of the counters.
+
+:class:`CSpray` is the same with ``take`` in one C call (``mrcnet/_csrc/spray.c``): the
+rings are laid out in C (again when the version moves), the counters go in and come back
+per call, and the packets given to each EV are added to its ``sent`` when they are read
+(:meth:`Spray.fold_sent`). ``tests/core/test_spray.py`` compares the two, and both with
+``next``. :class:`mrcnet.core.evs.EVManager` keeps the EVs and their states and holds one
+spray (:func:`new_spray`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
+from typing import Any, Generic, Protocol, TypeVar
 
+from mrcnet.constants import EV_PATH_SHIFT
+from mrcnet.core.states import EVState
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 
-__all__ = ["CSpray"]
+__all__ = ["CSpray", "Spray", "SprayEV", "new_spray"]
+
+_SKIP = EVState.SKIP  # (a global load instead of an attribute lookup per packet)
 
 
-class CSpray:
-    """One QP's EV round robin in C (``mrcnet/_csrc/spray.c``): the plain rotation of
-    ``EVManager.next_ev`` for a whole run of packets in one call.
+class SprayEV(Protocol):
+    """What the rotation reads (and counts) of an EV (:class:`mrcnet.core.evs.EVInfo`)."""
 
-    :meth:`build` lays out the rings (per usable plane, its paths, each a list of (EV,
-    is SKIP)); :meth:`take` takes and returns the rotation counters, which the caller
-    keeps."""
+    ev: int
+    path: int
+    state: EVState
+    sent: int
+    skip_plane: bool
 
-    __slots__ = ("_keep", "_nev", "_npath", "_nplane", "_out", "_s")
 
-    def __init__(self) -> None:
+E = TypeVar("E", bound=SprayEV)
+
+
+class Spray(Generic[E]):
+    """One QP's EV rotation in Python (the module docstring says what it does).
+
+    ``active``: the EV manager's active EVs per plane (read when a ring is built);
+    ``skip_done``: called with a SKIP EV the rotation passes over (which turns it GOOD).
+    The manager calls :meth:`drop` when a plane's active EVs change and :meth:`changed`
+    when a state or the usable planes do."""
+
+    __slots__ = ("active", "inst_rr", "rings", "rr", "rr_plane", "skip_done", "ver")
+
+    def __init__(self, active: Mapping[int, Sequence[E]],
+                 skip_done: Callable[[E], None]) -> None:
+        self.active = active
+        self.skip_done = skip_done
+        self.rr_plane = 0
+        self.rr: dict[int, int] = {p: 0 for p in active}  # per plane, over its paths
+        self.inst_rr: dict[int, int] = {}  # per path key (EV >> EV_PATH_SHIFT), its EVs
+        self.rings: dict[int, list[list[E]]] = {}
+        self.ver = 0
+
+    def ring(self, plane: int) -> list[list[E]]:
+        """``plane``'s active EVs grouped by path, in path order (built if missing)."""
+        ring = self.rings.get(plane)
+        if ring is None:
+            by: dict[int, list[E]] = {}
+            for info in self.active[plane]:
+                by.setdefault(info.path, []).append(info)
+            ring = self.rings[plane] = [by[p] for p in sorted(by)]
+        return ring
+
+    def drop(self, plane: int) -> None:
+        """``plane``'s active EVs changed: its ring is built again when next needed."""
+        self.rings.pop(plane, None)
+        self.ver += 1
+
+    def changed(self) -> None:
+        """A state or the usable planes changed."""
+        self.ver += 1
+
+    def next(self, planes: Sequence[int], avoid_path: int) -> E | None:
+        """The EV for the next packet over ``planes`` (the usable ones), avoiding path
+        key ``avoid_path`` (-1: none) if any other is usable; None when no EV is usable
+        at all (the caller then falls back). A SKIP EV is passed over once (its plane's
+        turn going to the next plane when it was skipped after an ECN echo and another
+        plane is left): :meth:`mrcnet.core.evs.EVManager.next_ev` says why."""
+        n = len(planes)
+        fallback: E | None = None
+        handed = False  # a skipped plane handed this packet on
+        rings, inst_rr, rr = self.rings, self.inst_rr, self.rr  # (runs per packet)
+        for k in range(n):
+            plane = planes[self.rr_plane % n]
+            self.rr_plane += 1
+            ring = rings.get(plane)
+            if ring is None:
+                ring = self.ring(plane)
+            m = len(ring)
+            if not m:
+                continue
+            last_plane = k == n - 1  # no other plane left to hand a skipped slot to
+            i = rr[plane]
+            for _ in range(m):
+                lst = ring[i % m]
+                i += 1
+                key = lst[0].ev >> EV_PATH_SHIFT  # the path (plane and path index)
+                c = inst_rr.get(key, 0)
+                inst_rr[key] = c + 1
+                info = lst[c % len(lst)]
+                if info.state is _SKIP:
+                    self.skip_done(info)
+                    fallback = fallback or info
+                    if info.skip_plane and not last_plane:
+                        handed = True
+                        break  # this plane's turn goes to the next plane
+                    continue
+                if key == avoid_path:
+                    fallback = fallback or info
+                    continue
+                rr[plane] = i
+                if handed:
+                    # The packet was the skipped plane's: the plane that took it keeps
+                    # its own turn, so one ECN echo moves one packet.
+                    self.rr_plane -= 1
+                return info
+            rr[plane] = i
+        return fallback
+
+    def take(self, planes: Sequence[int], k: int) -> list[int]:
+        """The EVs of the next ``k`` packets over ``planes`` (non-empty), as ``k`` calls
+        of :meth:`next` would give them (each counted as sent), as long as each is the
+        plain rotation's first try (not a SKIP EV): the list stops before the first that
+        is not, and is empty if the very next one is not."""
+        n = len(planes)
+        rings, rr, inst_rr = self.rings, self.rr, self.inst_rr
+        rr_plane = self.rr_plane
+        out: list[int] = []
+        for _ in range(k):
+            plane = planes[rr_plane % n]
+            ring = rings.get(plane)
+            if ring is None:  # (built as next would build it, at the same moment)
+                ring = self.ring(plane)
+            if not ring:
+                break
+            i = rr[plane]
+            lst = ring[i % len(ring)]
+            key = lst[0].ev >> EV_PATH_SHIFT
+            c = inst_rr.get(key, 0)
+            info = lst[c % len(lst)]
+            if info.state is _SKIP:
+                break
+            rr_plane += 1
+            rr[plane] = i + 1
+            inst_rr[key] = c + 1
+            info.sent += 1
+            out.append(info.ev)
+        self.rr_plane = rr_plane
+        return out
+
+    def fold_sent(self) -> None:
+        """Bring every EV's ``sent`` up to date (in Python :meth:`take` counts as it
+        goes: nothing to do)."""
+
+
+class CSpray(Spray[E]):
+    """:class:`Spray` with :meth:`take` in C (``mrcnet/_csrc/spray.c``): the same EVs,
+    counters and counts."""
+
+    __slots__ = ("_infos", "_keep", "_keys", "_laid", "_nev", "_npath", "_nplane", "_out",
+                 "_s")
+
+    def __init__(self, active: Mapping[int, Sequence[E]],
+                 skip_done: Callable[[E], None]) -> None:
         if not HAVE_C:
             raise RuntimeError(NOT_BUILT)
+        super().__init__(active, skip_done)
         self._s = ffi.new("struct mrc_spray *")
         self._keep: list[Any] = []
         self._out = ffi.new("uint32_t[]", 1)
         self._nplane = self._npath = self._nev = 0
+        self._laid = -1  # the version the C layout is of
+        self._keys: list[int] = []  # path keys, in the layout's order
+        self._infos: list[E] = []  # EVs, in the layout's order
 
-    def build(self, planes: list[list[list[tuple[int, bool]]]]) -> None:
-        """Lay out the rings: ``planes[i]`` is usable plane i's list of paths (empty: the
-        rotation stops at that plane), each path a non-empty list of (EV, is SKIP)."""
+    def _build(self, planes: list[list[list[tuple[int, bool]]]]) -> None:
+        """Lay out the rings in C: ``planes[i]`` is usable plane i's list of paths
+        (empty: the rotation stops at that plane), each path a non-empty list of (EV,
+        is SKIP)."""
         paths = [path for ring in planes for path in ring]
         evs = [e for path in paths for e in path]
         np_, npath, nev = len(planes), len(paths), len(evs)
@@ -65,28 +217,60 @@ class CSpray:
          s.ev, s.skip, s.sent) = a
         self._nplane, self._npath, self._nev = np_, npath, nev
 
-    def take(self, k: int, rr_plane: int, plane_rr: list[int], path_inst: list[int]
-             ) -> tuple[list[int], int, list[int], list[int]]:
-        """EVs for up to ``k`` packets from the given counters (per plane and per path,
-        in :meth:`build` order); returns them and the counters after. What each EV was
-        given adds up until :meth:`take_sent`."""
-        s = self._s
-        if k > len(self._out):
-            self._out = ffi.new("uint32_t[]", max(k, 2 * len(self._out)))
-        s.rr_plane = rr_plane
-        np_, npath = self._nplane, self._npath
-        if np_:
-            s.plane_rr[0:np_] = plane_rr
-        if npath:
-            s.path_inst[0:npath] = path_inst
-        n = C.mrc_spray_take(s, k, self._out)
-        return (ffi.unpack(self._out, n), int(s.rr_plane), ffi.unpack(s.plane_rr, np_),
-                ffi.unpack(s.path_inst, npath))
-
-    def take_sent(self) -> list[int]:
-        """Packets given to each EV (in :meth:`build` order) since the last call."""
+    def _take_sent(self) -> list[int]:
+        """Packets given to each EV (in the layout's order) since the last call."""
         nev = self._nev
         sent = ffi.unpack(self._s.sent, nev)
         self._s.sent[0:nev] = [0] * nev
         return sent  # type: ignore[no-any-return]
 
+    def take(self, planes: Sequence[int], k: int) -> list[int]:
+        """:meth:`Spray.take` in one C call."""
+        if self._laid != self.ver:
+            self.fold_sent()  # (the counts belong to the old layout's EVs)
+            # Lay the rings out (building a missing one: its first packet would have
+            # built it in next, the same ring at the same moment).
+            layout = []
+            keys: list[int] = []
+            infos: list[E] = []
+            for plane in planes:
+                ring = self.ring(plane)
+                layout.append([[(i.ev, i.state is _SKIP) for i in lst] for lst in ring])
+                keys.extend(lst[0].ev >> EV_PATH_SHIFT for lst in ring)
+                infos.extend(i for lst in ring for i in lst)
+            self._build(layout)
+            self._keys, self._infos = keys, infos
+            self._laid = self.ver
+        # The counters go in and come back per call (next moves them too); map and zip
+        # keep that free of Python bytecode per plane and path.
+        rr, inst_rr, keys = self.rr, self.inst_rr, self._keys
+        s = self._s
+        if k > len(self._out):
+            self._out = ffi.new("uint32_t[]", max(k, 2 * len(self._out)))
+        s.rr_plane = self.rr_plane
+        np_, npath = self._nplane, self._npath
+        if np_:
+            s.plane_rr[0:np_] = list(map(rr.__getitem__, planes))
+        if npath:
+            s.path_inst[0:npath] = list(map(inst_rr.get, keys, repeat(0, npath)))
+        n = C.mrc_spray_take(s, k, self._out)
+        self.rr_plane = int(s.rr_plane)
+        if not n:
+            return []
+        rr.update(zip(planes, ffi.unpack(s.plane_rr, np_), strict=True))
+        inst_rr.update(zip(keys, ffi.unpack(s.path_inst, npath), strict=True))
+        return ffi.unpack(self._out, n)  # type: ignore[no-any-return]
+
+    def fold_sent(self) -> None:
+        """Add the packets the C rotation gave each EV to its ``sent`` (done when they
+        are read, not per run)."""
+        if self._infos:
+            for info, c in zip(self._infos, self._take_sent(), strict=True):
+                if c:
+                    info.sent += c
+
+
+def new_spray(active: Mapping[int, Sequence[E]], skip_done: Callable[[E], None]
+              ) -> Spray[E]:
+    """A QP's rotation: :class:`CSpray` when the C module is built, else :class:`Spray`."""
+    return CSpray(active, skip_done) if HAVE_C else Spray(active, skip_done)

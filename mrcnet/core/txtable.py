@@ -16,8 +16,9 @@ runs both on the same operations and compares).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 
 # Entry flags (mrcnet/_csrc/txtable.h MRC_TX_*)
@@ -25,6 +26,17 @@ LIVE, INFL, PEND, LOGGED = 1, 2, 4, 8
 
 #: (ev, sent, ts, tx, length, off, opcode, wr slot, flags) of one packet
 Entry = tuple[int, float, int, int, int, int, int, int, int]
+# Where each field is in an Entry (and in PyTxTable's per-packet lists): names that cost
+# what the bare index costs (a NamedTuple would cost its constructor per packet and get)
+E_EV: Final = 0  # the EV of the latest transmission
+E_SENT: Final = 1  # its send time
+E_TS: Final = 2  # its TSETH stamp
+E_TX: Final = 3  # transmissions so far
+E_LEN: Final = 4  # payload bytes
+E_OFF: Final = 5  # offset within the work request
+E_OP: Final = 6  # opcode
+E_WR: Final = 7  # the work request's slot
+E_FLAGS: Final = 8  # LIVE | INFL | PEND | LOGGED
 
 
 class TxTable(Protocol):
@@ -63,7 +75,7 @@ class PyTxTable:
 
     def __init__(self, capacity: int, seq: int, paths: int = 16) -> None:
         self._path_acked: dict[int, float] = {}  # path -> newest send time acknowledged
-        self._pk: dict[int, list[Any]] = {}  # seq -> [ev, sent, ts, tx, len, off, op, wr, flags]
+        self._pk: dict[int, list[Any]] = {}  # seq -> its fields, at E_EV .. E_FLAGS
         self._infl: OrderedDict[int, None] = OrderedDict()  # in transmission order
         self._wr: dict[int, int] = {}
         self._wr_mask = 2 * capacity - 1
@@ -100,18 +112,18 @@ class PyTxTable:
         if e is None:
             return False
         self._unlink(seq, e)
-        e[0], e[1], e[2] = ev, now, ts
-        e[3] += 1
-        e[8] = (e[8] & ~PEND) | INFL
+        e[E_EV], e[E_SENT], e[E_TS] = ev, now, ts
+        e[E_TX] += 1
+        e[E_FLAGS] = (e[E_FLAGS] & ~PEND) | INFL
         self._infl[seq] = None
-        self.infl_bytes += e[4]
+        self.infl_bytes += e[E_LEN]
         return True
 
     def _unlink(self, seq: int, e: list[Any]) -> None:
-        if e[8] & INFL:
+        if e[E_FLAGS] & INFL:
             del self._infl[seq]
-            self.infl_bytes -= e[4]
-            e[8] &= ~INFL
+            self.infl_bytes -= e[E_LEN]
+            e[E_FLAGS] &= ~INFL
 
     def lose(self, seq: int) -> bool:
         """``seq`` is declared lost: out of flight, waiting for a retransmission."""
@@ -119,7 +131,7 @@ class PyTxTable:
         if e is None:
             return False
         self._unlink(seq, e)
-        e[8] |= PEND
+        e[E_FLAGS] |= PEND
         return True
 
     def log(self, seq: int, on: bool) -> bool:
@@ -127,7 +139,7 @@ class PyTxTable:
         e = self._pk.get(seq)
         if e is None:
             return False
-        e[8] = e[8] | LOGGED if on else e[8] & ~LOGGED
+        e[E_FLAGS] = e[E_FLAGS] | LOGGED if on else e[E_FLAGS] & ~LOGGED
         return True
 
     def get(self, seq: int) -> Entry | None:
@@ -138,19 +150,19 @@ class PyTxTable:
     def _acked(self, seq: int, e: list[Any], now: float) -> int:
         self._unlink(seq, e)
         del self._pk[seq]
-        key, sent = e[0] >> 12, e[1]
+        key, sent = e[E_EV] >> EV_PATH_SHIFT, e[E_SENT]
         if sent > self._paths.get(key, -1.0):
             self._paths[key] = sent
         if sent > self._path_acked.get(key, -1.0):
             self._path_acked[key] = sent
-        if e[8] & LOGGED:
-            self._specials.append((seq, sent, bool(e[8] & PEND)))
-        slot = e[7] & self._wr_mask
+        if e[E_FLAGS] & LOGGED:
+            self._specials.append((seq, sent, bool(e[E_FLAGS] & PEND)))
+        slot = e[E_WR] & self._wr_mask
         self._wr[slot] -= 1
         if sent > self.rack_sent:
             self.rack_sent = sent
             self.rack_rtt = now - sent
-        return e[4] or 1
+        return e[E_LEN] or 1
 
     def sack(self, now: float, snd_una: int, cack: int, next_seq: int, base: int, bm: int,
              first: bool, trig: int, ev: int, ts: int) -> int:
@@ -164,8 +176,8 @@ class PyTxTable:
         self._specials = []
         self.trig_tx = 0
         e = pk.get(trig)
-        if e is not None and e[0] == ev and e[2] == ts and e[3]:
-            self.trig_tx, self.trig_sent = e[3], e[1]
+        if e is not None and e[E_EV] == ev and e[E_TS] == ts and e[E_TX]:
+            self.trig_tx, self.trig_sent = e[E_TX], e[E_SENT]
         total = 0
         for seq in range(snd_una, cack):
             e = pk.get(seq)
@@ -206,7 +218,7 @@ class PyTxTable:
         lost = []
         pk = self._pk
         for seq in self._infl:
-            sent = pk[seq][1]
+            sent = pk[seq][E_SENT]
             if sent >= limit:
                 break
             if sent + wait <= now:

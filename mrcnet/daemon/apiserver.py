@@ -20,8 +20,19 @@ from typing import Any
 
 import structlog
 
-from mrcnet.api.errors import ApiError, ProtocolError
-from mrcnet.api.protocol import PROTOCOL_VERSION, Message, encode, recv_msg
+from mrcnet.api.errors import ApiError, ProtocolError, error_to
+from mrcnet.api.protocol import (
+    MAX_FDS,
+    PROTOCOL_VERSION,
+    Message,
+    decode,
+    encode,
+    leading_id,
+    nesting_exceeds,
+    recv_raw,
+)
+from mrcnet.daemon.config import ClientLimits
+from mrcnet.daemon.guard import over_limit
 
 __all__ = ["ApiServer", "Session", "claim_socket_path"]
 
@@ -47,6 +58,9 @@ class Session:
         self.outbox: collections.deque[bytes] = collections.deque()
         #: Resources, for clean-up when the client goes away (the engine fills them).
         self.mrs: dict[int, Any] = {}
+        self.mr_bytes = 0  #: bytes of its registered regions
+        #: Receives posted, an upper bound of those still queued (recounted at the limit)
+        self.recvs = 0
         self.cqs: set[int] = set()
         self.qps: set[int] = set()
         self.listens: set[int] = set()
@@ -58,7 +72,17 @@ class Session:
         :data:`MAX_OUTBOX` messages pile up (it stopped reading) is dropped."""
         if self.closed:
             return
-        self.outbox.append(encode(msg))
+        try:
+            data = encode(msg)
+        except ValueError as e:  # an answer too big for the client's receive buffer
+            if "id" not in msg:
+                log.warning("push too big for a message: dropped", session=self.sid,
+                            push=msg.get("push"), error=str(e))
+                return
+            data = encode({"id": msg["id"], "error": {
+                "type": "ApiError", "message": f"mrcd's answer does not fit a message "
+                f"({e}): ask for less at once"}})
+        self.outbox.append(data)
         if len(self.outbox) > MAX_OUTBOX:
             log.warning("client not reading its completions: dropped", session=self.sid,
                         pid=self.pid, queued=len(self.outbox))
@@ -106,7 +130,8 @@ class ApiServer:
     def __init__(self, path: str, mode: int, dispatch: Dispatcher,
                  on_close: Callable[[Session], None], host: str, planes: int,
                  after_burst: Callable[[], None] | None = None,
-                 addresses: list[str] | None = None, group: int | None = None) -> None:
+                 addresses: list[str] | None = None, group: int | None = None,
+                 limits: ClientLimits | None = None) -> None:
         self.path = path
         self.mode = mode
         self.group = group  #: gid of the socket file (None: mrcd's own)
@@ -117,6 +142,7 @@ class ApiServer:
         self.host = host
         self.planes = planes
         self.addresses = addresses or []
+        self.limits = limits or ClientLimits()
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -191,49 +217,68 @@ class ApiServer:
             log.info("client gone", session=s.sid, pid=s.pid)
 
     def _readable(self, s: Session) -> None:
+        size = self.limits.max_message
         try:
             for _ in range(64):  # a bounded burst, then let the data path run
                 try:
-                    got = recv_msg(s.sock)
+                    got = recv_raw(s.sock, size)
                 except (BlockingIOError, InterruptedError):
                     return
-                except (OSError, ValueError):
+                except OSError:
                     self.drop(s)
                     return
                 if got is None:
                     self.drop(s)
                     return
-                msg, fds = got
-                self._handle(s, msg, fds)
+                data, fds, flags = got
+                # From here the fds are mrcd's: closed after the request, whatever it
+                # was (a handler that keeps the memory maps it; the mapping holds it).
+                try:
+                    msg = self._decode(s, data, flags)
+                    if msg is not None:
+                        self._handle(s, msg, fds)
+                finally:
+                    self._close_fds(fds)
                 if s.closed:
                     return
         finally:
             if self.after_burst is not None:
                 self.after_burst()
 
+    def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
+        """The request in ``data``, or None after answering why it is not one (the
+        answer goes to the id the request starts with, if it has one)."""
+        lim = self.limits
+        try:
+            if flags & socket.MSG_TRUNC:
+                raise over_limit(f"a request longer than {lim.max_message} bytes",
+                                 "limits.max_message", lim.max_message)
+            if flags & socket.MSG_CTRUNC:
+                raise ProtocolError(f"more than {MAX_FDS} file descriptors with one "
+                                    "request (the rest were closed)")
+            if nesting_exceeds(data, lim.max_json_depth):
+                raise over_limit(f"a request nested deeper than {lim.max_json_depth} "
+                                 "levels", "limits.max_json_depth", lim.max_json_depth)
+            try:
+                return decode(data)
+            except ValueError as e:
+                raise ProtocolError(f"a request that is not a JSON object: {e}") from None
+        except ApiError as e:
+            log.debug("bad request", session=s.sid, pid=s.pid, error=str(e))
+            s.send({"id": leading_id(data), "error": error_to(e)})
+            return None
+
     def _handle(self, s: Session, msg: Message, fds: list[int]) -> None:
         rid = msg.get("id")
         try:
             if not s.hello:
-                if msg.get("op") != "hello":
-                    raise ProtocolError("the first request must be hello")
-                if msg.get("v") != PROTOCOL_VERSION:
-                    raise ProtocolError(f"client protocol version {msg.get('v')!r}; this "
-                                        f"mrcd speaks {PROTOCOL_VERSION}")
-                s.hello = True
-                s.pid = int(msg.get("pid", 0))
-                s.path_events = bool(msg.get("path_events", False))
-                log.info("client connected", session=s.sid, pid=s.pid)
-                s.send({"id": rid, "ok": {"host": self.host, "planes": self.planes,
-                                          "addresses": self.addresses}})
+                self._hello(s, msg)
                 return
             result = self.dispatch(s, msg, fds)
         except ApiError as e:
-            self._close_fds(fds)
-            s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+            s.send({"id": rid, "error": error_to(e)})
             return
         except Exception as e:  # a bug in mrcd: answer, log, keep serving
-            self._close_fds(fds)
             log.exception("request failed", op=msg.get("op"), session=s.sid)
             s.send({"id": rid, "error": {"type": "ApiError",
                                          "message": f"internal error in mrcd: {e!r}"}})
@@ -244,17 +289,38 @@ class ApiServer:
         else:
             self.loop.create_task(self._finish(s, rid, result))
 
+    def _hello(self, s: Session, msg: Message) -> None:
+        if msg.get("op") != "hello":
+            raise ProtocolError("the first request must be hello")
+        if msg.get("v") != PROTOCOL_VERSION:
+            raise ProtocolError(f"client protocol version {msg.get('v')!r}; this "
+                                f"mrcd speaks {PROTOCOL_VERSION}")
+        pid = msg.get("pid", 0)
+        if type(pid) is not int:
+            raise ProtocolError(f"hello: pid {pid!r} is not an integer")
+        s.hello = True
+        s.pid = pid
+        s.path_events = bool(msg.get("path_events", False))
+        log.info("client connected", session=s.sid, pid=s.pid)
+        lim = self.limits
+        s.send({"id": msg.get("id"), "ok": {
+            "host": self.host, "planes": self.planes, "addresses": self.addresses,
+            # What the client library checks before sending (a reply to a message mrcd
+            # could not read would have no id to go to).
+            "limits": {"max_message": lim.max_message,
+                       "max_json_depth": lim.max_json_depth}}})
+
     @staticmethod
     def _close_fds(fds: list[int]) -> None:
         for fd in fds:
-            with contextlib.suppress(OSError):  # the handler may have closed it already
+            with contextlib.suppress(OSError):
                 os.close(fd)
 
     async def _finish(self, s: Session, rid: Any, pending: Awaitable[Message]) -> None:
         try:
             result = await pending
         except ApiError as e:
-            s.send({"id": rid, "error": {"type": type(e).__name__, "message": str(e)}})
+            s.send({"id": rid, "error": error_to(e)})
         except Exception as e:
             log.exception("request failed", session=s.sid)
             s.send({"id": rid, "error": {"type": "ApiError",

@@ -14,6 +14,8 @@ default to every port the description gives this host)::
     kernel_drop = true                # nftables rule: the kernel must not answer MRC
     log_format = "console"            # or "json" (structlog)
     log_level = "info"
+    metrics_listen = "127.0.0.1:9464" # Prometheus /metrics (HOST:PORT; off when absent;
+                                      # needs the extra: pip install 'mrcnet[metrics]')
 
     [[port]]                          # one per NIC port = plane
     ifname = "eth0"
@@ -24,6 +26,15 @@ default to every port the description gives this host)::
     [core]                            # protocol knobs: any HostConfig field (see
     timeout_floor = 0.01              # mrcnet/core/config.py); mrcd's defaults suit a
                                       # Python event loop (ms timers), see DAEMON_CORE
+
+    [limits]                          # per client (each connection to the socket);
+    max_qps = 1024                    # going over one is a LimitExceeded error naming
+    max_cqs = 1024                    # the key that raises it
+    max_mrs = 4096                    # registered memory regions
+    max_mr_bytes = 17179869184        # registered bytes (16 GiB)
+    max_recvs = 65536                 # posted receives waiting, all QPs together
+    max_message = 65536               # bytes of one request (4 KiB .. 4 MiB)
+    max_json_depth = 32               # nesting of a request's JSON (2 .. 500)
 
     [peers.h1]                        # only without a fabric: directly cabled peers
     control = "fd00::b"               # its control-channel address
@@ -43,7 +54,8 @@ from typing import Any, Final
 from mrcnet.core.config import HostConfig
 from mrcnet.errors import MrcError
 
-__all__ = ["ConfigError", "DaemonConfig", "PeerConfig", "PortConfig", "load_config"]
+__all__ = ["ClientLimits", "ConfigError", "DaemonConfig", "PeerConfig", "PortConfig",
+           "load_config", "parse_listen"]
 
 DEFAULT_CONTROL_PORT: Final = 47910
 DEFAULT_SOCKET_DIR: Final = "/run/mrcd"
@@ -110,6 +122,27 @@ class PeerConfig:
 
 
 @dataclass(frozen=True)
+class ClientLimits:
+    """What one client (one connection to mrcd's socket) may hold at once: the
+    ``[limits]`` table. A request that would go over one gets
+    :class:`~mrcnet.api.errors.LimitExceeded` naming the key (``limits.<field>``)."""
+
+    max_qps: int = 1024
+    max_cqs: int = 1024
+    max_mrs: int = 4096
+    max_mr_bytes: int = 16 << 30
+    max_recvs: int = 65536
+    max_message: int = 1 << 16
+    max_json_depth: int = 32
+
+
+#: Ranges of the limits that have one beyond "at least 1": a request must fit a hello
+#: and stay a control message (mrcd reads each into a buffer of this size); the JSON
+#: decoder must stay well inside Python's recursion limit.
+LIMIT_RANGES: Final = {"max_message": (4096, 4 << 20), "max_json_depth": (2, 500)}
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     """Everything mrcd reads from its configuration file."""
 
@@ -127,7 +160,9 @@ class DaemonConfig:
     log_format: str = "console"
     log_level: str = "info"
     peers: dict[str, PeerConfig] = field(default_factory=dict)
+    limits: ClientLimits = field(default_factory=ClientLimits)
     core: dict[str, Any] = field(default_factory=lambda: dict(DAEMON_CORE))
+    metrics_listen: str | None = None  #: HOST:PORT of the Prometheus endpoint (None: off)
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -158,7 +193,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     """Check a parsed TOML document and build the configuration."""
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
-             "log_level", "port", "peers", "core"}
+             "log_level", "port", "peers", "core", "limits", "metrics_listen"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -213,6 +248,9 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     control_port = _want(data, "control_port", int, source, DEFAULT_CONTROL_PORT)
     if not 0 < control_port < 65536:
         raise ConfigError(f"{source}: control_port {control_port} is not a TCP port")
+    metrics_listen = _want(data, "metrics_listen", str, source, None)
+    if metrics_listen is not None:
+        parse_listen(metrics_listen, f"{source}: metrics_listen")
     core = dict(DAEMON_CORE)
     fields = HostConfig.__dataclass_fields__
     for key, value in _want(data, "core", dict, source, {}).items():
@@ -246,9 +284,43 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         log_format=_want(data, "log_format", str, source, "console", LOG_FORMATS),
         log_level=_want(data, "log_level", str, source, "info", LOG_LEVELS),
         peers=peers,
+        limits=_limits(_want(data, "limits", dict, source, {}), source),
         core=core,
+        metrics_listen=metrics_listen,
         source=source,
     )
+
+
+def parse_listen(text: str, where: str = "metrics_listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for an IPv6 address; an empty host: every address)
+    as (host, port); :class:`ConfigError` naming ``where`` if it is not one."""
+    host, sep, port_s = text.rpartition(":")
+    if not sep or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ConfigError(f"{where}: {text!r} is not HOST:PORT (e.g. \"127.0.0.1:9464\" or "
+                          "\"[::1]:9464\")")
+    if host.startswith("[") and host.endswith("]"):
+        host = _addr(host[1:-1], where)
+    elif ":" in host:
+        raise ConfigError(f"{where}: {text!r}: write an IPv6 address in brackets, "
+                          "\"[::1]:9464\"")
+    return host, int(port_s)
+
+
+def _limits(d: dict[str, Any], source: str) -> ClientLimits:
+    known = ClientLimits.__dataclass_fields__
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) limits.{', limits.'.join(unknown)} "
+                          f"(known: {', '.join(known)})")
+    values: dict[str, int] = {}
+    for key in d:
+        value = _want(d, key, int, f"{source}: limits")
+        low, high = LIMIT_RANGES.get(key, (1, None))
+        if value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"{source}: limits.{key} = {value}: must be {span}")
+        values[key] = value
+    return ClientLimits(**values)
 
 
 def load_config(path: str | Path) -> DaemonConfig:

@@ -35,13 +35,19 @@ from typing import Any, Final
 
 import structlog
 
+from mrcnet.api.protocol import nesting_exceeds
 from mrcnet.errors import MrcError
 
-__all__ = ["CONTROL_VERSION", "Acceptance", "ConnectRequest", "ControlError", "ControlServer",
-           "control_request"]
+__all__ = ["ACCEPT_TIMEOUT", "CONTROL_VERSION", "Acceptance", "ConnectRequest", "ControlError",
+           "ControlServer", "control_request"]
 
 CONTROL_VERSION: Final = 1
 MAX_LINE: Final = 1 << 16
+#: JSON nesting a control line may have (a connect's private data is the deep part).
+MAX_DEPTH: Final = 32
+#: How long a connecting mrcd waits for the accept: the peer may hold a connect while
+#: its listener arms a QP (its backlog, up to listens.ACCEPT_WAIT).
+ACCEPT_TIMEOUT: Final = 10.0
 #: A peer that sends nothing for this long is dropped (the exchange is one line each way).
 IDLE_TIMEOUT: Final = 10.0
 
@@ -95,9 +101,11 @@ def _encode(msg: dict[str, Any]) -> bytes:
 
 
 def _decode(line: bytes) -> dict[str, Any]:
+    if nesting_exceeds(line, MAX_DEPTH):  # before the parser recurses that deep
+        raise ControlError(f"control line nested deeper than {MAX_DEPTH} levels")
     try:
         msg = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ControlError("control line is not JSON") from None
     if not isinstance(msg, dict):
         raise ControlError("control line is not a JSON object")
@@ -195,10 +203,12 @@ class ControlServer:
 
 async def control_request(address: str, port: int, req: ConnectRequest,
                           on_accept: Callable[[ConnectRequest], None] | None = None,
-                          timeout: float = 5.0) -> ConnectRequest:
+                          timeout: float = 5.0,
+                          accept_timeout: float | None = None) -> ConnectRequest:
     """Connect to the mrcd at ``address``: send ``req``, call ``on_accept`` with the peer's
     accept (move the QP to RTR there; raising ControlError aborts), then complete the
-    handshake. Returns the accept, or raises :class:`ControlError` (unreachable,
+    handshake (``timeout`` for each step; ``accept_timeout``, if given, for the accept).
+    Returns the accept, or raises :class:`ControlError` (unreachable,
     rejected, malformed)."""
     try:
         reader, writer = await asyncio.wait_for(
@@ -209,8 +219,8 @@ async def control_request(address: str, port: int, req: ConnectRequest,
     try:
         writer.write(_encode(req.to_msg("connect")))
         await writer.drain()
-        remote = ConnectRequest.from_msg(_expect(await _line(reader, timeout, where),
-                                                 "accept", where))
+        remote = ConnectRequest.from_msg(_expect(
+            await _line(reader, accept_timeout or timeout, where), "accept", where))
         if on_accept is not None:
             on_accept(remote)
         writer.write(_encode({"v": CONTROL_VERSION, "type": "ready"}))

@@ -17,6 +17,7 @@ import grp
 import math
 import socket
 import time
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -32,6 +33,7 @@ from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
+from mrcnet.io import batch as batch_io
 from mrcnet.io.kernel_drop import remove_stale_tables
 from mrcnet.io.linkwatch import LinkWatch
 from mrcnet.io.packet_port import interface_running
@@ -114,12 +116,14 @@ class Daemon:
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
-        self.tx_queues: buffers.SendQueue | None = None
+        self.tx_queues: batch_io.SendQueue | None = None
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
+        #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
+        self.on_ready: list[Callable[[], Awaitable[None]]] = []
 
     # --- what Verbs calls (its Engine) -----------------------------------------------------
     def pump(self, now: float | None = None) -> None:
@@ -189,7 +193,7 @@ class Daemon:
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
-        self.tx_queues = buffers.send_queue(len(self.ports))
+        self.tx_queues = batch_io.send_queue(len(self.ports))
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
@@ -241,7 +245,8 @@ class Daemon:
                                  verbs.on_session_closed, self.cfg.host, len(self.ports),
                                  after_burst=verbs.after_requests,
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
-                                            for lp in self.local], group=self._gid)
+                                            for lp in self.local], group=self._gid,
+                                 limits=self.cfg.limits)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
@@ -250,6 +255,8 @@ class Daemon:
             await self.control.start()
             self.log.info("mrcd ready", socket=self.cfg.socket, control=listen,
                           control_port=self.cfg.control_port)
+            for hook in self.on_ready:
+                await hook()
             await self._stop.wait()
             self.log.info("mrcd stopping")
         finally:

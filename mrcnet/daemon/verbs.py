@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import ipaddress
 import mmap
-import os
 import secrets
 import time
 from collections.abc import Awaitable
@@ -33,13 +32,21 @@ from mrcnet.api.errors import (
     OutOfBounds,
 )
 from mrcnet.api.messages import completions_push, event_push
-from mrcnet.api.protocol import Message, moderation_error
+from mrcnet.api.protocol import Message, map_region, moderation_error
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.host import PathProbe
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
-from mrcnet.daemon.control import Acceptance, ConnectRequest, ControlError, control_request
+from mrcnet.daemon.control import (
+    ACCEPT_TIMEOUT,
+    Acceptance,
+    ConnectRequest,
+    ControlError,
+    control_request,
+)
+from mrcnet.daemon.guard import check_region_fd, over_limit
+from mrcnet.daemon.listens import Listen, Listens
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.io import IOSetupError, PacketPort
 
@@ -60,6 +67,8 @@ PROBE_WAIT: Final = 1.0
 PROBE_HELLO_TIMEOUT: Final = 2.0
 #: How often the probe coroutine looks whether every answer is in (s).
 PROBE_POLL: Final = 0.005
+#: The largest backlog of a listen (connects waiting for the listener's next QP).
+MAX_BACKLOG: Final = 4096
 #: Completions pushed to a client per message.
 WC_PER_PUSH: Final = 256
 _INF: Final = float("inf")
@@ -120,7 +129,9 @@ class Verbs:
         self.mod_due = _INF
         self._qp_owner: dict[int, Session] = {}
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
-        self._listens: dict[int, tuple[Session, int, list[int], Any]] = {}
+        self.listens = Listens(engine.cfg.host)
+        #: CQs of clients that are gone (the core has no destroy_cq), for new clients.
+        self._spare_cqs: list[core.CompletionQueue] = []
 
     def dispatch(self, s: Session, msg: Message,
                  fds: list[int]) -> Message | Awaitable[Message]:
@@ -130,9 +141,7 @@ class Verbs:
         handler = getattr(self, f"_op_{op}", None)
         if handler is None or not isinstance(op, str):
             raise InvalidArgument(f"unknown request {op!r}")
-        if fds and op != "reg_mr":
-            for fd in fds:
-                os.close(fd)
+        if fds and op != "reg_mr":  # (the API server closes every fd it received)
             raise InvalidArgument(f"{op} takes no file descriptor")
         try:
             result: Message | Awaitable[Message] = (
@@ -159,26 +168,30 @@ class Verbs:
     def _op_reg_mr(self, s: Session, msg: Message, fds: list[int]) -> Message:
         assert self.engine.host is not None
         if len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
             raise InvalidArgument("reg_mr needs exactly one memfd")
-        fd = fds[0]
-        try:
-            length = int(msg["length"])
-            if length <= 0 or os.fstat(fd).st_size < length:
-                raise OutOfBounds(f"the memfd is smaller than the {length} bytes to register")
-            mp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)  # the mapping keeps the memory
+        length = int(msg["length"])
+        lim = self.engine.cfg.limits
+        if len(s.mrs) >= lim.max_mrs:
+            raise over_limit(f"reg_mr: this client has {len(s.mrs)} memory regions",
+                             "limits.max_mrs", lim.max_mrs)
+        if s.mr_bytes + length > lim.max_mr_bytes:
+            raise over_limit(f"reg_mr: {length} bytes more would make this client's "
+                             f"regions {s.mr_bytes + length} bytes",
+                             "limits.max_mr_bytes", lim.max_mr_bytes)
+        check_region_fd(fds[0], length)  # sealed: it can never shrink under the mapping
+        # The API server closes the fd afterwards; the mapping keeps the memory.
+        mp = map_region(fds[0], length, "mrcd")
         mr = self.engine.host.register_mr(mp, Access(int(msg.get("access", 3))))
         self._mr_by_lkey[mr.lkey] = (mr, mp, s)
         s.mrs[mr.lkey] = mr
+        s.mr_bytes += mr.length
         return {"lkey": mr.lkey, "rkey": mr.rkey, "addr": mr.addr}
 
     def _release_mr(self, lkey: int) -> None:
         assert self.engine.host is not None
         mr, mp, s = self._mr_by_lkey.pop(lkey)
-        s.mrs.pop(lkey, None)
+        if s.mrs.pop(lkey, None) is not None:
+            s.mr_bytes -= mr.length
         self.engine.host.deregister_mr(mr)
         # Writes in flight may still hold views; the map then goes with them (GC).
         with contextlib.suppress(BufferError, ValueError):
@@ -194,7 +207,16 @@ class Verbs:
 
     def _op_create_cq(self, s: Session, msg: Message) -> Message:
         assert self.engine.host is not None
-        cq = self.engine.host.create_cq()
+        lim = self.engine.cfg.limits.max_cqs
+        if len(s.cqs) >= lim:
+            raise over_limit(f"create_cq: this client has {len(s.cqs)} CQs",
+                             "limits.max_cqs", lim)
+        # The core keeps every CQ it made: reuse those of clients that are gone.
+        if self._spare_cqs:
+            cq = self._spare_cqs.pop()
+            cq.poll(len(cq))
+        else:
+            cq = self.engine.host.create_cq()
         self._cqs[cq.handle] = (cq, s)
         s.cqs.add(cq.handle)
         return {"cq": cq.handle}
@@ -222,6 +244,10 @@ class Verbs:
         entry = self._cqs.get(handle)
         if entry is None or entry[1] is not s:
             raise InvalidCQ(f"no CQ {handle} in this context")
+        lim = self.engine.cfg.limits.max_qps
+        if len(s.qps) >= lim:
+            raise over_limit(f"create_qp: this client has {len(s.qps)} QPs",
+                             "limits.max_qps", lim)
         qpn = self.engine.host.create_qp(entry[0])
         init: dict[str, Any] = {
             "ev_profile": msg.get("ev_profile") or self.engine.cfg.ev_profile,
@@ -243,9 +269,7 @@ class Verbs:
         s = self._qp_owner.pop(qpn, None)
         if s is not None:
             s.qps.discard(qpn)
-        for service, (_ls, lq, _m, _p) in list(self._listens.items()):
-            if lq == qpn:
-                del self._listens[service]
+        self.listens.drop_qp(qpn)
         with contextlib.suppress(core.InvalidRequest):
             self.engine.host.destroy_qp(qpn)
 
@@ -268,12 +292,15 @@ class Verbs:
         if service == PROBE_SERVICE:
             raise InvalidArgument(f"service {service} is reserved (mrcctl probe)")
         self._exposed(s, msg.get("mrs", []))  # check the keys now, not at connect time
-        held = self._listens.get(service)
-        if held is not None and held[0] is not s:
-            raise InvalidArgument(f"service {service} is already listened on by another "
-                                  "client")
-        self._listens[service] = (s, qpn, list(msg.get("mrs", [])), msg.get("private"))
-        s.listens.add(service)
+        backlog = int(msg.get("backlog", 0))
+        if not 0 <= backlog <= MAX_BACKLOG:
+            raise InvalidArgument(f"backlog {backlog}: give 0..{MAX_BACKLOG}")
+        self.listens.listen(Listen(s, qpn, list(msg.get("mrs", [])), msg.get("private")),
+                            service, backlog)
+        return {}
+
+    def _op_unlisten(self, s: Session, msg: Message) -> Message:
+        self.listens.unlisten(s, int(msg["service"]))
         return {}
 
     def _qp_profile(self, qpn: int) -> tuple[str, str, int]:
@@ -347,7 +374,8 @@ class Verbs:
             await self._prepare_peer(peer)
             req = ConnectRequest(self.engine.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs),
                                  private, service)
-            remote = await control_request(addr, port, req, on_accept)
+            remote = await control_request(addr, port, req, on_accept,
+                                           accept_timeout=ACCEPT_TIMEOUT)
             if self._qp_owner.get(qpn) is not s:
                 raise ControlError(f"QP {qpn} was destroyed while connecting")
             self._to_rts(qpn)
@@ -365,14 +393,13 @@ class Verbs:
         """A peer's mrcd connects to a service here (the control channel's server side)."""
         if req.service == PROBE_SERVICE:
             return await self._on_probe_hello(req)
-        held = self._listens.pop(req.service, None)  # reserved for this exchange
-        if held is None:
-            raise ControlError(f"no QP listens on service {req.service} at {self.engine.cfg.host}")
-        s, qpn, lkeys, private = held
+        # Reserved for this exchange; with a backlog, waits for the listener's next QP.
+        held = await self.listens.take(req.service)
+        s, qpn, lkeys, private = held.session, held.qpn, held.lkeys, held.private
 
         def give_back() -> None:
-            if not s.closed and qpn in self._qp_owner and req.service not in self._listens:
-                self._listens[req.service] = held
+            if qpn in self._qp_owner:
+                self.listens.give_back(req.service, held)
 
         try:
             ev, cc, max_imm = self._qp_profile(qpn)
@@ -390,7 +417,7 @@ class Verbs:
                 raise ControlError(f"the listening QP {qpn} went away")
             self._to_rtr(qpn, req.src, req, psn)
             self._to_rts(qpn)
-            s.listens.discard(req.service)  # one connection per listen, as accept()
+            self.listens.consumed(s, req.service)  # one connection per listen
             s.send({"push": "connected", "qpn": qpn, "peer": req.src, "peer_qpn": req.qpn,
                     "mrs": list(req.mrs), "private": req.private, "max_imm": req.max_imm})
             self.engine.log.info("QP accepted", qpn=qpn, peer=req.src, peer_qpn=req.qpn,
@@ -424,8 +451,19 @@ class Verbs:
         return {}
 
     def _op_post_recv(self, s: Session, msg: Message) -> Message:
-        assert self.engine.host is not None
-        self.engine.host.post_recv(self._qpn(s, msg), int(msg.get("wr_id", 0)), time.monotonic())
+        host = self.engine.host
+        assert host is not None
+        qpn = self._qpn(s, msg)
+        lim = self.engine.cfg.limits.max_recvs
+        if s.recvs >= lim:
+            # s.recvs only grows (consumed receives are not subtracted): recount the
+            # receives still queued on the client's QPs once it reaches the limit.
+            s.recvs = sum(len(host.qp(q).recv_wrs) for q in s.qps)
+            if s.recvs >= lim:
+                raise over_limit(f"post_recv: this client has {s.recvs} receives queued",
+                                 "limits.max_recvs", lim)
+        host.post_recv(qpn, int(msg.get("wr_id", 0)), time.monotonic())
+        s.recvs += 1
         return {}
 
     def _op_stats(self, s: Session, msg: Message) -> Message:
@@ -685,10 +723,12 @@ class Verbs:
         """A client went away: free what it owned (mrcd destroys its QPs)."""
         for qpn in list(s.qps):
             self._destroy_qp(qpn)
-        for service in list(s.listens):
-            self._listens.pop(service, None)
+        self.listens.drop_session(s)
         for handle in list(s.cqs):
-            self._cqs.pop(handle, None)
+            entry = self._cqs.pop(handle, None)
+            if entry is not None:  # its QPs are gone: another client may have it
+                entry[0].poll(len(entry[0]))
+                self._spare_cqs.append(entry[0])
             self._cq_mod.pop(handle, None)
             self._cq_since.pop(handle, None)
         for lkey in list(s.mrs):

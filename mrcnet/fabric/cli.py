@@ -1,7 +1,9 @@
 """``mrc-fabric``: build, break, observe and remove MRC test fabrics (network namespaces).
 
-Every subcommand prints data to stdout (``--json`` where it prints data), progress to
-stderr, and on failure one line ``mrc-fabric: error: ...`` with a non-zero exit status.
+Every subcommand prints data and one-line confirmations to stdout (``--json`` where it
+prints data), progress to stderr, and on failure one line ``mrc-fabric: error: ...``:
+exit 1, or 2 when privileges are missing (checked before anything is touched) or
+``down --all`` was not confirmed.
 """
 
 from __future__ import annotations
@@ -10,15 +12,17 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
-from mrcnet.fabric.errors import FabricError, SpecError
+from mrcnet.fabric.errors import FabricError, PermissionProblem, SpecError
 
 EPILOG = """\
 examples:
   mrc-fabric up leafspine:planes=2,spines=4,leaves=2,hosts=2,rate=1gbit,mtu=9000 --name lab
-  mrc-fabric status lab
+  mrc-fabric status lab --watch                  # table with rates, every 2 s
   mrc-fabric exec lab h0 -- ip -6 addr
+  mrc-fabric exec lab h0 -- mrcctl qps           # MRCD_SOCKET = h0's mrcd (up --mrcd)
   mrc-fabric link lab L0.0 S0.1 blackhole        # one way: L0.0 -> S0.1
   mrc-fabric link lab L0.0 S0.1 loss 1.5 --both
   mrc-fabric link lab L0.0 S0.1 flap --period 500
@@ -26,7 +30,9 @@ examples:
   mrc-fabric node lab S1.0 blackhole
   mrc-fabric port lab h1 0 down
   mrc-fabric probe lab h0 h3                     # frames through every plane/spine
+  mrc-fabric capture lab h0:p0 -w h0.pcapng -c 100
   mrc-fabric down lab
+  mrc-fabric down --all --yes                    # every recorded fabric, without asking
 spec: the same grammar as mrc-sim (every key: mrc-sim specs; defaults per tool and what
   each emulates: docs/TOPOLOGY.md). Keys mrc-fabric cannot emulate (delay, skew) are
   recorded and reported by up and status. Switches are L<plane>.<i> / S<plane>.<i>
@@ -35,8 +41,33 @@ state: $MRC_FABRIC_STATE_DIR (default /run/mrcnet/fabrics)
 """
 
 
+class Refused(FabricError):
+    """The command was not confirmed (``down --all`` without ``--yes`` and no terminal)."""
+
+
+#: Commands that work without privileges (they only read the state directory).
+UNPRIVILEGED = {"list", "describe"}
+
+
+def _need_root(command: str) -> None:
+    """Refuse before touching anything when the caller cannot manage namespaces."""
+    from mrcnet.fabric.nsutil import check_privileges
+
+    try:
+        check_privileges()
+    except PermissionProblem as e:
+        raise PermissionProblem(
+            f"run as root: mrc-fabric {command} needs CAP_NET_ADMIN and CAP_SYS_ADMIN "
+            "(network namespaces)") from e
+
+
 def _emit(data: Any) -> None:
     print(json.dumps(data, indent=1))
+
+
+def _done(line: str) -> None:
+    """The one-line confirmation of a command that changed something."""
+    print(line, flush=True)
 
 
 def _progress(line: str) -> None:
@@ -77,30 +108,73 @@ def cmd_up(a: argparse.Namespace) -> int:
     return 0
 
 
+def _confirm_all(names: list[str], yes: bool) -> bool:
+    """List what ``down --all`` removes and ask (``--yes`` skips the question)."""
+    from mrcnet.fabric.fabric import list_fabrics
+    from mrcnet.fabric.mrcd import mrcd_status
+
+    rows = {r["name"]: r for r in list_fabrics()}
+    print(f"down --all removes {len(names)} fabric{'s' if len(names) != 1 else ''} "
+          f"recorded in {_state_root()}:", file=sys.stderr)
+    for n in names:
+        r = rows.get(n, {})
+        m = mrcd_status(n)
+        mrcds = f", mrcd on {len(m)} hosts" if m else ""
+        print(f"  {n:<12} {r.get('status', '?')}, netns {r.get('netns', '?')}{mrcds}",
+              file=sys.stderr)
+    if yes:
+        return True
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise Refused(f"down --all would remove {', '.join(names)}: nothing removed; "
+                      "confirm with --yes (there is no terminal to ask on)")
+    print("remove them? [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = sys.stdin.readline().strip().lower()
+    except KeyboardInterrupt:
+        answer = ""
+    if answer in ("y", "yes"):
+        return True
+    print("mrc-fabric: nothing removed", file=sys.stderr)
+    return False
+
+
+def _state_root() -> str:
+    from mrcnet.fabric.state import state_root
+
+    return str(state_root())
+
+
 def cmd_down(a: argparse.Namespace) -> int:
-    from mrcnet.fabric.fabric import down, down_all
+    from mrcnet.fabric.fabric import down
+    from mrcnet.fabric.mrcd import stop_mrcds
 
     if a.all:
         if a.name:
             raise FabricError("give a NAME or --all, not both")
-        from mrcnet.fabric.mrcd import stop_mrcds
         from mrcnet.fabric.state import list_names
 
-        for name in list_names():
-            stop_mrcds(name)
-        done = down_all()
-        for name, ns in done.items():
-            _progress(f"removed {name} ({len(ns)} netns)")
+        names = list_names()
+        if not names:
+            _done(f"no fabrics recorded in {_state_root()}: nothing to remove")
+            return 0
+        if not _confirm_all(names, a.yes):
+            return 1
+        for name in names:
+            stopped = stop_mrcds(name)
+            ns = down(name, force=True)
+            _done(f"removed {name} ({len(ns)} netns"
+                  + (f", stopped mrcd {', '.join(map(str, stopped))})" if stopped else ")"))
         return 0
     if not a.name:
         raise FabricError("give the NAME of the fabric to remove (or --all)")
-    from mrcnet.fabric.mrcd import stop_mrcds
+    from mrcnet.fabric.state import StateRecord
 
+    StateRecord.load(a.name)  # "no fabric named ..." before anything is stopped
     stopped = stop_mrcds(a.name)  # by PID, before their namespaces go
     if stopped:
         _progress(f"stopped mrcd {', '.join(map(str, stopped))}")
     ns = down(a.name, force=a.force)
-    _progress(f"removed {a.name} ({len(ns)} netns)")
+    _done(f"removed {a.name} ({len(ns)} netns)")
     return 0
 
 
@@ -123,62 +197,57 @@ def cmd_list(a: argparse.Namespace) -> int:
     return 0
 
 
-def _flags(d: dict[str, Any]) -> str:
-    out = []
-    if d.get("oper") not in ("up", "unknown"):
-        out.append(str(d.get("oper")))
-    if d.get("blackhole"):
-        out.append("blackhole")
-    if d.get("loss_pct"):
-        out.append(f"loss {d['loss_pct']:g}%")
-    if "error" in d:
-        out.append("error")
-    return ",".join(out)
+def _rates(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+           seconds: float) -> dict[str, tuple[float, float]]:
+    """Per direction (packets/s, bits/s) between two counter snapshots."""
+    out = {}
+    for k, b in after.items():
+        a = before.get(k)
+        if a is not None and seconds > 0:
+            out[k] = ((b["pkts"] - a["pkts"]) / seconds,
+                      8 * (b["bytes"] - a["bytes"]) / seconds)
+    return out
 
 
 def cmd_status(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
     from mrcnet.fabric.mrcd import mrcd_status
+    from mrcnet.fabric.show import status_table
 
-    st = Fabric.load(a.name).status()
-    st["mrcd"] = mrcd_status(a.name)
-    if a.json:
+    fab = Fabric.load(a.name)
+    spec_lines = _spec_lines(fab.description.options)
+    interval = a.watch if a.watch is not None else a.interval
+    if a.json and a.watch is None:
+        st = fab.status()
+        st["mrcd"] = mrcd_status(a.name)
         _emit(st)
         return 0
-    print(f"fabric {st['name']} ({st['status']}), srv6={st['srv6']}, block {st['usid_block']}")
-    print(f"description: {st['description']}")
-    for line in _spec_lines(Fabric.load(a.name).description.options):
-        print(line)
-    print(f"\n{'NODE':<6} {'ROLE':<6} {'USID':<7} NETNS")
-    for n in st["nodes"]:
-        extra = ""
-        if n.get("blackhole"):
-            extra = "  BLACKHOLE"
-        if n["role"] == "host":
-            extra = f"  mrc frames dropped after tap: {n['mrc_ingress_dropped']}"
-        print(f"{n['name']:<6} {n['role']:<6} {n['usid']:#06x} {n['netns']}{extra}")
-    print(
-        f"\n{'LINK DIRECTION':<16} {'PKTS':>10} {'BYTES':>13} {'DROPS':>8} {'TRIMS':>8} "
-        f"{'CE':>8}  STATE"
-    )
-    for ln in st["links"]:
-        for dname, d in ln["directions"].items():
-            print(
-                f"{dname:<16} {d.get('pkts', 0):>10} {d.get('bytes', 0):>13} "
-                f"{d.get('drops', 0):>8} {d.get('trims', 0):>8} {d.get('ce', 0):>8}  {_flags(d)}"
-            )
-    if st["failures"]:
-        print("\nfailures:")
-        for k, v in st["failures"].items():
-            print(f"  {k}: {v}")
-    for p in st["processes"]:
-        print(f"process {p['pid']} ({p['what']}): {'running' if p['alive'] else 'gone'}")
-    if st["mrcd"]:
-        print(f"\n{'HOST':<6} {'MRCD PID':>9}  STATE    SOCKET")
-        for host, m in st["mrcd"].items():
-            print(f"{host:<6} {m['pid']:>9}  {'running' if m['running'] else 'GONE':<8} "
-                  f"{m['socket']}")
-    return 0
+    clear = a.watch is not None and sys.stdout.isatty()
+    before, t_before = fab.counters(), time.monotonic()
+    try:
+        while True:
+            if interval > 0:
+                time.sleep(max(0.0, t_before + interval - time.monotonic()))
+            after, t_after = fab.counters(), time.monotonic()
+            st = fab.status()
+            st["mrcd"] = mrcd_status(a.name)
+            if a.json:
+                st["rates"] = {k: {"pps": round(p, 1), "bps": round(b)} for k, (p, b)
+                               in _rates(before, after, t_after - t_before).items()}
+                print(json.dumps(st), flush=True)
+            else:
+                text = status_table(st, spec_lines,
+                                    _rates(before, after, t_after - t_before) if interval > 0
+                                    else None, t_after - t_before if interval > 0 else None)
+                if clear:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                    text += f"\n\nevery {interval:g} s, Ctrl-C to stop"
+                print(text, flush=True)
+            if a.watch is None:
+                return 0
+            before, t_before = after, t_after
+    except KeyboardInterrupt:
+        return 0
 
 
 def cmd_describe(a: argparse.Namespace) -> int:
@@ -194,16 +263,33 @@ def cmd_describe(a: argparse.Namespace) -> int:
 
 def cmd_exec(a: argparse.Namespace) -> int:
     from mrcnet.fabric.fabric import Fabric
+    from mrcnet.fabric.mrcd import exec_env
+    from mrcnet.fabric.nsutil import set_uts_hostname
 
-    fab = Fabric.load(a.name)
     argv = list(a.cmd)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise FabricError("give a command after --, e.g. mrc-fabric exec lab h0 -- ip -6 addr")
+    fab = Fabric.load(a.name)
     ns = fab.netns(a.node)
-    os.execvp("ip", ["ip", "netns", "exec", ns, *argv])
+    env = exec_env(fab, a.node)
+    set_uts_hostname(ns)  # `hostname` inside says lab-h0, not the machine's name
+    sys.stdout.flush()
+    os.execvpe("ip", ["ip", "netns", "exec", ns, *argv], env)
     return 127  # pragma: no cover - execvp does not return
+
+
+def cmd_capture(a: argparse.Namespace) -> int:
+    from mrcnet.fabric.capture import capture
+    from mrcnet.fabric.fabric import Fabric
+
+    fab = Fabric.load(a.name)
+    got = capture(fab, a.target, a.write, fmt=a.format, count=a.count, seconds=a.seconds,
+                  snaplen=a.snaplen, bpf=a.filter, say=None if a.quiet else _progress)
+    _done(f"wrote {got.frames} frame{'s' if got.frames != 1 else ''} to {got.path} "
+          f"({got.fmt}, {got.seconds:.1f} s on {','.join(got.interfaces)})")
+    return 0
 
 
 def cmd_link(a: argparse.Namespace) -> int:
@@ -211,6 +297,9 @@ def cmd_link(a: argparse.Namespace) -> int:
 
     ctl = Fabric.load(a.name).link(a.a, a.b)
     act = a.action
+    fwd, back = f"{ctl.a}->{ctl.b}", f"{ctl.b}->{ctl.a}"
+    dirs = f"{fwd} and {back}" if a.both else fwd
+    what = f"link {ctl.link_.name}"
     if act == "loss":
         if a.value is None:
             raise FabricError("loss needs a percentage, e.g. link lab L0.0 S0.1 loss 1.5")
@@ -219,21 +308,27 @@ def cmd_link(a: argparse.Namespace) -> int:
         except ValueError as e:
             raise FabricError(f"loss percentage {a.value!r} is not a number") from e
         ctl.loss(pct, both=a.both)
+        _done(f"{what}: {pct:g}% random loss {dirs}" if pct else f"{what}: no loss {dirs}")
     elif a.value is not None:
         raise FabricError(f"{act} takes no value")
     elif act == "down":
         ctl.down()
+        _done(f"{what}: down (both ends admin down, like a pulled cable)")
     elif act == "up":
         ctl.up()
+        _done(f"{what}: up (addresses, neighbours and routes re-installed)")
     elif act == "blackhole":
         ctl.blackhole(both=a.both)
+        _done(f"{what}: blackhole {dirs} (the link stays up)")
     elif act == "flap":
         if a.period is None:
             raise FabricError("flap needs --period MS")
         pid = ctl.flap(a.period)
-        _progress(f"flapping {a.a}-{a.b} every {a.period} ms (pid {pid})")
+        _done(f"{what}: flapping, down {a.period} ms / up {a.period} ms (pid {pid}; "
+              f"stop with: mrc-fabric link {a.name} {a.a} {a.b} clear)")
     elif act == "clear":
         ctl.clear()
+        _done(f"{what}: cleared (up, no blackhole, no loss, no flap)")
     return 0
 
 
@@ -268,8 +363,10 @@ def cmd_node(a: argparse.Namespace) -> int:
     ctl = Fabric.load(a.name).node(a.switch)
     if a.action == "blackhole":
         ctl.blackhole()
+        _done(f"switch {ctl.switch}: blackholed (every egress drops; links stay up)")
     else:
         ctl.restore()
+        _done(f"switch {ctl.switch}: forwarding again (link failures set separately stay)")
     return 0
 
 
@@ -279,8 +376,11 @@ def cmd_port(a: argparse.Namespace) -> int:
     ctl = Fabric.load(a.name).port(a.host, a.plane)
     if a.action == "down":
         ctl.down()
+        _done(f"port {ctl.host} plane {ctl.plane} ({ctl.ifname}): down")
     else:
         ctl.up()
+        _done(f"port {ctl.host} plane {ctl.plane} ({ctl.ifname}): up (address and routes "
+              "re-installed)")
     return 0
 
 
@@ -294,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=sys.modules["mrcnet"].version_text())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("up", help="build a fabric and write its description file")
@@ -310,7 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("down", help="remove a fabric (exactly what it made)")
     s.add_argument("name", nargs="?", metavar="NAME")
-    s.add_argument("--all", action="store_true", help="remove every recorded fabric")
+    s.add_argument("--all", action="store_true",
+                   help="remove every recorded fabric (lists them and asks first)")
+    s.add_argument("-y", "--yes", action="store_true",
+                   help="with --all: do not ask (needed when there is no terminal)")
     s.add_argument("--force", action="store_true",
                    help="remove even while its builder still runs")
     s.set_defaults(fn=cmd_down)
@@ -319,9 +423,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_list)
 
-    s = sub.add_parser("status", help="per-link counters, netns names, failures")
+    s = sub.add_parser("status", help="per-link counters and rates, netns names, failures")
     s.add_argument("name", metavar="NAME")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true",
+                   help="the whole status as JSON (with --watch: one line per refresh, "
+                   "with rates)")
+    s.add_argument("--watch", "-w", nargs="?", type=float, const=2.0, default=None,
+                   metavar="SECS", help="refresh every SECS (default 2) until Ctrl-C")
+    s.add_argument("--interval", type=float, default=0.5, metavar="SECS",
+                   help="measure the rates over SECS before printing (default 0.5; "
+                   "0 = no rates)")
     s.set_defaults(fn=cmd_status)
 
     s = sub.add_parser("describe", help="print the fabric description (JSON) mrcd reads")
@@ -329,11 +440,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--path", action="store_true", help="print only its path")
     s.set_defaults(fn=cmd_describe)
 
-    s = sub.add_parser("exec", help="run a command inside a node's netns")
+    s = sub.add_parser(
+        "exec", help="run a command inside a node's netns",
+        description="Runs CMD inside the node's network namespace, with hostname = the "
+        "netns name, MRC_FABRIC, MRC_NODE, and for a host MRC_HOST plus MRCD_SOCKET when "
+        "the fabric runs an mrcd on it (up --mrcd): mrcctl and mrc-perf find that mrcd.")
     s.add_argument("name", metavar="NAME")
     s.add_argument("node", metavar="HOST", help="host (or switch) name, e.g. h0, L0.1")
     s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
     s.set_defaults(fn=cmd_exec)
+
+    s = sub.add_parser(
+        "capture", help="record a node's frames to a pcap or pcapng file",
+        description="Runs dumpcap (or tcpdump, for one interface to a classic pcap) inside "
+        "the node's netns until COUNT frames, --seconds, Ctrl-C or SIGTERM, stops it by "
+        "PID and says how many frames the file holds. Read the file with "
+        "'python -m mrcnet.wire decode FILE', tshark or Wireshark.")
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("target", metavar="NODE[:IFACE]",
+                   help="h0 (every port of the host: pcapng), h0:p1, L0.0:s1 ...")
+    s.add_argument("-w", "--write", required=True, metavar="FILE",
+                   help="output file; .pcap or .pcapng says the format")
+    s.add_argument("-F", "--format", choices=["pcap", "pcapng"],
+                   help="file format whatever the suffix")
+    s.add_argument("-c", "--count", type=int, metavar="COUNT", help="stop after COUNT frames")
+    s.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
+    s.add_argument("-s", "--snaplen", type=int, metavar="BYTES",
+                   help="keep at most BYTES of each frame (default: whole frames)")
+    s.add_argument("-f", "--filter", metavar="BPF",
+                   help="capture filter in pcap syntax, e.g. 'udp port 4791 or ip6[6] = 41'")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    s.set_defaults(fn=cmd_capture)
 
     s = sub.add_parser("link", help="fail a link: down|up|blackhole|loss PCT|flap|clear",
                        description="Blackhole and loss act on the direction A -> B "
@@ -381,14 +518,22 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mrc-fabric`` console script."""
     args = build_parser().parse_args(argv)
     try:
+        if args.command not in UNPRIVILEGED:
+            _need_root(args.command)
         rc: int = args.fn(args)
+        sys.stdout.flush()
         return rc
+    except (PermissionProblem, Refused) as e:
+        print(f"mrc-fabric: error: {e}", file=sys.stderr)
+        return 2
     except (FabricError, SpecError) as e:
         print(f"mrc-fabric: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:
-        # Output piped into head(1) and friends: not an error worth a message.
-        sys.stderr.close()
+        # Output piped into head(1) and friends: not an error worth a message. Point
+        # stdout at /dev/null so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         print("mrc-fabric: interrupted", file=sys.stderr)

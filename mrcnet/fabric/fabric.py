@@ -691,6 +691,8 @@ def down(name: str, force: bool = False) -> list[str]:
     d = fabric_dir(name)
     if not (d / "state.json").exists():
         raise FabricError(f"no fabric named {name!r} (nothing recorded in {d})")
+    # Before the record says "removing": without privileges nothing could be removed.
+    check_privileges()
     with fabric_lock(name):
         record = StateRecord.load(name)
         if (

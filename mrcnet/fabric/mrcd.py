@@ -33,7 +33,7 @@ from mrcnet.fabric.state import (
     proc_start_time,
 )
 
-__all__ = ["mrcd_dir", "mrcd_status", "start_mrcds", "stop_mrcds"]
+__all__ = ["exec_env", "mrcd_dir", "mrcd_status", "start_mrcds", "stop_mrcds"]
 
 WHAT = "mrcd "  #: ProcRecord.what prefix: "mrcd h0"
 READY_TIMEOUT = 30.0
@@ -116,6 +116,27 @@ def mrcd_status(name: str) -> dict[str, dict[str, Any]]:
         out[host] = {"pid": p.pid, "running": _alive(p), "socket": str(d / f"{host}.sock"),
                      "log": str(d / f"{host}.log")}
     return out
+
+
+def exec_env(fab: Any, node: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command run inside ``node`` of ``fab`` (``mrc-fabric exec``).
+
+    ``MRC_FABRIC`` (the fabric's name), ``MRC_NODE`` (the node's canonical name); for a
+    host also ``MRC_HOST``, and ``MRCD_SOCKET`` when the fabric runs an mrcd on it
+    (``up --mrcd``), so mrcctl and mrc-perf find that host's mrcd without ``--socket``.
+    """
+    desc = fab.description
+    name = desc.node_name(node)
+    desc.node_netns(name)  # a clear error for a node that does not exist
+    env = dict(os.environ if base is None else base)
+    env["MRC_FABRIC"] = fab.name
+    env["MRC_NODE"] = name
+    if name in {h.name for h in desc.hosts}:
+        env["MRC_HOST"] = name
+        mrcd = mrcd_status(fab.name).get(name)
+        if mrcd is not None:
+            env["MRCD_SOCKET"] = mrcd["socket"]
+    return env
 
 
 KILL_WAIT = 5.0  # seconds to wait for a SIGKILLed mrcd to disappear

@@ -24,6 +24,7 @@ from mrcnet.fabric.errors import FabricError, PermissionProblem, ToolMissing
 
 NETNS_RUN_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUTS = 0x04000000
 CAP_NET_ADMIN = 12
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -46,7 +47,7 @@ def check_privileges() -> None:
     except OSError:
         pass
     raise PermissionProblem(
-        "mrc-fabric needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces): run as root"
+        "run as root: mrc-fabric needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces)"
     )
 
 
@@ -82,6 +83,19 @@ def in_netns(name: str) -> Iterator[None]:
     finally:
         os.close(target)
         os.close(home)
+
+
+def set_uts_hostname(hostname: str) -> bool:
+    """Give the calling process a UTS namespace of its own named ``hostname``.
+
+    Meant for a process about to exec into a node (``mrc-fabric exec``): its children see
+    the node's name as their hostname instead of the machine's. Returns False (and changes
+    nothing) when the kernel refuses (no CAP_SYS_ADMIN).
+    """
+    if _libc.unshare(CLONE_NEWUTS) != 0:
+        return False
+    raw = hostname.encode()
+    return bool(_libc.sethostname(raw, len(raw)) == 0)
 
 
 def write_sysctls(netns: str, values: dict[str, str]) -> None:

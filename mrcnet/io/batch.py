@@ -9,6 +9,9 @@ in Python.
   with its errno. :class:`CBatchIO`'s memory is a :class:`mrcnet.buffers.BatchSlots`
   (the core reads received frames in it); :func:`recv_slots` receives into it without
   making views.
+- :class:`SendQueue`: mrcd's ports' send queues, a pointer per frame and no Python object:
+  the core's run builder puts each run on them (:meth:`mrcnet.wire.template.RunPatcher.queue`)
+  and each port's batch drains its own with sendmmsg. C only.
 - The stateless ``send_batch(fd, frames)`` / ``recv_batch(fd, ...)``.
 
 The C half is mrcnet/_csrc/batch.c; :mod:`mrcnet.native` decides which twin is bound.
@@ -29,13 +32,16 @@ from mrcnet.native import HAVE_C, C, ffi
 
 __all__ = [
     "PACKET_OUTGOING",
+    "SENDQ_CAP",
     "BatchIO",
     "CBatchIO",
     "PyBatchIO",
     "Received",
+    "SendQueue",
     "recv_batch",
     "recv_slots",
     "send_batch",
+    "send_queue",
 ]
 
 # Linux <linux/if_packet.h>: sll_pkttype of a frame this host sent (a packet socket sees
@@ -242,14 +248,6 @@ class CBatchIO(BatchSlots):
         return [v[i * bs : i * bs + lens[i]] for i in ffi.unpack(self._idx, k)]
 
 
-    def send_queued(self, q: Any, err: Any, calls: Any) -> int:
-        """Send a port's send queue (``q``: its ``struct mrc_sendq *``) until it is empty
-        or the socket is full: frames sent; ``err``/``calls`` get ``mrc_sendq_send``'s
-        error and call count (:meth:`mrcnet.buffers.SendQueue.send` reads them)."""
-        return int(C.mrc_sendq_send(self.fd, self._b, q, err, calls))
-
-
-
 def recv_slots(io: CBatchIO, max_frames: int | None = None) -> int:
     """``io.recv_views()`` without the views: receive what is queued (outgoing frames
     skipped) and return how many frames were kept (:class:`mrcnet.buffers.SlotFrames`
@@ -260,6 +258,83 @@ def recv_slots(io: CBatchIO, max_frames: int | None = None) -> int:
     if k < 0:
         raise OSError(-k, os.strerror(-k))
     return k
+
+
+#: Frames a port's send queue holds (mrcnet.io.packet_port.MAX_BACKLOG's role).
+SENDQ_CAP: Final = 4096
+
+
+class SendQueue:
+    """mrcd's data frames on their way to the ports, one queue per port, with no Python
+    object per frame (``mrcnet/_csrc/batch.c``):
+    :meth:`mrcnet.wire.template.RunPatcher.queue` adds a run's
+    frames; :meth:`send` sends a port's queue through its
+    :class:`CBatchIO` straight from
+    the runs' buffers (this object keeps those until their frames are gone). C only:
+    :func:`send_queue` gives None without it."""
+
+    def __init__(self, nports: int, cap: int = SENDQ_CAP) -> None:
+        self._q = ffi.new("struct mrc_sendq[]", nports)
+        self._iov = [ffi.new("struct iovec[]", cap) for _ in range(nports)]
+        for q, iov in zip(self._q, self._iov, strict=True):
+            q.iov, q.cap = iov, cap
+        self._n = nports
+        self._keep: list[Any] = []  # buffers with frames still queued
+        self._err = ffi.new("int *")
+        self._calls = ffi.new("unsigned *")
+        #: Frames queued and not yet sent or dropped, all ports.
+        self.waiting = 0
+        #: Frames queued since :meth:`take_added`.
+        self.added = 0
+        #: Frames not queued because their port's queue was full (the host counts them
+        #: as ``tx_sendq_full`` and resets this).
+        self.overflow = 0
+
+    def add_run(self, buf: Any, lens: Any, ports: list[int]) -> None:
+        """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port
+        ``ports[i]``."""
+        n = len(ports)
+        k = C.mrc_sendq_add_run(self._q, self._n, buf, lens, ports, n)
+        if k:
+            self._keep.append(buf)
+        self.waiting += k
+        self.added += k
+        self.overflow += n - k
+
+    def take_added(self) -> int:
+        """Frames queued since the last call."""
+        k, self.added = self.added, 0
+        return k
+
+    def pending(self, port: int) -> int:
+        """Frames waiting on ``port``."""
+        q = self._q[port]
+        return int(q.n - q.head)
+
+    def send(self, port: int, io: CBatchIO) -> tuple[int, int, int]:
+        """Send ``port``'s queue on ``io``'s socket until it is empty or the socket is
+        full: (frames sent, sendmmsg calls, 0 / EAGAIN / the errno of the frame at the
+        head of the queue, left there)."""
+        n = int(C.mrc_sendq_send(io.fd, io._b, ffi.addressof(self._q, port), self._err,
+                                 self._calls))
+        self._sent(n)
+        return n, int(self._calls[0]), int(self._err[0])
+
+    def drop(self, port: int, k: int) -> int:
+        """Drop the ``k`` oldest frames of ``port``'s queue; returns how many went."""
+        n = int(C.mrc_sendq_drop(ffi.addressof(self._q, port), k))
+        self._sent(n)
+        return n
+
+    def _sent(self, n: int) -> None:
+        self.waiting -= n
+        if not self.waiting:
+            self._keep.clear()
+
+
+def send_queue(nports: int) -> SendQueue | None:
+    """A :class:`SendQueue` for ``nports`` ports, or None without the C fast path."""
+    return SendQueue(nports) if HAVE_C else None
 
 
 BatchIO: type[CBatchIO] | type[PyBatchIO] = CBatchIO if HAVE_C else PyBatchIO

@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from mrcnet import buffers
 from mrcnet.constants import ETH_HEADER_LEN
 from mrcnet.io import batch as batch_io
 from mrcnet.io.bpf import attach_filter
@@ -314,9 +313,9 @@ class PacketPort:
                 break
         return total
 
-    def send_queue(self, q: buffers.SendQueue, index: int) -> int:
+    def send_queue(self, q: batch_io.SendQueue, index: int) -> int:
         """Send what waits for this port (its ``index``) on ``q`` (mrcd's data frames,
-        :class:`mrcnet.buffers.SendQueue`): as much as the socket takes now, the rest
+        :class:`mrcnet.io.batch.SendQueue`): as much as the socket takes now, the rest
         stays queued. Errors as :meth:`send`: a link that is down drops the queue, a
         frame too large for the MTU is dropped; all counted. Returns frames sent."""
         assert isinstance(self._io, batch_io.CBatchIO)

@@ -184,6 +184,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Import here so `mrc-sim specs` and `--help` work even if the core cannot import.
     from mrcnet.sim.runner import SimRun
 
+    if args.plot:
+        from mrcnet.plots import PlotUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib()  # before the run, not after it
+        except PlotUnavailable as e:
+            raise SimError(str(e)) from e
     spec = parse_topology(args.topology)
     if args.trim is not None:
         spec = with_options(spec, trim=parse_bool(args.trim))
@@ -210,6 +217,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print()
     else:
         print(_human(res, args.all_ports))
+    if args.plot:
+        from mrcnet.plots import sim_plot
+
+        print(f"mrc-sim: plot written to {sim_plot(res, args.plot)}", file=sys.stderr)
     unfinished = any(f["fct"] is None for f in res["flows"])
     return 1 if unfinished else 0
 
@@ -268,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=sys.modules["mrcnet"].version_text())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser(
         "run", help="run a traffic matrix over a fabric",
@@ -303,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="endpoint processing model: 'mrcd' or "
                         "wake=50us..2ms,spike=1%%:5ms,cpu=0.5us,timer=1ms (docs/SIM.md)")
     r.add_argument("--progress", action="store_true", help="progress lines on stderr")
+    r.add_argument("--plot", metavar="FILE.png",
+                   help="write a PNG: goodput over time (needs --sample) and the FCT CDF "
+                   "(matplotlib: pip install 'mrcnet[plot]')")
     r.set_defaults(fn=cmd_run)
 
     m = sub.add_parser("matrix", help="generate a traffic matrix (stdout)",

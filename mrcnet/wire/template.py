@@ -27,7 +27,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
+from typing import Any, ClassVar, Final, Protocol, TypeAlias
 
 from mrcnet.constants import (
     DATA_OPCODES,
@@ -55,9 +55,6 @@ from mrcnet.wire.frame import Route, build_data, parse_frame
 from mrcnet.wire.icrc import icrc
 from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
 from mrcnet.wire.usid import usid_final
-
-if TYPE_CHECKING:
-    from mrcnet.buffers import SendQueue
 
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
@@ -487,6 +484,17 @@ class CTemplate:
         return bytes(buf[: self.patch(buf, **fields)])
 
 
+class RunQueue(Protocol):
+    """Where :meth:`RunPatcher.queue` puts a run's frames: mrcd's ports' send queues
+    (:class:`mrcnet.io.batch.SendQueue`). The core sees them only through this one call,
+    so it never imports the I/O side."""
+
+    def add_run(self, buf: Any, lens: Any, ports: list[int]) -> None:
+        """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port
+        ``ports[i]``."""
+        ...
+
+
 # RunPatcher's buffers: each run's frames go into one of their own (views into it stay
 # valid as long as anyone holds a frame), left uninitialised: every byte of a frame is
 # written, and zeroing it first would cost as much as copying the frames out.
@@ -556,7 +564,7 @@ class RunPatcher:
         ends = list(accumulate(ffi.unpack(lens, n)))
         return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
-    def queue(self, sendq: SendQueue, ports: list[int], slots: list[int], evs: list[int],
+    def queue(self, sendq: RunQueue, ports: list[int], slots: list[int], evs: list[int],
               ops: list[int], flags: list[int], exts: list[int], psn0: int, va0: int,
               payload: bytes | bytearray | memoryview, seg: int, meth: int, imm: int,
               timestamp: int) -> None:

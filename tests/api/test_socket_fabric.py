@@ -69,3 +69,61 @@ def test_blocking_and_asyncio_over_fabric(fabric_pair: FabricPair) -> None:
             await writer.wait_closed()
 
     asyncio.run(asyncio.wait_for(main(), 180))
+
+
+def test_connect_burst_up_to_the_backlog(fabric_pair: FabricPair) -> None:
+    """64 simultaneous connects to a listener with backlog 64 all succeed at once, with
+    no retry (``refused_retry=0``): mrcd queues a connect that arrives while the
+    listener re-arms its service, instead of refusing it."""
+    import time
+
+    a, b = fabric_pair.a, fabric_pair.b
+    n = 64
+    ring = 64 << 10
+    clients: list[object] = []
+    errors: list[BaseException] = []
+    accepted: list[object] = []
+    go = threading.Barrier(n)
+    lock = threading.Lock()
+    with create_server(9, mrcd=b.socket, backlog=n, ring_size=ring) as srv:
+        def accept_all() -> None:
+            try:
+                while len(accepted) < n:
+                    conn, _ = srv.accept(timeout=60)
+                    accepted.append(conn)
+            except BaseException as e:
+                errors.append(e)
+
+        def connect(i: int) -> None:
+            try:
+                go.wait(30)
+                s = create_connection((b.name, 9), timeout=60, mrcd=a.socket,
+                                      ring_size=ring, refused_retry=0)
+                s.send_message(f"hello {i}".encode())
+                with lock:
+                    clients.append(s)
+            except BaseException as e:
+                with lock:
+                    errors.append(e)
+
+        server = threading.Thread(target=accept_all)
+        server.start()
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=connect, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        dt = time.monotonic() - t0
+        server.join(60)
+        refused = [e for e in errors if "refused" in str(e)]
+        print(f"burst of {n}: {len(clients)} connected, {len(refused)} refused, "
+              f"{len(errors)} errors in {dt:.2f} s")
+        try:
+            assert not errors, errors[:3]
+            assert len(clients) == n and len(accepted) == n
+            got = sorted(c.recv_message() for c in accepted)  # type: ignore[attr-defined]
+            assert got == sorted(f"hello {i}".encode() for i in range(n))
+        finally:
+            for c in clients + accepted:
+                c.close()  # type: ignore[attr-defined]

@@ -1,10 +1,10 @@
-"""The receive lane's SACK side (rx.h ``struct mrc_rx_ack``): the C lane and its Python
-twin take the same SACKs, leave the same records and leave the table of packets in
-flight in the same state, through random SACK streams with stale, duplicate, forged
-(another QP, a stranger's source, junk), out-of-window and 2^24-wrapping cumulative
-points, and batches of more SACKs than the lane keeps records for. That the records'
-decisions are on_sack's is checked end to end in test_hotpath_batch.py (the lanes
-against the frame-by-frame path, whole transfers)."""
+"""The receive lane's SACK side (rxlane.h ``struct mrc_rx_ack``): the C lane and its
+Python oracle (tests/core/pylane.py) take the same SACKs, leave the same records and
+leave the table of packets in flight in the same state, through random SACK streams with
+stale, duplicate, forged (another QP, a stranger's source, junk), out-of-window and
+2^24-wrapping cumulative points, and batches of more SACKs than the lane keeps records
+for. That the records' decisions are on_sack's is checked end to end in
+test_hotpath_batch.py (the lanes against the frame-by-frame path, whole transfers)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ from mrcnet.core.rxlane import (
     WHY_ACK,
     WHY_OTHER,
     WHY_PARSE,
-    PyRxLane,
+    CRxLane,
 )
-from mrcnet.core.rxlane_c import CRxLane
 from mrcnet.core.txtable import CTxTable, PyTxTable
 from mrcnet.native import HAVE_C
 from mrcnet.wire.parsed import py_parse
 from mrcnet.wire.seth import SETH, CCState
 
 from .harness import Net, connect, ip
+from .pylane import PyRxLane
 from .test_txtable import _state
 
 needs_c = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")

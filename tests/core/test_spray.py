@@ -1,4 +1,4 @@
-"""EVManager.take: the C round robin gives what the Python one (and next_ev) gives.
+"""Spray.take: the C round robin (CSpray) gives what the Python one (and next_ev) gives.
 
 Two managers go through the same random life (runs taken, single next_ev calls with and
 without an EV to avoid, SKIPs, retirements, probes that revive, denials, planes lost and
@@ -14,6 +14,7 @@ import random
 import pytest
 
 from mrcnet.core.evs import EVManager
+from mrcnet.core.spray import CSpray, Spray
 from mrcnet.native import HAVE_C
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
 def _snapshot(m: EVManager) -> tuple[object, ...]:
     m.stats()  # (folds the C rotation's per-EV counts into EVInfo.sent)
-    return (m._rr_plane, dict(m._rr), {k: v for k, v in m._inst_rr.items() if v},
+    sp = m.spray
+    return (sp.rr_plane, dict(sp.rr), {k: v for k, v in sp.inst_rr.items() if v},
             {ev: (i.state, i.sent) for ev, i in m.evs.items()}, list(m.usable_planes))
 
 
@@ -30,8 +32,8 @@ def _pair(seed: int) -> tuple[EVManager, EVManager]:
     planes = {p: rnd.randint(1, 4) for p in range(rnd.randint(1, 3))}
     kw = {"evs_per_qp": rnd.choice([2, 4, 8, 16]), "min_active": rnd.randint(1, 3)}
     c, py = EVManager(7, planes, **kw), EVManager(7, planes, **kw)
-    py._spray = None  # the Python rotation
-    assert c._spray is not None
+    py.spray = Spray(py.active, py._skip_done)  # the Python rotation
+    assert isinstance(c.spray, CSpray)
     return c, py
 
 

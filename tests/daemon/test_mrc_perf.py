@@ -10,6 +10,15 @@ from collections.abc import Iterator
 
 from mdnsutil import BIN, MrcdPair, VethPair, needs_root
 
+from mrcnet.perf import PING_FLAG
+from mrcnet.perf_pattern import (
+    PATTERN_BLOCK,
+    fill_pattern,
+    pattern_matches,
+    prefix_imm,
+    prefix_of,
+)
+
 PERF = os.path.join(BIN, "mrc-perf")
 
 
@@ -31,10 +40,16 @@ def test_perf_client_and_server(mrcd_pair: MrcdPair) -> None:
                             "--tx-depth", "4", "--tcp", "--json"],
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
-        rows = [json.loads(line) for line in r.stdout.splitlines()]
-        assert len(rows) == 2 and rows[0]["size"] == 262144 and rows[0]["iters"] == 8
-        assert rows[0]["errors"] == 0 and rows[0]["gbps"] > 0
-        assert rows[1]["size"] == -1 and rows[1]["gbps"] > 0  # the kernel TCP baseline
+        records = [json.loads(line) for line in r.stdout.splitlines()]
+        assert all("type" in x for x in records)
+        (start,) = [x for x in records if x["type"] == "start"]
+        assert start["sizes"] == [262144] and start["tx_depth"] == 4 and start["tcp"]
+        (row,) = [x for x in records if x["type"] == "result"]
+        (tcp,) = [x for x in records if x["type"] == "tcp_baseline"]
+        assert row["size"] == 262144 and row["iters"] == 8
+        assert row["errors"] == 0 and row["gbps"] > 0 and row["error"] is None
+        assert row["gbps_peak"] >= row["gbps"] * 0.99
+        assert tcp["size"] == -1 and tcp["gbps"] > 0  # the kernel TCP baseline
         out, err = server.communicate(timeout=60)
         assert server.returncode == 0, err
         assert "connected: ha" in out and "verify: ok" in out
@@ -57,9 +72,11 @@ def test_perf_latency(mrcd_pair: MrcdPair) -> None:
                             "--json"],
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
-        (row,) = [json.loads(line) for line in r.stdout.splitlines()]
+        (row,) = [x for x in map(json.loads, r.stdout.splitlines())
+                  if x["type"] == "latency"]
         assert row["size"] == 4096 and row["iters"] == 20
         assert 0 < row["t_min"] <= row["t_typical"] <= row["t_99"] <= row["t_max"]
+        assert row["t_99"] <= row["t_999"] <= row["t_max"] and row["t_stdev"] >= 0
         assert server.wait(timeout=60) == 0
     finally:
         if server.poll() is None:
@@ -94,7 +111,7 @@ def test_perf_several_qps_for_a_duration_verified_with_intervals(mrcd_pair: Mrcd
         assert r.returncode == 0, r.stderr
         records = [json.loads(line) for line in r.stdout.splitlines()]
         intervals = [x for x in records if x.get("type") == "interval"]
-        (row,) = [x for x in records if "type" not in x]
+        (row,) = [x for x in records if x["type"] == "result"]
         # Timed: about 1.5 s of writes over both QPs, every byte range checked.
         assert 1.4 <= row["seconds"] <= 3.0 and row["qps"] == 2
         assert row["verified"] is True and row["errors"] == 0
@@ -121,10 +138,10 @@ def test_perf_bytes_and_a_table(mrcd_pair: MrcdPair) -> None:
         assert r.returncode == 0, r.stderr
         assert r.stderr == ""  # --quiet: no progress lines
         header, line = r.stdout.splitlines()
-        assert "verified" in header and "rtx" in header
+        assert "verified" in header and "rtx" in header and "BW peak[Gb/s]" in header
         cols = line.split()
         # 6 MiB of 64 KiB writes: 96 of them, cycling over (and checked in) 4 MiB.
-        assert cols[0] == "65536" and cols[1] == "96" and cols[5] == "yes"
+        assert cols[0] == "65536" and cols[1] == "96" and cols[6] == "yes"
         assert server.wait(timeout=30) == 0
 
 
@@ -148,11 +165,50 @@ def test_perf_to_an_unknown_address_is_a_clear_error(mrcd_pair: MrcdPair) -> Non
 
 
 def test_perf_rejects_bad_arguments() -> None:
-    for bad in (["-s", "12X"], ["-q", "0"], ["--seconds", "-1"], ["-n", "5", "-D", "1"]):
-        r = subprocess.run([PERF, "client", "hb", *bad], capture_output=True, text=True,
+    for bad in (["client", "hb", "-s", "12X"], ["client", "hb", "-q", "0"],
+                ["client", "hb", "--seconds", "-1"], ["client", "hb", "-n", "5", "-D", "1"],
+                ["client", "hb", "-s", "2G"], ["client", "hb", "-s", "0"],
+                ["server", "-s", "0"]):
+        r = subprocess.run([PERF, *bad], capture_output=True, text=True,
                            timeout=30, check=False)
         assert r.returncode == 2, bad
-        assert "error:" in r.stderr, bad
+        assert "error:" in r.stderr and "Traceback" not in r.stderr, bad
+
+
+@needs_root
+def test_perf_region_of_512_mib(mrcd_pair: MrcdPair) -> None:
+    """A region of 512 MiB (256 MiB and more overflowed making the pattern): sparse
+    memfds on both sides, a few writes in it, verified."""
+    with _server(mrcd_pair, "--size", "512M") as server:
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "30",
+                            "client", "hb", "-s", "1M", "-n", "4", "--json", "--quiet"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        (row,) = [x for x in map(json.loads, r.stdout.splitlines())
+                  if x["type"] == "result"]
+        assert row["size"] == 1 << 20 and row["verified"] is True and row["errors"] == 0
+        assert server.wait(timeout=30) == 0
+        assert "verify: ok" in (server.stdout.read() if server.stdout else "")
+        assert "Traceback" not in (server.stderr.read() if server.stderr else "")
+
+
+def test_perf_pattern_and_prefix_of_any_size() -> None:
+    buf = memoryview(bytearray(3 * PATTERN_BLOCK))
+    fill_pattern(buf, 7, 0, 2 * PATTERN_BLOCK + 5)
+    fill_pattern(buf, 7, 2 * PATTERN_BLOCK, 3 * PATTERN_BLOCK)  # continued later
+    assert pattern_matches(buf, 7, 3 * PATTERN_BLOCK)
+    assert not pattern_matches(buf, 8, 100)
+    assert bytes(buf[:PATTERN_BLOCK]) != bytes(buf[PATTERN_BLOCK:2 * PATTERN_BLOCK])
+    buf[PATTERN_BLOCK + 3] ^= 1
+    assert not pattern_matches(buf, 7, 3 * PATTERN_BLOCK)
+    # How far the pattern reaches, in a 32-bit immediate that never looks like a ping
+    # or the end: bytes below 1 GiB, KiB above.
+    for n in (0, 64, (1 << 30) - 1, 1 << 30, 3 << 30, (5 << 30) + 1000, (1 << 40) - 1):
+        imm = prefix_imm(n)
+        assert 0 <= imm < PING_FLAG
+        assert n - 1024 < prefix_of(imm) <= n
+    assert prefix_of(prefix_imm(1 << 42)) == (1 << 40) - 1024  # past 1 TiB: the first TiB
 
 
 def test_perf_without_mrcd(tmp_path: object) -> None:

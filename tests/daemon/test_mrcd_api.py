@@ -23,6 +23,7 @@ from mrcnet.api import (
     InvalidArgument,
     InvalidQP,
     OutOfBounds,
+    QueuePair,
     RemoteRegion,
 )
 from mrcnet.core.events import PortStatusChanged, QPError
@@ -402,3 +403,44 @@ def test_completion_moderation(mrcd_pair: MrcdPair) -> None:
         cq.moderate(1, 0)
         qp2.post_write(mr_a, 0, 1024, peer2.regions[0], wr_id=6)
         assert [w.wr_id for w in cq.wait(timeout=10)] == [6]
+
+
+@needs_root
+def test_listen_backlog_queues_connects_until_the_next_listen(mrcd_pair: MrcdPair) -> None:
+    """A connect that finds no QP armed on a service with a backlog waits for the
+    listener's next QP; beyond the backlog, or after unlisten, it is refused."""
+    async def scenario() -> None:
+        # One context per connecting QP: a context takes one async call at a time.
+        cas = [Context(mrcd_pair.a.socket) for _ in range(5)]
+        try:
+            with Context(mrcd_pair.b.socket) as cb:
+                await backlog(cb, [c.create_qp(c.create_cq()) for c in cas])
+        finally:
+            for c in cas:
+                c.close()
+
+    async def backlog(cb: Context, cq: list[QueuePair]) -> None:
+        cq_b = cb.create_cq()
+        lq = [cb.create_qp(cq_b) for _ in range(3)]
+        cb.listen(3, lq[0], backlog=2)
+        await cq[0].connect_async("hb", 3)  # takes the armed QP
+        # Two wait in hb's mrcd (the backlog), a third is refused at once.
+        waiting = [asyncio.ensure_future(q.connect_async("hb", 3)) for q in cq[1:3]]
+        await asyncio.sleep(0.3)
+        with pytest.raises(ConnectError, match="backlog of 2 is full"):
+            await cq[3].connect_async("hb", 3)
+        assert not any(w.done() for w in waiting)
+        cb.listen(3, lq[1], backlog=2)  # each next listen takes one waiting connect
+        done, pending = await asyncio.wait(waiting, timeout=5,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1 and done.pop().result().qpn == lq[1].qpn
+        cb.listen(3, lq[2], backlog=2)
+        assert (await asyncio.wait_for(pending.pop(), 5)).qpn == lq[2].qpn
+        # unlisten: a waiting connect is refused at once.
+        late = asyncio.ensure_future(cq[4].connect_async("hb", 3))
+        await asyncio.sleep(0.3)
+        cb.unlisten(3)
+        with pytest.raises(ConnectError, match="the listener closed"):
+            await asyncio.wait_for(late, 5)
+        assert cq[4].ctx.stats(cq[4])["qp"]["state"] == "INIT"  # usable again
+    asyncio.run(scenario())

@@ -253,8 +253,7 @@ def test_the_other_ev_order_agrees() -> None:
     """With the other EV order set, the C parser, the C templates and the C SACK builder
     still make what the Python reference makes, and the EV round-trips."""
     from mrcnet.core.ctrl import SackTemplate
-    from mrcnet.core.rxlane import PyRxLane
-    from mrcnet.core.rxlane_c import CRxLane
+    from mrcnet.core.rxlane import CRxLane, PyRxState
     from mrcnet.wire import ev_from_headers
     from mrcnet.wire.template import CTemplate, DataTemplate
 
@@ -274,9 +273,9 @@ def test_the_other_ev_order_agrees() -> None:
             assert parse_frame(t.build(**kw)).ev == 0x89ABCDEF
         if spec.kind == "sack":
             st_ = SackTemplate(spec.route, dest_qp=5)
-            rx_c, rx_p = CRxLane.new_state(64), PyRxLane.new_state(64)
+            rx_c, rx_p = CRxLane.new_state(64), PyRxState.new_state(64)
             for rx in (rx_c, rx_p):
                 rx.rcv_nxt, rx.ack_seq, rx.ack_ev, rx.ack_ts = 10, 9, 0x12345678, 3
             got_c = CRxLane.sack(rx_c, CRxLane.sack_template(st_), 0x9ABC0DEF, 0, -1, None)
-            got_p = PyRxLane.sack(rx_p, PyRxLane.sack_template(st_), 0x9ABC0DEF, 0, -1, None)
+            got_p = PyRxState.sack(rx_p, PyRxState.sack_template(st_), 0x9ABC0DEF, 0, -1, None)
             assert got_c == got_p and parse_frame(got_c[0]).ev == 0x9ABC0DEF
