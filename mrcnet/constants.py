@@ -57,12 +57,18 @@ class ECN(enum.IntEnum):
 
 
 # --- Entropy values -------------------------------------------------------------------
-# [M] The 32-bit EV rides in the UDP source port (high 16 bits) and the low 16 bits of the
-# outer flow label (low 16 bits). The receiver reflects it in SACK/NACK so the sender learns
-# which path a signal belongs to (the uSID destination is consumed hop by hop).
+# [M+] The 32-bit EV rides in the UDP source port and the low 16 bits of the flow label
+# (inner and outer IPv6 header). By default its low 16 bits go in the source port and its
+# high 16 bits in the flow label (PROTOCOL-NOTES section 8: the plane stays visible in the
+# port); EV_ORDER_SPORT_HIGH is the other order, a setting (mrcnet.wire.udp.set_ev_order).
+# The receiver reflects the EV in SACK/NACK so the sender learns which path a signal
+# belongs to (the uSID destination is consumed hop by hop).
 EV_BITS: Final = 32
-EV_SPORT_SHIFT: Final = 16
-EV_FLOW_LABEL_MASK: Final = 0xFFFF
+EV_HALF_SHIFT: Final = 16
+EV_HALF_MASK: Final = 0xFFFF
+EV_FLOW_LABEL_MASK: Final = 0xFFFF  # the flow label bits that carry half of the EV
+EV_ORDER_SPORT_LOW: Final = 0  # default: sport = EV low 16, flow label = EV high 16
+EV_ORDER_SPORT_HIGH: Final = 1  # the other order: sport = EV high 16, flow label = low 16
 # How mrcnet numbers its EVs (a local choice: peers only reflect EVs, never decode them):
 # bit 31 set | plane (7 bits, 24-30) | path index within the plane (12 bits, 12-23) |
 # instance (12 bits, 0-11). See mrcnet.core.evs.make_ev / ev_path.
@@ -81,8 +87,14 @@ PSN_BITS: Final = 24
 PSN_MOD: Final = 1 << PSN_BITS
 PSN_MASK: Final = PSN_MOD - 1
 QPN_MASK: Final = (1 << 24) - 1
-# Connectionless endpoint operations (EV probes, port status) use a reserved QPN.
-ENDPOINT_QPN: Final = 0xFFFFFF
+# Connectionless endpoint operations (EV probes, port status) use a reserved QPN [M+].
+ENDPOINT_QPN: Final = 0x2
+FIRST_QPN: Final = 0x1  # connected QPs are numbered from here, ENDPOINT_QPN skipped
+# BTH byte 8 flags [L: only one public reading shows them]
+BTH_F_ACKREQ: Final = 0x80
+BTH_F_R: Final = 0x40
+BTH_F_RTX: Final = 0x20
+BTH_F_TS: Final = 0x10
 
 
 class Opcode(enum.IntEnum):
@@ -118,23 +130,39 @@ LAST_OPCODES: Final = frozenset(
     {Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM}
 )
 
-# --- Extension headers [M] ------------------------------------------------------------
+# --- Extension headers [M+] (PROTOCOL-NOTES section 8) ---------------------------------
+# Data: BTH · METH · [TSETH if BTH.TS] · RETH · [ImmDt with *_IMM] · payload · ICRC
+METH_LEN: Final = 4  # RQMSN(16) MSN(16): in every request packet
+TSETH_LEN: Final = 4  # timestamp(16) TSR(1) reserved(11) format type(4): when BTH.TS
 RETH_LEN: Final = 16  # VA(64) rkey(32) DMA length(32): in every data packet
-METH_LEN: Final = 4  # reserved(8) message sequence number(24): with *_IMM opcodes
-IMMDT_LEN: Final = 4  # immediate data (32): with *_IMM opcodes, after METH
-TSETH_LEN: Final = 4  # send timestamp(16) reserved(16): when BTH.TS is set
+IMMDT_LEN: Final = 4  # immediate data (32): with *_IMM opcodes, last before the payload
+TS_FORMAT_TYPE: Final = 1  # TSETH / PETH / ERTH format type
+TS_TSR_BIT: Final = 0x8000  # timestamp resolution flag (bit 15 of the second half-word)
+TS_FTYPE_MASK: Final = 0xF
 # Which optional headers a data frame built by the C run builder carries (bits; the C
-# side's MRC_EXT_* in mrcnet/_csrc/fastpath.h)
-DATA_EXT_IMM: Final = 1  # METH + ImmDt follow the RETH
-DATA_EXT_TSETH: Final = 2  # TSETH follows
+# side's MRC_EXT_* in mrcnet/_csrc/template.h)
+DATA_EXT_IMM: Final = 1  # ImmDt follows the RETH
+DATA_EXT_TSETH: Final = 2  # TSETH follows the METH
+AETH_LEN: Final = 4  # ACK: syndrome(8) MSN(24)
+AETH_SYNDROME_ACK: Final = 0x1F  # IBTA: ACK, credit field "invalid" (no end-to-end credits)
 SETH_LEN: Final = 28  # SACK extended header
 CCSTATE_LEN: Final = 8  # congestion-control state that follows SETH
 NETH_LEN: Final = 20  # NACK extended header
-PRBH_LEN: Final = 16  # reliability probe header
-EPH_LEN: Final = 16  # endpoint request/response header
+PETH_LEN: Final = 16  # reliability probe extended header
+ERTH_LEN: Final = 16  # endpoint operation request header
+EETH_LEN: Final = 36  # endpoint operation response header
 SACK_BITMAP_BITS: Final = 64
 WINDOW_PENALTY_MAX: Final = 127
+OOO_COUNT_MAX: Final = 0x7FFF  # CC_STATE out-of-order count: 15 bits
+RCVD_BYTES_UNIT: Final = 256  # CC_STATE received bytes: 24 bits in units of 256 bytes
+RCVD_BYTES_MOD: Final = 1 << 24
+MPR_MAX: Final = 0xFF  # SETH maximum PSN range: 8 bits in units of MPR_UNIT PSNs
+CC_TYPE_NSCC: Final = 0  # SETH CC type [L]
+CC_TYPE_NACK: Final = 2  # NETH CC type (both public readings write 2)
 TIMESTAMP_MOD: Final = 1 << 16  # TSETH and echoed timestamps: microseconds mod 2^16
+MSN_BITS: Final = 16  # METH RQMSN and MSN
+MSN_MOD: Final = 1 << MSN_BITS
+AETH_MSN_MASK: Final = 0xFFFFFF
 
 
 class SackMode(enum.IntEnum):
@@ -158,10 +186,11 @@ class NackReason(enum.IntEnum):
 
 
 class EndpointOp(enum.IntEnum):
-    """Connectionless endpoint operations carried in ENDPOINT_REQ / ENDPOINT_RESP [M]."""
+    """Connectionless endpoint operations, ERTH/EETH op (2 bits) [L: the code readings'
+    values; mrc.h's API enum orders them the other way]."""
 
+    PORT_STATUS = 0
     EV_PROBE = 1
-    PORT_STATUS = 2
 
 
 # --- QP defaults (mrc.h names) ----------------------------------------------------------
@@ -185,6 +214,6 @@ MAX_HOSTS: Final = 0x1000
 # inner IPv6, UDP, BTH, RETH, METH, ImmDt, TSETH), plus a 4-segment SRH in srh mode: a
 # switch that trimmed less would cut into what the receiver needs to NACK it.
 MIN_TRIM_USID: Final = (ETH_HEADER_LEN + 2 * IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN
-                        + RETH_LEN + METH_LEN + IMMDT_LEN + TSETH_LEN)
+                        + METH_LEN + TSETH_LEN + RETH_LEN + IMMDT_LEN)
 MIN_TRIM_SRH: Final = MIN_TRIM_USID + SRH_FIXED_LEN + 4 * 16
 MIN_TRIM: Final = {"usid": MIN_TRIM_USID, "srh": MIN_TRIM_SRH}

@@ -4,11 +4,13 @@ Importing this module registers the layers: UDP destination port 4791 dissects a
 :class:`MRC_BTH` (instead of scapy's RoCE BTH, whose byte after DestQP has different
 bits), then the extension headers each opcode carries (see :mod:`mrcnet.wire.frame`)::
 
-    data (WRITE_*):        RETH [METH ImmDt if *_IMM] [TSETH if BTH.ts] payload
-    SACK, ACK:             SETH CCState
+    data (WRITE_*):        METH [TSETH if BTH.ts] RETH [ImmDt if *_IMM] payload
+    ACK:                   AETH
+    SACK:                  SETH CCState
     NACK:                  NETH
-    RELIABILITY_PROBE:     ProbeHeader
-    ENDPOINT_REQ / _RESP:  EndpointHeader
+    RELIABILITY_PROBE:     PETH
+    ENDPOINT_REQ:          ERTH
+    ENDPOINT_RESP:         EETH
 
 The 4-byte ICRC at the end of the frame is :class:`MRC_BTH`'s trailer field ``icrc``
 (stored little-endian, so the field holds the CRC-32 value itself). Building a packet with
@@ -42,6 +44,7 @@ from scapy.fields import (
     IntField,
     ShortField,
     SignedShortField,
+    StrFixedLenField,
     XByteField,
     XIntField,
     XLongField,
@@ -64,16 +67,18 @@ from mrcnet.constants import (
 )
 
 __all__ = [
+    "MRC_AETH",
     "MRC_BTH",
-    "MRC_EPH",
+    "MRC_EETH",
+    "MRC_ERTH",
     "MRC_METH",
     "MRC_NETH",
+    "MRC_PETH",
     "MRC_RETH",
     "MRC_SETH",
     "MRC_TSETH",
     "MRC_CCState",
     "MRC_ImmDt",
-    "MRC_Probe",
     "mrc_icrc",
     "register",
 ]
@@ -84,18 +89,14 @@ def _names(enum: type[IntEnum]) -> dict[int, str]:
 
 
 def _psn24(name: str, reserved: str) -> list[AnyField]:
-    """A 24-bit PSN (or MSN, QPN) behind a reserved byte: MRC's usual 32-bit word."""
+    """A 24-bit PSN (or QPN) behind a reserved byte: MRC's usual 32-bit word."""
     return [XByteField(reserved, 0), BitField(name, 0, 24)]
 
 
-def _ev_psn(psn: str, reserved: str) -> list[AnyField]:
-    """The entropy value (EV) and then a 24-bit PSN behind a reserved byte."""
-    return [XIntField("ev", 0), *_psn24(psn, reserved)]
-
-
-def _timestamp(reserved: str) -> list[AnyField]:
-    """A 16-bit timestamp (microseconds mod 2**16) padded to 32 bits by reserved ones."""
-    return [ShortField("timestamp", 0), XShortField(reserved, 0)]
+def _ts_format(prefix: str = "") -> list[AnyField]:
+    """The half-word after a 16-bit timestamp: TSR(1), reserved(11), format type(4)."""
+    return [BitField(prefix + "tsr", 0, 1), BitField(prefix + "ts_reserved", 0, 11),
+            BitField(prefix + "ftype", 1, 4)]
 
 
 _OPCODE_NAMES = _names(Opcode)
@@ -108,14 +109,6 @@ def _bth_of(pkt: Packet) -> MRC_BTH | None:
     while u is not None and not isinstance(u, MRC_BTH):
         u = u.underlayer
     return u
-
-
-def _after_fixed_headers(pkt: Packet) -> type[Packet]:
-    """What follows the last fixed extension header of a data packet: TSETH or payload."""
-    bth = _bth_of(pkt)
-    if bth is not None and bth.ts:
-        return MRC_TSETH
-    return Raw
 
 
 class MRC_BTH(scapy_roce.BTH):
@@ -170,7 +163,7 @@ class MRC_BTH(scapy_roce.BTH):
         """Extension headers by opcode; an unknown opcode leaves raw bytes."""
         op = self.opcode
         if op in DATA_OPCODES:
-            return MRC_RETH
+            return MRC_METH
         return _EXT_BY_OPCODE.get(op, Raw)
 
     def mysummary(self) -> str:
@@ -209,6 +202,29 @@ def mrc_icrc(bth: Packet, bth_bytes: bytes) -> int:
     return zlib.crc32(_ICRC_PREFIX + head + bytes(masked)) & 0xFFFFFFFF
 
 
+class MRC_METH(Packet):
+    """Message extended header, in every data packet: RQMSN and MSN."""
+
+    name = "MRC METH"
+    fields_desc = [ShortField("rqmsn", 0), ShortField("msn", 0)]
+
+    def guess_payload_class(self, payload: bytes) -> type[Packet]:
+        """TSETH when BTH.ts, else RETH."""
+        bth = _bth_of(self)
+        return MRC_TSETH if bth is not None and bth.ts else MRC_RETH
+
+
+class MRC_TSETH(Packet):
+    """Send timestamp (microseconds mod 2**16), present when BTH.ts is set."""
+
+    name = "MRC TSETH"
+    fields_desc = [ShortField("timestamp", 0), *_ts_format()]
+
+    def guess_payload_class(self, payload: bytes) -> type[Packet]:
+        """RETH follows."""
+        return MRC_RETH
+
+
 class MRC_RETH(Packet):
     """RDMA Extended Transport Header, in every data packet: VA, rkey, this packet's length."""
 
@@ -220,65 +236,63 @@ class MRC_RETH(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> type[Packet]:
-        """METH after RETH for *_IMM opcodes; else TSETH when BTH.ts; else payload."""
+        """ImmDt for *_IMM opcodes, else the payload."""
         bth = _bth_of(self)
-        if bth is not None and bth.opcode in IMM_OPCODES:
-            return MRC_METH
-        return _after_fixed_headers(self)
-
-
-class MRC_METH(Packet):
-    """Message sequence number of a write-with-immediate."""
-
-    name = "MRC METH"
-    fields_desc = _psn24("msn", "reserved")
+        return MRC_ImmDt if bth is not None and bth.opcode in IMM_OPCODES else Raw
 
 
 class MRC_ImmDt(Packet):
-    """The 32-bit immediate value."""
+    """The 32-bit immediate value, last before the payload."""
 
     name = "MRC ImmDt"
     fields_desc = [XIntField("imm", 0)]
 
     def guess_payload_class(self, payload: bytes) -> type[Packet]:
-        """TSETH when BTH.ts, else payload."""
-        return _after_fixed_headers(self)
+        """The payload follows."""
+        return Raw
 
 
-class MRC_TSETH(Packet):
-    """Send timestamp (microseconds mod 2**16), present when BTH.ts is set."""
+class MRC_AETH(Packet):
+    """ACK extended header: syndrome and MSN (BTH.psn is the cumulative ACK)."""
 
-    name = "MRC TSETH"
-    fields_desc = _timestamp("reserved")
+    name = "MRC AETH"
+    fields_desc = [XByteField("syndrome", 0x1F), BitField("msn", 0, 24)]
 
 
 class MRC_SETH(Packet):
-    """SACK extended header (SACK and ACK opcodes)."""
+    """SACK extended header."""
 
     name = "MRC SETH"
     fields_desc = [
-        *_ev_psn("cack_psn", "reserved"),
-        SignedShortField("ack_offset", 0),
+        BitField("type_next", 0, 9),
+        BitEnumField("m", 0, 2, _names(SackMode)),
+        BitField("flags_reserved", 0, 3),
+        BitField("pr", 0, 1),
+        BitField("flags_reserved2", 0, 1),
+        SignedShortField("ack_psn_offset", 0),
+        XIntField("entropy", 0),
+        ShortField("spdcid", 0),
+        ShortField("dpdcid", 0),
+        *_psn24("cack_psn", "reserved"),
+        BitField("cc_type", 0, 4),
+        BitField("cc_flags", 0, 4),
+        ByteField("mpr", 0),
         SignedShortField("sack_offset", 0),
-        ShortField("max_psn_range", 0),
-        # flags(16): bits 0-1 the M field, bit 2 ECE, the rest reserved.
-        BitField("flags_reserved", 0, 13),
-        BitField("ece", 0, 1),
-        BitEnumField("mode", 0, 2, _names(SackMode)),
-        XLongField("bitmap", 0),
-        IntField("imm_credit", 0),
+        XLongField("sack_bitmap", 0),
     ]
 
 
 class MRC_CCState(Packet):
-    """Congestion-control state after the SETH."""
+    """CC_STATE after the SETH."""
 
-    name = "MRC CC state"
+    name = "MRC CC_STATE"
     fields_desc = [
-        ShortField("ts_echo", 0),
-        ByteField("ooo_count", 0),
-        ByteField("window_penalty", 0),
-        IntField("rcvd_bytes", 0),
+        ShortField("timestamp", 0),
+        BitField("reserved", 0, 1),
+        BitField("ooo_count", 0, 15),
+        BitField("restore_cwnd", 0, 1),
+        BitField("rcv_cwnd_pen", 0, 7),
+        BitField("rcvd_bytes", 0, 24),
     ]
 
 
@@ -287,48 +301,77 @@ class MRC_NETH(Packet):
 
     name = "MRC NETH"
     fields_desc = [
+        XShortField("type_next", 0),
         ByteEnumField("reason", NackReason.TRIMMED, _names(NackReason)),
-        XByteField("reserved1", 0),
-        ShortField("ts_echo", 0),
-        *_ev_psn("psn", "reserved2"),
-        *_psn24("cack_psn", "reserved3"),
-        XIntField("reserved4", 0),
-    ]
-
-
-class MRC_Probe(Packet):
-    """Reliability probe header."""
-
-    name = "MRC probe"
-    fields_desc = [
-        IntField("probe_id", 0),
-        *_ev_psn("psn", "reserved"),
-        *_timestamp("reserved2"),
-    ]
-
-
-class MRC_EPH(Packet):
-    """Endpoint operation header (EV probe, port status), to the reserved QPN."""
-
-    name = "MRC endpoint"
-    fields_desc = [
-        ByteEnumField("op", EndpointOp.EV_PROBE, _names(EndpointOp)),
-        ByteField("status", 0),
-        XShortField("reserved", 0),
-        IntField("request_id", 0),
-        XIntField("ev", 0),
+        XByteField("vendor", 0),
+        XIntField("entropy", 0),
+        ShortField("spdcid", 0),
+        ShortField("dpdcid", 0),
+        *_psn24("nack_psn", "reserved"),
+        BitField("cc_type", 2, 4),
+        BitField("cc_flags", 0, 4),
+        XByteField("reserved2", 0),
         ShortField("timestamp", 0),
-        XShortField("port_mask", 0),
+    ]
+
+
+class MRC_PETH(Packet):
+    """Reliability probe extended header."""
+
+    name = "MRC PETH"
+    fields_desc = [
+        XShortField("type_next", 0),
+        XByteField("reserved", 0),
+        XByteField("vendor", 0),
+        ShortField("probe_id", 0),
+        XShortField("reserved2", 0),
+        ShortField("spdcid", 0),
+        ShortField("dpdcid", 0),
+        ShortField("timestamp", 0),
+        *_ts_format(),
+    ]
+
+
+class MRC_ERTH(Packet):
+    """Endpoint operation request header (EV probe, port status), to the reserved QPN;
+    the request id is BTH.psn."""
+
+    name = "MRC ERTH"
+    fields_desc = [
+        XByteField("type_next", 0),
+        BitField("reserved", 0, 6),
+        BitEnumField("op", EndpointOp.EV_PROBE, 2, _names(EndpointOp)),
+        XByteField("reserved2", 0),
+        XByteField("vendor", 0),
+        XIntField("port_status_mask", 0),
+        XIntField("reserved3", 0),
+        ShortField("timestamp", 0),
+        *_ts_format(),
+    ]
+
+
+class MRC_EETH(Packet):
+    """Endpoint operation response header (36 bytes): op and echoed timestamp."""
+
+    name = "MRC EETH"
+    fields_desc = [
+        XByteField("type_next", 0),
+        BitField("reserved", 0, 2),
+        BitEnumField("op", EndpointOp.EV_PROBE, 2, _names(EndpointOp)),
+        BitField("reserved2", 0, 4),
+        StrFixedLenField("reserved3", b"\0" * 26, 26),
+        ShortField("timestamp", 0),
+        StrFixedLenField("reserved4", b"\0" * 6, 6),
     ]
 
 
 _EXT_BY_OPCODE: dict[int, type[Packet]] = {
+    Opcode.ACK: MRC_AETH,
     Opcode.SACK: MRC_SETH,
-    Opcode.ACK: MRC_SETH,
     Opcode.NACK: MRC_NETH,
-    Opcode.RELIABILITY_PROBE: MRC_Probe,
-    Opcode.ENDPOINT_REQ: MRC_EPH,
-    Opcode.ENDPOINT_RESP: MRC_EPH,
+    Opcode.RELIABILITY_PROBE: MRC_PETH,
+    Opcode.ENDPOINT_REQ: MRC_ERTH,
+    Opcode.ENDPOINT_RESP: MRC_EETH,
 }
 
 
@@ -344,13 +387,13 @@ def register() -> None:
     # Building: UDP()/MRC_BTH() gets dport 4791, sport/len/chksum filled by scapy.
     bind_top_down(UDP, MRC_BTH, dport=MRC_UDP_PORT)
     bind_layers(MRC_SETH, MRC_CCState)
-    bind_layers(MRC_METH, MRC_ImmDt)
     # Building BTH()/SETH() etc. picks an opcode that carries that header.
-    for op, layer in ((Opcode.SACK, MRC_SETH), (Opcode.NACK, MRC_NETH),
-                      (Opcode.RELIABILITY_PROBE, MRC_Probe)):
+    for op, layer in ((Opcode.ACK, MRC_AETH), (Opcode.SACK, MRC_SETH),
+                      (Opcode.NACK, MRC_NETH), (Opcode.RELIABILITY_PROBE, MRC_PETH)):
         bind_top_down(MRC_BTH, layer, opcode=op)
-    bind_top_down(MRC_BTH, MRC_EPH, opcode=Opcode.ENDPOINT_REQ, dqpn=ENDPOINT_QPN)
-    bind_top_down(MRC_BTH, MRC_RETH, opcode=Opcode.WRITE_ONLY)
+    bind_top_down(MRC_BTH, MRC_ERTH, opcode=Opcode.ENDPOINT_REQ, dqpn=ENDPOINT_QPN)
+    bind_top_down(MRC_BTH, MRC_EETH, opcode=Opcode.ENDPOINT_RESP, dqpn=ENDPOINT_QPN)
+    bind_top_down(MRC_BTH, MRC_METH, opcode=Opcode.WRITE_ONLY)
 
 
 register()

@@ -16,9 +16,10 @@ import pytest
 
 from mrcnet import constants as K
 from mrcnet.core import cc, rxlane, txtable
+from mrcnet.core.ctrl import NO_TS
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
-from mrcnet.wire import bth, sack, template
+from mrcnet.wire import bth, seth, template
 from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
 CSRC = Path(__file__).resolve().parents[1] / "mrcnet" / "_csrc"
@@ -48,16 +49,20 @@ PYTHON: dict[tuple[str, str], float] = {
     ("parsed.c", "DSCP_TRIMMED"): K.DSCP_TRIMMED,
     ("parsed.c", "ECN_CE"): K.ECN.CE,
     ("parsed.c", "ENDPOINT_QPN"): K.ENDPOINT_QPN,
-    ("parsed.c", "RETH_LEN"): K.RETH_LEN,
-    ("parsed.c", "IMM_LEN"): K.METH_LEN + K.IMMDT_LEN,
+    ("parsed.c", "METH_LEN"): K.METH_LEN,
     ("parsed.c", "TSETH_LEN"): K.TSETH_LEN,
+    ("parsed.c", "RETH_LEN"): K.RETH_LEN,
+    ("parsed.c", "IMMDT_LEN"): K.IMMDT_LEN,
+    ("parsed.c", "AETH_LEN"): K.AETH_LEN,
     ("parsed.c", "SETH_LEN"): K.SETH_LEN,
     ("parsed.c", "CC_LEN"): K.CCSTATE_LEN,
     ("parsed.c", "NETH_LEN"): K.NETH_LEN,
-    ("parsed.c", "PRBH_LEN"): K.PRBH_LEN,
-    ("parsed.c", "EPH_LEN"): K.EPH_LEN,
-    ("parsed.c", "PENALTY_MAX"): K.WINDOW_PENALTY_MAX,
+    ("parsed.c", "PETH_LEN"): K.PETH_LEN,
+    ("parsed.c", "ERTH_LEN"): K.ERTH_LEN,
+    ("parsed.c", "EETH_LEN"): K.EETH_LEN,
     ("parsed.c", "SACK_MODE_MAX"): max(K.SackMode),
+    ("parsed.c", "TS_TSR_BIT"): K.TS_TSR_BIT,
+    ("parsed.c", "TS_FTYPE_MASK"): K.TS_FTYPE_MASK,
     ("parsed.c", "BTH_F_ACKREQ"): bth.F_ACKREQ,
     ("parsed.c", "BTH_F_R"): bth.F_R,
     ("parsed.c", "BTH_F_RTX"): bth.F_RTX,
@@ -70,7 +75,10 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.c", "EV_PLANE_SHIFT"): K.EV_PLANE_SHIFT,
     ("rxlane.c", "EV_PLANE_MASK"): K.EV_PLANE_MASK,
     ("rxlane.c", "EV_PATH_SHIFT"): K.EV_PATH_SHIFT,
-    ("rxlane.c", "SETH_F_ECE"): sack.SETH_F_ECE,
+    ("rxlane.c", "SACK_SKIP_ONCE"): K.SackMode.SKIP_ONCE,
+    ("rxlane.c", "SETH_PR"): seth.SETH_PR,
+    ("rxlane.c", "OOO_COUNT_MAX"): K.OOO_COUNT_MAX,
+    ("rxlane.c", "RX_NO_TS"): NO_TS,
     ("rxlane.c", "ETH_LEN"): K.ETH_HEADER_LEN,
     ("rxlane.c", "SETH_LEN"): K.SETH_LEN,
     ("rxlane.c", "CC_LEN"): K.CCSTATE_LEN,
@@ -90,6 +98,11 @@ PYTHON: dict[tuple[str, str], float] = {
     ("template.h", "MRC_EXT_TSETH"): template.EXT_TSETH,
     ("template.c", "IP6_LEN"): K.IPV6_HEADER_LEN,
     ("template.c", "UDP_LEN"): K.UDP_HEADER_LEN,
+    ("template.c", "METH_LEN"): K.METH_LEN,
+    ("template.c", "TSETH_LEN"): K.TSETH_LEN,
+    ("template.c", "RETH_LEN"): K.RETH_LEN,
+    ("template.c", "IMMDT_LEN"): K.IMMDT_LEN,
+    ("template.c", "TS_FORMAT_TYPE"): K.TS_FORMAT_TYPE,
     ("icrc.c", "IP6_LEN"): K.IPV6_HEADER_LEN,
     ("icrc.c", "UDP_LEN"): K.UDP_HEADER_LEN,
     ("icrc.c", "BTH_LEN"): K.BTH_LEN,

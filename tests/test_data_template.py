@@ -31,6 +31,7 @@ from mrcnet.io.batch import CBatchIO, PyBatchIO
 from mrcnet.native import HAVE_C
 from mrcnet.wire import (
     BTH,
+    METH,
     NETH,
     RETH,
     Route,
@@ -104,8 +105,9 @@ def packets(draw: st.DrawFn, flow: Flow) -> tuple[dict[str, Any], Route]:
         "ack_req": draw(st.booleans()),
         "timestamp": draw(st.one_of(st.none(), st.integers(0, 0xFFFF))),
     }
+    fields["rqmsn"] = draw(st.integers(0, 0xFFFF))
+    fields["msn"] = draw(st.integers(0, 0xFFFF))
     if opcode in IMM_OPCODES:
-        fields["msn"] = draw(st.integers(0, 0xFFFFFF))
         fields["imm"] = draw(st.integers(0, 0xFFFFFFFF))
     route = flow.route
     # Sometimes this packet takes another path than the template's (another EV).
@@ -140,12 +142,17 @@ def check_flow(flow: Flow, pkts: list[tuple[dict[str, Any], Route]]) -> None:
         path_args = fields.pop("path_args", None)
         want = build_data(route, dest_qp=flow.dest_qp, rkey=flow.rkey, dscp=flow.dscp,
                           ecn=flow.ecn, **fields)
+        # The templates take the METH word (RQMSN << 16 | MSN).
+        tf = dict(fields)
+        meth = tf.pop("rqmsn", 0) << 16 | tf.pop("msn", 0)
+        if meth or "imm" in tf:
+            tf["meth"] = meth
         for name, impl in impls(t):
             path = impl.path(**path_args) if path_args else None
-            n = impl.patch(bufs[name], path=path, **fields)
+            n = impl.patch(bufs[name], path=path, **tf)
             assert bytes(bufs[name][:n]) == want, (name, fields["opcode"], len(want))
             got = impl.frame(fields["opcode"], fields["psn"], fields["ev"], fields["va"],
-                             fields["payload"], path, fields.get("msn"), fields.get("imm"),
+                             fields["payload"], path, tf.get("meth"), fields.get("imm"),
                              fields["timestamp"], fields["rtx"], fields["ack_req"])
             assert got == want, (name, "frame()", fields["opcode"], len(want))
 
@@ -170,8 +177,9 @@ def test_template_fixed_corners() -> None:
                 f: dict[str, Any] = {"opcode": op, "psn": PSN_MASK, "ev": 0xFFFFFFFF,
                                      "va": (1 << 64) - 1, "payload": os.urandom(size),
                                      "timestamp": ts, "rtx": True, "ack_req": True}
+                f.update(rqmsn=0xFFFF, msn=0xFFFF)
                 if op in IMM_OPCODES:
-                    f.update(msn=PSN_MASK, imm=0xFFFFFFFF)
+                    f.update(imm=0xFFFFFFFF)
                 pkts.append((f, route))
     check_flow(flow, pkts)
 
@@ -226,7 +234,7 @@ def test_patch_rejects_bad_fields(name: str) -> None:
     buf = bytearray(200)
     base: dict[str, Any] = {"opcode": Opcode.WRITE_ONLY, "psn": 0, "ev": 0, "va": 0}
     for bad in ({"psn": PSN_MASK + 1}, {"ev": 1 << 32}, {"va": -1}, {"opcode": Opcode.SACK},
-                {"opcode": Opcode.WRITE_ONLY_IMM}, {"msn": 1, "imm": 2},
+                {"opcode": Opcode.WRITE_ONLY_IMM}, {"meth": 1, "imm": 2}, {"meth": 1 << 32},
                 {"timestamp": 1 << 16}, {"payload": bytes(200)}):
         with pytest.raises(ValueError):
             impl.patch(buf, **{**base, **bad})
@@ -248,9 +256,11 @@ def test_template_keeps_bth_byte1() -> None:
     route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16),
                   usid=container([1, 2]))
     t = DataTemplate(build_frame(route, ev=0, bth=BTH(Opcode.WRITE_ONLY, 5, 0, se=True,
-                                                      migreq=True), ext=[RETH(0, 9, 0)]), route)
+                                                      migreq=True),
+                                 ext=[METH(), RETH(0, 9, 0)]), route)
     want = build_frame(route, ev=7, bth=BTH(Opcode.WRITE_FIRST, 5, 77, se=True, migreq=True,
-                                            rtx=True), ext=[RETH(4096, 9, 3)], payload=b"abc")
+                                            rtx=True), ext=[METH(), RETH(4096, 9, 3)],
+                       payload=b"abc")
     for _name, impl in impls(t):
         assert impl.build(opcode=Opcode.WRITE_FIRST, psn=77, ev=7, va=4096, payload=b"abc",
                           rtx=True) == want
@@ -264,4 +274,27 @@ def test_template_refuses_non_data_and_trimmed_frames() -> None:
         DataTemplate(frame[:-50])  # cut after the headers, as a trimming switch does
     with pytest.raises(ValueError, match="data frame"):
         DataTemplate(build_frame(route, ev=1, bth=BTH(Opcode.NACK, 1, 0), ext=[
-            NETH(reason=NackReason.TRIMMED, ev=1, psn=0)], dscp=DSCP_CONTROL))
+            NETH(reason=NackReason.TRIMMED, entropy=1, nack_psn=0)], dscp=DSCP_CONTROL))
+
+
+@pytest.mark.parametrize("encap", [True, False], ids=["encap", "noencap"])
+def test_template_for_mrc_srh_form(encap: bool) -> None:
+    """MRC's SRv6-with-SRH form (a uSID container in the destination, the next one in a
+    reduced SRH): every path patched into one template is build_data's frame."""
+    c1 = container([0x100, 0x200])
+    route = Route(b"\x02" * 6, b"\x04" * 6, os.urandom(16), os.urandom(16), usid=c1,
+                  usid_srh=container([0x300, 0x7]), encap=encap)
+    t = DataTemplate.for_route(route, dest_qp=3, rkey=4)
+    for spine in (0x201, 0x202):
+        r2 = Route(route.src_mac, route.dst_mac, route.src_ip, route.dst_ip,
+                   usid=container([0x100, spine]), usid_srh=container([0x300 + spine, 7]),
+                   encap=encap)
+        assert r2.usid is not None
+        want = build_data(r2, ev=9, opcode=Opcode.WRITE_ONLY, dest_qp=3, psn=5, va=6, rkey=4,
+                          payload=b"abc", timestamp=7)
+        for _name, impl in impls(t):
+            path = impl.path(usid=r2.usid, usid_srh=r2.usid_srh)
+            assert impl.build(opcode=Opcode.WRITE_ONLY, psn=5, ev=9, va=6, payload=b"abc",
+                              timestamp=7, path=path) == want
+    with pytest.raises(ValueError):
+        t.path(usid=c1)  # this template's frames carry the SRH

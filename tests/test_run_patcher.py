@@ -53,20 +53,20 @@ def test_run_frames_equal_frame_by_frame(seed: int) -> None:
     psn0 = rng.choice([0, PSN_MASK - 3, rng.randint(0, PSN_MASK)])
     va0 = rng.randint(0, 1 << 63)
     ts = rng.randint(0, 0xFFFF)
-    msn, imm = rng.randint(0, (1 << 24) - 1), rng.randint(0, (1 << 32) - 1)
+    meth, imm = rng.randint(0, (1 << 32) - 1), rng.randint(0, (1 << 32) - 1)  # RQMSN|MSN
     ops = [rng.choice(sorted(DATA_OPCODES)) for _ in range(n)]
     which = [rng.randrange(len(paths)) for _ in range(n)]
     evs = [rng.randint(0x80000000, 0xFFFFFFFF) for _ in range(n)]
     flags = [F_TS | F_ACKREQ if op in LAST_OPCODES else F_TS for op in ops]
     exts = [_EXT_TSETH | _EXT_IMM if op in IMM_OPCODES else _EXT_TSETH for op in ops]
     got = rp.frames([slots_of[w] for w in which], evs, ops, flags, exts, psn0, va0,
-                    memoryview(payload), seg, msn, imm, ts)
+                    memoryview(payload), seg, meth, imm, ts)
     assert len(got) == n
     for i in range(n):
         t, spec = paths[which[i]]
         has_imm = ops[i] in IMM_OPCODES
         want = t.frame(ops[i], (psn0 + i) & PSN_MASK, evs[i], va0 + i * seg,
-                       payload[i * seg : (i + 1) * seg], spec, msn if has_imm else None,
+                       payload[i * seg : (i + 1) * seg], spec, meth,
                        imm if has_imm else None, ts, False, ops[i] in LAST_OPCODES)
         assert got[i].readonly
         assert got[i] == want, f"frame {i} of {n}"

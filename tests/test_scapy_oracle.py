@@ -11,6 +11,7 @@ builds from its layers parse with ``parse_frame`` and equal what our builders pr
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from pathlib import Path
@@ -42,19 +43,20 @@ from mrcnet.constants import (
     MRC_UDP_PORT,
     NackReason,
     Opcode,
-    SackMode,
 )
 from mrcnet.scapy import (
+    MRC_AETH,
     MRC_BTH,
-    MRC_EPH,
+    MRC_EETH,
+    MRC_ERTH,
     MRC_METH,
     MRC_NETH,
+    MRC_PETH,
     MRC_RETH,
     MRC_SETH,
     MRC_TSETH,
     MRC_CCState,
     MRC_ImmDt,
-    MRC_Probe,
 )
 from mrcnet.wire import (
     NETH,
@@ -62,6 +64,7 @@ from mrcnet.wire import (
     CCState,
     Frame,
     Route,
+    build_ack,
     build_data,
     build_endpoint,
     build_nack,
@@ -78,13 +81,15 @@ from mrcnet.wire.ethernet import mac_to_str
 sys.path.append(str(Path(__file__).resolve().parent / "wire"))
 from wire_strategies import (
     addrs,
+    aeths,
     ccstates,
     conn_qpns,
     data_specs,
-    endpoints,
+    eeths,
+    erths,
     macs,
     neths,
-    probes,
+    peths,
     seths,
     sint,
     uint,
@@ -130,13 +135,20 @@ def data_frames() -> st.SearchStrategy[tuple[Route, bytes]]:
 
 @st.composite
 def sack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
-    """A SACK or ACK frame with every SETH and CC-state field drawn."""
+    """A SACK frame with every SETH and CC_STATE field drawn."""
     seth, cc = draw(seths), draw(ccstates)
     route = draw(routes())
     return route, build_sack(
         route, ev=draw(u32), dest_qp=draw(qpn_conn), seth=seth, cc=cc, psn=draw(u24),
-        ack=draw(st.booleans()),
     )
+
+
+@st.composite
+def ack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
+    """A cumulative ACK frame (AETH)."""
+    route = draw(routes())
+    return route, build_ack(route, ev=draw(u32), dest_qp=draw(qpn_conn), psn=draw(u24),
+                            aeth=draw(aeths))
 
 
 @st.composite
@@ -150,22 +162,24 @@ def nack_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
 @st.composite
 def probe_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
     """A reliability probe frame."""
-    probe = draw(probes)
+    peth = draw(peths)
     route = draw(routes())
-    frame = build_probe(route, ev=draw(u32), dest_qp=draw(qpn_conn), probe=probe, psn=draw(u24))
+    frame = build_probe(route, ev=draw(u32), dest_qp=draw(qpn_conn), peth=peth, psn=draw(u24))
     return route, frame
 
 
 @st.composite
 def endpoint_frames(draw: st.DrawFn) -> tuple[Route, bytes]:
-    """An endpoint request or response (EV probe or port status)."""
-    eph = draw(endpoints)
+    """An endpoint request (ERTH) or response (EETH)."""
     route = draw(routes())
-    return route, build_endpoint(route, ev=draw(u32), eph=eph, response=draw(st.booleans()))
+    hdr: dict[str, Any] = ({"erth": draw(erths)} if draw(st.booleans())
+                           else {"eeth": draw(eeths)})
+    return route, build_endpoint(route, ev=draw(u32), request_id=draw(u24), **hdr)
 
 
 KINDS = {
     "data": data_frames(),
+    "ack": ack_frames(),
     "sack": sack_frames(),
     "nack": nack_frames(),
     "probe": probe_frames(),
@@ -247,54 +261,33 @@ def assert_agrees(frame: bytes) -> tuple[Packet, Frame]:
     return p, f
 
 
+# Each mrcnet header attribute, its scapy layer, and the scapy names of fields whose codec
+# attribute is spelled otherwise.
+_LAYERS: dict[str, tuple[type[Packet], dict[str, str]]] = {
+    "meth": (MRC_METH, {}), "tseth": (MRC_TSETH, {}), "reth": (MRC_RETH, {"length": "dma_len"}),
+    "immdt": (MRC_ImmDt, {}), "aeth": (MRC_AETH, {}), "seth": (MRC_SETH, {}),
+    "cc": (MRC_CCState, {}), "neth": (MRC_NETH, {}), "peth": (MRC_PETH, {}),
+    "erth": (MRC_ERTH, {}), "eeth": (MRC_EETH, {}),
+}
+
+
 def _assert_ext_agrees(p: Packet, f: Frame) -> None:
-    """Each extension header present in exactly one decoder's view is a disagreement."""
-    layers = {
-        "reth": MRC_RETH, "meth": MRC_METH, "immdt": MRC_ImmDt, "tseth": MRC_TSETH,
-        "seth": MRC_SETH, "cc": MRC_CCState, "neth": MRC_NETH, "probe": MRC_Probe,
-        "endpoint": MRC_EPH,
-    }
-    for attr, layer in layers.items():
-        assert (getattr(f, attr) is not None) == p.haslayer(layer), attr
-    if f.reth is not None:
-        r = p[MRC_RETH]
-        assert (r.va, r.rkey, r.dma_len) == (f.reth.va, f.reth.rkey, f.reth.length)
-    if f.meth is not None and f.immdt is not None:
-        assert p[MRC_METH].msn == f.meth.msn
-        assert p[MRC_METH].reserved == 0
-        assert p[MRC_ImmDt].imm == f.immdt.imm
-    if f.tseth is not None:
-        assert p[MRC_TSETH].timestamp == f.tseth.timestamp
-        assert p[MRC_TSETH].reserved == 0
-    if f.seth is not None and f.cc is not None:
-        s, c = p[MRC_SETH], p[MRC_CCState]
-        assert (s.ev, s.cack_psn, s.ack_offset, s.sack_offset, s.max_psn_range) == (
-            f.seth.ev, f.seth.cack_psn, f.seth.ack_offset, f.seth.sack_offset,
-            f.seth.max_psn_range,
-        )
-        assert (s.mode, s.ece, s.bitmap, s.imm_credit) == (
-            f.seth.mode, f.seth.ece, f.seth.bitmap, f.seth.imm_credit
-        )
-        assert (s.reserved, s.flags_reserved) == (0, 0)
-        assert (c.ts_echo, c.ooo_count, c.window_penalty, c.rcvd_bytes) == (
-            f.cc.ts_echo, f.cc.ooo_count, f.cc.window_penalty, f.cc.rcvd_bytes
-        )
-    if f.neth is not None:
-        n = p[MRC_NETH]
-        assert (n.reason, n.ev, n.psn, n.cack_psn, n.ts_echo) == (
-            f.neth.reason, f.neth.ev, f.neth.psn, f.neth.cack_psn, f.neth.ts_echo
-        )
-    if f.probe is not None:
-        pr = p[MRC_Probe]
-        assert (pr.probe_id, pr.ev, pr.psn, pr.timestamp) == (
-            f.probe.probe_id, f.probe.ev, f.probe.psn, f.probe.timestamp
-        )
-    if f.endpoint is not None:
-        e = p[MRC_EPH]
-        assert (e.op, e.status, e.request_id, e.ev, e.timestamp, e.port_mask) == (
-            f.endpoint.op, f.endpoint.status, f.endpoint.request_id, f.endpoint.ev,
-            f.endpoint.timestamp, f.endpoint.port_mask,
-        )
+    """Each extension header present in exactly one decoder's view is a disagreement;
+    every field of each agrees, and scapy's reserved fields are zero."""
+    for attr, (layer, rename) in _LAYERS.items():
+        hdr = getattr(f, attr)
+        assert (hdr is not None) == p.haslayer(layer), attr
+        if hdr is None:
+            continue
+        sp = p[layer]
+        for name in (fl.name for fl in dataclasses.fields(hdr)):
+            assert int(getattr(sp, rename.get(name, name))) == int(getattr(hdr, name)), (
+                attr, name)
+        for name in sp.fields:
+            if "reserved" in name or name == "type_next":
+                assert not sp.getfieldval(name) or sp.getfieldval(name) == b"\0" * len(
+                    sp.getfieldval(name)), (attr, name)
+    if f.erth is not None or f.eeth is not None:
         assert p[MRC_BTH].dqpn == ENDPOINT_QPN
 
 
@@ -349,7 +342,7 @@ def test_scapy_decodes_like_parse_frame(kind: str, data: st.DataObject) -> None:
 def test_scapy_summary_names_mrc_opcode() -> None:
     """scapy's one-line summary shows the MRC opcode (dissection is MRC's, not RoCE's)."""
     r = Route(b"\x02" * 6, b"\x02" * 6, a2b("fc00:1::1"), a2b("fc00:2::1"))
-    frame = build_nack(r, ev=1, dest_qp=2, neth=NETH(NackReason.TRIMMED, ev=1, psn=3))
+    frame = build_nack(r, ev=1, dest_qp=5, neth=NETH(NackReason.TRIMMED, 1, 3))
     assert "NACK" in Ether(frame).summary()
 
 
@@ -395,8 +388,9 @@ def scapy_route_layers(route: Route, ev: int, dscp: int, ecn: int) -> Packet:
         return socket.inet_ntop(socket.AF_INET6, a)
 
     tc = dscp << 2 | ecn
+    # The EV's default order: low 16 bits in the source port, high 16 in the flow labels.
     pkt = Ether(dst=mac_to_str(route.dst_mac), src=mac_to_str(route.src_mac)) / ScapyIPv6(
-        src=s(route.src_ip), dst=s(route.outer_dst), tc=tc, fl=ev & 0xFFFF,
+        src=s(route.src_ip), dst=s(route.outer_dst), tc=tc, fl=ev >> 16,
         hlim=route.hop_limit,
     )
     upper_nh = socket.IPPROTO_IPV6 if route.encap else socket.IPPROTO_UDP
@@ -408,19 +402,21 @@ def scapy_route_layers(route: Route, ev: int, dscp: int, ecn: int) -> Packet:
     else:
         pkt[ScapyIPv6].nh = upper_nh
     if route.encap:
-        pkt = pkt / ScapyIPv6(src=s(route.src_ip), dst=s(route.dst_ip), tc=tc, fl=0, nh=17)
-    return pkt / ScapyUDP(sport=ev >> 16, dport=MRC_UDP_PORT)
+        pkt = pkt / ScapyIPv6(src=s(route.src_ip), dst=s(route.dst_ip), tc=tc, fl=ev >> 16,
+                              nh=17)
+    return pkt / ScapyUDP(sport=ev & 0xFFFF, dport=MRC_UDP_PORT)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     route=routes(), ev=u32, op=st.sampled_from(sorted(DATA_OPCODES)), qp=qpn_conn, psn=u24,
     va=st.integers(0, 2**64 - 1), rkey=u32, payload=st.binary(max_size=64),
-    msn=u24, imm=u32, ts=st.none() | u16, rtx=st.booleans(), ack_req=st.booleans(),
+    rqmsn=u16, msn=u16, imm=u32, ts=st.none() | u16, rtx=st.booleans(),
+    ack_req=st.booleans(),
 )
 def test_scapy_built_data_parses(
     route: Route, ev: int, op: int, qp: int, psn: int, va: int, rkey: int, payload: bytes,
-    msn: int, imm: int, ts: int | None, rtx: bool, ack_req: bool,
+    rqmsn: int, msn: int, imm: int, ts: int | None, rtx: bool, ack_req: bool,
 ) -> None:
     """A data frame built from scapy layers parses, fields intact, and equals ours."""
     # scapy's pseudo-header would use the unshifted container (covered by the oracle test).
@@ -428,11 +424,12 @@ def test_scapy_built_data_parses(
     with_imm = op in IMM_OPCODES
     pkt = scapy_route_layers(route, ev, 26, ECN.ECT0) / MRC_BTH(
         opcode=op, dqpn=qp, psn=psn, ackreq=ack_req, rtx=rtx, ts=ts is not None
-    ) / MRC_RETH(va=va, rkey=rkey, dma_len=len(payload))
-    if with_imm:
-        pkt = pkt / MRC_METH(msn=msn) / MRC_ImmDt(imm=imm)
+    ) / MRC_METH(rqmsn=rqmsn, msn=msn)
     if ts is not None:
         pkt = pkt / MRC_TSETH(timestamp=ts)
+    pkt = pkt / MRC_RETH(va=va, rkey=rkey, dma_len=len(payload))
+    if with_imm:
+        pkt = pkt / MRC_ImmDt(imm=imm)
     raw = bytes(pkt / Raw(payload)) if payload else bytes(pkt)
     f = parse_frame(raw)  # checks the checksum and ICRC scapy computed
     assert (f.opcode, f.bth.dest_qp, f.bth.psn, f.bth.rtx, f.bth.ack_req, f.bth.ts) == (
@@ -441,44 +438,38 @@ def test_scapy_built_data_parses(
     assert f.ev == ev
     assert f.reth is not None and (f.reth.va, f.reth.rkey) == (va, rkey)
     assert bytes(f.payload) == payload
-    assert (f.meth.msn if f.meth else None) == (msn if with_imm else None)
+    assert f.meth is not None and (f.meth.rqmsn, f.meth.msn) == (rqmsn, msn)
     assert (f.immdt.imm if f.immdt else None) == (imm if with_imm else None)
     assert (f.tseth.timestamp if f.tseth else None) == ts
     ours = build_data(
         route, ev=ev, opcode=op, dest_qp=qp, psn=psn, va=va, rkey=rkey, payload=payload,
-        msn=msn if with_imm else None, imm=imm if with_imm else None, timestamp=ts,
+        rqmsn=rqmsn, msn=msn, imm=imm if with_imm else None, timestamp=ts,
         rtx=rtx, ack_req=ack_req,
     )
     assert raw == ours
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    route=routes(), ev=u32, qp=qpn_conn, psn=u24, sev=u32, cack=u24, ack_off=s16, sack_off=s16,
-    rng=u16, mode=st.sampled_from(list(SackMode)), ece=st.booleans(),
-    bitmap=st.integers(0, 2**64 - 1), credit=u32, ts=u16, ooo=u8,
-    penalty=st.integers(0, 127), rcvd=u32, ack=st.booleans(),
-)
+@given(route=routes(), ev=u32, qp=qpn_conn, psn=u24, seth=seths, cc=ccstates)
 def test_scapy_built_sack_parses(
-    route: Route, ev: int, qp: int, psn: int, sev: int, cack: int, ack_off: int,
-    sack_off: int, rng: int, mode: int, ece: bool, bitmap: int, credit: int, ts: int,
-    ooo: int, penalty: int, rcvd: int, ack: bool,
+    route: Route, ev: int, qp: int, psn: int, seth: SETH, cc: CCState,
 ) -> None:
-    """A SACK/ACK frame built from scapy layers parses, fields intact, and equals ours."""
+    """A SACK frame built from scapy layers parses, fields intact, and equals ours."""
     assume(route.usid is None or route.encap)  # as in the data test above
-    op = Opcode.ACK if ack else Opcode.SACK
     pkt = scapy_route_layers(route, ev, 46, ECN.NOT_ECT) / MRC_BTH(
-        opcode=op, dqpn=qp, psn=psn
+        opcode=Opcode.SACK, dqpn=qp, psn=psn
     ) / MRC_SETH(
-        ev=sev, cack_psn=cack, ack_offset=ack_off, sack_offset=sack_off, max_psn_range=rng,
-        mode=mode, ece=ece, bitmap=bitmap, imm_credit=credit,
-    ) / MRC_CCState(ts_echo=ts, ooo_count=ooo, window_penalty=penalty, rcvd_bytes=rcvd)
+        m=seth.m, pr=seth.pr, ack_psn_offset=seth.ack_psn_offset, entropy=seth.entropy,
+        spdcid=seth.spdcid, dpdcid=seth.dpdcid, cack_psn=seth.cack_psn, cc_type=seth.cc_type,
+        cc_flags=seth.cc_flags, mpr=seth.mpr, sack_offset=seth.sack_offset,
+        sack_bitmap=seth.sack_bitmap,
+    ) / MRC_CCState(timestamp=cc.timestamp, ooo_count=cc.ooo_count,
+                    restore_cwnd=cc.restore_cwnd, rcv_cwnd_pen=cc.rcv_cwnd_pen,
+                    rcvd_bytes=cc.rcvd_bytes)
     raw = bytes(pkt)
     f = parse_frame(raw)
-    seth = SETH(sev, cack, ack_off, sack_off, rng, mode, ece, bitmap, credit)
-    cc = CCState(ts, ooo, penalty, rcvd)
-    assert (f.opcode, f.seth, f.cc, f.ev) == (op, seth, cc, ev)
-    assert raw == build_sack(route, ev=ev, dest_qp=qp, seth=seth, cc=cc, psn=psn, ack=ack)
+    assert (f.opcode, f.seth, f.cc, f.ev) == (Opcode.SACK, seth, cc, ev)
+    assert raw == build_sack(route, ev=ev, dest_qp=qp, seth=seth, cc=cc, psn=psn)
 
 
 def test_checksum_that_computes_to_zero_is_sent_as_ffff() -> None:
@@ -489,7 +480,7 @@ def test_checksum_that_computes_to_zero_is_sent_as_ffff() -> None:
     from mrcnet.wire.samples import PLAIN
 
     frame = build_data(
-        PLAIN, ev=1, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=2, va=3, rkey=180520,
+        PLAIN, ev=1, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=2, va=3, rkey=87347,
         payload=b"ab",
     )
     _, f = assert_agrees(frame)
@@ -523,7 +514,7 @@ def test_scapy_built_srh_variants_parse(variant: str, encap: bool) -> None:
         pkt = pkt / ScapyIPv6(src="fc00:1::1", dst="fc00:2::1", nh=17)
     pkt = pkt / ScapyUDP(sport=1, dport=MRC_UDP_PORT) / MRC_BTH(
         opcode=Opcode.WRITE_ONLY, dqpn=5, psn=9
-    ) / MRC_RETH(va=1, rkey=2, dma_len=4) / Raw(b"abcd")
+    ) / MRC_METH() / MRC_RETH(va=1, rkey=2, dma_len=4) / Raw(b"abcd")
     frame = bytes(pkt)
     _, f = assert_agrees(frame)
     assert f.srh is not None and f.srh.segments_left == fields["segleft"]
@@ -534,7 +525,7 @@ def test_scapy_built_srh_variants_parse(variant: str, encap: bool) -> None:
 
 @pytest.mark.parametrize("sport", [53, 4789, MRC_UDP_PORT])
 def test_mrc_binding_wins_over_source_port_bindings(sport: int) -> None:
-    """The EV's high bits ride in the UDP source port, so they may equal a port scapy binds
+    """Half of the EV rides in the UDP source port, so it may equal a port scapy binds
     another protocol to (DNS 53, VXLAN 4789 ...); destination 4791 must still mean MRC, and
     MRC's BTH, not scapy's RoCE BTH (whose byte after DestQP differs)."""
     import scapy.layers.dns  # binds UDP sport 53 to DNS
@@ -542,10 +533,52 @@ def test_mrc_binding_wins_over_source_port_bindings(sport: int) -> None:
 
     r = Route(b"\x02" * 6, b"\x02" * 6, a2b("fc00:1::1"), a2b("fc00:2::1"))
     frame = build_data(
-        r, ev=(sport << 16) | 7, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=2, va=3, rkey=4,
+        r, ev=(7 << 16) | sport, opcode=Opcode.WRITE_ONLY, dest_qp=1, psn=2, va=3, rkey=4,
         timestamp=5, rtx=True,
     )
     bth = Ether(frame)[ScapyUDP].payload
     assert type(bth) is MRC_BTH
     assert (bth.rtx, bth.ts) == (1, 1)
     assert_agrees(frame)
+
+
+# --- the sample pcap: scapy against `decode --json`, field for field -------------------------
+
+_JSON_LAYERS: dict[str, type[Packet]] = {
+    "meth": MRC_METH, "tseth": MRC_TSETH, "reth": MRC_RETH, "aeth": MRC_AETH,
+    "seth": MRC_SETH, "cc_state": MRC_CCState, "neth": MRC_NETH, "peth": MRC_PETH,
+    "erth": MRC_ERTH, "eeth": MRC_EETH,
+}
+
+
+def test_scapy_agrees_with_decode_json_on_the_sample_pcap(tmp_path: Path) -> None:
+    """Every frame of `sample-pcap` (the trimmed one too): the JSON decoder's opcode, PSN,
+    QPN and every field of every MRC header equal scapy's fields of the same name."""
+    import io
+    import json
+
+    from mrcnet.wire.__main__ import main as wire_main
+    from mrcnet.wire.pcap import read_pcap
+
+    pcap = tmp_path / "s.pcap"
+    assert wire_main(["sample-pcap", str(pcap)], out=io.StringIO()) == 0
+    out = io.StringIO()
+    assert wire_main(["decode", str(pcap), "--json"], out=out) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    frames = [r.data for r in read_pcap(pcap)]
+    assert len(rows) == len(frames) > 20
+    for row, frame in zip(rows, frames, strict=True):
+        p = Ether(frame)
+        bth = p[MRC_BTH]
+        assert (bth.opcode, bth.psn, bth.dqpn) == (row["opcode"], row["psn"], row["dqpn"])
+        for key, layer in _JSON_LAYERS.items():
+            assert (key in row) == p.haslayer(layer), (row["index"], key)
+            if key in row:
+                sp = p[layer]
+                for name, value in row[key].items():
+                    assert int(getattr(sp, name)) == value, (row["index"], key, name)
+        assert ("immdt" in row) == p.haslayer(MRC_ImmDt)
+        if "immdt" in row:
+            assert p[MRC_ImmDt].imm == row["immdt"]
+        load = p[Raw].load if p.haslayer(Raw) else b""
+        assert len(load) == row["payload_len"], row["index"]

@@ -30,17 +30,21 @@
 #define ICRC_LEN 4
 #define DSCP_TRIMMED 40
 #define ECN_CE 3
-#define ENDPOINT_QPN 0xffffffu
-#define RETH_LEN 16
-#define IMM_LEN 8                 /* METH + ImmDt */
+#define ENDPOINT_QPN 0x2u
+#define METH_LEN 4
 #define TSETH_LEN 4
+#define RETH_LEN 16
+#define IMMDT_LEN 4
+#define AETH_LEN 4
 #define SETH_LEN 28
 #define CC_LEN 8
 #define NETH_LEN 20
-#define PRBH_LEN 16
-#define EPH_LEN 16
-#define PENALTY_MAX 127
+#define PETH_LEN 16
+#define ERTH_LEN 16
+#define EETH_LEN 36
 #define SACK_MODE_MAX 2           /* NONE, SKIP_ONCE, ALWAYS_SKIP */
+#define TS_TSR_BIT 0x8000
+#define TS_FTYPE_MASK 0xf
 #define BTH_F_ACKREQ 0x80
 #define BTH_F_R 0x40
 #define BTH_F_RTX 0x20
@@ -77,7 +81,11 @@ static int known_nack_reason(uint32_t r)   /* constants.NackReason */
            r == 0x19;
 }
 
-static int known_endpoint_op(uint32_t op) { return op == 1 || op == 2; } /* EndpointOp */
+static int known_endpoint_op(uint32_t op) { return op == 0 || op == 1; } /* EndpointOp */
+
+int mrc_ev_order = 0;
+
+void mrc_set_ev_order(int order) { mrc_ev_order = order ? 1 : 0; }
 
 #define FAIL(r, text) do { out->why = (text); out->reason = (r); return (r); } while (0)
 /* _util.need(): `n` bytes at `off` inside the frame as cut to `end`. 64-bit sums: a
@@ -168,8 +176,8 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
         uint32_t seg_bytes = 16 * (last + 1), total = SRH_FIXED + 8 * hel;
         if (seg_bytes > 8 * hel)
             FAIL(MRC_BAD_SRH, "SRH last entry beyond its length");
-        if (sl > last)
-            FAIL(MRC_BAD_SRH, "SRH segments left beyond last entry");
+        if (sl > last + 1)  /* last + 1: a reduced SRH (RFC 8754 4.3.1.1) */
+            FAIL(MRC_BAD_SRH, "SRH segments left beyond last entry + 1");
         NEED(off, total, "SRH segment list");
         const uint8_t *t = s + SRH_FIXED + seg_bytes;
         uint32_t n = total - SRH_FIXED - seg_bytes, i = 0;
@@ -252,7 +260,7 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
     out->rtx = !!(flags & BTH_F_RTX);
     out->ts = !!(flags & BTH_F_TS);
     off += BTH_LEN;
-    out->ev = out->sport << 16 | (out->outer_flow_label & 0xffff);
+    out->ev = mrc_ev_of(out->sport, out->outer_flow_label);
     out->ce = out->outer_ecn == ECN_CE;
 
     int endpoint_op = op == OP_ENDPOINT_REQ || op == OP_ENDPOINT_RESP;
@@ -261,87 +269,119 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
     int is_data = op >= OP_WRITE_FIRST && op <= OP_WRITE_ONLY_IMM;
     out->is_data = is_data;
     if (is_data) {
+        NEED(off, METH_LEN, "METH");
+        out->rqmsn = be16(buf + off);
+        out->msn = be16(buf + off + 2);
+        off += METH_LEN;
+        if (out->ts) {
+            NEED(off, TSETH_LEN, "TSETH");
+            uint32_t w = be16(buf + off + 2);
+            out->has_tseth = 1;
+            out->timestamp = be16(buf + off);
+            out->tsr = !!(w & TS_TSR_BIT);
+            out->ftype = w & TS_FTYPE_MASK;
+            off += TSETH_LEN;
+        }
         NEED(off, RETH_LEN, "RETH");
         out->va = be64(buf + off);
         out->rkey = be32(buf + off + 8);
         out->length = be32(buf + off + 12);
         off += RETH_LEN;
         if (op == OP_WRITE_LAST_IMM || op == OP_WRITE_ONLY_IMM) {
-            NEED(off, 4, "METH");
-            NEED(off + 4, 4, "ImmDt");
+            NEED(off, IMMDT_LEN, "ImmDt");
             out->has_imm = 1;
-            out->msn = be32(buf + off) & 0xffffff;
-            out->imm = be32(buf + off + 4);
-            off += IMM_LEN;
-        }
-        if (out->ts) {
-            NEED(off, TSETH_LEN, "TSETH");
-            out->has_tseth = 1;
-            out->timestamp = be16(buf + off);
-            off += TSETH_LEN;
+            out->imm = be32(buf + off);
+            off += IMMDT_LEN;
         }
         CLAIM(off + (uint64_t)out->length + ICRC_LEN);
-    } else if (op == OP_SACK || op == OP_ACK) {
+    } else if (op == OP_SACK) {
         NEED(off, SETH_LEN, "SETH");
         const uint8_t *s = buf + off;
-        uint32_t sflags = be16(s + 14);
-        if ((sflags & 3) > SACK_MODE_MAX)
+        uint32_t m = (s[1] >> 5) & 3;
+        if (m > SACK_MODE_MAX)
             FAIL(MRC_BAD_FIELD, "unknown SACK M field");
-        NEED(off + SETH_LEN, CC_LEN, "CC state");
+        NEED(off + SETH_LEN, CC_LEN, "CC_STATE");
         const uint8_t *c = s + SETH_LEN;
-        if (c[3] > PENALTY_MAX)
-            FAIL(MRC_BAD_FIELD, "window penalty above 127");
         out->has_seth = 1;
-        out->sack_ev = be32(s);
-        out->cack_psn = be32(s + 4) & 0xffffff;
-        out->ack_offset = (int16_t)be16(s + 8);
-        out->sack_offset = (int16_t)be16(s + 10);
-        out->max_psn_range = be16(s + 12);
-        out->mode = sflags & 3;
-        out->ece = !!(sflags & 4);
-        out->bitmap = be64(s + 16);
-        out->imm_credit = be32(s + 24);
+        out->mode = m;
+        out->pr = (s[1] >> 1) & 1;
+        out->ack_offset = (int16_t)be16(s + 2);
+        out->sack_ev = be32(s + 4);
+        out->spdcid = be16(s + 8);
+        out->dpdcid = be16(s + 10);
+        out->cack_psn = be32(s + 12) & 0xffffff;
+        out->cc_type = s[16] >> 4;
+        out->cc_flags = s[16] & 0xf;
+        out->mpr = s[17];
+        out->sack_offset = (int16_t)be16(s + 18);
+        out->bitmap = be64(s + 20);
         out->ts_echo = be16(c);
-        out->ooo_count = c[2];
-        out->window_penalty = c[3];
-        out->rcvd_bytes = be32(c + 4);
+        out->ooo_count = be16(c + 2) & 0x7fff;
+        out->restore_cwnd = c[4] >> 7;
+        out->window_penalty = c[4] & 0x7f;
+        out->rcvd_bytes = be32(c + 4) & 0xffffff;
         off += SETH_LEN + CC_LEN;
+    } else if (op == OP_ACK) {
+        NEED(off, AETH_LEN, "AETH");
+        out->has_aeth = 1;
+        out->aeth_syndrome = buf[off];
+        out->aeth_msn = be32(buf + off) & 0xffffff;
+        off += AETH_LEN;
     } else if (op == OP_NACK) {
         NEED(off, NETH_LEN, "NETH");
         const uint8_t *n = buf + off;
-        if (!known_nack_reason(n[0]))
+        if (!known_nack_reason(n[2]))
             FAIL(MRC_BAD_FIELD, "unknown NACK reason");
         out->has_neth = 1;
-        out->nack_reason = n[0];
-        out->nack_ts_echo = be16(n + 2);
+        out->nack_reason = n[2];
+        out->nack_vendor = n[3];
         out->nack_ev = be32(n + 4);
-        out->nack_psn = be32(n + 8) & 0xffffff;
-        out->nack_cack_psn = be32(n + 12) & 0xffffff;
+        out->nack_spdcid = be16(n + 8);
+        out->nack_dpdcid = be16(n + 10);
+        out->nack_psn = be32(n + 12) & 0xffffff;
+        out->nack_cc_type = n[16] >> 4;
+        out->nack_cc_flags = n[16] & 0xf;
+        out->nack_ts_echo = be16(n + 18);
         off += NETH_LEN;
     } else if (op == OP_RELIABILITY_PROBE) {
-        NEED(off, PRBH_LEN, "probe header");
+        NEED(off, PETH_LEN, "PETH");
         const uint8_t *p = buf + off;
+        uint32_t w = be16(p + 14);
         out->has_probe = 1;
-        out->probe_id = be32(p);
-        out->probe_ev = be32(p + 4);
-        out->probe_psn = be32(p + 8) & 0xffffff;
+        out->probe_vendor = p[3];
+        out->probe_id = be16(p + 4);
+        out->probe_spdcid = be16(p + 8);
+        out->probe_dpdcid = be16(p + 10);
         out->probe_timestamp = be16(p + 12);
-        off += PRBH_LEN;
+        out->probe_tsr = !!(w & TS_TSR_BIT);
+        out->probe_ftype = w & TS_FTYPE_MASK;
+        off += PETH_LEN;
     } else {  /* ENDPOINT_REQ / ENDPOINT_RESP: known_opcode() closed the set */
         if (out->dest_qp != ENDPOINT_QPN)
             FAIL(MRC_BAD_FIELD, "endpoint operation to a connected QPN");
-        NEED(off, EPH_LEN, "endpoint header");
         const uint8_t *e = buf + off;
-        if (!known_endpoint_op(e[0]))
-            FAIL(MRC_BAD_FIELD, "unknown endpoint op");
-        out->has_endpoint = 1;
-        out->ep_op = e[0];
-        out->ep_status = e[1];
-        out->ep_request_id = be32(e + 4);
-        out->ep_ev = be32(e + 8);
-        out->ep_timestamp = be16(e + 12);
-        out->ep_port_mask = be16(e + 14);
-        off += EPH_LEN;
+        if (op == OP_ENDPOINT_REQ) {
+            NEED(off, ERTH_LEN, "ERTH");
+            if (!known_endpoint_op(e[1] & 3))
+                FAIL(MRC_BAD_FIELD, "unknown endpoint op");
+            uint32_t w = be16(e + 14);
+            out->has_erth = 1;
+            out->ep_op = e[1] & 3;
+            out->ep_vendor = e[3];
+            out->ep_port_mask = be32(e + 4);
+            out->ep_timestamp = be16(e + 12);
+            out->ep_tsr = !!(w & TS_TSR_BIT);
+            out->ep_ftype = w & TS_FTYPE_MASK;
+            off += ERTH_LEN;
+        } else {
+            NEED(off, EETH_LEN, "EETH");
+            if (!known_endpoint_op((e[1] >> 4) & 3))
+                FAIL(MRC_BAD_FIELD, "unknown endpoint op");
+            out->has_eeth = 1;
+            out->ep_op = (e[1] >> 4) & 3;
+            out->ep_timestamp = be16(e + 28);
+            off += EETH_LEN;
+        }
     }
     if (!is_data)
         CLAIM(off + ICRC_LEN);
@@ -385,8 +425,12 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
             const uint8_t *in = buf + out->inner_off;
             ok = checksum_ok(in + 8, in + 24, udp, n);
         } else if (out->srh_off) {
-            /* the final segment, segment list[0], is the upper-layer destination */
-            ok = checksum_ok(o + 8, buf + out->srh_off + SRH_FIXED, udp, n);
+            /* the final segment, segment list[0], is the upper-layer destination; in
+             * MRC's form a uSID container, fully shifted */
+            const uint8_t *fs = buf + out->srh_off + SRH_FIXED;
+            uint8_t fin[16];
+            ok = checksum_ok(o + 8, fs, udp, n) ||
+                 (usid_final(fs, fin) && checksum_ok(o + 8, fin, udp, n));
         } else {
             /* uSID without an inner header: the fully shifted container; a plain IPv6
              * frame uses its destination as it is. */

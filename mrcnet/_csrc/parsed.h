@@ -55,26 +55,32 @@ struct mrc_parsed {
     /* BTH */
     uint32_t opcode, dest_qp, psn, ack_req, rtx, ts, r, se, migreq, pad, tver, pkey;
     /* derived */
-    uint32_t ev;             /* UDP source port << 16 | outer flow label & 0xffff */
+    uint32_t ev;             /* UDP source port and outer flow label & 0xffff, in the EV
+                                order set by mrc_set_ev_order (default: sport = low 16) */
     uint32_t ce;             /* outer ECN is CE */
     uint32_t trimmed;        /* data frame cut short or marked with the trimmed DSCP */
     uint32_t is_data;
-    /* RETH, METH + ImmDt, TSETH (data) */
+    /* METH, TSETH, RETH, ImmDt (data) */
     uint64_t va;
     uint32_t rkey, length;
-    uint32_t has_imm, msn, imm, has_tseth, timestamp;
-    /* SETH + CC state (SACK, ACK) */
+    uint32_t has_imm, imm, rqmsn, msn, has_tseth, timestamp, tsr, ftype;
+    /* AETH (ACK) */
+    uint32_t has_aeth, aeth_syndrome, aeth_msn;
+    /* SETH + CC_STATE (SACK) */
     uint32_t has_seth, sack_ev, cack_psn;
     int32_t  ack_offset, sack_offset;
-    uint32_t max_psn_range, mode, ece;
+    uint32_t mpr, mode, pr, spdcid, dpdcid, cc_type, cc_flags;
     uint64_t bitmap;
-    uint32_t imm_credit, ts_echo, ooo_count, window_penalty, rcvd_bytes;
+    uint32_t ts_echo, ooo_count, restore_cwnd, window_penalty, rcvd_bytes;
     /* NETH (NACK) */
-    uint32_t has_neth, nack_reason, nack_ev, nack_psn, nack_cack_psn, nack_ts_echo;
-    /* probe header (RELIABILITY_PROBE) */
-    uint32_t has_probe, probe_id, probe_ev, probe_psn, probe_timestamp;
-    /* endpoint header (ENDPOINT_REQ / ENDPOINT_RESP) */
-    uint32_t has_endpoint, ep_op, ep_status, ep_request_id, ep_ev, ep_timestamp, ep_port_mask;
+    uint32_t has_neth, nack_reason, nack_vendor, nack_ev, nack_psn, nack_spdcid, nack_dpdcid;
+    uint32_t nack_cc_type, nack_cc_flags, nack_ts_echo;
+    /* PETH (RELIABILITY_PROBE) */
+    uint32_t has_probe, probe_id, probe_vendor, probe_spdcid, probe_dpdcid, probe_timestamp;
+    uint32_t probe_tsr, probe_ftype;
+    /* ERTH (ENDPOINT_REQ) / EETH (ENDPOINT_RESP: op and timestamp only) */
+    uint32_t has_erth, has_eeth, ep_op, ep_vendor, ep_port_mask, ep_timestamp, ep_tsr;
+    uint32_t ep_ftype;
 };
 
 /* Parse one frame exactly as mrcnet.wire.parse_frame does: the same checks in the same
@@ -83,6 +89,21 @@ struct mrc_parsed {
  * checksum of untrimmed frames. Fills *out and returns out->reason. Reads only
  * buf[0:len]. */
 int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify);
+
+/* Which half of the EV rides in the UDP source port, for the parser and the template
+ * builders: 0 (default) the low 16 bits, 1 the high 16 bits (mrcnet.wire.set_ev_order). */
+void mrc_set_ev_order(int order);
 /* cffi: end */
+
+extern int mrc_ev_order;
+
+/* The EV of a UDP source port and a flow label; and the two halves of an EV. */
+static inline uint32_t mrc_ev_of(uint32_t sport, uint32_t flow_label)
+{
+    return mrc_ev_order ? sport << 16 | (flow_label & 0xffff)
+                        : (flow_label & 0xffff) << 16 | sport;
+}
+static inline uint32_t mrc_ev_sport(uint32_t ev) { return mrc_ev_order ? ev >> 16 : ev & 0xffff; }
+static inline uint32_t mrc_ev_flow(uint32_t ev) { return mrc_ev_order ? ev & 0xffff : ev >> 16; }
 
 #endif

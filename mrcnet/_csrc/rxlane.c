@@ -13,12 +13,15 @@
 #define PSN_MASK 0xffffffLL
 #define PSN_HALF (1LL << 23)
 #define SACK_BITMAP_BITS 64
-#define ENDPOINT_QPN 0xffffffu
+#define ENDPOINT_QPN 0x2u
 #define S16_MAX 32767
 #define EV_PLANE_SHIFT 24
 #define EV_PLANE_MASK 0x7f
 #define EV_PATH_SHIFT 12
-#define SETH_F_ECE 0x0004
+#define SACK_SKIP_ONCE 1        /* SETH M: SKIP_ONCE, the ECN echo */
+#define SETH_PR 0x02
+#define OOO_COUNT_MAX 0x7fff
+#define RX_NO_TS 0x10000u       /* ack_ts of a packet without TSETH */
 #define ETH_LEN 14
 #define SETH_LEN 28
 #define CC_LEN 8
@@ -176,13 +179,17 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
     if (a->n >= a->max || !from_peer(a->peers, a->npeers, buf, blen, f->src_off))
         return 0;  /* (_ready_qp: rx_wrong_peer) */
     /* on_sack: unwrap the cumulative PSN against snd_una; the window */
+    /* (a probe response answers no packet: Python's) */
+    if (f->pr)
+        return 0;
     int64_t una = a->una;
-    int64_t cack = una + psn_delta(f->cack_psn, una);
+    /* SETH's CACK is the last PSN in order: the table's cumulative point is the next */
+    int64_t cack = una + psn_delta((f->cack_psn + 1) & PSN_MASK, una);
     if (cack > a->next_seq || cack <= una - a->txcap)
         return 0;  /* rx_sack_out_of_window */
-    int64_t trig = cack + f->ack_offset;
+    int64_t trig = cack - 1 + f->ack_offset;
     uint64_t acked = mrc_tx_sack(a->txq, now, una, cack, a->next_seq,
-                                 cack + f->sack_offset, f->bitmap, f->sack_offset == 1,
+                                 cack - 1 + f->sack_offset, f->bitmap, f->sack_offset == 2,
                                  trig, f->sack_ev, f->ts_echo, a->o);
     if (cack > una)
         a->una = cack;
@@ -193,10 +200,10 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
     r[3] = f->sack_ev;
     r[4] = f->ts_echo;
     r[5] = trig;
-    r[6] = f->ece;
+    r[6] = f->mode == SACK_SKIP_ONCE;
     r[7] = f->mode;
     r[8] = f->window_penalty;
-    r[9] = f->imm_credit;
+    r[9] = f->rcvd_bytes;
     a->rec_sent[a->n++] = a->o->trig_tx ? a->o->trig_sent : 0.0;
     return 1;
 }
@@ -250,8 +257,9 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         if (f->trimmed)
             STOP(MRC_RX_WHY_TRIMMED);
         uint32_t op = f->opcode;
-        if (f->has_imm || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
-                           op != OP_WRITE_LAST && op != OP_WRITE_ONLY))
+        /* (without a TSETH the answer may be an ACK: Python decides) */
+        if (f->has_imm || !f->has_tseth || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
+                                            op != OP_WRITE_LAST && op != OP_WRITE_ONLY))
             STOP(MRC_RX_WHY_IMM);
         if ((uint64_t)d >= q->ooo_cap || q->unrep_n >= MRC_RX_UNREP_MAX)
             STOP(MRC_RX_WHY_FULL);
@@ -337,7 +345,7 @@ static inline void put32(uint8_t *p, uint32_t v)
 }
 
 int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
-                uint32_t cap, uint32_t ev, uint32_t penalty, uint32_t credit,
+                uint32_t cap, uint32_t ev, uint32_t penalty, int32_t probe,
                 const int64_t *bases, uint32_t nbases)
 {
     uint32_t len = t->len;
@@ -376,33 +384,36 @@ int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
     if ((uint64_t)nbases * len > cap)
         return 0;
     q->unrep_n = 0;
-    int64_t off = q->ack_seq - rcv;
+    /* SETH: CACK is the last PSN in order; offsets are from it */
+    int64_t cack = rcv - 1;
+    int64_t off = q->ack_seq - cack;
     int32_t ack_off = off > S16_MAX ? S16_MAX : off < -S16_MAX ? -S16_MAX : (int32_t)off;
-    int64_t hi = q->rx_high > rcv ? q->rx_high : rcv;
-    uint32_t range = hi - rcv > 0xffff ? 0xffff : (uint32_t)(hi - rcv);
-    uint32_t nooo = q->ooo_n > 255 ? 255 : q->ooo_n;
+    if (probe >= 0)
+        ack_off = (int16_t)probe;  /* a probe response carries the probe id there */
+    uint32_t nooo = q->ooo_n > OOO_COUNT_MAX ? OOO_COUNT_MAX : q->ooo_n;
+    uint32_t fl = mrc_ev_flow(ev);
+    uint32_t b1 = (q->ack_ce ? SACK_SKIP_ONCE << 5 : 0) | (probe >= 0 ? SETH_PR : 0);
     for (uint32_t b = 0; b < nbases; b++) {
         uint8_t *f = out + (size_t)b * len;
         memcpy(f, t->frame, len);
-        put16(f + ETH_LEN + 2, ev & 0xffff);
-        put16(f + t->udp_off, ev >> 16);
-        uint8_t *p = f + t->seth_off;
-        int64_t so = bases[b] - rcv;
-        put32(p, q->ack_ev);
-        put32(p + 4, (uint32_t)(rcv & PSN_MASK));
-        put16(p + 8, (uint16_t)(int16_t)ack_off);
-        put16(p + 10, (uint16_t)(int16_t)(so > S16_MAX ? S16_MAX : so));
-        put16(p + 12, range);
-        put16(p + 14, q->ack_ce ? SETH_F_ECE : 0);
+        put16(f + ETH_LEN + 2, fl);
+        if (t->has_ip)
+            put16(f + t->icrc_from + 2, fl);
+        put16(f + t->udp_off, mrc_ev_sport(ev));
+        uint8_t *p = f + t->seth_off;  /* SPDCID, DPDCID, CC type/flags, MPR: template's */
+        int64_t so = bases[b] - cack;
+        p[1] = (uint8_t)b1;
+        put16(p + 2, (uint16_t)(int16_t)ack_off);
+        put32(p + 4, q->ack_ev);
+        put32(p + 12, (uint32_t)(cack & PSN_MASK));
+        put16(p + 18, (uint16_t)(int16_t)(so > S16_MAX ? S16_MAX : so));
         uint64_t bm = mrc_rx_bitmap(q, bases[b]);
-        put32(p + 16, (uint32_t)(bm >> 32));
-        put32(p + 20, (uint32_t)bm);
-        put32(p + 24, credit);
+        put32(p + 20, (uint32_t)(bm >> 32));
+        put32(p + 24, (uint32_t)bm);
         p = f + t->cc_off;
-        put16(p, q->ack_ts);
-        p[2] = (uint8_t)nooo;
-        p[3] = (uint8_t)penalty;
-        put32(p + 4, (uint32_t)q->rcvd_bytes);
+        put16(p, q->ack_ts & 0xffff);
+        put16(p + 2, nooo);
+        put32(p + 4, (penalty & 0x7f) << 24 | (uint32_t)((uint64_t)q->rcvd_bytes >> 8) & 0xffffff);
         mrc_finish_frame(f, len, t->icrc_from, (int)t->has_ip, t->udp_off, t->pseudo_sum);
     }
     return (int)nbases;
@@ -432,8 +443,7 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
         room = c->sout_cap - c->sout_len;
     double pen = q->penalty;
     uint32_t penalty = pen != 0 ? (uint32_t)pen : 0;  /* int(): truncation, pen >= 0 */
-    int n = mrc_rx_sack(q, p->t, c->sout + c->sout_len, room, ev, penalty, c->credit,
-                        NULL, 0);
+    int n = mrc_rx_sack(q, p->t, c->sout + c->sout_len, room, ev, penalty, -1, NULL, 0);
     if (n <= 0)
         return 0;
     if (pen != 0)

@@ -100,7 +100,8 @@ struct mrc_rx_path {
 #define MRC_RX_ACK_INTS 10  /* integers per record: cumulative point (unwrapped), bytes
                                acknowledged, the triggering packet's transmissions (0: no
                                match), the SACK's EV, stamp echo, triggering sequence
-                               number, ECE, mode, window penalty, credit (mod 2^32) */
+                               number, ECE (M = SKIP_ONCE), M, window penalty, received
+                               bytes (CC_STATE units) */
 struct mrc_rx_ack {
     struct mrc_txq *txq;       /* the QP's table */
     struct mrc_txsack *o;      /* where mrc_tx_sack reports (its arrays sized for it) */
@@ -138,7 +139,7 @@ struct mrc_rx_ctx {
      * the QP made); the caller takes them (nsout) before anything else goes out. */
     uint32_t sack_ok;          /* 0: every due SACK returns MRC_RX_SACK */
     uint64_t plane_ok;         /* bit p: plane p is usable and has paths */
-    uint32_t credit;           /* receive credit to advertise, mod 2^32 */
+    uint32_t credit;           /* unused (was the receive credit) */
     struct mrc_rx_path *paths;
     uint32_t npaths;
     uint8_t  *sout;            /* frames built, back to back ... */
@@ -187,13 +188,15 @@ struct mrc_rx_sackt {
  * per window base: the first right after the cumulative point, then one per 64-PSN
  * window holding PSNs received since the last SACK beyond the first window (taken from
  * q->unrep, or the nbases given in `bases` when Python knows more than unrep holds).
- * Each carries the EV's bits (UDP source port, flow label's low 16 bits), SETH (the
- * last packet's EV, cumulative PSN, its offset, the window's offset, the range, ECE,
- * the window's bitmap, `credit`) and CC state (its stamp, out-of-order count,
- * `penalty`, bytes received); then its ICRC and UDP checksum. Sets q->unrep_n to 0.
+ * Each carries the EV's bits (UDP source port, outer and inner flow labels), SETH (M
+ * SKIP_ONCE when the last packet was CE-marked, PR when `probe` >= 0, the last packet's
+ * offset from CACK or the probe id, its EV, CACK = rcv_nxt - 1, the window's offset from
+ * CACK and bitmap; SPDCID, DPDCID, CC type/flags and MPR stay the template's) and
+ * CC_STATE (its stamp, out-of-order count, `penalty`, bytes received / 256); then its
+ * ICRC and UDP checksum. Sets q->unrep_n to 0.
  * Returns the number of frames, or 0 if they do not fit (nothing written then). */
 int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
-                uint32_t cap, uint32_t ev, uint32_t penalty, uint32_t credit,
+                uint32_t cap, uint32_t ev, uint32_t penalty, int32_t probe,
                 const int64_t *bases, uint32_t nbases);
 /* cffi: end */
 

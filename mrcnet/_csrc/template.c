@@ -6,9 +6,15 @@
 
 #include "checksum.h"
 #include "icrc.h"
+#include "parsed.h"
 
 #define IP6_LEN 40
 #define UDP_LEN 8
+#define METH_LEN 4
+#define TSETH_LEN 4
+#define RETH_LEN 16
+#define IMMDT_LEN 4
+#define TS_FORMAT_TYPE 1
 
 static inline void put16(uint8_t *p, uint32_t v) { p[0] = v >> 8; p[1] = v; }
 static inline void put32(uint8_t *p, uint32_t v)
@@ -20,31 +26,35 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
                       uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
                       const uint8_t *outer_da, const uint8_t *srh_segs,
                       const uint8_t *pseudo_dst, uint64_t va,
-                      uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                      uint32_t ext, uint32_t meth, uint32_t imm, uint32_t timestamp,
                       const uint8_t *payload, size_t payload_len)
 {
-    size_t ext_len = ((ext & MRC_EXT_IMM) ? 8 : 0) + ((ext & MRC_EXT_TSETH) ? 4 : 0);
+    size_t ext_len = METH_LEN + RETH_LEN + ((ext & MRC_EXT_IMM) ? IMMDT_LEN : 0) +
+                     ((ext & MRC_EXT_TSETH) ? TSETH_LEN : 0);
     size_t total = t->hdr_len + ext_len + payload_len + 4;
     if (total > cap || total - t->off_outer_ip - IP6_LEN > 0xffff)
         return 0;
 
     memcpy(out, t->hdr, t->hdr_len);
 
-    /* Outer IPv6: EV in the low 16 bits of the flow label (the top 4 stay the template's),
-     * payload length, and the destination (uSID container) for this path. */
+    /* Outer IPv6: half of the EV in the low 16 bits of the flow label (the top 4 stay the
+     * template's), payload length, and the destination (uSID container) for this path. */
     uint8_t *o = out + t->off_outer_ip;
-    put16(o + 2, ev & 0xffff);
+    uint32_t fl = mrc_ev_flow(ev);
+    put16(o + 2, fl);
     put16(o + 4, (uint32_t)(total - t->off_outer_ip - IP6_LEN));
     if (outer_da)
         memcpy(o + 24, outer_da, 16);
     if (srh_segs && t->off_srh_segs)
         memcpy(out + t->off_srh_segs, srh_segs, t->srh_segs_len);
 
-    if (t->off_inner_ip)
+    if (t->off_inner_ip) {
+        put16(out + t->off_inner_ip + 2, fl);
         put16(out + t->off_inner_ip + 4, (uint32_t)(total - t->off_inner_ip - IP6_LEN));
+    }
 
     uint8_t *u = out + t->off_udp;
-    put16(u + 0, ev >> 16);
+    put16(u + 0, mrc_ev_sport(ev));
     put16(u + 4, (uint32_t)(total - t->off_udp));
 
     uint8_t *b = out + t->off_bth;
@@ -52,27 +62,27 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     b[8] = (uint8_t)bth_flags;
     b[9] = psn >> 16; b[10] = psn >> 8; b[11] = psn;
 
-    uint8_t *r = out + t->off_reth;
-    put32(r, (uint32_t)(va >> 32));
-    put32(r + 4, (uint32_t)va);
-    put32(r + 12, (uint32_t)payload_len);
-
-    /* Extension headers in the order the reference builder writes them. */
+    /* Extension headers in the order the reference builder writes them:
+     * METH, [TSETH], RETH, [ImmDt]. */
     uint8_t *e = out + t->hdr_len;
-    uint8_t *e_imm = e, *e_ts = e;
-    if ((ext & MRC_EXT_IMM) && (ext & MRC_EXT_TSETH)) {
-        if (t->imm_first) e_ts = e + 8; else e_imm = e + 4;
-    }
-    if (ext & MRC_EXT_IMM) {
-        put32(e_imm, msn & 0xffffff);               /* reserved(8) | MSN(24) */
-        put32(e_imm + 4, imm);
-    }
+    put32(e, meth);                                 /* RQMSN(16) | MSN(16) */
+    e += METH_LEN;
     if (ext & MRC_EXT_TSETH) {
-        put16(e_ts, timestamp);                     /* timestamp(16) | reserved(16) */
-        put16(e_ts + 2, 0);
+        put16(e, timestamp);                        /* timestamp | TSR 0, format type */
+        put16(e + 2, TS_FORMAT_TYPE);
+        e += TSETH_LEN;
+    }
+    put32(e, (uint32_t)(va >> 32));
+    put32(e + 4, (uint32_t)va);
+    put32(e + 8, t->rkey);
+    put32(e + 12, (uint32_t)payload_len);
+    e += RETH_LEN;
+    if (ext & MRC_EXT_IMM) {
+        put32(e, imm);
+        e += IMMDT_LEN;
     }
     if (payload_len)
-        memcpy(e + ext_len, payload, payload_len);
+        memcpy(e, payload, payload_len);
 
     /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. */
     uint8_t *ic = out + total - 4;
@@ -92,7 +102,7 @@ size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path
                      const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
                      const uint8_t *flags, const uint8_t *ext, uint32_t psn0, uint64_t va0,
                      const uint8_t *payload, size_t payload_len, size_t seg,
-                     uint32_t msn, uint32_t imm, uint32_t timestamp, uint32_t *lens)
+                     uint32_t meth, uint32_t imm, uint32_t timestamp, uint32_t *lens)
 {
     size_t used = 0;
     for (unsigned i = 0; i < n; i++) {
@@ -103,7 +113,7 @@ size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path
         const struct mrc_path *p = &paths[slot[i]];
         size_t k = mrc_patch_data(out + used, cap - used, p->tmpl, op[i], flags[i],
                                   (psn0 + i) & 0xffffffu, ev[i], p->outer_da, p->srh_segs,
-                                  p->pseudo_dst, va0 + off, ext[i], msn, imm, timestamp,
+                                  p->pseudo_dst, va0 + off, ext[i], meth, imm, timestamp,
                                   payload + off, len);
         if (!k)
             return 0;

@@ -15,7 +15,7 @@
 /* Filled once per (QP, destination) by Python from a frame the reference builder made.
  * Offsets are from the start of the Ethernet frame. */
 struct mrc_tmpl {
-    uint8_t  hdr[MRC_TMPL_HDR_MAX]; /* Ethernet .. end of RETH, copied to every frame */
+    uint8_t  hdr[MRC_TMPL_HDR_MAX]; /* Ethernet .. end of BTH, copied to every frame */
     uint32_t hdr_len;
     uint32_t off_outer_ip;   /* outer IPv6 header */
     uint32_t off_srh_segs;   /* first SRH segment (0: no SRH) */
@@ -24,31 +24,31 @@ struct mrc_tmpl {
                                 ICRC then starts at the UDP header) */
     uint32_t off_udp;
     uint32_t off_bth;
-    uint32_t off_reth;
-    uint32_t imm_first;      /* 1: METH+ImmDt come before TSETH, 0: after */
+    uint32_t rkey;           /* RETH rkey of every frame */
     uint32_t icrc_le;        /* 1: ICRC stored little-endian (RoCEv2), 0: big-endian */
     uint32_t pseudo_sum;     /* folded sum of the pseudo-header addresses (native order) */
     uint8_t  pseudo_src[16]; /* pseudo-header source, for a per-packet pseudo_dst */
 };
 
 /* Per-packet extension flags for mrc_patch_data(). */
-#define MRC_EXT_IMM   1u  /* METH (msn) + ImmDt (imm) follow the RETH */
-#define MRC_EXT_TSETH 2u  /* TSETH (timestamp) follows */
+#define MRC_EXT_IMM   1u  /* ImmDt (imm) follows the RETH */
+#define MRC_EXT_TSETH 2u  /* TSETH (timestamp) follows the METH */
 
 /* Write one data frame into out[0:cap]: the template's headers patched with this
  * packet's opcode, BTH flag byte (bth_flags: A/R/RTX/TS, BTH byte 8; byte 1 stays the
- * template's), PSN, EV (UDP source port = ev >> 16, low 16 bits of the outer flow label
- * = ev & 0xffff), outer destination (16 bytes; NULL keeps the template's), SRH segments
+ * template's), PSN, EV (UDP source port and the low 16 bits of the outer and inner flow
+ * labels, in mrc_set_ev_order's order), outer destination (16 bytes; NULL keeps the template's), SRH segments
  * (srh_segs_len bytes, wire order; NULL keeps), checksum pseudo-header destination (NULL:
  * the template's; only frames without an inner IPv6 header need one when the path
- * changes), RETH virtual address and length (= payload_len), the optional METH/ImmDt/TSETH
- * (ext flags), the payload, every length field, the ICRC and the UDP checksum.
+ * changes), METH (the word meth = RQMSN << 16 | MSN), the optional TSETH (ext flags),
+ * RETH (virtual address, the template's rkey, length = payload_len), the optional ImmDt,
+ * the payload, every length field, the ICRC and the UDP checksum.
  * Returns the frame length, or 0 if it does not fit `cap` or an IPv6 length field. */
 size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
                       uint32_t opcode, uint32_t bth_flags, uint32_t psn, uint32_t ev,
                       const uint8_t *outer_da, const uint8_t *srh_segs,
                       const uint8_t *pseudo_dst, uint64_t va,
-                      uint32_t ext, uint32_t msn, uint32_t imm, uint32_t timestamp,
+                      uint32_t ext, uint32_t meth, uint32_t imm, uint32_t timestamp,
                       const uint8_t *payload, size_t payload_len);
 
 /* Finish a frame whose every byte is in place but its ICRC and UDP checksum (a control
@@ -70,13 +70,13 @@ struct mrc_path {
  * exactly what mrc_patch_data writes: frame i goes on paths[slot[i]] with EV ev[i],
  * opcode op[i], BTH flags flags[i] and extension headers ext[i] (MRC_EXT_*), PSN
  * (psn0 + i) mod 2^24, address va0 + i * seg and payload bytes [i * seg, min((i + 1) *
- * seg, payload_len)) of payload; msn, imm and timestamp are the run's. lens[i] gets the
+ * seg, payload_len)) of payload; meth, imm and timestamp are the run's. lens[i] gets the
  * length of frame i. Returns the bytes written, 0 if a frame does not fit. */
 size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
                      const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
                      const uint8_t *flags, const uint8_t *ext, uint32_t psn0, uint64_t va0,
                      const uint8_t *payload, size_t payload_len, size_t seg,
-                     uint32_t msn, uint32_t imm, uint32_t timestamp, uint32_t *lens);
+                     uint32_t meth, uint32_t imm, uint32_t timestamp, uint32_t *lens);
 /* cffi: end */
 
 #endif

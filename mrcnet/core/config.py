@@ -15,6 +15,8 @@ from mrcnet.constants import (
     ACK_TIMEOUT_MAX_EXP,
     ACK_TIMEOUT_UNIT_S,
     DEFAULT_EVS_PER_QP,
+    EV_ORDER_SPORT_HIGH,
+    EV_ORDER_SPORT_LOW,
     PSN_MASK,
     RETRY_EXP_INFINITE,
     RETRY_LINEAR_MAX,
@@ -121,6 +123,10 @@ class HostConfig:
       outlives ``reorder_floor`` (and when it closes), or on ACK-request, CE, duplicate,
       retransmission, trim, probe. Sprayed traffic: 0.46 -> 0.25 SACKs per data packet
       in the simulator. True: a SACK at once on every out-of-order arrival (before).
+    - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
+      the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
+      8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
+      (:func:`mrcnet.wire.set_ev_order`: every codec of the process follows it).
     - ``fast_parse``: parse received frames with :class:`mrcnet.wire.parsed.FrameParser` (the
       C parser when built); False: the reference :func:`mrcnet.wire.parse_frame`. Same
       decisions either way (tests/wire/test_parse_differential.py); the switch exists to
@@ -153,6 +159,18 @@ class HostConfig:
     cc_delay_filter: float = 0.0
     retire_ambiguous: int = 3
     sack_on_reorder: bool = False
+    ev_order: str = "sport-low"
+
+
+#: HostConfig.ev_order's names of the EV orders (mrcnet.constants.EV_ORDER_*).
+EV_ORDERS: dict[str, int] = {"sport-low": EV_ORDER_SPORT_LOW, "sport-high": EV_ORDER_SPORT_HIGH}
+
+
+def ev_order_code(name: str) -> int:
+    """The EV order called ``name`` (HostConfig.ev_order); InvalidAttribute if unknown."""
+    if name not in EV_ORDERS:
+        raise InvalidAttribute(f"ev_order {name!r}: use one of {sorted(EV_ORDERS)}")
+    return EV_ORDERS[name]
 
 
 @dataclass(slots=True)
@@ -169,7 +187,7 @@ class QPAttrs:
     - ``mpr``/``mpr_dest``: max PSN range as requester / responder, in units of 128 PSNs
       (None: the host's ``rx_window``).
     - ``max_wimm_dest``: immediates the responder lets the peer have in flight at most
-      (caps the receive credit it advertises).
+      (more are refused: NACK NO_RESOURCE, resent later).
 
     ``modify_qp`` also takes the mrc.h spellings (see :data:`MRC_H_ALIASES`).
     """

@@ -15,50 +15,57 @@ import struct
 from mrcnet.constants import (
     BTH_LEN,
     ETH_HEADER_LEN,
-    EV_FLOW_LABEL_MASK,
-    EV_SPORT_SHIFT,
     ICRC_LEN,
     IPV6_HEADER_LEN,
+    OOO_COUNT_MAX,
+    PSN_MASK,
+    RCVD_BYTES_MOD,
     UDP_HEADER_LEN,
+    SackMode,
 )
 from mrcnet.wire import CCState, Route, build_sack, parse_frame
-from mrcnet.wire.sack import CCSTATE_STRUCT, SETH, SETH_F_ECE, SETH_STRUCT
+from mrcnet.wire.seth import CCSTATE_STRUCT, SETH, SETH_STRUCT, seth_flags
 from mrcnet.wire.template import FrameFinisher
+from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
 
-_DUMMY = SETH(ev=0, cack_psn=0)
-# Bytes 2-3 of the outer IPv6 header: the flow label's low 16 bits (the EV's low half).
-_FLOW_LABEL_LOW16 = ETH_HEADER_LEN + 2
+# Bytes 2-3 of an IPv6 header: the flow label's low 16 bits (half of the EV).
+_FLOW_LABEL_LOW16 = 2
 _U16 = struct.Struct("!H")
+#: ack_ts of a packet that carried no TSETH (rxlane.c RX_NO_TS): nothing to echo.
+NO_TS = 0x10000
 
 
-def pack_sack_fields(
-    ev: int, cack_psn: int, ack_offset: int, sack_offset: int, max_psn_range: int, ece: bool,
-    bitmap: int, imm_credit: int, ts_echo: int, ooo_count: int, window_penalty: int,
-    rcvd_bytes: int,
-) -> tuple[bytes, bytes]:
-    """SETH and CC-state bytes without the dataclasses' range checks (the responder's
-    values are in range by construction), with the wire module's own struct layouts, so
-    the layout still lives in one place (mrcnet/wire/sack.py). M field: NONE."""
-    return (
-        SETH_STRUCT.pack(ev, cack_psn, ack_offset, sack_offset, max_psn_range,
-                   SETH_F_ECE if ece else 0, bitmap, imm_credit),
-        CCSTATE_STRUCT.pack(ts_echo, ooo_count, window_penalty, rcvd_bytes),
-    )
+def sack_fields(rcv: int, ack_seq: int, base: int, probe: int) -> tuple[int, int, int]:
+    """(CACK PSN, ack_psn_offset, sack_offset) of a SACK from the responder's cumulative
+    point ``rcv`` (next expected), the sequence number it answers and its window's base
+    (the PSN of bitmap bit 0); ``probe`` >= 0: a probe response, carrying that id."""
+    cack = rcv - 1
+    ack_off = probe if probe >= 0 else max(-_S16_MAX, min(_S16_MAX, ack_seq - cack))
+    if ack_off > _S16_MAX:
+        ack_off -= 1 << 16
+    return cack & PSN_MASK, ack_off, min(_S16_MAX, base - cack)
+
+
+_S16_MAX = (1 << 15) - 1
 
 
 class SackTemplate:
     """SACK frames to one QP along one route (one path), for any EV of that path.
 
     The whole frame is copied from a template and patched in place: the EV's bits (the
-    UDP source port, covered by ICRC and checksum, and the low 16 bits of the outer flow
-    label, covered by neither), SETH and CC state; then ICRC and UDP checksum
-    (:class:`mrcnet.wire.template.FrameFinisher`, one C call when built).
+    UDP source port, covered by ICRC and checksum, and the low 16 bits of the flow labels,
+    covered by neither), SETH and CC_STATE; then ICRC and UDP checksum
+    (:class:`mrcnet.wire.template.FrameFinisher`, one C call when built). SPDCID, DPDCID
+    (the two QP numbers' low 16 bits), CC type and MPR are the template's.
     """
 
-    __slots__ = ("_cc_off", "_fin", "_frame", "_pseudo", "_seth_off", "_udp_off")
+    __slots__ = ("_cc_off", "_fin", "_frame", "_inner_off", "_pseudo", "_seth_off",
+                 "_udp_off", "dpdcid", "mpr", "spdcid")
 
-    def __init__(self, route: Route, *, dest_qp: int) -> None:
-        frame = build_sack(route, ev=0, dest_qp=dest_qp, seth=_DUMMY, cc=CCState())
+    def __init__(self, route: Route, *, dest_qp: int, src_qp: int = 0, mpr: int = 0) -> None:
+        self.spdcid, self.dpdcid, self.mpr = src_qp & 0xFFFF, dest_qp & 0xFFFF, mpr
+        seth = SETH(cack_psn=0, spdcid=self.spdcid, dpdcid=self.dpdcid, mpr=mpr)
+        frame = build_sack(route, ev=0, dest_qp=dest_qp, seth=seth, cc=CCState())
         f = parse_frame(frame)
         udp_off = len(frame) - UDP_HEADER_LEN - BTH_LEN - SETH.LEN - CCState.LEN - ICRC_LEN
         assert udp_off >= ETH_HEADER_LEN + IPV6_HEADER_LEN
@@ -73,6 +80,7 @@ class SackTemplate:
             psrc, pdst = route.src_ip, route.final_dst
         # The ICRC covers the inner IPv6 header (when there is one) onwards.
         icrc_from = udp_off - IPV6_HEADER_LEN if has_ip else udp_off
+        self._inner_off = icrc_from if has_ip else 0
         self._fin = FrameFinisher(icrc_from, has_ip, udp_off, psrc, pdst)
         self._pseudo = (icrc_from, has_ip, bytes(psrc), bytes(pdst))
 
@@ -83,32 +91,41 @@ class SackTemplate:
         same frames as :meth:`build_fields`."""
         return (self._frame, self._udp_off, self._seth_off, self._cc_off, *self._pseudo)
 
-    def build(self, ev: int, seth: SETH, cc: CCState) -> bytes:
-        """One SACK frame travelling on ``ev``."""
-        return self.build_raw(ev, seth.pack(), cc.pack())
+    def _ev(self, buf: bytearray, ev: int) -> None:
+        fl = ev_to_flow_label(ev)
+        _U16.pack_into(buf, ETH_HEADER_LEN + _FLOW_LABEL_LOW16, fl)
+        if self._inner_off:
+            _U16.pack_into(buf, self._inner_off + _FLOW_LABEL_LOW16, fl)
+        _U16.pack_into(buf, self._udp_off, ev_to_sport(ev))
 
-    def build_raw(self, ev: int, seth: bytes, cc: bytes) -> bytes:
-        """One SACK frame from packed SETH and CC state (see :func:`pack_sack_fields`)."""
+    def build(self, ev: int, seth: SETH, cc: CCState) -> bytes:
+        """One SACK frame travelling on ``ev`` (the given SETH whole)."""
         buf = bytearray(self._frame)
-        _U16.pack_into(buf, _FLOW_LABEL_LOW16, ev & EV_FLOW_LABEL_MASK)
-        _U16.pack_into(buf, self._udp_off, ev >> EV_SPORT_SHIFT)
-        buf[self._seth_off : self._cc_off + CCState.LEN] = seth + cc
+        self._ev(buf, ev)
+        buf[self._seth_off : self._cc_off + CCState.LEN] = seth.pack() + cc.pack()
         self._fin.finish(buf)
         return bytes(buf)
 
     def build_fields(
-        self, ev: int, sack_ev: int, cack_psn: int, ack_offset: int, sack_offset: int,
-        max_psn_range: int, ece: bool, bitmap: int, imm_credit: int, ts_echo: int,
-        ooo_count: int, window_penalty: int, rcvd_bytes: int,
+        self, ev: int, sack_ev: int, rcv: int, ack_seq: int, base: int, ce: bool,
+        probe: int, bitmap: int, ts_echo: int, ooo_count: int, window_penalty: int,
+        rcvd_bytes: int,
     ) -> bytes:
-        """One SACK frame travelling on ``ev``, its fields packed straight into the frame
-        (no intermediate bytes; same values and checks as :func:`pack_sack_fields`)."""
+        """One SACK frame travelling on ``ev`` from the responder's state, its fields
+        packed straight into the frame: ``rcv`` the cumulative point (next expected),
+        ``ack_seq`` the sequence number answered, ``base`` the window's first PSN,
+        ``probe`` the probe id of a probe response (else -1), ``rcvd_bytes`` in bytes.
+        The twin of rxlane.c ``mrc_rx_sack``'s per-frame work."""
         buf = bytearray(self._frame)
-        _U16.pack_into(buf, _FLOW_LABEL_LOW16, ev & EV_FLOW_LABEL_MASK)
-        _U16.pack_into(buf, self._udp_off, ev >> EV_SPORT_SHIFT)
-        SETH_STRUCT.pack_into(buf, self._seth_off, sack_ev, cack_psn, ack_offset, sack_offset,
-                              max_psn_range, SETH_F_ECE if ece else 0, bitmap, imm_credit)
-        CCSTATE_STRUCT.pack_into(buf, self._cc_off, ts_echo, ooo_count, window_penalty,
-                                 rcvd_bytes)
+        self._ev(buf, ev)
+        cack, ack_off, sack_off = sack_fields(rcv, ack_seq, base, probe)
+        m = SackMode.SKIP_ONCE if ce else SackMode.NONE
+        SETH_STRUCT.pack_into(buf, self._seth_off, 0, seth_flags(m, probe >= 0), ack_off,
+                              sack_ev, self.spdcid, self.dpdcid, cack, 0, self.mpr, sack_off,
+                              bitmap)
+        CCSTATE_STRUCT.pack_into(buf, self._cc_off, ts_echo & 0xFFFF,
+                                 min(OOO_COUNT_MAX, ooo_count),
+                                 (window_penalty & 0x7F) << 24
+                                 | (rcvd_bytes >> 8) % RCVD_BYTES_MOD)
         self._fin.finish(buf)
         return bytes(buf)

@@ -17,6 +17,7 @@ from typing import Any
 
 from mrcnet.constants import (
     ENDPOINT_QPN,
+    FIRST_QPN,
     RETRY_EXP_INFINITE,
     EndpointOp,
     Opcode,
@@ -33,6 +34,7 @@ from mrcnet.core.config import (
     Port,
     QPAttrs,
     check_qp_attrs,
+    ev_order_code,
 )
 from mrcnet.core.context import HostContext
 from mrcnet.core.cq import CompletionQueue
@@ -51,13 +53,14 @@ from mrcnet.core.sender import WorkRequest
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
-from mrcnet.wire import Route, build_endpoint
-from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire import Route, build_endpoint, set_ev_order
+from mrcnet.wire.eeth import EETH
+from mrcnet.wire.erth import ERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
 _IMM_MAX = 0xFFFFFFFF
-_ID_MASK = 0xFFFFFFFF
+_ID_MASK = 0xFFFF  # endpoint request ids: mrc.h req_id, carried in BTH.PSN
 
 
 @dataclass(slots=True)
@@ -92,6 +95,7 @@ class Host:
         if self.config.ev_profile not in EV_PROFILES:
             raise InvalidAttribute(
                 f"ev_profile {self.config.ev_profile!r}: use one of {sorted(EV_PROFILES)}")
+        set_ev_order(ev_order_code(self.config.ev_order))  # (process-wide, as the fabric's)
         self.ports = {p.index: p for p in ports}
         self._plane_port = {p.plane: p.index for p in ports}
         if len(self._plane_port) != len(ports):
@@ -101,7 +105,7 @@ class Host:
         self.memory = MemoryTable(name)
         self._cqs: dict[int, CompletionQueue] = {}
         self._qps: dict[int, QueuePair] = {}
-        self._next_qpn = 1
+        self._next_qpn = FIRST_QPN
         self._events: deque[Event] = deque()
         self.path_events: list[PathStateChanged] = []
         self._ctrl: list[tuple[int, bytes]] = []
@@ -201,10 +205,10 @@ class Host:
         """A new QP in RESET; returns its QP number. Send completions go to ``cq``,
         receive (immediate) completions to ``recv_cq`` if given, else also to ``cq``
         (mrc.h has a send and a receive CQ per QP)."""
-        qpn = self._next_qpn
+        qpn = self._next_qpn + (self._next_qpn == ENDPOINT_QPN)  # (reserved: skipped)
         if qpn > MAX_QPN:
             raise InvalidRequest("out of QP numbers")
-        self._next_qpn += 1
+        self._next_qpn = qpn + 1
         self._qps[qpn] = QueuePair(self._qp_ctx, qpn, cq, attrs or QPAttrs(), recv_cq)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
@@ -281,8 +285,6 @@ class Host:
             qp.ready(paths, ips)
             qp.state = QPState.RTR
             qp.set_planes(self._planes_for(peer), now)
-            if qp.recv_posted:
-                qp.credit_update(now, self._ctrl)
             return
         if to_state is QPState.RTS and qp.state is QPState.RTR:
             qp.start_sending()
@@ -309,7 +311,7 @@ class Host:
                 f"local range {offset}+{length} outside the region ({local_mr.length} bytes)")
         if imm is not None and not 0 <= imm <= _IMM_MAX:
             raise InvalidRequest(f"immediate {imm} is not a 32-bit value")
-        if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _ID_MASK:
+        if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _IMM_MAX:
             raise InvalidRequest("remote address must be 64-bit and rkey 32-bit")
         self._dirty.add(qpn)
         self._sendq.add(qpn)
@@ -317,13 +319,11 @@ class Host:
                                   self.config.mtu_payload))
 
     def post_recv(self, qpn: int, wr_id: int, now: float = 0.0) -> None:
-        """Post a receive: credit for one incoming write-with-immediate."""
+        """Post a receive for one incoming write-with-immediate."""
         qp = self.qp(qpn)
         if qp.state is QPState.ERROR:
             raise InvalidRequest(f"QP {qpn} is in ERROR")
-        self._dirty.add(qpn)
-        self._sendq.add(qpn)
-        qp.post_recv(wr_id, now, self._ctrl)
+        qp.post_recv(wr_id)
 
     def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
         """Take up to ``max_entries`` completions from ``cq``."""
@@ -399,13 +399,15 @@ class Host:
                 del self._port_status[peer]
                 self.count("port_status_unacked")
                 continue
-            eph = EndpointHeader(EndpointOp.PORT_STATUS, rid, port_mask=self._live_mask())
+            erth = ERTH(EndpointOp.PORT_STATUS, port_status_mask=self._live_mask(),
+                        timestamp=ts16(now))
             for plane, routes in self._paths_to(peer).items():
                 idx = self._plane_port.get(plane)
                 if idx is None or not self.port_up[idx]:
                     continue
                 out_route = routes[0]
-                self._ctrl.append((idx, build_endpoint(out_route, ev=_plane_ev(plane), eph=eph)))
+                self._ctrl.append((idx, build_endpoint(out_route, ev=_plane_ev(plane),
+                                                       request_id=rid, erth=erth)))
             self._port_status[peer] = (rid, tries + 1, now + self.config.probe_interval)
 
     def deny_ev(self, qpn: int, ev: int) -> bool:
@@ -505,8 +507,9 @@ class Host:
                 self._probe_id = (self._probe_id + 1) & _ID_MASK
                 ev = make_ev(plane, path, 0)
                 probe = PathProbe(self._probe_id, peer, plane, path, ev, now)
-                eph = EndpointHeader(EndpointOp.EV_PROBE, probe.request_id, ev, ts16(now))
-                self._ctrl.append((port, build_endpoint(route, ev=ev, eph=eph)))
+                erth = ERTH(EndpointOp.EV_PROBE, timestamp=ts16(now))
+                self._ctrl.append((port, build_endpoint(route, ev=ev, request_id=probe.request_id,
+                                                        erth=erth)))
                 self._path_probes[probe.request_id] = probe
                 out.append(probe)
         self.count("tx_path_probe", len(out))
@@ -517,16 +520,17 @@ class Host:
         for p in probes:
             self._path_probes.pop(p.request_id, None)
 
-    def _path_probe_answer(self, eph: EndpointHeader, peer: str, now: float) -> bool:
-        """An EV probe answer for a standalone probe? (Then it is handled.)"""
-        probe = self._path_probes.get(eph.request_id)
+    def _path_probe_answer(self, rid: int, ev: int, peer: str, now: float) -> bool:
+        """An EV probe answer (request ``rid``, travelled on ``ev``) for a standalone
+        probe? (Then it is handled.)"""
+        probe = self._path_probes.get(rid)
         if probe is None:
             return False
-        if probe.ev != eph.ev or probe.peer != peer:
+        if probe.ev != ev or probe.peer != peer:
             # Not from the probed peer's path: ignore it, keep waiting for the real one.
             self.count("rx_path_probe_mismatch")
             return True
-        del self._path_probes[eph.request_id]
+        del self._path_probes[rid]
         probe.rtt = now - probe.sent
         self.count("rx_path_probe_answer")
         return True
@@ -564,6 +568,8 @@ class Host:
             qp.on_data(f, frame, p.plane, now, self._ctrl)
         elif f.has_seth:
             qp.on_sack(f, now)
+        elif f.has_aeth:
+            qp.on_ack(f, now)
         elif f.has_neth:
             qp.on_nack(f, now)
         elif f.has_probe:
@@ -578,20 +584,19 @@ class Host:
         if peer is None:
             self.count("rx_endpoint_unknown_peer")
             return
-        eph = EndpointHeader(f.ep_op, f.ep_request_id, f.ep_ev, f.ep_timestamp,
-                             f.ep_port_mask, f.ep_status)
+        rid, op, ev = f.psn, f.ep_op, f.ev  # (request id in BTH.PSN; probes: EV under test)
         if f.opcode == Opcode.ENDPOINT_REQ:
-            if eph.op == EndpointOp.EV_PROBE:
-                route = self._route_for_ev(peer, eph.ev)
+            if op == EndpointOp.EV_PROBE:
+                route = self._route_for_ev(peer, ev)
                 if route is None:
                     self.count("rx_probe_bad_ev")
                     return
-                resp = EndpointHeader(EndpointOp.EV_PROBE, eph.request_id, eph.ev, eph.timestamp)
-                self._ctrl.append((route[0], build_endpoint(route[1], ev=eph.ev, eph=resp,
-                                                            response=True)))
+                self._ctrl.append((route[0], build_endpoint(
+                    route[1], ev=ev, request_id=rid,
+                    eeth=EETH(EndpointOp.EV_PROBE, f.ep_timestamp))))
                 self.count("tx_probe_response")
             else:  # PORT_STATUS
-                live = {pl for pl in range(16) if eph.port_mask >> pl & 1}
+                live = {pl for pl in range(32) if f.ep_port_mask >> pl & 1}
                 old = self._peer_live.get(peer)
                 self._peer_live[peer] = live
                 for plane in self._paths_to(peer):
@@ -599,32 +604,31 @@ class Host:
                     if was != (plane in live):
                         self.emit(PortStatusChanged(None, plane, plane in live, peer))
                 self._replan_peer(peer, now)
-                resp = EndpointHeader(EndpointOp.PORT_STATUS, eph.request_id,
-                                      port_mask=self._live_mask())
                 routes = self._paths_to(peer).get(port.plane)
                 if routes:
                     self._ctrl.append((port.index, build_endpoint(
-                        routes[0], ev=_plane_ev(port.plane), eph=resp, response=True)))
+                        routes[0], ev=_plane_ev(port.plane), request_id=rid,
+                        eeth=EETH(EndpointOp.PORT_STATUS, f.ep_timestamp))))
             return
         # responses
-        if eph.op == EndpointOp.EV_PROBE:
-            if self._path_probes and self._path_probe_answer(eph, peer, now):
+        if op == EndpointOp.EV_PROBE:
+            if self._path_probes and self._path_probe_answer(rid, ev, peer, now):
                 return
-            rec = self._probes.pop(eph.request_id, None)
+            rec = self._probes.pop(rid, None)
             if rec is None:
                 self.count("rx_probe_stale")
                 return
-            qpn, ev, sent = rec
-            plane, path, _ = ev_path(ev)
-            if self._probe_of_path.get((qpn, plane, path)) == eph.request_id:
+            qpn, pev, sent = rec
+            plane, path, _ = ev_path(pev)
+            if self._probe_of_path.get((qpn, plane, path)) == rid:
                 del self._probe_of_path[(qpn, plane, path)]
             qp = self._qps.get(qpn)
             self._dirty.add(qpn)
             self._sendq.add(qpn)
-            if qp is not None and qp.evm is not None and ev == eph.ev:
+            if qp is not None and qp.evm is not None and pev == ev:
                 qp.evm.probe_result(ev, True, now - sent, now)
                 ppk = (qp.attrs.peer or "", plane, path)
-                if self._peer_path_probe.get(ppk) == eph.request_id:
+                if self._peer_path_probe.get(ppk) == rid:
                     del self._peer_path_probe[ppk]
                 # The same path works for every other QP to this peer that probes it.
                 for other in self._qps.values():
@@ -637,7 +641,7 @@ class Host:
                         self._sendq.add(other.qpn)
         else:
             st = self._port_status.get(peer)
-            if st is not None and st[0] == eph.request_id:
+            if st is not None and st[0] == rid:
                 del self._port_status[peer]
 
     def _replan_peer(self, peer: str, now: float) -> None:
@@ -674,8 +678,9 @@ class Host:
             self._probe_id = (self._probe_id + 1) & _ID_MASK
             rid = self._probe_id
             port, route = qp.route(info.ev)
-            eph = EndpointHeader(EndpointOp.EV_PROBE, rid, info.ev, ts16(now))
-            self._ctrl.append((port, build_endpoint(route, ev=info.ev, eph=eph)))
+            erth = ERTH(EndpointOp.EV_PROBE, timestamp=ts16(now))
+            self._ctrl.append((port, build_endpoint(route, ev=info.ev, request_id=rid,
+                                                    erth=erth)))
             self._probes[rid] = (qp.qpn, info.ev, now)
             self._probe_of_path[key] = rid
             self._peer_path_probe[ppk] = rid

@@ -78,12 +78,12 @@ class QueuePair:
         self.on_sack_records = rec.on_sack_records
         self.after_sacks = rec.after_sacks
         self.on_nack = rec.on_nack
+        self.on_ack = rec.on_ack
         self.probe_timeout = rec.probe_timeout
         self.on_data = resp.on_data
         self.on_probe = resp.on_probe
         self.send_sack = resp.send_sack
         self.post_recv = resp.post_recv
-        self.credit_update = resp.credit_update
         self.lane_sack_state = resp.lane_sack_state
         self._reset_transport()
 
@@ -229,7 +229,8 @@ class QueuePair:
         self._new_table()
         snd.wr_of.clear()
         rec.rtx_q.clear()
-        rec.rto_at = rec.rack_at = resp.rx.ack_at = snd.credit_probe_at = _INF
+        rec.rnr_q.clear()
+        rec.rto_at = rec.rack_at = resp.rx.ack_at = rec.rnr_at = _INF
         rec.suspect_at = _INF
         rec.suspects.clear()
         self.ctx.emit(QPError(self.qpn, reason))
@@ -239,8 +240,8 @@ class QueuePair:
     def deadline(self) -> float:
         """Earliest time this QP needs ``on_timer``."""
         rec = self.rec
-        t = min(rec.rto_at, rec.rack_at, float(self.resp.rx.ack_at), self.snd.credit_probe_at,
-                rec.suspect_at)
+        t = min(rec.rto_at, rec.rack_at, float(self.resp.rx.ack_at), rec.suspect_at,
+                rec.rnr_at)
         if self._evm is not None and self.state is QPState.RTS:
             t = min(t, self._evm.next_probe)
         return t
@@ -252,8 +253,6 @@ class QueuePair:
         if self.state is not QPState.RTS:
             return
         self.rec.on_timer(now)
-        if self.snd.credit_probe_at <= now and self.state is QPState.RTS:
-            self.snd.credit_probe(now, out)
 
     # --- planes -----------------------------------------------------------------------
 
@@ -271,7 +270,6 @@ class QueuePair:
     wrs = _part_field("snd.wrs", "Work requests sent, not yet completed (in order).")
     next_seq = _part_field("snd.next_seq", "The next sequence number to send.")
     next_msn = _part_field("snd.next_msn", "The next message sequence number (immediates).")
-    peer_credit = _part_field("snd.peer_credit", "The peer's receive credit (immediates).")
     imm_outstanding = _part_field("snd.imm_outstanding", "Immediates sent, not completed.")
     tx_packets = _part_field("snd.tx_packets", "Data packets sent.")
     snd_una = _part_field("rec.snd_una", "The oldest sequence number not acknowledged.")
@@ -289,7 +287,7 @@ class QueuePair:
     rx_packets = _part_field("resp.rx_packets", "Data packets accepted.")
     tx_sacks = _part_field("resp.tx_sacks", "SACKs sent.")
     recv_wrs = _part_field("resp.recv_wrs", "Posted receives (wr_ids), oldest first.")
-    recv_posted = _part_field("resp.recv_posted", "Receives ever posted (the credit).")
+    recv_posted = _part_field("resp.recv_posted", "Receives ever posted.")
     imm_done = _part_field("resp.imm_done", "The next MSN to complete.")
     ooo = _part_field("resp.ooo", "The out-of-order set: seq -> (len, opcode, msn, imm).",
                       False)

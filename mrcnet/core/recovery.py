@@ -20,7 +20,7 @@ from mrcnet.core.context import QPView
 from mrcnet.core.events import Completion, WCOpcode, WCStatus, WriteCompleted
 from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.sender import Sender
-from mrcnet.core.seqnum import CREDIT_MOD, unwrap, unwrap32
+from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
@@ -49,7 +49,7 @@ def retry_schedule(base: float, retry_cnt: int, linear: int) -> list[float]:
 class Recovery:
     """The requester's acknowledgement and loss side of one QP (see the module
     docstring). Its sender ``snd`` (set by the QP that composes both) holds the work
-    requests, the send sequence space and the peer's credit."""
+    requests and the send sequence space."""
 
     def __init__(self, qp: QPView) -> None:
         self.qp = qp
@@ -67,6 +67,8 @@ class Recovery:
         """Forget everything about packets in flight and the paths (QP reset)."""
         self.snd_una = self.attrs.sq_psn
         self.rtx_q: deque[int] = deque()  # seqs waiting for a retransmission
+        self.rnr_q: list[int] = []  # seqs refused for want of a posted receive (RNR) ...
+        self.rnr_at = _INF  # ... resent then
         self.rto_at = _INF
         self.retries = 0
         self.rack_at = _INF
@@ -103,6 +105,10 @@ class Recovery:
 
     def on_timer(self, now: float) -> None:
         """Run the requester's timers that are due (the QP is in RTS)."""
+        if self.rnr_at <= now:
+            self.rnr_at = _INF
+            self.rtx_q.extend(self.rnr_q)
+            self.rnr_q.clear()
         if self.rack_at <= now:
             self._detect_losses(now)
         if self.suspect_at <= now:
@@ -169,6 +175,11 @@ class Recovery:
             if info is not None:
                 info.trimmed += 1
             self.rtx_q.appendleft(seq)
+        elif cause == "rnr":
+            # The peer had no receive posted: resend after a while, not at once.
+            self.rnr_q.append(seq)
+            if self.rnr_at == _INF:
+                self.rnr_at = now + self.base_timeout()
         else:
             if info is not None:
                 info.lost += 1
@@ -370,35 +381,48 @@ class Recovery:
         )
 
     def on_sack(self, s: PyParsed, now: float) -> None:
-        """A SACK (or ACK) from the peer's responder (``s``: the parsed frame)."""
+        """A SACK from the peer's responder (``s``: the parsed frame). SETH's CACK is the
+        last PSN received in order; the table's cumulative point is the one after."""
         una = self.snd_una
-        cack = unwrap(s.cack_psn, una)
+        cack = unwrap((s.cack_psn + 1) & PSN_MASK, una)
         if cack > self.snd.next_seq or cack <= una - self._txcap:
             self.qp.count("rx_sack_out_of_window")
             return
         if cack < una:
             # An older SACK overtaken by a newer one: its bitmap may still be news.
             self.qp.count("rx_sack_stale")
-        credit = unwrap32(s.imm_credit, self.snd.peer_credit)
-        if credit > self.snd.peer_credit:
-            self.snd.peer_credit = credit
-        self.snd.credit_probe_at = _INF
-        self.snd.credit_probes = 0
         evm, cc = self.evm, self.cc
         if evm is None or cc is None or self.qp.state is not QPState.RTS:
             return
         # The table acknowledges what the SACK reports (the per-packet work) and says
         # whether the SACK is about the latest transmission of the packet that
         # triggered it (same EV and timestamp): then that packet gives an RTT sample.
+        # A probe response (PR) carries the probe id, not a PSN: it triggers nothing.
         txt = self.txt
-        trig = cack + s.ack_offset
+        trig = -1 if s.pr else cack - 1 + s.ack_offset
         sack_ev, sack_off, ts_echo = s.sack_ev, s.sack_offset, s.ts_echo
-        acked = txt.sack(now, una, cack, self.snd.next_seq, cack + sack_off, s.bitmap,
-                         sack_off == 1, trig, sack_ev, ts_echo)
+        acked = txt.sack(now, una, cack, self.snd.next_seq, cack - 1 + sack_off, s.bitmap,
+                         sack_off == 2, trig, sack_ev, ts_echo)
         if cack > una:
             self.snd_una = cack
-        self._sack_news(acked, txt.trig_tx, txt.trig_sent, trig, sack_ev, ts_echo, s.ece,
-                        s.mode, s.window_penalty, now)
+        mode = s.mode
+        self._sack_news(acked, txt.trig_tx, txt.trig_sent, trig, sack_ev, ts_echo,
+                        int(mode == SackMode.SKIP_ONCE), mode, s.window_penalty, now)
+
+    def on_ack(self, a: PyParsed, now: float) -> None:
+        """A cumulative ACK (AETH): BTH.PSN is the last PSN the peer received in order.
+        It names no packet and no EV: no RTT sample, no path news."""
+        una = self.snd_una
+        cack = unwrap((a.psn + 1) & PSN_MASK, una)
+        if cack > self.snd.next_seq or cack <= una - self._txcap:
+            self.qp.count("rx_ack_out_of_window")
+            return
+        if self.evm is None or self.cc is None or self.qp.state is not QPState.RTS:
+            return
+        acked = self.txt.sack(now, una, cack, self.snd.next_seq, cack + 1, 0, False, -1, 0, 0)
+        if cack > una:
+            self.snd_una = cack
+        self._sack_news(acked, 0, 0.0, -1, 0, 0, 0, 0, 0, now)
 
     def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
         """SACKs whose table work the receive lane did (:class:`mrcnet.core.rxlane.CRxLane`
@@ -407,18 +431,11 @@ class Recovery:
         triggering packet's send time."""
         it = iter(ints)  # (ten at a time: zip of one iterator with itself)
         recs = zip(it, it, it, it, it, it, it, it, it, it, strict=False)
-        # (what on_sack sets per SACK, set once: no decision below reads or sets them)
-        self.snd.credit_probe_at = _INF
-        self.snd.credit_probes = 0
-        for (cack, acked, tx, sack_ev, ts_echo, trig, ece, mode, penalty, credit), sent in zip(
+        for (cack, acked, tx, sack_ev, ts_echo, trig, ece, mode, penalty, _rcvd), sent in zip(
                 recs, sents, strict=True):
             una = self.snd_una
             if cack < una:
                 self.qp.count("rx_sack_stale")
-            if (credit - self.snd.peer_credit) % CREDIT_MOD:  # (the same credit: no news)
-                credit = unwrap32(credit, self.snd.peer_credit)
-                if credit > self.snd.peer_credit:
-                    self.snd.peer_credit = credit
             if cack > una:
                 self.snd_una = cack
             self._sack_news(acked, tx, sent, trig, sack_ev, ts_echo, ece, mode, penalty, now)
@@ -464,13 +481,10 @@ class Recovery:
                 spurious = True
         if spurious:
             self._spurious_loss(now)
-        if ece:
+        if ece:  # (M = SKIP_ONCE: the ECN echo)
             evm.skip(sack_ev, "ecn")
-        if mode:
-            if mode == SackMode.SKIP_ONCE:
-                evm.skip(sack_ev, "receiver")
-            elif mode == SackMode.ALWAYS_SKIP:
-                evm.assume_bad(sack_ev, now, "receiver")
+        elif mode == SackMode.ALWAYS_SKIP:
+            evm.assume_bad(sack_ev, now, "receiver")
         if acked and (self.suspects or self.lost_log):  # (_acked has nothing to do else)
             self._acked(self.txt, now)
         cc.on_ack(acked, rtt, ece != 0, now)
@@ -601,6 +615,10 @@ class Recovery:
                 f"{wr.wr_id} (rkey {wr.rkey:#x}, address {wr.remote_addr + e[E_OFF]:#x}): "
                 "check the rkey and that the range lies inside the peer's memory region",
             )
+        elif reason == NackReason.NO_RESOURCE:
+            # No receive posted for an immediate (RNR): resend it, no path blame.
+            if not e[8] & PEND:
+                self._mark_lost(seq, now, "rnr")
         else:
             # Resource shortage or window: let the timer resend it later (no path blame).
             self.qp.count("rx_nack_other")

@@ -3,11 +3,11 @@
 Every data packet is checked (PSN window, rkey and bounds), placed at its address in
 any order, recorded, and delivered in order as the cumulative point passes it (a
 write-with-immediate completes then, exactly once). SACKs (cumulative point, bitmap,
-the triggering packet's EV and stamp, receive credit, CC state) and NACKs (trims, access
-errors, no receive credit) go back on the path the packet came on. The host's receive
-lane (mrcnet/core/rxlane.py, in C) does the same for the common case on the same state
-record (``rx``): every change here goes there as well (and to the lane's Python oracle,
-tests/core/pylane.py).
+the triggering packet's EV and stamp, CC state; a plain cumulative ACK when that is all
+there is to say) and NACKs (trims, access errors, an immediate without a posted receive)
+go back on the path the packet came on. The host's receive lane (mrcnet/core/rxlane.py,
+in C) does the same for the common case on the same state record (``rx``): every change
+here goes there as well (and to the lane's Python oracle, tests/core/pylane.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from mrcnet.constants import (
     EV_PLANE_MASK,
     EV_PLANE_SHIFT,
     IMM_OPCODES,
+    MPR_MAX,
     MPR_UNIT,
     PSN_MASK,
     SACK_BITMAP_BITS,
@@ -28,14 +29,15 @@ from mrcnet.constants import (
     Opcode,
 )
 from mrcnet.core.context import QPView
-from mrcnet.core.ctrl import SackTemplate
+from mrcnet.core.ctrl import NO_TS, SackTemplate
 from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
-from mrcnet.core.seqnum import CREDIT_MOD, HALF, MSN_MASK, unwrap
+from mrcnet.core.seqnum import HALF, MSN_MASK, unwrap16
 from mrcnet.core.states import QPState
-from mrcnet.wire import Route, build_nack
-from mrcnet.wire.nack import NETH
+from mrcnet.wire import Route, build_ack, build_nack
+from mrcnet.wire.aeth import AETH
+from mrcnet.wire.neth import NETH
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
@@ -63,7 +65,7 @@ class Responder:
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
-        self.recv_posted = 0  # receives ever posted (the immediate credit we advertise)
+        self.recv_posted = 0  # receives ever posted
         self.reset()
 
     def reset(self) -> None:
@@ -75,7 +77,8 @@ class Responder:
         self.rx = self._rxk.new_state(ring_size(self.rx_window))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
-        self.imm_done = 0  # next MSN to complete
+        self.imm_done = 0  # next RQMSN to complete
+        self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
         self.lasthop_trims: dict[int, dict[int, float]] = {}
 
@@ -110,7 +113,7 @@ class Responder:
             self.qp.count("rx_psn_out_of_window")
             return
         ev = f.ev
-        ts = f.timestamp  # 0 without a TSETH
+        ts = f.timestamp if f.has_tseth else NO_TS
         n = f.length
         rkey, va = f.rkey, f.va
         # rkey and bounds (MemoryTable.target, inlined: this runs for every packet)
@@ -136,9 +139,13 @@ class Responder:
             return
         op = f.opcode
         if f.has_imm:
-            msn = f.msn
-            if unwrap(msn, self.imm_done) >= self.recv_posted:
-                # The sender ran past our receive credit: refuse, it will resend.
+            msn = f.rqmsn
+            limit = self.recv_posted
+            mw = self.attrs.max_wimm_dest
+            if mw is not None:
+                limit = min(limit, self.imm_done + mw)
+            if unwrap16(msn, self.imm_done) >= limit:
+                # No receive posted for this immediate: refuse, the sender resends it.
                 self.qp.count("rx_no_recv_credit")
                 self._nack(NackReason.NO_RESOURCE, ev, seq, ts, plane, out)
                 return
@@ -228,6 +235,7 @@ class Responder:
         if op in _LAST or op in _ONLY:
             total = rx.rx_msg_bytes
             rx.rx_msg_bytes = 0
+            self.msgs_done += 1
             if op in IMM_OPCODES:
                 if msn != self.imm_done & MSN_MASK:
                     self.qp.count("rx_msn_mismatch")
@@ -242,11 +250,11 @@ class Responder:
         rx = self.rx
         rx.ack_seq, rx.ack_ev, rx.ack_ts, rx.ack_ce, rx.ack_plane = seq, ev, ts, ce, plane
 
-    def lane_sack_state(self, npaths: int) -> tuple[int, int, dict[int, Any] | None]:
+    def lane_sack_state(self, npaths: int) -> tuple[int, dict[int, Any] | None]:
         """What the host's receive lane needs to build this QP's usual SACKs itself
         (send_sack's case of a usable triggering path): the planes that are usable and
-        have paths, as bits; the receive credit to advertise; and the SACK templates by
-        path, unless the lane has ``npaths`` of them already (None)."""
+        have paths, as bits; and the SACK templates by path, unless the lane has
+        ``npaths`` of them already (None)."""
         evm = self.evm
         m = 0
         if evm is not None:
@@ -255,16 +263,7 @@ class Responder:
                 if pl < 64 and pl in paths:
                     m |= 1 << pl
         t = self._sack_tmpl
-        return m, self._credit(), (t if len(t) != npaths else None)
-
-    def _credit(self) -> int:
-        """The receive credit a SACK advertises (mod 2^32): receives posted, capped by
-        the responder's own limit on immediates in flight."""
-        posted = self.recv_posted
-        mw = self.attrs.max_wimm_dest
-        if mw is not None:
-            posted = min(posted, self.imm_done + mw)
-        return posted % CREDIT_MOD
+        return m, (t if len(t) != npaths else None)
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:
@@ -314,15 +313,19 @@ class Responder:
         if self.evm is None:
             return
         rev, port, route = self._reverse(plane, ev)
-        out.append((port, build_nack(route, ev=rev, dest_qp=self.attrs.dest_qp_num or 0,
-                                     neth=NETH(reason, ev, seq & PSN_MASK,
-                                               self.rx.rcv_nxt & PSN_MASK, ts))))
+        dqp = self.attrs.dest_qp_num or 0
+        out.append((port, build_nack(route, ev=rev, dest_qp=dqp, psn=seq & PSN_MASK,
+                                     neth=NETH(reason, ev, seq & PSN_MASK, ts & 0xFFFF,
+                                               spdcid=self.qpn & 0xFFFF,
+                                               dpdcid=dqp & 0xFFFF))))
         self.qp.count("tx_nack")
 
-    def send_sack(self, now: float, out: list[tuple[int, bytes]]) -> None:
+    def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1) -> None:
         """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one
         SACK per 64-PSN window so every packet received since the last SACK is reported),
-        the triggering packet's EV and timestamp, receive credit and CC state."""
+        the triggering packet's EV and timestamp, and CC state; ``probe`` >= 0: the SACK
+        answers the reliability probe with that id (PR). A cumulative ACK instead when
+        that is all there is to say (:meth:`_ack_only`)."""
         rx = self.rx
         rx.ack_at = _INF
         rx.since_ack = 0
@@ -347,19 +350,28 @@ class Responder:
             ack_plane = rx.ack_plane
             ev = self._reverse(ack_plane if ack_plane >= 0 else evm.usable_planes[0]
                                if evm.usable_planes else 0, ev)[0]
+        if probe < 0 and not rx.ooo_n and bases is None and self._ack_only():
+            rx.unrep_n = 0
+            port, route = self.qp.route(ev)
+            out.append((port, build_ack(
+                route, ev=ev, dest_qp=self.attrs.dest_qp_num or 0,
+                psn=(rx.rcv_nxt - 1) & PSN_MASK, aeth=AETH(msn=self.msgs_done & 0xFFFFFF))))
+            self.qp.count("tx_ack")
+            return
         path_key = ev >> EV_PATH_SHIFT  # (plane, path): what the route depends on
         tp = self._sack_tmpl.get(path_key)
         if tp is None:
             port, route = self.qp.route(ev)
             tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(SackTemplate(
-                route, dest_qp=self.attrs.dest_qp_num or 0)), port)
+                route, dest_qp=self.attrs.dest_qp_num or 0, src_qp=self.qpn,
+                mpr=min(MPR_MAX, self.rx_window // MPR_UNIT))), port)
         tmpl, port = tp
         penalty = 0
         pen = rx.penalty
         if pen:  # (mostly 0.0, which the decay keeps)
             penalty = int(pen)
             rx.penalty = pen * _PENALTY_DECAY
-        frames = self._rxk.sack(rx, tmpl, ev, penalty, self._credit(), bases)
+        frames = self._rxk.sack(rx, tmpl, ev, penalty, probe, bases)
         if len(frames) == 1:
             out.append((port, frames[0]))
             self.tx_sacks += 1
@@ -368,21 +380,24 @@ class Responder:
             out.append((port, frame))
             self.tx_sacks += 1
 
+    def _ack_only(self) -> bool:
+        """A cumulative acknowledgement is all there is to say: everything arrived in
+        order (the caller checked), the last packet was not CE-marked, no window penalty
+        is pending, and it carried no timestamp to echo (or there is no such packet)."""
+        rx = self.rx
+        return not rx.ack_ce and not rx.penalty and (rx.ack_ts == NO_TS or not rx.ack_ev)
+
     def on_probe(self, f: PyParsed, plane: int, now: float,
                  out: list[tuple[int, bytes]]) -> None:
-        """A reliability probe: answer with a SACK reflecting its EV (and our credit)."""
+        """A reliability probe: answer with a SACK (PR) reflecting its EV and echoing its
+        timestamp, the probe id in ack_psn_offset."""
         self._note_ack(self.rx.rcv_nxt - 1, f.ev, f.probe_timestamp, False, plane)
-        self.send_sack(now, out)
+        self.send_sack(now, out, probe=f.probe_id)
 
-    def post_recv(self, wr_id: int, now: float, out: list[tuple[int, bytes]]) -> None:
-        """A receive for one immediate: more credit; tell the peer if it may be waiting."""
+    def post_recv(self, wr_id: int) -> None:
+        """A receive for one incoming write-with-immediate (no message: the peer's
+        immediates in flight are bounded by the QP's static max_imm_outstanding, set by
+        the application from what each side posts; one that finds no receive is NACKed
+        NO_RESOURCE and resent)."""
         self.recv_wrs.append(wr_id)
         self.recv_posted += 1
-        self.credit_update(now, out)
-
-    def credit_update(self, now: float, out: list[tuple[int, bytes]]) -> None:
-        """Send a SACK carrying our receive credit (no RTT echo: ack_offset -1)."""
-        if self.qp.state in (QPState.RTR, QPState.RTS) and self.evm is not None:
-            rx = self.rx
-            self._note_ack(rx.rcv_nxt - 1, 0, 0, False, rx.ack_plane)
-            self.send_sack(now, out)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mrcnet.buffers import BatchSlots
-from mrcnet.constants import PSN_MASK, SACK_BITMAP_BITS
+from mrcnet.constants import SACK_BITMAP_BITS
 from mrcnet.core.ctrl import SackTemplate
 from mrcnet.core.txtable import CTxTable
 from mrcnet.errors import MalformedReason
@@ -52,8 +52,6 @@ RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
 
 _INF = float("inf")
-_S16_MAX = (1 << 15) - 1
-_U32 = 1 << 32
 
 
 def ring_size(window: int) -> int:
@@ -138,23 +136,22 @@ class PyRxState:
         return st
 
     @staticmethod
-    def sack(rx: Any, t: Any, ev: int, penalty: int, credit: int,
+    def sack(rx: Any, t: Any, ev: int, penalty: int, probe: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames :meth:`mrcnet.core.qp.QueuePair.send_sack` sends now, on
         ``ev``, from template ``t``: one per window base (``bases``, or if None
-        :func:`sack_bases` of ``rx.unrep``). Empties ``rx.unrep``. The twin of rxlane.c
-        ``mrc_rx_sack``."""
+        :func:`sack_bases` of ``rx.unrep``); ``probe`` >= 0: a probe response with that
+        id. Empties ``rx.unrep``. The twin of rxlane.c ``mrc_rx_sack``."""
         rcv = rx.rcv_nxt
         if bases is None:
             bases = sack_bases(rx, [])
         rx.unrep_n = 0
-        ack_off = max(-_S16_MAX, min(_S16_MAX, rx.ack_seq - rcv))
         nooo = rx.ooo_n
-        cack, max_range = rcv & PSN_MASK, min(0xFFFF, max(rx.rx_high, rcv) - rcv)
-        ack_ev, ack_ce, ack_ts, rcvd = rx.ack_ev, rx.ack_ce, rx.ack_ts, rx.rcvd_bytes % _U32
-        return [t.build_fields(ev, ack_ev, cack, ack_off, min(_S16_MAX, base - rcv),
-                               max_range, ack_ce, PyRxState.bitmap(rx, base) if nooo else 0,
-                               credit, ack_ts, min(255, nooo), penalty, rcvd)
+        ack_ev, ack_ce, ack_ts, rcvd, ack_seq = (rx.ack_ev, rx.ack_ce, rx.ack_ts,
+                                                 rx.rcvd_bytes, rx.ack_seq)
+        return [t.build_fields(ev, ack_ev, rcv, ack_seq, base, ack_ce, probe,
+                               PyRxState.bitmap(rx, base) if nooo else 0, ack_ts, nooo,
+                               penalty, rcvd)
                 for base in bases]
 
 
@@ -269,12 +266,12 @@ class CRxLane:
     _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
 
     @staticmethod
-    def sack(rx: Any, tl: Any, ev: int, penalty: int, credit: int,
+    def sack(rx: Any, tl: Any, ev: int, penalty: int, probe: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames ``Responder.send_sack`` sends now, on ``ev``, from ``tl``
         (:meth:`sack_template`'s): one per window base (``bases``, or if None
-        :func:`sack_bases` of ``rx.unrep``). Empties ``rx.unrep``. ``mrc_rx_sack``; the
-        twin of :meth:`PyRxState.sack`."""
+        :func:`sack_bases` of ``rx.unrep``); ``probe`` >= 0: a probe response with that
+        id. Empties ``rx.unrep``. ``mrc_rx_sack``; the twin of :meth:`PyRxState.sack`."""
         t, ln = tl
         buf = CRxLane._sack_out
         if buf is None:
@@ -285,7 +282,7 @@ class CRxLane:
             cb, nb = ffi.new("int64_t[]", bases), len(bases)
             if nb * ln > len(out):
                 out, ptr = CRxLane._sack_out = _sack_buffer(nb * ln)
-        n = C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, credit, cb, nb)
+        n = C.mrc_rx_sack(rx, t, ptr, len(out), ev, penalty, probe, cb, nb)
         if n == 1:
             return [ffi.unpack(out, ln)]  # (a char array unpacks to bytes)
         data = ffi.unpack(out, n * ln)
@@ -383,14 +380,14 @@ class CRxLane:
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.npaths, c.sack_ok, self._path_keep = 0, 0, []
 
-    def sack_setup(self, plane_ok: int, credit: int,
+    def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
         """Let the lane build the QP's due SACKs itself when the triggering packet's
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
-        template for its path; ``credit``: the receive credit to advertise; ``tmpls``:
-        the QP's templates (path key -> ((template, length), port)) if they changed."""
+        template for its path; ``tmpls``: the QP's templates (path key -> ((template,
+        length), port)) if they changed."""
         c = self._c
-        c.plane_ok, c.credit, c.sack_ok = plane_ok, credit, 1
+        c.plane_ok, c.sack_ok = plane_ok, 1
         if tmpls is not None:
             self.set_paths(tmpls)
 

@@ -4,8 +4,8 @@
 packets, each with its own RETH address, as many of one work request at a time as the
 window takes (a "run"), picks their EVs together, records them in the table of packets
 in flight and builds their frames (one C call per run when built). Retransmissions that
-recovery queued go first. Credit for immediates (the peer's receive credit, and the
-probes that ask for it) is the sender's too.
+recovery queued go first. Immediates in flight are bounded by the QP's static
+``max_imm_outstanding``.
 """
 
 from __future__ import annotations
@@ -26,13 +26,11 @@ from mrcnet.constants import (
 )
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
-from mrcnet.core.events import WCStatus
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_LEN, E_OFF, E_OP, E_WR, PEND, Entry, TxTable
-from mrcnet.wire import build_data, build_probe
+from mrcnet.wire import build_data
 from mrcnet.wire.bth import F_ACKREQ, F_TS
-from mrcnet.wire.probe import ProbeHeader
 from mrcnet.wire.template import DataTemplate, RunPatcher, make_template, run_patcher
 
 _INF = float("inf")
@@ -51,7 +49,7 @@ class WorkRequest:
     __slots__ = (
         "imm",
         "length",
-        "msn",
+        "meth",
         "next_pkt",
         "npkts",
         "offset",
@@ -73,7 +71,7 @@ class WorkRequest:
         self.remote_addr = remote_addr
         self.rkey = rkey
         self.imm = imm
-        self.msn = -1
+        self.meth = 0  # METH word: RQMSN << 16 | MSN
         self.npkts = max(1, -(-length // mtu))
         self.next_pkt = 0
         self.slot = -1  # its slot in the QP's table of packets in flight, once started
@@ -128,11 +126,8 @@ class Sender:
         self.next_seq = self.attrs.sq_psn
         self.wr_ctr = 0  # work requests started (their table slots)
         self.wr_of: dict[int, WorkRequest] = {}  # slot -> started, not completed
-        self.next_msn = 0
-        self.peer_credit = 0
+        self.next_msn = 0  # the next RQMSN (write-with-immediate messages started)
         self.imm_outstanding = 0
-        self.credit_probe_at = _INF
-        self.credit_probes = 0
 
     def clear_templates(self) -> None:
         """Forget every frame template (the routes changed: INIT -> RTR)."""
@@ -267,35 +262,31 @@ class Sender:
         if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
             runs.queue(txq, list(map(_FIRST, at)), list(map(_SECOND, at)),  # type: ignore[arg-type]
                        evs, ops, flags, exts, seq & PSN_MASK, va, wr.view[start:end], mtu,
-                       wr.msn & MSN_MASK, wr.imm if wr.imm is not None else 0, ts)
+                       wr.meth, wr.imm if wr.imm is not None else 0, ts)
             return
         frames = runs.frames(
             list(map(_SECOND, at)), evs, ops, flags, exts,  # type: ignore[arg-type]
             seq & PSN_MASK, va,
-            wr.view[start:end], mtu, wr.msn & MSN_MASK,
+            wr.view[start:end], mtu, wr.meth,
             wr.imm if wr.imm is not None else 0, ts)
         # (read-only views, not bytes: every taker of frames_to_send's frames, the
         # ports' batch send and the simulator, takes any buffer)
         out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
 
     def _imm_allowed(self, now: float) -> bool:
-        if (self.next_msn < self.peer_credit
-                and self.imm_outstanding < self.attrs.max_imm_outstanding):
-            return True
-        if (self.next_msn >= self.peer_credit and not self.txt.ninfl
-                and self.credit_probe_at == _INF):
-            # Blocked on the peer's receive credit with nothing in flight: ask for a SACK
-            # (which carries the credit) now and then, counted against the retry budget.
-            self.credit_probe_at = now + self.rec.base_timeout()
-        return False
+        # The QP's static limit (the applications agree on it from the receives each side
+        # posts); nothing about the peer's receives travels in MRC's headers.
+        return self.imm_outstanding < self.attrs.max_imm_outstanding
 
     def _start_wr(self, wr: WorkRequest) -> None:
         self.wrs.append(wr)
         wr.slot = self.wr_ctr & 0xFFFFFFFF
         self.wr_ctr += 1
         self.wr_of[wr.slot] = wr
+        # METH: RQMSN numbers the immediates (a plain write carries the next one's), MSN
+        # every message (docs/DECISIONS.md "Wire format").
+        wr.meth = (self.next_msn & MSN_MASK) << 16 | (wr.slot & MSN_MASK)
         if wr.imm is not None:
-            wr.msn = self.next_msn
             self.next_msn += 1
             self.imm_outstanding += 1
 
@@ -324,7 +315,7 @@ class Sender:
             port, tmpl, spec = tp
             frame = tmpl.frame(
                 opcode, seq & PSN_MASK, ev, wr.remote_addr + off, payload, spec,
-                (wr.msn & MSN_MASK) if imm else None, wr.imm if imm else None, ts, rtx,
+                wr.meth, wr.imm if imm else None, ts, rtx,
                 opcode in LAST_OPCODES)
         else:
             port, route = self.qp.route(ev)
@@ -337,7 +328,8 @@ class Sender:
                 va=wr.remote_addr + off,
                 rkey=wr.rkey,
                 payload=payload,
-                msn=(wr.msn & MSN_MASK) if imm else None,
+                rqmsn=wr.meth >> 16,
+                msn=wr.meth & MSN_MASK,
                 imm=wr.imm if imm else None,
                 timestamp=ts,
                 rtx=rtx,
@@ -355,7 +347,7 @@ class Sender:
             return hit
         port, route = self.qp.route(ev)
         shape = (route.src_mac, route.dst_mac, route.src_ip, route.dst_ip, route.encap,
-                 route.hop_limit, route.usid is None,
+                 route.hop_limit, route.usid is None, route.usid_srh is None,
                  len(route.segments) if route.segments else 0, rkey)
         try:
             tmpl = self._tmpl.get(shape)
@@ -364,7 +356,7 @@ class Sender:
                     route, dest_qp=self.attrs.dest_qp_num or 0, rkey=rkey))
                 self._tmpl[shape] = tmpl
             if route.usid is not None:
-                spec = tmpl.path(usid=route.usid)
+                spec = tmpl.path(usid=route.usid, usid_srh=route.usid_srh)
             elif route.segments is not None:
                 spec = tmpl.path(segments=route.segments)
             else:
@@ -398,23 +390,3 @@ class Sender:
         self._run_slot[key] = slot
         return slot
 
-    def credit_probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
-        self.credit_probes += 1
-        budget = self.qp.retry_budget
-        if self.credit_probes > budget + 1:
-            self.qp.fail(
-                WCStatus.RETRY_EXC_ERR,
-                f"peer unreachable: {self.attrs.peer} QP {self.attrs.dest_qp_num} did not "
-                f"answer {budget + 1} credit probes (retry budget exhausted)",
-            )
-            return
-        assert self.evm is not None
-        info = self.evm.next_ev()
-        port, route = self.qp.route(info.ev)
-        out.append((port, build_probe(
-            route, ev=info.ev, dest_qp=self.attrs.dest_qp_num or 0,
-            probe=ProbeHeader(self.credit_probes, info.ev, self.next_seq & PSN_MASK, ts16(now)),
-        )))
-        base = self.rec.base_timeout()
-        k = self.credit_probes - self.qp.retry_linear
-        self.credit_probe_at = now + (base if k <= 0 else base * (1 << min(k, 30)))

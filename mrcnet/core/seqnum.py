@@ -10,8 +10,7 @@ from __future__ import annotations
 from mrcnet.constants import PSN_MASK, PSN_MOD, TIMESTAMP_MOD
 
 HALF = PSN_MOD >> 1  # a received PSN further than this from the reference is behind it
-MSN_MASK = 0xFFFFFF  # message sequence numbers are 24 bits on the wire
-CREDIT_MOD = 1 << 32  # the receive credit is 32 bits on the wire
+MSN_MASK = 0xFFFF  # METH's RQMSN and MSN are 16 bits on the wire
 
 
 def unwrap(psn: int, ref: int) -> int:
@@ -22,11 +21,11 @@ def unwrap(psn: int, ref: int) -> int:
     return ref + d
 
 
-def unwrap32(v: int, ref: int) -> int:
-    """The unbounded value nearest ``ref`` whose low 32 bits are ``v`` (credits)."""
-    d = (v - ref) % CREDIT_MOD
-    if d >= CREDIT_MOD // 2:
-        d -= CREDIT_MOD
+def unwrap16(v: int, ref: int) -> int:
+    """The unbounded value nearest ``ref`` whose low 16 bits are ``v`` (METH RQMSN)."""
+    d = (v - ref) & MSN_MASK
+    if d >= 1 << 15:
+        d -= 1 << 16
     return ref + d
 
 

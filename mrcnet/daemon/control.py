@@ -11,8 +11,7 @@ neither side's first packet can find the other unready::
     B -> A  {"v": 1, "type": "accept", ...the same fields for B's QP}     (or "reject")
             A moves its QP to RTR (it can receive)
     A -> B  {"v": 1, "type": "ready"}
-            B moves its QP to RTR and RTS; its first packet (the receive credit it
-            advertises at RTR) now finds A ready
+            B moves its QP to RTR and RTS; whatever it sends now finds A ready
     B -> A  {"v": 1, "type": "established"}                            (or "reject")
             A moves its QP to RTS and may send
 

@@ -139,7 +139,7 @@ class FabricDescription:
     version: int
     name: str
     fabric_id: int
-    srv6: str  #: "usid" (F3216 containers, no SRH) or "srh" (classic segment list)
+    srv6: str  #: "usid" (F3216 containers, no SRH) or "srh" (classic list: not MRC's form)
     usid_block: str  #: "/32" block shared by every uSID
     lblen: int
     nflen: int

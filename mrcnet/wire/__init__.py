@@ -5,12 +5,15 @@ identical bytes.
 """
 
 from mrcnet.errors import MalformedFrame, MalformedReason
+from mrcnet.wire.aeth import AETH
 from mrcnet.wire.bth import BTH
-from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.eeth import EETH
+from mrcnet.wire.erth import ERTH
 from mrcnet.wire.ethernet import Ethernet, mac_to_bytes, mac_to_str
 from mrcnet.wire.frame import (
     Frame,
     Route,
+    build_ack,
     build_data,
     build_endpoint,
     build_frame,
@@ -22,34 +25,44 @@ from mrcnet.wire.frame import (
 from mrcnet.wire.immdt import ImmDt
 from mrcnet.wire.ipv6 import IPv6, ip6, ip6_str
 from mrcnet.wire.meth import METH
-from mrcnet.wire.nack import NETH
-from mrcnet.wire.probe import ProbeHeader
+from mrcnet.wire.neth import NETH
+from mrcnet.wire.peth import PETH
 from mrcnet.wire.reth import RETH
-from mrcnet.wire.sack import SETH, CCState
+from mrcnet.wire.seth import SETH, CCState
 from mrcnet.wire.srh import SRH
 from mrcnet.wire.tseth import TSETH
-from mrcnet.wire.udp import UDP, ev_from_headers, ev_to_flow_label, ev_to_sport
+from mrcnet.wire.udp import (
+    UDP,
+    ev_from_headers,
+    ev_order,
+    ev_to_flow_label,
+    ev_to_sport,
+    set_ev_order,
+)
 from mrcnet.wire.usid import usid_block, usid_container, usid_final, usid_list, usid_shift
 
 __all__ = [
+    "AETH",
     "BTH",
+    "EETH",
+    "ERTH",
     "METH",
     "NETH",
+    "PETH",
     "RETH",
     "SETH",
     "SRH",
     "TSETH",
     "UDP",
     "CCState",
-    "EndpointHeader",
     "Ethernet",
     "Frame",
     "IPv6",
     "ImmDt",
     "MalformedFrame",
     "MalformedReason",
-    "ProbeHeader",
     "Route",
+    "build_ack",
     "build_data",
     "build_endpoint",
     "build_frame",
@@ -57,6 +70,7 @@ __all__ = [
     "build_probe",
     "build_sack",
     "ev_from_headers",
+    "ev_order",
     "ev_to_flow_label",
     "ev_to_sport",
     "ip6",
@@ -64,6 +78,7 @@ __all__ = [
     "mac_to_bytes",
     "mac_to_str",
     "parse_frame",
+    "set_ev_order",
     "usid_block",
     "usid_container",
     "usid_final",

@@ -2,7 +2,7 @@
 
     python -m mrcnet.wire sample-pcap FILE        # one frame of every kind (see samples.py)
     python -m mrcnet.wire samples                 # list the sample names
-    python -m mrcnet.wire decode FILE [--json]    # one line per frame, via parse_frame
+    python -m mrcnet.wire decode FILE [--json] [--lenient]   # one line (object) per frame
     tcpdump -U -w - -i IF udp port 4791 | python -m mrcnet.wire decode -   # live
 
 Exit status: 0 on success; 1 when the file cannot be read or is not a classic pcap of
@@ -23,14 +23,18 @@ from typing import Any, BinaryIO, TextIO
 
 from mrcnet.constants import ECN, EndpointOp, NackReason, SackMode
 from mrcnet.errors import MalformedFrame
-from mrcnet.wire.ethernet import mac_to_str
 from mrcnet.wire.frame import Frame, parse_frame
 from mrcnet.wire.ipv6 import ip6_str
 from mrcnet.wire.pcap import PcapError, read_pcap, write_pcap
 from mrcnet.wire.samples import samples
 from mrcnet.wire.usid import usid_list
 
-_EXT_HEADERS = ("reth", "meth", "immdt", "tseth", "seth", "cc", "neth", "probe", "endpoint")
+# JSON key of each extension header (the public header names; CC_STATE is "cc_state"), and
+# the JSON names of fields whose codec attribute is spelled otherwise.
+_EXT_HEADERS = (("meth", "meth"), ("tseth", "tseth"), ("reth", "reth"), ("aeth", "aeth"),
+                ("seth", "seth"), ("cc", "cc_state"), ("neth", "neth"), ("peth", "peth"),
+                ("erth", "erth"), ("eeth", "eeth"))
+_RENAME = {("reth", "length"): "dma_len"}
 
 
 @dataclass(slots=True)
@@ -69,13 +73,26 @@ class Decoded:
         )
 
     def as_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (``None`` members dropped)."""
-        return {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+        """One JSON object: ``index`` and ``length``, then either ``error`` and ``detail``
+        or, with raw integer values as on the wire, ``opcode``, ``psn``, ``dqpn``, ``ev``,
+        ``trimmed``, ``payload_len`` and one object per extension header present
+        (``immdt``: the integer itself)."""
+        out: dict[str, Any] = {"index": self.index, "length": self.length}
+        if self.error is not None:
+            out.update(error=self.error, detail=self.detail)
+            return out
+        out.update(self.fields)
+        return out
 
 
 def describe_path(f: Frame) -> str:
     """The SRv6 path as a reader wants it: travel order, inner header if any."""
-    if f.srh is not None:
+    if f.srh is not None and f.srh.active_segment is None:  # MRC's form: reduced SRH
+        first = " ".join(f"{u:x}" for u in usid_list(f.outer.dst))
+        nxt = " > ".join(ip6_str(s) for s in reversed(f.srh.segments))
+        path = (f"usid {ip6_str(f.outer.dst)} [{first}] then srh [{nxt}] "
+                f"left={f.srh.segments_left}")
+    elif f.srh is not None:
         hops = " > ".join(ip6_str(s) for s in reversed(f.srh.segments))
         path = f"srh [{hops}] left={f.srh.segments_left}"
     else:
@@ -96,16 +113,22 @@ def describe_path(f: Frame) -> str:
 def describe_control(f: Frame) -> str | None:
     """The few fields that tell control frames apart (reason, reflected EV, op)."""
     if f.seth is not None:
-        return f"cack={f.seth.cack_psn} reflects ev={f.seth.ev:#010x} {SackMode(f.seth.mode).name}"
+        pr = " PR" if f.seth.pr else ""
+        return (f"cack={f.seth.cack_psn} reflects ev={f.seth.entropy:#010x} "
+                f"{SackMode(f.seth.m).name}{pr}")
+    if f.aeth is not None:
+        return f"cack={f.bth.psn} msn={f.aeth.msn}"
     if f.neth is not None:
-        return f"reason={NackReason(f.neth.reason).name} psn={f.neth.psn} ev={f.neth.ev:#010x}"
-    if f.probe is not None:
-        return f"probe id={f.probe.probe_id} ev={f.probe.ev:#010x}"
-    if f.endpoint is not None:
-        e = f.endpoint
-        if e.op == EndpointOp.PORT_STATUS:
-            return f"PORT_STATUS ports={e.port_mask:#06b}"
-        return f"{EndpointOp(e.op).name} id={e.request_id} ev={e.ev:#010x}"
+        return (f"reason={NackReason(f.neth.reason).name} psn={f.neth.nack_psn} "
+                f"ev={f.neth.entropy:#010x}")
+    if f.peth is not None:
+        return f"probe id={f.peth.probe_id}"
+    if f.erth is not None:
+        if f.erth.op == EndpointOp.PORT_STATUS:
+            return f"PORT_STATUS id={f.bth.psn} ports={f.erth.port_status_mask:#06b}"
+        return f"EV_PROBE id={f.bth.psn}"
+    if f.eeth is not None:
+        return f"{EndpointOp(f.eeth.op).name} response id={f.bth.psn}"
     if f.immdt is not None:
         return f"imm={f.immdt.imm:#010x}"
     return None
@@ -136,19 +159,17 @@ def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = Tr
     d.ecn = ECN(f.outer.ecn).name
     d.path = describe_path(f)
     d.info = describe_control(f)
-    d.fields = {
-        "eth": {"src": mac_to_str(f.eth.src), "dst": mac_to_str(f.eth.dst)},
-        "outer": _jsonable(asdict(f.outer)),
-        "srh": _jsonable(asdict(f.srh)) if f.srh is not None else None,
-        "inner": _jsonable(asdict(f.inner)) if f.inner is not None else None,
-        "udp": asdict(f.udp),
-        "bth": asdict(f.bth),
+    fields: dict[str, Any] = {
+        "opcode": f.bth.opcode, "psn": f.bth.psn, "dqpn": f.bth.dest_qp, "ev": f.ev,
+        "trimmed": int(f.trimmed), "payload_len": len(f.payload),
     }
-    for name in _EXT_HEADERS:
-        hdr = getattr(f, name)
+    for attr, key in _EXT_HEADERS:
+        hdr = getattr(f, attr)
         if hdr is not None:
-            d.fields[name] = asdict(hdr)
-    d.fields = {k: v for k, v in d.fields.items() if v is not None}
+            fields[key] = {_RENAME.get((attr, k), k): int(v) for k, v in asdict(hdr).items()}
+    if f.immdt is not None:
+        fields["immdt"] = f.immdt.imm
+    d.fields = fields
     return d
 
 
@@ -175,7 +196,7 @@ def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
     bad = 0
     # "-" reads a live capture from a pipe: tcpdump -U -w - ... | python -m mrcnet.wire decode -
     src = sys.stdin.buffer if args.file == "-" else args.file
-    for d in decode_pcap(src, verify=not args.no_verify):
+    for d in decode_pcap(src, verify=not (args.no_verify or args.lenient)):
         bad += d.error is not None
         if args.json:
             print(json.dumps(d.as_json(), sort_keys=True), file=out)
@@ -215,7 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("file", metavar="FILE", help="pcap file to read, '-' for standard "
                     "input (pcapng: convert with 'editcap -F pcap')")
     dp.add_argument("--json", action="store_true",
-                    help="one JSON object per line, with every header field")
+                    help="one JSON object per line: opcode, psn, dqpn, ev, trimmed, "
+                    "payload_len and one object per MRC header, raw integer values")
+    dp.add_argument("--lenient", action="store_true",
+                    help="skip the UDP checksum and ICRC checks (captures from "
+                    "implementations whose ICRC differs)")
     dp.add_argument("--no-verify", action="store_true",
                     help="skip UDP checksum and ICRC checks (captures with NIC offloads)")
     dp.add_argument("--strict", action="store_true",

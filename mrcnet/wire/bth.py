@@ -11,17 +11,26 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mrcnet.constants import BTH_LEN, BTH_TVER, DEFAULT_PKEY, Opcode
+from mrcnet.constants import (
+    BTH_F_ACKREQ,
+    BTH_F_R,
+    BTH_F_RTX,
+    BTH_F_TS,
+    BTH_LEN,
+    BTH_TVER,
+    DEFAULT_PKEY,
+    Opcode,
+)
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire._util import Buffer, check_range, need
 
 _S = struct.Struct("!BBHII")
 _OPCODES = frozenset(int(o) for o in Opcode)
 
-F_ACKREQ = 0x80
-F_R = 0x40
-F_RTX = 0x20
-F_TS = 0x10
+F_ACKREQ = BTH_F_ACKREQ
+F_R = BTH_F_R
+F_RTX = BTH_F_RTX
+F_TS = BTH_F_TS
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,17 +2,20 @@
 
 A frame on the wire (SRv6 mode)::
 
-    Ethernet / outer IPv6 [DA = uSID container or active segment; flow label = EV low 16;
-    traffic class = DSCP + ECN] / optional SRH / optional inner IPv6 [DA = receiving NIC]
-    / UDP [dport 4791, sport = EV high 16] / BTH / extension headers / payload / ICRC
+    Ethernet / outer IPv6 [DA = uSID container or active segment; flow label = half of
+    the EV; traffic class = DSCP + ECN] / optional SRH / optional inner IPv6 [DA =
+    receiving NIC; flow label as outer] / UDP [dport 4791, sport = the other half of the
+    EV] / BTH / extension headers / payload / ICRC
 
-Extension headers by opcode (see ``mrcnet.constants.Opcode``):
+Extension headers by opcode (see ``mrcnet.constants.Opcode``; PROTOCOL-NOTES section 8):
 
-- data (WRITE_*): RETH in every packet; METH + ImmDt with *_IMM opcodes; TSETH if BTH.TS
-- SACK, ACK: SETH + CC state
+- data (WRITE_*): METH · TSETH if BTH.TS · RETH · ImmDt with *_IMM opcodes
+- ACK: AETH (BTH.PSN is the cumulative acknowledgement)
+- SACK: SETH + CC_STATE
 - NACK: NETH
-- RELIABILITY_PROBE: probe header
-- ENDPOINT_REQ / ENDPOINT_RESP: endpoint header (to the reserved QPN ``ENDPOINT_QPN``)
+- RELIABILITY_PROBE: PETH
+- ENDPOINT_REQ: ERTH; ENDPOINT_RESP: EETH (to the reserved QPN ``ENDPOINT_QPN``; the
+  request id in BTH.PSN)
 
 :func:`parse_frame` raises only :class:`~mrcnet.errors.MalformedFrame`. A data frame cut
 short after its headers (a switch trimmed it; many do not fix the IP length) or marked with
@@ -48,18 +51,20 @@ from mrcnet.constants import (
 )
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire._util import Buffer
+from mrcnet.wire.aeth import AETH
 from mrcnet.wire.bth import BTH
 from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
-from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.eeth import EETH
+from mrcnet.wire.erth import ERTH
 from mrcnet.wire.ethernet import Ethernet
 from mrcnet.wire.icrc import icrc
 from mrcnet.wire.immdt import ImmDt
 from mrcnet.wire.ipv6 import IPv6
 from mrcnet.wire.meth import METH
-from mrcnet.wire.nack import NETH
-from mrcnet.wire.probe import ProbeHeader
+from mrcnet.wire.neth import NETH
+from mrcnet.wire.peth import PETH
 from mrcnet.wire.reth import RETH
-from mrcnet.wire.sack import SETH, CCState
+from mrcnet.wire.seth import SETH, CCState
 from mrcnet.wire.srh import SRH
 from mrcnet.wire.tseth import TSETH
 from mrcnet.wire.udp import UDP, ev_from_headers, ev_to_flow_label, ev_to_sport
@@ -78,9 +83,12 @@ class Route:
     """How a frame reaches its destination: L2 next hop, addresses and SRv6 path.
 
     Exactly one of ``usid`` (a uSID container, see :mod:`mrcnet.wire.usid`) and
-    ``segments`` (SRH mode: segment list in travel order, first hop first) is normally
-    given; with neither the frame is plain IPv6 to ``dst_ip``. With ``encap`` (the default)
-    an inner IPv6 header from ``src_ip`` to ``dst_ip`` follows the outer header.
+    ``segments`` (a classic RFC 8754 segment list in travel order, first hop first: not
+    MRC's form) is normally given; with neither the frame is plain IPv6 to ``dst_ip``.
+    ``usid_srh`` adds MRC's SRv6-with-SRH form to a uSID route: a second container, for a
+    path longer than one container holds, in a one-segment (reduced) SRH that the last
+    uSID of ``usid`` hands over to. With ``encap`` (the default) an inner IPv6 header from
+    ``src_ip`` to ``dst_ip`` follows the outer header.
     """
 
     src_mac: bytes
@@ -91,12 +99,15 @@ class Route:
     segments: tuple[bytes, ...] | None = None
     encap: bool = True
     hop_limit: int = DEFAULT_HOP_LIMIT
+    usid_srh: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.usid is not None and self.segments is not None:
             raise ValueError("a route is either uSID (usid=...) or SRH (segments=...), not both")
         if self.segments is not None and not self.segments:
             raise ValueError("an SRH route needs at least one segment")
+        if self.usid_srh is not None and self.usid is None:
+            raise ValueError("usid_srh= continues a uSID route: give usid= too")
 
     @property
     def outer_dst(self) -> bytes:
@@ -110,6 +121,8 @@ class Route:
     @property
     def final_dst(self) -> bytes:
         """The pseudo-header destination of a frame without an inner IPv6 header."""
+        if self.usid_srh is not None:
+            return usid_final(self.usid_srh)
         if self.usid is not None:
             return usid_final(self.usid)
         if self.segments is not None:
@@ -120,7 +133,7 @@ class Route:
         """The same route through another uSID path (per-EV path selection)."""
         return Route(
             self.src_mac, self.dst_mac, self.src_ip, self.dst_ip, usid=container,
-            encap=self.encap, hop_limit=self.hop_limit,
+            encap=self.encap, hop_limit=self.hop_limit, usid_srh=self.usid_srh,
         )
 
 
@@ -153,10 +166,12 @@ def build_frame(
     udp_len = UDP_HEADER_LEN + len(l4) + ICRC_LEN
     udp_hdr = UDP(sport=ev_to_sport(ev), length=udp_len).pack()
     inner = b""
+    flow_label = ev_to_flow_label(ev)
     if route.encap:
         inner = IPv6(
             src=route.src_ip, dst=route.dst_ip, next_header=IPPROTO_UDP,
             payload_length=udp_len, hop_limit=DEFAULT_HOP_LIMIT, dscp=dscp, ecn=ecn,
+            flow_label=flow_label,
         ).pack()
     crc = icrc(inner + udp_hdr + l4, has_ip=route.encap)
     if route.encap:
@@ -170,6 +185,8 @@ def build_frame(
     srh = b""
     if route.segments is not None:
         srh = SRH.from_path(upper_nh, route.segments).pack()
+    elif route.usid_srh is not None:
+        srh = SRH.reduced(upper_nh, (route.usid_srh,)).pack()
     outer = IPv6(
         src=route.src_ip,
         dst=route.outer_dst,
@@ -178,7 +195,7 @@ def build_frame(
         hop_limit=route.hop_limit,
         dscp=dscp,
         ecn=ecn,
-        flow_label=ev_to_flow_label(ev),
+        flow_label=flow_label,
     ).pack()
     return Ethernet(route.dst_mac, route.src_mac, ETH_P_IPV6).pack() + outer + srh + upper
 
@@ -193,7 +210,8 @@ def build_data(
     va: int,
     rkey: int,
     payload: Buffer = b"",
-    msn: int | None = None,
+    rqmsn: int = 0,
+    msn: int = 0,
     imm: int | None = None,
     timestamp: int | None = None,
     rtx: bool = False,
@@ -201,20 +219,29 @@ def build_data(
     ecn: int = ECN.ECT0,
     dscp: int = DSCP_DATA,
 ) -> bytes:
-    """Build an RDMA WRITE data frame; *_IMM opcodes need ``msn`` and ``imm``."""
+    """Build an RDMA WRITE data frame; *_IMM opcodes need ``imm``."""
     if opcode not in DATA_OPCODES:
         raise ValueError(f"opcode {opcode:#x} is not a WRITE opcode")
-    ext: list[_Header] = [RETH(va, rkey, len(payload))]
-    if opcode in IMM_OPCODES:
-        if msn is None or imm is None:
-            raise ValueError("a write-with-immediate needs msn= and imm=")
-        ext += [METH(msn), ImmDt(imm)]
-    elif msn is not None or imm is not None:
-        raise ValueError(f"opcode {Opcode(opcode).name} carries no immediate")
+    ext: list[_Header] = [METH(rqmsn, msn)]
     if timestamp is not None:
         ext.append(TSETH(timestamp))
+    ext.append(RETH(va, rkey, len(payload)))
+    if opcode in IMM_OPCODES:
+        if imm is None:
+            raise ValueError("a write-with-immediate needs imm=")
+        ext.append(ImmDt(imm))
+    elif imm is not None:
+        raise ValueError(f"opcode {Opcode(opcode).name} carries no immediate")
     bth = BTH(opcode, dest_qp, psn, ack_req=ack_req, rtx=rtx, ts=timestamp is not None)
     return build_frame(route, ev=ev, bth=bth, ext=ext, payload=payload, dscp=dscp, ecn=ecn)
+
+
+def build_ack(route: Route, *, ev: int, dest_qp: int, psn: int, aeth: AETH | None = None) -> bytes:
+    """Build an ACK frame: ``psn`` is the last PSN received in order."""
+    return build_frame(
+        route, ev=ev, bth=BTH(Opcode.ACK, dest_qp, psn), ext=[aeth or AETH()],
+        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+    )
 
 
 def build_sack(
@@ -225,12 +252,10 @@ def build_sack(
     seth: SETH,
     cc: CCState | None = None,
     psn: int = 0,
-    ack: bool = False,
 ) -> bytes:
-    """Build a SACK (or, with ``ack=True``, an ACK) frame; ``ev`` is the reverse EV."""
-    op = Opcode.ACK if ack else Opcode.SACK
+    """Build a SACK frame; ``ev`` is the reverse EV it travels on."""
     return build_frame(
-        route, ev=ev, bth=BTH(op, dest_qp, psn), ext=[seth, cc or CCState()],
+        route, ev=ev, bth=BTH(Opcode.SACK, dest_qp, psn), ext=[seth, cc or CCState()],
         dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
     )
 
@@ -243,23 +268,26 @@ def build_nack(route: Route, *, ev: int, dest_qp: int, neth: NETH, psn: int = 0)
     )
 
 
-def build_probe(
-    route: Route, *, ev: int, dest_qp: int, probe: ProbeHeader, psn: int = 0
-) -> bytes:
+def build_probe(route: Route, *, ev: int, dest_qp: int, peth: PETH, psn: int = 0) -> bytes:
     """Build a reliability probe frame (travels on ``ev``, the EV being probed)."""
     return build_frame(
         route, ev=ev, bth=BTH(Opcode.RELIABILITY_PROBE, dest_qp, psn, ack_req=True),
-        ext=[probe], dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+        ext=[peth], dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
     )
 
 
 def build_endpoint(
-    route: Route, *, ev: int, eph: EndpointHeader, response: bool = False
+    route: Route, *, ev: int, request_id: int, erth: ERTH | None = None,
+    eeth: EETH | None = None,
 ) -> bytes:
-    """Build an endpoint request/response (EV probe, port status) to ``ENDPOINT_QPN``."""
-    op = Opcode.ENDPOINT_RESP if response else Opcode.ENDPOINT_REQ
+    """Build an endpoint request (``erth``) or response (``eeth``) to ``ENDPOINT_QPN``;
+    the request id rides in BTH.PSN."""
+    if (erth is None) == (eeth is None):
+        raise ValueError("an endpoint frame carries either erth= (request) or eeth= (response)")
+    op = Opcode.ENDPOINT_REQ if erth is not None else Opcode.ENDPOINT_RESP
+    hdr: _Header = erth if erth is not None else eeth  # type: ignore[assignment]
     return build_frame(
-        route, ev=ev, bth=BTH(op, ENDPOINT_QPN, 0), ext=[eph],
+        route, ev=ev, bth=BTH(op, ENDPOINT_QPN, request_id), ext=[hdr],
         dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
     )
 
@@ -280,11 +308,13 @@ class Frame:
     meth: METH | None = None
     immdt: ImmDt | None = None
     tseth: TSETH | None = None
+    aeth: AETH | None = None
     seth: SETH | None = None
     cc: CCState | None = None
     neth: NETH | None = None
-    probe: ProbeHeader | None = None
-    endpoint: EndpointHeader | None = None
+    peth: PETH | None = None
+    erth: ERTH | None = None
+    eeth: EETH | None = None
 
     @property
     def ev(self) -> int:
@@ -378,33 +408,41 @@ def parse_frame(
         )
     is_data = op in DATA_OPCODES
     if is_data:
-        frame.reth = RETH.unpack_from(mv, off)
-        off += RETH.LEN
-        if op in IMM_OPCODES:
-            frame.meth = METH.unpack_from(mv, off)
-            frame.immdt = ImmDt.unpack_from(mv, off + METH.LEN)
-            off += METH.LEN + ImmDt.LEN
+        frame.meth = METH.unpack_from(mv, off)
+        off += METH.LEN
         if bth.ts:
             frame.tseth = TSETH.unpack_from(mv, off)
             off += TSETH.LEN
+        frame.reth = RETH.unpack_from(mv, off)
+        off += RETH.LEN
+        if op in IMM_OPCODES:
+            frame.immdt = ImmDt.unpack_from(mv, off)
+            off += ImmDt.LEN
         claims.append(("RETH", off + frame.reth.length + ICRC_LEN))
-    elif op in (Opcode.SACK, Opcode.ACK):
+    elif op == Opcode.SACK:
         frame.seth = SETH.unpack_from(mv, off)
         frame.cc = CCState.unpack_from(mv, off + SETH.LEN)
         off += SETH.LEN + CCState.LEN
+    elif op == Opcode.ACK:
+        frame.aeth = AETH.unpack_from(mv, off)
+        off += AETH.LEN
     elif op == Opcode.NACK:
         frame.neth = NETH.unpack_from(mv, off)
         off += NETH.LEN
     elif op == Opcode.RELIABILITY_PROBE:
-        frame.probe = ProbeHeader.unpack_from(mv, off)
-        off += ProbeHeader.LEN
+        frame.peth = PETH.unpack_from(mv, off)
+        off += PETH.LEN
     else:  # ENDPOINT_REQ / ENDPOINT_RESP: the opcode set is closed (BTH checked it)
         if bth.dest_qp != ENDPOINT_QPN:
             raise MalformedFrame(
                 MalformedReason.BAD_FIELD, f"endpoint operation to QPN {bth.dest_qp:#x}"
             )
-        frame.endpoint = EndpointHeader.unpack_from(mv, off)
-        off += EndpointHeader.LEN
+        if op == Opcode.ENDPOINT_REQ:
+            frame.erth = ERTH.unpack_from(mv, off)
+            off += ERTH.LEN
+        else:
+            frame.eeth = EETH.unpack_from(mv, off)
+            off += EETH.LEN
     if not is_data:
         claims.append((Opcode(op).name, off + ICRC_LEN))
 
@@ -440,6 +478,11 @@ def parse_frame(
             ok = checksum_ok(inner.src, inner.dst, udp_bytes)
         elif srh is not None:
             ok = checksum_ok(outer.src, srh.final_segment, udp_bytes)
+            if not ok:  # MRC's form: the final segment is a uSID container, shifted
+                try:
+                    ok = checksum_ok(outer.src, usid_final(srh.final_segment), udp_bytes)
+                except ValueError:
+                    ok = False
         else:
             # uSID mode without an inner header: the pseudo-header destination is the
             # fully shifted container; a plain IPv6 frame uses the destination as it is.

@@ -1,4 +1,4 @@
-"""Immediate data header (ImmDt), 4 bytes, after METH in *_IMM packets (as in RoCE)."""
+"""Immediate data header (ImmDt), 4 bytes: in *_IMM packets after the RETH, before the payload."""
 
 from __future__ import annotations
 

@@ -28,21 +28,23 @@ from mrcnet.constants import (
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 from mrcnet.wire import (
+    AETH,
     BTH,
+    EETH,
+    ERTH,
     METH,
     NETH,
+    PETH,
     RETH,
     SETH,
     SRH,
     TSETH,
     UDP,
     CCState,
-    EndpointHeader,
     Ethernet,
     Frame,
     ImmDt,
     IPv6,
-    ProbeHeader,
     parse_frame,
 )
 from mrcnet.wire.checksum import fast_udp6_checksum_ok
@@ -104,14 +106,18 @@ class PyParsed:
         "opcode", "dest_qp", "psn", "ack_req", "rtx", "ts", "r", "se", "migreq", "pad", "tver",
         "pkey",
         "ev", "ce", "trimmed", "is_data",
-        "va", "rkey", "length", "has_imm", "msn", "imm", "has_tseth", "timestamp",
-        "has_seth", "sack_ev", "cack_psn", "ack_offset", "sack_offset", "max_psn_range",
-        "mode", "ece", "bitmap", "imm_credit", "ts_echo", "ooo_count", "window_penalty",
-        "rcvd_bytes",
-        "has_neth", "nack_reason", "nack_ev", "nack_psn", "nack_cack_psn", "nack_ts_echo",
-        "has_probe", "probe_id", "probe_ev", "probe_psn", "probe_timestamp",
-        "has_endpoint", "ep_op", "ep_status", "ep_request_id", "ep_ev", "ep_timestamp",
-        "ep_port_mask",
+        "va", "rkey", "length", "has_imm", "imm", "rqmsn", "msn", "has_tseth", "timestamp",
+        "tsr", "ftype",
+        "has_aeth", "aeth_syndrome", "aeth_msn",
+        "has_seth", "sack_ev", "cack_psn", "ack_offset", "sack_offset", "mpr", "mode", "pr",
+        "spdcid", "dpdcid", "cc_type", "cc_flags", "bitmap", "ts_echo", "ooo_count",
+        "restore_cwnd", "window_penalty", "rcvd_bytes",
+        "has_neth", "nack_reason", "nack_vendor", "nack_ev", "nack_psn", "nack_spdcid",
+        "nack_dpdcid", "nack_cc_type", "nack_cc_flags", "nack_ts_echo",
+        "has_probe", "probe_id", "probe_vendor", "probe_spdcid", "probe_dpdcid",
+        "probe_timestamp", "probe_tsr", "probe_ftype",
+        "has_erth", "has_eeth", "ep_op", "ep_vendor", "ep_port_mask", "ep_timestamp",
+        "ep_tsr", "ep_ftype",
     )
 
     reason: int
@@ -166,42 +172,60 @@ class PyParsed:
     rkey: int
     length: int
     has_imm: int
-    msn: int
     imm: int
+    rqmsn: int
+    msn: int
     has_tseth: int
     timestamp: int
+    tsr: int
+    ftype: int
+    has_aeth: int
+    aeth_syndrome: int
+    aeth_msn: int
     has_seth: int
     sack_ev: int
     cack_psn: int
     ack_offset: int
     sack_offset: int
-    max_psn_range: int
+    mpr: int
     mode: int
-    ece: int
+    pr: int
+    spdcid: int
+    dpdcid: int
+    cc_type: int
+    cc_flags: int
     bitmap: int
-    imm_credit: int
     ts_echo: int
     ooo_count: int
+    restore_cwnd: int
     window_penalty: int
     rcvd_bytes: int
     has_neth: int
     nack_reason: int
+    nack_vendor: int
     nack_ev: int
     nack_psn: int
-    nack_cack_psn: int
+    nack_spdcid: int
+    nack_dpdcid: int
+    nack_cc_type: int
+    nack_cc_flags: int
     nack_ts_echo: int
     has_probe: int
     probe_id: int
-    probe_ev: int
-    probe_psn: int
+    probe_vendor: int
+    probe_spdcid: int
+    probe_dpdcid: int
     probe_timestamp: int
-    has_endpoint: int
+    probe_tsr: int
+    probe_ftype: int
+    has_erth: int
+    has_eeth: int
     ep_op: int
-    ep_status: int
-    ep_request_id: int
-    ep_ev: int
-    ep_timestamp: int
+    ep_vendor: int
     ep_port_mask: int
+    ep_timestamp: int
+    ep_tsr: int
+    ep_ftype: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -257,40 +281,50 @@ def py_parse(buf: bytes | bytearray | memoryview, verify: bool = True) -> PyPars
                 bth.pkey)
     p.ev, p.ce, p.trimmed, p.is_data = f.ev, int(f.ce), int(f.trimmed), int(f.is_data)
     off += UDP_HEADER_LEN + BTH_LEN
-    if f.reth is not None:
+    if f.reth is not None and f.meth is not None:
+        off += METH.LEN
+        p.rqmsn, p.msn = f.meth.rqmsn, f.meth.msn
+        if f.tseth is not None:
+            t = f.tseth
+            p.has_tseth, p.timestamp, p.tsr, p.ftype = 1, t.timestamp, int(t.tsr), t.ftype
+            off += TSETH.LEN
         p.va, p.rkey, p.length = f.reth.va, f.reth.rkey, f.reth.length
         off += RETH.LEN
-        if f.meth is not None and f.immdt is not None:
-            p.has_imm, p.msn, p.imm = 1, f.meth.msn, f.immdt.imm
-            off += METH.LEN + ImmDt.LEN
-        if f.tseth is not None:
-            p.has_tseth, p.timestamp = 1, f.tseth.timestamp
-            off += TSETH.LEN
+        if f.immdt is not None:
+            p.has_imm, p.imm = 1, f.immdt.imm
+            off += ImmDt.LEN
         p.payload_off, p.payload_len = off, len(f.payload)
+    if f.aeth is not None:
+        p.has_aeth, p.aeth_syndrome, p.aeth_msn = 1, f.aeth.syndrome, f.aeth.msn
     if f.seth is not None and f.cc is not None:
         s2, c = f.seth, f.cc
         p.has_seth = 1
-        (p.sack_ev, p.cack_psn, p.ack_offset, p.sack_offset, p.max_psn_range, p.mode, p.ece,
-         p.bitmap, p.imm_credit) = (s2.ev, s2.cack_psn, s2.ack_offset, s2.sack_offset,
-                                    s2.max_psn_range, s2.mode, int(s2.ece), s2.bitmap,
-                                    s2.imm_credit)
-        p.ts_echo, p.ooo_count, p.window_penalty, p.rcvd_bytes = (
-            c.ts_echo, c.ooo_count, c.window_penalty, c.rcvd_bytes)
+        (p.sack_ev, p.cack_psn, p.ack_offset, p.sack_offset, p.mpr, p.mode, p.pr, p.spdcid,
+         p.dpdcid, p.cc_type, p.cc_flags, p.bitmap) = (
+            s2.entropy, s2.cack_psn, s2.ack_psn_offset, s2.sack_offset, s2.mpr, s2.m,
+            int(s2.pr), s2.spdcid, s2.dpdcid, s2.cc_type, s2.cc_flags, s2.sack_bitmap)
+        p.ts_echo, p.ooo_count, p.restore_cwnd, p.window_penalty, p.rcvd_bytes = (
+            c.timestamp, c.ooo_count, int(c.restore_cwnd), c.rcv_cwnd_pen, c.rcvd_bytes)
     if f.neth is not None:
         n = f.neth
         p.has_neth = 1
-        p.nack_reason, p.nack_ev, p.nack_psn, p.nack_cack_psn, p.nack_ts_echo = (
-            n.reason, n.ev, n.psn, n.cack_psn, n.ts_echo)
-    if f.probe is not None:
-        pr = f.probe
+        (p.nack_reason, p.nack_vendor, p.nack_ev, p.nack_psn, p.nack_spdcid, p.nack_dpdcid,
+         p.nack_cc_type, p.nack_cc_flags, p.nack_ts_echo) = (
+            n.reason, n.vendor, n.entropy, n.nack_psn, n.spdcid, n.dpdcid, n.cc_type,
+            n.cc_flags, n.timestamp)
+    if f.peth is not None:
+        pr = f.peth
         p.has_probe = 1
-        p.probe_id, p.probe_ev, p.probe_psn, p.probe_timestamp = (
-            pr.probe_id, pr.ev, pr.psn, pr.timestamp)
-    if f.endpoint is not None:
-        e = f.endpoint
-        p.has_endpoint = 1
-        (p.ep_op, p.ep_status, p.ep_request_id, p.ep_ev, p.ep_timestamp,
-         p.ep_port_mask) = (e.op, e.status, e.request_id, e.ev, e.timestamp, e.port_mask)
+        (p.probe_id, p.probe_vendor, p.probe_spdcid, p.probe_dpdcid, p.probe_timestamp,
+         p.probe_tsr, p.probe_ftype) = (pr.probe_id, pr.vendor, pr.spdcid, pr.dpdcid,
+                                        pr.timestamp, int(pr.tsr), pr.ftype)
+    if f.erth is not None:
+        e = f.erth
+        p.has_erth = 1
+        p.ep_op, p.ep_vendor, p.ep_port_mask, p.ep_timestamp, p.ep_tsr, p.ep_ftype = (
+            e.op, e.vendor, e.port_status_mask, e.timestamp, int(e.tsr), e.ftype)
+    if f.eeth is not None:
+        p.has_eeth, p.ep_op, p.ep_timestamp = 1, f.eeth.op, f.eeth.timestamp
     return p
 
 
@@ -379,21 +413,29 @@ def parsed_to_frame(buf: bytes | bytearray | memoryview, p: PyParsed | Any) -> F
               mv[:end][p.payload_off : p.payload_off + p.payload_len] if p.is_data
               else mv[0:0], trimmed=bool(p.trimmed))
     if p.is_data:
+        f.meth = METH(p.rqmsn, p.msn)
+        if p.has_tseth:
+            f.tseth = TSETH(p.timestamp, bool(p.tsr), p.ftype)
         f.reth = RETH(p.va, p.rkey, p.length)
         if p.has_imm:
-            f.meth, f.immdt = METH(p.msn), ImmDt(p.imm)
-        if p.has_tseth:
-            f.tseth = TSETH(p.timestamp)
+            f.immdt = ImmDt(p.imm)
+    if p.has_aeth:
+        f.aeth = AETH(p.aeth_syndrome, p.aeth_msn)
     if p.has_seth:
-        f.seth = SETH(p.sack_ev, p.cack_psn, p.ack_offset, p.sack_offset, p.max_psn_range,
-                      p.mode, bool(p.ece), p.bitmap, p.imm_credit)
-        f.cc = CCState(p.ts_echo, p.ooo_count, p.window_penalty, p.rcvd_bytes)
+        f.seth = SETH(p.cack_psn, p.sack_ev, p.ack_offset, p.sack_offset, p.bitmap, p.mode,
+                      bool(p.pr), p.spdcid, p.dpdcid, p.cc_type, p.cc_flags, p.mpr)
+        f.cc = CCState(p.ts_echo, p.ooo_count, bool(p.restore_cwnd), p.window_penalty,
+                       p.rcvd_bytes)
     if p.has_neth:
-        f.neth = NETH(p.nack_reason, p.nack_ev, p.nack_psn, p.nack_cack_psn, p.nack_ts_echo)
+        f.neth = NETH(p.nack_reason, p.nack_ev, p.nack_psn, p.nack_ts_echo, p.nack_vendor,
+                      p.nack_spdcid, p.nack_dpdcid, p.nack_cc_type, p.nack_cc_flags)
     if p.has_probe:
-        f.probe = ProbeHeader(p.probe_id, p.probe_ev, p.probe_psn, p.probe_timestamp)
-    if p.has_endpoint:
-        f.endpoint = EndpointHeader(p.ep_op, p.ep_request_id, p.ep_ev, p.ep_timestamp,
-                                    p.ep_port_mask, p.ep_status)
+        f.peth = PETH(p.probe_id, p.probe_timestamp, p.probe_vendor, p.probe_spdcid,
+                      p.probe_dpdcid, bool(p.probe_tsr), p.probe_ftype)
+    if p.has_erth:
+        f.erth = ERTH(p.ep_op, p.ep_port_mask, p.ep_timestamp, p.ep_vendor, bool(p.ep_tsr),
+                      p.ep_ftype)
+    if p.has_eeth:
+        f.eeth = EETH(p.ep_op, p.ep_timestamp)
     return f
 

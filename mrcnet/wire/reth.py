@@ -1,8 +1,9 @@
 """RDMA Extended Transport Header (RETH), 16 bytes, in **every** MRC data packet.
 
-[M sizes] VA(64) | R_Key(32) | DMA length(32). Unlike RoCE, where only the first packet of
-a message carries it, MRC puts the packet's own final address in each packet so it can be
-placed on arrival in any order. ``length`` is this packet's payload length.
+[M+] VA(64) @0 | rkey(32) @8 | DMA length(32) @12. Unlike RoCE, where only the first
+packet of a message carries it, MRC puts the packet's own final address in each packet so
+it can be placed on arrival in any order. mrcnet's DMA length is this packet's payload
+length (docs/DECISIONS.md says why).
 """
 
 from __future__ import annotations

@@ -16,11 +16,15 @@ Addresses (RFC 4193 ULA space fc00::/16, locally administered MACs)::
     reverse path      uSID fc00:0:1002:2001:1001:e001::
                       SRH  fc00:0:1002:: > fc00:0:2001:: > fc00:0:1001:: > fc00:1::1
 
-Data, probes and endpoint requests travel forward (to QPN 0x123); SACK, ACK, NACK and
-endpoint responses travel back (to QPN 0x456), reflecting the forward EV they answer.
+Data, probes and endpoint requests travel forward (to QPN 0x123; endpoint operations to
+the reserved QPN 0x2); SACK, ACK, NACK and endpoint responses travel back (to QPN 0x456),
+SACK and NACK reflecting the forward EV they answer. EVs follow the default order: the
+low 16 bits in the UDP source port, the high 16 in the flow labels.
 
 Unless its name says otherwise a frame is in uSID mode with an inner IPv6 header
-(``encap``); ``-srh`` frames carry a segment list, ``-noencap`` frames have no inner header,
+(``encap``); ``-srh`` frames carry a classic segment list, ``-usid-srh`` MRC's SRH form (the
+first uSID container fc00:0:1001:2001:: in the destination, the next, fc00:0:1002:e002::, in a
+reduced one-segment SRH), ``-noencap`` frames have no inner header,
 ``-plain`` frames go straight to the receiver. ``write-middle-trimmed`` is a 1024-byte-payload
 data frame as a switch forwards it after trimming: cut to 256 bytes, outer DSCP re-marked
 ``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were; ``write-only-ce``
@@ -47,10 +51,13 @@ from mrcnet.constants import (
     Opcode,
     SackMode,
 )
-from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.aeth import AETH
+from mrcnet.wire.eeth import EETH
+from mrcnet.wire.erth import ERTH
 from mrcnet.wire.ethernet import mac_to_bytes
 from mrcnet.wire.frame import (
     Route,
+    build_ack,
     build_data,
     build_endpoint,
     build_nack,
@@ -58,9 +65,9 @@ from mrcnet.wire.frame import (
     build_sack,
 )
 from mrcnet.wire.ipv6 import ip6
-from mrcnet.wire.nack import NETH
-from mrcnet.wire.probe import ProbeHeader
-from mrcnet.wire.sack import SETH, CCState
+from mrcnet.wire.neth import NETH
+from mrcnet.wire.peth import PETH
+from mrcnet.wire.seth import SETH, CCState
 from mrcnet.wire.usid import usid_container
 
 SENDER_MAC = mac_to_bytes("02:00:00:00:01:01")
@@ -90,6 +97,10 @@ USID_NOENCAP = Route(*_FWD, usid=USID_PATH, encap=False)
 SRH = Route(*_FWD, segments=SRH_PATH)
 SRH_NOENCAP = Route(*_FWD, segments=SRH_PATH, encap=False)
 PLAIN = Route(*_FWD, encap=False)
+# MRC's SRv6-with-SRH form: the first container in the destination, the next in a reduced
+# one-segment SRH (for paths longer than one container holds).
+USID_SRH = Route(*_FWD, usid=usid_container(USID_BLOCK, PATH_USIDS[:2]),
+                 usid_srh=usid_container(USID_BLOCK, PATH_USIDS[2:]))
 REVERSE_USID = Route(*_REV, usid=REVERSE_USID_PATH)
 REVERSE_SRH_NOENCAP = Route(*_REV, segments=REVERSE_SRH_PATH, encap=False)
 
@@ -101,7 +112,7 @@ class Sample:
     name: str
     description: str
     frame: bytes
-    mode: str  # "usid", "srh" or "plain"
+    mode: str  # "usid", "usid-srh" (MRC's SRH form), "srh" (classic) or "plain"
     encap: bool
     trimmed: bool = False
 
@@ -164,23 +175,27 @@ def _data(
     return build_data(
         route, ev=ev, opcode=op, dest_qp=QPN, psn=psn, va=0x1000_0000 + 64 * psn,
         rkey=0xCAFE0001, payload=_payload(64, psn) if payload is None else payload,
-        msn=7 if imm else None, imm=0xC0FFEE00 if imm else None, timestamp=timestamp,
+        rqmsn=7, msn=psn - 90, imm=0xC0FFEE00 if imm else None, timestamp=timestamp,
         rtx=rtx, ack_req=ack_req,
     )
 
 
 def _nack(reason: NackReason) -> bytes:
-    neth = NETH(reason=reason, ev=0x0001_1001, psn=103, cack_psn=101, ts_echo=0x1234)
+    neth = NETH(reason=reason, entropy=0x0001_1001, nack_psn=103, timestamp=0x1234,
+                spdcid=0x456, dpdcid=0x123)
     return build_nack(REVERSE_USID, ev=0x0002_2001, dest_qp=PEER_QPN, neth=neth, psn=103)
 
 
-def _sack(route: Route, *, ack: bool = False) -> bytes:
+def _sack(route: Route, *, probe: bool = False) -> bytes:
+    """PSNs up to 100 in order, 102, 104 and 105 too (bits 0, 2, 3 from 102); answers 104
+    (CE-marked: M = SKIP_ONCE), or probe 42 (PR)."""
     seth = SETH(
-        ev=0x0001_1001, cack_psn=101, ack_offset=2, sack_offset=1, max_psn_range=64,
-        mode=SackMode.SKIP_ONCE, ece=True, bitmap=0b1011, imm_credit=8,
+        cack_psn=100, entropy=0x0001_1001, ack_psn_offset=42 if probe else 4, sack_offset=2,
+        sack_bitmap=0b1101, m=SackMode.NONE if probe else SackMode.SKIP_ONCE, pr=probe,
+        spdcid=0x456, dpdcid=0x123, mpr=8,
     )
-    cc = CCState(ts_echo=0x1234, ooo_count=2, window_penalty=5, rcvd_bytes=6400)
-    return build_sack(route, ev=0x0002_2001, dest_qp=PEER_QPN, seth=seth, cc=cc, ack=ack)
+    cc = CCState(timestamp=0x1234, ooo_count=3, rcv_cwnd_pen=5, rcvd_bytes=6400 // 256)
+    return build_sack(route, ev=0x0002_2001, dest_qp=PEER_QPN, seth=seth, cc=cc)
 
 
 def _build() -> list[Sample]:
@@ -192,7 +207,7 @@ def _build() -> list[Sample]:
          lambda: _data(USID, Opcode.WRITE_MIDDLE, 101), USID, False),
         ("write-last", "RDMA WRITE last packet", lambda: _data(USID, Opcode.WRITE_LAST, 102),
          USID, False),
-        ("write-last-imm", "WRITE last with immediate (METH + ImmDt)",
+        ("write-last-imm", "WRITE last with immediate (ImmDt after RETH)",
          lambda: _data(USID, Opcode.WRITE_LAST_IMM, 103, imm=True), USID, False),
         ("write-only", "single-packet WRITE", lambda: _data(USID, Opcode.WRITE_ONLY, 104),
          USID, False),
@@ -200,7 +215,7 @@ def _build() -> list[Sample]:
          lambda: _data(USID, Opcode.WRITE_ONLY_IMM, 105, imm=True), USID, False),
         ("write-only-ts", "WRITE with a send timestamp (BTH.TS, TSETH)",
          lambda: _data(USID, Opcode.WRITE_ONLY, 106, timestamp=0x1234), USID, False),
-        ("write-last-imm-ts", "WRITE last with immediate and timestamp (TSETH after ImmDt)",
+        ("write-last-imm-ts", "WRITE last with immediate and timestamp (TSETH after METH)",
          lambda: _data(USID, Opcode.WRITE_LAST_IMM, 107, timestamp=0x1235, imm=True), USID, False),
         ("write-only-rtx", "retransmission (BTH.RTX) on another EV, ack requested",
          lambda: _data(USID, Opcode.WRITE_ONLY, 104, ev=0x0001_1002, rtx=True, ack_req=True),
@@ -211,6 +226,9 @@ def _build() -> list[Sample]:
          lambda: _data(SRH_NOENCAP, Opcode.WRITE_ONLY, 109), SRH_NOENCAP, False),
         ("write-only-usid-noencap", "WRITE in uSID mode without inner header",
          lambda: _data(USID_NOENCAP, Opcode.WRITE_ONLY, 110), USID_NOENCAP, False),
+        ("write-only-usid-srh", "WRITE in MRC's SRH form: uSID container + a reduced SRH "
+         "holding the next container", lambda: _data(USID_SRH, Opcode.WRITE_ONLY, 115),
+         USID_SRH, False),
         ("write-only-plain", "WRITE straight to the receiver (no SRv6, no inner header)",
          lambda: _data(PLAIN, Opcode.WRITE_ONLY, 111), PLAIN, False),
         ("write-middle-trimmed", "data frame trimmed by a switch to 256 bytes",
@@ -220,8 +238,11 @@ def _build() -> list[Sample]:
          lambda: switch_mark_ce(_data(USID, Opcode.WRITE_ONLY, 114)), USID, False),
         ("sack", "selective ACK reflecting EV 0x00011001", lambda: _sack(REVERSE_USID),
          REVERSE_USID, False),
-        ("ack", "cumulative ACK (SETH + CC state)", lambda: _sack(REVERSE_USID, ack=True),
-         REVERSE_USID, False),
+        ("sack-probe-response", "SACK answering reliability probe 42 (PR, probe id in "
+         "ack_psn_offset)", lambda: _sack(REVERSE_USID, probe=True), REVERSE_USID, False),
+        ("ack", "RoCE cumulative ACK: PSN 100 and all before it (AETH)",
+         lambda: build_ack(REVERSE_USID, ev=0x0002_2001, dest_qp=PEER_QPN, psn=100,
+                           aeth=AETH(msn=3)), REVERSE_USID, False),
         ("sack-srh-noencap", "SACK in SRH mode without inner header",
          lambda: _sack(REVERSE_SRH_NOENCAP), REVERSE_SRH_NOENCAP, False),
     ]
@@ -231,28 +252,33 @@ def _build() -> list[Sample]:
         for r in NackReason
     ]
     specs += [
-        ("probe", "reliability probe on EV 0x00011003",
+        ("probe", "reliability probe 42 on EV 0x00011003 (PETH; BTH.PSN: the next PSN)",
          lambda: build_probe(
              USID, ev=0x0001_1003, dest_qp=QPN,
-             probe=ProbeHeader(probe_id=42, ev=0x0001_1003, psn=113, timestamp=0x1236),
-             psn=113,
+             peth=PETH(probe_id=42, timestamp=0x1236, spdcid=0x123, dpdcid=0x456), psn=113,
          ), USID, False),
-        ("ep-ev-probe-req", "endpoint EV probe request on EV 0x00011004",
-         lambda: build_endpoint(USID, ev=0x0001_1004, eph=EndpointHeader(
-             EndpointOp.EV_PROBE, request_id=9, ev=0x0001_1004, timestamp=0x1237)),
+        ("ep-ev-probe-req", "endpoint EV probe request 9 on EV 0x00011004 (ERTH)",
+         lambda: build_endpoint(USID, ev=0x0001_1004, request_id=9,
+                                erth=ERTH(EndpointOp.EV_PROBE, timestamp=0x1237)),
          USID, False),
-        ("ep-ev-probe-resp", "endpoint EV probe response (echoes id, EV, timestamp)",
-         lambda: build_endpoint(REVERSE_USID, ev=0x0002_2004, response=True, eph=EndpointHeader(
-             EndpointOp.EV_PROBE, request_id=9, ev=0x0001_1004, timestamp=0x1237)),
+        ("ep-ev-probe-resp", "endpoint EV probe response 9 on the same EV (EETH)",
+         lambda: build_endpoint(REVERSE_USID, ev=0x0001_1004, request_id=9,
+                                eeth=EETH(EndpointOp.EV_PROBE, timestamp=0x1237)),
          REVERSE_USID, False),
-        ("ep-port-status", "endpoint port status: planes 0, 1 and 3 of 4 live",
-         lambda: build_endpoint(USID, ev=0x0001_1005, eph=EndpointHeader(
-             EndpointOp.PORT_STATUS, request_id=10, port_mask=0b1011)),
+        ("ep-port-status", "endpoint port status: planes 0, 1 and 3 of 4 live (ERTH)",
+         lambda: build_endpoint(USID, ev=0x0001_1005, request_id=10,
+                                erth=ERTH(EndpointOp.PORT_STATUS, port_status_mask=0b1011,
+                                          timestamp=0x1238)),
          USID, False),
+        ("ep-port-status-resp", "endpoint port status response 10 (EETH)",
+         lambda: build_endpoint(REVERSE_USID, ev=0x0002_2005, request_id=10,
+                                eeth=EETH(EndpointOp.PORT_STATUS, timestamp=0x1238)),
+         REVERSE_USID, False),
     ]
     out = []
     for name, desc, make, route, trimmed in specs:
-        mode = "usid" if route.usid else "srh" if route.segments else "plain"
+        mode = ("usid-srh" if route.usid_srh else "usid" if route.usid else
+                "srh" if route.segments else "plain")
         out.append(Sample(name, desc, make(), mode, route.encap, trimmed))
     return out
 

@@ -6,7 +6,10 @@ segment list[0..last entry] (16 bytes each, in *reverse* travel order: list[0] i
 final segment) | optional TLVs (Pad1, PadN and others, skipped).
 
 The API takes segments in travel order (first hop first) and stores them on the wire
-reversed, as the RFC does.
+reversed, as the RFC does. A *reduced* SRH (RFC 8986 H.Encaps.Red) leaves the first
+segment out, in the destination address only: segments left is then last entry + 1, which
+RFC 8754 allows. MRC's SRv6-with-SRH form is one: the outer destination is a uSID
+container and the SRH holds the next container (:meth:`SRH.reduced`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ class SRH:
         segs = tuple(addr16("segment", s) for s in reversed(path))
         return cls(next_header=next_header, segments=segs, segments_left=len(segs) - 1, tag=tag)
 
+    @classmethod
+    def reduced(cls, next_header: int, rest: Sequence[bytes], *, tag: int = 0) -> SRH:
+        """A reduced SRH: the segments after the one in the destination address, in
+        travel order; segments left = how many remain (last entry + 1)."""
+        if not rest:
+            raise ValueError("a reduced SRH needs at least one segment")
+        segs = tuple(addr16("segment", s) for s in reversed(rest))
+        return cls(next_header=next_header, segments=segs, segments_left=len(segs), tag=tag)
+
     @property
     def last_entry(self) -> int:
         """Index of the last element of the segment list (the first hop)."""
@@ -64,8 +76,11 @@ class SRH:
         return (self.length - SRH_FIXED_LEN) // 8
 
     @property
-    def active_segment(self) -> bytes:
-        """The segment the packet is travelling to now (segment list[segments left])."""
+    def active_segment(self) -> bytes | None:
+        """The segment the packet is travelling to now (segment list[segments left]);
+        None while a reduced SRH's first segment, in the destination only, is active."""
+        if self.segments_left >= len(self.segments):
+            return None
         return self.segments[self.segments_left]
 
     @property
@@ -81,9 +96,9 @@ class SRH:
             raise ValueError("an SRH holds at most 127 segments (hdr ext len is 8 bits)")
         if len(self.tlvs) % 8:
             raise ValueError("SRH TLVs must pad the header to a multiple of 8 octets")
-        if not 0 <= self.segments_left <= self.last_entry:
+        if not 0 <= self.segments_left <= self.last_entry + 1:
             raise ValueError(
-                f"segments_left={self.segments_left} outside 0..{self.last_entry}"
+                f"segments_left={self.segments_left} outside 0..{self.last_entry + 1}"
             )
         check_range("next_header", self.next_header, 8)
         check_range("flags", self.flags, 8)
@@ -114,9 +129,9 @@ class SRH:
                 MalformedReason.BAD_SRH,
                 f"last entry {last} needs {seg_bytes} bytes, hdr ext len gives {8 * hel}",
             )
-        if sl > last:
+        if sl > last + 1:  # (last + 1: a reduced SRH, RFC 8754 4.3.1.1)
             raise MalformedFrame(
-                MalformedReason.BAD_SRH, f"segments left {sl} beyond last entry {last}"
+                MalformedReason.BAD_SRH, f"segments left {sl} beyond last entry {last} + 1"
             )
         need(buf, offset, total, "SRH segment list")
         base = offset + SRH_FIXED_LEN

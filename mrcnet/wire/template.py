@@ -1,12 +1,12 @@
 """Data-frame templates: the pure-Python reference of the per-packet header patcher.
 
 Every data frame a QP sends to one destination carries the same Ethernet, IPv6, SRH, UDP,
-BTH and RETH bytes except for a handful of fields. A :class:`DataTemplate` is made once
+BTH bytes (and RETH's rkey) except for a handful of fields. A :class:`DataTemplate` is made once
 per (QP, destination) from a frame the reference builder (:func:`mrcnet.wire.build_data`)
 made; it records where those fields are, and :meth:`DataTemplate.patch` writes one packet
 into a caller's buffer: opcode, BTH flags (AckReq, RTX, TS), PSN, EV (UDP source port and
-outer flow label), the path (outer destination, or SRH segments), RETH address and length,
-METH/ImmDt/TSETH, payload, all length fields, ICRC and UDP checksum.
+inner and outer flow label), the path (outer destination, or SRH segments), METH, TSETH,
+RETH address and length, ImmDt, payload, all length fields, ICRC and UDP checksum.
 
 :class:`CTemplate` does the same in one C call (mrcnet/_csrc/template.c). The tests prove
 ``build_data(...) == DataTemplate.patch(...) == CTemplate.patch(...)`` byte for byte.
@@ -16,7 +16,7 @@ place from a per-path template (the core's SACKs), in C when built.
 
 What mrcd uses: ``make_template(frame_or_DataTemplate)`` once per (QP, destination),
 ``tmpl.path(usid=...)`` or ``tmpl.path(segments=...)`` once per EV, then per packet
-``tmpl.patch(out, opcode=, psn=, ev=, va=, payload=, path=, msn=, imm=, timestamp=,
+``tmpl.patch(out, opcode=, psn=, ev=, va=, payload=, path=, meth=, imm=, timestamp=,
 rtx=, ack_req=, cap=) -> length``; ``out`` is a bytearray/memoryview or, fastest, a batch's
 ``slot_ptr(i)`` (then ``cap=bufsize``): no copy but the payload's.
 """
@@ -42,6 +42,7 @@ from mrcnet.constants import (
     PSN_MASK,
     RETH_LEN,
     SRH_FIXED_LEN,
+    TS_FORMAT_TYPE,
     TSETH_LEN,
     UDP_HEADER_LEN,
     Opcode,
@@ -52,11 +53,12 @@ from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
 from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
 from mrcnet.wire.frame import Route, build_data, parse_frame
 from mrcnet.wire.icrc import icrc
+from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
 from mrcnet.wire.usid import usid_final
 
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
-_U64 = struct.Struct("!Q")
+_RETH = struct.Struct("!QII")
 _MAX_IPV6_PAYLOAD = 0xFFFF
 _EV_MAX = 0xFFFFFFFF
 
@@ -80,15 +82,16 @@ class DataTemplate:
     """Headers of one (QP, destination) data flow, patched per packet (pure Python).
 
     Make it from a data frame built by :func:`mrcnet.wire.build_data` (any opcode; its
-    METH/ImmDt/TSETH and payload are not kept), or with :meth:`for_route`.
+    METH/TSETH/ImmDt and payload are not kept, its RETH's rkey is), or with
+    :meth:`for_route`. ``meth`` below is the METH word: RQMSN << 16 | MSN.
     """
 
     #: Layout choices of the reference builder that the C patcher takes as settings.
-    IMM_BEFORE_TSETH: ClassVar[bool] = True
     ICRC_LITTLE_ENDIAN: ClassVar[bool] = True
 
     hdr: bytes
-    """Ethernet through the end of the RETH, as the reference built them."""
+    """Ethernet through the end of the BTH, as the reference built them."""
+    rkey: int
     off_outer: int
     off_srh_segs: int
     """Offset of the SRH segment list (0: no SRH)."""
@@ -97,7 +100,6 @@ class DataTemplate:
     """Offset of the inner IPv6 header (0: none)."""
     off_udp: int
     off_bth: int
-    off_reth: int
     pseudo_src: bytes
     pseudo_dst: bytes
     usid_pseudo: bool
@@ -125,14 +127,18 @@ class DataTemplate:
             off += IPV6_HEADER_LEN
         self.off_udp = off
         self.off_bth = off + UDP_HEADER_LEN
-        self.off_reth = self.off_bth + f.bth.LEN
-        self.hdr = bytes(memoryview(frame)[: self.off_reth + RETH_LEN])
+        self.hdr = bytes(memoryview(frame)[: self.off_bth + f.bth.LEN])
+        self.rkey = f.reth.rkey
         self.usid_pseudo = False
         udp = memoryview(frame)[self.off_udp : len(frame)]
         if f.inner is not None:
             self.pseudo_src, self.pseudo_dst = f.inner.src, f.inner.dst
         elif f.srh is not None:
             self.pseudo_src, self.pseudo_dst = f.outer.src, f.srh.final_segment
+            if (route is not None and route.usid_srh is not None) or (
+                    route is None and not udp6_checksum_ok(f.outer.src, f.srh.final_segment,
+                                                           udp)):
+                self.pseudo_dst = usid_final(f.srh.final_segment)  # MRC's SRH form
         else:
             if route is not None:
                 self.usid_pseudo = route.usid is not None
@@ -158,14 +164,21 @@ class DataTemplate:
 
     def max_frame_len(self, payload_len: int) -> int:
         """Largest frame :meth:`patch` can write for ``payload_len`` bytes of payload."""
-        return len(self.hdr) + METH_LEN + IMMDT_LEN + TSETH_LEN + payload_len + ICRC_LEN
+        return (len(self.hdr) + METH_LEN + TSETH_LEN + RETH_LEN + IMMDT_LEN + payload_len
+                + ICRC_LEN)
 
-    def path(self, *, usid: bytes | None = None,
-             segments: Sequence[bytes] | None = None) -> PathSpec:
-        """Precompute the bytes of one path: a uSID container, or SRH segments in travel
-        order (first hop first; the same number as the template's)."""
+    def path(self, *, usid: bytes | None = None, segments: Sequence[bytes] | None = None,
+             usid_srh: bytes | None = None) -> PathSpec:
+        """Precompute the bytes of one path: a uSID container (and, in MRC's SRH form, the
+        second container its SRH holds), or classic SRH segments in travel order (first
+        hop first; the same number as the template's)."""
         if (usid is None) == (segments is None):
             raise ValueError("give exactly one of usid= and segments=")
+        if usid_srh is not None:
+            if usid is None or self.srh_segs_len != 16 or len(usid) != 16 or len(usid_srh) != 16:
+                raise ValueError("usid_srh= needs usid= and a template with a one-segment SRH")
+            return PathSpec(bytes(usid), bytes(usid_srh),
+                            None if self.off_inner else usid_final(usid_srh))
         if usid is not None:
             if self.has_srh:
                 raise ValueError("this template's frames carry an SRH: give segments=")
@@ -194,7 +207,7 @@ class DataTemplate:
         va: int,
         payload: Buffer = b"",
         path: PathSpec | None = None,
-        msn: int | None = None,
+        meth: int | None = None,
         imm: int | None = None,
         timestamp: int | None = None,
         rtx: bool = False,
@@ -208,11 +221,11 @@ class DataTemplate:
         may be used. Raises ``ValueError`` for a field out of range or a frame that does
         not fit.
         """
-        imm_ext = check_data_args(opcode, psn, ev, va, msn, imm, timestamp)
+        imm_ext = check_data_args(opcode, psn, ev, va, meth, imm, timestamp)
         hdr = self.hdr
         hlen = len(hdr)
         plen = len(payload)
-        ext_len = (METH_LEN + IMMDT_LEN if imm_ext else 0) + (
+        ext_len = METH_LEN + RETH_LEN + (IMMDT_LEN if imm_ext else 0) + (
             TSETH_LEN if timestamp is not None else 0)
         total = hlen + ext_len + plen + ICRC_LEN
         room = len(out) if cap is None else min(cap, len(out))
@@ -224,7 +237,8 @@ class DataTemplate:
         mv[:hlen] = hdr
 
         o = self.off_outer
-        _U16.pack_into(mv, o + 2, ev & 0xFFFF)  # low 16 bits of the flow label
+        fl = ev_to_flow_label(ev)
+        _U16.pack_into(mv, o + 2, fl)  # low 16 bits of the flow label
         _U16.pack_into(mv, o + 4, total - o - IPV6_HEADER_LEN)
         pseudo_dst = self.pseudo_dst
         if path is not None:
@@ -234,9 +248,10 @@ class DataTemplate:
             if path.pseudo_dst is not None:
                 pseudo_dst = path.pseudo_dst
         if self.off_inner:
+            _U16.pack_into(mv, self.off_inner + 2, fl)
             _U16.pack_into(mv, self.off_inner + 4, total - self.off_inner - IPV6_HEADER_LEN)
         u = self.off_udp
-        _U16.pack_into(mv, u, ev >> 16)  # source port; the destination port stays
+        _U16.pack_into(mv, u, ev_to_sport(ev))  # source port; the destination port stays
         _U16.pack_into(mv, u + 4, total - u)
 
         b = self.off_bth
@@ -244,19 +259,19 @@ class DataTemplate:
         flags = ((F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
                  | (F_TS if timestamp is not None else 0))
         _U32.pack_into(mv, b + 8, (flags << 24) | psn)
-        r = self.off_reth
-        _U64.pack_into(mv, r, va)
-        _U32.pack_into(mv, r + 12, plen)
 
         e = hlen
-        if imm_ext:
-            assert msn is not None and imm is not None
-            _U32.pack_into(mv, e, msn)
-            _U32.pack_into(mv, e + 4, imm)
-            e += METH_LEN + IMMDT_LEN
+        _U32.pack_into(mv, e, meth or 0)
+        e += METH_LEN
         if timestamp is not None:
-            _U32.pack_into(mv, e, timestamp << 16)
+            _U32.pack_into(mv, e, timestamp << 16 | TS_FORMAT_TYPE)
             e += TSETH_LEN
+        _RETH.pack_into(mv, e, va, self.rkey, plen)
+        e += RETH_LEN
+        if imm_ext:
+            assert imm is not None
+            _U32.pack_into(mv, e, imm)
+            e += IMMDT_LEN
         mv[e : e + plen] = payload
 
         # ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC.
@@ -275,31 +290,33 @@ class DataTemplate:
         return bytes(buf[:n])
 
     def frame(self, opcode: int, psn: int, ev: int, va: int, payload: Buffer,
-              path: PathSpec | None, msn: int | None, imm: int | None,
+              path: PathSpec | None, meth: int | None, imm: int | None,
               timestamp: int | None, rtx: bool, ack_req: bool) -> bytes:
         """One frame as ``bytes``, every field positional (the core's per-packet call;
         :class:`CTemplate` has the same method, one C call)."""
         buf = bytearray(self.max_frame_len(len(payload)))
         n = self.patch(buf, opcode=opcode, psn=psn, ev=ev, va=va, payload=payload, path=path,
-                       msn=msn, imm=imm, timestamp=timestamp, rtx=rtx, ack_req=ack_req)
+                       meth=meth, imm=imm, timestamp=timestamp, rtx=rtx, ack_req=ack_req)
         return bytes(buf[:n])
 
 
-def check_data_args(opcode: int, psn: int, ev: int, va: int, msn: int | None,
+def check_data_args(opcode: int, psn: int, ev: int, va: int, meth: int | None,
                     imm: int | None, timestamp: int | None) -> bool:
     """Check per-packet fields as :func:`mrcnet.wire.build_data` does (``ValueError``);
-    returns True when the opcode carries METH + ImmDt. Shared with the C patcher, which
-    would otherwise truncate silently."""
+    returns True when the opcode carries ImmDt. Shared with the C patcher, which would
+    otherwise truncate silently."""
     if opcode not in DATA_OPCODES:
         raise ValueError(f"opcode {opcode:#x} is not a WRITE opcode")
     imm_ext = opcode in IMM_OPCODES
     if imm_ext:
-        if msn is None or imm is None:
-            raise ValueError("a write-with-immediate needs msn= and imm=")
-        if not (0 <= msn < 1 << 24 and 0 <= imm <= 0xFFFFFFFF):
-            raise ValueError(f"msn={msn!r} (24 bits) or imm={imm!r} (32 bits) out of range")
-    elif msn is not None or imm is not None:
+        if imm is None:
+            raise ValueError("a write-with-immediate needs imm=")
+        if not 0 <= imm <= 0xFFFFFFFF:
+            raise ValueError(f"imm={imm!r} does not fit in 32 bits")
+    elif imm is not None:
         raise ValueError(f"opcode {opcode:#x} carries no immediate")
+    if meth is not None and not 0 <= meth <= 0xFFFFFFFF:
+        raise ValueError(f"meth={meth!r} (RQMSN << 16 | MSN) does not fit in 32 bits")
     if not 0 <= psn <= PSN_MASK:
         raise ValueError(f"psn={psn!r} does not fit in 24 bits")
     if not 0 <= ev <= _EV_MAX:
@@ -315,7 +332,8 @@ def check_data_args(opcode: int, psn: int, ev: int, va: int, msn: int | None,
 
 _U64_MAX: Final = (1 << 64) - 1
 _PLAIN_DATA_OPS: Final = frozenset(int(op) for op in DATA_OPCODES - IMM_OPCODES)
-_IMM_EXT_LEN: Final = METH_LEN + IMMDT_LEN
+_BASE_EXT_LEN: Final = METH_LEN + RETH_LEN
+_IMM_EXT_LEN: Final = IMMDT_LEN
 _TSETH_EXT_LEN: Final = TSETH_LEN
 # mrc_patch_data's extension bits (template.h MRC_EXT_*; a test checks them against C)
 EXT_IMM: Final = 1
@@ -354,8 +372,7 @@ class CTemplate:
         t.off_inner_ip = tmpl.off_inner
         t.off_udp = tmpl.off_udp
         t.off_bth = tmpl.off_bth
-        t.off_reth = tmpl.off_reth
-        t.imm_first = int(tmpl.IMM_BEFORE_TSETH)
+        t.rkey = tmpl.rkey
         t.icrc_le = int(tmpl.ICRC_LITTLE_ENDIAN)
         t.pseudo_sum = C.mrc_tmpl_addr_sum(tmpl.pseudo_src, tmpl.pseudo_dst)
         ffi.memmove(t.pseudo_src, tmpl.pseudo_src, 16)
@@ -366,10 +383,10 @@ class CTemplate:
         self._null = ffi.NULL
         self._hdr_len = len(hdr)
 
-    def path(self, *, usid: bytes | None = None,
-             segments: Sequence[bytes] | None = None) -> PathSpec:
+    def path(self, *, usid: bytes | None = None, segments: Sequence[bytes] | None = None,
+             usid_srh: bytes | None = None) -> PathSpec:
         """Same as :meth:`DataTemplate.path`."""
-        return self.template.path(usid=usid, segments=segments)
+        return self.template.path(usid=usid, segments=segments, usid_srh=usid_srh)
 
     def max_frame_len(self, payload_len: int) -> int:
         """Same as :meth:`DataTemplate.max_frame_len`."""
@@ -385,7 +402,7 @@ class CTemplate:
         va: int,
         payload: bytes | bytearray | memoryview = b"",
         path: PathSpec | None = None,
-        msn: int | None = None,
+        meth: int | None = None,
         imm: int | None = None,
         timestamp: int | None = None,
         rtx: bool = False,
@@ -395,13 +412,14 @@ class CTemplate:
         """Write one data frame into ``out``; returns its length (see DataTemplate.patch)."""
         # The common packet (no immediate, no timestamp, fields in range) is checked inline;
         # anything else goes through the full check, which also words the errors.
-        if (timestamp is None and msn is None and imm is None and opcode in _PLAIN_DATA_OPS
+        if (timestamp is None and imm is None and opcode in _PLAIN_DATA_OPS
+                and (meth is None or 0 <= meth <= 0xFFFFFFFF)
                 and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX):
             ext = 0
             flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
             timestamp = 0
         else:
-            ext = EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+            ext = EXT_IMM if self._check(opcode, psn, ev, va, meth, imm, timestamp) else 0
             flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
             if timestamp is not None:
                 ext |= EXT_TSETH
@@ -419,7 +437,7 @@ class CTemplate:
         if type(payload) is not bytes:
             payload = ffi.from_buffer(payload)
         n = int(C.mrc_patch_data(ptr, cap, self._t, opcode, flags, psn, ev, da, segs, pd, va,
-                                  ext, msn or 0, imm or 0, timestamp, payload, len(payload)))
+                                  ext, meth or 0, imm or 0, timestamp, payload, len(payload)))
         if n == 0:
             raise ValueError(f"a frame with {len(payload)} payload bytes does not fit "
                              f"{cap} bytes or an IPv6 length field")
@@ -427,19 +445,20 @@ class CTemplate:
 
     def frame(self, opcode: int, psn: int, ev: int, va: int,
               payload: bytes | bytearray | memoryview, path: PathSpec | None,
-              msn: int | None, imm: int | None, timestamp: int | None, rtx: bool,
+              meth: int | None, imm: int | None, timestamp: int | None, rtx: bool,
               ack_req: bool) -> bytes:
         """One data frame as ``bytes``, every field positional: the core's per-packet
         call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into a
         buffer of exactly the frame's size, so the only copy is ``bytes()``'s."""
-        if (msn is None and imm is None and opcode in _PLAIN_DATA_OPS
+        if (imm is None and opcode in _PLAIN_DATA_OPS
+                and (meth is None or 0 <= meth <= 0xFFFFFFFF)
                 and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX
                 and (timestamp is None or 0 <= timestamp <= 0xFFFF)):
             ext = 0
         else:  # the full check, which also words the errors
-            ext = EXT_IMM if self._check(opcode, psn, ev, va, msn, imm, timestamp) else 0
+            ext = EXT_IMM if self._check(opcode, psn, ev, va, meth, imm, timestamp) else 0
         flags = (F_ACKREQ if ack_req else 0) | (F_RTX if rtx else 0)
-        n = self._hdr_len + len(payload) + ICRC_LEN
+        n = self._hdr_len + _BASE_EXT_LEN + len(payload) + ICRC_LEN
         if ext:
             n += _IMM_EXT_LEN
         if timestamp is not None:
@@ -453,7 +472,7 @@ class CTemplate:
             payload = ffi.from_buffer(payload)
         buf = bytearray(n)
         if not C.mrc_patch_data(ffi.from_buffer(buf), n, self._t, opcode, flags, psn, ev, da,
-                                 segs, pd, va, ext, msn or 0, imm or 0, timestamp, payload,
+                                 segs, pd, va, ext, meth or 0, imm or 0, timestamp, payload,
                                  len(payload)):
             raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
                              "IPv6 length field")
@@ -531,13 +550,13 @@ class RunPatcher:
 
     def frames(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
                exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
-               seg: int, msn: int, imm: int, timestamp: int) -> list[memoryview]:
+               seg: int, meth: int, imm: int, timestamp: int) -> list[memoryview]:
         """Frames of ``len(slots)`` packets: packet i carries payload bytes ``[i * seg,
         (i + 1) * seg)`` (the last one the rest), PSN ``psn0 + i``, address ``va0 + i *
         seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits. Read-only
         views, one per frame, into a buffer of this run's own."""
         n = len(slots)
-        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, msn,
+        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, meth,
                                 imm, timestamp)
         view = memoryview(ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
         # The frames lie end to end: slices from running sums (C iterators: no Python
@@ -547,25 +566,26 @@ class RunPatcher:
 
     def queue(self, sendq: RunQueue, ports: list[int], slots: list[int], evs: list[int],
               ops: list[int], flags: list[int], exts: list[int], psn0: int, va0: int,
-              payload: bytes | bytearray | memoryview, seg: int, msn: int, imm: int,
+              payload: bytes | bytearray | memoryview, seg: int, meth: int, imm: int,
               timestamp: int) -> None:
         """The frames :meth:`frames` makes, queued on ``sendq`` instead (frame i on port
         ``ports[i]``): no Python object per frame."""
-        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, msn,
+        buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, meth,
                                 imm, timestamp)
         sendq.add_run(buf, lens, ports)
 
     def _build(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
                exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
-               seg: int, msn: int, imm: int, timestamp: int) -> tuple[Any, Any]:
+               seg: int, meth: int, imm: int, timestamp: int) -> tuple[Any, Any]:
         """The run's frames back to back in a buffer of their own, and their lengths."""
         n = len(slots)
-        cap = n * (C.MRC_TMPL_HDR_MAX + _IMM_EXT_LEN + _TSETH_EXT_LEN + ICRC_LEN) + len(payload)
+        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
+                   + ICRC_LEN) + len(payload)
         buf = _RAW_ALLOC("uint8_t[]", cap)
         lens = ffi.new("uint32_t[]", n)
         pl = payload if type(payload) is bytes else ffi.from_buffer(payload)
         if not C.mrc_patch_run(buf, cap, n, self._paths, slots, evs, ops, flags, exts, psn0,
-                                va0, pl, len(payload), seg, msn, imm, timestamp, lens):
+                                va0, pl, len(payload), seg, meth, imm, timestamp, lens):
             raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
                              "not fit an IPv6 length field")
         return buf, lens

@@ -1,8 +1,10 @@
 """UDP header (RFC 768) and how MRC carries its 32-bit entropy value (EV).
 
-[M] The EV's high 16 bits ride in the UDP source port and its low 16 bits in the low 16
-bits of the outer IPv6 flow label; the destination port is RoCEv2's 4791. The split is a
-third-party reading of the spec, kept here so it can be corrected in one place.
+[M+] The EV rides in the UDP source port (16 bits) and the low 16 bits of the flow label of
+the outer and the inner IPv6 header. By default the EV's low 16 bits go in the source port
+and its high 16 bits in the flow label (``EV_ORDER_SPORT_LOW``); :func:`set_ev_order`
+selects the other order (``EV_ORDER_SPORT_HIGH``) for the whole process, the Python and the
+C codecs alike. The destination port is RoCEv2's 4791.
 """
 
 from __future__ import annotations
@@ -11,27 +13,55 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mrcnet.constants import EV_FLOW_LABEL_MASK, EV_SPORT_SHIFT, MRC_UDP_PORT, UDP_HEADER_LEN
+from mrcnet.constants import (
+    EV_HALF_MASK,
+    EV_HALF_SHIFT,
+    EV_ORDER_SPORT_HIGH,
+    EV_ORDER_SPORT_LOW,
+    MRC_UDP_PORT,
+    UDP_HEADER_LEN,
+)
 from mrcnet.wire._util import Buffer, check_range, need
 
 _S = struct.Struct("!HHHH")
+_order = [EV_ORDER_SPORT_LOW]
+
+
+def set_ev_order(order: int) -> None:
+    """Which half of the EV goes in the UDP source port, for every codec of this
+    process (the C module's too, when built)."""
+    if order not in (EV_ORDER_SPORT_LOW, EV_ORDER_SPORT_HIGH):
+        raise ValueError(f"EV order {order!r}: use EV_ORDER_SPORT_LOW or EV_ORDER_SPORT_HIGH")
+    _order[0] = order
+    from mrcnet.native import C
+
+    if C is not None:
+        C.mrc_set_ev_order(order)
+
+
+def ev_order() -> int:
+    """The EV order in use (``EV_ORDER_SPORT_LOW`` unless :func:`set_ev_order` said)."""
+    return _order[0]
 
 
 def ev_to_sport(ev: int) -> int:
-    """UDP source port that carries ``ev``'s high 16 bits."""
+    """UDP source port that carries half of ``ev``."""
     check_range("ev", ev, 32)
-    return ev >> EV_SPORT_SHIFT
+    return ev >> EV_HALF_SHIFT if _order[0] else ev & EV_HALF_MASK
 
 
 def ev_to_flow_label(ev: int) -> int:
-    """Flow-label value that carries ``ev``'s low 16 bits."""
+    """Flow-label value (low 16 bits) that carries the other half of ``ev``."""
     check_range("ev", ev, 32)
-    return ev & EV_FLOW_LABEL_MASK
+    return ev & EV_HALF_MASK if _order[0] else ev >> EV_HALF_SHIFT
 
 
 def ev_from_headers(sport: int, flow_label: int) -> int:
-    """Recover the EV from a UDP source port and an outer flow label."""
-    return (sport << EV_SPORT_SHIFT) | (flow_label & EV_FLOW_LABEL_MASK)
+    """Recover the EV from a UDP source port and a flow label."""
+    fl = flow_label & EV_HALF_MASK
+    if _order[0]:
+        return (sport << EV_HALF_SHIFT) | fl
+    return (fl << EV_HALF_SHIFT) | sport
 
 
 @dataclass(frozen=True, slots=True)

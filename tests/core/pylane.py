@@ -21,6 +21,7 @@ from mrcnet.constants import (
     PSN_MASK,
     SACK_BITMAP_BITS,
     Opcode,
+    SackMode,
 )
 from mrcnet.core import Host
 from mrcnet.core.memory import MemoryRegion
@@ -93,7 +94,6 @@ class PyRxLane(PyRxState):
         # SACKs the lane builds itself (rxlane.h struct mrc_rx_ctx says when)
         self.sack_ok = False
         self.plane_ok = 0
-        self.credit = 0
         self.paths: dict[int, tuple[Any, int]] = {}
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
@@ -139,13 +139,13 @@ class PyRxLane(PyRxState):
         self.qp, self.qpn = None, -1
         self.paths, self.sack_ok = {}, False
 
-    def sack_setup(self, plane_ok: int, credit: int,
+    def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
         """Let the lane build the QP's due SACKs itself when the triggering packet's
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
-        template for its path; ``credit``: the receive credit to advertise; ``tmpls``:
-        the QP's templates (path key -> (template, port)) if they changed."""
-        self.plane_ok, self.credit, self.sack_ok = plane_ok, credit, True
+        template for its path; ``tmpls``: the QP's templates (path key -> (template,
+        port)) if they changed."""
+        self.plane_ok, self.sack_ok = plane_ok, True
         if tmpls is not None:
             self.set_paths(tmpls)
 
@@ -193,23 +193,27 @@ class PyRxLane(PyRxState):
         o = f.src_off
         if bytes(buf[o : o + 16]) not in self.ack_peers:
             return False
+        if f.pr:
+            return False  # (a probe response answers no packet: Python's)
         una = self.ack_una
-        d = (f.cack_psn - una) & PSN_MASK
+        d = (f.cack_psn + 1 - una) & PSN_MASK  # SETH's CACK is the last PSN in order
         if d >= _HALF:
             d -= PSN_MASK + 1
         cack = una + d
         if cack > self.ack_next or cack <= una - self.ack_cap:
             return False
-        trig = cack + f.ack_offset
+        trig = cack - 1 + f.ack_offset
         txt = self.ack_txt
         off = f.sack_offset
-        acked = txt.sack(now, una, cack, self.ack_next, cack + off, f.bitmap, off == 1, trig,
-                         f.sack_ev, f.ts_echo)
+        acked = txt.sack(now, una, cack, self.ack_next, cack - 1 + off, f.bitmap, off == 2,
+                         trig, f.sack_ev, f.ts_echo)
         if cack > una:
             self.ack_una = cack
         tx = txt.trig_tx
-        self.ack_ints += (cack, acked, tx, f.sack_ev, f.ts_echo, trig, f.ece, f.mode,
-                          f.window_penalty, f.imm_credit)
+        mode = f.mode
+        self.ack_ints += (cack, acked, tx, f.sack_ev, f.ts_echo, trig,
+                          int(mode == SackMode.SKIP_ONCE), mode, f.window_penalty,
+                          f.rcvd_bytes)
         self.ack_sent.append(txt.trig_sent if tx else 0.0)
         return True
 
@@ -237,7 +241,7 @@ class PyRxLane(PyRxState):
         if len(bases) * ln > room:
             return False
         pen = q.penalty
-        frames = PyRxState.sack(q, tmpl, ev, int(pen) if pen else 0, self.credit, bases)
+        frames = PyRxState.sack(q, tmpl, ev, int(pen) if pen else 0, -1, bases)
         if pen:
             q.penalty = pen * 0.5
         q.ack_at = _INF
@@ -316,7 +320,7 @@ class PyRxLane(PyRxState):
             if f.trimmed:
                 return self._stop(k, WHY_TRIMMED)
             op = f.opcode
-            if f.has_imm or op not in _PLAIN:
+            if f.has_imm or not f.has_tseth or op not in _PLAIN:
                 return self._stop(k, WHY_IMM)
             if d >= q.ooo_cap or q.unrep_n >= RX_UNREP_MAX:
                 return self._stop(k, WHY_FULL)

@@ -30,7 +30,7 @@ from mrcnet.core.rxlane import (
 from mrcnet.core.txtable import CTxTable, PyTxTable
 from mrcnet.native import HAVE_C
 from mrcnet.wire.parsed import py_parse
-from mrcnet.wire.sack import SETH, CCState
+from mrcnet.wire.seth import SETH, CCState
 
 from .harness import Net, connect, ip
 from .pylane import PyRxLane
@@ -61,16 +61,17 @@ def _sack_frames(rng: random.Random, st: list[SackTemplate], una: int, nxt: int,
         if rng.random() < 0.1:
             ts ^= 1  # another transmission's stamp: no RTT sample
         off = 1 if rng.random() < 0.8 else rng.randint(-70, 70)
-        seth = SETH(ev=ev, cack_psn=cack & PSN_MASK,
-                    ack_offset=max(-32768, min(32767, trig - cack)),
-                    sack_offset=off, max_psn_range=64,
-                    mode=rng.choice([SackMode.NONE] * 8 + [SackMode.SKIP_ONCE,
-                                                            SackMode.ALWAYS_SKIP]),
-                    ece=rng.random() < 0.1, bitmap=rng.getrandbits(64) if r < 0.9 else 0,
-                    imm_credit=rng.getrandbits(32))
-        cc = CCState(ts_echo=ts, ooo_count=rng.randrange(256),
-                     window_penalty=rng.randrange(128) if rng.random() < 0.1 else 0,
-                     rcvd_bytes=rng.getrandbits(32))
+        # (SETH's CACK is the last PSN in order: the table's cumulative point minus 1)
+        seth = SETH(entropy=ev, cack_psn=(cack - 1) & PSN_MASK,
+                    ack_psn_offset=max(-32768, min(32767, trig - cack + 1)),
+                    sack_offset=off + 1, mpr=1,
+                    m=rng.choice([SackMode.NONE] * 8 + [SackMode.SKIP_ONCE,
+                                                         SackMode.ALWAYS_SKIP]),
+                    pr=rng.random() < 0.05,
+                    sack_bitmap=rng.getrandbits(64) if r < 0.9 else 0)
+        cc = CCState(timestamp=ts, ooo_count=rng.randrange(256),
+                     rcv_cwnd_pen=rng.randrange(128) if rng.random() < 0.1 else 0,
+                     rcvd_bytes=rng.getrandbits(24))
         out.append(rng.choice(st).build(rng.getrandbits(32), seth, cc))
     return out
 
@@ -167,7 +168,7 @@ def test_paused_lane_takes_no_sacks() -> None:
     connect(net, 0, 1)
     route = net.fabric.provider("h1").routes("h0", 0)[0]
     st = SackTemplate(route, dest_qp=QPN)
-    frame = st.build(0x1000, SETH(ev=0x1000, cack_psn=3, sack_offset=1), CCState())
+    frame = st.build(0x1000, SETH(entropy=0x1000, cack_psn=2, sack_offset=2), CCState())
     for lane, t in ((CRxLane(), CTxTable(64, 0)),
                     (PyRxLane(), PyTxTable(64, 0))):
         t.send(0, [0x1000] * 5, [0xC7] * 5, 0, 0, 100, 500, 1.0, 7)

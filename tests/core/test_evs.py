@@ -22,7 +22,7 @@ from mrcnet.core import (
     make_ev,
 )
 from mrcnet.wire import build_nack, parse_frame
-from mrcnet.wire.nack import NETH
+from mrcnet.wire.neth import NETH
 
 from .harness import Impairments, Net, connect
 

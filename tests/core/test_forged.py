@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mrcnet.constants import Opcode
 from mrcnet.core import make_ev
 from mrcnet.wire import CCState, Route, build_data, build_sack
-from mrcnet.wire.sack import SETH
+from mrcnet.wire.seth import SETH
 
 from .harness import Net, connect, ip
 
@@ -70,12 +70,12 @@ def test_forged_sack_beyond_what_was_sent_is_ignored() -> None:
     ha = net.h(0)
     back = net.fabric.provider("h1").routes("h0", 0)[0]
     qp = ha.qp(qa)
-    before = (qp.snd_una, qp.next_seq, qp.peer_credit)
-    seth = SETH(ev=make_ev(0, 0, 0), cack_psn=5000, bitmap=0xFF)
+    before = (qp.snd_una, qp.next_seq, qp.imm_outstanding)
+    seth = SETH(entropy=make_ev(0, 0, 0), cack_psn=5000, sack_bitmap=0xFF)
     ha.receive(build_sack(back, ev=make_ev(0, 0, 0), dest_qp=qa, seth=seth, cc=CCState()),
                0, 0.0)
     assert ha.counters()["rx_sack_out_of_window"] == 1
-    assert (qp.snd_una, qp.next_seq, qp.peer_credit) == before
+    assert (qp.snd_una, qp.next_seq, qp.imm_outstanding) == before
 
 
 @settings(max_examples=60, deadline=None)
@@ -145,7 +145,7 @@ def test_fuzzed_frames_without_checksums_never_escape_the_region(data: st.DataOb
                                 md.addr + 100, md.rkey, payload=b"\xab" * 200))
         target = hb
     else:
-        seth = SETH(ev=make_ev(0, 1, 0), cack_psn=1000, bitmap=3)
+        seth = SETH(entropy=make_ev(0, 1, 0), cack_psn=1000, sack_bitmap=3)
         frame = bytearray(build_sack(back, ev=make_ev(0, 1, 0), dest_qp=qa, seth=seth,
                                      cc=CCState()))
         target = ha

@@ -173,7 +173,7 @@ def test_receive_batch_is_receive_frame_by_frame(seed: int, sack_on_reorder: boo
     assert batch["qps"] == one["qps"]
     assert batch["tx"] == one["tx"]
     assert batch["states"] == one["states"] == [QPState.RTS, QPState.RTS]
-    assert jitter or batch["longest"] >= 8
+    assert jitter or batch["longest"] >= 5  # frames of one flush arrive together
     c = one["counters"][1]
     # the run exercised the paths receive_batch takes on its own and hands on
     assert c["rx_data"] > 0 and c.get("rx_duplicate", 0) > 0

@@ -10,7 +10,7 @@ from mrcnet.core import InvalidAttribute, InvalidRequest, QPState, ev_path
 from mrcnet.core.cc import NSCC, FixedWindow
 from mrcnet.core.host import PathProbe
 from mrcnet.wire import build_endpoint
-from mrcnet.wire.endpoint import EndpointHeader
+from mrcnet.wire.eeth import EETH
 
 from .harness import Impairments, Net, connect
 
@@ -73,8 +73,8 @@ def test_an_answer_from_another_host_does_not_count() -> None:
     (probe, _) = h0.probe_paths("h1", net.now)  # h1 does not know h0: it never answers
     # h2 answers in h1's place, with the right request id and EV.
     route = h2.paths.routes("h0", 0)[probe.path]
-    forged = build_endpoint(route, ev=probe.ev, response=True,
-                            eph=EndpointHeader(EndpointOp.EV_PROBE, probe.request_id, probe.ev))
+    forged = build_endpoint(route, ev=probe.ev, request_id=probe.request_id,
+                            eeth=EETH(EndpointOp.EV_PROBE))
     h0.receive(forged, 0, net.now)
     assert probe.rtt is None
     assert h0.counters()["rx_path_probe_mismatch"] == 1

@@ -201,7 +201,7 @@ def _tamper(frames: list[tuple[int, bytes]], rng: random.Random) -> list[tuple[i
     for p, f in frames:
         b = bytearray(f)
         pf = py_parse(f, False)
-        reth = pf.udp_off + 8 + 12  # UDP, BTH
+        reth = pf.udp_off + 8 + 12 + 4 + 4 * pf.has_tseth  # UDP, BTH, METH, TSETH
         r = rng.random()
         if r < 0.04:
             b[reth + 8 : reth + 12] = (pf.rkey ^ 0x55).to_bytes(4, "big")  # bad rkey
@@ -353,7 +353,8 @@ def test_sack_frames_c_and_python(seed: int) -> None:
     net = Net(n_hosts=2, planes=2, spines=2)
     connect(net, 0, 1)
     route = net.fabric.provider("h1").routes("h0", rng.randrange(2))[rng.randrange(2)]
-    st = SackTemplate(route, dest_qp=rng.getrandbits(24))
+    st = SackTemplate(route, dest_qp=rng.getrandbits(24), src_qp=rng.getrandbits(24),
+                      mpr=rng.getrandbits(8))
     C, P = CRxLane, PyRxLane
     c, p = C.new_state(256), P.new_state(256)
     rcv = rng.choice([5, (1 << 24) - 3, 1 << 40])
@@ -367,14 +368,15 @@ def test_sack_frames_c_and_python(seed: int) -> None:
         for i in range(k):
             rx.unrep[i] = rcv + r2.randrange(-10, 250)
         rx.unrep_n = k
-    ev, pen, credit = rng.getrandbits(32), rng.randrange(128), rng.getrandbits(32)
+    ev, pen = rng.getrandbits(32), rng.randrange(128)
+    probe = rng.choice([-1, rng.getrandbits(16)])  # a probe response (PR) or not
     assert sack_bases(c, []) == sack_bases(p, [])
-    assert C.sack(c, C.sack_template(st), ev, pen, credit, None) == \
-        P.sack(p, P.sack_template(st), ev, pen, credit, None)
+    assert C.sack(c, C.sack_template(st), ev, pen, probe, None) == \
+        P.sack(p, P.sack_template(st), ev, pen, probe, None)
     assert c.unrep_n == p.unrep_n == 0
     bases = [rcv + 1, rcv + 1 + SACK_BITMAP_BITS, rcv + 500]
-    assert C.sack(c, C.sack_template(st), ev, pen, credit, bases) == \
-        P.sack(p, P.sack_template(st), ev, pen, credit, bases)
+    assert C.sack(c, C.sack_template(st), ev, pen, probe, bases) == \
+        P.sack(p, P.sack_template(st), ev, pen, probe, bases)
 
 
 @needs_c

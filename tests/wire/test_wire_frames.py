@@ -32,13 +32,16 @@ from mrcnet.constants import (
     SackMode,
 )
 from mrcnet.wire import (
+    AETH,
     BTH,
+    EETH,
+    ERTH,
+    METH,
     NETH,
+    PETH,
     SETH,
     CCState,
-    EndpointHeader,
     Frame,
-    ProbeHeader,
     Route,
     build_data,
     build_endpoint,
@@ -61,8 +64,8 @@ def check_route(f: Frame, r: Route, ev: int) -> None:
     assert f.outer.dst == r.outer_dst
     assert f.outer.hop_limit == r.hop_limit
     assert f.ev == ev
-    assert f.outer.flow_label == ev & 0xFFFF
-    assert f.udp.sport == ev >> 16 and f.udp.dport == MRC_UDP_PORT
+    assert f.outer.flow_label == ev >> 16  # the default EV order: sport = low 16
+    assert f.udp.sport == ev & 0xFFFF and f.udp.dport == MRC_UDP_PORT
     upper = IPPROTO_IPV6 if r.encap else IPPROTO_UDP
     if r.segments is not None:
         assert f.srh is not None
@@ -72,6 +75,11 @@ def check_route(f: Frame, r: Route, ev: int) -> None:
         assert f.srh.segments_left == len(r.segments) - 1
         assert f.srh.active_segment == f.outer.dst
         assert f.srh.final_segment == r.final_dst
+    elif r.usid_srh is not None:  # MRC's form: the second container in a reduced SRH
+        assert f.srh is not None and f.outer.next_header == IPPROTO_ROUTING
+        assert f.srh.next_header == upper
+        assert f.srh.segments == (r.usid_srh,) and f.srh.segments_left == 1
+        assert f.srh.active_segment is None and f.outer.dst == r.usid
     else:
         assert f.srh is None
         assert f.outer.next_header == upper
@@ -80,7 +88,7 @@ def check_route(f: Frame, r: Route, ev: int) -> None:
         assert f.inner.src == r.src_ip and f.inner.dst == r.dst_ip
         assert f.inner.next_header == IPPROTO_UDP
         assert f.inner.hop_limit == DEFAULT_HOP_LIMIT
-        assert f.inner.flow_label == 0
+        assert f.inner.flow_label == ev >> 16
         assert (f.inner.dscp, f.inner.ecn) == (f.outer.dscp, f.outer.ecn)
         assert f.inner.payload_length == f.udp.length
     else:
@@ -106,40 +114,43 @@ def check_frame(spec: Spec, raw: bytes, f: Frame) -> None:
         assert f.reth is not None
         assert (f.reth.va, f.reth.rkey, f.reth.length) == (kw["va"], kw["rkey"], len(kw["payload"]))
         assert bytes(f.payload) == kw["payload"]
+        assert f.meth == METH(kw.get("rqmsn", 0), kw.get("msn", 0))
         if op in IMM_OPCODES:
-            assert f.meth is not None and f.meth.msn == kw["msn"]
             assert f.immdt is not None and f.immdt.imm == kw["imm"]
         else:
-            assert f.meth is None and f.immdt is None
-        if kw["timestamp"] is None:
+            assert f.immdt is None
+        if kw.get("timestamp") is None:
             assert f.tseth is None
         else:
             assert f.tseth is not None and f.tseth.timestamp == kw["timestamp"]
-        assert (f.seth, f.cc, f.neth, f.probe, f.endpoint) == (None,) * 5
+        assert (f.aeth, f.seth, f.cc, f.neth, f.peth, f.erth, f.eeth) == (None,) * 7
         return
     assert not f.is_data and f.reth is None and bytes(f.payload) == b""
     assert f.outer.dscp == DSCP_CONTROL and f.outer.ecn == ECN.NOT_ECT
+    got = {k: getattr(f, k) for k in ("aeth", "seth", "cc", "neth", "peth", "erth", "eeth")}
+    want: dict[str, object] = dict.fromkeys(got)
     if spec.kind == "sack":
-        assert f.opcode is (Opcode.ACK if kw["ack"] else Opcode.SACK)
+        assert f.opcode is Opcode.SACK
         assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
-        assert f.seth == kw["seth"]
-        assert f.cc == (kw["cc"] or CCState())
-        assert (f.neth, f.probe, f.endpoint) == (None,) * 3
+        want.update(seth=kw["seth"], cc=kw["cc"] or CCState())
+    elif spec.kind == "ack":
+        assert f.opcode is Opcode.ACK
+        assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
+        want.update(aeth=kw.get("aeth") or AETH())
     elif spec.kind == "nack":
         assert f.opcode is Opcode.NACK
         assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
-        assert f.neth == kw["neth"]
-        assert (f.seth, f.cc, f.probe, f.endpoint) == (None,) * 4
+        want.update(neth=kw["neth"])
     elif spec.kind == "probe":
         assert f.opcode is Opcode.RELIABILITY_PROBE and f.bth.ack_req
         assert f.bth.dest_qp == kw["dest_qp"] and f.bth.psn == kw["psn"]
-        assert f.probe == kw["probe"]
-        assert (f.seth, f.cc, f.neth, f.endpoint) == (None,) * 4
+        want.update(peth=kw["peth"])
     else:
-        assert f.opcode is (Opcode.ENDPOINT_RESP if kw["response"] else Opcode.ENDPOINT_REQ)
-        assert f.bth.dest_qp == ENDPOINT_QPN
-        assert f.endpoint == kw["eph"]
-        assert (f.seth, f.cc, f.neth, f.probe) == (None,) * 4
+        resp = "eeth" in kw
+        assert f.opcode is (Opcode.ENDPOINT_RESP if resp else Opcode.ENDPOINT_REQ)
+        assert f.bth.dest_qp == ENDPOINT_QPN and f.bth.psn == kw["request_id"]
+        want.update(eeth=kw["eeth"]) if resp else want.update(erth=kw["erth"])
+    assert got == want
     assert f.meth is None and f.immdt is None and f.tseth is None
 
 
@@ -194,11 +205,11 @@ def _route(mode: str, encap: bool) -> Route:
 @pytest.mark.parametrize("timestamp", [None, 0, 0xFFFF])
 def test_each_data_opcode(mode: str, encap: bool, opcode: int, timestamp: int | None) -> None:
     """Each data opcode x timestamp x mode, with a payload of odd length."""
-    imm = {"msn": 0xABCDEF, "imm": 0xDEADBEEF} if opcode in IMM_OPCODES else {}
+    imm = {"imm": 0xDEADBEEF} if opcode in IMM_OPCODES else {}
     spec = Spec("data", _route(mode, encap), dict(
         ev=0xA5A55A5A, opcode=opcode, dest_qp=0x123456, psn=0xFFFFFF, va=2**64 - 1,
         rkey=0x01020304, payload=bytes(range(255)), timestamp=timestamp, rtx=True,
-        ack_req=True, ecn=ECN.CE, dscp=0, **imm,
+        ack_req=True, ecn=ECN.CE, dscp=0, rqmsn=0xFFFF, msn=0xABCD, **imm,
     ))
     roundtrip(spec)
 
@@ -207,20 +218,28 @@ def test_each_data_opcode(mode: str, encap: bool, opcode: int, timestamp: int | 
 @pytest.mark.parametrize("reason", list(NackReason), ids=lambda r: r.name)
 def test_each_nack_reason(mode: str, encap: bool, reason: NackReason) -> None:
     """A NACK of each reason round-trips."""
-    neth = NETH(reason, ev=0xFFFFFFFF, psn=0x10, cack_psn=0xF, ts_echo=0x1234)
+    neth = NETH(reason, entropy=0xFFFFFFFF, nack_psn=0x10, timestamp=0x1234, vendor=0xFF,
+                spdcid=0xFFFF, dpdcid=1, cc_type=2, cc_flags=0xF)
     roundtrip(Spec("nack", _route(mode, encap), dict(ev=7, dest_qp=9, neth=neth, psn=3)))
 
 
 @pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("ack", [False, True])
+@pytest.mark.parametrize("pr", [False, True])
 @pytest.mark.parametrize("mode_m", list(SackMode), ids=lambda m: m.name)
-def test_each_sack(mode: str, encap: bool, ack: bool, mode_m: SackMode) -> None:
-    """SACK and ACK, each M value, ECE set, CC state given."""
-    seth = SETH(0x89ABCDEF, 0xFFFFFE, -5, 7, 64, mode_m, True, 2**64 - 1, 0xFFFFFFFF)
-    cc = CCState(0xFFFF, 255, 127, 0xFFFFFFFF)
+def test_each_sack(mode: str, encap: bool, pr: bool, mode_m: SackMode) -> None:
+    """SACK, each M value, PR or not, every field at its edge, CC state given."""
+    seth = SETH(0xFFFFFE, 0x89ABCDEF, -5, 7, 2**64 - 1, mode_m, pr, 0xFFFF, 1, 15, 15, 255)
+    cc = CCState(0xFFFF, 0x7FFF, True, 127, 0xFFFFFF)
     roundtrip(Spec("sack", _route(mode, encap), dict(
-        ev=0x10001, dest_qp=1, seth=seth, cc=cc, psn=0, ack=ack,
+        ev=0x10001, dest_qp=1, seth=seth, cc=cc, psn=0,
     )))
+
+
+@pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
+def test_ack(mode: str, encap: bool) -> None:
+    """A cumulative ACK (AETH) round-trips."""
+    roundtrip(Spec("ack", _route(mode, encap), dict(
+        ev=0x10001, dest_qp=1, psn=0xFFFFFF, aeth=AETH(0x1F, 0xABCDEF))))
 
 
 @pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
@@ -228,16 +247,20 @@ def test_each_sack(mode: str, encap: bool, ack: bool, mode_m: SackMode) -> None:
 @pytest.mark.parametrize("op", list(EndpointOp), ids=lambda o: o.name)
 def test_each_endpoint(mode: str, encap: bool, response: bool, op: EndpointOp) -> None:
     """EV probe and port status, request and response."""
-    eph = EndpointHeader(op, 42, ev=0xCAFEF00D, timestamp=9, port_mask=0b1011, status=1)
-    kw = dict(ev=0xCAFEF00D, eph=eph, response=response)
+    kw: dict[str, object] = dict(ev=0xCAFEF00D, request_id=42)
+    if response:
+        kw["eeth"] = EETH(op, 9)
+    else:
+        kw["erth"] = ERTH(op, 0xF000000B, 9, vendor=1)
     roundtrip(Spec("endpoint", _route(mode, encap), kw))
 
 
 @pytest.mark.parametrize(("mode", "encap"), MODES, ids=MODE_IDS)
 def test_probe(mode: str, encap: bool) -> None:
     """A reliability probe round-trips."""
-    probe = ProbeHeader(probe_id=0xFFFFFFFF, ev=0x1234, psn=0xABCDEF, timestamp=0xFFFF)
-    roundtrip(Spec("probe", _route(mode, encap), dict(ev=0x1234, dest_qp=5, probe=probe, psn=0)))
+    peth = PETH(probe_id=0xFFFF, timestamp=0xFFFF, vendor=3, spdcid=4, dpdcid=5, tsr=True)
+    roundtrip(Spec("probe", _route(mode, encap), dict(ev=0x1234, dest_qp=5, peth=peth,
+                                                      psn=0xABCDEF)))
 
 
 # --- builder argument checks ------------------------------------------------------------------
@@ -250,9 +273,9 @@ def test_builder_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         build_data(r, opcode=Opcode.SACK, **base)
     with pytest.raises(ValueError):
-        build_data(r, opcode=Opcode.WRITE_ONLY_IMM, msn=1, **base)
+        build_data(r, opcode=Opcode.WRITE_ONLY_IMM, msn=1 << 16, imm=1, **base)
     with pytest.raises(ValueError):
-        build_data(r, opcode=Opcode.WRITE_ONLY_IMM, imm=1, **base)
+        build_data(r, opcode=Opcode.WRITE_ONLY_IMM, **base)
     with pytest.raises(ValueError):
         build_data(r, opcode=Opcode.WRITE_ONLY, imm=1, **base)
     with pytest.raises(ValueError):
@@ -280,10 +303,10 @@ def test_builder_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         build_data(r, ecn=4, **ok)
     with pytest.raises(ValueError):  # UDP length would overflow 16 bits
-        build_data(r, payload=bytes(65536 - 8 - 12 - 16 - 4 + 1), **ok)
+        build_data(r, payload=bytes(65536 - 8 - 12 - 4 - 16 - 4 + 1), **ok)
     with pytest.raises(ValueError):  # outer IPv6 payload length would overflow 16 bits
-        build_data(r, payload=bytes(65535 - 40 - 8 - 12 - 16 - 4 + 1), **ok)
-    assert build_data(r, payload=bytes(65535 - 40 - 8 - 12 - 16 - 4), **ok)
+        build_data(r, payload=bytes(65535 - 40 - 8 - 12 - 4 - 16 - 4 + 1), **ok)
+    assert build_data(r, payload=bytes(65535 - 40 - 8 - 12 - 4 - 16 - 4), **ok)
 
 
 @settings(max_examples=50, deadline=None)
@@ -295,7 +318,8 @@ def test_with_usid_changes_only_the_path(spec: Spec, container: list[int]) -> No
     """Route.with_usid keeps everything but the outer destination."""
     new = usid_container(b"\xfc\x00\x00\x00", container)
     r2 = spec.route.with_usid(new)
-    assert r2.outer_dst == new and r2.final_dst == usid_final(new)
+    assert r2.outer_dst == new and r2.usid_srh == spec.route.usid_srh
+    assert r2.final_dst == usid_final(r2.usid_srh or new)
     assert (r2.src_ip, r2.dst_ip, r2.encap, r2.hop_limit) == (
         spec.route.src_ip, spec.route.dst_ip, spec.route.encap, spec.route.hop_limit,
     )
@@ -307,5 +331,6 @@ def test_build_frame_generic_bth() -> None:
     r = _route("plain", False)
     f = parse_frame(build_sack(r, ev=3, dest_qp=4, seth=SETH(3, 5)))
     assert f.bth == BTH(Opcode.SACK, 4, 0)
-    f = parse_frame(build_endpoint(r, ev=3, eph=EndpointHeader(EndpointOp.PORT_STATUS, 1)))
-    assert f.bth == BTH(Opcode.ENDPOINT_REQ, ENDPOINT_QPN, 0)
+    f = parse_frame(build_endpoint(r, ev=3, request_id=9,
+                                   erth=ERTH(EndpointOp.PORT_STATUS, 1)))
+    assert f.bth == BTH(Opcode.ENDPOINT_REQ, ENDPOINT_QPN, 9)

@@ -34,13 +34,16 @@ from mrcnet.constants import (
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.native import HAVE_C
 from mrcnet.wire import (
+    AETH,
+    EETH,
+    ERTH,
     NETH,
+    PETH,
     SETH,
     CCState,
-    EndpointHeader,
     Frame,
-    ProbeHeader,
     Route,
+    build_ack,
     build_data,
     build_endpoint,
     build_nack,
@@ -76,40 +79,53 @@ def random_route(rng: random.Random) -> Route:
     )
 
 
+def _qpn(rng: random.Random) -> int:
+    """A connected QP number (any 24-bit value but the endpoint QPN)."""
+    q = rng.getrandbits(24)
+    return q if q != ENDPOINT_QPN else q + 1
+
+
 def random_frame(rng: random.Random) -> bytes:
     """A valid frame of a random kind with random fields."""
     r = random_route(rng)
     ev = rng.getrandbits(32)
-    kind = rng.randrange(6)
+    kind = rng.randrange(7)
     if kind <= 1:
         op = rng.choice(sorted(DATA_OPCODES))
-        imm = {"msn": rng.getrandbits(24), "imm": rng.getrandbits(32)} if op in (
+        imm = {"imm": rng.getrandbits(32)} if op in (
             Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM) else {}
         return build_data(
-            r, ev=ev, opcode=op, dest_qp=rng.randrange(ENDPOINT_QPN), psn=rng.getrandbits(24),
+            r, ev=ev, opcode=op, dest_qp=_qpn(rng), psn=rng.getrandbits(24),
             va=rng.getrandbits(64), rkey=rng.getrandbits(32),
             payload=rng.randbytes(rng.choice((0, 1, 7, 64, 300))),
+            rqmsn=rng.getrandbits(16), msn=rng.getrandbits(16),
             timestamp=rng.choice((None, rng.getrandbits(16))), rtx=rng.random() < 0.5,
             dscp=rng.choice((26, 46, rng.randrange(DSCP_TRIMMED))), **imm,  # type: ignore[arg-type]
         )
     if kind == 2:
-        seth = SETH(ev, rng.getrandbits(24), rng.randrange(-32768, 32768),
-                    rng.randrange(-32768, 32768), rng.getrandbits(16),
-                    rng.choice(list(SackMode)), rng.random() < 0.5, rng.getrandbits(64),
-                    rng.getrandbits(32))
-        cc = CCState(rng.getrandbits(16), rng.getrandbits(8), rng.randrange(128),
-                     rng.getrandbits(32))
-        return build_sack(r, ev=ev, dest_qp=rng.randrange(ENDPOINT_QPN), seth=seth, cc=cc,
-                          ack=rng.random() < 0.5)
+        seth = SETH(rng.getrandbits(24), ev, rng.randrange(-32768, 32768),
+                    rng.randrange(-32768, 32768), rng.getrandbits(64),
+                    rng.choice(list(SackMode)), rng.random() < 0.5, rng.getrandbits(16),
+                    rng.getrandbits(16), rng.getrandbits(4), rng.getrandbits(4),
+                    rng.getrandbits(8))
+        cc = CCState(rng.getrandbits(16), rng.getrandbits(15), rng.random() < 0.5,
+                     rng.randrange(128), rng.getrandbits(24))
+        return build_sack(r, ev=ev, dest_qp=_qpn(rng), seth=seth, cc=cc)
     if kind == 3:
-        neth = NETH(rng.choice(list(NackReason)), ev, rng.getrandbits(24))
-        return build_nack(r, ev=ev, dest_qp=rng.randrange(ENDPOINT_QPN), neth=neth)
+        neth = NETH(rng.choice(list(NackReason)), ev, rng.getrandbits(24), rng.getrandbits(16))
+        return build_nack(r, ev=ev, dest_qp=_qpn(rng), neth=neth)
     if kind == 4:
-        probe = ProbeHeader(rng.getrandbits(32), ev, rng.getrandbits(24))
-        return build_probe(r, ev=ev, dest_qp=rng.randrange(ENDPOINT_QPN), probe=probe)
-    eph = EndpointHeader(rng.choice(list(EndpointOp)), rng.getrandbits(32), ev,
-                         port_mask=rng.getrandbits(16))
-    return build_endpoint(r, ev=ev, eph=eph, response=rng.random() < 0.5)
+        peth = PETH(rng.getrandbits(16), rng.getrandbits(16))
+        return build_probe(r, ev=ev, dest_qp=_qpn(rng), peth=peth, psn=rng.getrandbits(24))
+    if kind == 5:
+        return build_ack(r, ev=ev, dest_qp=_qpn(rng), psn=rng.getrandbits(24),
+                         aeth=AETH(rng.getrandbits(8), rng.getrandbits(24)))
+    op = rng.choice(list(EndpointOp))
+    if rng.random() < 0.5:
+        return build_endpoint(r, ev=ev, request_id=rng.getrandbits(24),
+                              erth=ERTH(op, rng.getrandbits(32), rng.getrandbits(16)))
+    return build_endpoint(r, ev=ev, request_id=rng.getrandbits(24),
+                          eeth=EETH(op, rng.getrandbits(16)))
 
 
 def fix_checksums(buf: bytearray) -> None:

@@ -211,7 +211,7 @@ def frames(r: Route) -> list[bytes]:
     return [
         build_data(r, ev=0xBEEF0000 | (nonce & 0xFFFF), opcode=Opcode.WRITE_ONLY_IMM,
                    dest_qp=0x42, psn=nonce, va=0x1000, rkey=9, payload=os.urandom(301),
-                   msn=1, imm=2, timestamp=3),
+                   rqmsn=1, msn=1, imm=2, timestamp=3),
         build_nack(r, ev=0x0001F00D, dest_qp=0x42,
                    neth=NETH(NackReason.TRIMMED, 0x1234, nonce)),
     ]
@@ -268,6 +268,33 @@ def test_srh_end_matches_kernel(topo: Topo, encap: bool) -> None:
         f = parse_frame(rx)
         assert f.srh is not None and f.srh.segments_left == 0
         assert f.srh.active_segment == f.outer.dst == f.srh.final_segment == B_ADDR
+        assert (f.inner, f.udp, f.bth, f.reth, f.neth) == (g.inner, g.udp, g.bth, g.reth, g.neth)
+        assert bytes(f.payload) == bytes(g.payload)
+
+
+@pytest.mark.parametrize("encap", [True, False], ids=["encap", "noencap"])
+def test_mrc_srh_form_matches_kernel(topo: Topo, encap: bool) -> None:
+    """MRC's SRv6-with-SRH form: the destination a uSID container holding S's uSID only,
+    a reduced one-segment SRH (segments left 1, last entry 0) holding the next container.
+    S's NEXT-C-SID End finds no uSID left after its own, so it does SRH processing:
+    segments left -1, DA = the second container, hop limit -1, the rest identical."""
+    c2 = usid_container(BLOCK, [B_USID, 0x33])
+    r = Route(src_mac=MAC_A, dst_mac=MAC_SA, src_ip=A_ADDR, dst_ip=B_ADDR, encap=encap,
+              usid=usid_container(BLOCK, [S_USID]), usid_srh=c2)
+    for tx in frames(r):
+        g = parse_frame(tx)
+        assert g.srh is not None and g.srh.segments_left == 1 and g.srh.last_entry == 0
+        rx = exchange(topo, tx)
+        assert rx[0:6] == MAC_B and rx[6:12] == MAC_SB  # S forwarded it towards B
+        assert rx[14:21] == tx[14:21]
+        assert rx[21] == tx[21] - 1  # hop limit
+        assert rx[22:38] == tx[22:38]
+        assert rx[38:54] == c2  # the SRH's container is the destination now
+        srh = 54
+        assert rx[srh + 3] == 0 and rx[srh : srh + 3] == tx[srh : srh + 3]
+        assert rx[srh + 4 :] == tx[srh + 4 :]  # rest of the SRH and everything after it
+        f = parse_frame(rx)  # verifies ICRC and UDP checksum
+        assert f.srh is not None and f.srh.segments_left == 0 and f.outer.dst == c2
         assert (f.inner, f.udp, f.bth, f.reth, f.neth) == (g.inner, g.udp, g.bth, g.reth, g.neth)
         assert bytes(f.payload) == bytes(g.payload)
 

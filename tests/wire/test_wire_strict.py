@@ -70,7 +70,7 @@ def add16(buf: bytes, off: int, delta: int) -> bytes:
 def headers(f: Frame) -> tuple[object, ...]:
     """Every parsed header of a frame except the outer IPv6 (which switches rewrite)."""
     return (f.eth, f.srh, f.inner, f.udp, f.bth, f.reth, f.meth, f.immdt, f.tseth,
-            f.seth, f.cc, f.neth, f.probe, f.endpoint)
+            f.aeth, f.seth, f.cc, f.neth, f.peth, f.erth, f.eeth)
 
 
 # --- the corruption table: each entry must hit exactly its reason ----------------------------
@@ -80,10 +80,15 @@ Mutator = Callable[[bytes, Layout, Spec], bytes | None]  # None: not applicable 
 
 def _ext_field(kind: str, off_in_ext: int, value: int) -> Mutator:
     def m(raw: bytes, lay: Layout, spec: Spec) -> bytes | None:
-        if spec.kind != kind:
+        if spec.kind != kind and not (kind in ("erth", "eeth") and kind in spec.kw):
             return None
         return put(raw, lay.ext + off_in_ext, bytes([value]))
     return m
+
+
+def _reth(raw: bytes, lay: Layout) -> int:
+    """Where a data frame's RETH is: after METH, and TSETH when BTH.TS is set."""
+    return lay.ext + 4 + (4 if raw[lay.bth + 8] & 0x10 else 0)
 
 
 def _srh(off: int, value: Callable[[int], int]) -> Mutator:
@@ -148,7 +153,7 @@ CASES: list[tuple[str, Mutator, MalformedReason, dict[str, bool]]] = [
     ("srh-nh-tcp", _srh(0, lambda v: 6), MalformedReason.BAD_NEXT_HEADER, {}),
     ("srh-type-0", _srh(2, lambda v: 0), MalformedReason.BAD_SRH, {}),
     ("srh-type-3", _srh(2, lambda v: 3), MalformedReason.BAD_SRH, {}),
-    ("srh-sl-gt-last", _srh(3, lambda v: 3), MalformedReason.BAD_SRH, {}),
+    ("srh-sl-gt-last", _srh(3, lambda v: 4), MalformedReason.BAD_SRH, {}),
     ("srh-sl-255", _srh(3, lambda v: 255), MalformedReason.BAD_SRH, {}),
     ("srh-hel-short", _srh(1, lambda v: v - 2), MalformedReason.BAD_SRH, {}),
     ("srh-hel-1", _srh(1, lambda v: 1), MalformedReason.BAD_SRH, {}),
@@ -168,8 +173,9 @@ CASES: list[tuple[str, Mutator, MalformedReason, dict[str, bool]]] = [
     ("outer-len-1", lambda r, lay, s: add16(r, OUTER_PLEN, -1), MalformedReason.BAD_LENGTH, {}),
     ("trailing-byte", lambda r, lay, s: r + b"\0", MalformedReason.BAD_LENGTH, {}),
     ("reth-len+1", _data_only(lambda r, lay, s: put(
-        r, lay.ext + 12, (int.from_bytes(r[lay.ext + 12 : lay.ext + 16], "big") + 1)
-        .to_bytes(4, "big"))), MalformedReason.BAD_LENGTH, {}),
+        r, _reth(r, lay) + 12, (int.from_bytes(r[_reth(r, lay) + 12 : _reth(r, lay) + 16],
+                                               "big") + 1).to_bytes(4, "big"))),
+     MalformedReason.BAD_LENGTH, {}),
     ("opcode-0", lambda r, lay, s: put(r, lay.bth, b"\x00"), MalformedReason.BAD_OPCODE, {}),
     ("opcode-send", lambda r, lay, s: put(r, lay.bth, b"\x04"), MalformedReason.BAD_OPCODE, {}),
     ("opcode-ff", lambda r, lay, s: put(r, lay.bth, b"\xff"), MalformedReason.BAD_OPCODE, {}),
@@ -177,12 +183,12 @@ CASES: list[tuple[str, Mutator, MalformedReason, dict[str, bool]]] = [
      MalformedReason.BAD_VERSION, {}),
     ("tver-15", lambda r, lay, s: put(r, lay.bth + 1, bytes([r[lay.bth + 1] | 15])),
      MalformedReason.BAD_VERSION, {}),
-    ("nack-reason-0", _ext_field("nack", 0, 0), MalformedReason.BAD_FIELD, {}),
-    ("nack-reason-3", _ext_field("nack", 0, 3), MalformedReason.BAD_FIELD, {}),
-    ("sack-mode-3", _ext_field("sack", 15, 3), MalformedReason.BAD_FIELD, {}),
-    ("cc-penalty-128", _ext_field("sack", 28 + 3, 128), MalformedReason.BAD_FIELD, {}),
-    ("endpoint-op-0", _ext_field("endpoint", 0, 0), MalformedReason.BAD_FIELD, {}),
-    ("endpoint-op-3", _ext_field("endpoint", 0, 3), MalformedReason.BAD_FIELD, {}),
+    ("nack-reason-0", _ext_field("nack", 2, 0), MalformedReason.BAD_FIELD, {}),
+    ("nack-reason-3", _ext_field("nack", 2, 3), MalformedReason.BAD_FIELD, {}),
+    ("sack-mode-3", _ext_field("sack", 1, 3 << 5), MalformedReason.BAD_FIELD, {}),
+    ("erth-op-2", _ext_field("erth", 1, 2), MalformedReason.BAD_FIELD, {}),
+    ("erth-op-3", _ext_field("erth", 1, 3), MalformedReason.BAD_FIELD, {}),
+    ("eeth-op-3", _ext_field("eeth", 1, 3 << 4), MalformedReason.BAD_FIELD, {}),
     ("endpoint-qpn", lambda r, lay, s: put(r, lay.bth + 5, b"\x00\x00\x01")
      if s.kind == "endpoint" else None, MalformedReason.BAD_FIELD, {}),
     ("flip-payload", _flip_payload, MalformedReason.BAD_ICRC, {}),
@@ -412,7 +418,7 @@ def test_endpoint_constants() -> None:
     raw = sample_specs("plain", False)[-1].build()
     assert int.from_bytes(raw[layout(raw).bth + 5 : layout(raw).bth + 8], "big") == ENDPOINT_QPN
     assert 3 not in set(NackReason) and 0 not in set(NackReason)
-    assert 3 not in set(EndpointOp) and 0 not in set(EndpointOp)
+    assert set(EndpointOp) == {0, 1}
     assert 0x04 not in set(Opcode)
 
 

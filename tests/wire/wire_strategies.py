@@ -34,12 +34,15 @@ from mrcnet.constants import (
 )
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire import (
+    AETH,
+    EETH,
+    ERTH,
     NETH,
+    PETH,
     SETH,
     CCState,
-    EndpointHeader,
-    ProbeHeader,
     Route,
+    build_ack,
     build_data,
     build_endpoint,
     build_nack,
@@ -80,7 +83,7 @@ evs = uint(32)
 psns = uint(24)
 qpns = uint(24)
 # Connected QPs: every QPN but the one reserved for endpoint operations.
-conn_qpns = st.integers(0, ENDPOINT_QPN - 1)
+conn_qpns = uint(24).filter(lambda q: q != ENDPOINT_QPN)
 ecns = st.sampled_from(list(ECN))
 # A data frame marked DSCP_TRIMMED parses as trimmed on purpose: keep it out of round trips.
 data_dscps = st.integers(0, 63).filter(lambda d: d != DSCP_TRIMMED)
@@ -116,7 +119,10 @@ def routes(draw: st.DrawFn, mode: str | None = None, encap: bool | None = None) 
     encap = draw(st.booleans()) if encap is None else encap
     kw: dict[str, Any] = {}
     if mode == "usid":
-        kw["usid"] = usid_container(draw(blocks), draw(usid_lists))
+        block = draw(blocks)
+        kw["usid"] = usid_container(block, draw(usid_lists))
+        if draw(st.booleans()):  # MRC's SRH form: a second container in a reduced SRH
+            kw["usid_srh"] = usid_container(block, draw(usid_lists))
     elif mode == "srh":
         kw["segments"] = tuple(draw(st.lists(addrs, min_size=1, max_size=6)))
     return Route(
@@ -140,6 +146,7 @@ class Spec:
 
 BUILDERS: dict[str, Callable[..., bytes]] = {
     "data": build_data,
+    "ack": build_ack,
     "sack": build_sack,
     "nack": build_nack,
     "probe": build_probe,
@@ -147,23 +154,25 @@ BUILDERS: dict[str, Callable[..., bytes]] = {
 }
 
 seths = st.builds(
-    SETH, ev=evs, cack_psn=psns, ack_offset=sint(16), sack_offset=sint(16),
-    max_psn_range=uint(16), mode=st.sampled_from(list(SackMode)), ece=st.booleans(),
-    bitmap=uint(64), imm_credit=uint(32),
+    SETH, cack_psn=psns, entropy=evs, ack_psn_offset=sint(16), sack_offset=sint(16),
+    sack_bitmap=uint(64), m=st.sampled_from(list(SackMode)), pr=st.booleans(),
+    spdcid=uint(16), dpdcid=uint(16), cc_type=uint(4), cc_flags=uint(4), mpr=uint(8),
 )
 ccstates = st.builds(
-    CCState, ts_echo=uint(16), ooo_count=uint(8), window_penalty=st.integers(0, 127),
-    rcvd_bytes=uint(32),
+    CCState, timestamp=uint(16), ooo_count=uint(15), restore_cwnd=st.booleans(),
+    rcv_cwnd_pen=st.integers(0, 127), rcvd_bytes=uint(24),
 )
+aeths = st.builds(AETH, syndrome=uint(8), msn=uint(24))
 neths = st.builds(
-    NETH, reason=st.sampled_from(list(NackReason)), ev=evs, psn=psns, cack_psn=psns,
-    ts_echo=uint(16),
+    NETH, reason=st.sampled_from(list(NackReason)), entropy=evs, nack_psn=psns,
+    timestamp=uint(16), vendor=uint(8), spdcid=uint(16), dpdcid=uint(16), cc_type=uint(4),
+    cc_flags=uint(4),
 )
-probes = st.builds(ProbeHeader, probe_id=uint(32), ev=evs, psn=psns, timestamp=uint(16))
-endpoints = st.builds(
-    EndpointHeader, op=st.sampled_from(list(EndpointOp)), request_id=uint(32), ev=evs,
-    timestamp=uint(16), port_mask=uint(16), status=uint(8),
-)
+peths = st.builds(PETH, probe_id=uint(16), timestamp=uint(16), vendor=uint(8),
+                  spdcid=uint(16), dpdcid=uint(16), tsr=st.booleans(), ftype=uint(4))
+erths = st.builds(ERTH, op=st.sampled_from(list(EndpointOp)), port_status_mask=uint(32),
+                  timestamp=uint(16), vendor=uint(8), tsr=st.booleans(), ftype=uint(4))
+eeths = st.builds(EETH, op=st.sampled_from(list(EndpointOp)), timestamp=uint(16))
 
 
 @st.composite
@@ -175,11 +184,11 @@ def data_specs(
     kw: dict[str, Any] = dict(
         ev=draw(evs), opcode=opcode, dest_qp=draw(conn_qpns), psn=draw(psns), va=draw(uint(64)),
         rkey=draw(uint(32)), payload=draw(st.binary(max_size=max_payload)),
+        rqmsn=draw(uint(16)), msn=draw(uint(16)),
         timestamp=draw(st.none() | uint(16)), rtx=draw(st.booleans()),
         ack_req=draw(st.booleans()), ecn=draw(ecns), dscp=draw(data_dscps),
     )
     if opcode in IMM_OPCODES:
-        kw["msn"] = draw(psns)
         kw["imm"] = draw(uint(32))
     return Spec("data", draw(route if route is not None else routes()), kw)
 
@@ -188,17 +197,22 @@ def data_specs(
 def control_specs(draw: st.DrawFn, route: st.SearchStrategy[Route] | None = None) -> Spec:
     """Any control frame: SACK, ACK, NACK (every reason), probe, endpoint req/resp."""
     r = draw(route if route is not None else routes())
-    kind = draw(st.sampled_from(["sack", "nack", "probe", "endpoint"]))
+    kind = draw(st.sampled_from(["sack", "ack", "nack", "probe", "endpoint"]))
     ev = draw(evs)
+    kw: dict[str, Any]
     if kind == "sack":
         kw = dict(ev=ev, dest_qp=draw(conn_qpns), seth=draw(seths), cc=draw(st.none() | ccstates),
-                  psn=draw(psns), ack=draw(st.booleans()))
+                  psn=draw(psns))
+    elif kind == "ack":
+        kw = dict(ev=ev, dest_qp=draw(conn_qpns), psn=draw(psns), aeth=draw(aeths))
     elif kind == "nack":
         kw = dict(ev=ev, dest_qp=draw(conn_qpns), neth=draw(neths), psn=draw(psns))
     elif kind == "probe":
-        kw = dict(ev=ev, dest_qp=draw(conn_qpns), probe=draw(probes), psn=draw(psns))
+        kw = dict(ev=ev, dest_qp=draw(conn_qpns), peth=draw(peths), psn=draw(psns))
+    elif draw(st.booleans()):
+        kw = dict(ev=ev, request_id=draw(psns), erth=draw(erths))
     else:
-        kw = dict(ev=ev, eph=draw(endpoints), response=draw(st.booleans()))
+        kw = dict(ev=ev, request_id=draw(psns), eeth=draw(eeths))
     return Spec(kind, r, kw)
 
 
@@ -230,8 +244,8 @@ class Layout:
 # test_wire_headers checks that the constants agree with it.
 SPEC = {
     "nh_routing": 43, "nh_ipv6": 41, "srh_fixed": 8, "bth_ts_flag": 0x10,
-    "reth": 16, "meth+immdt": 8, "tseth": 4, "seth+cc": 28 + 8, "neth": 20, "prbh": 16,
-    "eph": 16,
+    "meth": 4, "tseth": 4, "reth": 16, "immdt": 4, "aeth": 4, "seth+cc": 28 + 8,
+    "neth": 20, "peth": 16, "erth": 16, "eeth": 36,
 }
 
 
@@ -254,17 +268,21 @@ def layout(frame: bytes) -> Layout:
     flags = frame[bth + 8]
     ext = bth + BTH_LEN
     if op in DATA_OPCODES:
-        n = SPEC["reth"]
-        n += SPEC["meth+immdt"] if op in IMM_OPCODES else 0
+        n = SPEC["meth"] + SPEC["reth"]
+        n += SPEC["immdt"] if op in IMM_OPCODES else 0
         n += SPEC["tseth"] if flags & SPEC["bth_ts_flag"] else 0
-    elif op in (Opcode.SACK, Opcode.ACK):
+    elif op == Opcode.SACK:
         n = SPEC["seth+cc"]
+    elif op == Opcode.ACK:
+        n = SPEC["aeth"]
     elif op == Opcode.NACK:
         n = SPEC["neth"]
     elif op == Opcode.RELIABILITY_PROBE:
-        n = SPEC["prbh"]
+        n = SPEC["peth"]
+    elif op == Opcode.ENDPOINT_REQ:
+        n = SPEC["erth"]
     else:
-        n = SPEC["eph"]
+        n = SPEC["eeth"]
     return Layout(outer, srh, inner, udp, bth, ext, ext + n, len(frame) - ICRC_LEN, len(frame))
 
 
@@ -309,15 +327,15 @@ def sample_specs(mode: str, encap: bool, payload: bytes = bytes(range(33))) -> l
     data = dict(ev=0x12345678, dest_qp=0x42, psn=0x10, va=0x1000, rkey=7, payload=payload)
     return [
         Spec("data", r, dict(data, opcode=Opcode.WRITE_MIDDLE)),
-        Spec("data", r, dict(data, opcode=Opcode.WRITE_ONLY_IMM, msn=3, imm=4, timestamp=5)),
+        Spec("data", r, dict(data, opcode=Opcode.WRITE_ONLY_IMM, rqmsn=3, msn=6, imm=4,
+                             timestamp=5)),
         Spec("data", r, dict(data, opcode=Opcode.WRITE_FIRST, timestamp=0xFFFF)),
-        Spec("sack", r, dict(ev=9, dest_qp=0x42, seth=SETH(9, 100, bitmap=5), cc=None)),
-        Spec("sack", r, dict(ev=9, dest_qp=0x42, seth=SETH(9, 100), ack=True)),
+        Spec("sack", r, dict(ev=9, dest_qp=0x42, seth=SETH(100, 9, sack_bitmap=5), cc=None)),
+        Spec("ack", r, dict(ev=9, dest_qp=0x42, psn=100, aeth=AETH(msn=3))),
         Spec("nack", r, dict(ev=9, dest_qp=0x42, neth=NETH(NackReason.TRIMMED, 9, 17))),
-        Spec("probe", r, dict(ev=9, dest_qp=0x42, probe=ProbeHeader(1, 9, 17))),
-        Spec("endpoint", r, dict(ev=9, eph=EndpointHeader(EndpointOp.EV_PROBE, 1, ev=9))),
-        Spec("endpoint", r, dict(ev=9, eph=EndpointHeader(EndpointOp.PORT_STATUS, 2,
-                                                           port_mask=3), response=True)),
+        Spec("probe", r, dict(ev=9, dest_qp=0x42, peth=PETH(1, 17))),
+        Spec("endpoint", r, dict(ev=9, request_id=1, erth=ERTH(EndpointOp.EV_PROBE))),
+        Spec("endpoint", r, dict(ev=9, request_id=2, eeth=EETH(EndpointOp.PORT_STATUS, 3))),
     ]
 
 
@@ -332,8 +350,6 @@ def spec_id(spec: Spec) -> str:
     mode = "usid" if r.usid is not None else "srh" if r.segments is not None else "plain"
     op = spec.kw.get("opcode")
     what = Opcode(op).name if op is not None else spec.kind
-    if spec.kind == "sack" and spec.kw.get("ack"):
-        what = "ack"
     if spec.kind == "endpoint":
-        what += "-resp" if spec.kw.get("response") else "-req"
+        what += "-resp" if "eeth" in spec.kw else "-req"
     return f"{what}-{mode}-{'encap' if r.encap else 'noencap'}"

@@ -1,0 +1,127 @@
+"""MRC 1.0's acknowledgements end to end: the RoCE cumulative ACK (AETH) where that is all
+there is to say, the SACK's meanings (CACK = last PSN in order, offsets from it, M as the
+ECN echo), and the reliability probe answered by a SACK with PR."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mrcnet.constants import ECN, Opcode, SackMode
+from mrcnet.core import make_ev
+from mrcnet.wire import PETH, build_ack, build_data, build_probe, parse_frame
+
+from .harness import Net, connect
+
+
+def _world() -> tuple[Net, int, int, Any]:
+    net = Net()
+    qa, qb = connect(net, 0, 1, psn_a=1000)
+    md = net.h(1).register_mr(bytearray(8192))
+    return net, qa, qb, md
+
+
+def _answers(net: Net) -> list[Any]:
+    """The responder's control frames, parsed."""
+    return [parse_frame(f) for _, f in net.h(1).frames_to_send(net.now)]
+
+
+def _data(net: Net, qb: int, md: Any, psn: int, **kw: Any) -> bytes:
+    route = net.fabric.provider("h0").routes("h1", 0)[1]
+    return build_data(route, ev=make_ev(0, 1, 0), opcode=Opcode.WRITE_ONLY, dest_qp=qb,
+                      psn=psn, va=md.addr + 64 * (psn - 1000), rkey=md.rkey,
+                      payload=b"y" * 64, ack_req=True, **kw)
+
+
+def test_in_order_data_without_a_timestamp_is_answered_by_a_cumulative_ack() -> None:
+    """Nothing to echo, nothing out of order, no CE: a RoCE ACK, PSN = last in order."""
+    net, _qa, qb, md = _world()
+    hb = net.h(1)
+    hb.receive(_data(net, qb, md, 1000), 0, 0.0)
+    [f] = _answers(net)
+    assert f.opcode is Opcode.ACK and f.aeth is not None and f.seth is None
+    assert f.bth.psn == 1000 and f.aeth.msn == 1  # one message completed
+    assert hb.counters()["tx_ack"] == 1
+
+
+def test_timestamped_or_ce_or_out_of_order_data_gets_a_sack() -> None:
+    """A timestamp to echo, a CE mark (M = SKIP_ONCE) or a gap: a SACK, whose CACK is the
+    last PSN in order and whose bitmap bit i covers CACK + sack_offset + i."""
+    net, _qa, qb, md = _world()
+    hb = net.h(1)
+    hb.receive(_data(net, qb, md, 1000, timestamp=7), 0, 0.0)
+    [f] = _answers(net)
+    assert f.opcode is Opcode.SACK and f.seth is not None and f.cc is not None
+    assert (f.seth.cack_psn, f.seth.ack_psn_offset, f.cc.timestamp) == (1000, 0, 7)
+    assert f.seth.m == SackMode.NONE and not f.seth.pr
+    hb.receive(_data(net, qb, md, 1003, ecn=ECN.CE), 0, 1e-6)
+    [f] = _answers(net)
+    assert f.opcode is Opcode.SACK and f.seth is not None
+    assert f.seth.m == SackMode.SKIP_ONCE  # the ECN echo
+    assert f.seth.cack_psn == 1000 and f.seth.ack_psn_offset == 3
+    base = f.seth.cack_psn + f.seth.sack_offset
+    assert {base + i for i in range(64) if f.seth.sack_bitmap >> i & 1} == {1003}
+
+
+def test_the_sender_takes_a_cumulative_ack() -> None:
+    """An ACK retires what it covers (no RTT sample, no path news)."""
+    net, qa, qb, md = _world()
+    ha, hb = net.h(0), net.h(1)
+    ms = ha.register_mr(bytearray(64 * 3))
+    for i in range(3):
+        ha.post_write(qa, i, ms, 64 * i, 64, md.addr + 64 * i, md.rkey)
+    sent = [parse_frame(f) for _, f in ha.frames_to_send(0.0)]
+    assert len(sent) == 3 and ha.qp(qa).snd_una == 1000
+    for f in sent[:2]:  # what a peer answers with an ACK: data it need not echo
+        hb.receive(_data(net, qb, md, f.bth.psn), 0, 1e-6)
+    acks = [f for f in _answers(net) if f.opcode is Opcode.ACK]
+    assert acks and acks[-1].bth.psn == 1001
+    route = net.fabric.provider("h1").routes("h0", 0)[0]
+    ha.receive(build_ack(route, ev=make_ev(0, 0, 0), dest_qp=qa, psn=1001), 0, 2e-6)
+    assert ha.qp(qa).snd_una == 1002
+    ha.frames_to_send(3e-6)  # the burst ends: completions
+    assert [c.wr_id for c in ha.poll_cq(ha.qp(qa).cq, 10)] == [0, 1]
+
+
+def test_a_reliability_probe_is_answered_by_a_sack_with_pr() -> None:
+    """PETH: the answer is a SACK with PR = 1, the probe id in ack_psn_offset, the probe's
+    timestamp echoed and its EV reflected; the sender takes it without an RTT sample."""
+    net, qa, qb, _md = _world()
+    ha, hb = net.h(0), net.h(1)
+    route = net.fabric.provider("h0").routes("h1", 0)[2]
+    ev = make_ev(0, 2, 0)
+    hb.receive(build_probe(route, ev=ev, dest_qp=qb, peth=PETH(probe_id=77, timestamp=0x55),
+                           psn=1000), 0, 0.0)
+    [(_, raw)] = hb.frames_to_send(0.0)
+    f = parse_frame(raw)
+    assert f.opcode is Opcode.SACK and f.seth is not None and f.cc is not None
+    assert f.seth.pr and f.seth.ack_psn_offset == 77 and f.cc.timestamp == 0x55
+    assert f.seth.entropy == ev and f.seth.cack_psn == 999  # nothing received yet
+    qp = ha.qp(qa)
+    before = (qp.snd_una, qp.srtt)
+    ha.receive(raw, 0, 1e-6)
+    assert (qp.snd_una, qp.srtt) == before
+    assert net.internal_errors() == 0
+
+
+def test_the_other_ev_order_is_a_host_setting() -> None:
+    """HostConfig(ev_order="sport-high") puts the EV's high half in the source port, for
+    the whole process; a transfer works the same, and the default comes back."""
+    from mrcnet.core import HostConfig
+    from mrcnet.wire import ev_order
+
+    try:
+        net = Net(config=HostConfig(ev_order="sport-high"))
+        qa, _qb = connect(net, 0, 1)
+        ha = net.h(0)
+        src = bytearray(range(256)) * 64
+        dst = bytearray(len(src))
+        ms, md = ha.register_mr(src), net.h(1).register_mr(dst)
+        ha.post_write(qa, 1, ms, 0, len(src), md.addr, md.rkey)
+        net.log_tx = True
+        net.run(until=lambda: len(ha.qp(qa).cq) > 0, max_time=0.1)
+        assert dst == src and ev_order() == 1
+        f = parse_frame(net.tx_log[0][3])
+        assert f.udp.sport == f.ev >> 16 and f.outer.flow_label == f.ev & 0xFFFF
+    finally:
+        Net(config=HostConfig())  # the default again, for every later test
+    assert ev_order() == 0
