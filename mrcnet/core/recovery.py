@@ -91,6 +91,11 @@ class Recovery:
         # never did), decaying with time constant CONFIRMED_WINDOW_RTTS, as of conf_t
         self.path_conf: dict[int, float] = {}
         self.conf_t = 0.0
+        # path key -> (send time, time declared lost, SACKs triggered on the path and on
+        # the plane's other paths then) of the oldest packet on the path that a timeout
+        # took while nothing newer was acknowledged anywhere, until the path shows life
+        # (_silent_path)
+        self.path_tmo: dict[int, tuple[float, float, int, int]] = {}
         self.suspect_at = _INF
         self.srtt = 0.0
         self.rttvar = 0.0
@@ -235,7 +240,7 @@ class Recovery:
                 nxt = min(nxt, due)
         self.suspect_at = nxt
 
-    def _retire_path(self, evs: list[int], now: float) -> None:
+    def _retire_path(self, evs: list[int], now: float, cause: str = "loss") -> None:
         """EVs of one path share its fate: retire the path's other EVs with these (or
         each would have to lose a packet of its own first)."""
         evm = self.evm
@@ -246,7 +251,7 @@ class Recovery:
         evs = evs + [i.ev for i in (*evm.active.get(plane, ()), *evm.spares.get(plane, ()))
                      if i.path == path]
         for ev in evs:
-            evm.assume_bad(ev, now, "loss")
+            evm.assume_bad(ev, now, cause)
 
     def _confirmed_loss(self, ev: int, now: float) -> None:
         """The retransmission of a packet lost on ``ev`` got through while the original
@@ -294,6 +299,10 @@ class Recovery:
         RTTs retire the EV."""
         key = ev >> EV_PATH_SHIFT
         if cause == "timeout" and self.rack_sent <= sent:
+            if self._silent_path(ev, key, sent, now):
+                self.qp.count("timeout_silent_path")
+                self._retire_path([ev], now, "timeout")
+                return True
             # Nothing sent after it got through on *any* path: the peer (or this host's
             # own scheduling) stalled, or everything is down. No path to blame; the
             # retry budget decides.
@@ -315,6 +324,41 @@ class Recovery:
             return True
         self.path_amb[key] = (n, start)
         return False
+
+    def _silent_path(self, ev: int, key: int, sent: float, now: float) -> bool:
+        """A timeout on ``ev`` (path ``key``) sent at ``sent`` with nothing newer through
+        anywhere: alone that says nothing about the path (a stalled peer looks the same).
+        With a window of a packet or two it is also all a dead path ever shows: nothing
+        newer is in flight to get through. So the path is condemned by its history: an
+        earlier timeout on it, then no sign of life from it (no packet of it acknowledged,
+        no SACK triggered by one of its packets), while SACKs triggered by packets on
+        another path of the same plane came in (the peer is alive and reachable on this
+        plane; this path alone is silent), and no late arrival anywhere (endpoint
+        lateness resets the evidence). A stalled peer sends nothing in between, so it
+        never condemns a path; nor does a plane that fails as a whole (the peer's port:
+        PORT_STATUS and the retry budget). The SACKs' echoed EV names the transmission
+        that arrived, so a late original is not mistaken for its retransmission's path
+        (the acknowledged send times are: the table credits the latest transmission)."""
+        evm = self.evm
+        assert evm is not None
+        plane, path, _ = ev_path(ev)
+        mine = others = 0
+        for info in evm.evs.values():
+            if info.plane == plane:
+                if info.path == path:
+                    mine += info.acked
+                else:
+                    others += info.acked
+        rec = self.path_tmo.get(key)
+        if (rec is None or self.txt.path_acked(key) >= rec[0] or mine != rec[2]
+                or self.reo_last >= rec[1]):
+            # No timeout on the path since it last showed life: this one starts the record.
+            self.path_tmo[key] = (sent, now, mine, others)
+            return False
+        if others == rec[3]:
+            return False  # nothing heard on the plane since: a stall, not this path
+        del self.path_tmo[key]
+        return True
 
     def _learn_reorder(self, late: float) -> None:
         """A packet declared lost arrived ``late`` seconds after that: widen the allowance
