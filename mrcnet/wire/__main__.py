@@ -144,11 +144,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = True) -> Decoded:
-    """Summarise one frame; a frame that is not valid MRC gives ``error`` and ``detail``."""
+def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = True,
+                 lenient: bool = False) -> Decoded:
+    """Summarise one frame; a frame that is not valid MRC gives ``error`` and ``detail``.
+    ``lenient``: also read RETH's DMA length as a message's (other implementations')."""
     d = Decoded(index, timestamp, len(data))
     try:
-        f = parse_frame(data, verify_checksum=verify, verify_icrc=verify)
+        f = parse_frame(data, verify_checksum=verify, verify_icrc=verify,
+                        reth_per_packet=not lenient)
     except MalformedFrame as exc:
         d.error, d.detail = exc.reason.value, exc.detail
         return d
@@ -173,10 +176,12 @@ def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = Tr
     return d
 
 
-def decode_pcap(path: str | Path | BinaryIO, *, verify: bool = True) -> Iterator[Decoded]:
-    """Decode every frame of a pcap (raises ``PcapError`` / ``OSError`` on a bad file)."""
+def decode_pcap(path: str | Path | BinaryIO, *, verify: bool = True,
+                lenient: bool = False) -> Iterator[Decoded]:
+    """Decode every frame of a pcap or pcapng (raises ``PcapError`` / ``OSError`` on a bad
+    file)."""
     for i, rec in enumerate(read_pcap(path), start=1):
-        yield decode_frame(i, rec.timestamp, rec.data, verify=verify)
+        yield decode_frame(i, rec.timestamp, rec.data, verify=verify, lenient=lenient)
 
 
 def _cmd_sample_pcap(args: argparse.Namespace, out: TextIO) -> int:
@@ -196,7 +201,8 @@ def _cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
     bad = 0
     # "-" reads a live capture from a pipe: tcpdump -U -w - ... | python -m mrcnet.wire decode -
     src = sys.stdin.buffer if args.file == "-" else args.file
-    for d in decode_pcap(src, verify=not (args.no_verify or args.lenient)):
+    for d in decode_pcap(src, verify=not (args.no_verify or args.lenient),
+                         lenient=args.lenient):
         bad += d.error is not None
         if args.json:
             print(json.dumps(d.as_json(), sort_keys=True), file=out)
@@ -233,14 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
         "frame the opcode, EV, PSN, QPN, sizes, trimmed flag and SRv6 path; frames "
         "that are not valid MRC are shown as MALFORMED with the reason.",
     )
-    dp.add_argument("file", metavar="FILE", help="pcap file to read, '-' for standard "
-                    "input (pcapng: convert with 'editcap -F pcap')")
+    dp.add_argument("file", metavar="FILE", help="pcap or pcapng file to read, '-' for "
+                    "standard input")
     dp.add_argument("--json", action="store_true",
                     help="one JSON object per line: opcode, psn, dqpn, ev, trimmed, "
                     "payload_len and one object per MRC header, raw integer values")
     dp.add_argument("--lenient", action="store_true",
-                    help="skip the UDP checksum and ICRC checks (captures from "
-                    "implementations whose ICRC differs)")
+                    help="for captures from other implementations: skip the UDP checksum "
+                    "and ICRC checks, and read RETH's DMA length as a message's")
     dp.add_argument("--no-verify", action="store_true",
                     help="skip UDP checksum and ICRC checks (captures with NIC offloads)")
     dp.add_argument("--strict", action="store_true",

@@ -348,11 +348,19 @@ def parse_frame(
     verify_icrc: bool = True,
     checksum_ok: Callable[[bytes, bytes, Buffer], bool] = udp6_checksum_ok,
     icrc_fn: Callable[[Buffer, bool], bytes] = icrc,
+    reth_per_packet: bool = True,
 ) -> Frame:
     """Parse an MRC frame strictly. Raises only ``MalformedFrame``; never copies payload.
 
     ``checksum_ok`` and ``icrc_fn`` let a caller plug in the C fast path
     (``mrcnet.wire.checksum.fast_udp6_checksum_ok`` / ``mrcnet.wire.icrc.fast_icrc``).
+
+    ``reth_per_packet``: RETH's DMA length is this packet's payload length, as mrcnet
+    sends it (docs/DECISIONS.md), and must agree with the IPv6 and UDP lengths. False
+    reads captures of implementations that put the message's length there (the IBTA
+    meaning): the payload is what the lengths hold, and a data frame whose switch fixed
+    the lengths after trimming is recognised by having nothing after its headers (not
+    even the ICRC) while its RETH promises payload.
     """
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
@@ -418,7 +426,8 @@ def parse_frame(
         if op in IMM_OPCODES:
             frame.immdt = ImmDt.unpack_from(mv, off)
             off += ImmDt.LEN
-        claims.append(("RETH", off + frame.reth.length + ICRC_LEN))
+        if reth_per_packet:
+            claims.append(("RETH", off + frame.reth.length + ICRC_LEN))
     elif op == Opcode.SACK:
         frame.seth = SETH.unpack_from(mv, off)
         frame.cc = CCState.unpack_from(mv, off + SETH.LEN)
@@ -457,9 +466,15 @@ def parse_frame(
 
     short = end < claimed
     if is_data:
-        frame.trimmed = trimmed_dscp or short
         assert frame.reth is not None
-        frame.payload = mv[off : min(end, off + frame.reth.length)]
+        if reth_per_packet:
+            frame.trimmed = trimmed_dscp or short
+            frame.payload = mv[off : min(end, off + frame.reth.length)]
+        else:
+            cut = claimed - off < ICRC_LEN and frame.reth.length > 0  # lengths fixed
+            frame.trimmed = trimmed_dscp or short or cut
+            frame.payload = mv[off : min(end, claimed - ICRC_LEN)] if not frame.trimmed \
+                else mv[off:end]
     elif short:
         raise MalformedFrame(
             MalformedReason.TRUNCATED, f"{Opcode(op).name} frame ends at {end}, needs {claimed}"
