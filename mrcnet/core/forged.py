@@ -22,7 +22,18 @@ from mrcnet.core.txtable import E_SENT, E_TX, TxTable
 
 #: A first transmission acknowledged sooner than this fraction of the smallest RTT ever
 #: measured cannot have reached the peer and come back: the acknowledgement is forged.
-EARLY_FRACTION = 0.5
+#: Off (0) by default: under endpoint jitter the smallest RTT measured early can be far
+#: above what later SACKs show, and the check, by dropping those, keeps it from ever
+#: being learned (the simulator's jitter scenario: p100 +57 %). It needs a floor that
+#: cannot be inflated (a configured fabric RTT) before it can be on.
+EARLY_FRACTION = 0.0
+
+
+def early_floor(min_rtt: float) -> float:
+    """The "too early" floor (seconds) for a QP whose smallest RTT is ``min_rtt``."""
+    return EARLY_FRACTION * min_rtt
+
+
 #: Refusals ("remote access error" NACKs) of one PSN, each naming its latest
 #: transmission, before the QP fails ...
 ACCESS_REFUSALS = 3
@@ -32,19 +43,20 @@ _REFUSED_MAX = 1024  # PSNs with refusals remembered
 
 
 def sack_verdict(txt: TxTable, una: int, next_seq: int, txcap: int, cack: int, base: int,
-                 bitmap: int, trig: int | None, now: float, min_rtt: float) -> str | None:
+                 bitmap: int, trig: int | None, now: float, early: float) -> str | None:
     """Why a SACK (cumulative point ``cack``, bitmap ``bitmap`` over ``[base, base +
     64)``, triggering packet ``trig``: None for a probe response or an ACK) must be
-    dropped, as the counter's name; None if it is consistent with what was sent."""
+    dropped, as the counter's name; None if it is consistent with what was sent
+    (``early``: :func:`early_floor`, 0 for no such check)."""
     if cack > next_seq or cack <= una - txcap:
         return "rx_sack_out_of_window"
     if bitmap and base + bitmap.bit_length() - 1 >= next_seq:
         return "rx_sack_unsent"  # a bit for a PSN never sent
     if trig is not None and trig >= next_seq:
         return "rx_sack_unsent"  # triggered by a packet never sent
-    if cack > una and min_rtt > 0.0:
+    if cack > una and early > 0.0:
         e = txt.get(cack - 1)
-        if e is not None and e[E_TX] == 1 and now - e[E_SENT] < EARLY_FRACTION * min_rtt:
+        if e is not None and e[E_TX] == 1 and now - e[E_SENT] < early:
             return "rx_sack_too_early"
     return None
 

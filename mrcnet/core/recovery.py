@@ -15,6 +15,7 @@ import math
 from collections import deque
 
 from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
+from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.events import Completion, WCOpcode, WCStatus, WriteCompleted
@@ -436,7 +437,8 @@ class Recovery:
         cack = unwrap((s.cack_psn + 1) & PSN_MASK, una)
         why = sack_verdict(self.txt, una, self.snd.next_seq, self._txcap, cack,
                            cack - 1 + s.sack_offset, s.bitmap,
-                           None if s.pr else cack - 1 + s.ack_offset, now, self.min_rtt)
+                           None if s.pr else cack - 1 + s.ack_offset, now,
+                           forged.early_floor(self.min_rtt))
         if why is not None:
             self.qp.count(why)
             return
@@ -467,7 +469,7 @@ class Recovery:
         una = self.snd_una
         cack = unwrap((a.psn + 1) & PSN_MASK, una)
         why = sack_verdict(self.txt, una, self.snd.next_seq, self._txcap, cack, 0, 0, None,
-                           now, self.min_rtt)
+                           now, forged.early_floor(self.min_rtt))
         if why is not None:
             self.qp.count(why.replace("rx_sack_", "rx_ack_"))
             return

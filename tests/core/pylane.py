@@ -24,7 +24,7 @@ from mrcnet.constants import (
     SackMode,
 )
 from mrcnet.core import Host
-from mrcnet.core.forged import EARLY_FRACTION, sack_verdict
+from mrcnet.core.forged import sack_verdict
 from mrcnet.core.memory import MemoryRegion
 from mrcnet.core.rxlane import (
     RX_ACK_MAX,
@@ -207,7 +207,7 @@ class PyRxLane(PyRxState):
         txt = self.ack_txt
         off = f.sack_offset
         if sack_verdict(txt, una, self.ack_next, self.ack_cap, cack, cack - 1 + off, f.bitmap,
-                        trig, now, self.ack_early / EARLY_FRACTION) is not None:
+                        trig, now, self.ack_early) is not None:
             return False
         acked = txt.sack(now, una, cack, self.ack_next, cack - 1 + off, f.bitmap, off == 2,
                          trig, f.sack_ev, f.ts_echo)

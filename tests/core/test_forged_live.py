@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from mrcnet.constants import NackReason, Opcode
-from mrcnet.core import QPState, WCStatus, make_ev
+from mrcnet.core import QPState, WCStatus, forged, make_ev
 from mrcnet.core.forged import ACCESS_REFUSALS, AccessRefusals
 from mrcnet.wire import CCState, build_data, build_nack, build_sack
 from mrcnet.wire.neth import NETH
@@ -129,6 +129,12 @@ KINDS: dict[str, Callable[[Live, PyParsed], tuple[object, str]]] = {
     "sack_ahead": _sack_ahead, "sack_unsent": _sack_unsent,
     "sack_bits_unsent": _sack_bits_unsent,
 }
+
+
+@pytest.fixture(autouse=True)
+def _early_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The "too early" SACK check is off by default (forged.EARLY_FRACTION): on here."""
+    monkeypatch.setattr(forged, "EARLY_FRACTION", 0.5)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
