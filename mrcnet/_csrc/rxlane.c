@@ -188,6 +188,19 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
     if (cack > a->next_seq || cack <= una - a->txcap)
         return 0;  /* rx_sack_out_of_window */
     int64_t trig = cack - 1 + f->ack_offset;
+    /* forged.sack_verdict: bits or a trigger for PSNs never sent, an acknowledgement
+     * sooner than a round trip (Python counts and drops them) */
+    int64_t base = cack - 1 + f->sack_offset;
+    if (f->bitmap && base + 63 - __builtin_clzll(f->bitmap) >= a->next_seq)
+        return 0;  /* rx_sack_unsent */
+    if (trig >= a->next_seq)
+        return 0;  /* rx_sack_unsent */
+    if (cack > una && a->early > 0.0) {
+        const struct mrc_txpkt *p = &a->txq->pk[(uint64_t)(cack - 1) & a->txq->mask];
+        if ((p->flags & MRC_TX_LIVE) && p->seq == (uint64_t)(cack - 1) && p->tx == 1 &&
+            now - p->sent < a->early)
+            return 0;  /* rx_sack_too_early */
+    }
     uint64_t acked = mrc_tx_sack(a->txq, now, una, cack, a->next_seq,
                                  cack - 1 + f->sack_offset, f->bitmap, f->sack_offset == 2,
                                  trig, f->sack_ev, f->ts_echo, a->o);

@@ -109,6 +109,7 @@ struct mrc_rx_ack {
     uint8_t  peers[MRC_RX_PEERS_MAX * 16];
     int64_t  una;              /* snd_una: moves with each SACK taken */
     int64_t  next_seq, txcap;  /* the window: cack in (una - txcap, next_seq] */
+    double   early;            /* a first transmission acknowledged sooner: forged (0: off) */
     int64_t  *rec;             /* records: MRC_RX_ACK_INTS integers each ... */
     double   *rec_sent;        /* ... and the triggering packet's send time */
     uint32_t n, max;           /* records waiting, room */

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mrcnet.constants import ENDPOINT_QPN, MPR_UNIT
+from mrcnet.core import forged
 from mrcnet.core.config import HostConfig, Port
 from mrcnet.core.memory import MemoryTable
 from mrcnet.core.qp import QueuePair
@@ -291,7 +292,7 @@ class Receiver:
             self._ack_use(qp)  # a new table (reset) or new peers
             if self._ack_qp is None:
                 return
-        lane.ack_sync(qp.snd_una, qp.next_seq)
+        lane.ack_sync(qp.snd_una, qp.next_seq, forged.early_floor(qp.min_rtt))
 
     def _ack_replay(self, now: float) -> int:
         """on_sack's decisions for the SACKs the lane took (in order); returns how many."""

@@ -15,14 +15,16 @@ import math
 from collections import deque
 
 from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
+from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.events import Completion, WCOpcode, WCStatus, WriteCompleted
 from mrcnet.core.evs import EVManager, ev_path
+from mrcnet.core.forged import AccessRefusals, sack_verdict
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
-from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_WR, PEND, TxTable
+from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_TX, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
@@ -102,6 +104,7 @@ class Recovery:
         self.min_rtt = 0.0
         self.sack_pending = False  # SACKs handled since the host's last frames_to_send
         self.sack_acked = 0  # ... and what they acknowledged
+        self.refusals = AccessRefusals()  # remote access error NACKs, per PSN
 
     @property
     def rack_sent(self) -> float:
@@ -179,6 +182,9 @@ class Recovery:
         if cause == "trim":
             if info is not None:
                 info.trimmed += 1
+            self.rtx_q.appendleft(seq)
+        elif cause == "access":
+            # Refused by the peer (or a forger): resend, on another EV; no path blame.
             self.rtx_q.appendleft(seq)
         elif cause == "rnr":
             # The peer had no receive posted: resend after a while, not at once.
@@ -429,8 +435,12 @@ class Recovery:
         last PSN received in order; the table's cumulative point is the one after."""
         una = self.snd_una
         cack = unwrap((s.cack_psn + 1) & PSN_MASK, una)
-        if cack > self.snd.next_seq or cack <= una - self._txcap:
-            self.qp.count("rx_sack_out_of_window")
+        why = sack_verdict(self.txt, una, self.snd.next_seq, self._txcap, cack,
+                           cack - 1 + s.sack_offset, s.bitmap,
+                           None if s.pr else cack - 1 + s.ack_offset, now,
+                           forged.early_floor(self.min_rtt))
+        if why is not None:
+            self.qp.count(why)
             return
         if cack < una:
             # An older SACK overtaken by a newer one: its bitmap may still be news.
@@ -458,8 +468,10 @@ class Recovery:
         It names no packet and no EV: no RTT sample, no path news."""
         una = self.snd_una
         cack = unwrap((a.psn + 1) & PSN_MASK, una)
-        if cack > self.snd.next_seq or cack <= una - self._txcap:
-            self.qp.count("rx_ack_out_of_window")
+        why = sack_verdict(self.txt, una, self.snd.next_seq, self._txcap, cack, 0, 0, None,
+                           now, forged.early_floor(self.min_rtt))
+        if why is not None:
+            self.qp.count(why.replace("rx_sack_", "rx_ack_"))
             return
         if self.evm is None or self.cc is None or self.qp.state is not QPState.RTS:
             return
@@ -631,7 +643,8 @@ class Recovery:
                 self.qp.ctx.emit(WriteCompleted(self.qp.qpn, wr.wr_id, wr.length))
 
     def on_nack(self, n: PyParsed, now: float) -> None:
-        """A NACK: trimmed packets are retransmitted at once; an access error is fatal."""
+        """A NACK: trimmed packets are retransmitted at once; an access error is fatal once
+        the evidence is consistent (:class:`mrcnet.core.forged.AccessRefusals`)."""
         if self.qp.state is not QPState.RTS or self.evm is None or self.cc is None:
             return
         seq = unwrap(n.nack_psn, self.snd_una)
@@ -652,6 +665,14 @@ class Recovery:
             if not e[E_FLAGS] & PEND:
                 self._mark_lost(seq, now, "trim")
         elif reason == NackReason.UNEXP_EVENT:
+            npaths = len({i.ev >> EV_PATH_SHIFT for lst in self.evm.active.values()
+                          for i in lst})
+            if not self.refusals.refused(seq, e[E_EV], e[E_TX], npaths):
+                # Not yet consistent evidence (forged.AccessRefusals): resend it.
+                self.qp.count("rx_nack_access_unconfirmed")
+                if not e[E_FLAGS] & PEND:
+                    self._mark_lost(seq, now, "access")
+                return
             wr = self.snd.wr_of[e[E_WR]]
             self.qp.fail(
                 WCStatus.REM_ACCESS_ERR,

@@ -354,11 +354,13 @@ class CRxLane:
         a.txq, a.o, self._ack_txt = txt._t, txt._o, txt
         return True
 
-    def ack_sync(self, una: int, next_seq: int) -> None:
-        """The ack QP's send window now (its snd_una and next_seq): take its SACKs."""
+    def ack_sync(self, una: int, next_seq: int, early: float = 0.0) -> None:
+        """The ack QP's send window now (its snd_una and next_seq): take its SACKs
+        (``early``: a first transmission acknowledged sooner is forged,
+        :func:`mrcnet.core.forged.sack_verdict`; 0: no such check)."""
         if self._ack_txt is not None:
             a = self._ack
-            a.una, a.next_seq = una, next_seq
+            a.una, a.next_seq, a.early = una, next_seq, early
             self._c.ack = a
 
     def ack_pause(self) -> None:

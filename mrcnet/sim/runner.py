@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from mrcnet.constants import PSN_MASK
 from mrcnet.core import (
     EV_PROFILE_ECMP,
     EV_PROFILE_SPRAY,
@@ -220,6 +222,9 @@ class SimRun:
         self.flows = list(flows)
         self.failures = list(failures)
         self.sim = Simulator(seed)
+        # Initial PSNs are random per QP, as mrcd draws them at connect (from their own
+        # generator: the network's random choices stay what they were)
+        self._psn_rng = random.Random(seed * 7919 + 24)
         self.fabric = Fabric(self.sim, spec)
         n = len(self.fabric.hosts)
         for f in self.flows:
@@ -296,10 +301,14 @@ class SimRun:
             src, dst = self.hosts[f.src], self.hosts[f.dst]
             sq = src.create_qp(self._cqs[f.src], QPAttrs())
             rq = dst.create_qp(self._cqs[f.dst], QPAttrs())
-            for host, qpn, peer, other in ((src, sq, dst, rq), (dst, rq, src, sq)):
+            ps = self._psn_rng.randrange(PSN_MASK + 1)
+            pr = self._psn_rng.randrange(PSN_MASK + 1)
+            for host, qpn, peer, other, mine, theirs in ((src, sq, dst, rq, ps, pr),
+                                                         (dst, rq, src, sq, pr, ps)):
                 host.modify_qp(qpn, QPState.INIT)
-                host.modify_qp(qpn, QPState.RTR, peer=peer.name, dest_qp_num=other, rq_psn=0)
-                host.modify_qp(qpn, QPState.RTS, sq_psn=0)
+                host.modify_qp(qpn, QPState.RTR, peer=peer.name, dest_qp_num=other,
+                               rq_psn=theirs)
+                host.modify_qp(qpn, QPState.RTS, sq_psn=mine)
             self.qps[f.id] = (sq, rq)
             self._by_qp[(f.src, sq)] = f.id
             self.sim.at(f.start, self._start_flow, f)

@@ -24,6 +24,7 @@ from mrcnet.constants import (
     SackMode,
 )
 from mrcnet.core import Host
+from mrcnet.core.forged import sack_verdict
 from mrcnet.core.memory import MemoryRegion
 from mrcnet.core.rxlane import (
     RX_ACK_MAX,
@@ -169,9 +170,9 @@ class PyRxLane(PyRxState):
         self.ack_qpn, self.ack_txt, self.ack_peers, self.ack_cap = qpn, txt, peers, txcap
         return True
 
-    def ack_sync(self, una: int, next_seq: int) -> None:
+    def ack_sync(self, una: int, next_seq: int, early: float = 0.0) -> None:
         """The ack QP's send window now (its snd_una and next_seq): take its SACKs."""
-        self.ack_una, self.ack_next = una, next_seq
+        self.ack_una, self.ack_next, self.ack_early = una, next_seq, early
         self.ack_on = self.ack_txt is not None
 
     def ack_pause(self) -> None:
@@ -205,6 +206,9 @@ class PyRxLane(PyRxState):
         trig = cack - 1 + f.ack_offset
         txt = self.ack_txt
         off = f.sack_offset
+        if sack_verdict(txt, una, self.ack_next, self.ack_cap, cack, cack - 1 + off, f.bitmap,
+                        trig, now, self.ack_early) is not None:
+            return False
         acked = txt.sack(now, una, cack, self.ack_next, cack - 1 + off, f.bitmap, off == 2,
                          trig, f.sack_ev, f.ts_echo)
         if cack > una:

@@ -68,12 +68,21 @@ def _sack_frames(rng: random.Random, st: list[SackTemplate], una: int, nxt: int,
                     m=rng.choice([SackMode.NONE] * 8 + [SackMode.SKIP_ONCE,
                                                          SackMode.ALWAYS_SKIP]),
                     pr=rng.random() < 0.05,
-                    sack_bitmap=rng.getrandbits(64) if r < 0.9 else 0)
+                    sack_bitmap=_bits(rng, cack - 1 + off, nxt) if r < 0.9 else 0)
         cc = CCState(timestamp=ts, ooo_count=rng.randrange(256),
                      rcv_cwnd_pen=rng.randrange(128) if rng.random() < 0.1 else 0,
                      rcvd_bytes=rng.getrandbits(24))
         out.append(rng.choice(st).build(rng.getrandbits(32), seth, cc))
     return out
+
+
+def _bits(rng: random.Random, base: int, nxt: int) -> int:
+    """A SACK bitmap over [base, base + 64): mostly bits only for PSNs sent (below
+    ``nxt``), sometimes any (a SACK about PSNs never sent: forged.sack_verdict)."""
+    bm = rng.getrandbits(64)
+    if rng.random() < 0.9 and nxt - base < 64:
+        bm &= (1 << max(0, nxt - base)) - 1
+    return bm
 
 
 def _spoil(rng: random.Random, frames: list[bytes]) -> list[bytes]:
