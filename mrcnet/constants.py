@@ -41,10 +41,17 @@ MRC_UDP_PORT: Final = 4791  # RoCEv2 destination port, shared by MRC
 ICRC_LEN: Final = 4
 
 # --- Differentiated services (IPv6 traffic class = DSCP << 2 | ECN) -------------------
-# The code points are deployment choices; these defaults match mrc-fabric's switches.
-DSCP_DATA: Final = 26  # AF31: data packets
+# The code points are operator settings (UEC 1.0.3 section 4.1; the fabric description's
+# "dscp" object, mrcd's "dscp" key, HostConfig.dscp, the simulator's spec): these are the
+# defaults, the one place they are written (mrcnet.wire.dscp.DscpClasses reads them).
+# The six classes must be distinct.
+DSCP_TRIMMABLE: Final = 26  # AF31: ordinary data (a switch may trim it)
+DSCP_TRIMMABLE_RETX: Final = 28  # AF32: retransmitted data (trimmable; same AF class)
+DSCP_TRIMMED: Final = 40  # CS5: a switch trimmed the packet (not at the last hop)
+DSCP_TRIMMED_LASTHOP: Final = 32  # CS4: the leaf's port to the receiver trimmed it (incast)
+DSCP_NO_TRIM: Final = 0  # default/best effort: a switch drops, never trims, such packets
 DSCP_CONTROL: Final = 46  # EF: SACK / NACK / probes (high priority, like trimmed headers)
-DSCP_TRIMMED: Final = 40  # CS5: a switch re-marks a packet it trimmed to this code point
+DSCP_DATA: Final = DSCP_TRIMMABLE  # the older name of TRIMMABLE
 
 
 class ECN(enum.IntEnum):

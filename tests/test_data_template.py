@@ -20,6 +20,7 @@ from mrcnet.constants import (
     DATA_OPCODES,
     DSCP_CONTROL,
     DSCP_DATA,
+    DSCP_TRIMMABLE_RETX,
     ECN,
     ENDPOINT_QPN,
     IMM_OPCODES,
@@ -140,7 +141,9 @@ def check_flow(flow: Flow, pkts: list[tuple[dict[str, Any], Route]]) -> None:
     for fields, route in pkts:
         fields = dict(fields)
         path_args = fields.pop("path_args", None)
-        want = build_data(route, dest_qp=flow.dest_qp, rkey=flow.rkey, dscp=flow.dscp,
+        # A template marks retransmissions TRIMMABLE_RETX whatever its own DSCP.
+        dscp = DSCP_TRIMMABLE_RETX if fields["rtx"] else flow.dscp
+        want = build_data(route, dest_qp=flow.dest_qp, rkey=flow.rkey, dscp=dscp,
                           ecn=flow.ecn, **fields)
         # The templates take the METH word (RQMSN << 16 | MSN).
         tf = dict(fields)

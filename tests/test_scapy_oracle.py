@@ -35,6 +35,8 @@ from scapy.packet import Packet, Raw
 
 from mrcnet.constants import (
     DATA_OPCODES,
+    DSCP_TRIMMABLE,
+    DSCP_TRIMMABLE_RETX,
     DSCP_TRIMMED,
     ECN,
     ENDPOINT_QPN,
@@ -422,7 +424,8 @@ def test_scapy_built_data_parses(
     # scapy's pseudo-header would use the unshifted container (covered by the oracle test).
     assume(route.usid is None or route.encap)
     with_imm = op in IMM_OPCODES
-    pkt = scapy_route_layers(route, ev, 26, ECN.ECT0) / MRC_BTH(
+    dscp = DSCP_TRIMMABLE_RETX if rtx else DSCP_TRIMMABLE  # a sender's default classes
+    pkt = scapy_route_layers(route, ev, dscp, ECN.ECT0) / MRC_BTH(
         opcode=op, dqpn=qp, psn=psn, ackreq=ack_req, rtx=rtx, ts=ts is not None
     ) / MRC_METH(rqmsn=rqmsn, msn=msn)
     if ts is not None:

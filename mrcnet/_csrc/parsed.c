@@ -28,7 +28,9 @@
 #define UDP_PORT 4791
 #define BTH_LEN 12
 #define ICRC_LEN 4
+#define DSCP_TRIMMABLE_RETX 28
 #define DSCP_TRIMMED 40
+#define DSCP_TRIMMED_LASTHOP 32
 #define ECN_CE 3
 #define ENDPOINT_QPN 0x2u
 #define METH_LEN 4
@@ -86,6 +88,17 @@ static int known_endpoint_op(uint32_t op) { return op == 0 || op == 1; } /* Endp
 int mrc_ev_order = 0;
 
 void mrc_set_ev_order(int order) { mrc_ev_order = order ? 1 : 0; }
+
+int mrc_dscp_retx = DSCP_TRIMMABLE_RETX;
+int mrc_dscp_trimmed = DSCP_TRIMMED;
+int mrc_dscp_trimmed_lasthop = DSCP_TRIMMED_LASTHOP;
+
+void mrc_set_dscps(int retx, int trimmed, int trimmed_lasthop)
+{
+    mrc_dscp_retx = retx & 0x3f;
+    mrc_dscp_trimmed = trimmed & 0x3f;
+    mrc_dscp_trimmed_lasthop = trimmed_lasthop & 0x3f;
+}
 
 #define FAIL(r, text) do { out->why = (text); out->reason = (r); return (r); } while (0)
 /* _util.need(): `n` bytes at `off` inside the frame as cut to `end`. 64-bit sums: a
@@ -163,7 +176,8 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
         FAIL(MRC_BAD_LENGTH, "frame longer than its outer IPv6 length");
     end = ip_end < len ? (size_t)ip_end : len;
     out->end = (uint32_t)end;
-    int trimmed_dscp = out->outer_dscp == DSCP_TRIMMED;
+    int lasthop_dscp = out->outer_dscp == (uint32_t)mrc_dscp_trimmed_lasthop;
+    int trimmed_dscp = lasthop_dscp || out->outer_dscp == (uint32_t)mrc_dscp_trimmed;
 
     /* SRH.unpack_from (and _check_tlvs). */
     uint32_t nh = out->outer_next_header;
@@ -406,8 +420,10 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
         FAIL(MRC_TRUNCATED, "control frame shorter than its headers");
     }
     out->src_off = (uint32_t)(out->inner_off ? out->inner_off + 8 : ETH_LEN + 8);
-    if (out->trimmed)
+    if (out->trimmed) {
+        out->trim_lasthop = (uint32_t)lasthop_dscp;
         return MRC_OK;
+    }
 
     /* Here end == claimed == ip_end: the frame is exactly as long as its headers say. */
     if (verify & MRC_VERIFY_ICRC) {

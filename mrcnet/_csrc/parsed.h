@@ -58,7 +58,8 @@ struct mrc_parsed {
     uint32_t ev;             /* UDP source port and outer flow label & 0xffff, in the EV
                                 order set by mrc_set_ev_order (default: sport = low 16) */
     uint32_t ce;             /* outer ECN is CE */
-    uint32_t trimmed;        /* data frame cut short or marked with the trimmed DSCP */
+    uint32_t trimmed;        /* data frame cut short or marked with a trimmed DSCP */
+    uint32_t trim_lasthop;   /* trimmed and marked TRIMMED_LASTHOP (mrc_set_dscps) */
     uint32_t is_data;
     /* METH, TSETH, RETH, ImmDt (data) */
     uint64_t va;
@@ -93,9 +94,13 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
 /* Which half of the EV rides in the UDP source port, for the parser and the template
  * builders: 0 (default) the low 16 bits, 1 the high 16 bits (mrcnet.wire.set_ev_order). */
 void mrc_set_ev_order(int order);
+/* The operator's DSCP classes (mrcnet.wire.set_dscp_classes): retransmitted data
+ * (templates), trimmed, trimmed at the last hop (the parser). */
+void mrc_set_dscps(int retx, int trimmed, int trimmed_lasthop);
 /* cffi: end */
 
 extern int mrc_ev_order;
+extern int mrc_dscp_retx, mrc_dscp_trimmed, mrc_dscp_trimmed_lasthop;
 
 /* The EV of a UDP source port and a flow label; and the two halves of an EV. */
 static inline uint32_t mrc_ev_of(uint32_t sport, uint32_t flow_label)

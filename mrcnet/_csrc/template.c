@@ -15,11 +15,19 @@
 #define RETH_LEN 16
 #define IMMDT_LEN 4
 #define TS_FORMAT_TYPE 1
+#define BTH_F_RTX 0x20  /* BTH byte 8 (mrcnet.constants.BTH_F_RTX) */
 
 static inline void put16(uint8_t *p, uint32_t v) { p[0] = v >> 8; p[1] = v; }
 static inline void put32(uint8_t *p, uint32_t v)
 {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+/* The DSCP bits of an IPv6 header's traffic class (version, ECN and flow label stay). */
+static inline void set_dscp(uint8_t *ip, uint32_t dscp)
+{
+    ip[0] = (uint8_t)(0x60 | (dscp >> 2));
+    ip[1] = (uint8_t)(((dscp & 3) << 6) | (ip[1] & 0x3f));
 }
 
 size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
@@ -48,6 +56,12 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     if (srh_segs && t->off_srh_segs)
         memcpy(out + t->off_srh_segs, srh_segs, t->srh_segs_len);
 
+    /* A retransmission is marked TRIMMABLE_RETX (the template holds TRIMMABLE). */
+    if (bth_flags & BTH_F_RTX) {
+        set_dscp(o, (uint32_t)mrc_dscp_retx);
+        if (t->off_inner_ip)
+            set_dscp(out + t->off_inner_ip, (uint32_t)mrc_dscp_retx);
+    }
     if (t->off_inner_ip) {
         put16(out + t->off_inner_ip + 2, fl);
         put16(out + t->off_inner_ip + 4, (uint32_t)(total - t->off_inner_ip - IP6_LEN));

@@ -23,6 +23,7 @@ from mrcnet.constants import (
 )
 from mrcnet.errors import InvalidAttribute
 from mrcnet.wire import Route
+from mrcnet.wire.dscp import DscpClasses, set_dscp_classes
 
 # --- core defaults (protocol-level choices of this implementation; see docs/CORE.md) ----
 DEFAULT_MTU_PAYLOAD = 4096
@@ -127,6 +128,12 @@ class HostConfig:
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
       (:func:`mrcnet.wire.set_ev_order`: every codec of the process follows it).
+    - ``dscp``: the fabric's DSCP classes, ``{class: code point}`` for any of trimmable,
+      trimmable_retx, trimmed, trimmed_lasthop, no_trim, control (the rest keep
+      mrcnet.constants' defaults: 26, 28, 40, 32, 0, 46). None: leave the process's classes
+      as they are (the defaults, or what the simulator's fabric set). Process-wide like
+      ``ev_order`` (:func:`mrcnet.wire.set_dscp_classes`); every host of a fabric and its
+      switches must agree. mrcd takes the fabric description's when it has them.
     - ``fast_parse``: parse received frames with :class:`mrcnet.wire.parsed.FrameParser` (the
       C parser when built); False: the reference :func:`mrcnet.wire.parse_frame`. Same
       decisions either way (tests/wire/test_parse_differential.py); the switch exists to
@@ -160,6 +167,7 @@ class HostConfig:
     retire_ambiguous: int = 3
     sack_on_reorder: bool = False
     ev_order: str = "sport-low"
+    dscp: dict[str, int] | None = None
 
 
 #: HostConfig.ev_order's names of the EV orders (mrcnet.constants.EV_ORDER_*).
@@ -171,6 +179,16 @@ def ev_order_code(name: str) -> int:
     if name not in EV_ORDERS:
         raise InvalidAttribute(f"ev_order {name!r}: use one of {sorted(EV_ORDERS)}")
     return EV_ORDERS[name]
+
+
+def apply_dscp(dscp: dict[str, int] | None) -> None:
+    """Use HostConfig.dscp's classes process-wide (None: leave them); InvalidAttribute if
+    they are not six distinct code points of known classes."""
+    if dscp is not None:
+        try:
+            set_dscp_classes(DscpClasses.from_dict(dscp))
+        except ValueError as e:
+            raise InvalidAttribute(str(e)) from None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from mrcnet.core.config import (
     PathProvider,
     Port,
     QPAttrs,
+    apply_dscp,
     check_qp_attrs,
     ev_order_code,
 )
@@ -96,6 +97,7 @@ class Host:
             raise InvalidAttribute(
                 f"ev_profile {self.config.ev_profile!r}: use one of {sorted(EV_PROFILES)}")
         set_ev_order(ev_order_code(self.config.ev_order))  # (process-wide, as the fabric's)
+        apply_dscp(self.config.dscp)
         self.ports = {p.index: p for p in ports}
         self._plane_port = {p.plane: p.index for p in ports}
         if len(self._plane_port) != len(ports):

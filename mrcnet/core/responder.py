@@ -31,7 +31,7 @@ from mrcnet.constants import (
 from mrcnet.core.context import QPView
 from mrcnet.core.ctrl import NO_TS, SackTemplate
 from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
-from mrcnet.core.evs import EVManager, ev_path
+from mrcnet.core.evs import EVManager
 from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
 from mrcnet.core.seqnum import HALF, MSN_MASK, unwrap16
 from mrcnet.core.states import QPState
@@ -80,7 +80,6 @@ class Responder:
         self.imm_done = 0  # next RQMSN to complete
         self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
-        self.lasthop_trims: dict[int, dict[int, float]] = {}
 
     def start(self, paths: dict[int, list[Route]], evm: EVManager | None) -> None:
         """INIT -> RTR: the peer's paths and the QP's EVs are known."""
@@ -135,7 +134,7 @@ class Responder:
             return
         if f.trimmed:
             self.qp.count("rx_trimmed")
-            self._nack(self._trim_reason(ev, plane, now), ev, seq, ts, plane, out)
+            self._nack(self._trim_reason(f), ev, seq, ts, plane, out)
             return
         op = f.opcode
         if f.has_imm:
@@ -280,15 +279,13 @@ class Responder:
         return [int(rx.unrep[i]) for i in range(min(rx.unrep_n, RX_UNREP_MAX))] + \
             self._unrep_more
 
-    def _trim_reason(self, ev: int, plane: int, now: float) -> NackReason:
-        """Last hop or not? Trims arriving close together on different paths of one plane
-        share only the last hop (the receiver's downlink): call that an incast."""
-        _, path, _ = ev_path(ev)
-        recent = self.lasthop_trims.setdefault(plane, {})
-        window = max(self.cfg.reorder_floor, self.qp.srtt or self.cfg.base_rtt_hint)
-        lasthop = any(p != path and now - t <= window for p, t in recent.items())
-        recent[path] = now
-        if lasthop:
+    def _trim_reason(self, f: PyParsed) -> NackReason:
+        """The NACK reason of a trimmed packet, from its DSCP (the switch says where it
+        trimmed): TRIMMED_LASTHOP for a trim at the leaf's port to this host (incast: no
+        path is to blame, the sender moves no EV; the window penalty asks the senders to
+        back off), TRIMMED elsewhere (the sender skips the EV)."""
+        if f.trim_lasthop:
+            self.qp.count("rx_trimmed_lasthop")
             self.rx.penalty = min(WINDOW_PENALTY_MAX, self.rx.penalty + _PENALTY_PER_LASTHOP_TRIM)
             return NackReason.TRIMMED_LASTHOP
         return NackReason.TRIMMED
@@ -319,6 +316,8 @@ class Responder:
                                                spdcid=self.qpn & 0xFFFF,
                                                dpdcid=dqp & 0xFFFF))))
         self.qp.count("tx_nack")
+        if reason == NackReason.TRIMMED_LASTHOP:
+            self.qp.count("tx_nack_lasthop")
 
     def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1) -> None:
         """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one

@@ -53,6 +53,7 @@ from typing import Any, Final
 
 from mrcnet.core.config import HostConfig
 from mrcnet.errors import MrcError
+from mrcnet.wire.dscp import DscpClasses
 
 __all__ = ["ClientLimits", "ConfigError", "DaemonConfig", "PeerConfig", "PortConfig",
            "load_config", "parse_listen"]
@@ -261,6 +262,12 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         if key not in fields:
             raise ConfigError(f"{where}: unknown core setting (see HostConfig in "
                               "mrcnet/core/config.py)")
+        if key == "dscp":
+            try:
+                core[key] = DscpClasses.from_dict(value, where).to_dict()
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            continue
         default = getattr(HostConfig(), key)
         want: type = type(default)
         if want is float and isinstance(value, int) and not isinstance(value, bool):

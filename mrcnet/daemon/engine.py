@@ -186,6 +186,14 @@ class Daemon:
             knobs["link_rate"] = min(float(knobs["link_rate"]), rate)
         if isinstance(self.paths, StaticPaths):
             knobs.setdefault("evs_per_qp", STATIC_EVS_PER_QP * len(self.ports))
+        fabric_dscp = self.desc.options.get("dscp") if self.desc is not None else None
+        if fabric_dscp:
+            # The description's classes win: its switches mark trims with them, and a host
+            # that read them otherwise would take every trim for intact data.
+            if knobs.get("dscp") not in (None, fabric_dscp):
+                self.log.warning("core.dscp ignored: the fabric description's win",
+                                 config=knobs["dscp"], fabric=fabric_dscp)
+            knobs["dscp"] = dict(fabric_dscp)
         hc = HostConfig(ev_profile=cfg.ev_profile, cc_profile=cfg.cc_profile,
                         mtu_payload=payload_for_mtu(mtu), completion_events=False, **knobs)
         self.host = core.Host(cfg.host, [core.Port(lp.index, lp.plane, lp.mac, lp.ip)

@@ -53,6 +53,9 @@ QP_COUNTERS: Final = {
     "tx_sack": ("mrc_qp_sacks_sent", "SACKs the QP sent"),
     "tx_nack": ("mrc_qp_nacks_sent", "NACKs the QP sent"),
     "rx_trimmed": ("mrc_qp_trimmed_received", "trimmed packets the QP received"),
+    "rx_trimmed_lasthop": ("mrc_qp_trimmed_lasthop_received",
+                           "packets the QP received trimmed at the last hop (DSCP)"),
+    "tx_nack_lasthop": ("mrc_qp_nacks_lasthop_sent", "NACKs TRIMMED_LASTHOP the QP sent"),
     "rto_rounds": ("mrc_qp_timeouts", "retransmission timeouts of the QP"),
 }
 #: Per-EV counters summed per (QP, plane): metric mrc_qp_ev_<name>_total.

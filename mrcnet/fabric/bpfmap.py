@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from mrcnet.constants import DSCP_CONTROL, DSCP_TRIMMED, MRC_UDP_PORT
+from mrcnet.constants import MRC_UDP_PORT
 from mrcnet.fabric.errors import FabricError, ToolMissing
 from mrcnet.fabric.nsutil import require_tool
+from mrcnet.wire.dscp import DEFAULT_DSCP, DscpClasses
 
 SOURCE_NAME = "mrc_switch.c"
 EGRESS_SECTION = "tc"
@@ -35,6 +36,7 @@ INGRESS_SECTION = "classifier/host_ingress"
 F_ECN = 1
 F_BLACKHOLE = 2
 F_TRIM = 4
+F_LASTHOP = 8  # a leaf's port to a host: trims are marked TRIMMED_LASTHOP
 
 CFG_FMT = "<QIIIIII"  # rate_Bps trim_thresh ecn_thresh drop_thresh trim_size loss_ppm flags
 VQ_FMT = "<QQ"  # backlog (at the last frame) busy_ns (when the virtual queue empties)
@@ -64,13 +66,16 @@ def _source() -> bytes:
     return resources.files("mrcnet.fabric").joinpath("bpf").joinpath(SOURCE_NAME).read_bytes()
 
 
-def compile_object() -> Path:
-    """Compile ``mrc_switch.c`` with clang (or reuse the cached object); return its path."""
+def compile_object(dscp: DscpClasses = DEFAULT_DSCP) -> Path:
+    """Compile ``mrc_switch.c`` with clang for the fabric's DSCP classes (or reuse the
+    cached object); return its path."""
     clang = require_tool("clang", "clang")
     src = _source()
     defines = [
-        f"-DMRC_DSCP_TRIMMED={DSCP_TRIMMED}",
-        f"-DMRC_DSCP_CONTROL={DSCP_CONTROL}",
+        f"-DMRC_DSCP_TRIMMED={dscp.trimmed}",
+        f"-DMRC_DSCP_TRIMMED_LASTHOP={dscp.trimmed_lasthop}",
+        f"-DMRC_DSCP_NO_TRIM={dscp.no_trim}",
+        f"-DMRC_DSCP_CONTROL={dscp.control}",
         f"-DMRC_UDP_PORT={MRC_UDP_PORT}",
     ]
     multiarch = Path(f"/usr/include/{platform.machine()}-linux-gnu")

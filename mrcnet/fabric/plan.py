@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mrcnet.fabric.bpfmap import EGRESS_SECTION, F_ECN, F_TRIM, INGRESS_SECTION, LinkConfig
+from mrcnet.fabric.bpfmap import (
+    EGRESS_SECTION,
+    F_ECN,
+    F_LASTHOP,
+    F_TRIM,
+    INGRESS_SECTION,
+    LinkConfig,
+)
 from mrcnet.topology.description import FabricDescription, Link, LinkEnd, usid_address
 
 #: Device carrying each switch's seg6local route. Not lo (IPv6 turns a seg6local route on
@@ -247,6 +254,8 @@ def default_config(desc: FabricDescription, node: str, ifname: str) -> LinkConfi
         return LinkConfig(trim_size=int(o["trim_size"]))
     last_hop = link.kind == "host-leaf"
     flags = F_TRIM if o["trim_thresh"] else 0
+    if last_hop and flags:
+        flags |= F_LASTHOP  # the leaf's port to the host: an incast, not a path
     if o["ecn_thresh"] and (not last_hop or o.get("ecn_last_hop")):
         flags |= F_ECN
     # vq_drain < 1 drains the virtual queue slower than the link: a margin for a tbf

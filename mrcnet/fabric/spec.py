@@ -30,6 +30,7 @@ from mrcnet.topology.errors import SpecError
 from mrcnet.topology.spec import FABRIC, WHY_NOT, TopologySpec, check_shape, shape_parts
 from mrcnet.topology.spec import parse_spec as parse_topology
 from mrcnet.topology.units import format_rate, parse_rate
+from mrcnet.wire.dscp import DEFAULT_DSCP
 
 __all__ = ["DEFAULT_VQ_DRAIN", "FabricSpec", "allocate", "format_rate", "parse_rate",
            "parse_spec", "resolve", "validate_name"]
@@ -318,6 +319,8 @@ def allocate(spec: FabricSpec, name: str, fabric_id: int) -> FabricDescription:
         "burst": spec.burst,
         "effective": spec.effective(),
         "not_emulated": spec.notes(),
+        # The DSCP classes the switches mark and hosts read (mrcd takes them from here).
+        "dscp": DEFAULT_DSCP.to_dict(),
     }
     paths = {
         # How to build a path; FabricDescription.path_container / path_segments do it.

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from heapq import heappush
 from typing import Protocol
 
-from mrcnet.constants import DSCP_CONTROL, DSCP_DATA, DSCP_TRIMMED, ECN, IPPROTO_ROUTING
+from mrcnet.constants import ECN, IPPROTO_ROUTING
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError
+from mrcnet.wire.dscp import DscpClasses, dscp_classes
 
 # Offsets into a frame (see the module docstring).
 _TC_HI = 14  # low nibble: DSCP bits 5..2
@@ -40,13 +41,6 @@ _DA_END = _DA + 16
 _SRH_SL = 54 + 3
 _SRH_SEGS = 54 + 8
 
-# Precomputed traffic-class byte fragments, so the hot path is integer logic only.
-_DATA_TC_HI = DSCP_DATA >> 2
-_DATA_TC_LO = (DSCP_DATA & 3) << 6
-_CTRL_TC_HI = DSCP_CONTROL >> 2
-_CTRL_TC_LO = (DSCP_CONTROL & 3) << 6
-_TRIM_TC_HI = DSCP_TRIMMED >> 2
-_TRIM_TC_LO = (DSCP_TRIMMED & 3) << 6
 _ECN_SHIFT = 4
 _ECN_MASK = 0x3 << _ECN_SHIFT
 _CE = int(ECN.CE) << _ECN_SHIFT
@@ -95,10 +89,12 @@ class EgressPort:
     """An output queue and the one-way link it feeds.
 
     Two FIFOs: a strict-priority one for control frames and trimmed headers (NDP style,
-    served first) and a data one of ``queue_bytes``. A data frame that does not fit is
-    trimmed to ``trim_size`` bytes and re-marked DSCP_TRIMMED when trimming is on, else
-    dropped (drop-tail). ECT frames are marked CE when the data queue holds more than
-    ``ecn_bytes`` (0 = never) as they join it.
+    served first) and a data one of ``queue_bytes``. A data frame (DSCP TRIMMABLE or
+    TRIMMABLE_RETX, :mod:`mrcnet.wire.dscp`) that does not fit is trimmed to ``trim_size``
+    bytes and re-marked TRIMMED (TRIMMED_LASTHOP at a ``last_hop`` port: a leaf's port to a
+    host) when trimming is on, else dropped (drop-tail); NO_TRIM frames are dropped. ECT
+    frames are marked CE when the data queue holds more than ``ecn_bytes`` (0 = never) as
+    they join it.
 
     A frame leaving an idle port costs one event (its arrival at the far end); a busy port
     adds one wake-up event per frame it dequeues.
@@ -107,6 +103,7 @@ class EgressPort:
     __slots__ = (
         "_arrive_cb",
         "_data_bytes",
+        "_data_dscps",
         "_data_q",
         "_heap",
         "_last_down",
@@ -114,6 +111,8 @@ class EgressPort:
         "_prio_q",
         "_s_per_byte",
         "_seq",
+        "_trim_hi",
+        "_trim_lo",
         "_wake_cb",
         "_waking",
         "blackhole",
@@ -123,6 +122,7 @@ class EgressPort:
         "dst",
         "dst_port",
         "ecn_bytes",
+        "last_hop",
         "loss",
         "mac_rewrite",
         "name",
@@ -148,6 +148,8 @@ class EgressPort:
         trim_size: int,
         ecn_bytes: int,
         mac_rewrite: bytes | None,
+        last_hop: bool = False,
+        dscp: DscpClasses | None = None,
     ) -> None:
         self.sim = sim
         self.name = name
@@ -159,6 +161,16 @@ class EgressPort:
         self.trim = trim
         self.trim_size = trim_size
         self.ecn_bytes = ecn_bytes
+        #: a leaf's port to a host: its trims are marked TRIMMED_LASTHOP
+        self.last_hop = last_hop
+        c = dscp or dscp_classes()
+        # Data code points -> "never trim" (NO_TRIM), and the trim mark's traffic-class
+        # bits (byte 14's low nibble, byte 15's top two bits).
+        self._data_dscps = {d: d == c.no_trim for d in (c.trimmable, c.trimmable_retx,
+                                                         c.no_trim)}
+        mark = c.trimmed_lasthop if last_hop else c.trimmed
+        self._trim_hi = mark >> 2
+        self._trim_lo = (mark & 3) << 6
         #: dst MAC + src MAC written into every frame leaving (a router's L2 rewrite)
         self.mac_rewrite = mac_rewrite
         self.dst: Receiver | None = None
@@ -204,18 +216,18 @@ class EgressPort:
         if now + _TIE >= self.busy_until and not self._waking:
             self._transmit(frame, now)
             return
-        hi = frame[_TC_HI] & 0x0F
         lo = frame[_TC_LO]
-        if hi == _DATA_TC_HI and lo & 0xC0 == _DATA_TC_LO:
+        no_trim = self._data_dscps.get(((frame[_TC_HI] & 0x0F) << 2) | (lo >> 6))
+        if no_trim is not None:  # data: TRIMMABLE, TRIMMABLE_RETX or NO_TRIM
             size = len(frame)
             cap = self.queue_bytes
             if cap and self._data_bytes + size > cap:
-                if not self.trim or size <= self.trim_size:
+                if not self.trim or no_trim or size <= self.trim_size:
                     self.counters.drop_queue += 1
                     return
                 del frame[self.trim_size :]
-                frame[_TC_HI] = (frame[_TC_HI] & 0xF0) | _TRIM_TC_HI
-                frame[_TC_LO] = (lo & 0x3F) | _TRIM_TC_LO
+                frame[_TC_HI] = (frame[_TC_HI] & 0xF0) | self._trim_hi
+                frame[_TC_LO] = (lo & 0x3F) | self._trim_lo
                 self.counters.trimmed += 1
                 self._enqueue_prio(frame)
             else:

@@ -32,6 +32,7 @@ from mrcnet.topology.spec import SIM, TopologySpec, check_shape, help_text, shap
 from mrcnet.topology.spec import parse_spec as parse_spec_line
 from mrcnet.topology.units import format_rate, format_time
 from mrcnet.wire import Route
+from mrcnet.wire.dscp import DEFAULT_DSCP, DscpClasses, set_dscp_classes
 
 __all__ = [
     "SPEC_HELP",
@@ -84,6 +85,8 @@ class LeafSpineSpec:
     ecn_bytes: int = DEFAULT_ECN_PKTS * TopologySpec.mtu
     ecn_last_hop: bool = False
     srv6: str = TopologySpec.srv6
+    #: the DSCP classes of the fabric: its switches' and (process-wide) its hosts'
+    dscp: DscpClasses = DEFAULT_DSCP
     #: the spec as written, for :meth:`notes` (None when built field by field)
     source: TopologySpec | None = field(default=None, compare=False, repr=False)
 
@@ -263,11 +266,12 @@ class Fabric:
             queue_bytes=s.queue_bytes,
             prio_queue_bytes=s.hdr_queue_bytes, trim=s.trim, trim_size=s.trim_size,
             ecn_bytes=0 if last_hop and not s.ecn_last_hop else s.ecn_bytes,
-            mac_rewrite=dst_mac + src_mac,
+            mac_rewrite=dst_mac + src_mac, last_hop=last_hop, dscp=s.dscp,
         )
 
     def _build(self) -> None:
         s = self.spec
+        set_dscp_classes(s.dscp)  # the hosts' codecs (process-wide) mark as the switches read
         for p in range(s.planes):
             self.leaves.append([
                 self._switch(leaf_name(p, i), "leaf", p, addressing.leaf_usid(p, i))

@@ -7,6 +7,7 @@ identical bytes.
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire.aeth import AETH
 from mrcnet.wire.bth import BTH
+from mrcnet.wire.dscp import DEFAULT_DSCP, DscpClasses, dscp_classes, set_dscp_classes
 from mrcnet.wire.eeth import EETH
 from mrcnet.wire.erth import ERTH
 from mrcnet.wire.ethernet import Ethernet, mac_to_bytes, mac_to_str
@@ -44,6 +45,7 @@ from mrcnet.wire.usid import usid_block, usid_container, usid_final, usid_list, 
 __all__ = [
     "AETH",
     "BTH",
+    "DEFAULT_DSCP",
     "EETH",
     "ERTH",
     "METH",
@@ -55,6 +57,7 @@ __all__ = [
     "TSETH",
     "UDP",
     "CCState",
+    "DscpClasses",
     "Ethernet",
     "Frame",
     "IPv6",
@@ -69,6 +72,7 @@ __all__ = [
     "build_nack",
     "build_probe",
     "build_sack",
+    "dscp_classes",
     "ev_from_headers",
     "ev_order",
     "ev_to_flow_label",
@@ -78,6 +82,7 @@ __all__ = [
     "mac_to_bytes",
     "mac_to_str",
     "parse_frame",
+    "set_dscp_classes",
     "set_ev_order",
     "usid_block",
     "usid_container",

@@ -19,7 +19,9 @@ Extension headers by opcode (see ``mrcnet.constants.Opcode``; PROTOCOL-NOTES sec
 
 :func:`parse_frame` raises only :class:`~mrcnet.errors.MalformedFrame`. A data frame cut
 short after its headers (a switch trimmed it; many do not fix the IP length) or marked with
-the trimmed DSCP parses with ``trimmed=True``, headers intact, checksums not checked.
+either trimmed DSCP (TRIMMED, TRIMMED_LASTHOP: :mod:`mrcnet.wire.dscp`) parses with
+``trimmed=True`` (and ``trim_lasthop=True`` for the latter), headers intact, checksums not
+checked.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ from mrcnet.constants import (
     BTH_LEN,
     DATA_OPCODES,
     DEFAULT_HOP_LIMIT,
-    DSCP_CONTROL,
-    DSCP_DATA,
-    DSCP_TRIMMED,
     ECN,
     ENDPOINT_QPN,
     ETH_HEADER_LEN,
@@ -54,6 +53,7 @@ from mrcnet.wire._util import Buffer
 from mrcnet.wire.aeth import AETH
 from mrcnet.wire.bth import BTH
 from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
+from mrcnet.wire.dscp import dscp_classes
 from mrcnet.wire.eeth import EETH
 from mrcnet.wire.erth import ERTH
 from mrcnet.wire.ethernet import Ethernet
@@ -144,17 +144,26 @@ def build_frame(
     bth: BTH,
     ext: Sequence[_Header] = (),
     payload: Buffer = b"",
-    dscp: int = DSCP_DATA,
+    dscp: int | None = None,
     ecn: int = ECN.ECT0,
     checksum: Callable[[bytes, bytes, Buffer], int] = udp6_checksum,
 ) -> bytes:
     """Build a complete frame (any kind) from a BTH, its extension headers and payload.
 
-    Raises ``ValueError`` for what a receiver would reject: the trimmed DSCP (only a
-    switch sets it), or the endpoint QPN with anything but an endpoint opcode.
+    ``dscp`` None: the class of the frame (:mod:`mrcnet.wire.dscp`): TRIMMABLE for data,
+    TRIMMABLE_RETX for data with BTH.RTX, CONTROL for everything else.
+
+    Raises ``ValueError`` for what a receiver would reject: a trimmed DSCP (only a
+    switch sets those), or the endpoint QPN with anything but an endpoint opcode.
     """
-    if dscp == DSCP_TRIMMED:
-        raise ValueError("DSCP_TRIMMED is set by switches that trim, never by a sender")
+    classes = dscp_classes()
+    if dscp is None:
+        if bth.opcode in DATA_OPCODES:
+            dscp = classes.trimmable_retx if bth.rtx else classes.trimmable
+        else:
+            dscp = classes.control
+    elif dscp in (classes.trimmed, classes.trimmed_lasthop):
+        raise ValueError("the trimmed DSCPs are set by switches that trim, never by a sender")
     endpoint_op = bth.opcode in (Opcode.ENDPOINT_REQ, Opcode.ENDPOINT_RESP)
     if (bth.dest_qp == ENDPOINT_QPN) != endpoint_op:
         raise ValueError(
@@ -217,9 +226,10 @@ def build_data(
     rtx: bool = False,
     ack_req: bool = False,
     ecn: int = ECN.ECT0,
-    dscp: int = DSCP_DATA,
+    dscp: int | None = None,
 ) -> bytes:
-    """Build an RDMA WRITE data frame; *_IMM opcodes need ``imm``."""
+    """Build an RDMA WRITE data frame; *_IMM opcodes need ``imm``. ``dscp`` None: the
+    TRIMMABLE class, TRIMMABLE_RETX when ``rtx``."""
     if opcode not in DATA_OPCODES:
         raise ValueError(f"opcode {opcode:#x} is not a WRITE opcode")
     ext: list[_Header] = [METH(rqmsn, msn)]
@@ -240,7 +250,7 @@ def build_ack(route: Route, *, ev: int, dest_qp: int, psn: int, aeth: AETH | Non
     """Build an ACK frame: ``psn`` is the last PSN received in order."""
     return build_frame(
         route, ev=ev, bth=BTH(Opcode.ACK, dest_qp, psn), ext=[aeth or AETH()],
-        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+        ecn=ECN.NOT_ECT,
     )
 
 
@@ -256,7 +266,7 @@ def build_sack(
     """Build a SACK frame; ``ev`` is the reverse EV it travels on."""
     return build_frame(
         route, ev=ev, bth=BTH(Opcode.SACK, dest_qp, psn), ext=[seth, cc or CCState()],
-        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+        ecn=ECN.NOT_ECT,
     )
 
 
@@ -264,7 +274,7 @@ def build_nack(route: Route, *, ev: int, dest_qp: int, neth: NETH, psn: int = 0)
     """Build a NACK frame."""
     return build_frame(
         route, ev=ev, bth=BTH(Opcode.NACK, dest_qp, psn), ext=[neth],
-        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+        ecn=ECN.NOT_ECT,
     )
 
 
@@ -272,7 +282,7 @@ def build_probe(route: Route, *, ev: int, dest_qp: int, peth: PETH, psn: int = 0
     """Build a reliability probe frame (travels on ``ev``, the EV being probed)."""
     return build_frame(
         route, ev=ev, bth=BTH(Opcode.RELIABILITY_PROBE, dest_qp, psn, ack_req=True),
-        ext=[peth], dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+        ext=[peth], ecn=ECN.NOT_ECT,
     )
 
 
@@ -288,7 +298,7 @@ def build_endpoint(
     hdr: _Header = erth if erth is not None else eeth  # type: ignore[assignment]
     return build_frame(
         route, ev=ev, bth=BTH(op, ENDPOINT_QPN, request_id), ext=[hdr],
-        dscp=DSCP_CONTROL, ecn=ECN.NOT_ECT,
+        ecn=ECN.NOT_ECT,
     )
 
 
@@ -304,6 +314,8 @@ class Frame:
     bth: BTH
     payload: memoryview
     trimmed: bool = False
+    #: trimmed at the last hop: the outer DSCP is TRIMMED_LASTHOP (mrcnet.wire.dscp)
+    trim_lasthop: bool = False
     reth: RETH | None = None
     meth: METH | None = None
     immdt: ImmDt | None = None
@@ -375,7 +387,9 @@ def parse_frame(
         raise _bad_len(f"frame has {len(mv)} bytes, IPv6 length says {ip_end}")
     end = min(ip_end, len(mv))
     mv = mv[:end]
-    trimmed_dscp = outer.dscp == DSCP_TRIMMED
+    classes = dscp_classes()
+    lasthop_dscp = outer.dscp == classes.trimmed_lasthop
+    trimmed_dscp = lasthop_dscp or outer.dscp == classes.trimmed
 
     srh: SRH | None = None
     nh = outer.next_header
@@ -480,6 +494,7 @@ def parse_frame(
             MalformedReason.TRUNCATED, f"{Opcode(op).name} frame ends at {end}, needs {claimed}"
         )
     if frame.trimmed:
+        frame.trim_lasthop = lasthop_dscp
         return frame
 
     if verify_icrc:

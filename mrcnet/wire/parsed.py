@@ -105,7 +105,7 @@ class PyParsed:
         "sport", "dport", "udp_length", "udp_checksum",
         "opcode", "dest_qp", "psn", "ack_req", "rtx", "ts", "r", "se", "migreq", "pad", "tver",
         "pkey",
-        "ev", "ce", "trimmed", "is_data",
+        "ev", "ce", "trimmed", "trim_lasthop", "is_data",
         "va", "rkey", "length", "has_imm", "imm", "rqmsn", "msn", "has_tseth", "timestamp",
         "tsr", "ftype",
         "has_aeth", "aeth_syndrome", "aeth_msn",
@@ -167,6 +167,7 @@ class PyParsed:
     ev: int
     ce: int
     trimmed: int
+    trim_lasthop: int
     is_data: int
     va: int
     rkey: int
@@ -280,6 +281,7 @@ def py_parse(buf: bytes | bytearray | memoryview, verify: bool = True) -> PyPars
                 int(bth.ts), int(bth.r), int(bth.se), int(bth.migreq), bth.pad, bth.tver,
                 bth.pkey)
     p.ev, p.ce, p.trimmed, p.is_data = f.ev, int(f.ce), int(f.trimmed), int(f.is_data)
+    p.trim_lasthop = int(f.trim_lasthop)
     off += UDP_HEADER_LEN + BTH_LEN
     if f.reth is not None and f.meth is not None:
         off += METH.LEN
@@ -411,7 +413,7 @@ def parsed_to_frame(buf: bytes | bytearray | memoryview, p: PyParsed | Any) -> F
     end = p.end
     f = Frame(eth, outer, srh, inner, udp, bth,
               mv[:end][p.payload_off : p.payload_off + p.payload_len] if p.is_data
-              else mv[0:0], trimmed=bool(p.trimmed))
+              else mv[0:0], trimmed=bool(p.trimmed), trim_lasthop=bool(p.trim_lasthop))
     if p.is_data:
         f.meth = METH(p.rqmsn, p.msn)
         if p.has_tseth:

@@ -31,7 +31,6 @@ from typing import Any, ClassVar, Final, Protocol, TypeAlias
 
 from mrcnet.constants import (
     DATA_OPCODES,
-    DSCP_DATA,
     ECN,
     ETH_HEADER_LEN,
     ICRC_LEN,
@@ -51,12 +50,19 @@ from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 from mrcnet.wire._util import Buffer
 from mrcnet.wire.bth import F_ACKREQ, F_RTX, F_TS
 from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
+from mrcnet.wire.dscp import dscp_classes
 from mrcnet.wire.frame import Route, build_data, parse_frame
 from mrcnet.wire.icrc import icrc
 from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
 from mrcnet.wire.usid import usid_final
 
 _U16 = struct.Struct("!H")
+
+
+def _set_dscp(mv: memoryview, ip: int, dscp: int) -> None:
+    """The DSCP bits of the IPv6 header at ``ip`` (version, ECN, flow label stay)."""
+    mv[ip] = 0x60 | dscp >> 2
+    mv[ip + 1] = (dscp & 3) << 6 | (mv[ip + 1] & 0x3F)
 _U32 = struct.Struct("!I")
 _RETH = struct.Struct("!QII")
 _MAX_IPV6_PAYLOAD = 0xFFFF
@@ -149,7 +155,7 @@ class DataTemplate:
 
     @classmethod
     def for_route(
-        cls, route: Route, *, dest_qp: int, rkey: int, dscp: int = DSCP_DATA,
+        cls, route: Route, *, dest_qp: int, rkey: int, dscp: int | None = None,
         ecn: int = ECN.ECT0,
     ) -> DataTemplate:
         """The template for data frames to ``dest_qp`` along ``route``."""
@@ -237,6 +243,10 @@ class DataTemplate:
         mv[:hlen] = hdr
 
         o = self.off_outer
+        if rtx:  # a retransmission is marked TRIMMABLE_RETX (the template: TRIMMABLE)
+            _set_dscp(mv, o, dscp_classes().trimmable_retx)
+            if self.off_inner:
+                _set_dscp(mv, self.off_inner, dscp_classes().trimmable_retx)
         fl = ev_to_flow_label(ev)
         _U16.pack_into(mv, o + 2, fl)  # low 16 bits of the flow label
         _U16.pack_into(mv, o + 4, total - o - IPV6_HEADER_LEN)

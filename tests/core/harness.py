@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrcnet.constants import DSCP_TRIMMED, ETH_HEADER_LEN
+from mrcnet.constants import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP, ETH_HEADER_LEN
 from mrcnet.core import Host, HostConfig, Port
 from mrcnet.wire import Frame, Route, parse_frame, usid_container
 
@@ -82,6 +82,8 @@ class Impairments:
     dead_hosts: set[str] = field(default_factory=set)
     drop_if: Callable[[bytes], bool] | None = None
     trim_if: Callable[[bytes], bool] | None = None
+    #: a trim happens at the receiver's leaf port: marked TRIMMED_LASTHOP, not TRIMMED
+    trim_lasthop: bool = False
 
 
 class Net:
@@ -155,7 +157,7 @@ class Net:
             if len(f) > TRIM_TO + 64 and (
                     (imp.trim and rng.random() < imp.trim)
                     or (imp.trim_if is not None and imp.trim_if(f))):
-                f = trim(f)
+                f = trim(f, DSCP_TRIMMED_LASTHOP if imp.trim_lasthop else DSCP_TRIMMED)
                 self.trimmed += 1
             t = self.now + imp.delay + (rng.random() * imp.jitter if imp.jitter else 0.0)
             self._n += 1
@@ -206,12 +208,13 @@ class Net:
         return sum(h.counters().get("rx_internal_error", 0) for h in self.hosts.values())
 
 
-def trim(frame: bytes) -> bytes:
-    """What a trimming switch does: cut to TRIM_TO bytes, re-mark DSCP, leave lengths."""
+def trim(frame: bytes, dscp: int = DSCP_TRIMMED) -> bytes:
+    """What a trimming switch does: cut to TRIM_TO bytes, re-mark DSCP (``dscp``: TRIMMED,
+    or TRIMMED_LASTHOP at the leaf's port to the receiver), leave lengths."""
     b = bytearray(frame[:TRIM_TO])
     o = ETH_HEADER_LEN
     tc = ((b[o] & 0x0F) << 4) | (b[o + 1] >> 4)
-    tc = (DSCP_TRIMMED << 2) | (tc & 0x3)
+    tc = (dscp << 2) | (tc & 0x3)
     b[o] = (b[o] & 0xF0) | (tc >> 4)
     b[o + 1] = ((tc & 0x0F) << 4) | (b[o + 1] & 0x0F)
     return bytes(b)

@@ -87,6 +87,22 @@ def test_incast_with_trimming_finishes_near_ideal_without_timeouts(
     assert sum(c["drop_queue"] for c in res.ports.values()) == 0
 
 
+def test_incast_trims_are_last_hop_nacked_so_and_move_no_ev(
+        incast_runs: dict[str, SimRun]) -> None:
+    """The leaf ports to the receiver trim (marked TRIMMED_LASTHOP), the receiver NACKs
+    every trim TRIMMED_LASTHOP, and no sender's EV changes state for them."""
+    run = incast_runs["trim"]
+    res = run.result()
+    trimming = {name for name, c in res.ports.items() if c["trimmed"]}
+    assert trimming and all(name.split(">")[1] == "h0" for name in trimming), trimming
+    rx = run.hosts[0].counters()
+    assert rx["rx_trimmed"] == rx["rx_trimmed_lasthop"] == rx["tx_nack_lasthop"] > 0
+    assert rx["tx_nack"] == rx["tx_nack_lasthop"]
+    for f in run.flows:
+        stats = run.hosts[f.src].ev_stats(run.qps[f.id][0]).values()
+        assert all(st["state"] == EVState.GOOD.value for st in stats), f
+
+
 def test_incast_with_drop_tail_is_reported_beside_it(incast_runs: dict[str, SimRun]) -> None:
     trim, drop = incast_runs["trim"].result(), incast_runs["droptail"].result()
     assert all(r.finish is not None and r.error is None for r in drop.flows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
-from mrcnet.constants import DSCP_TRIMMED, ECN
+from mrcnet.constants import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP, ECN
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.net import EgressPort, frame_dscp, frame_ecn
 from mrcnet.sim.topology import USID_BLOCK, Fabric, parse_topology
@@ -111,7 +111,8 @@ def test_incast_overflow_is_trimmed_not_dropped() -> None:
     for raw, (_, _, f) in zip(sink.raw, sink.frames, strict=True):
         if f.trimmed:
             assert len(raw) == 200
-            assert frame_dscp(raw) == DSCP_TRIMMED
+            # trimmed at the leaf's port to the receiver: the last hop
+            assert frame_dscp(raw) == DSCP_TRIMMED_LASTHOP and f.trim_lasthop
             assert f.reth is not None and f.reth.length == 4000  # headers intact
 
 

@@ -32,7 +32,7 @@ from mrcnet import constants as K
 from mrcnet import native
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.native import HAVE_C
-from mrcnet.wire import parse_frame
+from mrcnet.wire import DEFAULT_DSCP, DscpClasses, build_data, parse_frame, set_dscp_classes
 from mrcnet.wire.parsed import (
     PARSE_REASONS,
     FrameParser,
@@ -105,6 +105,37 @@ def test_samples_agree(spec: Spec) -> None:
         assert agree(g) == "ok"
 
 
+def _mark(frame: bytes, dscp: int, keep: int = 120) -> bytes:
+    """What a trimming switch does: cut to ``keep`` bytes, outer DSCP := ``dscp``."""
+    f = bytearray(frame[:keep])
+    f[14] = 0x60 | (dscp >> 2)
+    f[15] = ((dscp & 0b11) << 6) | (f[15] & 0x3F)
+    return bytes(f)
+
+
+@pytest.mark.parametrize(("classes", "lasthop"), [
+    (None, False), (None, True),
+    (DscpClasses(4, 8, 12, 16, 0, 46), False), (DscpClasses(4, 8, 12, 16, 0, 46), True),
+])
+def test_both_trimmed_code_points_agree(classes: DscpClasses | None, lasthop: bool) -> None:
+    """TRIMMED and TRIMMED_LASTHOP (default and operator-set code points) both parse as
+    trimmed in C and Python; the record says which; the other classes are not trims."""
+    c = classes or DEFAULT_DSCP
+    set_dscp_classes(c)
+    try:
+        sp = next(sp for sp in all_sample_specs() if sp.kind == "data")
+        frame = build_data(sp.route, **{**sp.kw, "payload": bytes(range(256))})
+        marked = _mark(frame, c.trimmed_lasthop if lasthop else c.trimmed, len(frame) - 200)
+        assert agree(marked) == "trimmed"
+        for rec in (c_parse(marked, True), py_parse(marked, True)):
+            assert rec.trimmed == 1 and rec.trim_lasthop == int(lasthop)
+        assert parse_frame(marked).trim_lasthop is lasthop
+        for other in (c.trimmable, c.trimmable_retx, c.no_trim, c.control):
+            assert agree(_mark(frame, other, len(frame))) == "ok"
+    finally:
+        set_dscp_classes(DEFAULT_DSCP)
+
+
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=any_specs())
 def test_random_frames_agree(spec: Spec) -> None:
@@ -121,6 +152,7 @@ def test_damaged_frames_agree(spec: Spec, data: st.DataObject) -> None:
     """Hypothesis: a valid frame cut, padded, bit-flipped or re-marked trimmed."""
     frame = bytearray(spec.build())
     what = data.draw(st.sampled_from(["cut", "pad", "flip", "trim", "trim-fix", "field"]))
+    mark = data.draw(st.sampled_from([K.DSCP_TRIMMED, K.DSCP_TRIMMED_LASTHOP]))
     if what == "cut":
         del frame[data.draw(st.integers(0, len(frame))):]
     elif what == "pad":
@@ -130,8 +162,8 @@ def test_damaged_frames_agree(spec: Spec, data: st.DataObject) -> None:
             i = data.draw(st.integers(0, len(frame) - 1))
             frame[i] ^= 1 << data.draw(st.integers(0, 7))
     elif what in ("trim", "trim-fix"):
-        frame[14] = 0x60 | (K.DSCP_TRIMMED >> 2)
-        frame[15] = ((K.DSCP_TRIMMED & 0b11) << 6) | (frame[15] & 0x3F)
+        frame[14] = 0x60 | (mark >> 2)
+        frame[15] = ((mark & 0b11) << 6) | (frame[15] & 0x3F)
         del frame[data.draw(st.integers(0, len(frame))):]
         if what == "trim-fix" and len(frame) > 20:
             frame[18:20] = max(len(frame) - 54, 0).to_bytes(2, "big")

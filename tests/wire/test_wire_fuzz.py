@@ -21,6 +21,7 @@ from wire_strategies import all_sample_specs
 from mrcnet.constants import (
     DATA_OPCODES,
     DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
     ENDPOINT_QPN,
     ETH_HEADER_LEN,
     IPV6_HEADER_LEN,
@@ -64,6 +65,11 @@ EDGE8 = (0, 1, 0x7F, 0x80, 0xFE, 0xFF)
 EDGE16 = (0, 1, 7, 8, 23, 24, 0x7FFF, 0x8000, 0xFFFE, 0xFFFF)
 
 
+
+def _sender_dscp(d: int) -> int:
+    """``d``, or its neighbour when it is a code point only switches set."""
+    return d + 1 if d in (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP) else d
+
 def random_route(rng: random.Random) -> Route:
     """A random route of a random mode (uSID with 1-6 uSIDs, SRH with 1-6 segments, plain)."""
     mode = rng.choice(["usid", "srh", "plain"])
@@ -100,7 +106,7 @@ def random_frame(rng: random.Random) -> bytes:
             payload=rng.randbytes(rng.choice((0, 1, 7, 64, 300))),
             rqmsn=rng.getrandbits(16), msn=rng.getrandbits(16),
             timestamp=rng.choice((None, rng.getrandbits(16))), rtx=rng.random() < 0.5,
-            dscp=rng.choice((26, 46, rng.randrange(DSCP_TRIMMED))), **imm,  # type: ignore[arg-type]
+            dscp=_sender_dscp(rng.choice((26, 46, rng.randrange(DSCP_TRIMMED)))), **imm,  # type: ignore[arg-type]
         )
     if kind == 2:
         seth = SETH(rng.getrandbits(24), ev, rng.randrange(-32768, 32768),

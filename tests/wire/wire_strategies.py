@@ -17,6 +17,7 @@ from mrcnet.constants import (
     BTH_LEN,
     DATA_OPCODES,
     DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
     ECN,
     ENDPOINT_QPN,
     ETH_HEADER_LEN,
@@ -85,8 +86,8 @@ qpns = uint(24)
 # Connected QPs: every QPN but the one reserved for endpoint operations.
 conn_qpns = uint(24).filter(lambda q: q != ENDPOINT_QPN)
 ecns = st.sampled_from(list(ECN))
-# A data frame marked DSCP_TRIMMED parses as trimmed on purpose: keep it out of round trips.
-data_dscps = st.integers(0, 63).filter(lambda d: d != DSCP_TRIMMED)
+# A data frame marked a trimmed DSCP parses as trimmed on purpose: keep it out of round trips.
+data_dscps = st.integers(0, 63).filter(lambda d: d not in (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
 
 
 @st.composite

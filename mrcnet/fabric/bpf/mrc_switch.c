@@ -32,6 +32,12 @@
 #ifndef MRC_DSCP_TRIMMED
 #error "compile with -DMRC_DSCP_TRIMMED=<code point>"
 #endif
+#ifndef MRC_DSCP_TRIMMED_LASTHOP
+#error "compile with -DMRC_DSCP_TRIMMED_LASTHOP=<code point>"
+#endif
+#ifndef MRC_DSCP_NO_TRIM
+#error "compile with -DMRC_DSCP_NO_TRIM=<code point>"
+#endif
 #ifndef MRC_DSCP_CONTROL
 #error "compile with -DMRC_DSCP_CONTROL=<code point>"
 #endif
@@ -42,6 +48,7 @@
 #define F_ECN 1u       /* mark CE past ecn_thresh */
 #define F_BLACKHOLE 2u /* drop everything, link stays up */
 #define F_TRIM 4u      /* trim past trim_thresh */
+#define F_LASTHOP 8u   /* a leaf's port to a host: trims are marked TRIMMED_LASTHOP */
 
 #define PRIO_HIGH 6 /* TC_PRIO_INTERACTIVE: pfifo_fast band 0 under tbf */
 #define PRIO_DATA 0 /* TC_PRIO_BESTEFFORT: band 1 */
@@ -128,13 +135,14 @@ int mrc_egress(struct __sk_buff *skb)
 		nexthdr = ip6[6];
 	}
 	__u8 dscp = tclass >> 2;
-	int high = is_ip6 && (dscp == MRC_DSCP_CONTROL || dscp == MRC_DSCP_TRIMMED);
+	int high = is_ip6 && (dscp == MRC_DSCP_CONTROL || dscp == MRC_DSCP_TRIMMED ||
+			      dscp == MRC_DSCP_TRIMMED_LASTHOP);
 
 	/* Only MRC frames are trimmed: SRv6 encapsulated (uSID: IPv6-in-IPv6, or an
 	 * SRH) or bare UDP to the RoCEv2 port. Trimming a TCP segment would only
 	 * turn it into a corrupt packet. */
 	int trimmable = 0;
-	if (is_ip6 && !high) {
+	if (is_ip6 && !high && dscp != MRC_DSCP_NO_TRIM) {
 		if (nexthdr == NH_IPV6 || nexthdr == NH_ROUTING) {
 			trimmable = 1;
 		} else if (nexthdr == NH_UDP) {
@@ -172,7 +180,9 @@ int mrc_egress(struct __sk_buff *skb)
 				__u8 tc0[2];
 				if (bpf_skb_load_bytes(skb, ETH_HLEN_, tc0, 2) == 0) {
 					__u8 ecn = tclass & 3;
-					__u8 ntc = (MRC_DSCP_TRIMMED << 2) | ecn;
+					__u8 mark = (cfg->flags & F_LASTHOP) ? MRC_DSCP_TRIMMED_LASTHOP
+									     : MRC_DSCP_TRIMMED;
+					__u8 ntc = (__u8)((mark << 2) | ecn);
 					tc0[0] = (tc0[0] & 0xf0) | (ntc >> 4);
 					tc0[1] = (tc0[1] & 0x0f) | (__u8)(ntc << 4);
 					bpf_skb_store_bytes(skb, ETH_HLEN_, tc0, 2, 0);
