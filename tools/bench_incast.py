@@ -65,8 +65,9 @@ VICTIM_SRC, VICTIM_DST = "h5", "h2"
 INCAST_SERVICE, VICTIM_SERVICE = 10, 11
 #: mrcd host counters reported for the senders (summed over the three).
 SENDER_COUNTERS = ("tx_data", "tx_retransmit", "lost_trim", "lost_loss", "lost_timeout",
-                   "rto_rounds", "loss_spurious", "rx_nack_stale")
-RECEIVER_COUNTERS = ("rx_data", "rx_trimmed", "tx_nack", "rx_duplicate")
+                   "rto_rounds", "loss_spurious", "rx_nack_stale", "rx_nack_lasthop",
+                   "ev_skip_trim")
+RECEIVER_COUNTERS = ("rx_data", "rx_trimmed", "tx_nack", "tx_nack_lasthop", "rx_duplicate")
 
 
 def spec_for(trim: bool, rate: str = "200mbit", host_rate: str = "100mbit",

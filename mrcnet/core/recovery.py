@@ -659,8 +659,11 @@ class Recovery:
             # A trim proves the path and the peer alive: the timeout retry budget is for
             # silence, not congestion (the resend waits for the window like new data).
             self.retries = 0
-            if not lasthop:
+            if lasthop:  # incast at the receiver's port: not a path signal
+                self.qp.count("rx_nack_lasthop")
+            else:
                 self.evm.skip(e[E_EV], "trim")
+                self.qp.count("ev_skip_trim")
             self.cc.on_trim(now, lasthop)
             if not e[E_FLAGS] & PEND:
                 self._mark_lost(seq, now, "trim")

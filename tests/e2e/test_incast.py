@@ -60,6 +60,12 @@ def test_incast_with_trimming_recovers_by_nacks_not_timeouts(
     assert r.receiver["tx_nack"] > 0, r.receiver
     # every trimmed packet that reached the receiver was NACKed ...
     assert r.receiver["tx_nack"] == r.receiver["rx_trimmed"], r.receiver
+    # The incast port is the leaf's port to the receiver: its switch marks those trims
+    # TRIMMED_LASTHOP, the receiver NACKs them with that reason, and no sender moves an
+    # EV for them (a last-hop trim says nothing about the path).
+    assert r.receiver["tx_nack_lasthop"] == r.receiver["tx_nack"], r.receiver
+    assert r.senders["rx_nack_lasthop"] > 0, r.senders
+    assert r.senders["ev_skip_trim"] == 0, r.senders_all
     # ... and resent on that NACK (measured: all but at most one per run, a stale NACK)
     assert r.senders["lost_trim"] >= 0.9 * r.receiver["tx_nack"], (r.senders, r.receiver)
     assert r.senders["tx_retransmit"] >= r.senders["lost_trim"], r.senders

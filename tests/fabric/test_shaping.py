@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from mrcnet.constants import DSCP_CONTROL, DSCP_DATA, DSCP_TRIMMED, ECN
+from mrcnet.constants import DSCP_CONTROL, DSCP_DATA, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP, ECN
 from mrcnet.fabric import plan, probe
 from mrcnet.fabric.bpfmap import F_ECN, F_TRIM
 from mrcnet.fabric.fabric import Fabric
@@ -169,7 +169,8 @@ def test_shaped_link_carries_its_rate(rate_fabric: Fabric) -> None:
 def test_last_hop_trims_and_ecn_option(
     make_fabric: Callable[..., Fabric], ecn_last_hop: bool
 ) -> None:
-    """Incast at the receiver's port: trims on the leaf -> host link; CE only if enabled."""
+    """Incast at the receiver's port: trims on the leaf -> host link, marked
+    TRIMMED_LASTHOP there (the switch knows its host-facing ports); CE only if enabled."""
     fab = make_fabric(
         "leafspine:planes=1,spines=1,leaves=1,hosts=2,rate=20mbit,mtu=1500,"
         f"ecn_last_hop={str(ecn_last_hop).lower()}"
@@ -184,7 +185,7 @@ def test_last_hop_trims_and_ecn_option(
     trims = last["trims"] - before["L0.0->h1"]["trims"]
     ce = last["ce"] - before["L0.0->h1"]["ce"]
     assert trims >= 20
-    assert len([f for f in got if probe.parse_tclass(f)[0] == DSCP_TRIMMED]) == trims
+    assert len([f for f in got if probe.parse_tclass(f)[0] == DSCP_TRIMMED_LASTHOP]) == trims
     if ecn_last_hop:
         assert ce >= 1
     else:
