@@ -185,14 +185,18 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
             b.index %= len(b.sizes)
         b.active, b.t0 = b.index < len(b.sizes), time.perf_counter()
 
+    def fill(i: int) -> None:
+        """-b: keep ``depth`` of this side's writes of the current size in flight."""
+        b = back[i]
+        n = b.sizes[b.index]
+        while b.outstanding < b.depth:
+            qplist[i].post_write(source, 0, n, peers[i].regions[1], wr_id=BACK_WR | i)
+            b.outstanding += 1
+
     while True:
         for i, b in enumerate(back):  # -b: keep this side's writes going
             if b.active:
-                n = b.sizes[b.index]
-                while b.outstanding < b.depth:
-                    qplist[i].post_write(source, 0, n,
-                                         peers[i].regions[1], wr_id=BACK_WR | i)
-                    b.outstanding += 1
+                fill(i)
             elif b.verdict is not None and b.outstanding == 0:
                 answer(i, b.verdict)
         for wc in watch.wait(cq):
@@ -227,7 +231,10 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
                 say(f"QP {qp.qpn}: the first {n} bytes differ from the client's pattern")
             verdict = VERDICT_UNCHECKED if not check else 0 if ok else VERDICT_BAD
             if back:  # answer once this side's writes for the size are done
-                back[i].active, back[i].verdict = False, verdict
+                b = back[i]
+                if b.active and not b.outstanding and not b.nbytes:
+                    fill(i)  # the client was quicker: the size still gets its writes back
+                b.active, b.verdict = False, verdict
             else:
                 answer(i, verdict)
 

@@ -29,9 +29,10 @@ from mdnsutil import needs_root
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,mtu=9000"
 TOTAL = 200 * MIB
 REGION = 64 * MIB
-#: Gbit/s the transfer must average over the one path left (measured 0.45-0.55 after
-#: the fix on this shared machine; 0.003 once the stall set in before it).
-MIN_GBPS = 0.2
+#: Gbit/s the transfer must average over the one path left: measured 0.45-0.55 after
+#: the fix, 0.17 with the machine loaded by other test runs (load average 6 on 2
+#: cores), and 0.003 once the stall set in before it. The bound tells the two apart.
+MIN_GBPS = 0.1
 #: Seconds: the transfer is abandoned (and fails) past this, so a stall costs a bounded time.
 GIVE_UP = 60.0
 
