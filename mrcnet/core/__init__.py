@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         QPAttrs,
     )
     from mrcnet.core.cq import CompletionQueue
+    from mrcnet.core.endpoint import PathProbe
     from mrcnet.core.events import (
         Completion,
         Event,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
         WriteCompleted,
     )
     from mrcnet.core.evs import EVManager, ev_path, make_ev
-    from mrcnet.core.host import Host, PathProbe
+    from mrcnet.core.host import Host
     from mrcnet.core.memory import MemoryRegion
     from mrcnet.core.recovery import retry_schedule
     from mrcnet.core.states import QP_TRANSITIONS, EVState, QPState
@@ -71,7 +72,7 @@ _HOMES: dict[str, str] = {
     "ev_path": "mrcnet.core.evs",
     "make_ev": "mrcnet.core.evs",
     "Host": "mrcnet.core.host",
-    "PathProbe": "mrcnet.core.host",
+    "PathProbe": "mrcnet.core.endpoint",
     "MemoryRegion": "mrcnet.core.memory",
     "retry_schedule": "mrcnet.core.recovery",
     "QP_TRANSITIONS": "mrcnet.core.states",

@@ -206,6 +206,9 @@ class QPAttrs:
       (None: the host's ``rx_window``).
     - ``max_wimm_dest``: immediates the responder lets the peer have in flight at most
       (more are refused: NACK NO_RESOURCE, resent later).
+    - ``ep_token``: the 32-bit endpoint token agreed with the peer at connect (set at
+      INIT->RTR; None: unbound). Endpoint requests to the peer carry it; one from the
+      peer that carries no token of a QP with it is dropped (docs/SECURITY.md).
 
     ``modify_qp`` also takes the mrc.h spellings (see :data:`MRC_H_ALIASES`).
     """
@@ -224,6 +227,7 @@ class QPAttrs:
     mpr: int | None = None
     mpr_dest: int | None = None
     max_wimm_dest: int | None = None
+    ep_token: int | None = None
 
     @property
     def ack_timeout_s(self) -> float:
@@ -262,6 +266,8 @@ def check_qp_attrs(attrs: dict[str, Any]) -> None:
     if "retry_exp_cnt" in attrs and int(attrs["retry_exp_cnt"]) > RETRY_EXP_INFINITE:
         raise InvalidAttribute(f"retry_exp_cnt {attrs['retry_exp_cnt']} outside "
                                f"0..{RETRY_EXP_INFINITE} (25: forever)")
+    if attrs.get("ep_token") is not None and not 0 <= int(attrs["ep_token"]) < 1 << 32:
+        raise InvalidAttribute(f"ep_token={attrs['ep_token']} is not a 32-bit token")
     for k in ("mpr", "mpr_dest"):
         if k in attrs and not 0 < int(attrs[k]) <= 0xFF:
             raise InvalidAttribute(f"{k}={attrs[k]} must be 1..255 (units of 128 PSNs)")

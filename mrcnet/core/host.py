@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from mrcnet.constants import (
@@ -20,8 +20,8 @@ from mrcnet.constants import (
     FIRST_QPN,
     RETRY_EXP_INFINITE,
     EndpointOp,
-    Opcode,
 )
+from mrcnet.core import endpoint
 from mrcnet.core.cc import CC_REGISTRY, create_cc
 from mrcnet.core.config import (
     EV_PROFILE_ECMP,
@@ -39,6 +39,7 @@ from mrcnet.core.config import (
 )
 from mrcnet.core.context import HostContext
 from mrcnet.core.cq import CompletionQueue
+from mrcnet.core.endpoint import PathProbe
 from mrcnet.core.events import (
     Completion,
     Event,
@@ -55,26 +56,12 @@ from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.wire import Route, build_endpoint, set_ev_order
-from mrcnet.wire.eeth import EETH
-from mrcnet.wire.erth import ERTH
+from mrcnet.wire.erth import TokenERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
 _IMM_MAX = 0xFFFFFFFF
 _ID_MASK = 0xFFFF  # endpoint request ids: mrc.h req_id, carried in BTH.PSN
-
-
-@dataclass(slots=True)
-class PathProbe:
-    """One standalone EV probe down one path to a peer (see :meth:`Host.probe_paths`)."""
-
-    request_id: int
-    peer: str
-    plane: int
-    path: int  #: the path index in the plane (for a leaf-spine: the spine)
-    ev: int
-    sent: float
-    rtt: float | None = None  #: seconds, set when the answer arrives; None while unanswered
 
 
 class Host:
@@ -123,6 +110,9 @@ class Host:
         self._peer_path_probe: dict[tuple[str, int, int], int] = {}
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._path_probes: dict[int, PathProbe] = {}  # standalone probes awaiting answers
+        self._ep_tokens: dict[str, frozenset[int] | None] = {}  # endpoint.peer_tokens
+        # peer -> (planes it claims live, when to decide, probes of the planes in use)
+        self._ps_confirm: dict[str, tuple[set[int], float, list[PathProbe]]] = {}
         self._last_now = 0.0
         self.last_internal_error: BaseException | None = None
         # Timers: a heap of (deadline, qpn) with lazy deletion; QPs touched by a call are
@@ -228,6 +218,7 @@ class Host:
         qp = self.qp(qpn)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         del self._qps[qpn]
+        self._ep_tokens.clear()
         self._armed.pop(qpn, None)
         self._dirty.discard(qpn)
 
@@ -257,6 +248,7 @@ class Host:
                 f"QP {qpn} {qp.state.value}->{to_state.value} does not take {sorted(unknown)}"
                 f" (allowed: {sorted(required | optional)})")
         check_qp_attrs(attrs)
+        self._ep_tokens.clear()
         if to_state is QPState.ERROR:
             qp.fail(WCStatus.WR_FLUSH_ERR, "moved to ERROR by modify_qp")
             return
@@ -393,25 +385,6 @@ class Host:
             if qp.attrs.peer and qp.state in (QPState.RTR, QPState.RTS):
                 qp.set_planes(self._planes_for(qp.attrs.peer), now)
 
-    def _send_port_status(self, now: float) -> None:
-        for peer, (rid, tries, due) in list(self._port_status.items()):
-            if due > now:
-                continue
-            if tries >= self.config.port_status_retries:
-                del self._port_status[peer]
-                self.count("port_status_unacked")
-                continue
-            erth = ERTH(EndpointOp.PORT_STATUS, port_status_mask=self._live_mask(),
-                        timestamp=ts16(now))
-            for plane, routes in self._paths_to(peer).items():
-                idx = self._plane_port.get(plane)
-                if idx is None or not self.port_up[idx]:
-                    continue
-                out_route = routes[0]
-                self._ctrl.append((idx, build_endpoint(out_route, ev=_plane_ev(plane),
-                                                       request_id=rid, erth=erth)))
-            self._port_status[peer] = (rid, tries + 1, now + self.config.probe_interval)
-
     def deny_ev(self, qpn: int, ev: int) -> bool:
         """Operator: stop using ``ev`` on QP ``qpn``; True if the QP has that EV."""
         evm = self.qp(qpn).evm
@@ -500,6 +473,7 @@ class Host:
         only if it knows this host (:meth:`learn_peer` on its side, or a QP to it)."""
         paths = self._paths_to(peer)
         wanted = None if planes is None else set(planes)
+        token = endpoint.peer_token(self, peer)
         out: list[PathProbe] = []
         for plane, routes in sorted(paths.items()):
             if wanted is not None and plane not in wanted:
@@ -509,7 +483,7 @@ class Host:
                 self._probe_id = (self._probe_id + 1) & _ID_MASK
                 ev = make_ev(plane, path, 0)
                 probe = PathProbe(self._probe_id, peer, plane, path, ev, now)
-                erth = ERTH(EndpointOp.EV_PROBE, timestamp=ts16(now))
+                erth = TokenERTH(EndpointOp.EV_PROBE, timestamp=ts16(now), token=token)
                 self._ctrl.append((port, build_endpoint(route, ev=ev, request_id=probe.request_id,
                                                         erth=erth)))
                 self._path_probes[probe.request_id] = probe
@@ -561,7 +535,7 @@ class Host:
             return
         dest_qp = f.dest_qp
         if dest_qp == ENDPOINT_QPN:
-            self._on_endpoint(f, frame, p, now)
+            endpoint.on_endpoint(self, f, frame, p, now)
             return
         qp = self._rx._ready_qp(f, frame)
         if qp is None:
@@ -578,73 +552,6 @@ class Host:
             qp.on_probe(f, p.plane, now, self._ctrl)
         else:
             self.count("rx_unexpected_opcode")
-
-    def _on_endpoint(self, f: PyParsed, frame: bytes | bytearray | memoryview, port: Port,
-                     now: float) -> None:
-        o = f.src_off
-        peer = self._ip_peer.get(bytes(frame[o : o + 16]))
-        if peer is None:
-            self.count("rx_endpoint_unknown_peer")
-            return
-        rid, op, ev = f.psn, f.ep_op, f.ev  # (request id in BTH.PSN; probes: EV under test)
-        if f.opcode == Opcode.ENDPOINT_REQ:
-            if op == EndpointOp.EV_PROBE:
-                route = self._route_for_ev(peer, ev)
-                if route is None:
-                    self.count("rx_probe_bad_ev")
-                    return
-                self._ctrl.append((route[0], build_endpoint(
-                    route[1], ev=ev, request_id=rid,
-                    eeth=EETH(EndpointOp.EV_PROBE, f.ep_timestamp))))
-                self.count("tx_probe_response")
-            else:  # PORT_STATUS
-                live = {pl for pl in range(32) if f.ep_port_mask >> pl & 1}
-                old = self._peer_live.get(peer)
-                self._peer_live[peer] = live
-                for plane in self._paths_to(peer):
-                    was = old is None or plane in old
-                    if was != (plane in live):
-                        self.emit(PortStatusChanged(None, plane, plane in live, peer))
-                self._replan_peer(peer, now)
-                routes = self._paths_to(peer).get(port.plane)
-                if routes:
-                    self._ctrl.append((port.index, build_endpoint(
-                        routes[0], ev=_plane_ev(port.plane), request_id=rid,
-                        eeth=EETH(EndpointOp.PORT_STATUS, f.ep_timestamp))))
-            return
-        # responses
-        if op == EndpointOp.EV_PROBE:
-            if self._path_probes and self._path_probe_answer(rid, ev, peer, now):
-                return
-            rec = self._probes.pop(rid, None)
-            if rec is None:
-                self.count("rx_probe_stale")
-                return
-            qpn, pev, sent = rec
-            plane, path, _ = ev_path(pev)
-            if self._probe_of_path.get((qpn, plane, path)) == rid:
-                del self._probe_of_path[(qpn, plane, path)]
-            qp = self._qps.get(qpn)
-            self._dirty.add(qpn)
-            self._sendq.add(qpn)
-            if qp is not None and qp.evm is not None and pev == ev:
-                qp.evm.probe_result(ev, True, now - sent, now)
-                ppk = (qp.attrs.peer or "", plane, path)
-                if self._peer_path_probe.get(ppk) == rid:
-                    del self._peer_path_probe[ppk]
-                # The same path works for every other QP to this peer that probes it.
-                for other in self._qps.values():
-                    if other is qp or other.attrs.peer != qp.attrs.peer or other.evm is None:
-                        continue
-                    oev = other.evm.bad_ev_on(plane, path)
-                    if oev is not None:
-                        other.evm.probe_result(oev, True, now - sent, now)
-                        self._dirty.add(other.qpn)
-                        self._sendq.add(other.qpn)
-        else:
-            st = self._port_status.get(peer)
-            if st is not None and st[0] == rid:
-                del self._port_status[peer]
 
     def _replan_peer(self, peer: str, now: float) -> None:
         self._dirty.update(self._qps)
@@ -680,7 +587,7 @@ class Host:
             self._probe_id = (self._probe_id + 1) & _ID_MASK
             rid = self._probe_id
             port, route = qp.route(info.ev)
-            erth = ERTH(EndpointOp.EV_PROBE, timestamp=ts16(now))
+            erth = TokenERTH(EndpointOp.EV_PROBE, timestamp=ts16(now), token=qp.attrs.ep_token or 0)
             self._ctrl.append((port, build_endpoint(route, ev=info.ev, request_id=rid,
                                                     erth=erth)))
             self._probes[rid] = (qp.qpn, info.ev, now)
@@ -765,8 +672,7 @@ class Host:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
         self._refresh_timers()
         t = self._heap[0][0] if self._heap else _INF
-        for _, _, due in self._port_status.values():
-            t = min(t, due)
+        t = min(t, endpoint.next_due(self))
         return None if t == _INF else t
 
     def handle_timer(self, now: float) -> None:
@@ -791,10 +697,6 @@ class Host:
                 due = qp.evm.probes_due(now, qp.probe_timeout())
                 if due:
                     self._send_probes(qp, due, now)
-        if self._port_status:
-            self._send_port_status(now)
+        if self._port_status or self._ps_confirm:
+            endpoint.on_timer(self, now)
 
-
-def _plane_ev(plane: int) -> int:
-    """EV for connectionless endpoint frames in a plane (path 0, instance 0)."""
-    return make_ev(plane, 0, 0)

@@ -40,7 +40,7 @@ QP_TRANSITIONS: Final[dict[tuple[QPState, QPState], tuple[frozenset[str], frozen
 # early (RTR), as verbs does for most attributes.
 _INIT_OPT = frozenset({"ev_profile", "cc_profile", "max_imm_outstanding", "evs_per_qp"})
 _RTR_REQ = frozenset({"peer", "dest_qp_num", "rq_psn"})
-_RTR_OPT = _INIT_OPT | {"sq_psn", "max_wimm_dest", "mpr_dest", "mpr"}
+_RTR_OPT = _INIT_OPT | {"sq_psn", "max_wimm_dest", "mpr_dest", "mpr", "ep_token"}
 _RTS_OPT = frozenset({"timeout", "retry_cnt", "retry_linear", "retry_exp_cnt", "sq_psn",
                       "max_imm_outstanding", "mpr"})
 

@@ -7,7 +7,8 @@ neither side's first packet can find the other unready::
 
     A -> B  {"v": 1, "type": "connect", "src": "h0", "service": 1, "qpn": 17, "psn": 4660,
              "ev_profile": "spray", "cc_profile": "nscc", "max_imm": 64,
-             "mrs": [{"addr": ..., "length": ..., "rkey": ...}], "private": <any JSON>}
+             "mrs": [{"addr": ..., "length": ..., "rkey": ...}], "private": <any JSON>,
+             "token": <32 random bits: this side's half of the endpoint token>}
     B -> A  {"v": 1, "type": "accept", ...the same fields for B's QP}     (or "reject")
             A moves its QP to RTR (it can receive)
     A -> B  {"v": 1, "type": "ready"}
@@ -38,7 +39,7 @@ from mrcnet.api.protocol import nesting_exceeds
 from mrcnet.errors import MrcError
 
 __all__ = ["ACCEPT_TIMEOUT", "CONTROL_VERSION", "Acceptance", "ConnectRequest", "ControlError",
-           "ControlServer", "control_request"]
+           "ControlServer", "control_request", "pair_token"]
 
 CONTROL_VERSION: Final = 1
 MAX_LINE: Final = 1 << 16
@@ -70,13 +71,16 @@ class ConnectRequest:
     mrs: tuple[dict[str, int], ...]
     private: Any = None
     service: int = 0
+    #: This side's half of the endpoint token (32 random bits; 0: none): the QP pair's
+    #: token is both halves XORed (:func:`pair_token`), carried in ERTH's reserved word.
+    token: int = 0
 
     def to_msg(self, kind: str) -> dict[str, Any]:
         """The JSON object of a ``connect`` or ``accept`` line."""
         return {"v": CONTROL_VERSION, "type": kind, "src": self.src, "service": self.service,
                 "qpn": self.qpn, "psn": self.psn, "ev_profile": self.ev_profile,
                 "cc_profile": self.cc_profile, "max_imm": self.max_imm,
-                "mrs": list(self.mrs), "private": self.private}
+                "mrs": list(self.mrs), "private": self.private, "token": self.token}
 
     @classmethod
     def from_msg(cls, msg: dict[str, Any]) -> ConnectRequest:
@@ -87,12 +91,22 @@ class ConnectRequest:
             req = cls(src=str(msg["src"]), qpn=int(msg["qpn"]), psn=int(msg["psn"]),
                       ev_profile=str(msg["ev_profile"]), cc_profile=str(msg["cc_profile"]),
                       max_imm=int(msg["max_imm"]), mrs=mrs, private=msg.get("private"),
-                      service=int(msg.get("service", 0)))
+                      service=int(msg.get("service", 0)), token=int(msg.get("token", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ControlError(f"malformed control message: {e!r}") from None
-        if not (0 <= req.qpn < 1 << 24 and 0 <= req.psn < 1 << 24 and req.max_imm >= 0):
-            raise ControlError("control message field out of range (qpn, psn or max_imm)")
+        if not (0 <= req.qpn < 1 << 24 and 0 <= req.psn < 1 << 24 and req.max_imm >= 0
+                and 0 <= req.token < 1 << 32):
+            raise ControlError("control message field out of range (qpn, psn, max_imm or "
+                               "token)")
         return req
+
+
+def pair_token(mine: int, theirs: int) -> int | None:
+    """The endpoint token of a QP pair from both sides' halves (None: the peer sent no
+    half, an mrcd without endpoint tokens; never 0, which means "no token" on the wire)."""
+    if not theirs:
+        return None
+    return (mine ^ theirs) or 1
 
 
 def _encode(msg: dict[str, Any]) -> bytes:

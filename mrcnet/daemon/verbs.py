@@ -35,7 +35,7 @@ from mrcnet.api.messages import completions_push, event_push
 from mrcnet.api.protocol import Message, map_region, moderation_error
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
-from mrcnet.core.host import PathProbe
+from mrcnet.core.endpoint import PathProbe
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import CC_PROFILES, EV_PROFILES, DaemonConfig
 from mrcnet.daemon.control import (
@@ -44,6 +44,7 @@ from mrcnet.daemon.control import (
     ConnectRequest,
     ControlError,
     control_request,
+    pair_token,
 )
 from mrcnet.daemon.guard import check_region_fd, over_limit
 from mrcnet.daemon.listens import Listen, Listens
@@ -310,14 +311,17 @@ class Verbs:
         return (a.ev_profile or cfg.ev_profile, a.cc_profile or cfg.cc_profile,
                 a.max_imm_outstanding)
 
-    def _to_rtr(self, qpn: int, peer: str, remote: ConnectRequest, my_psn: int) -> None:
-        """INIT -> RTR towards the peer's QP (ControlError when the core refuses)."""
+    def _to_rtr(self, qpn: int, peer: str, remote: ConnectRequest, my_psn: int,
+                my_token: int) -> None:
+        """INIT -> RTR towards the peer's QP (ControlError when the core refuses); the
+        endpoint token is both sides' halves combined."""
         assert self.engine.host is not None
         _, _, max_imm = self._qp_profile(qpn)
         try:
             self.engine.host.modify_qp(qpn, QPState.RTR, peer=peer, dest_qp_num=remote.qpn,
                                 rq_psn=remote.psn, sq_psn=my_psn,
-                                max_imm_outstanding=min(max_imm, remote.max_imm))
+                                max_imm_outstanding=min(max_imm, remote.max_imm),
+                                ep_token=pair_token(my_token, remote.token))
         except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
             raise ControlError(str(e)) from None
 
@@ -359,13 +363,14 @@ class Verbs:
         assert self.engine.paths is not None and self.engine.host is not None
         ev, cc, max_imm = self._qp_profile(qpn)
         psn = secrets.randbelow(PSN_MASK + 1)
+        token = secrets.randbits(32) or 1
 
         def on_accept(remote: ConnectRequest) -> None:
             if remote.src != peer:
                 raise ControlError(f"{peer}'s control address answered as {remote.src!r}")
             if self._qp_owner.get(qpn) is not s:
                 raise ControlError(f"QP {qpn} was destroyed while connecting")
-            self._to_rtr(qpn, peer, remote, psn)  # ready to receive before "ready"
+            self._to_rtr(qpn, peer, remote, psn, token)  # ready to receive before "ready"
 
         try:
             addr = self.engine.paths.control_address(peer)
@@ -373,7 +378,7 @@ class Verbs:
                     else self.engine.cfg.control_port)
             await self._prepare_peer(peer)
             req = ConnectRequest(self.engine.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs),
-                                 private, service)
+                                 private, service, token)
             remote = await control_request(addr, port, req, on_accept,
                                            accept_timeout=ACCEPT_TIMEOUT)
             if self._qp_owner.get(qpn) is not s:
@@ -411,11 +416,12 @@ class Verbs:
             give_back()
             raise ControlError(str(e)) from None
         psn = secrets.randbelow(PSN_MASK + 1)
+        token = secrets.randbits(32) or 1
 
         def commit() -> None:
             if s.closed or self._qp_owner.get(qpn) is not s:
                 raise ControlError(f"the listening QP {qpn} went away")
-            self._to_rtr(qpn, req.src, req, psn)
+            self._to_rtr(qpn, req.src, req, psn, token)
             self._to_rts(qpn)
             self.listens.consumed(s, req.service)  # one connection per listen
             s.send({"push": "connected", "qpn": qpn, "peer": req.src, "peer_qpn": req.qpn,
@@ -429,7 +435,7 @@ class Verbs:
             give_back()
 
         reply = ConnectRequest(self.engine.cfg.host, qpn, psn, ev, cc, max_imm, tuple(mrs), private,
-                               req.service)
+                               req.service, token)
         return Acceptance(reply, commit, abort)
 
     def _op_post_write(self, s: Session, msg: Message) -> Message:

@@ -5,6 +5,12 @@
 @14 TSR(1) reserved(11) format type(4) = 1. Connectionless, to the reserved QP number
 ``ENDPOINT_QPN``; the request id rides in BTH.PSN.
 
+mrcnet's use of the reserved word @8: the *endpoint token* its two mrcds agreed at
+connect (docs/DECISIONS.md "Wire format"). :class:`TokenERTH` sends it,
+:func:`erth_token` reads it; the receiver drops a request whose token matches no QP with
+the sender (docs/SECURITY.md). :class:`ERTH` itself leaves the word reserved: it packs
+zeros there and ignores it, as other implementations do.
+
 - EV probe: the request travels on the EV under test; the response (EETH) travels back on
   the same EV with the same request id and echoes the timestamp.
 - Port status: ``port_status_mask`` has bit p set for every live port (plane) of the
@@ -24,6 +30,9 @@ from mrcnet.wire.tseth import pack_ts_word, unpack_ts_word
 
 _S = struct.Struct("!BBBBIIHH")
 OP_MASK = 0x3
+#: Where mrcnet's endpoint token sits in ERTH (the reserved word).
+TOKEN_OFF = 8
+_TOKEN = struct.Struct("!I")
 _OPS = frozenset(int(o) for o in EndpointOp)
 
 
@@ -60,3 +69,23 @@ class ERTH:
             raise MalformedFrame(MalformedReason.BAD_FIELD, f"endpoint op {op}")
         tsr, ftype = unpack_ts_word(word)
         return cls(op, mask, ts, vendor, tsr, ftype)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenERTH(ERTH):
+    """An endpoint request carrying mrcnet's endpoint token in the reserved word @8."""
+
+    token: int = 0
+
+    def pack(self) -> bytes:
+        """Serialize to 16 bytes, the token at @8."""
+        check_range("token", self.token, 32)
+        raw = bytearray(ERTH.pack(self))
+        _TOKEN.pack_into(raw, TOKEN_OFF, self.token)
+        return bytes(raw)
+
+
+def erth_token(buf: Buffer, offset: int = 0) -> int:
+    """The endpoint token of the ERTH at ``offset`` (0: none sent)."""
+    need(buf, offset, ERTH_LEN, "ERTH")
+    return int(_TOKEN.unpack_from(buf, offset + TOKEN_OFF)[0])

@@ -221,9 +221,10 @@ def trim(frame: bytes, dscp: int = DSCP_TRIMMED) -> bytes:
 
 
 def connect(net: Net, a: int, b: int, *, psn_a: int = 0, psn_b: int = 0,
-            attrs: dict[str, Any] | None = None, recvs: int = 0
+            attrs: dict[str, Any] | None = None, recvs: int = 0, token: int | None = None
             ) -> tuple[int, int]:
-    """Create and connect a QP pair between hosts a and b; returns (qpn_a, qpn_b)."""
+    """Create and connect a QP pair between hosts a and b; returns (qpn_a, qpn_b).
+    ``token``: the pair's endpoint token (as mrcd agrees it at connect; None: unbound)."""
     from mrcnet.core import QPState
 
     ha, hb = net.h(a), net.h(b)
@@ -236,8 +237,8 @@ def connect(net: Net, a: int, b: int, *, psn_a: int = 0, psn_b: int = 0,
                                                     "max_imm_outstanding", "evs_per_qp")})
         for i in range(recvs):
             host.post_recv(q, 10_000 + i)
-    ha.modify_qp(qa, QPState.RTR, peer=hb.name, dest_qp_num=qb, rq_psn=psn_b)
-    hb.modify_qp(qb, QPState.RTR, peer=ha.name, dest_qp_num=qa, rq_psn=psn_a)
+    ha.modify_qp(qa, QPState.RTR, peer=hb.name, dest_qp_num=qb, rq_psn=psn_b, ep_token=token)
+    hb.modify_qp(qb, QPState.RTR, peer=ha.name, dest_qp_num=qa, rq_psn=psn_a, ep_token=token)
     rts = {k: v for k, v in extra.items() if k in ("timeout", "retry_cnt")}
     ha.modify_qp(qa, QPState.RTS, sq_psn=psn_a, **rts)
     hb.modify_qp(qb, QPState.RTS, sq_psn=psn_b, **rts)
