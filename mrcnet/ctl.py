@@ -157,7 +157,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("qps", parents=[common], help="every QP: state, peer, window, counters")
     e = sub.add_parser("evs", parents=[common],
                        help="the EVs of one QP: plane, path, state, RTT, counters")
-    e.add_argument("qpn", type=int, help="the QP number (see mrcctl qps)")
+    e.add_argument("qpn", type=int, nargs="?", default=None,
+                   help="the QP number (see mrcctl qps; default: the newest QP)")
     sub.add_parser("ports", parents=[common], help="per-port and host counters")
     sub.add_parser("profiles", parents=[common],
                    help="the EV and CC profiles a QP may ask for, and mrcd's defaults")
@@ -248,6 +249,12 @@ def _main(argv: Sequence[str] | None) -> int:
     op, params = _request(args)
     try:
         with Context(args.socket, timeout=timeout) as ctx:
+            if op == "evs" and params["qpn"] is None:
+                qpns = [q["qpn"] for q in ctx.admin("qps")["qps"]]
+                if not qpns:
+                    print("mrcctl: no QPs on this host", file=sys.stderr)
+                    return 1
+                params["qpn"] = max(qpns)
             result = ctx.admin(op, **params)
     except DaemonNotRunning:
         print(f"mrcctl: {not_running(args.socket)}", file=sys.stderr)

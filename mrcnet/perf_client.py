@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mrcnet.api import ApiError, CompletionQueue, Context, WorkCompletion, messages
+from mrcnet.api.errors import ConnectError
 from mrcnet.core.events import Event, PathStateChanged, QPError
 from mrcnet.perf_pattern import PATTERN_BLOCK, fill_pattern, prefix_imm
 from mrcnet.perf_proto import (
@@ -66,6 +67,26 @@ def tcp_baseline(address: str, port: int, nbytes: int, timeout: float) -> float:
     return nbytes * 8 / dt / 1e9
 
 
+#: Seconds the first connect retries while nothing listens on the service yet: a server
+#: started in the background just before the client (as in the README's tour) is given
+#: the moment it needs to listen.
+REFUSED_WAIT = 10.0
+
+
+def _connect(qp: Any, peer: str, service: int, expose: list[Any], private: Any,
+             refused_wait: float) -> Any:
+    """``qp.connect``, retried every 0.1 s for ``refused_wait`` s while the peer says no
+    QP listens on the service (any other error at once)."""
+    end = time.monotonic() + refused_wait
+    while True:
+        try:
+            return qp.connect(peer, service, expose=expose, private=private)
+        except ConnectError as e:
+            if "no QP listens" not in str(e) or time.monotonic() >= end:
+                raise
+            time.sleep(0.1)
+
+
 class _Run:
     """The client side of one run: QPs, regions, counters and path events."""
 
@@ -89,7 +110,8 @@ class _Run:
         infos = []
         for i, qp in enumerate(self.qps):
             try:
-                infos.append(qp.connect(peer, service + i, expose=expose, private=private))
+                infos.append(_connect(qp, peer, service + i, expose, private,
+                                      REFUSED_WAIT if i == 0 else 0.0))
             except ApiError as e:
                 hint = f" (is the server running with --qps {qps}?)" if i else ""
                 raise type(e)(f"{e}{hint}") from None

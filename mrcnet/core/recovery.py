@@ -48,6 +48,17 @@ def retry_schedule(base: float, retry_cnt: int, linear: int) -> list[float]:
     return [base * (1 if k <= linear else 2 ** (k - linear)) for k in range(retry_cnt + 1)]
 
 
+def retry_cnt_for(base: float, linear: int, stall: float) -> int:
+    """The smallest ``retry_cnt`` whose last retransmission leaves at least ``stall`` s
+    after the packet's first transmission (:func:`retry_schedule`): a peer that takes
+    nothing in for up to ``stall`` s then answers it, so the QP lives; one silent for good
+    fails the QP after the whole schedule, ``sum(retry_schedule(base, n, linear))``."""
+    n = 0
+    while sum(retry_schedule(base, n, linear)[:-1]) < stall:
+        n += 1
+    return n
+
+
 class Recovery:
     """The requester's acknowledgement and loss side of one QP (see the module
     docstring). Its sender ``snd`` (set by the QP that composes both) holds the work
@@ -73,6 +84,9 @@ class Recovery:
         self.rnr_at = _INF  # ... resent then
         self.rto_at = _INF
         self.retries = 0
+        self.retries_peak = 0  # the deepest retry round reached (counter retries_peak)
+        self.silent_since = 0.0  # send time of the oldest packet of the first round ...
+        self.silence_peak_ms = 0  # ... and the longest silence ended by an acknowledgement
         self.rack_at = _INF
         self.reo_scale = 1
         self.reo_clean = 0
@@ -403,14 +417,21 @@ class Recovery:
         expired = []
         backoff = self.backoff()
         txt = self.txt
+        oldest = now
         for seq in txt.inflight():
             e = txt.get(seq)
             if e is not None and e[E_SENT] + self.rto(e[E_EV]) * backoff <= now:
                 expired.append(seq)
+                oldest = min(oldest, e[E_SENT])
         if not expired:
             self._arm_rto()
             return
+        if self.retries == 0:
+            self.silent_since = oldest
         self.retries += 1
+        if self.retries > self.retries_peak:
+            self.qp.count("retries_peak", self.retries - self.retries_peak)
+            self.retries_peak = self.retries
         budget = self.qp.retry_budget
         if self.retries > budget:
             self._retry_exhausted(expired[0], now)
@@ -419,6 +440,16 @@ class Recovery:
             self._mark_lost(seq, now, "timeout")
         self.qp.count("rto_rounds")
         self.rto_at = now + self.base_timeout() * self.backoff()
+
+    def _silence_over(self, now: float) -> None:
+        """News from the peer after retry rounds: the count starts again. Counter
+        ``rto_silence_peak_ms`` is the longest such silence (from the send time of the
+        oldest packet that timed out): how close a stall came to the budget's total."""
+        self.retries = 0
+        ms = int((now - self.silent_since) * 1e3)
+        if ms > self.silence_peak_ms:
+            self.qp.count("rto_silence_peak_ms", ms - self.silence_peak_ms)
+            self.silence_peak_ms = ms
 
     def _retry_exhausted(self, seq: int, now: float) -> None:
         budget = self.qp.retry_budget
@@ -555,7 +586,8 @@ class Recovery:
             # burst instead of per SACK.
             self.sack_pending = True
         if acked:
-            self.retries = 0
+            if self.retries:
+                self._silence_over(now)
             if self.reo_scale > 1:
                 self.reo_clean += acked
                 if self.reo_clean >= REO_DECAY_BYTES and self._reo_quiet(now):
@@ -658,7 +690,8 @@ class Recovery:
             lasthop = reason == NackReason.TRIMMED_LASTHOP
             # A trim proves the path and the peer alive: the timeout retry budget is for
             # silence, not congestion (the resend waits for the window like new data).
-            self.retries = 0
+            if self.retries:
+                self._silence_over(now)
             if lasthop:  # incast at the receiver's port: not a path signal
                 self.qp.count("rx_nack_lasthop")
             else:

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mrcnet.core.config import HostConfig
+from mrcnet.core.recovery import retry_cnt_for
 from mrcnet.errors import MrcError
 from mrcnet.wire.dscp import DscpClasses
 
@@ -71,8 +72,21 @@ LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 #: millisecond scheduling delays, and a timeout that fires before a SACK could be processed
 #: retransmits spuriously and retires good EVs. Timers stay the backstop; SACK-based loss
 #: detection (reorder_floor) reacts first.
+#: Seconds of silence from a peer that is alive (its host stalled: nothing taken in or
+#: sent) that mrcd's retry budget rides out. A 60 s run on a 2-core machine with a CPU hog
+#: per core (tools/soak_loaded.py) saw wake-ups up to 0.35 s late and a 0.4 s silence that
+#: took 6 of the 7 retry rounds mrcd had before; 1 s leaves a margin of 2.5.
+STALL_TOLERANCE: Final = 1.0
+_TIMEOUT_FLOOR: Final = 0.02
+_RETRY_LINEAR: Final = 3
+
 DAEMON_CORE: Final[dict[str, Any]] = {
-    "timeout_floor": 0.02,
+    "timeout_floor": _TIMEOUT_FLOOR,
+    # 9 rounds (3 at the base RTO, 6 doubling: mrc.h's retry_linear_cnt 3, retry_exp_cnt
+    # 6): the last retransmission at 66 x 20 ms = 1.32 s, "peer unreachable" at
+    # 130 x 20 ms = 2.6 s (docs/CORE.md, Retry budget and endpoint stalls).
+    "retry_cnt": retry_cnt_for(_TIMEOUT_FLOOR, _RETRY_LINEAR, STALL_TOLERANCE),
+    "retry_linear": _RETRY_LINEAR,
     "reorder_floor": 0.002,
     "ack_delay": 0.0005,
     # Probes of retired EVs: at 10 ms, 128 retired EVs made 12,800 probes/s, more than
