@@ -5,8 +5,8 @@ that can send any frame, with any source address, and that can see live traffic.
 :class:`Sniffer` is the tap (an AF_PACKET socket in a leaf's netns, on the interface that
 faces a host: every frame the host sends or gets on that plane); :class:`Forger` sends
 from a host port, with a spoofed inner source address, along a uSID path of its choice.
-:func:`counters` reads the drop counters mrcd exposes for a QP (what ``mrcctl qps``
-shows, plus the host-wide ones).
+:func:`counters` reads the drop counters an mrcd exposes (``mrcctl`` and the metrics
+endpoint show the same).
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from mdnsutil import in_netns
 
-from mrcnet.api import Context, QueuePair
+from mrcnet.api import Context
 from mrcnet.constants import Opcode
-from mrcnet.errors import MalformedFrame
 from mrcnet.io import PacketPort
 from mrcnet.topology.description import FabricDescription, Port
 from mrcnet.wire import UDP, Ethernet, IPv6, Route, build_data, mac_to_bytes
@@ -30,14 +32,15 @@ from mrcnet.wire.parsed import PyParsed, py_parse
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4  # sll_pkttype of a frame the interface sent (linux/if_packet.h)
+RCVBUF = 64 << 10
+OUTER_SRC = 14 + 8  # the outer IPv6 source address, after Ethernet
+MIN_DATA = 300  # bytes: every data frame the tests send is longer (4 KiB or more)
 
 
-def counters(ctx: Context, qp: QueuePair) -> dict[str, int]:
-    """A host's drop counters as its mrcd counts them: host-wide plus the QP's."""
-    st = ctx.stats(qp)
-    out = dict(st["host"])
-    for k, v in st["qp"]["counters"].items():
-        out[k] = out.get(k, 0) + v
+def counters(ctx: Context) -> dict[str, int]:
+    """The counters of the host whose mrcd ``ctx`` talks to (each QP's counts are in
+    them too: a QP counts into its host)."""
+    out: dict[str, int] = ctx.stats()["host"]
     return out
 
 
@@ -120,70 +123,93 @@ class Forger:
 
 @dataclass
 class Seen:
-    """A frame the tap saw: parsed, raw, and when (time.monotonic())."""
+    """A data frame the tap saw: raw, when (time.monotonic()) and in which plane; parsed
+    on first use (the tap itself only filters, so that it keeps up with line rate)."""
 
-    f: PyParsed
     raw: bytes
     t: float
+    plane: int
+
+    @cached_property
+    def f(self) -> PyParsed:
+        return py_parse(self.raw, False)
 
 
 class Sniffer:
-    """A tap on the leaf interface that faces ``host``'s port in ``plane``: keeps the
-    newest data frame the host sent to ``peer_addr`` (its PSN, EV, stamp, rkey and
-    address are live) and counts what it saw. Runs on a thread until :meth:`close`."""
+    """Taps on the leaf interfaces that face ``host``'s ports (one per plane in
+    ``planes``): keeps the newest data frame the host sent (its PSN, EV, stamp, rkey and
+    address are live), the last 64 per plane (``recent``), and counts them. One thread
+    per tap, until :meth:`close`."""
 
-    def __init__(self, desc: FabricDescription, host: str, plane: int = 0) -> None:
-        port = desc.host(host).port(plane)
-        leaf = desc.node_netns(port.leaf)
-        with in_netns(leaf):
-            self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW,
-                                       socket.htons(ETH_P_ALL))
-            self._sock.bind((port.neighbor_ifname, 0))
-        self._sock.settimeout(0.1)
-        self._src = socket.inet_pton(socket.AF_INET6, port.address)
+    def __init__(self, desc: FabricDescription, host: str,
+                 planes: Sequence[int] = (0,)) -> None:
         self.lock = threading.Lock()
         self.newest: Seen | None = None
+        self.by_plane: dict[int, Seen] = {}
+        self.recent: dict[int, deque[Seen]] = {p: deque(maxlen=64) for p in planes}
         self.data_frames = 0
         self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._socks: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        try:
+            for plane in planes:
+                port = desc.host(host).port(plane)
+                with in_netns(desc.node_netns(port.leaf)):
+                    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW,
+                                         socket.htons(ETH_P_ALL))
+                self._socks.append(sock)
+                # A small buffer: what the tap keeps is the newest frame, and a deep
+                # queue of frames the Python parser has not caught up with is stale.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+                sock.bind((port.neighbor_ifname, 0))
+                sock.settimeout(0.1)
+                src = socket.inet_pton(socket.AF_INET6, port.address)
+                t = threading.Thread(target=self._run, args=(sock, src, plane), daemon=True)
+                self._threads.append(t)
+                t.start()
+        except BaseException:
+            self.close()
+            raise
 
-    def _run(self) -> None:
+    def _run(self, sock: socket.socket, src: bytes, plane: int) -> None:
         while not self._stop:
             try:
-                raw, addr = self._sock.recvfrom(65536)
+                raw, addr = sock.recvfrom(65536)
             except TimeoutError:
                 continue
             except OSError:
                 return
             if addr[2] == PACKET_OUTGOING:
                 continue  # towards the host: not what it sent
-            try:
-                f = py_parse(raw, False)
-            except MalformedFrame:
-                continue  # not an MRC frame (neighbour discovery, the control channel)
-            if f.is_data and raw[f.src_off:f.src_off + 16] == self._src:
+            # A data frame from the host: its outer source, and longer than any
+            # acknowledgement or endpoint frame (checked again when parsed).
+            if len(raw) > MIN_DATA and raw[OUTER_SRC:OUTER_SRC + 16] == src:
+                seen = Seen(raw, time.monotonic(), plane)
                 with self.lock:
-                    self.newest = Seen(f, raw, time.monotonic())
+                    self.newest = self.by_plane[plane] = seen
+                    self.recent[plane].append(seen)
                     self.data_frames += 1
 
-    def fresh(self, within: float = 0.05, wait: float = 5.0) -> Seen:
-        """The newest data frame, seen at most ``within`` seconds ago (waits up to
-        ``wait`` for one)."""
+    def latest(self, plane: int | None = None, wait: float = 5.0) -> Seen:
+        """The newest data frame the host sent (in ``plane``, or any): what is live now
+        (waits up to ``wait`` seconds for a first one)."""
         deadline = time.monotonic() + wait
         while True:
             with self.lock:
-                s = self.newest
-            if s is not None and time.monotonic() - s.t <= within:
+                s = self.newest if plane is None else self.by_plane.get(plane)
+            if s is not None:
+                assert s.f.is_data, "the tap's filter let a frame that is not data through"
                 return s
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the tap saw no data frame in the last {within} s")
+                raise TimeoutError(f"the tap saw no data frame in {wait} s")
             time.sleep(0.001)
 
     def close(self) -> None:
         self._stop = True
-        self._thread.join(2)
-        self._sock.close()
+        for t in self._threads:
+            t.join(2)
+        for sock in self._socks:
+            sock.close()
 
     def __enter__(self) -> Sniffer:
         return self

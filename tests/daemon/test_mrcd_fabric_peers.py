@@ -171,7 +171,7 @@ def test_forged_and_malformed_frames_are_dropped_and_counted(fm: FabricMrcds,
     corrupt = bytearray(good)
     corrupt[-100] ^= 0xFF
     malformed.append(bytes(corrupt))
-    before = counters(c.cb, c.qp_b)
+    before = counters(c.cb)
     # Random bytes as UDP payload to port 4791, along an MRC path.
     container = desc.path_container("h2", "h1", plane=0, spine=1).packed
     rnd = [udp_frame(h2, h1.address, container, os.urandom(k))
@@ -183,7 +183,7 @@ def test_forged_and_malformed_frames_are_dropped_and_counted(fm: FabricMrcds,
     want = {k: len(v) for k, v in forged.items()}
     deadline = time.monotonic() + 10
     while True:
-        after = counters(c.cb, c.qp_b)
+        after = counters(c.cb)
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
         mal = sum(v for k, v in diff.items() if k.startswith("rx_malformed_"))
         if (all(diff.get(k, 0) >= v for k, v in want.items())
