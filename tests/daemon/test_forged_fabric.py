@@ -7,14 +7,14 @@ stamp, rkey, address, QP numbers) and sends from h2's port, with h0's or h1's ad
 
 - during the transfer, again and again: (a) PORT_STATUS "every port down" with a guessed
   endpoint token, (b) a write with a bad rkey inside the receive window, (c) a write out
-  of the region's bounds, (d) a "remote access error" NACK of the packet just sent,
-  (e) a SACK acknowledging PSNs ahead of what h0 has sent. The transfer must verify
+  of the region's bounds, (d) "remote access error" NACKs, each naming the packet just
+  sent and its EV, (e) a SACK acknowledging PSNs ahead of what h0 has sent. The transfer must verify
   byte-exact, both QPs must stay in RTS the whole time (polled by an operator client,
   as ``mrcctl qps`` does), and each kind's drop counter must move;
 - after it, (f) a write with the sniffed valid rkey and the next PSN: it may land (there
   is no authentication on the wire, as in RoCEv2), and must not end the QP.
 
-    sudo .venv/bin/python -m pytest -s tests/daemon/test_forged_fabric.py
+As root: ``.venv/bin/python -m pytest -s tests/daemon/test_forged_fabric.py`` (about 15 s).
 """
 
 from __future__ import annotations
@@ -313,7 +313,8 @@ def test_forged_frames_from_a_leaf_port_during_a_verified_transfer(fm: FabricMrc
             assert d.get("h0.rx_sack_out_of_window", 0) >= 1, d
             # The QP lives on: h0's next write completes. The forged packet took its
             # first PSN, so h1 takes that packet for a duplicate (acknowledged, not
-            # written): the bytes of exactly that one packet are missing, as in RoCEv2.
+            # written: RC's duplicate rule): the bytes of exactly that one packet are
+            # missing, and the write completes with SUCCESS.
             c.mr_a.buf[:MIB] = secrets.token_bytes(MIB)
             c.qp_a.post_write(c.mr_a, 0, MIB, c.peer.regions[0], 0, wr_id=2 << 20)
             (wc,) = c.cq_a.wait(timeout=10)
