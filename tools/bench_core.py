@@ -15,6 +15,7 @@ the receiver did before the C parser), the others ``mrcnet.wire.parsed.FramePars
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -45,7 +46,10 @@ class _Paths:
 
 def pair(config: HostConfig, spines: int = 8) -> tuple[Host, Host, int, int]:
     """Two Hosts ``b0`` and ``b1`` back to back over ``spines`` paths, and a connected QP
-    on each (in RTS): ``(a, b, qpn of a, qpn of b)``."""
+    on each (in RTS): ``(a, b, qpn of a, qpn of b)``. The wire between them has no delay
+    (a SACK comes back at the instant its packet left), so the "too early" SACK check
+    (``ack_rtt_floor``) is off: it would take every SACK for a forgery."""
+    config = dataclasses.replace(config, ack_rtt_floor=0.0)
     hosts = [Host(f"b{i}", [Port(0, 0, bytes([2, 0, 0, 0, 0, i]), bytes(15) + bytes([i + 1]))],
                   _Paths(i, spines), config) for i in range(2)]
     a, b = hosts

@@ -124,6 +124,13 @@ class HostConfig:
       outlives ``reorder_floor`` (and when it closes), or on ACK-request, CE, duplicate,
       retransmission, trim, probe. Sprayed traffic: 0.46 -> 0.25 SACKs per data packet
       in the simulator. True: a SACK at once on every out-of-order arrival (before).
+    - ``ack_rtt_floor``: no acknowledgement of a packet's first transmission comes back
+      sooner than this (seconds) after it was sent; one that does is forged and dropped
+      (``rx_sack_too_early``; :func:`mrcnet.core.forged.early_floor`). Set it at or below
+      the fabric's propagation RTT: it drops no genuine SACK then, and the network cannot
+      move it. Default 2 us: the wire, a switch hop each way and the peer's NIC and host
+      take more on any fabric (the simulator sets it from its topology, mrcd from its
+      configuration). 0: no such check.
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -166,6 +173,7 @@ class HostConfig:
     cc_delay_filter: float = 0.0
     retire_ambiguous: int = 3
     sack_on_reorder: bool = False
+    ack_rtt_floor: float = 2e-6
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

@@ -6,8 +6,9 @@ cannot be the peer's honest answer to what this QP really sent, so that one forg
 frame cannot end a connection:
 
 - :func:`sack_verdict`: a SACK or ACK that acknowledges PSNs never sent, names a
-  triggering packet never sent, or acknowledges a packet sooner than any round trip
-  could (the usual forgery: a SACK made from a data frame sniffed a moment ago);
+  triggering packet never sent, or acknowledges a packet sooner than the fabric's round
+  trip allows (:func:`early_floor`; the usual forgery: a SACK made from a data frame
+  sniffed a moment ago);
 - :class:`AccessRefusals`: the rule by which a "remote access error" NACK fails the QP
   only on consistent evidence.
 
@@ -20,18 +21,19 @@ from __future__ import annotations
 from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.core.txtable import E_SENT, E_TX, TxTable
 
-#: A first transmission acknowledged sooner than this fraction of the smallest RTT ever
-#: measured cannot have reached the peer and come back: the acknowledgement is forged.
-#: Off (0) by default: under endpoint jitter the smallest RTT measured early can be far
-#: above what later SACKs show, and the check, by dropping those, keeps it from ever
-#: being learned (the simulator's jitter scenario: p100 +57 %). It needs a floor that
-#: cannot be inflated (a configured fabric RTT) before it can be on.
-EARLY_FRACTION = 0.0
 
+def early_floor(ack_rtt_floor: float) -> float:
+    """The "too early" floor (seconds): an acknowledgement of a first transmission sent
+    less than this ago is forged (0: no such check).
 
-def early_floor(min_rtt: float) -> float:
-    """The "too early" floor (seconds) for a QP whose smallest RTT is ``min_rtt``."""
-    return EARLY_FRACTION * min_rtt
+    The floor is configured, never learned from the traffic: a forger can only make
+    answers look faster than the peer's, never slower, so any floor learned from what
+    arrives could be pulled down by forged answers; and a floor learned from the smallest
+    RTT measured so far is too high under endpoint jitter (early samples carry the
+    jitter), so it dropped the peer's genuine fast SACKs and was never corrected (the
+    simulator's jitter scenario: P100 +57 %). A configured floor at or below the fabric's
+    propagation RTT cannot be moved by either, and drops no genuine acknowledgement."""
+    return max(0.0, ack_rtt_floor)
 
 
 #: Refusals ("remote access error" NACKs) of one PSN, each naming its latest

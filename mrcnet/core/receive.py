@@ -292,7 +292,7 @@ class Receiver:
             self._ack_use(qp)  # a new table (reset) or new peers
             if self._ack_qp is None:
                 return
-        lane.ack_sync(qp.snd_una, qp.next_seq, forged.early_floor(qp.min_rtt))
+        lane.ack_sync(qp.snd_una, qp.next_seq, forged.early_floor(qp.cfg.ack_rtt_floor))
 
     def _ack_replay(self, now: float) -> int:
         """on_sack's decisions for the SACKs the lane took (in order); returns how many."""

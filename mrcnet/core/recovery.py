@@ -469,7 +469,7 @@ class Recovery:
         why = sack_verdict(self.txt, una, self.snd.next_seq, self._txcap, cack,
                            cack - 1 + s.sack_offset, s.bitmap,
                            None if s.pr else cack - 1 + s.ack_offset, now,
-                           forged.early_floor(self.min_rtt))
+                           forged.early_floor(self.cfg.ack_rtt_floor))
         if why is not None:
             self.qp.count(why)
             return
@@ -500,7 +500,7 @@ class Recovery:
         una = self.snd_una
         cack = unwrap((a.psn + 1) & PSN_MASK, una)
         why = sack_verdict(self.txt, una, self.snd.next_seq, self._txcap, cack, 0, 0, None,
-                           now, forged.early_floor(self.min_rtt))
+                           now, forged.early_floor(self.cfg.ack_rtt_floor))
         if why is not None:
             self.qp.count(why.replace("rx_sack_", "rx_ack_"))
             return

@@ -108,6 +108,10 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # 0.21 -> 0.13, goodput +5 %, mrcds -7 % CPU per GB (two sets of interleaved pairs,
     # docs/PERFORMANCE.md).
     "ack_every": 16,
+    # No genuine SACK comes back sooner than the peer mrcd can answer (its event loop
+    # alone takes more; smallest RTT measured on netns fabrics: see docs/SECURITY.md): a
+    # SACK sooner than this is forged (forged.early_floor).
+    "ack_rtt_floor": 20e-6,
 }
 
 

@@ -275,6 +275,9 @@ class SimRun:
             "ev_profile": TRANSPORTS[self.transport],
             "link_rate": spec.edge_rate_bps / 8,
             "base_rtt_hint": base_rtt(spec, payload),
+            # Every path goes up to a spine and back down (4 links each way): no SACK
+            # can come back sooner than the propagation alone (forged.early_floor).
+            "ack_rtt_floor": 8 * spec.delay,
             # The simulator corrupts nothing (tests prove the switches keep checksums
             # valid); skipping verification makes the run faster.
             "verify_checksums": False,

@@ -129,6 +129,9 @@ local F = {
     ["erth.op"] = u8("mrc.erth.op", "Endpoint operation", D, ENDPOINT_OPS, 0x03),
     ["erth.vendor"] = u8("mrc.erth.vendor", "Vendor information", H),
     ["erth.port_status_mask"] = u32("mrc.erth.port_status_mask", "Port status mask", H),
+    -- ERTH @8 is reserved in MRC 1.0; mrcnet carries its endpoint token there (the QP
+    -- pair's two mrcds' random halves XORed, docs/SECURITY.md). 0: none sent.
+    ["erth.token"] = u32("mrc.erth.token", "Endpoint token (mrcnet; reserved in MRC 1.0)", H),
     ["erth.timestamp"] = u16("mrc.erth.timestamp", "Timestamp", D),
     ["erth.tsr"] = u16("mrc.erth.tsr", "Timestamp resolution (TSR)", D, nil, 0x8000),
     ["erth.ftype"] = u16("mrc.erth.ftype", "Format type", D, FORMAT_TYPES, 0x000F),
@@ -232,7 +235,8 @@ local LAYOUT = {
                { "peth.ftype", 14, 2 } } },
     erth = { 16,
              { { "erth.op", 1, 1 }, { "erth.vendor", 3, 1 },
-               { "erth.port_status_mask", 4, 4 }, { "erth.timestamp", 12, 2 },
+               { "erth.port_status_mask", 4, 4 }, { "erth.token", 8, 4 },
+               { "erth.timestamp", 12, 2 },
                { "erth.tsr", 14, 2 }, { "erth.ftype", 14, 2 } } },
     eeth = { 36,
              { { "eeth.op", 1, 1 }, { "eeth.timestamp", 28, 2 } } },
@@ -354,6 +358,8 @@ function mrc.dissector(tvb, pinfo, tree)
                 NACK_REASONS[r] or string.format("reason 0x%02x", r), tvb(off + 13, 3):uint())
         elseif name == "erth" then
             info = info .. " " .. (ENDPOINT_OPS[tvb(off + 1, 1):uint() % 4] or "op ?")
+            local token = tvb(off + 8, 4):uint()
+            if token ~= 0 then info = info .. string.format(" token=0x%08x", token) end
         elseif name == "eeth" then
             info = info .. " " .. (ENDPOINT_OPS[math.floor(tvb(off + 1, 1):uint() / 16) % 4]
                                    or "op ?")

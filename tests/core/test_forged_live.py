@@ -5,13 +5,14 @@ the network")."""
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Callable
 
 import pytest
 
 from mrcnet.constants import NackReason, Opcode
-from mrcnet.core import QPState, WCStatus, forged, make_ev
+from mrcnet.core import HostConfig, QPState, WCStatus, make_ev
 from mrcnet.core.forged import ACCESS_REFUSALS, AccessRefusals
 from mrcnet.wire import CCState, build_data, build_nack, build_sack
 from mrcnet.wire.neth import NETH
@@ -27,8 +28,8 @@ PSN0 = (1 << 24) - 300  # the transfer crosses the 24-bit wrap
 class Live:
     """A 2 MB write h0 -> h1 with every frame h0 sends logged (the forger's sniffer)."""
 
-    def __init__(self, psn: int = PSN0) -> None:
-        self.net = net = Net()
+    def __init__(self, psn: int = PSN0, config: HostConfig | None = None) -> None:
+        self.net = net = Net(config=config)
         net.log_tx = True
         self.qa, self.qb = connect(net, 0, 1, psn_a=psn, psn_b=psn ^ 0x5A5A5A)
         self.ha, self.hb = net.h(0), net.h(1)
@@ -131,12 +132,6 @@ KINDS: dict[str, Callable[[Live, PyParsed], tuple[object, str]]] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _early_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "too early" SACK check is off by default (forged.EARLY_FRACTION): on here."""
-    monkeypatch.setattr(forged, "EARLY_FRACTION", 0.5)
-
-
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_one_forged_frame_does_not_end_the_transfer(kind: str) -> None:
     w = Live()
@@ -162,6 +157,52 @@ def test_every_kind_repeated_during_one_transfer() -> None:
     counters = {**w.ha.counters(), **w.hb.counters()}
     for name, n in seen.items():
         assert counters.get(name, 0) >= n, name
+
+
+def _lose(w: Live, p: PyParsed) -> None:
+    """The network loses the data frame ``p`` (sent, still on its way): the peer never
+    gets that transmission."""
+    q = w.net._q  # the pipe's (time, n, host, plane, frame) heap
+    keep = [x for x in q if not ((f := py_parse(x[4], False)).is_data and f.psn == p.psn)]
+    assert len(keep) == len(q) - 1
+    q[:] = keep
+    heapq.heapify(q)
+
+
+def _ahead_then_loss(floor: float) -> tuple[Live, set[QPState], list[WCStatus]]:
+    """A forged SACK "everything up to the packet just sent arrived", made from that
+    packet as sniffed, while the network loses that very packet: the sender must not
+    take the forged word for it. Runs the transfer to its end (or 5 s)."""
+    w = Live(config=HostConfig(ack_rtt_floor=floor))
+    w.run_until_mid()
+    p = w.sniff()
+    _lose(w, p)
+    (host, frame), _ = _sack_ahead(w, p)
+    host.receive(frame, 0, w.net.now)  # type: ignore[attr-defined]
+    qa = w.ha.qp(w.qa)
+    states: set[QPState] = set()
+
+    def done() -> bool:
+        states.add(qa.state)
+        return len(qa.cq) > 0
+
+    w.net.run(until=done, max_time=w.net.now + 5.0)
+    return w, states, [c.status for c in w.ha.poll_cq(qa.cq, 4)]
+
+
+def test_a_forged_sack_ahead_cannot_make_the_sender_drop_unacknowledged_data() -> None:
+    # With the floor (the default): the forged SACK is dropped, the lost packet is
+    # resent and the write completes byte-exact.
+    w, states, statuses = _ahead_then_loss(HostConfig().ack_rtt_floor)
+    assert w.ha.counters().get("rx_sack_too_early", 0) == 1
+    assert states == {QPState.RTS} and statuses == [WCStatus.SUCCESS]
+    assert w.dst == w.src
+    # Without it (what the check prevents): the sender takes the forged SACK, forgets the
+    # packet the network lost and never resends it; the write even completes, with a
+    # hole in the peer's memory (silent corruption).
+    w, states, statuses = _ahead_then_loss(0.0)
+    assert w.ha.counters().get("rx_sack_too_early", 0) == 0
+    assert statuses == [WCStatus.SUCCESS] and w.dst != w.src
 
 
 def test_access_refusals_need_consistent_evidence() -> None:

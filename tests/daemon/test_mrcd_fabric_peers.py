@@ -9,22 +9,18 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from forgery import Forger, counters, outer_len_fixed, udp_frame
 from mdfabric import MIB, Conn, FabricMrcds, connect, fabric_with_mrcds
-from mdnsutil import in_netns, needs_root, run, start_mrcd
+from mdnsutil import needs_root, run, start_mrcd
 
-from mrcnet.constants import Opcode
 from mrcnet.core.events import QPError
-from mrcnet.io import PacketPort
 from mrcnet.io.kernel_drop import TABLE_RE
-from mrcnet.wire import UDP, Ethernet, IPv6, Route, build_data, mac_to_bytes
-from mrcnet.wire.checksum import udp6_checksum
 
 SPEC = "leafspine:planes=2,spines=2,leaves=3,hosts=1,rate=500mbit,mtu=9000"
 
@@ -134,65 +130,27 @@ def target(fm: FabricMrcds) -> Iterator[Conn]:
         c.close()
 
 
-def _counters(c: Conn) -> dict[str, int]:
-    """h1's drop counters: host-wide plus those of the target QP."""
-    st = c.cb.stats(c.qp_b)
-    out = dict(st["host"])
-    for k, v in st["qp"]["counters"].items():
-        out[k] = out.get(k, 0) + v
-    return out
-
-
-def _udp_frame(src: Any, dst: str, container: bytes, payload: bytes) -> bytes:
-    """Ethernet / outer IPv6 (uSID ``container``) / inner IPv6 / UDP to port 4791 from
-    ``src`` (a fabric port) to ``dst``, valid lengths and checksum, ``payload`` after."""
-    s_ip = socket.inet_pton(socket.AF_INET6, src.address)
-    d_ip = socket.inet_pton(socket.AF_INET6, dst)
-    length = 8 + len(payload)
-    udp = UDP(sport=0xC000, length=length).pack() + payload
-    csum = udp6_checksum(s_ip, d_ip, udp)
-    udp = udp[:6] + csum.to_bytes(2, "big") + udp[8:]
-    inner = IPv6(src=s_ip, dst=d_ip, next_header=17, payload_length=length).pack()
-    outer = IPv6(src=s_ip, dst=container, next_header=41,
-                 payload_length=len(inner) + length).pack()
-    return Ethernet(mac_to_bytes(src.neighbor_mac), mac_to_bytes(src.mac), 0x86DD).pack() \
-        + outer + inner + udp
-
-
-def _outer_len_fixed(frame: bytes) -> bytes:
-    b = bytearray(frame)
-    b[18:20] = (len(b) - 54).to_bytes(2, "big")
-    return bytes(b)
-
-
 def test_forged_and_malformed_frames_are_dropped_and_counted(fm: FabricMrcds,
                                                             target: Conn) -> None:
     c = target
     desc = fm.fab.description
     h1 = desc.host("h1").port(0)
     h2 = desc.host("h2").port(0)
-    h0_addr = desc.host("h0").port(0).address
     qpn = c.qp_b.qpn
     region = c.peer.regions[0]
     psn = c.cb.stats(c.qp_b)["qp"]["rcv_psn"]  # exactly what h1 expects next
     payload = b"\xaa" * 4096
+    forger = Forger(desc, "h2")
 
-    def route(src: str, spine: int) -> Route:
-        return Route(src_mac=mac_to_bytes(h2.mac), dst_mac=mac_to_bytes(h2.neighbor_mac),
-                     src_ip=socket.inet_pton(socket.AF_INET6, src),
-                     dst_ip=socket.inet_pton(socket.AF_INET6, h1.address),
-                     usid=desc.path_container("h2", "h1", plane=0, spine=spine).packed)
-
-    def data(src: str = h0_addr, *, qp: int = qpn, p: int = psn, va: int = region.addr,
-             rkey: int = region.rkey, body: bytes = payload, spine: int = 0) -> bytes:
-        return build_data(route(src, spine), ev=(1 << 31) | (spine << 12), dest_qp=qp,
-                          opcode=Opcode.WRITE_ONLY, psn=p & 0xFFFFFF, va=va, rkey=rkey,
-                          payload=body)
+    def data(src: str = "h0", *, qp: int = qpn, p: int = psn, va: int = region.addr,
+             rkey: int = region.rkey, spine: int = 0) -> bytes:
+        return forger.data(src, "h1", qp=qp, psn=p, va=va, rkey=rkey, body=payload,
+                           spine=spine)
 
     n = 20
     forged = {
         # A well-formed write from a host that is not the QP's peer (h2's own address).
-        "rx_wrong_peer": [data(h2.address, p=psn + i) for i in range(n)],
+        "rx_wrong_peer": [data("h2", p=psn + i) for i in range(n)],
         # The peer's (spoofed) address, but a QPN nobody has.
         "rx_unknown_qpn": [data(qp=qpn + 1000 + i) for i in range(n)],
         # PSN far outside the receive window.
@@ -209,31 +167,23 @@ def test_forged_and_malformed_frames_are_dropped_and_counted(fm: FabricMrcds,
     # Linux leaf drops the frame itself (Ip6InTruncatedPkts); inner IPv6 and UDP lengths
     # still claim the full frame.
     udp_end = 14 + 40 + 40 + 8
-    malformed = [_outer_len_fixed(good[:udp_end + k]) for k in (1, 6, 11, 20, 27, 40, 60, 200)]
+    malformed = [outer_len_fixed(good[:udp_end + k]) for k in (1, 6, 11, 20, 27, 40, 60, 200)]
     corrupt = bytearray(good)
     corrupt[-100] ^= 0xFF
     malformed.append(bytes(corrupt))
-    before = _counters(c)
+    before = counters(c.cb)
     # Random bytes as UDP payload to port 4791, along an MRC path.
     container = desc.path_container("h2", "h1", plane=0, spine=1).packed
-    rnd = [_udp_frame(h2, h1.address, container, os.urandom(k))
+    rnd = [udp_frame(h2, h1.address, container, os.urandom(k))
            for k in (1, 12, 40, 100, 600, 1400, 4000, 8000)]
-    with in_netns(desc.host("h2").netns):
-        port = PacketPort(h2.ifname)
-    try:
-        # Paced (a few frames per ms): a burst would be trimmed or dropped by the
-        # 500 Mbit/s links, and a trimmed frame is counted as a trim, not as forged.
+    with forger:
         for frames in [*forged.values(), malformed, rnd]:
-            for i in range(0, len(frames), 4):
-                port.send(frames[i:i + 4])
-                time.sleep(0.002)
-    finally:
-        port.close()
+            forger.send(frames)
     # Wait until h1 counted them all (nothing is written meanwhile).
     want = {k: len(v) for k, v in forged.items()}
     deadline = time.monotonic() + 10
     while True:
-        after = _counters(c)
+        after = counters(c.cb)
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
         mal = sum(v for k, v in diff.items() if k.startswith("rx_malformed_"))
         if (all(diff.get(k, 0) >= v for k, v in want.items())

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from simtraffic import SendTap
 
 from mrcnet.core import EVState, ev_path
 from mrcnet.sim.failures import parse_failure
-from mrcnet.sim.matrix import Flow
+from mrcnet.sim.matrix import Flow, incast
 from mrcnet.sim.net import HostJitter
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import parse_topology
@@ -74,6 +75,28 @@ def test_endpoint_jitter_retires_no_ev_on_a_healthy_fabric() -> None:
     c = run.hosts[0].qp_stats(run.qps[0][0])["counters"]
     # the jitter did produce loss signals (RACK fooled, or timeouts blaming no path) ...
     assert c.get("loss_spurious", 0) + c.get("timeout_unblamed", 0) >= 1
+
+
+@pytest.mark.parametrize("floor", [None, 500e-6])
+def test_the_too_early_sack_floor_drops_no_genuine_sack_under_jitter(
+        floor: float | None) -> None:
+    # tools/sim_digest.py's "jitter" scenario: a 3 -> 1 incast of 1 MiB each, mrcd's loop
+    # modelled. The "too early" SACK check is on by default (ack_rtt_floor: the fabric's
+    # propagation RTT, 8 x 1 us here); endpoint jitter makes RTT samples longer, never
+    # shorter, so it never fires. A floor inside the range of the jittery samples (500 us)
+    # drops genuine SACKs, as the check's first rule (half the smallest RTT measured) did,
+    # and slows the incast down (docs/SECURITY.md: P100 147 -> 272, and 230).
+    spec = parse_topology("leafspine:planes=2,spines=4,leaves=2,hosts=2")
+    cfg = {} if floor is None else {"ack_rtt_floor": floor}
+    run = SimRun(spec, incast([1, 2, 3], 0, 1 << 20), host_config=cfg,
+                 host_jitter=MRCD_JITTER, seed=5)
+    res = run.run(until=2.0)
+    assert all(f.fct is not None for f in res.flows)
+    want = 8 * spec.delay if floor is None else floor
+    assert all(abs(h.config.ack_rtt_floor - want) < 1e-12 for h in run.hosts)
+    dropped = sum(h.counters().get("rx_sack_too_early", 0)
+                  + h.counters().get("rx_ack_too_early", 0) for h in run.hosts)
+    assert (dropped > 0) == (floor is not None), dropped
 
 
 def test_path_skew_alone_retires_almost_no_ev() -> None:

@@ -19,6 +19,10 @@ from typing import Any
 import pytest
 from vectors import mrc10
 
+from mrcnet.constants import EndpointOp
+from mrcnet.wire import build_endpoint
+from mrcnet.wire.erth import ERTH, TokenERTH
+from mrcnet.wire.samples import USID
 from mrcnet.wireshark import plugin_path
 
 TSHARK = shutil.which("tshark")
@@ -27,16 +31,18 @@ needs_tshark = pytest.mark.skipif(TSHARK is None,
 
 VECTORS = mrc10.all_vectors()
 BY_NAME = {v.name: v for v in VECTORS}
-# Every key any vector carries, plus the dissector's generated helpers and the BTH's
-# reserved byte (0 in every vector).
+# Every key any vector carries, plus the dissector's generated helpers, the BTH's
+# reserved byte and ERTH's reserved word, mrcnet's endpoint token (0 in every vector).
 KEYS = sorted({k for v in VECTORS for k in mrc10.flatten(v.expected)})
-EXTRA_KEYS = ["bth.reserved", "seth.ack_psn", "seth.sack_base"]
+EXTRA_KEYS = ["bth.reserved", "seth.ack_psn", "seth.sack_base", "erth.token"]
 MISC = ["frame.protocols", "_ws.expert.message", "_ws.col.Info"]
 
 
 def tshark(pcap: Path, fields: list[str], *prefs: str,
-           env: dict[str, str] | None = None, lua: bool = True) -> list[dict[str, str]]:
-    """Run tshark over ``pcap`` with the plugin; one {field: text} per frame."""
+           env: dict[str, str] | None = None, lua: bool = True,
+           display_filter: str | None = None) -> list[dict[str, str]]:
+    """Run tshark over ``pcap`` with the plugin; one {field: text} per frame (that
+    ``display_filter`` keeps)."""
     assert TSHARK is not None
     cmd = [TSHARK, "-n", "-r", str(pcap), "-T", "fields", "-E", "occurrence=a",
            "-E", "aggregator=|", "-E", "separator=\t"]
@@ -44,6 +50,8 @@ def tshark(pcap: Path, fields: list[str], *prefs: str,
         cmd += ["-X", f"lua_script:{plugin_path()}"]
     for p in prefs:
         cmd += ["-o", p]
+    if display_filter is not None:
+        cmd += ["-Y", display_filter]
     for f in fields:
         cmd += ["-e", f]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
@@ -83,6 +91,10 @@ def test_every_field_of_every_vector(vectors_pcap: Path) -> None:
             else:
                 assert got == "", f"{v.name}: mrc.{key} = {got}, should be absent"
         assert int(row["mrc.bth.reserved"], 0) == 0, v.name
+        if "erth" in v.expected:
+            assert int(row["mrc.erth.token"], 0) == 0, v.name
+        else:
+            assert row["mrc.erth.token"] == "", v.name
         if "seth" in v.expected:
             s = v.expected["seth"]
             assert int(row["mrc.seth.ack_psn"]) == (s["cack_psn"] + s["ack_psn_offset"]) \
@@ -133,6 +145,38 @@ def test_names_in_the_tree(vectors_pcap: Path) -> None:
                  "EV_PROBE"):
         assert f"{name} (0x" in run.stdout or f": {name}" in run.stdout or \
             f" {name} " in run.stdout, name
+
+
+@needs_tshark
+def test_endpoint_token(tmp_path: Path) -> None:
+    """mrcnet's endpoint requests carry the endpoint token in ERTH's reserved word @8:
+    ``mrc.erth.token``, and ``token=`` in the Info column when there is one."""
+    frames = [
+        build_endpoint(USID, ev=0x0001_1005, request_id=10, erth=TokenERTH(
+            EndpointOp.PORT_STATUS, port_status_mask=0, timestamp=0x1238, token=0xDEADBEEF)),
+        build_endpoint(USID, ev=0x0001_1004, request_id=9, erth=TokenERTH(
+            EndpointOp.EV_PROBE, timestamp=0x1237, token=0x00000001)),
+        build_endpoint(USID, ev=0x0001_1004, request_id=8, erth=ERTH(  # mrcd's hello
+            EndpointOp.EV_PROBE, timestamp=0x1236)),
+    ]
+    path = tmp_path / "tokens.pcap"
+    mrc10.write_pcap(path, frames)
+    rows = tshark(path, ["mrc.erth.token", "mrc.erth.op", "mrc.erth.port_status_mask",
+                         "mrc.erth.timestamp", "mrc.bth.psn", "_ws.col.Info",
+                         "_ws.expert.message"])
+    got = [(int(r["mrc.erth.token"], 0), int(r["mrc.erth.op"], 0),
+            int(r["mrc.erth.port_status_mask"], 0), int(r["mrc.erth.timestamp"], 0),
+            int(r["mrc.bth.psn"], 0)) for r in rows]
+    assert got == [(0xDEADBEEF, EndpointOp.PORT_STATUS, 0, 0x1238, 10),
+                   (1, EndpointOp.EV_PROBE, 0, 0x1237, 9),
+                   (0, EndpointOp.EV_PROBE, 0, 0x1236, 8)]
+    infos = [r["_ws.col.Info"] for r in rows]
+    assert "token=0xdeadbeef" in infos[0] and "token=0x00000001" in infos[1], infos
+    assert "token=" not in infos[2], infos
+    assert all(r["_ws.expert.message"] == "" for r in rows), rows
+    # ... and it filters like any field.
+    (only,) = tshark(path, ["mrc.bth.psn"], display_filter="mrc.erth.token == 0xdeadbeef")
+    assert only["mrc.bth.psn"] == "10"
 
 
 @needs_tshark
