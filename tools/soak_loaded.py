@@ -166,6 +166,8 @@ def one_run(name: str, seconds: int, size: str, tour: bool = False,
             polls.close()
         if breaker is not None:
             breaker.join(timeout=60)
+            if keep is None:
+                breaker.capture.unlink(missing_ok=True)
         for p in (client, server):
             if p is not None and p.poll() is None:
                 p.kill()
