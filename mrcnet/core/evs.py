@@ -129,11 +129,12 @@ class EVInfo:
 class _ProbeGroup:
     """The ASSUMED_BAD EVs of one path: probed together, one probe per interval."""
 
-    __slots__ = ("due", "evs", "ok", "rr")
+    __slots__ = ("born", "due", "evs", "ok", "rr")
 
-    def __init__(self, due: float) -> None:
+    def __init__(self, due: float, born: float) -> None:
         self.evs: list[EVInfo] = []
         self.due = due
+        self.born = born  # when the path was retired (it has failed every probe since)
         self.ok = 0  # consecutive successful probes
         self.rr = 0
 
@@ -255,11 +256,14 @@ class EVManager:
         clean = [p for p in range(npaths) if p not in bad]
         if not clean:
             # Every path of the plane has failed: keep only the minimum going. Reuse the
-            # bad EV whose path looks best (most probe successes) instead of minting new
-            # EVs on failed paths, so the set stays bounded under any loss pattern.
+            # bad EV whose path looks best instead of minting new EVs on failed paths, so
+            # the set stays bounded under any loss pattern: most probe successes, then
+            # the path retired last (it delivered until then; one retired earlier has
+            # failed every probe since: the tour's dead spine, revived over the live
+            # path that loss had just retired, took every packet for 7 retry rounds).
             if len(lst) >= self.min_active:
                 return
-            groups = [(g.ok, -g.due, key) for key, g in self._groups.items()
+            groups = [(g.ok, g.born, key) for key, g in self._groups.items()
                       if key[0] == plane]
             if groups:
                 key = max(groups)[2]
@@ -367,7 +371,7 @@ class EVManager:
         key = (info.plane, info.path)
         g = self._groups.get(key)
         if g is None:
-            g = self._groups[key] = _ProbeGroup(now + self.probe_interval)
+            g = self._groups[key] = _ProbeGroup(now + self.probe_interval, now)
             self.next_probe = min(self.next_probe, g.due)
         g.ok = 0  # fresh evidence against the path
         g.evs.append(info)

@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
+from mrcnet.constants import (
+    EV_PATH_SHIFT,
+    EV_PLANE_MASK,
+    EV_PLANE_SHIFT,
+    PSN_MASK,
+    NackReason,
+    SackMode,
+)
 from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
@@ -39,6 +46,11 @@ CONFIRMED_MIN = 1.5  # decayed confirmed losses a path needs to retire: two with
 CONFIRMED_SIGMAS = 3.0  # ... and this many standard deviations above its fair share
 REO_SCALED_CAP_RTTS = 2  # the scaled reorder floor stays within 2 smoothed RTTs
 REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spurious loss
+
+
+def _key_plane(key: int) -> int:
+    """The plane of a path key (``EV >> EV_PATH_SHIFT``)."""
+    return (key >> (EV_PLANE_SHIFT - EV_PATH_SHIFT)) & EV_PLANE_MASK
 
 
 def retry_schedule(base: float, retry_cnt: int, linear: int) -> list[float]:
@@ -284,7 +296,14 @@ class Recovery:
         the other paths' count predicts for its share: it retires once it has at least
         CONFIRMED_MIN and exceeds that prediction by CONFIRMED_SIGMAS (Poisson) plus one.
         With no loss elsewhere that is its second loss (within about 133 smoothed RTTs),
-        so random loss on one link is still caught within a few RTTs."""
+        so random loss on one link is still caught within a few RTTs.
+
+        Only paths of usable planes count (a plane whose port is down keeps its EVs in
+        the set but carries nothing), and the last live path is never retired for loss:
+        there is nowhere better to go, and with every path of its plane retired the
+        refill must put EVs back on one that is, for all it knows, dead (README tour: one
+        live path of four, its trims' NACKs lost at 1 %; retired, the QP sat on a dead
+        path until probes revived it, retry rounds piling up to the budget)."""
         self.qp.count("loss_confirmed")
         key = ev >> EV_PATH_SHIFT
         conf = self.path_conf
@@ -303,10 +322,14 @@ class Recovery:
         others = sum(conf.values()) - mine
         evm = self.evm
         assert evm is not None
-        active = {i.ev >> EV_PATH_SHIFT for lst in evm.active.values() for i in lst}
-        npaths = len(active | conf.keys())
+        usable = evm.usable_planes
+        active = {i.ev >> EV_PATH_SHIFT for pl in usable for i in evm.active.get(pl, ())}
+        npaths = len(active | {k for k in conf if _key_plane(k) in usable})
         expected = others / (npaths - 1) if npaths > 1 else 0.0
         if mine >= CONFIRMED_MIN and mine > expected + CONFIRMED_SIGMAS * math.sqrt(expected) + 1:
+            if not active - {key}:
+                self.qp.count("loss_confirmed_last_path")
+                return
             del conf[key]
             self.qp.count("loss_confirmed_retired")
             self._retire_path([ev], now)
