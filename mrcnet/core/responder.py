@@ -41,6 +41,7 @@ from mrcnet.wire.neth import NETH
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
+_RING_START = 128  # out-of-order ring slots a responder starts with (grows to its window)
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
 _ENDS = frozenset(int(op) for op in _ONLY + _LAST)  # opcodes that end a message
@@ -74,7 +75,11 @@ class Responder:
         # fields) that the host's receive lane updates in place for the common case of
         # receiving data.
         self._rxk = lane_class(self.cfg.fast_parse)
-        self.rx = self._rxk.new_state(ring_size(self.rx_window))
+        # The out-of-order ring starts small and grows to the window on demand (on_data;
+        # the lane stops at a frame beyond it): most QPs never hold more than a few
+        # packets out of order, and a full-window ring per QP is what kept simulations of
+        # thousands of hosts from fitting in memory.
+        self.rx = self._rxk.new_state(ring_size(min(self.rx_window, _RING_START)))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
         self.imm_done = 0  # next RQMSN to complete

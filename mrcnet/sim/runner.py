@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from mrcnet.constants import PSN_MASK
+from mrcnet.constants import MPR_MAX, MPR_UNIT, PSN_MASK
 from mrcnet.core import (
     EV_PROFILE_ECMP,
     EV_PROFILE_SPRAY,
@@ -299,8 +299,8 @@ class SimRun:
             self._cqs.append(h.create_cq())
         for f in self.flows:
             src, dst = self.hosts[f.src], self.hosts[f.dst]
-            sq = src.create_qp(self._cqs[f.src], QPAttrs())
-            rq = dst.create_qp(self._cqs[f.dst], QPAttrs())
+            sq = src.create_qp(self._cqs[f.src], QPAttrs(mpr=self._requester_mpr(f)))
+            rq = dst.create_qp(self._cqs[f.dst], QPAttrs(mpr=self._responder_mpr()))
             ps = self._psn_rng.randrange(PSN_MASK + 1)
             pr = self._psn_rng.randrange(PSN_MASK + 1)
             for host, qpn, peer, other, mine, theirs in ((src, sq, dst, rq, ps, pr),
@@ -320,6 +320,27 @@ class SimRun:
             for plane in range(self.spec.planes):
                 link = self.fabric.link(node.name, leaf_name(plane, node.leaf_index))
                 link.on_carrier.append(partial(self._carrier, node, plane))
+
+    def _requester_mpr(self, f: Flow) -> int | None:
+        """The requester's PSN range (MPR, units of 128) sized to the flow.
+
+        A QP's table of packets in flight is as large as its send window (4096 PSNs by
+        default: 380 kB in C). A flow of k packets never has more than k outstanding, so
+        a window of k (rounded up to 128) decides exactly what the default one does, in
+        a table the flow's size: 1 MiB flows on 8192 hosts need 3 GB less. None (the
+        host's window) when the flow is longer than that window.
+        """
+        cfg = self.config
+        packets = math.ceil(f.size / cfg.mtu_payload)
+        units = math.ceil(packets / MPR_UNIT)
+        if units * MPR_UNIT > cfg.rx_window or units > MPR_MAX:
+            return None
+        return max(1, units)
+
+    def _responder_mpr(self) -> int:
+        """A responder QP sends no data: the smallest table (its receive window,
+        ``mpr_dest``, is untouched)."""
+        return 1
 
     def _carrier(self, node: HostNode, plane: int, up: bool) -> None:
         self.hosts[node.index].set_port_state(plane, up, self.sim.now)
