@@ -52,6 +52,11 @@ TRANSPORTS = {"mrc": EV_PROFILE_SPRAY, "ecmp": EV_PROFILE_ECMP}
 _MAX_DATA_HEADERS = 218
 
 
+# Header bytes an elided data frame keeps (mrcnet.sim.net.ElidedFrame): every header
+# fits (_MAX_DATA_HEADERS), whatever the SRv6 mode.
+_ELIDE_KEEP = 256
+
+
 def payload_for_mtu(mtu: int) -> int:
     """The largest power-of-two payload whose frame fits ``mtu`` (9000 -> 8192)."""
     room = mtu - _MAX_DATA_HEADERS
@@ -232,8 +237,12 @@ class SimRun:
                 raise SpecError(f"flow {f.id} uses h{max(f.src, f.dst)}, the fabric has "
                                 f"h0..h{n - 1}")
         self.config = self._config(host_config or {})
+        # Every payload is zeros (one zero buffer, below): frames travel without them,
+        # their headers kept whole (a trim keeps at most trim_size bytes of them).
+        keep = max(_ELIDE_KEEP, spec.trim_size)
         for node in self.fabric.hosts:
             node.jitter = host_jitter
+            node.elide = keep
         self.hosts: list[Host] = []
         for node in self.fabric.hosts:
             ports = [Port(p, p, node.macs[p], node.addresses[p]) for p in range(spec.planes)]
