@@ -31,6 +31,17 @@ def test_an_elided_frame_keeps_its_headers_and_comes_back_byte_for_byte() -> Non
     assert type(elide_frame(small, 256)) is bytearray
 
 
+class _Rec:
+    name = "rec"
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.got: list[tuple[float, bytes]] = []
+
+    def receive(self, frame: bytearray, port: int) -> None:
+        self.got.append((self.sim.now, bytes(restore_frame(frame))))
+
+
 def test_a_port_times_and_trims_an_elided_frame_as_the_whole_one() -> None:
     arrivals = []
     for elide in (False, True):
@@ -38,19 +49,12 @@ def test_a_port_times_and_trims_an_elided_frame_as_the_whole_one() -> None:
         port = EgressPort(sim, "x", rate_bps=1e9, delay=1e-6, queue_bytes=9000,
                           prio_queue_bytes=100_000, trim=True, trim_size=200, ecn_bytes=0,
                           mac_rewrite=None)
-        got: list[tuple[float, bytes]] = []
-
-        class Rec:
-            name = "rec"
-
-            def receive(self, frame: bytearray, p: int) -> None:
-                got.append((sim.now, bytes(restore_frame(frame))))
-
-        port.connect(Rec(), 0)
+        rec = _Rec(sim)
+        port.connect(rec, 0)
         for _ in range(4):  # one on the wire, two queued (2 x 4.1k <= 9000), one trimmed
             port.send(elide_frame(_frame(), 256) if elide else bytearray(_frame()))
         sim.run()
-        arrivals.append((got, port.counters.as_dict()))
+        arrivals.append((rec.got, port.counters.as_dict()))
     assert arrivals[0] == arrivals[1]
     assert arrivals[0][1]["trimmed"] == 1
 
