@@ -23,7 +23,7 @@ from mrcnet.constants import (
     UDP_HEADER_LEN,
     SackMode,
 )
-from mrcnet.wire import CCState, Route, build_sack, parse_frame
+from mrcnet.wire import CCState, Route, build_sack
 from mrcnet.wire.seth import CCSTATE_STRUCT, SETH, SETH_STRUCT, seth_flags
 from mrcnet.wire.template import FrameFinisher
 from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
@@ -66,16 +66,18 @@ class SackTemplate:
         self.spdcid, self.dpdcid, self.mpr = src_qp & 0xFFFF, dest_qp & 0xFFFF, mpr
         seth = SETH(cack_psn=0, spdcid=self.spdcid, dpdcid=self.dpdcid, mpr=mpr)
         frame = build_sack(route, ev=0, dest_qp=dest_qp, seth=seth, cc=CCState())
-        f = parse_frame(frame)
         udp_off = len(frame) - UDP_HEADER_LEN - BTH_LEN - SETH.LEN - CCState.LEN - ICRC_LEN
         assert udp_off >= ETH_HEADER_LEN + IPV6_HEADER_LEN
         self._frame = frame
         self._udp_off = udp_off
         self._seth_off = udp_off + UDP_HEADER_LEN + BTH_LEN
         self._cc_off = self._seth_off + SETH.LEN
-        has_ip = f.inner is not None
-        if f.inner is not None:
-            psrc, pdst = f.inner.src, f.inner.dst
+        # (the addresses build_frame put in the inner header, or the pseudo-header's
+        # without one: taken from the route, not by parsing the frame back, which cost
+        # more than the rest; a responder makes one template per path it answers on)
+        has_ip = route.encap
+        if has_ip:
+            psrc, pdst = route.src_ip, route.dst_ip
         else:
             psrc, pdst = route.src_ip, route.final_dst
         # The ICRC covers the inner IPv6 header (when there is one) onwards.
