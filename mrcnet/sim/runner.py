@@ -39,7 +39,7 @@ from mrcnet.core import (
 )
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError, SpecError
-from mrcnet.sim.failures import Failure, schedule_failure
+from mrcnet.sim.failures import Failure, expand_failure, schedule_failure
 from mrcnet.sim.matrix import Flow
 from mrcnet.sim.net import HostJitter, HostNode
 from mrcnet.sim.topology import Fabric, LeafSpineSpec, leaf_name
@@ -225,12 +225,14 @@ class SimRun:
         self.spec = spec
         self.transport = transport
         self.flows = list(flows)
-        self.failures = list(failures)
+        self.failures = list(failures)  # (random: ones drawn once the fabric exists)
         self.sim = Simulator(seed)
         # Initial PSNs are random per QP, as mrcd draws them at connect (from their own
         # generator: the network's random choices stay what they were)
         self._psn_rng = random.Random(seed * 7919 + 24)
         self.fabric = Fabric(self.sim, spec)
+        self.failures = [g for f in self.failures
+                         for g in expand_failure(self.fabric, f, seed)]
         n = len(self.fabric.hosts)
         for f in self.flows:
             if f.src >= n or f.dst >= n:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.sim.engine import Simulator
+from mrcnet.sim.errors import SpecError
+from mrcnet.sim.failures import expand_failure, parse_failure
 from mrcnet.sim.matrix import incast, permutation
 from mrcnet.sim.net import EgressPort, ElidedFrame, elide_frame, restore_frame, wire_len
 from mrcnet.sim.runner import SimRun
@@ -99,3 +102,35 @@ def test_qp_tables_are_sized_to_the_flow() -> None:
     assert req.tx_window == 128  # 1 MiB = 128 packets of 8 KiB
     assert resp.tx_window == 128 and resp.rx_window == 4096  # its receive window as it was
     assert resp.rx.ooo_cap == 128  # grows on demand
+
+
+def test_random_link_failures_draw_a_fraction_of_the_spine_links_from_the_seed() -> None:
+    spec = parse_topology("leafspine:planes=2,spines=8,leaves=8,hosts=1")
+    f = parse_failure("random:links=10%@20us..40us")
+    fab = Fabric(Simulator(), spec)
+    a = expand_failure(fab, f, seed=1)
+    assert len(a) == round(0.1 * 2 * 8 * 8)  # of the 128 leaf-spine links
+    assert a == expand_failure(Fabric(Simulator(), spec), f, seed=1)  # same seed, same picks
+    assert {g.target for g in a} != {g.target for g in expand_failure(fab, f, seed=2)}
+    assert all(g.kind == "link" and g.action == "down" and (g.start, g.end) == (f.start, f.end)
+               for g in a)
+    # scheduled by the run: down between 20 and 40 us, up again after
+    run = SimRun(spec, permutation(8, 64 << 10, seed=1, start=1e-3), failures=[f], seed=1)
+    assert [g.target for g in run.failures] == [g.target for g in a]
+    links = [run.fabric.link(*g.target.split("-")) for g in a]
+    run.sim.run(until=30e-6)
+    assert not any(ln.ab.up or ln.ba.up for ln in links)
+    run.sim.run(until=50e-6)
+    assert all(ln.ab.up and ln.ba.up for ln in links)
+
+
+def test_random_switch_failures_and_bad_random_specs() -> None:
+    fab = Fabric(Simulator(), parse_topology("leafspine:planes=2,spines=4,leaves=4,hosts=1"))
+    got = expand_failure(fab, parse_failure("random:spines=3:blackhole"), seed=4)
+    assert len(got) == 3 and all(g.kind == "switch" and g.target.startswith("S") for g in got)
+    assert all(g.action == "blackhole" for g in got)
+    for bad in ("random:hosts=2", "random:links=0", "random:links=1%:flap", "random:links"):
+        with pytest.raises(SpecError):
+            parse_failure(bad)
+    with pytest.raises(SpecError, match="fabric has 8"):
+        expand_failure(fab, parse_failure("random:spines=9"), seed=1)
