@@ -63,6 +63,7 @@ class Responder:
         self.evm: EVManager | None = None
         self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
         self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
+        self._sack_proto: SackTemplate | None = None  # the first of them (for_route's)
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
@@ -92,6 +93,7 @@ class Responder:
         self.evm = evm
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._sack_tmpl.clear()
+        self._sack_proto = None
 
     @property
     def rx_window(self) -> int:
@@ -366,9 +368,14 @@ class Responder:
         tp = self._sack_tmpl.get(path_key)
         if tp is None:
             port, route = self.qp.route(ev)
-            tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(SackTemplate(
-                route, dest_qp=self.attrs.dest_qp_num or 0, src_qp=self.qpn,
-                mpr=min(MPR_MAX, self.rx_window // MPR_UNIT))), port)
+            mpr = min(MPR_MAX, self.rx_window // MPR_UNIT)
+            dest_qp, proto = self.attrs.dest_qp_num or 0, self._sack_proto
+            if proto is not None and proto.matches(dest_qp, self.qpn, mpr):
+                tmpl_new = proto.for_route(route)  # another path of this QP's: a cheap copy
+            else:
+                tmpl_new = self._sack_proto = SackTemplate(
+                    route, dest_qp=dest_qp, src_qp=self.qpn, mpr=mpr)
+            tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(tmpl_new), port)
         tmpl, port = tp
         penalty = 0
         pen = rx.penalty

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
+from mrcnet.core.ctrl import SackTemplate
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SpecError
 from mrcnet.sim.failures import expand_failure, parse_failure
@@ -16,6 +17,7 @@ from mrcnet.sim.matrix import incast, permutation
 from mrcnet.sim.net import EgressPort, ElidedFrame, elide_frame, restore_frame, wire_len
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import Fabric, parse_topology
+from mrcnet.wire import parse_frame
 
 
 def _frame(payload_len: int = 4000) -> bytes:
@@ -134,3 +136,20 @@ def test_random_switch_failures_and_bad_random_specs() -> None:
             parse_failure(bad)
     with pytest.raises(SpecError, match="fabric has 8"):
         expand_failure(fab, parse_failure("random:spines=9"), seed=1)
+
+
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_a_sack_template_for_another_route_is_the_one_built_from_scratch(srv6: str) -> None:
+    fab = Fabric(Simulator(), parse_topology(
+        f"leafspine:planes=2,spines=4,leaves=3,hosts=2,srv6={srv6}"))
+    routes = [fab.route(s, d, p, sp) for s, d in ((0, 5), (3, 2), (1, 0))
+              for p in range(2) for sp in range(4)]
+    first = SackTemplate(routes[0], dest_qp=0x12345, src_qp=0x789, mpr=32)
+    assert first.matches(0x12345, 0x789, 32) and not first.matches(0x12345, 0x789, 1)
+    for r in routes[1:]:
+        derived = first.for_route(r)
+        fresh = SackTemplate(r, dest_qp=0x12345, src_qp=0x789, mpr=32)
+        assert derived.layout() == fresh.layout()
+        args = (77, 5, 1000, 1003, 1001, True, -1, 0b1011, 0x1234, 3, 9, 123456)
+        assert derived.build_fields(*args) == fresh.build_fields(*args)
+        parse_frame(derived.build_fields(*args))  # checksum and ICRC verified
