@@ -212,9 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def progress(r: SimRun) -> None:
         if args.progress:
-            done = sum(1 for x in r.results.values() if x.finish is not None)
-            print(f"  t={format_time(r.sim.now)} events={r.sim.events} flows done={done}"
-                  f"/{len(r.flows)}", file=sys.stderr)
+            print(f"  {r.progress_line()}", file=sys.stderr)
 
     res = run.run(until=until, progress=progress if args.progress else None).as_dict()
     # The topology line is every effective value; the notes say what the spec asked for

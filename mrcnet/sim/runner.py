@@ -385,6 +385,23 @@ class SimRun:
                 self._sample(None)  # the last interval ends when the last flow does
             self.sim.stop()
 
+    def progress_line(self) -> str:
+        """One line on how far the run is: simulated time, events per CPU second, flows
+        done, data delivered and an ETA (wall time so far x data left / data delivered)."""
+        sim = self.sim
+        done = sum(1 for r in self.results.values() if r.finish is not None or r.error)
+        total = sum(f.size for f in self.flows)
+        got = 0
+        for f in self.flows:
+            got += f.size if self.results[f.id].finish is not None else min(
+                f.size, self.hosts[f.dst].qp(self.qps[f.id][1]).rcvd_bytes)
+        frac = got / total if total else 1.0
+        eta = sim.wall_seconds * (1 - frac) / frac if frac > 0 else math.inf
+        eta_s = f"ETA ~{eta:.0f}s" if math.isfinite(eta) else "ETA ?"
+        return (f"t={sim.now * 1e6:.1f}us events={sim.events} "
+                f"({sim.events_per_second:,.0f}/CPU-s) flows done={done}/{len(self.flows)} "
+                f"data {frac:.1%} wall {sim.wall_seconds:.0f}s {eta_s}")
+
     def run(self, until: float | None = None, max_events: int | None = None,
             progress: Callable[[SimRun], None] | None = None) -> RunResult:
         """Run until every flow completed or failed (or ``until`` / ``max_events``).

@@ -5,15 +5,17 @@ and per-QP state sized to the flow; each gives the same results as before."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.core.ctrl import SackTemplate
+from mrcnet.sim.cli import main
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SpecError
 from mrcnet.sim.failures import expand_failure, parse_failure
-from mrcnet.sim.matrix import incast, permutation
+from mrcnet.sim.matrix import format_matrix, incast, permutation
 from mrcnet.sim.net import EgressPort, ElidedFrame, elide_frame, restore_frame, wire_len
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import Fabric, parse_topology
@@ -153,3 +155,17 @@ def test_a_sack_template_for_another_route_is_the_one_built_from_scratch(srv6: s
         args = (77, 5, 1000, 1003, 1001, True, -1, 0b1011, 0x1234, 3, 9, 123456)
         assert derived.build_fields(*args) == fresh.build_fields(*args)
         parse_frame(derived.build_fields(*args))  # checksum and ICRC verified
+
+
+def test_progress_lines_give_time_speed_flows_and_an_eta(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    m = tmp_path / "p.cm"
+    m.write_text(format_matrix(permutation(16, 12 << 20, seed=2)))
+    assert main(["run", "-t", "leafspine:planes=2,spines=4,leaves=4,hosts=4", "-m", str(m),
+                 "--progress", "--json"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 2
+    last = lines[-1]
+    assert "flows done=16/16" in last and "data 100.0%" in last and "/CPU-s" in last
+    assert all("ETA" in ln and "t=" in ln for ln in lines)
