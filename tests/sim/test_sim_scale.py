@@ -5,12 +5,17 @@ and per-QP state sized to the flow; each gives the same results as before."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.core.ctrl import SackTemplate
+from mrcnet.native import HAVE_C
 from mrcnet.sim.cli import main
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SpecError
@@ -169,3 +174,26 @@ def test_progress_lines_give_time_speed_flows_and_an_eta(tmp_path: Path,
     last = lines[-1]
     assert "flows done=16/16" in last and "data 100.0%" in last and "/CPU-s" in last
     assert all("ETA" in ln and "t=" in ln for ln in lines)
+
+
+def test_the_c_fast_paths_and_pure_python_decide_the_same_run(tmp_path: Path) -> None:
+    if not HAVE_C:
+        pytest.skip("the C module is not built: nothing to compare pure Python with")
+    m = tmp_path / "m.cm"
+    flows = [*permutation(16, 512 << 10, seed=3), *incast(range(1, 6), 0, 256 << 10)]
+    m.write_text(format_matrix([dataclasses.replace(f, id=i) for i, f in enumerate(flows)]))
+    out = []
+    for no_c in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "MRCNET_NO_FASTPATH"}
+        if no_c:
+            env["MRCNET_NO_FASTPATH"] = "1"
+        r = subprocess.run(
+            [sys.executable, "-m", "mrcnet.sim.cli", "run", "-t",
+             "leafspine:planes=2,spines=4,leaves=4,hosts=4,queue=4pkt", "-m", str(m),
+             "--fail", "random:links=5%@10us", "--seed", "3", "--json"],
+            capture_output=True, text=True, env=env, check=False)
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        out.append((d["flows"], d["ports"], d["hosts"], d["summary"]["events"]))
+    assert sum(p["trimmed"] for p in out[0][1].values()) > 0
+    assert out[0] == out[1]
