@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fail", "-f", action="append", default=[], metavar="SPEC",
                    help="a timed failure, repeatable: link:L0.1-S0.3@0.5ms:down, "
                    "link:L0.1>S0.3@1ms:blackhole, switch:S1.2@1ms:blackhole, loss:*=1%%, "
-                   "link:L0.0-S0.2@1ms..3ms:flap=50us/200us")
+                   "link:L0.0-S0.2@1ms..3ms:flap=50us/200us, random:links=1%%@1ms")
     r.add_argument("--transport", choices=("mrc", "ecmp"), default="mrc",
                    help="mrc: spray over every path (default); ecmp: one hashed path per QP, "
                    "the RoCE-like baseline, same protocol code")

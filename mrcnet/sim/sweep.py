@@ -170,10 +170,20 @@ def run_local(todo: Sequence[tuple[int, dict[str, Any]]], workers: int | None,
               done: Callable[[int, dict[str, Any]], None]) -> None:
     """Run cells on a local process pool; ``done(cell, result)`` as each finishes."""
     n = workers or os.cpu_count() or 1
-    with ProcessPoolExecutor(max_workers=min(n, len(todo)) or 1) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(n, len(todo)) or 1)
+    try:
         futs = {pool.submit(run_cell, c): i for i, c in todo}
         for fut in as_completed(futs):
             done(futs[fut], fut.result())
+    except BaseException:
+        # Interrupted (or a cell failed): stop now, not after every running cell ends
+        # (the workers are this process's children; nothing else holds them).
+        procs = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        raise
+    pool.shutdown()
 
 
 def run_dask(todo: Sequence[tuple[int, dict[str, Any]]], address: str,
