@@ -216,7 +216,9 @@ LEAF_USID_BASE: Final = 0x2000
 HOST_USID_BASE: Final = 0x4000
 MAX_PLANES: Final = 16
 MAX_PER_PLANE: Final = 256  # spines or leaves per plane (one uSID byte)
-MAX_HOSTS: Final = 0x1000
+# Host uSIDs run 0x4000..0x7FFF (clear of the switches' 0x1PSS and 0x2PLL): 16384 hosts,
+# what the simulator's deployment-scale fabrics (8192 hosts per plane) need.
+MAX_HOSTS: Final = 0x4000
 # A trimmed frame must keep every header of the largest data frame (Ethernet, outer and
 # inner IPv6, UDP, BTH, RETH, METH, ImmDt, TSETH), plus a 4-segment SRH in srh mode: a
 # switch that trimmed less would cut into what the receiver needs to NACK it.

@@ -23,7 +23,7 @@ from mrcnet.constants import (
     UDP_HEADER_LEN,
     SackMode,
 )
-from mrcnet.wire import CCState, Route, build_sack, parse_frame
+from mrcnet.wire import CCState, Route, build_sack
 from mrcnet.wire.seth import CCSTATE_STRUCT, SETH, SETH_STRUCT, seth_flags
 from mrcnet.wire.template import FrameFinisher
 from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
@@ -47,6 +47,10 @@ def sack_fields(rcv: int, ack_seq: int, base: int, probe: int) -> tuple[int, int
 
 
 _S16_MAX = (1 << 15) - 1
+# Offsets in a frame without SRH: outer hop limit and source, an IPv6 header's source
+_HOP_LIMIT = ETH_HEADER_LEN + 7
+_IP6_SRC = 8
+_OUTER_SRC = ETH_HEADER_LEN + _IP6_SRC
 
 
 class SackTemplate:
@@ -59,23 +63,29 @@ class SackTemplate:
     (the two QP numbers' low 16 bits), CC type and MPR are the template's.
     """
 
-    __slots__ = ("_cc_off", "_fin", "_frame", "_inner_off", "_pseudo", "_seth_off",
-                 "_udp_off", "dpdcid", "mpr", "spdcid")
+    __slots__ = ("_cc_off", "_dest_qp", "_fin", "_frame", "_inner_off", "_pseudo",
+                 "_route", "_seth_off", "_udp_off", "dpdcid", "mpr", "spdcid")
 
-    def __init__(self, route: Route, *, dest_qp: int, src_qp: int = 0, mpr: int = 0) -> None:
+    def __init__(self, route: Route, *, dest_qp: int, src_qp: int = 0, mpr: int = 0,
+                 _frame: bytes | None = None) -> None:
         self.spdcid, self.dpdcid, self.mpr = src_qp & 0xFFFF, dest_qp & 0xFFFF, mpr
-        seth = SETH(cack_psn=0, spdcid=self.spdcid, dpdcid=self.dpdcid, mpr=mpr)
-        frame = build_sack(route, ev=0, dest_qp=dest_qp, seth=seth, cc=CCState())
-        f = parse_frame(frame)
+        self._route, self._dest_qp = route, dest_qp
+        if _frame is None:
+            seth = SETH(cack_psn=0, spdcid=self.spdcid, dpdcid=self.dpdcid, mpr=mpr)
+            _frame = build_sack(route, ev=0, dest_qp=dest_qp, seth=seth, cc=CCState())
+        frame = _frame
         udp_off = len(frame) - UDP_HEADER_LEN - BTH_LEN - SETH.LEN - CCState.LEN - ICRC_LEN
         assert udp_off >= ETH_HEADER_LEN + IPV6_HEADER_LEN
         self._frame = frame
         self._udp_off = udp_off
         self._seth_off = udp_off + UDP_HEADER_LEN + BTH_LEN
         self._cc_off = self._seth_off + SETH.LEN
-        has_ip = f.inner is not None
-        if f.inner is not None:
-            psrc, pdst = f.inner.src, f.inner.dst
+        # (the addresses build_frame put in the inner header, or the pseudo-header's
+        # without one: taken from the route, not by parsing the frame back, which cost
+        # more than the rest; a responder makes one template per path it answers on)
+        has_ip = route.encap
+        if has_ip:
+            psrc, pdst = route.src_ip, route.dst_ip
         else:
             psrc, pdst = route.src_ip, route.final_dst
         # The ICRC covers the inner IPv6 header (when there is one) onwards.
@@ -83,6 +93,36 @@ class SackTemplate:
         self._inner_off = icrc_from if has_ip else 0
         self._fin = FrameFinisher(icrc_from, has_ip, udp_off, psrc, pdst)
         self._pseudo = (icrc_from, has_ip, bytes(psrc), bytes(pdst))
+
+    def matches(self, dest_qp: int, src_qp: int, mpr: int) -> bool:
+        """Made for these QP numbers and MPR?"""
+        return (dest_qp, src_qp & 0xFFFF, mpr) == (self._dest_qp, self.spdcid, self.mpr)
+
+    def for_route(self, route: Route) -> SackTemplate:
+        """The template of the same QP along another route (a responder answers on every
+        path it receives on). For two plain uSID routes (MRC's form: no SRH) only the
+        MACs, the hop limit and the addresses differ, so the frame is this one's with
+        those patched and its ICRC and checksum redone: the bytes build_sack makes, for a
+        fraction of the cost (a test compares them). Else built in full."""
+        old = self._route
+        if (route.segments is not None or route.usid_srh is not None or route.usid is None
+                or old.segments is not None or old.usid_srh is not None
+                or route.encap != old.encap):
+            return SackTemplate(route, dest_qp=self._dest_qp, src_qp=self.spdcid,
+                                mpr=self.mpr)
+        buf = bytearray(self._frame)
+        buf[0:6], buf[6:12] = route.dst_mac, route.src_mac
+        buf[_HOP_LIMIT] = route.hop_limit
+        buf[_OUTER_SRC : _OUTER_SRC + 16] = route.src_ip
+        buf[_OUTER_SRC + 16 : _OUTER_SRC + 32] = route.outer_dst
+        if route.encap:
+            inner = _OUTER_SRC + 32 + _IP6_SRC
+            buf[inner : inner + 16], buf[inner + 16 : inner + 32] = route.src_ip, route.dst_ip
+        t = SackTemplate(route, dest_qp=self._dest_qp, src_qp=self.spdcid, mpr=self.mpr,
+                         _frame=bytes(buf))
+        t._fin.finish(buf)  # (the ICRC and checksum of the new addresses)
+        t._frame = bytes(buf)
+        return t
 
     def layout(self) -> tuple[bytes, int, int, int, int, bool, bytes, bytes]:
         """(template frame, UDP header offset, SETH offset, CC-state offset, where the

@@ -41,6 +41,7 @@ from mrcnet.wire.neth import NETH
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
+_RING_START = 128  # out-of-order ring slots a responder starts with (grows to its window)
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
 _ENDS = frozenset(int(op) for op in _ONLY + _LAST)  # opcodes that end a message
@@ -62,6 +63,7 @@ class Responder:
         self.evm: EVManager | None = None
         self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
         self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
+        self._sack_proto: SackTemplate | None = None  # the first of them (for_route's)
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
@@ -74,7 +76,11 @@ class Responder:
         # fields) that the host's receive lane updates in place for the common case of
         # receiving data.
         self._rxk = lane_class(self.cfg.fast_parse)
-        self.rx = self._rxk.new_state(ring_size(self.rx_window))
+        # The out-of-order ring starts small and grows to the window on demand (on_data;
+        # the lane stops at a frame beyond it): most QPs never hold more than a few
+        # packets out of order, and a full-window ring per QP is what kept simulations of
+        # thousands of hosts from fitting in memory.
+        self.rx = self._rxk.new_state(ring_size(min(self.rx_window, _RING_START)))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
         self.imm_done = 0  # next RQMSN to complete
@@ -87,6 +93,7 @@ class Responder:
         self.evm = evm
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._sack_tmpl.clear()
+        self._sack_proto = None
 
     @property
     def rx_window(self) -> int:
@@ -361,9 +368,14 @@ class Responder:
         tp = self._sack_tmpl.get(path_key)
         if tp is None:
             port, route = self.qp.route(ev)
-            tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(SackTemplate(
-                route, dest_qp=self.attrs.dest_qp_num or 0, src_qp=self.qpn,
-                mpr=min(MPR_MAX, self.rx_window // MPR_UNIT))), port)
+            mpr = min(MPR_MAX, self.rx_window // MPR_UNIT)
+            dest_qp, proto = self.attrs.dest_qp_num or 0, self._sack_proto
+            if proto is not None and proto.matches(dest_qp, self.qpn, mpr):
+                tmpl_new = proto.for_route(route)  # another path of this QP's: a cheap copy
+            else:
+                tmpl_new = self._sack_proto = SackTemplate(
+                    route, dest_qp=dest_qp, src_qp=self.qpn, mpr=mpr)
+            tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(tmpl_new), port)
         tmpl, port = tp
         penalty = 0
         pen = rx.penalty

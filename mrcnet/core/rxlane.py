@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any
 
 from mrcnet.buffers import BatchSlots
@@ -395,8 +396,17 @@ class CRxLane:
 
     def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
         """The QP's SACK templates: path key -> ((template, length), port)."""
-        keep, paths = [], self._paths
-        for i, (key, ((t, _ln), port)) in enumerate(tmpls.items()):
+        keep, paths = self._path_keep, self._paths
+        n = len(keep)
+        # A responder only adds templates (a new path) until it clears them all: when the
+        # lane's last one is still in its place, only the new ones are written (a QP that
+        # answers on 128 paths otherwise rewrites them all 128 times).
+        if 0 < n < len(tmpls) and next(islice(tmpls.values(), n - 1, None))[0][0] is keep[-1]:
+            keep = list(keep)
+            start = n
+        else:
+            keep, start = [], 0
+        for i, (key, ((t, _ln), port)) in enumerate(islice(tmpls.items(), start, None), start):
             if i >= RX_PATHS_MAX:
                 break
             e = paths[i]

@@ -18,8 +18,16 @@ from typing import Any
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import FAIL_HELP, parse_failure
 from mrcnet.sim.matrix import __doc__ as MATRIX_DOC
-from mrcnet.sim.matrix import format_matrix, incast, load_matrix, permutation
+from mrcnet.sim.matrix import (
+    all_to_all,
+    format_matrix,
+    incast,
+    load_matrix,
+    parse_host_list,
+    permutation,
+)
 from mrcnet.sim.net import HostJitter
+from mrcnet.sim.sweep import add_parser as sweep_parser
 from mrcnet.sim.topology import SPEC_HELP, parse_topology, with_options
 from mrcnet.topology.units import format_time, parse_bool, parse_bytes, parse_time
 
@@ -204,9 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def progress(r: SimRun) -> None:
         if args.progress:
-            done = sum(1 for x in r.results.values() if x.finish is not None)
-            print(f"  t={format_time(r.sim.now)} events={r.sim.events} flows done={done}"
-                  f"/{len(r.flows)}", file=sys.stderr)
+            print(f"  {r.progress_line()}", file=sys.stderr)
 
     res = run.run(until=until, progress=progress if args.progress else None).as_dict()
     # The topology line is every effective value; the notes say what the spec asked for
@@ -229,32 +235,25 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     """``mrc-sim matrix``: write a traffic matrix to stdout."""
     size = parse_bytes(args.size)
     start = parse_time(args.start, default_unit="us")
-    if args.kind == "permutation":
+    if args.kind in ("permutation", "all-to-all"):
         if args.hosts is None:
-            raise SimError("matrix permutation needs --hosts N")
-        flows = permutation(args.hosts, size, seed=args.seed, start=start)
+            raise SimError(f"matrix {args.kind} needs --hosts N")
+        if args.kind == "permutation":
+            flows = permutation(args.hosts, size, seed=args.seed, start=start)
+        else:
+            steps = parse_host_list(args.steps) if args.steps else None
+            flows = all_to_all(args.hosts, size, steps=steps, start=start)
         n = args.hosts
     else:
         if args.senders is None or args.receiver is None:
             raise SimError("matrix incast needs --senders A-B (or a,b,c) and --receiver N")
-        senders = _host_list(args.senders)
+        senders = parse_host_list(args.senders)
         if args.receiver in senders:
             raise SimError(f"receiver h{args.receiver} is also a sender")
         flows = incast(senders, args.receiver, size, start=start)
         n = max(*senders, args.receiver) + 1
     sys.stdout.write(f"# mrc-sim matrix {args.kind}\n" + format_matrix(flows, n_hosts=n))
     return 0
-
-
-def _host_list(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        a, dash, b = part.strip().partition("-")
-        try:
-            out += list(range(int(a), int(b) + 1)) if dash else [int(a)]
-        except ValueError:
-            raise SimError(f"bad host list {text!r}: use e.g. 1-8 or 1,3,5") from None
-    return out
 
 
 def _plain(rst: str) -> str:
@@ -295,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fail", "-f", action="append", default=[], metavar="SPEC",
                    help="a timed failure, repeatable: link:L0.1-S0.3@0.5ms:down, "
                    "link:L0.1>S0.3@1ms:blackhole, switch:S1.2@1ms:blackhole, loss:*=1%%, "
-                   "link:L0.0-S0.2@1ms..3ms:flap=50us/200us")
+                   "link:L0.0-S0.2@1ms..3ms:flap=50us/200us, random:links=1%%@1ms")
     r.add_argument("--transport", choices=("mrc", "ecmp"), default="mrc",
                    help="mrc: spray over every path (default); ecmp: one hashed path per QP, "
                    "the RoCE-like baseline, same protocol code")
@@ -322,14 +321,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("matrix", help="generate a traffic matrix (stdout)",
                        description="Write a standard traffic matrix in the --matrix format.")
-    m.add_argument("kind", choices=("permutation", "incast"))
-    m.add_argument("--hosts", type=int, help="permutation: number of hosts")
+    m.add_argument("kind", choices=("permutation", "incast", "all-to-all"))
+    m.add_argument("--hosts", type=int, help="permutation, all-to-all: number of hosts")
+    m.add_argument("--steps", help="all-to-all: pairwise-exchange steps, e.g. 1 or 1-4 "
+                   "(step k: host i sends to i+k; default every step)")
     m.add_argument("--senders", help="incast: sender hosts, e.g. 1-8 or 1,3,5")
     m.add_argument("--receiver", type=int, help="incast: receiving host")
     m.add_argument("--size", default="1m", help="bytes per flow (k/m suffixes); default 1m")
     m.add_argument("--start", default="0", help="start time (bare = microseconds)")
     m.add_argument("--seed", type=int, default=1, help="permutation seed")
     m.set_defaults(fn=cmd_matrix)
+
+    sweep_parser(sub)
 
     s = sub.add_parser("specs", help="print the topology, failure and matrix grammars")
     s.set_defaults(fn=cmd_specs)

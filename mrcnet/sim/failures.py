@@ -12,15 +12,20 @@ Grammar::
     loss:A-B[@START[..END]]=P                random loss P (1%, 0.001) both directions
     loss:A>B[@START[..END]]=P                one direction only
     loss:*[@START[..END]]=P                  every leaf-spine link, both directions
+    random:links=F[@START[..END]][:ACTION]   a fraction F (1%) or a number N of the
+                                             leaf-spine links, drawn from the run's seed,
+                                             down (default) or blackhole
+    random:spines=F[@..][:ACTION]            the same for spines (leaves: random:leaves=F)
 
 Times take s/ms/us/ns; no ``@`` means from 0; no ``..END`` means for good.
 Nodes: hosts ``h<i>``, leaves ``L<plane>.<i>``, spines ``S<plane>.<i>``. Examples:
 ``link:L0.1-S0.3@0.5ms:down``, ``switch:S1.2@1ms:blackhole``, ``loss:*=0.1%``,
-``link:L0.0-S0.2@1ms..3ms:flap=50us/200us``.
+``link:L0.0-S0.2@1ms..3ms:flap=50us/200us``, ``random:links=1%@0..5ms``.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +55,7 @@ class Failure:
     flap_down: float = 0.0
     flap_up: float = 0.0
     text: str = ""
+    count: int = 0  #: random: this many targets (0: the fraction ``value`` of them)
 
     def describe(self) -> str:
         """Human summary, e.g. ``L0.1-S0.3 down at 500.000us``."""
@@ -68,11 +74,14 @@ def parse_failure(text: str) -> Failure:
     """Parse one ``--fail`` spec (see the module docstring for the grammar)."""
     t = text.strip()
     kind, sep, rest = t.partition(":")
-    if not sep or kind not in ("link", "switch", "loss"):
+    if not sep or kind not in ("link", "switch", "loss", "random"):
         raise SpecError(
-            f"bad failure {text!r}: starts with link:, switch: or loss: "
-            "(e.g. link:L0.1-S0.3@0.5ms:down, switch:S1.2@1ms:blackhole, loss:*=1%)"
+            f"bad failure {text!r}: starts with link:, switch:, loss: or random: "
+            "(e.g. link:L0.1-S0.3@0.5ms:down, switch:S1.2@1ms:blackhole, loss:*=1%, "
+            "random:links=1%@1ms)"
         )
+    if kind == "random":
+        return _parse_random(rest, text)
     if kind == "loss":
         m = re.fullmatch(r"(?P<target>[^@=]+)" + _WHEN + r"=(?P<value>.+)", rest)
         if not m:
@@ -108,6 +117,49 @@ def parse_failure(text: str) -> Failure:
     if arg:
         raise SpecError(f"bad failure {text!r}: {action} takes no value")
     return Failure("link", target, start, end, action, text=t)
+
+
+_RANDOM_TARGETS = ("links", "spines", "leaves")
+
+
+def _parse_random(rest: str, text: str) -> Failure:
+    m = re.fullmatch(r"(?P<target>[a-z]+)=(?P<value>[^@:]+)" + _WHEN
+                     + r"(?::(?P<action>[a-z]+))?", rest.strip())
+    if not m or m.group("target") not in _RANDOM_TARGETS:
+        raise SpecError(f"bad failure {text!r}: expected random:links=1%[@START[..END]]"
+                        f"[:down|blackhole] (targets: {', '.join(_RANDOM_TARGETS)})")
+    action = m.group("action") or "down"
+    if action not in _SWITCH_ACTIONS:
+        raise SpecError(f"bad failure {text!r}: random failures are down or blackhole")
+    start, end = _times(m.group("start"), m.group("end"), text)
+    raw = m.group("value").strip()
+    count, value = (int(raw), 0.0) if raw.isdigit() else (0, parse_fraction(raw))
+    if count == 0 and value == 0.0:
+        raise SpecError(f"bad failure {text!r}: fail at least one (1, 1%, 0.01)")
+    return Failure("random", m.group("target"), start, end, action, value=value,
+                   count=count, text=text.strip())
+
+
+def expand_failure(fabric: Fabric, f: Failure, seed: int) -> list[Failure]:
+    """``f`` itself, or for a ``random:`` failure the link and switch failures it draws:
+    ``count`` targets (or the fraction ``value`` of them, at least one) picked from
+    ``seed`` and the spec's text (the same run picks the same ones; the simulator's own
+    random stream is left as it was)."""
+    if f.kind != "random":
+        return [f]
+    if f.target == "links":
+        pool = sorted(ln.name for ln in fabric.links.values() if ln.kind == "leaf-spine")
+    else:
+        role = "spine" if f.target == "spines" else "leaf"
+        pool = sorted(s.name for s in fabric.switches() if s.role == role)
+    n = f.count or max(1, round(f.value * len(pool)))
+    if n > len(pool):
+        raise SpecError(f"bad failure {f.text!r}: {n} {f.target} asked, the fabric has "
+                        f"{len(pool)}")
+    picked = random.Random(f"{seed}|{f.text}").sample(pool, n)
+    kind = "link" if f.target == "links" else "switch"
+    return [Failure(kind, name, f.start, f.end, f.action, text=f"{f.text} -> {name}")
+            for name in sorted(picked)]
 
 
 def _times(start: str | None, end: str | None, text: str) -> tuple[float, float | None]:

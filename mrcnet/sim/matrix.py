@@ -145,3 +145,32 @@ def permutation(n_hosts: int, size: int, *, seed: int = 1, start: float = 0.0) -
 def incast(senders: Iterable[int], receiver: int, size: int, *, start: float = 0.0) -> list[Flow]:
     """Every sender sends ``size`` bytes to ``receiver`` at ``start``."""
     return [Flow(i, s, receiver, start, size) for i, s in enumerate(senders)]
+
+
+def all_to_all(n_hosts: int, size: int, *, steps: Iterable[int] | None = None,
+               start: float = 0.0) -> list[Flow]:
+    """All-to-all by pairwise exchange: in step ``k`` (1 .. n_hosts - 1) host ``i`` sends
+    ``size`` bytes to host ``(i + k) % n_hosts``, so every step is a permutation and the
+    steps together send every host's block to every other host. ``steps`` picks some of
+    them (e.g. ``[1]``: one step, n_hosts flows, what a scale run measures); None: all,
+    n_hosts x (n_hosts - 1) flows, all starting at ``start``. Flow ids go step by step."""
+    if n_hosts < 2:
+        raise SpecError("an all-to-all needs at least 2 hosts")
+    ks = list(range(1, n_hosts)) if steps is None else list(steps)
+    bad = [k for k in ks if not 1 <= k < n_hosts]
+    if bad:
+        raise SpecError(f"all-to-all step {bad[0]} outside 1..{n_hosts - 1}")
+    return [Flow(j * n_hosts + i, i, (i + k) % n_hosts, start, size)
+            for j, k in enumerate(ks) for i in range(n_hosts)]
+
+
+def parse_host_list(text: str) -> list[int]:
+    """``"1-8"`` or ``"1,3,5"`` (or a mix) as host indices (or step numbers) in order."""
+    out: list[int] = []
+    for part in text.split(","):
+        a, dash, b = part.strip().partition("-")
+        try:
+            out += list(range(int(a), int(b) + 1)) if dash else [int(a)]
+        except ValueError:
+            raise SpecError(f"bad list {text!r}: use e.g. 1-8 or 1,3,5") from None
+    return out

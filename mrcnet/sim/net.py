@@ -57,6 +57,58 @@ def frame_ecn(frame: bytes | bytearray) -> int:
     return (frame[_TC_LO] & _ECN_MASK) >> _ECN_SHIFT
 
 
+class ElidedFrame(bytearray):
+    """A data frame whose all-zero payload is not carried: its first ``keep`` bytes (every
+    header) and its last 4 (the ICRC), and ``gap``, the bytes left out between them.
+
+    Ports time, queue, count and trim it by its wire length (``len + gap``); the
+    receiving host puts the zeros back (:func:`restore_frame`), so the stack sees the
+    very bytes that were sent. The runner's data are zeros (one shared buffer: it
+    measures time, not data), so a packet in flight costs a few hundred bytes instead of
+    a payload's worth: what lets 8192 hosts start 1 MiB flows at once.
+    """
+
+    __slots__ = ("gap",)
+
+    gap: int
+
+
+_ICRC = 4  # the trailer an elided frame keeps
+
+
+def elide_frame(frame: bytes | bytearray | memoryview, keep: int) -> bytearray:
+    """The frame as it travels: an :class:`ElidedFrame` of its first ``keep`` bytes and
+    trailer when its payload region (all zeros: the caller's promise) is larger than
+    that, else a plain copy."""
+    n = len(frame)
+    gap = n - keep - _ICRC
+    if gap <= keep:  # (small frames: not worth it)
+        return bytearray(frame)
+    out = ElidedFrame(frame[:keep])
+    out += frame[n - _ICRC :]
+    out.gap = gap
+    return out
+
+
+def restore_frame(frame: bytearray) -> bytearray:
+    """The frame with its zeros back (a plain bytearray is returned as it is)."""
+    if type(frame) is bytearray:
+        return frame
+    gap = frame.gap  # type: ignore[attr-defined]
+    if not gap:
+        return bytearray(frame)
+    keep = len(frame) - _ICRC
+    out = bytearray(frame[:keep])
+    out += bytes(gap)
+    out += frame[keep:]
+    return out
+
+
+def wire_len(frame: bytearray) -> int:
+    """Bytes a frame takes on the wire (an elided frame's payload counts)."""
+    return len(frame) if type(frame) is bytearray else len(frame) + frame.gap  # type: ignore[attr-defined]
+
+
 class Receiver(Protocol):
     """Whatever sits at the far end of a link: a switch or a host."""
 
@@ -219,13 +271,15 @@ class EgressPort:
         lo = frame[_TC_LO]
         no_trim = self._data_dscps.get(((frame[_TC_HI] & 0x0F) << 2) | (lo >> 6))
         if no_trim is not None:  # data: TRIMMABLE, TRIMMABLE_RETX or NO_TRIM
-            size = len(frame)
+            size = len(frame) if type(frame) is bytearray else wire_len(frame)
             cap = self.queue_bytes
             if cap and self._data_bytes + size > cap:
                 if not self.trim or no_trim or size <= self.trim_size:
                     self.counters.drop_queue += 1
                     return
                 del frame[self.trim_size :]
+                if type(frame) is not bytearray:  # (the elided part went with the rest)
+                    frame.gap = 0  # type: ignore[attr-defined]
                 frame[_TC_HI] = (frame[_TC_HI] & 0xF0) | self._trim_hi
                 frame[_TC_LO] = (lo & 0x3F) | self._trim_lo
                 self.counters.trimmed += 1
@@ -248,7 +302,7 @@ class EgressPort:
             heappush(self._heap, (self.busy_until, next(self._seq), self._wake_cb, None))
 
     def _enqueue_prio(self, frame: bytearray) -> None:
-        size = len(frame)
+        size = len(frame) if type(frame) is bytearray else wire_len(frame)
         if self.prio_queue_bytes and self._prio_bytes + size > self.prio_queue_bytes:
             self.counters.drop_queue += 1
             return
@@ -260,10 +314,10 @@ class EgressPort:
         self._waking = False
         if self._prio_q:
             frame = self._prio_q.popleft()
-            self._prio_bytes -= len(frame)
+            self._prio_bytes -= len(frame) if type(frame) is bytearray else wire_len(frame)
         elif self._data_q:
             frame = self._data_q.popleft()
-            self._data_bytes -= len(frame)
+            self._data_bytes -= len(frame) if type(frame) is bytearray else wire_len(frame)
         else:
             return
         now = self.sim.now
@@ -273,7 +327,7 @@ class EgressPort:
             heappush(self._heap, (self.busy_until, next(self._seq), self._wake_cb, None))
 
     def _transmit(self, frame: bytearray, now: float) -> None:
-        size = len(frame)
+        size = len(frame) if type(frame) is bytearray else wire_len(frame)
         done = now + size * self._s_per_byte
         self.busy_until = done
         c = self.counters
@@ -292,7 +346,7 @@ class EgressPort:
         # is up again by the time the frame would have arrived (a short flap).
         ld = self._last_down
         if not self.up or (
-            ld >= 0.0 and ld >= self.sim.now - self.delay - len(frame) * self._s_per_byte
+            ld >= 0.0 and ld >= self.sim.now - self.delay - wire_len(frame) * self._s_per_byte
         ):
             self.counters.drop_down += 1
             return
@@ -495,6 +549,9 @@ class HostNode:
         self._wake_at: float | None = None
         self._busy_until = 0.0
         self._timer_due = False
+        #: > 0: the stack's data payloads are all zeros; frames travel as
+        #: :class:`ElidedFrame` keeping this many header bytes (0: frames travel whole)
+        self.elide = 0
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
@@ -507,6 +564,8 @@ class HostNode:
         ep = self.endpoint
         if ep is None:
             return
+        if type(frame) is not bytearray:
+            frame = restore_frame(frame)
         if self.jitter is not None:
             self._rxq.append((frame, port))
             self._schedule_wake()
@@ -554,9 +613,9 @@ class HostNode:
             self.on_activity(self)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
-        nics = self.nics
+        nics, keep = self.nics, self.elide
         for port, frame in out:
-            nics[port].send(bytearray(frame))
+            nics[port].send(elide_frame(frame, keep) if keep else bytearray(frame))
 
     def _arm(self, t: float | None) -> None:
         if t is None or t == self._armed:
@@ -580,10 +639,10 @@ class HostNode:
         now = self.sim.now
         out = ep.frames_to_send(now)
         if out:
-            nics = self.nics
+            nics, keep = self.nics, self.elide
             self.counters.tx_frames += len(out)
             for port, frame in out:
-                nics[port].send(bytearray(frame))
+                nics[port].send(elide_frame(frame, keep) if keep else bytearray(frame))
         t = ep.next_timer()
         if t is not None and t != self._armed:
             self._armed = t

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from mrcnet.constants import PSN_MASK
+from mrcnet.constants import MPR_MAX, MPR_UNIT, PSN_MASK
 from mrcnet.core import (
     EV_PROFILE_ECMP,
     EV_PROFILE_SPRAY,
@@ -39,7 +39,7 @@ from mrcnet.core import (
 )
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError, SpecError
-from mrcnet.sim.failures import Failure, schedule_failure
+from mrcnet.sim.failures import Failure, expand_failure, schedule_failure
 from mrcnet.sim.matrix import Flow
 from mrcnet.sim.net import HostJitter, HostNode
 from mrcnet.sim.topology import Fabric, LeafSpineSpec, leaf_name
@@ -50,6 +50,11 @@ TRANSPORTS = {"mrc": EV_PROFILE_SPRAY, "ecmp": EV_PROFILE_ECMP}
 # Ethernet 14, outer IPv6 40, SRH 72, inner IPv6 40, UDP 8, BTH 12, RETH 16, METH 4,
 # ImmDt 4, TSETH 4, ICRC 4.
 _MAX_DATA_HEADERS = 218
+
+
+# Header bytes an elided data frame keeps (mrcnet.sim.net.ElidedFrame): every header
+# fits (_MAX_DATA_HEADERS), whatever the SRv6 mode.
+_ELIDE_KEEP = 256
 
 
 def payload_for_mtu(mtu: int) -> int:
@@ -220,20 +225,26 @@ class SimRun:
         self.spec = spec
         self.transport = transport
         self.flows = list(flows)
-        self.failures = list(failures)
+        self.failures = list(failures)  # (random: ones drawn once the fabric exists)
         self.sim = Simulator(seed)
         # Initial PSNs are random per QP, as mrcd draws them at connect (from their own
         # generator: the network's random choices stay what they were)
         self._psn_rng = random.Random(seed * 7919 + 24)
         self.fabric = Fabric(self.sim, spec)
+        self.failures = [g for f in self.failures
+                         for g in expand_failure(self.fabric, f, seed)]
         n = len(self.fabric.hosts)
         for f in self.flows:
             if f.src >= n or f.dst >= n:
                 raise SpecError(f"flow {f.id} uses h{max(f.src, f.dst)}, the fabric has "
                                 f"h0..h{n - 1}")
         self.config = self._config(host_config or {})
+        # Every payload is zeros (one zero buffer, below): frames travel without them,
+        # their headers kept whole (a trim keeps at most trim_size bytes of them).
+        keep = max(_ELIDE_KEEP, spec.trim_size)
         for node in self.fabric.hosts:
             node.jitter = host_jitter
+            node.elide = keep
         self.hosts: list[Host] = []
         for node in self.fabric.hosts:
             ports = [Port(p, p, node.macs[p], node.addresses[p]) for p in range(spec.planes)]
@@ -302,8 +313,8 @@ class SimRun:
             self._cqs.append(h.create_cq())
         for f in self.flows:
             src, dst = self.hosts[f.src], self.hosts[f.dst]
-            sq = src.create_qp(self._cqs[f.src], QPAttrs())
-            rq = dst.create_qp(self._cqs[f.dst], QPAttrs())
+            sq = src.create_qp(self._cqs[f.src], QPAttrs(mpr=self._requester_mpr(f)))
+            rq = dst.create_qp(self._cqs[f.dst], QPAttrs(mpr=self._responder_mpr()))
             ps = self._psn_rng.randrange(PSN_MASK + 1)
             pr = self._psn_rng.randrange(PSN_MASK + 1)
             for host, qpn, peer, other, mine, theirs in ((src, sq, dst, rq, ps, pr),
@@ -323,6 +334,27 @@ class SimRun:
             for plane in range(self.spec.planes):
                 link = self.fabric.link(node.name, leaf_name(plane, node.leaf_index))
                 link.on_carrier.append(partial(self._carrier, node, plane))
+
+    def _requester_mpr(self, f: Flow) -> int | None:
+        """The requester's PSN range (MPR, units of 128) sized to the flow.
+
+        A QP's table of packets in flight is as large as its send window (4096 PSNs by
+        default: 380 kB in C). A flow of k packets never has more than k outstanding, so
+        a window of k (rounded up to 128) decides exactly what the default one does, in
+        a table the flow's size: 1 MiB flows on 8192 hosts need 3 GB less. None (the
+        host's window) when the flow is longer than that window.
+        """
+        cfg = self.config
+        packets = math.ceil(f.size / cfg.mtu_payload)
+        units = math.ceil(packets / MPR_UNIT)
+        if units * MPR_UNIT > cfg.rx_window or units > MPR_MAX:
+            return None
+        return max(1, units)
+
+    def _responder_mpr(self) -> int:
+        """A responder QP sends no data: the smallest table (its receive window,
+        ``mpr_dest``, is untouched)."""
+        return 1
 
     def _carrier(self, node: HostNode, plane: int, up: bool) -> None:
         self.hosts[node.index].set_port_state(plane, up, self.sim.now)
@@ -355,6 +387,23 @@ class SimRun:
             if self.samples and self.samples[-1][0] < now:
                 self._sample(None)  # the last interval ends when the last flow does
             self.sim.stop()
+
+    def progress_line(self) -> str:
+        """One line on how far the run is: simulated time, events per CPU second, flows
+        done, data delivered and an ETA (wall time so far x data left / data delivered)."""
+        sim = self.sim
+        done = sum(1 for r in self.results.values() if r.finish is not None or r.error)
+        total = sum(f.size for f in self.flows)
+        got = 0
+        for f in self.flows:
+            got += f.size if self.results[f.id].finish is not None else min(
+                f.size, self.hosts[f.dst].qp(self.qps[f.id][1]).rcvd_bytes)
+        frac = got / total if total else 1.0
+        eta = sim.wall_seconds * (1 - frac) / frac if frac > 0 else math.inf
+        eta_s = f"ETA ~{eta:.0f}s" if math.isfinite(eta) else "ETA ?"
+        return (f"t={sim.now * 1e6:.1f}us events={sim.events} "
+                f"({sim.events_per_second:,.0f}/CPU-s) flows done={done}/{len(self.flows)} "
+                f"data {frac:.1%} wall {sim.wall_seconds:.0f}s {eta_s}")
 
     def run(self, until: float | None = None, max_events: int | None = None,
             progress: Callable[[SimRun], None] | None = None) -> RunResult:

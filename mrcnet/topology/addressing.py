@@ -3,7 +3,8 @@
 Fabric ``F`` (a non-zero 16-bit id; mrc-sim's fabric is 1) uses:
 
 - uSID block ``fc00:F::/32`` (F3216: 32-bit block, 16-bit uSIDs);
-- spine uSID ``0x1PSS``, leaf ``0x2PLL`` (P = plane, SS/LL = index), host ``0x4HHH``;
+- spine uSID ``0x1PSS``, leaf ``0x2PLL`` (P = plane, SS/LL = index), host ``0x4000 +
+  index`` (up to 0x7FFF);
 - a node's locator ``<block>:<uSID>::/48``;
 - host port addresses ``fd00:F:<plane>::<host uSID>`` (plain IPv6, one per plane);
 - MACs ``02:fb:<F>:<n>``, n counting cable ends in build order.

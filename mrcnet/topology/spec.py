@@ -256,14 +256,19 @@ def parse_spec(text: str) -> TopologySpec:
     return build(items)
 
 
-def parse_toml(path: Path) -> TopologySpec:
-    """Read a TOML topology file (keys at top level or in a ``[fabric]`` table)."""
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's tables (SpecError if it cannot be read or is not TOML)."""
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as e:
         raise SpecError(f"cannot read {path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path} is not valid TOML: {e}") from e
+
+
+def parse_toml(path: Path) -> TopologySpec:
+    """Read a TOML topology file (keys at top level or in a ``[fabric]`` table)."""
+    data = read_toml(path)
     table = data.get("fabric", data)
     if not isinstance(table, dict):
         raise SpecError(f"{path}: [fabric] must be a table")
