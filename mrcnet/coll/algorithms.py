@@ -1,8 +1,9 @@
 """The collectives, written once against :class:`~mrcnet.coll.transport.Transport`.
 
 - ``allreduce``: ring all-reduce = reduce-scatter then all-gather, float32 sum. Each
-  rank sends ``2(n-1)`` chunks of ``size/n`` bytes to its right neighbour; a chunk's
-  arrival (its tag) is the signal to reduce or forward it.
+  rank sends ``2(n-1)`` chunks of ``size/n`` bytes to its right neighbour, each in
+  slices of about 64 KiB; a slice's arrival (its tag) is the signal to reduce it and
+  send it on, so the ring is a pipeline.
 - ``allgather``: ring all-gather; ``size`` is the output, each rank gives ``size/n``.
 - ``alltoall``: pairwise exchange; at step ``s`` rank ``r`` sends its block for rank
   ``r+s`` and receives the one from ``r-s``; ``size`` bytes per rank in ``n`` blocks.
@@ -91,8 +92,10 @@ def layout(op: str, size: int, world: int) -> Layout:
     return Layout(op, size, world, bounds, block, world - 1 if op == "allgather" else world)
 
 
-def _tag(iteration: int, phase: int, step: int) -> int:
-    return ((iteration & 0xFF) << 16 | phase << 12 | step) & TAG_MASK
+def _tag(iteration: int, step: int, part: int = 0) -> int:
+    """Iteration (7 bits), step (13), slice (4): unique among the messages a rank can
+    have in flight (its neighbours are at most one iteration apart)."""
+    return ((iteration & 0x7F) << 17 | step << 4 | part) & TAG_MASK
 
 
 def _f32(buf: memoryview, off: int, length: int) -> np.ndarray:  # type: ignore[type-arg]
@@ -138,37 +141,65 @@ def verify(t: Transport, lay: Layout, iteration: int) -> None:
                   block_pattern(src, r, v, ln), f"{what}, the block from rank {src}")
 
 
+#: Slices per chunk aim at this many bytes: the ring forwards a slice as soon as it
+#: arrived, so the links stay busy across steps (a pipeline, as NCCL's slices).
+SLICE_BYTES = 64 << 10
+MAX_SLICES = 16
+
+
+def _slices(length: int, count: int) -> list[tuple[int, int]]:
+    """``count`` (start, end) ranges covering [0, length), cut at 4-byte boundaries."""
+    q = length // 4
+    cuts = [4 * (i * q // count) for i in range(count)] + [length]
+    return list(itertools.pairwise(cuts))
+
+
+def _ring(t: Transport, lay: Layout, k: int, first: int,
+          plan: list[tuple[int, bool]]) -> None:
+    """The ring pipeline: step 0 sends chunk ``first`` to the right; at step s chunk
+    ``plan[s][0]`` comes in from the left, is reduced into ``data`` (float32 sum) or
+    copied there (``plan[s][1]``), and each of its slices goes on to the right as step
+    s+1 as soon as it is in."""
+    n = t.world
+    left, right = (t.rank - 1) % n, (t.rank + 1) % n
+    count = max(1, min(MAX_SLICES, lay.slot // SLICE_BYTES))
+    sent_by: dict[int, int] = {}  # chunk -> the last send that reads it
+
+    def send(step: int, chunk: int, a: int, b: int, j: int) -> None:
+        off = lay.chunk(chunk)[0]
+        sent_by[chunk] = t.send(right, off + a, b - a, lay.slot_at(k, step) + a,
+                                _tag(k, step, j))
+
+    for j, (a, b) in enumerate(_slices(lay.chunk(first)[1], count)):
+        send(0, first, a, b, j)
+    for s, (chunk, reduce) in enumerate(plan):
+        off, ln = lay.chunk(chunk)
+        slot = lay.slot_at(k, s)
+        if not reduce and chunk in sent_by:
+            t.wait_sent(sent_by[chunk])  # a send may still read what this overwrites
+        for j, (a, b) in enumerate(_slices(ln, count)):
+            t.wait_tag(left, _tag(k, s, j))
+            if reduce:
+                _f32(t.data, off + a, b - a)[:] += _f32(t.inbox, slot + a, b - a)
+            else:
+                t.data[off + a:off + b] = t.inbox[slot + a:slot + b]
+            if s + 1 < len(plan):
+                send(s + 1, chunk, a, b, j)
+    t.wait_sent()
+
+
 def _allreduce(t: Transport, lay: Layout, k: int) -> None:
     r, n = t.rank, t.world
-    left, right = (r - 1) % n, (r + 1) % n
-    for s in range(n - 1):  # reduce-scatter: chunk r-s goes right, r-s-1 comes in
-        off, ln = lay.chunk((r - s) % n)
-        t.send(right, off, ln, lay.slot_at(k, s), _tag(k, 0, s))
-        t.wait_tag(left, _tag(k, 0, s))
-        off, ln = lay.chunk((r - s - 1) % n)
-        _f32(t.data, off, ln)[:] += _f32(t.inbox, lay.slot_at(k, s), ln)
-    t.wait_sent()  # the all-gather overwrites chunks the reduce-scatter sent
-    for s in range(n - 1):  # all-gather: the reduced chunk r+1-s goes right
-        slot = lay.slot_at(k, n - 1 + s)
-        off, ln = lay.chunk((r + 1 - s) % n)
-        t.send(right, off, ln, slot, _tag(k, 1, s))
-        t.wait_tag(left, _tag(k, 1, s))
-        off, ln = lay.chunk((r - s) % n)
-        t.data[off:off + ln] = t.inbox[slot:slot + ln]
-    t.wait_sent()
+    # Reduce-scatter (chunk r-s-1 comes in at step s and is summed), then all-gather
+    # (the reduced chunk r-s comes in at step n-1+s and is copied).
+    plan = [((r - s - 1) % n, True) for s in range(n - 1)]
+    plan += [((r - s) % n, False) for s in range(n - 1)]
+    _ring(t, lay, k, r, plan)
 
 
 def _allgather(t: Transport, lay: Layout, k: int) -> None:
     r, n = t.rank, t.world
-    left, right = (r - 1) % n, (r + 1) % n
-    for s in range(n - 1):
-        off, ln = lay.chunk((r - s) % n)
-        t.send(right, off, ln, lay.slot_at(k, s), _tag(k, 2, s))
-        t.wait_tag(left, _tag(k, 2, s))
-        off, ln = lay.chunk((r - s - 1) % n)
-        slot = lay.slot_at(k, s)
-        t.data[off:off + ln] = t.inbox[slot:slot + ln]
-    t.wait_sent()
+    _ring(t, lay, k, r, [((r - s - 1) % n, False) for s in range(n - 1)])
 
 
 def _alltoall(t: Transport, lay: Layout, k: int) -> None:
@@ -176,8 +207,8 @@ def _alltoall(t: Transport, lay: Layout, k: int) -> None:
     for s in range(1, n):
         to, frm = (r + s) % n, (r - s) % n
         off, ln = lay.chunk(to)
-        t.send(to, off, ln, lay.slot_at(k, r), _tag(k, 3, s))
-        t.wait_tag(frm, _tag(k, 3, s))
+        t.send(to, off, ln, lay.slot_at(k, r), _tag(k, s))
+        t.wait_tag(frm, _tag(k, s))
     t.wait_sent()
 
 

@@ -200,7 +200,7 @@ def _launch_main(argv: Sequence[str]) -> int:
         print(json.dumps(out))
     else:
         print(f"# mrc-coll {opts.op} on {len(res.hosts)} ranks ({', '.join(res.hosts)}), "
-              f"transport {a.transport}, ev {out['ev']}")
+              f"transport {a.transport}" + (f", ev {out['ev']}" if out["ev"] else ""))
         for f in opts.fail:
             print(f"# failure {f}")
         for ev in res.failures:

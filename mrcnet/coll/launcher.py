@@ -158,12 +158,13 @@ def _gather(res: LaunchResult, opts: CollOptions, procs: dict[int, subprocess.Po
     verified: dict[int, bool] = {}
     first_error: float | None = None
     while running:
-        timeout = None if first_error is None else max(0.0, first_error + GRACE
-                                                       - time.monotonic())
+        # Short waits: a signal (SIGINT, SIGTERM) is handled between them.
         try:
-            rank, rec = lines.get(timeout=timeout)
+            rank, rec = lines.get(timeout=0.25)
         except queue.Empty:
-            break  # the rest are stopped by PID in launch()'s finally
+            if first_error is not None and time.monotonic() > first_error + GRACE:
+                break  # the rest are stopped by PID in launch()'s finally
+            continue
         if rec is None:
             running.discard(rank)
             if procs[rank].returncode not in (0, None) and first_error is None:

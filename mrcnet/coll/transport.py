@@ -8,8 +8,9 @@ A transport connects one rank to every other rank of the run and gives it two bu
 :meth:`Transport.send` copies ``data[src:src+length]`` into a peer's inbox at ``dst`` and
 tags the message (over MRC: an RDMA WRITE with immediate, the tag being the immediate);
 :meth:`Transport.wait_tag` blocks until the message with that tag from that peer has
-landed in this rank's inbox. :meth:`Transport.wait_sent` blocks until every send posted
-so far has completed, so ``data`` may be overwritten. Every wait has a deadline and
+landed in this rank's inbox. :meth:`Transport.wait_sent` blocks until the
+sends up to a number have completed, so the part of ``data`` they read may be
+overwritten. Every wait has a deadline and
 raises :class:`~mrcnet.coll.errors.StepTimeout` (no progress) or
 :class:`~mrcnet.coll.errors.PeerFailed` (a peer's connection failed or it aborted).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["ABORT_TAG", "BARRIER_TAG", "TAG_MASK", "Transport"]
+__all__ = ["ABORT_TAG", "BARRIER_TAG", "TAG_MASK", "SendLedger", "Transport"]
 
 #: Tags are 24 bits of the 32-bit immediate; the top byte says what the message is.
 TAG_MASK = (1 << 24) - 1
@@ -46,16 +47,17 @@ class Transport(Protocol):
         """Where peers' messages land."""
         ...
 
-    def send(self, peer: int, src: int, length: int, dst: int, tag: int) -> None:
-        """Copy ``data[src:src+length]`` to ``peer``'s inbox at ``dst``, tagged ``tag``."""
+    def send(self, peer: int, src: int, length: int, dst: int, tag: int) -> int:
+        """Copy ``data[src:src+length]`` to ``peer``'s inbox at ``dst``, tagged ``tag``;
+        returns the send's number (1, 2, ... in posting order) for :meth:`wait_sent`."""
         ...
 
     def wait_tag(self, peer: int, tag: int) -> None:
         """Block until ``peer``'s message tagged ``tag`` is in the inbox."""
         ...
 
-    def wait_sent(self) -> None:
-        """Block until every send posted so far completed."""
+    def wait_sent(self, upto: int | None = None) -> None:
+        """Block until sends number 1..``upto`` (default: every send so far) completed."""
         ...
 
     def abort(self, reason: str) -> None:
@@ -65,3 +67,31 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release the connections and buffers."""
         ...
+
+
+class SendLedger:
+    """Numbers sends 1, 2, ... and knows up to which number every one completed
+    (completions may come out of order across peers)."""
+
+    def __init__(self) -> None:
+        self.posted = 0
+        self.low = 0  #: every send numbered <= low completed
+        self._done: set[int] = set()
+
+    def post(self) -> int:
+        """The next send's number."""
+        self.posted += 1
+        return self.posted
+
+    def done(self, seq: int) -> None:
+        """Send ``seq`` completed."""
+        if seq <= self.low:
+            return
+        self._done.add(seq)
+        while self.low + 1 in self._done:
+            self.low += 1
+            self._done.discard(self.low)
+
+    def complete(self, upto: int | None = None) -> bool:
+        """Did sends 1..``upto`` (default: all posted) complete?"""
+        return self.low >= (self.posted if upto is None else upto)

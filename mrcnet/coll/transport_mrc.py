@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from mrcnet.api import ApiError, ConnectError, Context, PeerInfo, QPError, QueuePair
 from mrcnet.api.client import WorkCompletion
 from mrcnet.coll.errors import CollError, PeerFailed, StepTimeout
-from mrcnet.coll.transport import ABORT_TAG
+from mrcnet.coll.transport import ABORT_TAG, SendLedger
 
 __all__ = ["MrcTransport"]
 
@@ -51,8 +51,7 @@ class MrcTransport:
         self.remote: dict[int, PeerInfo] = {}
         self._by_qpn: dict[int, int] = {}
         self._arrived: set[tuple[int, int]] = set()
-        self._outstanding = 0
-        self._wr = 0
+        self.sends = SendLedger()
         self._aborting = False
         self._connect(service, ev_profile, connect_timeout)
 
@@ -121,15 +120,16 @@ class MrcTransport:
             raise CollError(f"rank {self.rank}: rank {peer} exposed no inbox")
 
     # --- the transport interface ------------------------------------------------------
-    def send(self, peer: int, src: int, length: int, dst: int, tag: int) -> None:
-        """RDMA WRITE with immediate ``tag`` into ``peer``'s inbox at ``dst``."""
-        self._wr += 1
+    def send(self, peer: int, src: int, length: int, dst: int, tag: int) -> int:
+        """RDMA WRITE with immediate ``tag`` into ``peer``'s inbox at ``dst``; its
+        number (the work request id)."""
+        seq = self.sends.post()
         try:
             self.qps[peer].post_write(self._data, src, length, self.remote[peer].regions[0],
-                                      dst, imm=tag, wr_id=self._wr)
+                                      dst, imm=tag, wr_id=seq)
         except ApiError as e:
             raise PeerFailed(f"send to rank {peer} ({self.names[peer]}): {e}") from None
-        self._outstanding += 1
+        return seq
 
     def wait_tag(self, peer: int, tag: int) -> None:
         """Block until ``peer``'s write tagged ``tag`` completed here."""
@@ -138,9 +138,9 @@ class MrcTransport:
                          f"rank {peer} ({self.names[peer]})'s message {tag:#x}")
         self._arrived.discard(key)
 
-    def wait_sent(self) -> None:
-        """Block until every write posted so far completed."""
-        self._pump_until(lambda: self._outstanding == 0, "the completion of our writes")
+    def wait_sent(self, upto: int | None = None) -> None:
+        """Block until writes 1..``upto`` (default: all) completed."""
+        self._pump_until(lambda: self.sends.complete(upto), "the completion of our writes")
 
     def _pump_until(self, done: Callable[[], bool], what: str) -> None:
         last = time.monotonic()
@@ -173,7 +173,8 @@ class MrcTransport:
             if not wc.ok:
                 raise PeerFailed(f"write to rank {peer} ({self.names[peer]}) failed: "
                                  f"{wc.status}")
-            self._outstanding -= 1
+            if wc.wr_id:  # 0: an abort's write
+                self.sends.done(wc.wr_id)
 
     def _look(self) -> None:
         while (ev := self.ctx.get_async_event(timeout=0)) is not None:

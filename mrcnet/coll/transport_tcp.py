@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from mrcnet.coll.errors import CollError, PeerFailed, StepTimeout
-from mrcnet.coll.transport import ABORT_TAG
+from mrcnet.coll.transport import ABORT_TAG, SendLedger
 
 __all__ = ["TcpTransport"]
 
@@ -36,7 +36,8 @@ class _Conn:
 
     def __init__(self, peer: int, sock: socket.socket) -> None:
         self.peer, self.sock = peer, sock
-        self.out: collections.deque[memoryview] = collections.deque()
+        #: What is left to send: (bytes, the send's number on its last piece, else 0).
+        self.out: collections.deque[tuple[memoryview, int]] = collections.deque()
         self.head = bytearray()
         self.tag = self.dst = self.left = 0
         self.body = False
@@ -59,6 +60,7 @@ class TcpTransport:
         self.sel = selectors.DefaultSelector()
         self._arrived: set[tuple[int, int]] = set()
         self._aborting = False
+        self.sends = SendLedger()
         self._meet(list(addresses), token, port, connect_timeout)
 
     @property
@@ -121,14 +123,20 @@ class TcpTransport:
         self.sel.register(s, selectors.EVENT_READ, c)
 
     # --- the transport interface ------------------------------------------------------
-    def send(self, peer: int, src: int, length: int, dst: int, tag: int) -> None:
-        """Queue a message; the loop of the next wait sends it."""
+    def send(self, peer: int, src: int, length: int, dst: int, tag: int) -> int:
+        """Queue a message (sent as far as the socket takes it now, the rest by the
+        next waits); its number. It completes when the kernel took its last byte."""
         c = self.conns[peer]
-        c.out.append(memoryview(_HEAD.pack(tag, dst, length)))
+        seq = self.sends.post()
+        head = memoryview(_HEAD.pack(tag, dst, length))
         if length:
-            c.out.append(self._data[src:src + length])
+            c.out.append((head, 0))
+            c.out.append((self._data[src:src + length], seq))
+        else:
+            c.out.append((head, seq))
         self._watch(c)
         self._flush(c)
+        return seq
 
     def _watch(self, c: _Conn) -> None:
         if c.closed:
@@ -154,10 +162,9 @@ class TcpTransport:
         self._loop(done, f"rank {peer} ({self.names[peer]})'s message {tag:#x}")
         self._arrived.discard(key)
 
-    def wait_sent(self) -> None:
-        """Block until the kernel took every queued byte."""
-        self._loop(lambda: not any(c.out for c in self.conns.values()),
-                   "our sends to drain")
+    def wait_sent(self, upto: int | None = None) -> None:
+        """Block until the kernel took every byte of sends 1..``upto`` (default: all)."""
+        self._loop(lambda: self.sends.complete(upto), "our sends to drain")
 
     def _loop(self, done: Callable[[], bool], what: str) -> None:
         last = time.monotonic()
@@ -180,12 +187,15 @@ class TcpTransport:
         moved = False
         try:
             while c.out:
-                n = c.sock.send(c.out[0])
+                buf, seq = c.out[0]
+                n = c.sock.send(buf)
                 moved = moved or n > 0
-                if n == len(c.out[0]):
+                if n == len(buf):
                     c.out.popleft()
+                    if seq:
+                        self.sends.done(seq)
                 else:
-                    c.out[0] = c.out[0][n:]
+                    c.out[0] = (buf[n:], seq)
                     break
         except BlockingIOError:
             pass

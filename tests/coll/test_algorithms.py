@@ -54,13 +54,14 @@ def _ranks(world: int, opts: CollOptions, body: Any = None,
 @pytest.mark.parametrize("op", ["allreduce", "allgather", "alltoall"])
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_collective_verified_over_loopback(op: str, world: int) -> None:
-    # 12 KiB + 4: chunks of unequal length (the remainder lands in the last ones).
-    opts = CollOptions(op, (4100, 12292), iters=3, warmup=1, fail=())
+    # 4100 and 12 KiB + 4: chunks of unequal length (the remainder lands in the last
+    # ones); 1.5 MiB: chunks cut in several pipelined slices.
+    opts = CollOptions(op, (4100, 12292, 3 << 19), iters=3, warmup=1, fail=())
     out, errs = _ranks(world, opts)
     assert not errs, errs
     for r in range(world):
         sizes = [x for x in out[r] if x["type"] == "size"]
-        assert [x["size"] for x in sizes] == [4100, 12292]
+        assert [x["size"] for x in sizes] == [4100, 12292, 3 << 19]
         assert all(x["verified"] is True and len(x["steps"]) == 3 for x in sizes)
 
 
