@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["ABORT_TAG", "BARRIER_TAG", "TAG_MASK", "SendLedger", "Transport"]
+__all__ = ["ABORT_TAG", "BARRIER_TAG", "HEARTBEAT_TAG", "TAG_MASK", "SendLedger",
+           "Transport"]
 
 #: Tags are 24 bits of the 32-bit immediate; the top byte says what the message is.
 TAG_MASK = (1 << 24) - 1
@@ -27,6 +28,9 @@ TAG_MASK = (1 << 24) - 1
 ABORT_TAG = 0xA1 << 24
 #: One hop of the barrier (the low bits carry its round).
 BARRIER_TAG = 0xB0 << 24
+#: "Are you there?": a zero-byte write to a peer that has been silent for a while; the
+#: peer ignores it, but if the peer is gone the write fails within MRC's retry budget.
+HEARTBEAT_TAG = 0xBE << 24
 
 
 class Transport(Protocol):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from mrcnet.api import ApiError, ConnectError, Context, PeerInfo, QPError, QueuePair
 from mrcnet.api.client import WorkCompletion
 from mrcnet.coll.errors import CollError, PeerFailed, StepTimeout
-from mrcnet.coll.transport import ABORT_TAG, SendLedger
+from mrcnet.coll.transport import ABORT_TAG, HEARTBEAT_TAG, SendLedger
 
 __all__ = ["MrcTransport"]
 
@@ -28,6 +28,10 @@ __all__ = ["MrcTransport"]
 RECV_DEPTH = 64
 #: How long each CQ wait lasts before the deadline and mrcd's events are looked at.
 LOOK_EVERY = 0.25
+#: A peer waited for that long is sent a heartbeat: a rank whose process died leaves
+#: no QP behind to answer, so the heartbeat fails within the retry budget and the run
+#: stops with "connection failed" instead of waiting out the step deadline.
+HEARTBEAT_AFTER = 1.0
 
 
 class MrcTransport:
@@ -135,15 +139,16 @@ class MrcTransport:
         """Block until ``peer``'s write tagged ``tag`` completed here."""
         key = (peer, tag)
         self._pump_until(lambda: key in self._arrived,
-                         f"rank {peer} ({self.names[peer]})'s message {tag:#x}")
+                         f"rank {peer} ({self.names[peer]})'s message {tag:#x}", peer)
         self._arrived.discard(key)
 
     def wait_sent(self, upto: int | None = None) -> None:
         """Block until writes 1..``upto`` (default: all) completed."""
         self._pump_until(lambda: self.sends.complete(upto), "the completion of our writes")
 
-    def _pump_until(self, done: Callable[[], bool], what: str) -> None:
-        last = time.monotonic()
+    def _pump_until(self, done: Callable[[], bool], what: str,
+                    peer: int | None = None) -> None:
+        last = beat = time.monotonic()
         while not done():
             try:
                 wcs = self.cq.wait(timeout=LOOK_EVERY, max_entries=256)
@@ -154,7 +159,11 @@ class MrcTransport:
                 self._take(wcs)
                 continue
             self._look()
-            if time.monotonic() - last > self.step_timeout:
+            now = time.monotonic()
+            if peer is not None and now - beat > HEARTBEAT_AFTER:
+                beat = now
+                self._heartbeat(peer)
+            if now - last > self.step_timeout:
                 raise StepTimeout(f"rank {self.rank} ({self.names[self.rank]}): no progress "
                                   f"for {self.step_timeout:g} s waiting for {what}")
 
@@ -166,6 +175,8 @@ class MrcTransport:
                     raise PeerFailed(f"receive from rank {peer} failed: {wc.status}")
                 self.qps[peer].post_recv(wr_id=wc.wr_id)
                 imm = wc.imm or 0
+                if imm == HEARTBEAT_TAG:
+                    continue
                 if imm == ABORT_TAG:
                     raise PeerFailed(f"rank {peer} ({self.names[peer]}) aborted the run")
                 self._arrived.add((peer, imm))
@@ -173,7 +184,7 @@ class MrcTransport:
             if not wc.ok:
                 raise PeerFailed(f"write to rank {peer} ({self.names[peer]}) failed: "
                                  f"{wc.status}")
-            if wc.wr_id:  # 0: an abort's write
+            if wc.wr_id:  # 0: an abort or a heartbeat
                 self.sends.done(wc.wr_id)
 
     def _look(self) -> None:
@@ -182,6 +193,13 @@ class MrcTransport:
                 peer = self._by_qpn.get(ev.qpn)
                 who = f"rank {peer} ({self.names[peer]})" if peer is not None else "a peer"
                 raise PeerFailed(f"the connection to {who} failed: {ev.reason}")
+
+    def _heartbeat(self, peer: int) -> None:
+        try:
+            self.qps[peer].post_write(self._data, 0, 0, self.remote[peer].regions[0], 0,
+                                      imm=HEARTBEAT_TAG, wr_id=0)
+        except ApiError as e:
+            raise PeerFailed(f"rank {peer} ({self.names[peer]}): {e}") from None
 
     def abort(self, reason: str) -> None:
         """Zero-byte write with the abort tag to every peer (errors ignored)."""
