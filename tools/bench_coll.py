@@ -8,6 +8,10 @@ Runs ``mrc-coll --json`` on every host of a fabric for each scenario in turn:
 - kernel TCP (``--transport tcp``: plane-0 addresses, one static path per pair) and MRC
   with one path per QP (``--ev ecmp``), without failure and with the same link down.
 
+The link is leaf 0's link to plane 0's control spine by default: the only path the
+fabric's plain IPv6 routes take between leaves, so the failure cuts the TCP baseline's
+path (its routes are static, as one pinned ECMP path would be).
+
 Per scenario it prints busbw and its fraction of the hosts' link-rate ideal (planes x
 host rate, from the fabric description), P50/P99/P100 step times, P100 over the same
 transport's no-failure P100, and what happened to a baseline the failure cut (stalled
@@ -32,7 +36,10 @@ from typing import Any
 BIN = Path(sys.executable).parent
 #: 8 hosts, 2 planes, 4 leaves; links shaped so the network, not the CPU, is the limit.
 SPEC = "leafspine:planes=2,spines=4,leaves=4,hosts=2,rate=10mbit"
-LINK = "L0.0-S0.1"  # carries part of the ring's h7->h0 and h1->h2 traffic in plane 0
+#: Plane 0's link from leaf 0 to the control spine S0.0: the only path of plain IPv6
+#: (so of the TCP baseline) between leaf 0's hosts and the other leaves, and one of the
+#: four MRC sprays over for the ring's h1->h2 and h7->h0 (mrcnet/fabric/plan.py).
+LINK = "L0.0-S0.0"
 
 
 def _env() -> dict[str, str]:
@@ -41,10 +48,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def scenarios(down_at: float, flap: float) -> list[tuple[str, list[str], str | None]]:
+def scenarios(down_at: float, flap: float, link: str = LINK
+              ) -> list[tuple[str, list[str], str | None]]:
     """(label, mrc-coll options, failure) in the order they run."""
-    down = f"link:{LINK}@{down_at:g}s:down"
-    flapping = f"link:{LINK}@{down_at:g}s:flap={flap:g}s/{flap:g}s"
+    down = f"link:{link}@{down_at:g}s:down"
+    flapping = f"link:{link}@{down_at:g}s:flap={flap:g}s/{flap:g}s"
     return [
         ("mrc", [], None), ("mrc", [], down), ("mrc", [], flapping),
         ("tcp", ["--transport", "tcp"], None), ("tcp", ["--transport", "tcp"], down),
@@ -99,8 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--down-at", type=float, default=20.0,
                     help="seconds after the first timed step the link fails (default 20)")
     ap.add_argument("--flap", type=float, default=2.0, help="flap period (s, default 2)")
+    ap.add_argument("--link", default=LINK, help=f"the link that fails (default {LINK})")
     ap.add_argument("--step-timeout", type=float, default=30.0)
     ap.add_argument("--only", help="comma list of scenario numbers to run (1-based)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the scenarios this many rounds, interleaved (each round's "
+                    "failures compared with that round's no-failure run)")
     ap.add_argument("--prefix", default=os.environ.get("MRC_E2E_PREFIX", "co"))
     ap.add_argument("--json", action="store_true", help="one JSON line per scenario")
     a = ap.parse_args(argv)
@@ -115,10 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         ideal = fabric_ideal_gbps(name)
         base = ["--op", a.op, "--size", a.size, "--iters", str(a.iters), "--warmup",
                 str(a.warmup), "--step-timeout", f"{a.step_timeout:g}", "-q"]
-        todo = list(enumerate(scenarios(a.down_at, a.flap), 1))
+        todo = list(enumerate(scenarios(a.down_at, a.flap, a.link), 1))
         if a.only:
             keep = {int(x) for x in a.only.split(",")}
             todo = [t for t in todo if t[0] in keep]
+        todo = todo * max(1, a.repeat)
         p100_base: dict[str, float] = {}
         if not a.json:
             print(f"# {a.op} {a.size} x {a.iters} on {name} ({ideal * 1e3:.0f} Mb/s ideal "

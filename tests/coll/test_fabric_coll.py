@@ -101,3 +101,50 @@ def test_killed_rank_stops_every_other_rank(coll_fabric: Fabric) -> None:
     print("seconds from the kill to each rank's exit:", ends, outs)
     assert max(ends.values()) < 20, ends
     assert all(p.poll() is not None for p in procs)
+
+
+def test_failures_are_undone(coll_fabric: Fabric) -> None:
+    """Every kind of failure applied on the fabric, then cleared by undo()."""
+    from mrcnet.coll.failures import FailureRunner
+
+    specs = ["link:L0.0-S0.1@0s:down", "link:L1.0>S1.0@0s:blackhole",
+             "loss:L0.1-S0.0@0s=5%", "switch:S1.1@0s:blackhole", "port:h0.1@0s:down"]
+    runner = FailureRunner(Fabric.load(coll_fabric.name), specs)
+    runner.start(time.monotonic())
+    deadline = time.monotonic() + 30
+    while len(runner.events) < len(specs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not runner.errors
+    assert len(runner.events) == len(specs)
+    status = Fabric.load(coll_fabric.name).status()
+    assert sum(1 for v in status["failures"].values() if v) == len(specs)
+    assert runner.undo() == []
+    status = Fabric.load(coll_fabric.name).status()
+    assert not any(status["failures"].values()), status["failures"]
+
+
+def test_sigint_stops_every_rank(coll_fabric: Fabric, tmp_path: Path) -> None:
+    """Ctrl-C on mrc-coll: exit 130, every rank it started gone, the plot option
+    checked before the run."""
+    p = subprocess.Popen([str(BIN / "mrc-coll"), "--fabric", coll_fabric.name, "--size",
+                          "1M", "--iters", "100000", "--fail", "link:L0.0-S0.1@0.2s:down"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        children: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(children) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            raw = Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
+            children = [int(x) for x in raw]
+        assert len(children) == 4
+        time.sleep(3)  # the ranks are in their timed steps, the link is down
+        p.send_signal(2)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert "interrupted" in err
+    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    assert not any(Fabric.load(coll_fabric.name).status()["failures"].values())
