@@ -87,7 +87,8 @@ def launch(name: str, opts: CollOptions, *, hosts: list[str] | None = None,
     buffer_sizes(opts, len(names))  # a size the collective cannot split: say so here
     failures = FailureRunner(fab, list(opts.fail))
     token = secrets.randbits(31)
-    service = 20000 + secrets.randbelow(20000)  # a fresh range per run
+    # A fresh range per run, below the ephemeral ports (the TCP baseline listens there).
+    service = 20000 + secrets.randbelow(12000)
     lines: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
     procs: dict[int, subprocess.Popen[str]] = {}
     stderr: dict[int, list[str]] = {}

@@ -58,9 +58,10 @@ def add_collective_options(p: argparse.ArgumentParser, *, iters: int = 30,
                    help=f"untimed iterations first (default {warmup})")
     p.add_argument("--fail", action="append", default=[], metavar="SPEC",
                    help="a failure during the run, mrc-sim's grammar with the fabric's "
-                   "node names, times from the first timed step: link:L0.0-S0.1@2s:down, "
+                   "node names, times from the first timed step (mrc-sim: from the first "
+                   "warm-up step): link:L0.0-S0.1@2s:down, "
                    "link:L0.0-S0.1@1s..9s:flap=2s/2s, switch:S0.1@1s:blackhole, "
-                   "loss:L0.0-S0.1=1%%, port:h0.1@2s:down (repeatable)")
+                   "loss:L0.0-S0.1=1%%, port:h0.1@2s:down (fabrics only) (repeatable)")
 
 
 def collective_options(a: argparse.Namespace, *, default_size: str = "4M") -> CollOptions:

@@ -26,7 +26,7 @@ def _ranks(world: int, opts: CollOptions, body: Any = None,
            step_timeout: float = 10.0) -> tuple[dict[int, list[dict[str, Any]]],
                                                 dict[int, BaseException]]:
     """Run ``world`` ranks over loopback TCP in threads; their records and errors."""
-    port = 30000 + secrets.randbelow(20000)
+    port = 20000 + secrets.randbelow(12000)  # below the ephemeral ports (32768-)
     names = [f"r{i}" for i in range(world)]
     data, inbox = buffer_sizes(opts, world)
     out: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world)}
