@@ -336,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("specs", help="print the topology, failure and matrix grammars")
     s.set_defaults(fn=cmd_specs)
+
+    from mrcnet.sim.collective import add_collective_parser
+
+    add_collective_parser(sub)  # mrc-sim collective (mrcnet/sim/collective.py)
     return p
 
 

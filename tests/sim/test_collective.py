@@ -1,0 +1,75 @@
+"""mrc-sim collective: the collective plans' dependencies and real simulated runs
+(the protocol core unchanged): every timed step measured, busbw never above what the
+hosts' links can carry, a failure survived by spray, and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrcnet.coll.options import CollOptions
+from mrcnet.sim.cli import main as sim_main
+from mrcnet.sim.collective import CollectiveRun, default_topology, plan, run_collective
+from mrcnet.sim.topology import parse_topology
+
+SMALL = "leafspine:planes=2,spines=2,leaves=2,hosts=2"
+
+
+def test_ring_plan_dependencies() -> None:
+    ws = plan("allreduce", 4096, 4)
+    assert len(ws) == 2 * 3 * 4  # 2(n-1) writes per rank
+    assert all(w.dst == (w.src + 1) % 4 and w.size == 1024 for w in ws)
+    assert [w.deps for w in ws[:4]] == [0, 0, 0, 0]  # the first step waits for nothing
+    assert all(w.deps == 1 for w in ws[4:])
+    # Rank 1's second write waits for rank 0's first (rank 1 must have received it).
+    assert ws[4 + 1] is ws[ws[0].then[0]]
+    a2a = plan("alltoall", 4096, 4)
+    assert len(a2a) == 12 and all(not w.deps for w in a2a)
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "alltoall"])
+def test_collective_steps_measured(op: str) -> None:
+    run = CollectiveRun(parse_topology(SMALL), op, 256 << 10, iters=3, warmup=1)
+    run.run()
+    assert run.error is None
+    assert len(run.steps) == 3 and all(s > 0 for s in run.steps)
+    row = run.row()
+    spec = parse_topology(SMALL)
+    # Physics: busbw can never beat the hosts' bandwidth (the nccl-tests definition is
+    # built so that busbw = link rate for a perfect algorithm).
+    assert 0 < row.busbw_gbps * 1e9 <= spec.host_bandwidth_bps
+    # The steps follow one another: each starts when the one before ended.
+    for i in range(1, 3):
+        assert run.step_start[i] == pytest.approx(run.step_start[i - 1] + run.steps[i - 1])
+
+
+def test_spray_rides_out_a_spine_link_down() -> None:
+    opts = CollOptions("allreduce", (256 << 10,), iters=6, warmup=1,
+                       fail=("link:L0.0-S0.1@30us:down",))
+    res = run_collective(SMALL, opts, "mrc")
+    assert res["completed"] and res["error"] is None
+    assert res["failures"] == ["link L0.0-S0.1 down at 30.000us"]
+    assert len(res["steps_s"]) == 6
+
+
+def test_default_topology_is_eight_planes() -> None:
+    spec = parse_topology(default_topology(64))
+    assert (spec.planes, spec.n_hosts) == (8, 64)
+    assert parse_topology(default_topology(4)).n_hosts == 4
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = sim_main(["collective", "--hosts", "4", "--op", "alltoall", "--size", "64k",
+                   "--iters", "2", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ranks"] == 4 and out["completed"] is True
+    assert len(out["steps_s"]) == 2 and out["p100_s"] >= out["p50_s"] > 0
+    assert "busbw_gbps" in out and "algbw_gbps" in out
+
+
+def test_cli_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["collective", "--op", "allreduce"]) == 2
+    assert "give --hosts N" in capsys.readouterr().err
+    assert sim_main(["collective", "--hosts", "4", "--transport", "rdma"]) == 2

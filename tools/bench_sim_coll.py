@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Benchmark: collectives in the simulator on the shape MRC deploys (8 planes), spray
+against ECMP side by side, with and without a spine link going down mid-run.
+
+For each collective (all-reduce, all-to-all) and transport (``mrc`` = spray, ``ecmp`` =
+one path per QP, the same protocol core) it runs ``mrc-sim collective`` twice: without
+failure, then with ``link:L0.0-S0.1`` going down in the middle of the timed steps (at
+warm-up + half the steps, by the first run's P50). It prints P50/P99/P100 step times,
+P100/P50, busbw against the hosts' ideal, P100 over the no-failure P100 of the same
+transport, and the CPU seconds each run took.
+
+    .venv/bin/python tools/bench_sim_coll.py                  # 64 hosts x 8 planes
+    .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from mrcnet.coll.options import CollOptions
+from mrcnet.sim.collective import default_topology, run_collective
+from mrcnet.topology.units import parse_bytes
+
+LINK = "L0.0-S0.1"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=64)
+    ap.add_argument("--topology", help="instead of the 8-plane shape for --hosts")
+    ap.add_argument("--ops", default="allreduce,alltoall")
+    ap.add_argument("--transports", default="mrc,ecmp")
+    ap.add_argument("--size", default="4M")
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="one JSON line per run")
+    a = ap.parse_args(argv)
+    topo = a.topology or default_topology(a.hosts)
+    size = parse_bytes(a.size)
+    if not a.json:
+        print(f"# {topo}, {a.hosts} ranks, {size} B, {a.iters} timed steps "
+              f"(+{a.warmup} warm-up); failure: {LINK} down mid-run")
+        print(f"{'op':>9} {'transport':>9} {'failure':<28} {'p50 us':>9} {'p99 us':>9} "
+              f"{'p100 us':>9} {'p100/p50':>8} {'busbw':>9} {'/ideal':>6} {'p100/base':>9} "
+              f"{'cpu s':>6}  status")
+    for op in a.ops.split(","):
+        for transport in a.transports.split(","):
+            base: dict[str, Any] | None = None
+            for with_fail in (False, True):
+                fail: tuple[str, ...] = ()
+                if with_fail:
+                    if base is None or not base["p50_s"]:
+                        continue
+                    at = (a.warmup + a.iters / 2) * base["p50_s"]
+                    fail = (f"link:{LINK}@{at * 1e6:.3f}us:down",)
+                opts = CollOptions(op, (size,), a.iters, a.warmup, fail)
+                t0 = time.monotonic()
+                res = run_collective(topo, opts, transport,
+                                     ranks=a.hosts if a.topology else None)
+                res["wall_s"] = time.monotonic() - t0
+                if not with_fail:
+                    base = res
+                ratio = (res["p100_s"] / base["p100_s"]
+                         if with_fail and base and res["p100_s"] and base["p100_s"] else None)
+                row = {"op": op, "transport": transport, "failure": fail[0] if fail else None,
+                       "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
+                       "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],
+                       "busbw_of_ideal": res["busbw_of_ideal"], "p100_over_base": ratio,
+                       "completed": res["completed"], "error": res["error"],
+                       "steps": len(res["steps_s"] or []), "cpu_s": res["cpu_seconds"],
+                       "wall_s": res["wall_s"]}
+                if a.json:
+                    print(json.dumps(row), flush=True)
+                    continue
+                status = "ok" if res["completed"] else (
+                    f"FAILED after {row['steps']} steps: {res['error']}")
+                print(f"{op:>9} {transport:>9} {fail[0] if fail else '-':<28} "
+                      f"{(res['p50_s'] or 0) * 1e6:>9.1f} {(res['p99_s'] or 0) * 1e6:>9.1f} "
+                      f"{(res['p100_s'] or 0) * 1e6:>9.1f} {res['p100_over_p50'] or 0:>8.3f} "
+                      f"{res['busbw_gbps'] or 0:>9.2f} {res['busbw_of_ideal'] or 0:>6.3f} "
+                      f"{ratio if ratio is not None else float('nan'):>9.3f} "
+                      f"{res['cpu_seconds']:>6.1f}  {status}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
