@@ -124,6 +124,12 @@ class HostConfig:
       outlives ``reorder_floor`` (and when it closes), or on ACK-request, CE, duplicate,
       retransmission, trim, probe. Sprayed traffic: 0.46 -> 0.25 SACKs per data packet
       in the simulator. True: a SACK at once on every out-of-order arrival (before).
+    - ``ack_lone``: False (default): a receive burst of one packet is coalesced like the
+      rest (``ack_every`` / ``ack_delay``: a NIC-like host that is handed one packet per
+      call). True: it is acknowledged at the end of its burst too, so a small message
+      that arrives while nothing else does is acknowledged in the pass that received it
+      (mrcd: its requester's completion no longer waits ``ack_delay``, 0.5 ms rounded up
+      to the loop's 1 ms timer).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -166,6 +172,7 @@ class HostConfig:
     cc_delay_filter: float = 0.0
     retire_ambiguous: int = 3
     sack_on_reorder: bool = False
+    ack_lone: bool = False
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

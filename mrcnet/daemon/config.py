@@ -108,6 +108,9 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # 0.21 -> 0.13, goodput +5 %, mrcds -7 % CPU per GB (two sets of interleaved pairs,
     # docs/PERFORMANCE.md).
     "ack_every": 16,
+    # A lone small message (a latency ping, a request) is acknowledged in the pass that
+    # received it: its sender's completion does not wait for ack_delay (issue 15).
+    "ack_lone": True,
 }
 
 
