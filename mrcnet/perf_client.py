@@ -342,6 +342,7 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
     outstanding = [0] * nq
     done = posted = errors = 0
     t_start: float | None = None
+    cpu0 = time.process_time()
 
     def post(q: int, imm: int | None = None) -> None:
         off = (written[q] % slots) * size
@@ -375,7 +376,7 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
                       len(run.events) - ticker.ev0, packets - ticker.packets0,
                       max(ticker.peak, gbps) if ticker.peak else gbps,
                       (back * 8 / back_s / 1e9 if back_s else 0.0) if run.bidir else None,
-                      int(back), error)
+                      int(back), error, time.process_time() - cpu0)
 
     # The writes read [0, slots used) of the region: the pattern must be there.
     want = amount.writes(size)
