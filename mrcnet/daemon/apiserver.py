@@ -150,7 +150,8 @@ class ApiServer:
                  addresses: list[str] | None = None, group: int | None = None,
                  limits: ClientLimits | None = None,
                  attach: Callable[[Session, Message, list[int]], None] | None = None,
-                 take_posts: Callable[[Session], None] | None = None) -> None:
+                 take_posts: Callable[[Session], None] | None = None,
+                 linger: Callable[[Session], bool] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.group = group  #: gid of the socket file (None: mrcd's own)
@@ -167,6 +168,8 @@ class ApiServer:
         #: Take what the client posted into its send queue (before any request of its,
         #: and on its doorbell: a request never overtakes a post made before it).
         self.take_posts = take_posts
+        #: After a burst: busy-poll the client's send queue (True: posts arrived).
+        self.linger = linger
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -275,6 +278,10 @@ class ApiServer:
         finally:
             if self.after_burst is not None:
                 self.after_burst()
+                while (self.linger is not None and self.take_posts is not None
+                       and self.linger(s)):
+                    self.take_posts(s)
+                    self.after_burst()
 
     def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
         """The request in ``data``, or None after answering why it is not one (the

@@ -78,6 +78,24 @@ class Posts:
         except RingCorrupt as e:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
 
+    def linger(self, s: Session) -> bool:
+        """After a pass that took ``s``'s posts and sent them: busy-poll its send queue
+        for mrcd's ``busy_poll_us``; True when a post arrived (take it, pump again)."""
+        spin = self.engine.cfg.busy_poll_us / 1e6
+        q: SessionQueues | None = s.queues
+        if not spin or q is None or s.closed:
+            return False
+        q.sq.wake()  # the client need not ring while mrcd looks
+        end = time.perf_counter() + spin
+        try:
+            while time.perf_counter() < end:
+                if q.sq.ready():
+                    return True  # (taking the posts arms the doorbell again)
+            return q.rest()  # armed again: its next post rings
+        except RingCorrupt as e:
+            self.ring_broken(s, f"its send queue is corrupt: {e}")
+        return False
+
     def ring_broken(self, s: Session, why: str) -> None:
         """A client broke one of its rings: tell it, and end its session."""
         self.engine.log.warning("client broke a shared queue", pid=s.pid, error=why)
