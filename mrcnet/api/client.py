@@ -59,6 +59,7 @@ from mrcnet.api.protocol import (
 )
 from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
 from mrcnet.api.shmqueues import sealed_memfd
+from mrcnet.api.shmring import PRECISE as SHARED_QUEUES
 from mrcnet.core.events import Completion, Event
 
 __all__ = [
@@ -283,6 +284,11 @@ class QueuePair:
             raise InvalidArgument(f"a write of {length} bytes: at most 4 GiB - 1 at once")
         ctx = self.ctx
         ctx._raise_deferred()
+        if ctx._q is None:  # no shared queues (see Context): a JSON request
+            ctx._post("post_write", qpn=self.qpn, wr_id=_wr_id(wr_id), lkey=mr.lkey,
+                      addr=mr.addr + offset, length=length,
+                      remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
+            return
         try:
             ctx._q.post_write(self.qpn, _wr_id(wr_id), mr.lkey, mr.addr + offset, length,
                               remote.addr + remote_offset, remote.rkey, imm, ctx.timeout)
@@ -293,6 +299,9 @@ class QueuePair:
         """Post a receive: one incoming write-with-immediate completes it."""
         ctx = self.ctx
         ctx._raise_deferred()
+        if ctx._q is None:
+            ctx._post("post_recv", qpn=self.qpn, wr_id=_wr_id(wr_id))
+            return
         try:
             ctx._q.post_recv(self.qpn, _wr_id(wr_id), ctx.timeout)
         except OSError as e:
@@ -348,12 +357,17 @@ class Context:
                                "group in its socket_mode") from None
         sock.setblocking(False)
         self._sock = sock
-        try:
-            self._q = ClientQueues(sock, busy_poll_us, sq_depth)
-        except OSError as e:
-            sock.close()
-            raise ApiError(f"cannot make the queues shared with mrcd: {e.strerror}") \
-                from None
+        # The shared queues need the C module's atomic indices (Python's own stores and
+        # loads of an 8-byte index can tear); without it posts and completions go as
+        # JSON on the socket (protocol v1's way), as with an mrcd that has no C either.
+        self._q: ClientQueues | None = None
+        if SHARED_QUEUES:
+            try:
+                self._q = ClientQueues(sock, busy_poll_us, sq_depth)
+            except OSError as e:
+                sock.close()
+                raise ApiError(f"cannot make the queues shared with mrcd: {e.strerror}") \
+                    from None
         self._next_id = 1
         self._responses: dict[int, Message] = {}
         self._cqs: dict[int, CompletionQueue] = {}
@@ -367,11 +381,16 @@ class Context:
         self._max_depth = 32
         # Path (EV) state changes are many under loss: only sent when asked for.
         try:
-            hello = self._call("hello", fds=self._q.fds(), v=PROTOCOL_VERSION,
-                               pid=os.getpid(), path_events=path_events, **self._q.info())
+            q = self._q
+            hello = self._call("hello", fds=q.fds() if q else None, v=PROTOCOL_VERSION,
+                               pid=os.getpid(), path_events=path_events,
+                               **(q.info() if q else {}))
         except BaseException:
             self.close()
             raise
+        if self._q is not None and not hello.get("queues"):
+            self._q.close()  # an mrcd without them: JSON posts and completions
+            self._q = None
         self.host: str = hello["host"]
         self.planes: int = hello["planes"]
         #: This host's plain IPv6 address per plane (for out-of-band traffic of its own).
@@ -394,8 +413,9 @@ class Context:
                 mr._map.close()
         self._mrs.clear()
         self._sock.close()
-        with contextlib.suppress(OSError, ValueError, BufferError):
-            self._q.close()
+        if self._q is not None:
+            with contextlib.suppress(OSError, ValueError, BufferError):
+                self._q.close()
 
     def __enter__(self) -> Context:
         return self
@@ -494,10 +514,15 @@ class Context:
         """Read what mrcd sent: responses, events, completions (at most one wait)."""
         if self._sock.fileno() < 0:
             raise DaemonNotRunning(f"the context on mrcd at {self.path} is closed")
+        q = self._q
         if block:
-            self._q.wait(timeout)
+            if q is not None:
+                q.wait(timeout)
+            else:
+                select.select([self._sock], [], [], timeout)
         self._drain_socket()
-        self._q.drain(self._on_rows)
+        if q is not None:
+            q.drain(self._on_rows)
 
     def _on_rows(self, handle: int, rows: list[Row]) -> None:
         cq = self._cqs.get(handle)
@@ -597,6 +622,10 @@ class Context:
 
     def create_cq(self, depth: int = 1024) -> CompletionQueue:
         """A completion queue."""
+        if self._q is None:
+            r = self._call("create_cq", depth=depth)
+            cq = self._cqs[r["cq"]] = CompletionQueue(self, r["cq"], depth)
+            return cq
         try:
             ring = CompletionRing(depth)
         except OSError as e:

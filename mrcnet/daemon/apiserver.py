@@ -347,6 +347,7 @@ class ApiServer:
         lim = self.limits
         s.send({"id": msg.get("id"), "ok": {
             "host": self.host, "planes": self.planes, "addresses": self.addresses,
+            "queues": s.queues is not None,
             # What the client library checks before sending (a reply to a message mrcd
             # could not read would have no id to go to).
             "limits": {"max_message": lim.max_message,

@@ -21,7 +21,7 @@ from mrcnet.api.errors import (
 )
 from mrcnet.api.protocol import Message
 from mrcnet.api.shmqueues import OP_RECV, OP_WRITE
-from mrcnet.api.shmring import RingCorrupt
+from mrcnet.api.shmring import PRECISE, RingCorrupt
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import DaemonConfig
 from mrcnet.daemon.guard import over_limit
@@ -62,8 +62,11 @@ class Posts:
         self.owners = owners
 
     def attach(self, s: Session, msg: Message, fds: list[int]) -> None:
-        """A hello with the client's send queue: take its posts from there."""
-        s.queues = SessionQueues(fds, msg.get("sq_slots"))
+        """A hello with the client's send queue: take its posts from there. Without the
+        C module (atomic indices) mrcd keeps to JSON posts; its hello says so
+        (``queues`` false) and the client drops its rings."""
+        if PRECISE:
+            s.queues = SessionQueues(fds, msg.get("sq_slots"))
 
     def take(self, s: Session) -> None:
         """Everything the client posted into its send queue, into the core (a refused
