@@ -72,6 +72,10 @@ __all__ = ["PING_FLAG", "Latency", "Result", "build_parser", "main", "run_client
 
 #: -D with --run_infinitely and no -D (perftest's default duration).
 FOREVER_PERIOD = 5.0
+#: --rate: the message size and window of a message-rate run (ib_write_bw -s 64's
+#: habit: many small writes in flight).
+RATE_SIZE = 64
+RATE_DEPTH = 128
 
 
 def _size(text: str) -> int:
@@ -130,8 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser("client", help="measure against PEER's server")
     cl.add_argument("peer", help="the server's host: a name from mrcd's fabric "
                     "description or configuration, or one of its IPv6 addresses")
-    cl.add_argument("-s", "--size", type=_size, default=DEFAULT_SIZE,
-                    help="bytes per RDMA WRITE (default 64K)")
+    cl.add_argument("-s", "--size", type=_size, default=None,
+                    help="bytes per RDMA WRITE (default 64K; with --rate 64)")
+    cl.add_argument("--rate", action="store_true", help="message rate (like ib_write_bw "
+                    f"-s 64): also print Mmsg/s per size; default size {RATE_SIZE}, "
+                    f"tx-depth {RATE_DEPTH}")
+    cl.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                    help="have the server check every size's bytes against this "
+                    "client's pattern (default: on; --no-verify: perftest's behaviour)")
     cl.add_argument("-a", "--all", action="store_true",
                     help=f"sizes {ALL_SIZES[0]} .. {ALL_SIZES[-1]}, x4 steps")
     much = cl.add_mutually_exclusive_group()
@@ -143,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds per size (like ib_write_bw -D)")
     cl.add_argument("-q", "--qps", type=_positive(int), default=1,
                     help="QPs, writes spread round robin (default 1)")
-    cl.add_argument("-t", "--tx-depth", type=_positive(int), default=16,
+    cl.add_argument("-t", "--tx-depth", type=_positive(int), default=None,
                     help="outstanding writes per QP (default 16)")
     cl.add_argument("-w", "--warmup", type=int, help="untimed writes before each size "
                     "(default: half of --iters, or 2 x tx-depth x QPs)")
@@ -240,7 +250,8 @@ def _start_record(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
             "iters": args.iters, "bytes": args.nbytes, "seconds": args.seconds,
             "warmup": args.warmup, "interval": args.interval, "cc": args.cc,
             "bidirectional": args.bidirectional, "run_infinitely": args.run_infinitely,
-            "tcp": args.tcp, "service": args.service, "timeout": args.timeout}
+            "tcp": args.tcp, "service": args.service, "timeout": args.timeout,
+            "verify": args.verify, "rate": args.rate}
 
 
 def _client(ctx: Context, args: argparse.Namespace) -> int:
@@ -295,7 +306,7 @@ def _client(ctx: Context, args: argparse.Namespace) -> int:
             seconds=args.seconds, progress=progress, interval=args.interval,
             paths=args.paths or plot, events=on_event if plot or args.events else None,
             bidir=args.bidirectional, forever=args.run_infinitely, stop=stop,
-            on_result=on_result)
+            on_result=on_result, verify=args.verify)
     except RunFailed as e:
         failure, results = e, e.results
     finally:
@@ -310,6 +321,11 @@ def _client(ctx: Context, args: argparse.Namespace) -> int:
                 print(tcp_line(r, results))
         else:
             on_result(r)
+    if args.rate and not args.json:
+        for r in results:
+            if r.size > 0:
+                print(f"message rate, {r.size}-byte writes: {r.mpps:.4f} Mmsg/s "
+                      f"({r.mpps * 1e6:,.0f} per second)")
     if args.bidirectional and not args.json:
         both = [r.gbps + (r.gbps_back or 0.0) for r in results if r.size > 0]
         if both:
@@ -337,6 +353,11 @@ def _main(argv: list[str] | None) -> int:
     args = ap.parse_args(argv)
     if args.mode in ("raw-sink", "raw-send"):
         return raw_main(args)
+    if args.mode == "client":
+        if args.size is None:
+            args.size = RATE_SIZE if args.rate else DEFAULT_SIZE
+        if args.tx_depth is None:
+            args.tx_depth = RATE_DEPTH if args.rate else 16
     if args.size <= 0:
         ap.error(f"--size {args.size}: give a positive number of bytes")
     if args.mode == "client":

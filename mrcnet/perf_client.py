@@ -92,7 +92,7 @@ class _Run:
 
     def __init__(self, ctx: Context, peer: str, service: int, qps: int, timeout: float,
                  cc_profile: str | None, biggest: int, bidir: list[int] | None = None,
-                 tx_depth: int = 16, cycle: bool = False) -> None:
+                 tx_depth: int = 16, cycle: bool = False, verify: bool = True) -> None:
         if qps > MAX_QPS:
             raise ApiError(f"--qps {qps}: at most {MAX_QPS}")
         self.ctx = ctx
@@ -102,7 +102,9 @@ class _Run:
         self.seed = random.getrandbits(63)
         self.back = ctx.alloc_mr(BACK_REGION)  # the server's verdicts (and -b reports)
         expose = [self.back]
-        private: dict[str, Any] = {"seed": self.seed, "qps": qps}
+        # Without a seed the server checks nothing (its verdict: unchecked).
+        private: dict[str, Any] = {"seed": self.seed, "qps": qps} if verify else {"qps": qps}
+        self.verify = verify
         if bidir:  # -b: where the server writes its own direction
             expose.append(ctx.alloc_mr(max(bidir)))
             private.update(bidir=list(bidir), tx_depth=tx_depth, cycle=cycle)
@@ -147,7 +149,7 @@ class _Run:
         # [filled, upto) and counting the block as filled left the next size's bytes
         # past ``upto`` unwritten, so -a failed its checks from the second size on).
         end = min(-(-upto // PATTERN_BLOCK) * PATTERN_BLOCK, self.region)
-        if end > self.filled:
+        if end > self.filled and self.verify:
             fill_pattern(self.mr.buf, self.seed, self.filled, end)
             self.filled = end
 
@@ -235,7 +237,8 @@ def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int | None 
                events: Callable[[dict[str, Any]], None] | None = None,
                bidir: bool = False, forever: bool = False,
                stop: Callable[[], bool] | None = None,
-               on_result: Callable[[Result], None] | None = None) -> list[Result]:
+               on_result: Callable[[Result], None] | None = None,
+               verify: bool = True) -> list[Result]:
     """Run every size against ``peer``'s server; one :class:`Result` per size.
 
     Per size: ``iters`` writes, or ``nbytes`` bytes, or writes for ``seconds``, spread
@@ -248,12 +251,13 @@ def run_client(ctx: Context, peer: str, sizes: Sequence[int], iters: int | None 
     state change of the run's QPs (mrcd's PathStateChanged, plus ``clock``). ``bidir``:
     the server writes to this host meanwhile (``Result.gbps_back``); ``forever``: the
     sizes again and again until ``stop()`` (checked between writes) says so;
-    ``on_result`` gets each row as it is measured. Raises :class:`RunFailed` (with the
+    ``on_result`` gets each row as it is measured; ``verify=False``: the server checks
+    nothing (``Result.verified`` None, perftest's behaviour). Raises :class:`RunFailed` (with the
     rows so far) when the run cannot finish."""
     stop = stop or (lambda: False)
     order = list(sizes)
     run = _Run(ctx, peer, service, qps, timeout, cc_profile, max(sizes),
-               order if bidir else None, tx_depth, cycle=forever)
+               order if bidir else None, tx_depth, cycle=forever, verify=verify)
     run.on_event = events
     # Completions in batches of a quarter of the window (the rest stays in flight): a
     # push, a wake-up of this process and a round of posts per batch, not per write.
@@ -338,6 +342,7 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
     outstanding = [0] * nq
     done = posted = errors = 0
     t_start: float | None = None
+    cpu0 = time.process_time()
 
     def post(q: int, imm: int | None = None) -> None:
         off = (written[q] % slots) * size
@@ -371,7 +376,7 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
                       len(run.events) - ticker.ev0, packets - ticker.packets0,
                       max(ticker.peak, gbps) if ticker.peak else gbps,
                       (back * 8 / back_s / 1e9 if back_s else 0.0) if run.bidir else None,
-                      int(back), error)
+                      int(back), error, time.process_time() - cpu0)
 
     # The writes read [0, slots used) of the region: the pattern must be there.
     want = amount.writes(size)

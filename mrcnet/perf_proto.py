@@ -61,7 +61,8 @@ class Result:
     the run's QPs for this size. ``gbps_peak``: the best interval (``--interval``);
     ``gbps_back``/``bytes_back``: with -b, what the server wrote the other way meanwhile.
     ``error``: why the size did not finish (mrcd's reason when it has one); the other
-    fields then hold what was done until then."""
+    fields then hold what was done until then. ``cpu_s``: this client's CPU seconds for
+    the size (warm-up included; not the process's start-up)."""
 
     size: int
     iters: int
@@ -80,6 +81,7 @@ class Result:
     gbps_back: float | None = None
     bytes_back: int = 0
     error: str | None = None
+    cpu_s: float = 0.0
 
 
 class RunFailed(Exception):

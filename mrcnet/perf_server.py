@@ -166,6 +166,7 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
         say(f"bidirectional: writing back to {peers[0].host} as well")
     watch = _Watch(ctx, qplist, timeout)
     bad = 0
+    cpu0 = time.process_time()  # this server's own cost, without its start-up
 
     def answer(i: int, verdict: int) -> None:
         qp, peer = qplist[i], peers[i]
@@ -216,7 +217,8 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
             if wc.imm in (END_IMM, END_TCP_IMM):
                 if wc.imm == END_TCP_IMM:
                     _tcp_sink(tcp, timeout)
-                say(f"run over: {peer.host} ended it")
+                say(f"run over: {peer.host} ended it (server CPU "
+                    f"{time.process_time() - cpu0:.3f} s since the connection)")
                 return bad
             if wc.imm & PING_FLAG and peer.regions:
                 n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate

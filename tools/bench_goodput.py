@@ -239,7 +239,7 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
                                                  "--tx-depth", str(depth), "--json",
                                                  *(["--cc", cc] if cc else [])],
                                capture_output=True, text=True, timeout=600, check=False)
-            server.communicate(timeout=60)
+            sout, _ = server.communicate(timeout=60)
         if r.returncode != 0:
             raise RuntimeError(f"mrc-perf client failed: {r.stderr}")
         counters = {}
@@ -254,11 +254,15 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
                                 text=True, timeout=30, check=False).stdout
             counters[f"{h}_sk_drops"] = sum(int(x) for x in re.findall(r"\bd(\d+)\)", ss))
     (row,) = [x for x in map(json.loads, r.stdout.splitlines()) if x.get("type") == "result"]
+    # mrc-perf's own CPU for the transfer (both sides report it; start-up excluded: a
+    # Python process's imports are most of what its PID used for 256 MiB).
+    m_cpu = re.search(r"server CPU ([0-9.]+) s", sout or "")
+    perf_cpu = float(row.get("cpu_s", 0.0)) + (float(m_cpu.group(1)) if m_cpu else 0.0)
     # The warm-up writes (iters // 2) moved data too: count them in the CPU per GB.
     nbytes = size * (iters + iters // 2)
     return {"gbps": row["gbps"], "bytes": nbytes, "errors": row["errors"],
             "proc_cpu": m.proc, "machine_cpu": m.machine, "mrcd_cpu": m.live,
-            "tools_cpu": m.children, **counters,
+            "tools_cpu": m.children, "perf_cpu": perf_cpu, **counters,
             **{f"{h}_{kind}": m.per_pid[pid][i] for h, pid in pids.items()
                for i, kind in enumerate(("user", "sys"))}}
 
@@ -361,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mrc process CPU split: both mrcds {_stats([a for a, _ in split])}"
           f" s/GB, mrc-perf client + server "
           f"{_stats([b for _, b in split])} s/GB")
+    print(f"mrc-perf's own CPU for the transfer (client + server, start-up excluded): "
+          f"{_stats([r['perf_cpu'] / g for r, g in zip(mrc, gb, strict=True)])} s/GB")
     last = mrc[-1]
     print("last MRC run, host counters: " + ", ".join(
         f"{h}.{k} {last.get(f'{h}_{k}', 0):.0f}" for h in ("h0", "h1") for k in COUNTERS

@@ -17,14 +17,24 @@ order, each measured by a client process inside h0 against an echo process insid
   through the same fabric, spine 0), ``recvfrom`` of the answer.
 
 Every echoed payload is checked. Round-trip P50 / P99 / max in microseconds after
-``--warmup`` untimed round trips, and the ratios mrc / udp. Runs in about 10-20 s.
-Everything started is stopped by PID; the fabric is removed even on error.
+``--warmup`` untimed round trips, and the ratios mrc / udp.
+
+Then a message-rate table (like ``ib_write_bw -s 64``), same fabric, same run:
+
+- **mrc**: 64-byte RDMA WRITEs through both mrcds, ``mrc-perf client h1 --rate
+  --no-verify`` (a window of 128), per second acknowledged;
+- **udp**: a kernel UDP blaster, ``sendmmsg`` of 64 datagrams of 64 bytes per call from
+  h0 to a receiver on h1's plane-0 address, per second received.
+
+Runs in about 20-40 s. Everything started is stopped by PID; the fabric is removed even
+on error.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import socket
@@ -44,6 +54,9 @@ SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000"
 SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
 METHODS = ("mrc", "mrc-verbs", "udp")
 SELF = os.path.abspath(__file__)
+PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
+#: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
+RATE_SIZE, RATE_BATCH, RATE_SECONDS, RATE_PORT, RATE_SERVICE = 64, 64, 2.0, 47998, 23
 
 
 # --- the processes inside the hosts (run as `bench_latency.py _role ...`) -------------------
@@ -61,6 +74,64 @@ def _udp_echo(port: int) -> None:
         if data == b"quit":
             return
         s.sendto(data, addr)
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(_IoVec)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class _MMsgHdr(ctypes.Structure):
+    _fields_ = [("hdr", _MsgHdr), ("len", ctypes.c_uint)]
+
+
+def _udp_blast(target: str, seconds: float) -> None:
+    """Send 64-byte datagrams to ``target`` for ``seconds``, RATE_BATCH per sendmmsg
+    (libc's, through ctypes: Python has no sendmmsg); prints how many were sent."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    s.connect((target, RATE_PORT))
+    payload = ctypes.create_string_buffer(bytes(RATE_SIZE))
+    iov = _IoVec(ctypes.cast(payload, ctypes.c_void_p), RATE_SIZE)
+    msgs = (_MMsgHdr * RATE_BATCH)()
+    for m in msgs:
+        m.hdr.iov = ctypes.pointer(iov)
+        m.hdr.iovlen = 1
+    sent, fd = 0, s.fileno()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        n = libc.sendmmsg(fd, msgs, RATE_BATCH, 0)
+        if n > 0:
+            sent += n
+    time.sleep(0.2)
+    s.send(b"quit")
+    print(json.dumps({"sent": sent}), flush=True)
+
+
+def _udp_count(port: int) -> None:
+    """Count datagrams until ``quit``; prints the count and the first and last arrival."""
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.bind(("::", port))
+    print("ready", flush=True)
+    buf = bytearray(2048)
+    n, first, last = 0, 0.0, 0.0
+    while True:
+        k = s.recv_into(buf)
+        if buf[:k] == b"quit":
+            break
+        last = time.monotonic()
+        if not n:
+            first = last
+        n += 1
+    print(json.dumps({"received": n, "first": first, "last": last}), flush=True)
 
 
 def _mrc_echo(mrcd: str, service: int) -> None:
@@ -220,10 +291,59 @@ def _run_client(lab: Lab, args: list[str], timeout: float) -> dict[str, Any]:
     return res
 
 
+@dataclass
+class Rate:
+    method: str
+    size: int
+    msgs_per_s: float
+    messages: int
+
+
+def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
+    """The message-rate table's two rows (see the module)."""
+    count = int(max(2000.0, 20000 * seconds))
+    server = lab.fab.popen("h1", [PERF, "--socket", lab.sock("h1"), "--service",
+                                  str(RATE_SERVICE), "--timeout", "60", "server", "--size",
+                                  "64K", "--no-verify"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()  # "waiting on service ..."
+        r = lab.fab.exec("h0", [PERF, "--socket", lab.sock("h0"), "--service",
+                                str(RATE_SERVICE), "--timeout", "60", "client", "h1",
+                                "--rate", "--no-verify", "-n", str(count), "-w", "2000",
+                                "--json"],
+                         capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"mrc-perf --rate failed: {r.stderr.strip()[-2000:]}")
+        (row,) = [x for x in map(json.loads, r.stdout.splitlines())
+                  if x.get("type") == "result"]
+        server.wait(30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)
+    rows = [Rate("mrc", RATE_SIZE, row["mpps"] * 1e6, row["iters"])]
+    with _server(lab, "h1", ["_udp_count", str(RATE_PORT)]) as sink:
+        blast = lab.fab.exec("h0", [sys.executable, SELF, "_udp_blast", h1_addr,
+                                    str(seconds)], capture_output=True, text=True,
+                             timeout=60 + seconds)
+        if blast.returncode != 0:
+            raise RuntimeError(f"UDP blaster failed: {blast.stderr.strip()[-2000:]}")
+        assert sink.stdout is not None
+        got = json.loads(sink.stdout.readline())
+    span = max(got["last"] - got["first"], 1e-6)
+    rows.append(Rate("udp", RATE_SIZE, got["received"] / span, got["received"]))
+    return rows
+
+
 def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
-                spec: str = SPEC, core: dict[str, float] | None = None) -> list[Row]:
+                spec: str = SPEC, core: dict[str, float] | None = None,
+                rates: list[Rate] | None = None,
+                rate_seconds: float = RATE_SECONDS) -> list[Row]:
     """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
-    ``[core]`` overrides."""
+    ``[core]`` overrides. ``rates``: filled with the message-rate table (same fabric,
+    after the round trips)."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
@@ -240,6 +360,8 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
                 lab, ["verbs", f"h1:{VERBS_SERVICE}", *common, lab.sock("h0")], timeout)
         with _server(lab, "h1", ["_udp_echo", str(UDP_PORT)]):
             results["udp"] = _run_client(lab, ["udp", h1_addr, *common, "-"], timeout)
+        if rates is not None:
+            rates += _rates(lab, h1_addr, rate_seconds)
     for method in METHODS:
         res = results[method]
         for size in sizes:
@@ -266,6 +388,17 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def rate_table(rates: list[Rate]) -> str:
+    by = {r.method: r for r in rates}
+    udp = by.get("udp")
+    lines = [f"{'bytes':>6} {'method':>10} {'msgs/s':>12} {'messages':>10} {'/udp':>6}"]
+    for r in rates:
+        ratio = f"{r.msgs_per_s / udp.msgs_per_s:>6.2f}" if udp and udp.msgs_per_s else "-"
+        lines.append(f"{r.size:>6} {r.method:>10} {r.msgs_per_s:>12,.0f} {r.messages:>10} "
+                     f"{ratio}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0].startswith("_"):
@@ -274,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
             _udp_echo(int(rest[0]))
         elif role == "_mrc_echo":
             _mrc_echo(rest[0], int(rest[1]))
+        elif role == "_udp_blast":
+            _udp_blast(rest[0], float(rest[1]))
+        elif role == "_udp_count":
+            _udp_count(int(rest[0]))
         elif role == "_verbs_echo":
             _verbs_echo(rest[0], int(rest[1]), int(rest[2]))
         elif role == "_client":
@@ -288,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", default=SPEC)
     ap.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
                     help="mrcd [core] override (repeatable), e.g. ack_delay=0.0001")
+    ap.add_argument("--rate-seconds", type=float, default=RATE_SECONDS,
+                    help="seconds of the UDP blaster (mrc: about 20,000 writes a second)")
+    ap.add_argument("--no-rate", action="store_true", help="round trips only")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -300,14 +440,19 @@ def main(argv: list[str] | None = None) -> int:
     size_list = [int(x) for x in a.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
         t0 = time.monotonic()
-        rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None)
+        rates: list[Rate] | None = None if a.no_rate else []
+        rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None,
+                           rates, a.rate_seconds)
         took = time.monotonic() - t0
     if a.json:
-        print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows]},
-                         indent=2))
+        print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows],
+                          "rates": [asdict(r) for r in rates or []]}, indent=2))
     else:
         print(f"round trips h0 <-> h1, {a.iters} per size, {a.spec} ({took:.1f} s)")
         print(table(rows))
+        if rates:
+            print(f"\nmessage rate, {RATE_SIZE}-byte messages h0 -> h1")
+            print(rate_table(rates))
     return 0 if not any(r.mismatches for r in rows) else 1
 
 

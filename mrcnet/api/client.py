@@ -24,9 +24,9 @@ import collections
 import contextlib
 import enum
 import errno
-import fcntl
 import mmap
 import os
+import select
 import socket
 import time
 from collections.abc import Sequence
@@ -49,13 +49,17 @@ from mrcnet.api.protocol import (
     MAX_MESSAGE,
     PROTOCOL_VERSION,
     Message,
+    decode,
     encode,
     map_region,
     moderation_error,
     nesting_exceeds,
-    recv_msg,
+    recv_raw,
     send_raw,
 )
+from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
+from mrcnet.api.shmqueues import sealed_memfd
+from mrcnet.api.shmring import PRECISE as SHARED_QUEUES
 from mrcnet.core.events import Completion, Event
 
 __all__ = [
@@ -167,6 +171,10 @@ class CompletionQueue:
         self.depth = depth
         self._wcs: collections.deque[WorkCompletion] = collections.deque()
 
+    def _add(self, rows: list[Row]) -> None:
+        wc = WorkCompletion
+        self._wcs.extend(wc(*r) for r in rows)
+
     def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
         """Completions available now (never blocks)."""
         self.ctx._pump(block=False)
@@ -272,17 +280,42 @@ class QueuePair:
                               f"remote region of {remote.length} bytes")
         if imm is not None and not 0 <= imm < 1 << 32:
             raise InvalidArgument(f"immediate {imm} is not a 32-bit value")
-        self.ctx._post("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
-                       addr=mr.addr + offset, length=length,
-                       remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
+        if length >= 1 << 32:
+            raise InvalidArgument(f"a write of {length} bytes: at most 4 GiB - 1 at once")
+        ctx = self.ctx
+        ctx._raise_deferred()
+        if ctx._q is None:  # no shared queues (see Context): a JSON request
+            ctx._post("post_write", qpn=self.qpn, wr_id=_wr_id(wr_id), lkey=mr.lkey,
+                      addr=mr.addr + offset, length=length,
+                      remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
+            return
+        try:
+            ctx._q.post_write(self.qpn, _wr_id(wr_id), mr.lkey, mr.addr + offset, length,
+                              remote.addr + remote_offset, remote.rkey, imm, ctx.timeout)
+        except OSError as e:
+            raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
 
     def post_recv(self, wr_id: int = 0) -> None:
         """Post a receive: one incoming write-with-immediate completes it."""
-        self.ctx._post("post_recv", qpn=self.qpn, wr_id=wr_id)
+        ctx = self.ctx
+        ctx._raise_deferred()
+        if ctx._q is None:
+            ctx._post("post_recv", qpn=self.qpn, wr_id=_wr_id(wr_id))
+            return
+        try:
+            ctx._q.post_recv(self.qpn, _wr_id(wr_id), ctx.timeout)
+        except OSError as e:
+            raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
 
     def destroy(self) -> None:
         """Tear the QP down (outstanding requests are flushed)."""
         self.ctx._call("destroy_qp", qpn=self.qpn)
+
+
+def _wr_id(wr_id: int) -> int:
+    if not 0 <= wr_id < 1 << 64:
+        raise InvalidArgument(f"work request id {wr_id} is not a 64-bit unsigned value")
+    return wr_id
 
 
 def _peer_info(r: Message) -> PeerInfo:
@@ -298,10 +331,17 @@ class Context:
 
     ``path_events``: also deliver ``PathStateChanged`` events (EV state changes) through
     :meth:`get_async_event`; QP errors and port changes always come.
+
+    Posts and completions travel in queues shared with mrcd (:mod:`mrcnet.api.shmqueues`),
+    not on the socket. ``busy_poll_us``: how long a wait spins on the completion queues
+    before it sleeps (default ``$MRC_BUSY_POLL_US``, else 50; 0: never spin).
+    ``sq_depth``: work requests the send queue holds (rounded up to a power of two from
+    16 to 65536); a post waits while mrcd has not taken that many.
     """
 
     def __init__(self, path: str | None = None, *, timeout: float = 10.0,
-                 path_events: bool = False) -> None:
+                 path_events: bool = False, busy_poll_us: int | None = None,
+                 sq_depth: int = 1024) -> None:
         self.path = path or default_socket_path()
         self.timeout = timeout
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -315,7 +355,19 @@ class Context:
             sock.close()
             raise AccessDenied(f"no permission to use mrcd at {self.path}: ask for a "
                                "group in its socket_mode") from None
+        sock.setblocking(False)
         self._sock = sock
+        # The shared queues need the C module's atomic indices (Python's own stores and
+        # loads of an 8-byte index can tear); without it posts and completions go as
+        # JSON on the socket (protocol v1's way), as with an mrcd that has no C either.
+        self._q: ClientQueues | None = None
+        if SHARED_QUEUES:
+            try:
+                self._q = ClientQueues(sock, busy_poll_us, sq_depth)
+            except OSError as e:
+                sock.close()
+                raise ApiError(f"cannot make the queues shared with mrcd: {e.strerror}") \
+                    from None
         self._next_id = 1
         self._responses: dict[int, Message] = {}
         self._cqs: dict[int, CompletionQueue] = {}
@@ -328,8 +380,17 @@ class Context:
         self._max_message = MAX_MESSAGE
         self._max_depth = 32
         # Path (EV) state changes are many under loss: only sent when asked for.
-        hello = self._call("hello", v=PROTOCOL_VERSION, pid=os.getpid(),
-                           path_events=path_events)
+        try:
+            q = self._q
+            hello = self._call("hello", fds=q.fds() if q else None, v=PROTOCOL_VERSION,
+                               pid=os.getpid(), path_events=path_events,
+                               **(q.info() if q else {}))
+        except BaseException:
+            self.close()
+            raise
+        if self._q is not None and not hello.get("queues"):
+            self._q.close()  # an mrcd without them: JSON posts and completions
+            self._q = None
         self.host: str = hello["host"]
         self.planes: int = hello["planes"]
         #: This host's plain IPv6 address per plane (for out-of-band traffic of its own).
@@ -340,7 +401,8 @@ class Context:
 
     # --- plumbing -----------------------------------------------------------------------
     def fileno(self) -> int:
-        """The socket's fd (readable when mrcd pushed completions or events)."""
+        """The socket's fd (readable when mrcd answered, pushed an event or rang for
+        completions)."""
         return self._sock.fileno()
 
     def close(self) -> None:
@@ -351,6 +413,9 @@ class Context:
                 mr._map.close()
         self._mrs.clear()
         self._sock.close()
+        if self._q is not None:
+            with contextlib.suppress(OSError, ValueError, BufferError):
+                self._q.close()
 
     def __enter__(self) -> Context:
         return self
@@ -361,13 +426,21 @@ class Context:
     def _send(self, msg: Message, fds: list[int] | None = None) -> None:
         self._raise_deferred()
         data = self._encode(msg)
-        self._sock.settimeout(self.timeout)  # a full mrcd queue blocks, bounded
-        try:
-            send_raw(self._sock, data, fds)
-        except (BrokenPipeError, ConnectionResetError):
-            raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
-        except TimeoutError:
-            raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") from None
+        # The socket is non-blocking (the doorbells and the drain must never wait): a
+        # full mrcd queue waits here, bounded.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                send_raw(self._sock, data, fds)
+                return
+            except (BrokenPipeError, ConnectionResetError):
+                raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
+            except (BlockingIOError, InterruptedError):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") \
+                        from None
+                select.select([], [self._sock], [], left)
 
     def _encode(self, msg: Message) -> bytes:
         """``msg`` as bytes, checked against the limits mrcd announced (it could not
@@ -438,27 +511,45 @@ class Context:
         return ok
 
     def _pump(self, *, block: bool, timeout: float | None = None) -> None:
-        """Read what mrcd sent: responses, completions, events (at most one wait)."""
-        self._sock.settimeout(timeout if block else 0.0)
-        first = True
+        """Read what mrcd sent: responses, events, completions (at most one wait)."""
+        if self._sock.fileno() < 0:
+            raise DaemonNotRunning(f"the context on mrcd at {self.path} is closed")
+        q = self._q
+        if block:
+            if q is not None:
+                q.wait(timeout)
+            else:
+                select.select([self._sock], [], [], timeout)
+        self._drain_socket()
+        if q is not None:
+            q.drain(self._on_rows)
+
+    def _on_rows(self, handle: int, rows: list[Row]) -> None:
+        cq = self._cqs.get(handle)
+        if cq is not None:
+            cq._add(rows)
+
+    def _drain_socket(self) -> None:
         while True:
             try:
-                got = recv_msg(self._sock)
+                got = recv_raw(self._sock, MAX_MESSAGE, socket.MSG_DONTWAIT)
             except (BlockingIOError, TimeoutError):
                 return
             except OSError as e:
                 if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
                     return
                 raise DaemonNotRunning(f"mrcd at {self.path}: {e}") from None
-            finally:
-                if first:
-                    self._sock.settimeout(0.0)  # after the first message, only drain
-                    first = False
             if got is None:
                 raise DaemonNotRunning(f"mrcd at {self.path} closed the connection")
-            msg, fds = got
+            data, fds, _flags = got
             for fd in fds:  # mrcd never sends fds; do not leak any
                 os.close(fd)
+            if data == DOORBELL:
+                continue  # completions: the rings are read after the socket
+            try:
+                msg = decode(data)
+            except ValueError as e:
+                raise ProtocolError(f"unreadable message from mrcd: {e}") from None
             self._dispatch(msg)
 
     def _dispatch(self, msg: Message) -> None:
@@ -478,6 +569,8 @@ class Context:
             cq = self._cqs.get(msg["cq"])
             if cq is not None:
                 cq._wcs.extend(decode_completions(msg["wcs"], WorkCompletion.of))
+        elif push == "post_error":
+            self._deferred.append({**msg.get("error", {}), "op": msg.get("op", "post")})
         elif push == "connected":
             self._connected[msg["qpn"]] = _peer_info(msg)
         elif push == "event":
@@ -510,17 +603,11 @@ class Context:
         if length <= 0:
             raise InvalidArgument(f"a memory region needs a positive length, got {length}")
         try:
-            fd = os.memfd_create("mrc-mr", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            fd = sealed_memfd("mrc-mr", length)
         except OSError as e:
-            raise ApiError(f"cannot create a memfd: {e.strerror}") from None
+            raise InvalidArgument(f"cannot allocate {length} bytes of shared memory: "
+                                  f"{e.strerror}") from None
         try:
-            try:
-                os.ftruncate(fd, length)
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
-                            fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            except OSError as e:
-                raise InvalidArgument(f"cannot allocate {length} bytes of shared memory: "
-                                      f"{e.strerror}") from None
             mp = map_region(fd, length, "this process")
             try:
                 r = self._call("reg_mr", fds=[fd], length=length, access=int(access))
@@ -535,8 +622,21 @@ class Context:
 
     def create_cq(self, depth: int = 1024) -> CompletionQueue:
         """A completion queue."""
-        r = self._call("create_cq", depth=depth)
+        if self._q is None:
+            r = self._call("create_cq", depth=depth)
+            cq = self._cqs[r["cq"]] = CompletionQueue(self, r["cq"], depth)
+            return cq
+        try:
+            ring = CompletionRing(depth)
+        except OSError as e:
+            raise ApiError(f"cannot make a completion ring: {e.strerror}") from None
+        try:
+            r = self._call("create_cq", fds=[ring.fd], depth=depth, slots=ring.nslots)
+        except BaseException:
+            ring.close()
+            raise
         cq = self._cqs[r["cq"]] = CompletionQueue(self, r["cq"], depth)
+        self._q.add_cq(cq.handle, ring)
         return cq
 
     def create_qp(self, cq: CompletionQueue, *, ev_profile: str | None = None,

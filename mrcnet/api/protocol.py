@@ -31,7 +31,8 @@ __all__ = ["MAX_FDS", "MAX_MESSAGE", "MODERATION_COUNT_MAX", "MODERATION_PERIOD_
            "moderation_error", "nesting_exceeds", "recv_msg", "recv_raw", "send_msg",
            "send_raw"]
 
-PROTOCOL_VERSION: Final = 1
+#: 2: posts and completions travel in shared-memory queues (:mod:`mrcnet.api.shmqueues`).
+PROTOCOL_VERSION: Final = 2
 #: Bytes per message: control only (payload bytes live in shared memory, never here).
 MAX_MESSAGE: Final = 1 << 16
 MAX_FDS: Final = 4
@@ -131,15 +132,17 @@ def send_raw(sock: socket.socket, data: bytes, fds: list[int] | None = None) -> 
         sock.send(data)
 
 
-def recv_raw(sock: socket.socket, size: int = MAX_MESSAGE) -> tuple[bytes, list[int], int] | None:
+def recv_raw(sock: socket.socket, size: int = MAX_MESSAGE,
+             flags: int = 0) -> tuple[bytes, list[int], int] | None:
     """Receive one datagram of at most ``size`` bytes: its bytes, the fds that came with
     it (the caller owns them from here: it must close them, whatever happens next) and
     the flags (``MSG_TRUNC``: it was longer; ``MSG_CTRUNC``: more than :data:`MAX_FDS`
-    fds were attached, the kernel closed the rest). None at end of stream.
+    fds were attached, the kernel closed the rest). None at end of stream. ``flags``:
+    the call's (``MSG_DONTWAIT``: do not wait, whatever the socket's mode).
 
     Raises BlockingIOError on a non-blocking socket with nothing queued.
     """
-    data, fds, flags, _addr = socket.recv_fds(sock, size, MAX_FDS)
+    data, fds, flags, _addr = socket.recv_fds(sock, size, MAX_FDS, flags)
     if not data:
         for fd in fds:
             os.close(fd)
@@ -147,13 +150,13 @@ def recv_raw(sock: socket.socket, size: int = MAX_MESSAGE) -> tuple[bytes, list[
     return data, fds, flags
 
 
-def recv_msg(sock: socket.socket) -> tuple[Message, list[int]] | None:
+def recv_msg(sock: socket.socket, flags: int = 0) -> tuple[Message, list[int]] | None:
     """Receive one message and the fds that came with it; None at end of stream. The fds
     are closed if the message cannot be decoded (ValueError).
 
     Raises BlockingIOError on a non-blocking socket with nothing queued.
     """
-    got = recv_raw(sock)
+    got = recv_raw(sock, MAX_MESSAGE, flags)
     if got is None:
         return None
     data, fds, _flags = got

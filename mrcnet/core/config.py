@@ -131,6 +131,12 @@ class HostConfig:
       move it. Default 2 us: the wire, a switch hop each way and the peer's NIC and host
       take more on any fabric (the simulator sets it from its topology, mrcd from its
       configuration). 0: no such check.
+    - ``ack_lone``: False (default): a receive burst of one packet is coalesced like the
+      rest (``ack_every`` / ``ack_delay``: a NIC-like host that is handed one packet per
+      call). True: it is acknowledged at the end of its burst too, so a small message
+      that arrives while nothing else does is acknowledged in the pass that received it
+      (mrcd: its requester's completion no longer waits ``ack_delay``, 0.5 ms rounded up
+      to the loop's 1 ms timer).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -174,6 +180,7 @@ class HostConfig:
     retire_ambiguous: int = 3
     sack_on_reorder: bool = False
     ack_rtt_floor: float = 2e-6
+    ack_lone: bool = False
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

@@ -621,7 +621,8 @@ class Host:
                 # batches would otherwise hold a batch's tail for a whole timer tick,
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                if qp.rx_burst > 1 and qp.since_ack and not self.config.sack_on_reorder:
+                if qp.since_ack and not self.config.sack_on_reorder and (
+                        qp.rx_burst > 1 or self.config.ack_lone):
                     qp.send_sack(now, out)
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):

@@ -31,6 +31,7 @@ from mrcnet.api.protocol import (
     nesting_exceeds,
     recv_raw,
 )
+from mrcnet.api.shmclient import DOORBELL
 from mrcnet.daemon.config import ClientLimits
 from mrcnet.daemon.guard import over_limit
 
@@ -43,6 +44,8 @@ MAX_OUTBOX = 1 << 16
 
 #: A request handler: (session, message, fds) -> reply, or an awaitable of one.
 Dispatcher = Callable[["Session", Message, list[int]], "Message | Awaitable[Message]"]
+#: Protocol versions mrcd speaks (1: posts and completions as JSON on the socket only).
+VERSIONS = (1, PROTOCOL_VERSION)
 
 
 class Session:
@@ -66,6 +69,20 @@ class Session:
         self.listens: set[int] = set()
         #: Wants PathStateChanged events (many under loss: only on request).
         self.path_events = False
+        #: mrcd's end of the queues shared with the client (None: JSON posts only).
+        self.queues: Any = None
+
+    def ring(self) -> None:
+        """Ring the client's doorbell (completions wait in its rings). A full socket
+        drops it: the client has unread messages then, and reads its rings after them."""
+        if self.closed or self.outbox:
+            return  # (queued messages wake it as well)
+        try:
+            self.sock.send(DOORBELL, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self.server.drop(self)
 
     def send(self, msg: Message) -> None:
         """Queue a reply or push; sent now if the socket has room. A client that lets
@@ -131,7 +148,10 @@ class ApiServer:
                  on_close: Callable[[Session], None], host: str, planes: int,
                  after_burst: Callable[[], None] | None = None,
                  addresses: list[str] | None = None, group: int | None = None,
-                 limits: ClientLimits | None = None) -> None:
+                 limits: ClientLimits | None = None,
+                 attach: Callable[[Session, Message, list[int]], None] | None = None,
+                 take_posts: Callable[[Session], None] | None = None,
+                 linger: Callable[[Session], bool] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.group = group  #: gid of the socket file (None: mrcd's own)
@@ -143,6 +163,13 @@ class ApiServer:
         self.planes = planes
         self.addresses = addresses or []
         self.limits = limits or ClientLimits()
+        #: A hello with fds: attach the client's shared queues (raises ApiError).
+        self.attach = attach
+        #: Take what the client posted into its send queue (before any request of its,
+        #: and on its doorbell: a request never overtakes a post made before it).
+        self.take_posts = take_posts
+        #: After a burst: busy-poll the client's send queue (True: posts arrived).
+        self.linger = linger
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -231,6 +258,13 @@ class ApiServer:
                     self.drop(s)
                     return
                 data, fds, flags = got
+                if s.queues is not None and self.take_posts is not None:
+                    self.take_posts(s)
+                    if s.closed:
+                        self._close_fds(fds)
+                        return
+                if data == DOORBELL and not fds:
+                    continue
                 # From here the fds are mrcd's: closed after the request, whatever it
                 # was (a handler that keeps the memory maps it; the mapping holds it).
                 try:
@@ -244,6 +278,10 @@ class ApiServer:
         finally:
             if self.after_burst is not None:
                 self.after_burst()
+                while (self.linger is not None and self.take_posts is not None
+                       and self.linger(s)):
+                    self.take_posts(s)
+                    self.after_burst()
 
     def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
         """The request in ``data``, or None after answering why it is not one (the
@@ -272,7 +310,7 @@ class ApiServer:
         rid = msg.get("id")
         try:
             if not s.hello:
-                self._hello(s, msg)
+                self._hello(s, msg, fds)
                 return
             result = self.dispatch(s, msg, fds)
         except ApiError as e:
@@ -289,15 +327,19 @@ class ApiServer:
         else:
             self.loop.create_task(self._finish(s, rid, result))
 
-    def _hello(self, s: Session, msg: Message) -> None:
+    def _hello(self, s: Session, msg: Message, fds: list[int]) -> None:
         if msg.get("op") != "hello":
             raise ProtocolError("the first request must be hello")
-        if msg.get("v") != PROTOCOL_VERSION:
+        if msg.get("v") not in VERSIONS:
             raise ProtocolError(f"client protocol version {msg.get('v')!r}; this "
                                 f"mrcd speaks {PROTOCOL_VERSION}")
         pid = msg.get("pid", 0)
         if type(pid) is not int:
             raise ProtocolError(f"hello: pid {pid!r} is not an integer")
+        if fds:
+            if self.attach is None or msg.get("v") == 1:
+                raise ProtocolError("hello takes no file descriptor")
+            self.attach(s, msg, fds)
         s.hello = True
         s.pid = pid
         s.path_events = bool(msg.get("path_events", False))
@@ -305,6 +347,7 @@ class ApiServer:
         lim = self.limits
         s.send({"id": msg.get("id"), "ok": {
             "host": self.host, "planes": self.planes, "addresses": self.addresses,
+            "queues": s.queues is not None,
             # What the client library checks before sending (a reply to a message mrcd
             # could not read would have no id to go to).
             "limits": {"max_message": lim.max_message,

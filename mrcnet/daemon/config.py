@@ -112,6 +112,9 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # alone takes more; smallest RTT measured on netns fabrics: see docs/SECURITY.md): a
     # SACK sooner than this is forged (forged.early_floor).
     "ack_rtt_floor": 20e-6,
+    # A lone small message (a latency ping, a request) is acknowledged in the pass that
+    # received it: its sender's completion does not wait for ack_delay (issue 15).
+    "ack_lone": True,
 }
 
 
@@ -182,6 +185,9 @@ class DaemonConfig:
     limits: ClientLimits = field(default_factory=ClientLimits)
     core: dict[str, Any] = field(default_factory=lambda: dict(DAEMON_CORE))
     metrics_listen: str | None = None  #: HOST:PORT of the Prometheus endpoint (None: off)
+    #: After taking a client's posts, look again for this long (us) before going back to
+    #: the loop (0: never; it holds the loop: only for latency on an idle host).
+    busy_poll_us: int = 0
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -212,7 +218,8 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     """Check a parsed TOML document and build the configuration."""
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
-             "log_level", "port", "peers", "core", "limits", "metrics_listen"}
+             "log_level", "port", "peers", "core", "limits", "metrics_listen",
+             "busy_poll_us"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -312,8 +319,20 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         limits=_limits(_want(data, "limits", dict, source, {}), source),
         core=core,
         metrics_listen=metrics_listen,
+        busy_poll_us=_busy_poll(data, source),
         source=source,
     )
+
+
+#: The longest busy-poll mrcd takes (us): its loop serves every client and port.
+MAX_BUSY_POLL_US: Final = 1000
+
+
+def _busy_poll(data: dict[str, Any], source: str) -> int:
+    us = _want(data, "busy_poll_us", int, source, 0)
+    if not 0 <= us <= MAX_BUSY_POLL_US:
+        raise ConfigError(f"{source}: busy_poll_us {us}: give 0..{MAX_BUSY_POLL_US}")
+    return int(us)
 
 
 def parse_listen(text: str, where: str = "metrics_listen") -> tuple[str, int]:

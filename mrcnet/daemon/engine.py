@@ -254,7 +254,8 @@ class Daemon:
                                  after_burst=verbs.after_requests,
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
                                             for lp in self.local], group=self._gid,
-                                 limits=self.cfg.limits)
+                                 limits=self.cfg.limits, attach=verbs.posts.attach,
+                                 take_posts=verbs.posts.take, linger=verbs.posts.linger)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]

@@ -29,9 +29,7 @@ from mrcnet.api.errors import (
     InvalidArgument,
     InvalidCQ,
     InvalidQP,
-    OutOfBounds,
 )
-from mrcnet.api.messages import completions_push, event_push
 from mrcnet.api.protocol import Message, map_region, moderation_error
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
@@ -46,9 +44,12 @@ from mrcnet.daemon.control import (
     control_request,
     pair_token,
 )
+from mrcnet.daemon.delivery import Delivery
 from mrcnet.daemon.guard import check_region_fd, over_limit
 from mrcnet.daemon.listens import Listen, Listens
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
+from mrcnet.daemon.posts import Posts
+from mrcnet.daemon.rings import CompletionWriter
 from mrcnet.io import IOSetupError, PacketPort
 
 __all__ = ["PROBE_SERVICE", "Engine", "Verbs"]
@@ -70,9 +71,6 @@ PROBE_HELLO_TIMEOUT: Final = 2.0
 PROBE_POLL: Final = 0.005
 #: The largest backlog of a listen (connects waiting for the listener's next QP).
 MAX_BACKLOG: Final = 4096
-#: Completions pushed to a client per message.
-WC_PER_PUSH: Final = 256
-_INF: Final = float("inf")
 
 
 class Engine(Protocol):
@@ -120,15 +118,13 @@ class Verbs:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # Ownership, for pushes and clean-up.
-        self._cqs: dict[int, tuple[core.CompletionQueue, Session]] = {}
-        # Completion moderation per CQ (modify_cq): push when this many wait, or this
-        # long (s) after the oldest; and since when the oldest has waited
-        self._cq_mod: dict[int, tuple[int, float]] = {}
-        self._cq_since: dict[int, float] = {}
-        #: The earliest end of a moderated CQ's period (the engine's timer wakes for it).
-        self.mod_due = _INF
+        # Ownership, for pushes and clean-up; the CQs and their moderation live with
+        # the delivery of what the core has for clients.
+        self.delivery = Delivery(engine.log)
+        self._cqs = self.delivery.cqs
         self._qp_owner: dict[int, Session] = {}
+        #: Work requests into the core (shared send queues and JSON posts).
+        self.posts = Posts(engine, self._qp_owner)
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
         self.listens = Listens(engine.cfg.host)
         #: CQs of clients that are gone (the core has no destroy_cq), for new clients.
@@ -142,11 +138,12 @@ class Verbs:
         handler = getattr(self, f"_op_{op}", None)
         if handler is None or not isinstance(op, str):
             raise InvalidArgument(f"unknown request {op!r}")
-        if fds and op != "reg_mr":  # (the API server closes every fd it received)
+        with_fds = op in ("reg_mr", "create_cq")
+        if fds and not with_fds:  # (the API server closes every fd it received)
             raise InvalidArgument(f"{op} takes no file descriptor")
         try:
             result: Message | Awaitable[Message] = (
-                handler(s, msg, fds) if op == "reg_mr" else handler(s, msg))
+                handler(s, msg, fds) if with_fds else handler(s, msg))
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidArgument(f"{op}: bad or missing argument {e}") from None
         except (core.InvalidRequest, core.InvalidAttribute, core.IllegalTransition) as e:
@@ -206,12 +203,23 @@ class Verbs:
         self._release_mr(lkey)
         return {}
 
-    def _op_create_cq(self, s: Session, msg: Message) -> Message:
+    @property
+    def mod_due(self) -> float:
+        """When the engine's timer must wake for a moderated CQ or a full ring."""
+        return self.delivery.due
+
+    def _op_create_cq(self, s: Session, msg: Message, fds: list[int]) -> Message:
         assert self.engine.host is not None
         lim = self.engine.cfg.limits.max_cqs
         if len(s.cqs) >= lim:
             raise over_limit(f"create_cq: this client has {len(s.cqs)} CQs",
                              "limits.max_cqs", lim)
+        writer = None
+        if fds:
+            if s.queues is None or len(fds) != 1:
+                raise InvalidArgument("create_cq takes one memfd (the CQ's ring), after a "
+                                      "hello with a send queue")
+            writer = CompletionWriter(fds[0], msg.get("slots"))
         # The core keeps every CQ it made: reuse those of clients that are gone.
         if self._spare_cqs:
             cq = self._spare_cqs.pop()
@@ -219,6 +227,8 @@ class Verbs:
         else:
             cq = self.engine.host.create_cq()
         self._cqs[cq.handle] = (cq, s)
+        if writer is not None:
+            s.queues.cqs[cq.handle] = writer
         s.cqs.add(cq.handle)
         return {"cq": cq.handle}
 
@@ -233,10 +243,10 @@ class Verbs:
             raise InvalidArgument(why)
         assert isinstance(count, int) and isinstance(period_us, int)
         if count == 1:
-            self._cq_mod.pop(handle, None)
+            self.delivery.mod.pop(handle, None)
         else:
-            self._cq_mod[handle] = (count, period_us / 1e6)
-        self._cq_since.pop(handle, None)
+            self.delivery.mod[handle] = (count, period_us / 1e6)
+        self.delivery.since.pop(handle, None)
         return {}
 
     def _op_create_qp(self, s: Session, msg: Message) -> Message:
@@ -439,37 +449,14 @@ class Verbs:
         return Acceptance(reply, commit, abort)
 
     def _op_post_write(self, s: Session, msg: Message) -> Message:
-        assert self.engine.host is not None
-        qpn = self._qpn(s, msg)
-        lkey = int(msg["lkey"])
-        mr = s.mrs.get(lkey)
-        if mr is None:
-            raise BadLkey(f"lkey {lkey:#x} is not a region of this context")
-        offset = int(msg["addr"]) - mr.addr
-        length = int(msg["length"])
-        if offset < 0 or length < 0 or offset + length > mr.length:
-            raise OutOfBounds(f"[{msg['addr']:#x}, +{length}) is outside region lkey "
-                              f"{lkey:#x}")
         imm = msg.get("imm")
-        self.engine.host.post_write(qpn, int(msg.get("wr_id", 0)), mr, offset, length,
-                             int(msg["remote_addr"]), int(msg["rkey"]),
-                             None if imm is None else int(imm))
+        self.posts.write(s, int(msg["qpn"]), int(msg.get("wr_id", 0)), int(msg["lkey"]),
+                         int(msg["addr"]), int(msg["length"]), int(msg["remote_addr"]),
+                         int(msg["rkey"]), None if imm is None else int(imm))
         return {}
 
     def _op_post_recv(self, s: Session, msg: Message) -> Message:
-        host = self.engine.host
-        assert host is not None
-        qpn = self._qpn(s, msg)
-        lim = self.engine.cfg.limits.max_recvs
-        if s.recvs >= lim:
-            # s.recvs only grows (consumed receives are not subtracted): recount the
-            # receives still queued on the client's QPs once it reaches the limit.
-            s.recvs = sum(len(host.qp(q).recv_wrs) for q in s.qps)
-            if s.recvs >= lim:
-                raise over_limit(f"post_recv: this client has {s.recvs} receives queued",
-                                 "limits.max_recvs", lim)
-        host.post_recv(qpn, int(msg.get("wr_id", 0)), time.monotonic())
-        s.recvs += 1
+        self.posts.recv(s, self._qpn(s, msg), int(msg.get("wr_id", 0)))
         return {}
 
     def _op_stats(self, s: Session, msg: Message) -> Message:
@@ -731,14 +718,15 @@ class Verbs:
             self._destroy_qp(qpn)
         self.listens.drop_session(s)
         for handle in list(s.cqs):
-            entry = self._cqs.pop(handle, None)
+            entry = self._cqs.get(handle)
             if entry is not None:  # its QPs are gone: another client may have it
                 entry[0].poll(len(entry[0]))
                 self._spare_cqs.append(entry[0])
-            self._cq_mod.pop(handle, None)
-            self._cq_since.pop(handle, None)
+            self.delivery.forget(handle)
         for lkey in list(s.mrs):
             self._release_mr(lkey)
+        if s.queues is not None:
+            s.queues.close()
 
     # --- pushes: what the core has for clients -----------------------------------------
 
@@ -749,40 +737,8 @@ class Verbs:
         client that read between the two messages)."""
         host = self.engine.host
         assert host is not None
-        while (ev := host.next_event()) is not None:
-            if isinstance(ev, core.PortStatusChanged):  # every client's concern
-                api = self.engine.api
-                if api is not None:
-                    msg = event_push(ev, time.monotonic())
-                    for s in list(api.sessions.values()):
-                        s.send(msg)
-                continue
-            owner = self._qp_owner.get(ev.qpn)
-            if owner is None:
-                continue  # a QP its client destroyed
-            if isinstance(ev, core.PathStateChanged) and not owner.path_events:
-                continue
-            # Stamped here, in the loop pass that made it (mrcd's clock is
-            # time.monotonic(), shared by every process on the machine): a client may
-            # read it much later, and when an EV changed is what tools measure.
-            owner.send(event_push(ev, time.monotonic()))
-            if isinstance(ev, core.QPError):
-                self.engine.log.warning("QP error", qpn=ev.qpn, reason=ev.reason)
-        mod, since = self._cq_mod, self._cq_since
-        now = time.monotonic() if mod else 0.0
-        self.mod_due = _INF
-        for handle, (cq, session) in self._cqs.items():
-            n = len(cq)
-            if not n:
-                continue
-            m = mod.get(handle) if mod else None
-            if m is not None and n < m[0]:
-                # Moderated: wait for more (an error goes at once), or for the period.
-                t0 = since.setdefault(handle, now)
-                if now - t0 < m[1] and not cq.has_error():
-                    self.mod_due = min(self.mod_due, t0 + m[1])
-                    continue
-            if since:
-                since.pop(handle, None)
-            while len(cq):
-                session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))
+        api = self.engine.api
+        self.delivery.events(host, self._qp_owner,
+                             list(api.sessions.values()) if api is not None else [])
+        for s in self.delivery.completions(host):
+            self.posts.ring_broken(s, "its completion ring is corrupt")

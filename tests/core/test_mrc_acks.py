@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mrcnet.constants import ECN, Opcode, SackMode
-from mrcnet.core import make_ev
+from mrcnet.core import HostConfig, make_ev
 from mrcnet.wire import PETH, build_ack, build_data, build_probe, parse_frame
 
 from .harness import Net, connect
@@ -27,9 +27,10 @@ def _answers(net: Net) -> list[Any]:
 
 def _data(net: Net, qb: int, md: Any, psn: int, **kw: Any) -> bytes:
     route = net.fabric.provider("h0").routes("h1", 0)[1]
+    kw.setdefault("ack_req", True)
     return build_data(route, ev=make_ev(0, 1, 0), opcode=Opcode.WRITE_ONLY, dest_qp=qb,
                       psn=psn, va=md.addr + 64 * (psn - 1000), rkey=md.rkey,
-                      payload=b"y" * 64, ack_req=True, **kw)
+                      payload=b"y" * 64, **kw)
 
 
 def test_in_order_data_without_a_timestamp_is_answered_by_a_cumulative_ack() -> None:
@@ -125,3 +126,20 @@ def test_the_other_ev_order_is_a_host_setting() -> None:
     finally:
         Net(config=HostConfig())  # the default again, for every later test
     assert ev_order() == 0
+
+
+def test_a_lone_packet_is_acknowledged_in_its_pass_only_with_ack_lone() -> None:
+    """ack_lone (mrcd's setting): a receive burst of one packet that asks for nothing is
+    acknowledged when the host next sends; without it, at ack_delay (a NIC-like host
+    handed one packet per call)."""
+    for lone in (False, True):
+        net = Net(config=HostConfig(ack_lone=lone))
+        _qa, qb = connect(net, 0, 1, psn_a=1000)
+        md = net.h(1).register_mr(bytearray(8192))
+        hb = net.h(1)
+        hb.receive(_data(net, qb, md, 1000, ack_req=False), 0, 0.0)
+        acks = [f for f in _answers(net) if f.opcode in (Opcode.ACK, Opcode.SACK)]
+        assert len(acks) == (1 if lone else 0)
+        if not lone:  # the delayed acknowledgement still comes
+            hb.handle_timer(hb.config.ack_delay + 1e-6)
+            assert [f for f in _answers(net) if f.opcode in (Opcode.ACK, Opcode.SACK)]

@@ -146,6 +146,25 @@ def test_perf_bytes_and_a_table(mrcd_pair: MrcdPair) -> None:
 
 
 @needs_root
+def test_perf_message_rate_without_verification(mrcd_pair: MrcdPair) -> None:
+    """--rate: 64-byte writes, a deep window, Mmsg/s printed; --no-verify: the server
+    checks nothing and the row says so ("-", not "yes")."""
+    with _server(mrcd_pair, "--size", "64K") as server:
+        r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "30",
+                            "client", "hb", "--rate", "--no-verify", "-n", "2000",
+                            "--quiet"],
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        header, row, rate = r.stdout.splitlines()
+        assert "MsgRate[Mpps]" in header
+        cols = row.split()
+        assert cols[0] == "64" and cols[1] == "2000" and cols[6] == "-"
+        assert rate.startswith("message rate, 64-byte writes: ") and "Mmsg/s" in rate
+        assert float(rate.split(": ")[1].split()[0]) > 0
+        assert server.wait(timeout=30) == 0
+
+
+@needs_root
 def test_perf_qps_mismatch_is_a_clear_error(mrcd_pair: MrcdPair) -> None:
     with _server(mrcd_pair):  # one QP
         r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "10",

@@ -99,13 +99,15 @@ def assert_serving(pair: MrcdPair) -> None:
 
 @pytest.fixture
 def kept_fds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Every memfd the client library creates, dup-ed: an attacker keeping its fd."""
+    """Every memory region's memfd the client library creates, dup-ed: an attacker
+    keeping its fd (the queues it shares with mrcd are memfds of other names)."""
     kept: list[int] = []
     real = os.memfd_create
 
     def keep(name: str, flags: int = os.MFD_CLOEXEC) -> int:
         fd = real(name, flags)
-        kept.append(os.dup(fd))
+        if name == "mrc-mr":
+            kept.append(os.dup(fd))
         return fd
 
     monkeypatch.setattr(os, "memfd_create", keep)

@@ -1,0 +1,26 @@
+/* mrcnet C: the memory ordering of single-producer single-consumer rings in memory
+ * shared between a client and mrcd (shmring.c; Python: mrcnet/api/shmring.py).
+ *
+ * Python can neither order its stores to shared memory nor fence them: these helpers
+ * give the ring's indices acquire/release semantics, and a full fence for the "store
+ * mine, then load theirs" handshakes that decide whether a doorbell must be rung (a
+ * store followed by a load may be reordered even on x86). Every offset is in bytes from
+ * the start of a mapping, 8-byte aligned, checked by the caller. */
+#ifndef MRCNET_SHMRING_H
+#define MRCNET_SHMRING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* cffi: begin */
+/* The 64-bit word at ``off``, loaded with acquire ordering. */
+uint64_t mrc_shmring_load(const uint8_t *base, size_t off);
+/* Store ``value`` at ``off`` with release ordering (what came before is seen first). */
+void mrc_shmring_store(uint8_t *base, size_t off, uint64_t value);
+/* Store ``value`` at ``store_off`` (release), full fence, then load the word at
+ * ``load_off``: one side's half of a doorbell handshake. */
+uint64_t mrc_shmring_store_load(uint8_t *base, size_t store_off, uint64_t value,
+                                size_t load_off);
+/* cffi: end */
+
+#endif

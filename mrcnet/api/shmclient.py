@@ -1,0 +1,238 @@
+"""The client's end of the queues it shares with mrcd (:mod:`mrcnet.api.shmqueues`): the
+send queue it posts into, the completion rings it drains, the doorbells and the short
+busy-poll before sleeping.
+
+Doorbells are one-byte datagrams (:data:`DOORBELL`) on the context's Unix socket, both
+ways: whatever waits on the socket (a ``select``, an asyncio reader) wakes for answers,
+events and completions alike, and a doorbell never overtakes the control request posted
+before it. (Not eventfds: an eventfd passed to mrcd shares its file status flags with
+the client, which could make mrcd's read or write of it block; the socket's end mrcd
+reads is its own.) The completion rings stay *armed* (mrcd rings after every pass that
+wrote into them) except while this end busy-polls them, so waiters that do not know
+about the rings are never left asleep; a busy-poll disarms them, spins on the rings'
+indices for up to ``busy_poll_us`` (adapted: halved after a spin that found nothing,
+doubled back after one that did), then re-arms them with a fence before sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from mrcnet.api.errors import ProtocolError
+from mrcnet.api.protocol import map_region
+from mrcnet.api.shmqueues import (
+    COMPLETION,
+    CQ_SLOT,
+    F_IMM,
+    OP_RECV,
+    OP_WRITE,
+    OPCODES,
+    SQ_SLOT,
+    STATUSES,
+    WORK_REQUEST,
+    queue_bytes,
+    ring_slots,
+    sealed_memfd,
+)
+from mrcnet.api.shmring import Ring, RingCorrupt
+
+__all__ = ["BUSY_POLL_ENV", "DOORBELL", "ClientQueues", "CompletionRing"]
+
+#: The datagram that rings the other side (never a JSON message).
+DOORBELL: Final = b"!"
+
+#: Environment variable: the busy-poll before sleeping, in microseconds (0: none).
+BUSY_POLL_ENV: Final = "MRC_BUSY_POLL_US"
+#: Default busy-poll (us): about one mrcd pass, so a reply that is on its way is
+#: caught without a sleep and a wake-up.
+DEFAULT_BUSY_POLL_US: Final = 50
+#: How long a post waits for room in a full send queue before giving up (s).
+_SQ_WAIT_MAX: Final = 0.001
+
+Row = tuple[str, int, str, int, "int | None", int]
+
+
+def busy_poll_default() -> int:
+    """``$MRC_BUSY_POLL_US``, else :data:`DEFAULT_BUSY_POLL_US`."""
+    text = os.environ.get(BUSY_POLL_ENV, "")
+    try:
+        return max(0, int(text)) if text else DEFAULT_BUSY_POLL_US
+    except ValueError:
+        return DEFAULT_BUSY_POLL_US
+
+
+def _shared_ring(name: str, depth: int, slot_size: int,
+                 role: str) -> tuple[int, mmap.mmap, Ring]:
+    """A new sealed memfd holding a ring of at least ``depth`` slots, mapped here: its fd
+    (for mrcd), the mapping and this end of the ring."""
+    nslots = ring_slots(depth)
+    size = queue_bytes(nslots, slot_size)
+    fd = sealed_memfd(name, size)
+    try:
+        mm = map_region(fd, size, "this process")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, mm, Ring(mm, 0, nslots, slot_size, role)
+
+
+class CompletionRing:
+    """One CQ's ring, mapped here (the consumer)."""
+
+    def __init__(self, depth: int) -> None:
+        self.fd, self.map, self.ring = _shared_ring("mrc-cq", depth, CQ_SLOT, "consumer")
+        self.nslots = self.ring.nslots
+        self.ring.sleep()  # armed from the start (see the module's docstring)
+
+    def take(self) -> tuple[list[Row], bool]:
+        """Every completion published so far, as (status, wr_id, opcode, byte_len, imm,
+        qpn) rows; and whether mrcd waits for room (ring it)."""
+        ring = self.ring
+        n = ring.ready()
+        if not n:
+            return [], False
+        rows: list[Row] = []
+        mm, unpack, off = self.map, COMPLETION.unpack_from, ring.offset_of
+        for i in range(ring.head, ring.head + n):
+            st, op, flags, qpn, wr_id, byte_len, imm = unpack(mm, off(i))
+            if st >= len(STATUSES) or op >= len(OPCODES):
+                raise ProtocolError(f"malformed completion from mrcd (status {st}, "
+                                    f"opcode {op})")
+            rows.append((STATUSES[st].value, wr_id, OPCODES[op].value, byte_len,
+                         imm if flags & F_IMM else None, qpn))
+        return rows, ring.release(n)
+
+    def close(self) -> None:
+        """Unmap and close (after mrcd forgot the CQ)."""
+        self.ring.detach()
+        self.map.close()
+        os.close(self.fd)
+
+
+class ClientQueues:
+    """A context's send queue, its CQs' rings and the doorbells (see the module)."""
+
+    def __init__(self, sock: socket.socket, busy_poll_us: int | None = None,
+                 sq_depth: int = 1024) -> None:
+        self.sock = sock
+        self.fd, self.map, self.sq = _shared_ring("mrc-sq", sq_depth, SQ_SLOT, "producer")
+        self.nslots = self.sq.nslots
+        self.cqs: dict[int, CompletionRing] = {}
+        self.busy_poll_us = busy_poll_default() if busy_poll_us is None else busy_poll_us
+        self._spin = self.busy_poll_us / 1e6
+
+    def fds(self) -> list[int]:
+        """What goes to mrcd with ``hello``: the send queue's memfd."""
+        return [self.fd]
+
+    def close(self) -> None:
+        """Release everything (mrcd has let go of its ends, or is gone)."""
+        for cq in self.cqs.values():
+            cq.close()
+        self.cqs.clear()
+        self.sq.detach()
+        self.map.close()
+        os.close(self.fd)
+
+    def ring_mrcd(self) -> None:
+        """Wake mrcd. A full socket drops the doorbell: mrcd has unread messages then,
+        and it takes the send queue before any of them."""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            self.sock.send(DOORBELL, socket.MSG_DONTWAIT)
+
+    # -- posting --
+    def _slot(self, timeout: float) -> int:
+        """The offset of the next free send-queue slot, waiting (bounded) while mrcd
+        catches up (TimeoutError after ``timeout`` s)."""
+        sq = self.sq
+        if sq.room():
+            return sq.offset_of(sq.tail)
+        deadline = time.monotonic() + timeout
+        pause = 20e-6
+        while not sq.room():
+            self.ring_mrcd()  # make sure mrcd looks
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"mrcd took no work request in {timeout} s "
+                                   "(its send queue is full)")
+            time.sleep(pause)
+            pause = min(pause * 2, _SQ_WAIT_MAX)
+        return sq.offset_of(sq.tail)
+
+    def _publish(self) -> None:
+        if self.sq.publish():
+            self.ring_mrcd()
+
+    def post_write(self, qpn: int, wr_id: int, lkey: int, addr: int, length: int,
+                   remote_addr: int, rkey: int, imm: int | None, timeout: float) -> None:
+        """Queue an RDMA WRITE (checked by the caller) and ring mrcd if it sleeps."""
+        WORK_REQUEST.pack_into(self.map, self._slot(timeout), OP_WRITE,
+                               0 if imm is None else F_IMM, qpn, wr_id, lkey, length,
+                               addr, remote_addr, rkey, 0 if imm is None else imm)
+        self._publish()
+
+    def post_recv(self, qpn: int, wr_id: int, timeout: float) -> None:
+        """Queue a receive and ring mrcd if it sleeps."""
+        WORK_REQUEST.pack_into(self.map, self._slot(timeout), OP_RECV, 0, qpn, wr_id,
+                               0, 0, 0, 0, 0, 0)
+        self._publish()
+
+    # -- completions --
+    def add_cq(self, handle: int, ring: CompletionRing) -> None:
+        """Drain ``ring`` for CQ ``handle`` from now on."""
+        self.cqs[handle] = ring
+
+    def drain(self, sink: Callable[[int, list[Row]], None]) -> None:
+        """Give every CQ's new completions to ``sink(handle, rows)`` (after the socket
+        was read: a completion published later rings it again)."""
+        ring_mrcd = False
+        try:
+            for handle, cq in self.cqs.items():
+                rows, blocked = cq.take()
+                if rows:
+                    sink(handle, rows)
+                ring_mrcd |= blocked
+        except RingCorrupt as e:
+            raise ProtocolError(f"completion ring corrupt: {e}") from None
+        if ring_mrcd:
+            self.ring_mrcd()
+
+    def _any_ready(self) -> bool:
+        return any(cq.ring.ready() for cq in self.cqs.values())
+
+    def wait(self, timeout: float | None) -> None:
+        """Wait until the socket is readable (mrcd rang or answered) or ``timeout`` (None:
+        forever): first a busy-poll of the rings, then armed, asleep on the socket."""
+        spin = self._spin
+        if spin > 0.0 and self.cqs:
+            now = t0 = time.perf_counter()
+            end = t0 + (spin if timeout is None else min(spin, timeout))
+            found = False
+            try:
+                for cq in self.cqs.values():
+                    cq.ring.wake()
+                while now < end:
+                    if self._any_ready():
+                        found = True
+                        break
+                    now = time.perf_counter()
+            finally:
+                # Armed again whatever happened: other waiters rely on mrcd's doorbell.
+                armed = [cq.ring.sleep() for cq in self.cqs.values()]
+            top = self.busy_poll_us / 1e6
+            self._spin = min(top, spin * 2) if found else max(top / 16, spin / 2)
+            if found or any(armed):
+                return
+            if timeout is not None:
+                timeout = max(0.0, timeout - (now - t0))
+        select.select([self.sock], [], [], timeout)
+
+    def info(self) -> dict[str, Any]:
+        """What ``hello`` tells mrcd about the send queue."""
+        return {"sq_slots": self.nslots}

@@ -1,0 +1,188 @@
+"""A single-producer single-consumer ring of fixed-size slots in memory shared by a client
+and mrcd (a sealed memfd both map), with the doorbell handshake that says when the other
+side must be woken. The client's work requests and mrcd's completions travel in such rings
+(:mod:`mrcnet.api.shmqueues`); the Unix socket only carries control.
+
+Layout, from the ring's offset in its mapping (each word 64 bits, on its own cache line)::
+
+    +0    head      consumer's index: slots taken (written by the consumer only)
+    +64   tail      producer's index: slots published (written by the producer only)
+    +128  asleep    1: the consumer will sleep until its doorbell rings
+    +192  blocked   1: the producer waits for room
+    +256  slots     ``nslots`` (a power of two) slots of ``slot_size`` bytes
+
+Indices run freely (64 bits); slot ``i`` is at ``i & (nslots - 1)``. Each side keeps its
+own index privately and only *reads* the other's from shared memory, so a side never
+trusts the shared copy of what it wrote: mrcd checks every index it reads from a client
+(``tail - head`` beyond ``nslots`` is :class:`RingCorrupt`) and decodes every slot once,
+into values it then validates.
+
+Ordering: a producer writes a slot, then publishes the tail with release ordering; the
+consumer loads the tail with acquire ordering, then reads the slots. Doorbells: the
+producer publishes, fences, then loads ``asleep``; a consumer about to sleep stores
+``asleep = 1``, fences, then loads the tail again. With a full fence on both sides one of
+them sees the other (no lost wake-up), and a producer rings only a consumer that sleeps:
+many posts per doorbell. The ``blocked`` word is the same handshake the other way round
+(a producer waiting for room; the consumer rings it after taking slots). The loads,
+stores and fence are C (``_csrc/shmring.c``). Python can neither fence nor store an
+index in one piece: ``struct`` moved 8 bytes in parts (measured: 8,568 of 2 million
+reads of a counter another process wrote with "<Q" went backwards, 2 with "Q"), and a
+torn tail reads as a corrupt ring. So without the C module :data:`PRECISE` is False
+and the client library and mrcd do not use the shared queues at all (posts and
+completions go as JSON on the socket); the Python paths here serve the unit tests.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from typing import Any, Final
+
+from mrcnet.native import HAVE_C, C, ffi
+
+__all__ = ["HEADER", "PRECISE", "Ring", "RingCorrupt", "ring_bytes"]
+
+OFF_HEAD: Final = 0
+OFF_TAIL: Final = 64
+OFF_ASLEEP: Final = 128
+OFF_BLOCKED: Final = 192
+#: Bytes of a ring's header (its slots start here).
+HEADER: Final = 256
+#: Whether the rings may be used between processes (the C module's atomic indices and
+#: fence): without it the library and mrcd keep posts and completions on the socket.
+PRECISE: Final = HAVE_C
+
+#: Native (not "<Q"): CPython packs a native integer with one memcpy, an aligned 8-byte
+#: store, where the standard sizes go byte by byte, and a reader could see half of a
+#: new index (found by the full-ring test without C: a torn tail read as corrupt).
+_U64 = struct.Struct("Q")
+
+
+class RingCorrupt(ValueError):
+    """The other side wrote an index no well-behaved peer writes."""
+
+
+def ring_bytes(nslots: int, slot_size: int) -> int:
+    """Bytes a ring of ``nslots`` slots of ``slot_size`` bytes takes."""
+    return HEADER + nslots * slot_size
+
+
+class Ring:
+    """One side's view of a ring at ``offset`` of the mapping ``mm``.
+
+    ``role`` is ``"producer"`` or ``"consumer"``: the index this side owns is kept here
+    (starting at 0: the kernel zeroes a new memfd) and only ever written.
+    ``once``: a producer's ring clears ``asleep`` when it rings (one doorbell per sleep:
+    for a consumer that re-arms before every sleep); else it rings after every publish
+    while ``asleep`` is set (for a consumer that stays armed, see
+    :mod:`mrcnet.api.shmclient`).
+    """
+
+    def __init__(self, mm: mmap.mmap, offset: int, nslots: int, slot_size: int,
+                 role: str, *, once: bool = True) -> None:
+        if nslots <= 0 or nslots & (nslots - 1):
+            raise ValueError(f"a ring needs a power-of-two number of slots, got {nslots}")
+        if offset % 64 or offset + ring_bytes(nslots, slot_size) > len(mm):
+            raise ValueError(f"a ring of {nslots} x {slot_size} bytes does not fit at "
+                             f"{offset} of a {len(mm)}-byte mapping")
+        self.mm = mm
+        self.base = offset
+        self.nslots = nslots
+        self.mask = nslots - 1
+        self.slot_size = slot_size
+        self.slots = offset + HEADER
+        self._ptr: Any = ffi.from_buffer(mm) if HAVE_C else None
+        self.producer = role == "producer"
+        self.once = once
+        # Both start at 0: a new ring's memory is zeroed by the kernel.
+        self.head = 0  # consumer: slots taken
+        self.tail = 0  # producer: slots published
+
+    def detach(self) -> None:
+        """Let go of the mapping (before it is closed: the C view pins it)."""
+        if self._ptr is not None:
+            ffi.release(self._ptr)
+            self._ptr = None
+
+    # -- words --
+    def load(self, off: int) -> int:
+        """The header word at ``off`` (acquire)."""
+        if self._ptr is not None:
+            return int(C.mrc_shmring_load(self._ptr, self.base + off))
+        return int(_U64.unpack_from(self.mm, self.base + off)[0])
+
+    def store(self, off: int, value: int) -> None:
+        """Set the header word at ``off`` (release)."""
+        if self._ptr is not None:
+            C.mrc_shmring_store(self._ptr, self.base + off, value)
+        else:
+            _U64.pack_into(self.mm, self.base + off, value)
+
+    def store_load(self, store_off: int, value: int, load_off: int) -> int:
+        """Store, full fence, load: one half of a doorbell handshake."""
+        if self._ptr is not None:
+            return int(C.mrc_shmring_store_load(self._ptr, self.base + store_off, value,
+                                                self.base + load_off))
+        _U64.pack_into(self.mm, self.base + store_off, value)
+        return int(_U64.unpack_from(self.mm, self.base + load_off)[0])
+
+    def offset_of(self, index: int) -> int:
+        """Byte offset in the mapping of the slot of ``index``."""
+        return self.slots + (index & self.mask) * self.slot_size
+
+    # -- producer --
+    def room(self) -> int:
+        """Slots free for the producer now (:class:`RingCorrupt` on a bad head)."""
+        used = (self.tail - self.load(OFF_HEAD)) & 0xFFFF_FFFF_FFFF_FFFF
+        if used > self.nslots:
+            raise RingCorrupt(f"ring head is {used} slots behind its tail "
+                              f"({self.nslots} slots)")
+        return self.nslots - used
+
+    def publish(self, count: int = 1) -> bool:
+        """Make ``count`` more written slots visible; True when the consumer sleeps and
+        its doorbell must be rung (with ``once``, the flag is then cleared)."""
+        self.tail += count
+        if not PRECISE:
+            self.store(OFF_TAIL, self.tail)
+            return True
+        if self.store_load(OFF_TAIL, self.tail, OFF_ASLEEP):
+            if self.once:
+                self.store(OFF_ASLEEP, 0)
+            return True
+        return False
+
+    def block(self) -> bool:
+        """The producer found no room and will wait for the consumer's doorbell: True if
+        room appeared meanwhile (then do not wait)."""
+        self.store_load(OFF_BLOCKED, 1, OFF_HEAD)
+        return self.room() > 0
+
+    # -- consumer --
+    def ready(self) -> int:
+        """Slots published and not yet taken (:class:`RingCorrupt` on a bad tail)."""
+        n = (self.load(OFF_TAIL) - self.head) & 0xFFFF_FFFF_FFFF_FFFF
+        if n > self.nslots:
+            raise RingCorrupt(f"ring tail is {n} slots ahead of its head "
+                              f"({self.nslots} slots)")
+        return n
+
+    def release(self, count: int) -> bool:
+        """Give ``count`` taken slots back; True when the producer waits for room and
+        must be rung."""
+        self.head += count
+        if self.store_load(OFF_HEAD, self.head, OFF_BLOCKED):
+            self.store(OFF_BLOCKED, 0)
+            return True
+        return False
+
+    def sleep(self) -> bool:
+        """The consumer is about to sleep on its doorbell: True if slots were published
+        meanwhile (then do not sleep)."""
+        self.store_load(OFF_ASLEEP, 1, OFF_TAIL)
+        return self.ready() > 0
+
+    def wake(self) -> None:
+        """The consumer is awake (busy-polling): producers need not ring."""
+        if PRECISE:
+            self.store(OFF_ASLEEP, 0)

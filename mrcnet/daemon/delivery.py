@@ -1,0 +1,125 @@
+"""What the core has for mrcd's clients, delivered in the loop pass that made it: events
+on the client's socket, completions into the CQ's shared ring (or, for a client without
+rings, as JSON on the socket), with completion moderation (``modify_cq``).
+
+A CQ ring that is full keeps the rest in the core's CQ (back-pressure, nothing lost): the
+client rings mrcd once it made room (the ring's ``blocked`` handshake), and mrcd looks
+again at least every :data:`FULL_RETRY` seconds meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final
+
+from mrcnet import core
+from mrcnet.api.messages import completions_push, event_push
+from mrcnet.api.shmring import RingCorrupt
+from mrcnet.daemon.apiserver import Session
+from mrcnet.daemon.rings import CompletionWriter
+
+__all__ = ["Delivery"]
+
+#: Completions pushed to a client without rings per message.
+WC_PER_PUSH: Final = 256
+#: How often mrcd looks again at a full CQ ring (s).
+FULL_RETRY: Final = 0.001
+_INF: Final = float("inf")
+
+
+class Delivery:
+    """The CQs of mrcd's clients and how their completions leave (see the module)."""
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+        #: Every client CQ: handle -> (the core's CQ, its owner).
+        self.cqs: dict[int, tuple[core.CompletionQueue, Session]] = {}
+        #: Completion moderation per CQ (modify_cq): push when this many wait, or this
+        #: long (s) after the oldest; and since when the oldest has waited.
+        self.mod: dict[int, tuple[int, float]] = {}
+        self.since: dict[int, float] = {}
+        #: The earliest end of a moderated CQ's period or retry of a full ring (the
+        #: engine's timer wakes for it).
+        self.due = _INF
+
+    def forget(self, handle: int) -> None:
+        """CQ ``handle`` is gone."""
+        self.cqs.pop(handle, None)
+        self.mod.pop(handle, None)
+        self.since.pop(handle, None)
+
+    def events(self, host: core.Host, owners: dict[int, Session],
+               sessions: list[Session]) -> None:
+        """Send the core's events: port changes to every client (``sessions``), a QP's
+        to its owner. Stamped here, in the loop pass that made them (mrcd's clock is
+        time.monotonic(), shared by every process on the machine): a client may read one
+        much later, and when an EV changed is what tools measure."""
+        while (ev := host.next_event()) is not None:
+            if isinstance(ev, core.PortStatusChanged):  # every client's concern
+                msg = event_push(ev, time.monotonic())
+                for s in sessions:
+                    s.send(msg)
+                continue
+            owner = owners.get(ev.qpn)
+            if owner is None:
+                continue  # a QP its client destroyed
+            if isinstance(ev, core.PathStateChanged) and not owner.path_events:
+                continue
+            owner.send(event_push(ev, time.monotonic()))
+            if isinstance(ev, core.QPError):
+                self.log.warning("QP error", qpn=ev.qpn, reason=ev.reason)
+
+    def completions(self, host: core.Host) -> list[Session]:
+        """Move every CQ's completions out (moderation permitting); returns the sessions
+        that corrupted a ring (for the caller to drop)."""
+        mod, since = self.mod, self.since
+        now = time.monotonic()
+        self.due = _INF
+        ring: list[Session] = []
+        bad: list[Session] = []
+        for handle, (cq, session) in self.cqs.items():
+            n = len(cq)
+            if not n:
+                continue
+            m = mod.get(handle) if mod else None
+            if m is not None and n < m[0]:
+                # Moderated: wait for more (an error goes at once), or for the period.
+                t0 = since.setdefault(handle, now)
+                if now - t0 < m[1] and not cq.has_error():
+                    self.due = min(self.due, t0 + m[1])
+                    continue
+            if since:
+                since.pop(handle, None)
+            q = session.queues
+            w: CompletionWriter | None = q.cqs.get(handle) if q is not None else None
+            if w is None:
+                while len(cq):
+                    session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))
+                continue
+            try:
+                if self._fill(host, cq, w):
+                    ring.append(session)
+            except RingCorrupt as e:
+                self.log.warning("client broke its completion ring", pid=session.pid,
+                                 error=str(e))
+                bad.append(session)
+                continue
+            if len(cq):
+                self.due = min(self.due, now + FULL_RETRY)
+        for s in ring:
+            s.ring()
+        return bad
+
+    @staticmethod
+    def _fill(host: core.Host, cq: core.CompletionQueue, w: CompletionWriter) -> bool:
+        """As many of ``cq``'s completions as ``w``'s ring takes; True if the client must
+        be rung."""
+        wake = False
+        while len(cq):
+            room = w.room()
+            if not room:
+                if not w.ring.block():  # the client rings when it made room
+                    break
+                continue
+            wake |= w.put(host.poll_cq(cq, room))
+        return wake

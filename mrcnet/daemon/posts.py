@@ -1,0 +1,164 @@
+"""Work requests from mrcd's clients into the core: taken from a client's shared send
+queue (:mod:`mrcnet.daemon.rings`) or from a JSON ``post_write`` / ``post_recv`` request,
+checked the same way (the QP, the region and its bounds are the client's; the client's
+receive quota), then posted. A refused post taken from a ring comes back to the client
+as a ``post_error`` push on its socket, raised by a later call of its context.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from mrcnet import core
+from mrcnet.api.errors import (
+    ApiError,
+    BadLkey,
+    InvalidArgument,
+    InvalidQP,
+    OutOfBounds,
+    error_to,
+)
+from mrcnet.api.protocol import Message
+from mrcnet.api.shmqueues import OP_RECV, OP_WRITE
+from mrcnet.api.shmring import PRECISE, RingCorrupt
+from mrcnet.daemon.apiserver import ApiServer, Session
+from mrcnet.daemon.config import DaemonConfig
+from mrcnet.daemon.guard import over_limit
+from mrcnet.daemon.rings import SessionQueues, WorkRequest
+
+__all__ = ["Posts"]
+
+
+class Engine(Protocol):
+    """What posting needs of mrcd's engine (:class:`mrcnet.daemon.engine.Daemon`)."""
+
+    @property
+    def cfg(self) -> DaemonConfig:
+        """mrcd's configuration (the client limits)."""
+
+    @property
+    def host(self) -> core.Host | None:
+        """The core."""
+
+    @property
+    def api(self) -> ApiServer | None:
+        """The API server (to end a session)."""
+
+    @property
+    def log(self) -> Any:
+        """mrcd's structured logger."""
+
+    def guarded(self, what: str) -> None:
+        """Log an internal error caught in ``what``; mrcd keeps going."""
+
+
+class Posts:
+    """Posts of every client into the engine's core; ``owners``: which session owns
+    which QP (mrcd's table, kept by :class:`mrcnet.daemon.verbs.Verbs`)."""
+
+    def __init__(self, engine: Engine, owners: dict[int, Session]) -> None:
+        self.engine = engine
+        self.owners = owners
+
+    def attach(self, s: Session, msg: Message, fds: list[int]) -> None:
+        """A hello with the client's send queue: take its posts from there. Without the
+        C module (atomic indices) mrcd keeps to JSON posts; its hello says so
+        (``queues`` false) and the client drops its rings."""
+        if PRECISE:
+            s.queues = SessionQueues(fds, msg.get("sq_slots"))
+
+    def take(self, s: Session) -> None:
+        """Everything the client posted into its send queue, into the core (a refused
+        post is a ``post_error`` push; a corrupt ring ends the session)."""
+        q: SessionQueues = s.queues
+        try:
+            while True:
+                for wr in q.take():
+                    self._post(s, wr)
+                if not q.rest():
+                    break
+        except RingCorrupt as e:
+            self.ring_broken(s, f"its send queue is corrupt: {e}")
+
+    def linger(self, s: Session) -> bool:
+        """After a pass that took ``s``'s posts and sent them: busy-poll its send queue
+        for mrcd's ``busy_poll_us``; True when a post arrived (take it, pump again)."""
+        spin = self.engine.cfg.busy_poll_us / 1e6
+        q: SessionQueues | None = s.queues
+        if not spin or q is None or s.closed:
+            return False
+        q.sq.wake()  # the client need not ring while mrcd looks
+        end = time.perf_counter() + spin
+        try:
+            while time.perf_counter() < end:
+                if q.sq.ready():
+                    return True  # (taking the posts arms the doorbell again)
+            return q.rest()  # armed again: its next post rings
+        except RingCorrupt as e:
+            self.ring_broken(s, f"its send queue is corrupt: {e}")
+        return False
+
+    def ring_broken(self, s: Session, why: str) -> None:
+        """A client broke one of its rings: tell it, and end its session."""
+        self.engine.log.warning("client broke a shared queue", pid=s.pid, error=why)
+        s.send({"push": "post_error", "op": "post", "error": {
+            "type": "ProtocolError", "message": f"mrcd ends this context: {why}"}})
+        api = self.engine.api
+        if api is not None:
+            api.drop(s)
+
+    def _post(self, s: Session, wr: WorkRequest) -> None:
+        op, qpn, wr_id, lkey, addr, length, raddr, rkey, imm = wr
+        what = "post_write" if op == OP_WRITE else "post_recv"
+        try:
+            try:
+                if op == OP_WRITE:
+                    self.write(s, qpn, wr_id, lkey, addr, length, raddr, rkey, imm)
+                elif op == OP_RECV:
+                    self.recv(s, qpn, wr_id)
+                else:
+                    raise InvalidArgument(f"unknown work request opcode {op}")
+            except (core.InvalidRequest, core.InvalidAttribute,
+                    core.IllegalTransition) as e:
+                raise InvalidQP(str(e)) from None
+        except ApiError as e:
+            s.send({"push": "post_error", "op": what, "error": error_to(e)})
+        except Exception as e:  # a bug in mrcd: tell the client, log, keep serving
+            self.engine.guarded(what)
+            s.send({"push": "post_error", "op": what, "error": {
+                "type": "ApiError", "message": f"internal error in mrcd: {e!r}"}})
+
+    def _owned(self, s: Session, qpn: int) -> None:
+        if self.owners.get(qpn) is not s:
+            raise InvalidQP(f"no QP {qpn} in this context")
+
+    def write(self, s: Session, qpn: int, wr_id: int, lkey: int, addr: int, length: int,
+              raddr: int, rkey: int, imm: int | None) -> None:
+        """RDMA WRITE (with immediate) of the client's region ``lkey`` at ``addr``."""
+        host = self.engine.host
+        assert host is not None
+        self._owned(s, qpn)
+        mr = s.mrs.get(lkey)
+        if mr is None:
+            raise BadLkey(f"lkey {lkey:#x} is not a region of this context")
+        offset = addr - mr.addr
+        if offset < 0 or length < 0 or offset + length > mr.length:
+            raise OutOfBounds(f"[{addr:#x}, +{length}) is outside region lkey {lkey:#x}")
+        host.post_write(qpn, wr_id, mr, offset, length, raddr, rkey, imm)
+
+    def recv(self, s: Session, qpn: int, wr_id: int) -> None:
+        """A receive for one incoming write-with-immediate (within the client's quota)."""
+        host = self.engine.host
+        assert host is not None
+        self._owned(s, qpn)
+        lim = self.engine.cfg.limits.max_recvs
+        if s.recvs >= lim:
+            # s.recvs only grows (consumed receives are not subtracted): recount the
+            # receives still queued on the client's QPs once it reaches the limit.
+            s.recvs = sum(len(host.qp(q).recv_wrs) for q in s.qps)
+            if s.recvs >= lim:
+                raise over_limit(f"post_recv: this client has {s.recvs} receives queued",
+                                 "limits.max_recvs", lim)
+        host.post_recv(qpn, wr_id, time.monotonic())
+        s.recvs += 1

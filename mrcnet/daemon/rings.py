@@ -1,0 +1,132 @@
+"""mrcd's end of the queues a client shares with it (:mod:`mrcnet.api.shmqueues`): the
+client's send queue of work requests and its CQs' completion rings. The doorbells are
+datagrams on the client's socket (:data:`~mrcnet.api.shmclient.DOORBELL`).
+
+Everything in shared memory is the client's to scribble on, so it is read as hostile:
+the memfds must be sealed shmem of the announced size (as a region's,
+:func:`~mrcnet.daemon.guard.check_region_fd`), every
+index mrcd reads is checked against the ring's size
+(:class:`~mrcnet.api.shmring.RingCorrupt`), and every slot is decoded once, into values
+that are then validated like a JSON request's. A bad slot is an error to that client;
+a corrupt ring ends that client's session; neither reaches another client or mrcd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from typing import Final
+
+from mrcnet.api.errors import InvalidArgument
+from mrcnet.api.protocol import map_region
+from mrcnet.api.shmqueues import (
+    CQ_SLOT,
+    F_IMM,
+    MAX_SLOTS,
+    SQ_SLOT,
+    WORK_REQUEST,
+    encode_completion,
+    queue_bytes,
+)
+from mrcnet.api.shmring import Ring
+from mrcnet.core.events import Completion
+from mrcnet.daemon.guard import check_region_fd
+
+__all__ = ["CompletionWriter", "SessionQueues", "WorkRequest"]
+
+#: Work requests taken from one client's send queue per pass (then the loop moves on:
+#: the ports and the other clients get their turn).
+TAKE_PER_PASS: Final = 1024
+
+#: A decoded work request: (op, qpn, wr_id, lkey, addr, length, remote_addr, rkey, imm).
+WorkRequest = tuple[int, int, int, int, int, int, int, int, "int | None"]
+
+
+def _slots(value: object) -> int:
+    if type(value) is not int or not 16 <= value <= MAX_SLOTS or value & (value - 1):
+        raise InvalidArgument(f"a queue of {value!r} slots: give a power of two from 16 "
+                              f"to {MAX_SLOTS}")
+    return value
+
+
+def _map_queue(fd: int, nslots: int, slot_size: int) -> mmap.mmap:
+    size = queue_bytes(nslots, slot_size)
+    check_region_fd(fd, size)  # sealed: it can never shrink under the mapping
+    return map_region(fd, size, "mrcd")
+
+
+class CompletionWriter:
+    """mrcd's end (the producer) of one CQ's completion ring."""
+
+    def __init__(self, fd: int, nslots: object) -> None:
+        n = _slots(nslots)
+        self.map = _map_queue(fd, n, CQ_SLOT)
+        # The client stays armed while it does not busy-poll (any waiter on its socket
+        # must be woken): ring after every publish that finds it armed.
+        self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer", once=False)
+
+    def room(self) -> int:
+        """Completions that fit now (RingCorrupt if the client broke the head)."""
+        return self.ring.room()
+
+    def put(self, wcs: list[Completion]) -> bool:
+        """Write ``wcs`` (they fit: see :meth:`room`) and publish them; True when the
+        client sleeps and must be rung."""
+        ring, mm = self.ring, self.map
+        off = ring.offset_of
+        for i, c in enumerate(wcs):
+            o = off(ring.tail + i)
+            mm[o:o + 24] = encode_completion(c)
+        return ring.publish(len(wcs))
+
+    def close(self) -> None:
+        """Unmap (the client may keep its own mapping)."""
+        self.ring.detach()
+        with contextlib.suppress(BufferError, ValueError):
+            self.map.close()
+
+
+class SessionQueues:
+    """mrcd's end of one client's send queue (and its CQs' rings)."""
+
+    def __init__(self, fds: list[int], sq_slots: object) -> None:
+        if len(fds) != 1:
+            raise InvalidArgument("hello takes the send queue's memfd, or no fd at all")
+        n = _slots(sq_slots)
+        self.map = _map_queue(fds[0], n, SQ_SLOT)  # (the API server closes the fd)
+        self.sq = Ring(self.map, 0, n, SQ_SLOT, "consumer")
+        self.cqs: dict[int, CompletionWriter] = {}
+        self.closed = False
+
+    def take(self) -> list[WorkRequest]:
+        """The work requests posted since the last call (at most :data:`TAKE_PER_PASS`),
+        decoded; RingCorrupt if the client broke the tail."""
+        sq, mm = self.sq, self.map
+        n = min(sq.ready(), TAKE_PER_PASS)
+        if not n:
+            return []
+        unpack, off = WORK_REQUEST.unpack_from, sq.offset_of
+        out: list[WorkRequest] = []
+        for i in range(sq.head, sq.head + n):
+            op, flags, qpn, wr_id, lkey, length, addr, raddr, rkey, imm = unpack(mm, off(i))
+            out.append((op, qpn, wr_id, lkey, addr, length, raddr, rkey,
+                        imm if flags & F_IMM else None))
+        sq.release(n)
+        return out
+
+    def rest(self) -> bool:
+        """Tell the client mrcd will sleep (its next post rings): True if a post
+        arrived meanwhile (take it first)."""
+        return self.sq.sleep()
+
+    def close(self) -> None:
+        """Let go of everything (the session ended)."""
+        if self.closed:
+            return
+        self.closed = True
+        for w in self.cqs.values():
+            w.close()
+        self.cqs.clear()
+        self.sq.detach()
+        with contextlib.suppress(BufferError, ValueError):
+            self.map.close()

@@ -1,0 +1,163 @@
+"""The shared-memory ring on its own (both ends in this process, over one memfd mapping
+each, as a client and mrcd map it): wrap-around, a full ring, the doorbell handshakes,
+and indices a hostile peer could write."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import struct
+import time
+
+import pytest
+
+from mrcnet.api import shmring
+from mrcnet.api.protocol import map_region
+from mrcnet.api.shmqueues import queue_bytes, sealed_memfd
+from mrcnet.api.shmring import OFF_HEAD, OFF_TAIL, Ring, RingCorrupt
+
+SLOT = 16
+
+
+def _pair(nslots: int) -> tuple[Ring, Ring, mmap.mmap, mmap.mmap]:
+    """A producer and a consumer over two mappings of one sealed memfd."""
+    size = queue_bytes(nslots, SLOT)
+    fd = sealed_memfd("test-ring", size)
+    try:
+        a, b = map_region(fd, size, "producer"), map_region(fd, size, "consumer")
+    finally:
+        os.close(fd)
+    return Ring(a, 0, nslots, SLOT, "producer"), Ring(b, 0, nslots, SLOT, "consumer"), a, b
+
+
+def _push(p: Ring, mm: mmap.mmap, values: list[int]) -> None:
+    for i, v in enumerate(values):
+        struct.pack_into("<Q", mm, p.offset_of(p.tail + i), v)
+    p.publish(len(values))
+
+
+def _pop(c: Ring, mm: mmap.mmap) -> list[int]:
+    n = c.ready()
+    out = [struct.unpack_from("<Q", mm, c.offset_of(c.head + i))[0] for i in range(n)]
+    c.release(n)
+    return out
+
+
+def test_wrap_around_keeps_order_and_loses_nothing() -> None:
+    p, c, pm, cm = _pair(16)
+    rng = random.Random(5)
+    sent: list[int] = []
+    got: list[int] = []
+    nxt = 0
+    while nxt < 5000:  # ~300 times round the ring, in uneven bites
+        k = min(rng.randint(1, 16), p.room())
+        batch = list(range(nxt, nxt + k))
+        _push(p, pm, batch)
+        sent += batch
+        nxt += k
+        if rng.random() < 0.6:
+            got += _pop(c, cm)
+    got += _pop(c, cm)
+    assert got == sent
+    assert p.tail == c.head == nxt >= 5000
+
+
+def test_full_ring_has_no_room_until_the_consumer_takes() -> None:
+    p, c, pm, cm = _pair(16)
+    _push(p, pm, list(range(16)))
+    assert p.room() == 0
+    assert not p.block()  # nothing taken: the producer must wait
+    assert _pop(c, cm)[:3] == [0, 1, 2]
+    assert p.room() == 16
+
+
+@pytest.mark.skipif(not shmring.PRECISE, reason="needs the C fence")
+def test_doorbell_handshakes() -> None:
+    p, c, pm, cm = _pair(16)
+    _push(p, pm, [1])  # the consumer does not sleep: no doorbell
+    assert _pop(c, cm) == [1]
+    assert not c.sleep()  # nothing published meanwhile: it may sleep
+    struct.pack_into("<Q", pm, p.offset_of(p.tail), 2)
+    assert p.publish(1)  # asleep: ring it, once
+    struct.pack_into("<Q", pm, p.offset_of(p.tail), 3)
+    assert not p.publish(1)
+    assert c.sleep()  # published before it slept: do not sleep
+    assert _pop(c, cm) == [2, 3]
+    # A producer that waits for room is rung when the consumer takes.
+    _push(p, pm, list(range(16)))
+    assert not p.block()
+    n = c.ready()
+    assert c.release(n)
+
+
+@pytest.mark.parametrize("field,value", [(OFF_TAIL, 17), (OFF_TAIL, 2**64 - 1),
+                                         (OFF_HEAD, 5)])
+def test_hostile_indices_are_refused(field: int, value: int) -> None:
+    """A tail beyond the ring, a tail behind the head, a head ahead of the tail: each is
+    RingCorrupt on the side that reads it, never a wrong slot."""
+    p, c, pm, _cm = _pair(16)
+    struct.pack_into("<Q", pm, field, value)
+    with pytest.raises(RingCorrupt):
+        if field == OFF_TAIL:
+            c.ready()
+        else:
+            p.room()
+
+
+def test_a_ring_must_fit_and_be_a_power_of_two() -> None:
+    _p, _c, pm, _cm = _pair(16)
+    with pytest.raises(ValueError):
+        Ring(pm, 0, 12, SLOT, "consumer")
+    with pytest.raises(ValueError):
+        Ring(pm, 0, 1024, SLOT, "consumer")
+
+
+def _produce(fd: int, nslots: int, count: int) -> None:
+    """In a child process: push 0..count-1 through the ring; exits 0 when done, 1 on any
+    error, 2 after 60 s."""
+    code = 1
+    try:
+        size = queue_bytes(nslots, SLOT)
+        mm = map_region(fd, size, "producer")
+        p = Ring(mm, 0, nslots, SLOT, "producer")
+        i, end = 0, time.monotonic() + 60
+        while i < count and time.monotonic() < end:
+            if p.room():
+                struct.pack_into("<Q", mm, p.offset_of(p.tail), i)
+                p.publish(1)
+                i += 1
+        code = 0 if i == count else 2
+    finally:
+        os._exit(code)
+
+
+@pytest.mark.skipif(not shmring.PRECISE, reason="the rings need the C module's indices")
+def test_indices_written_by_another_process_are_never_torn() -> None:
+    """A producer process and this consumer hammer a 16-slot ring: every value arrives
+    once, in order, and no index is ever read half written (through Python's struct,
+    2 in 2 million reads of an index another process wrote were torn, and a torn tail
+    looks like a corrupt ring: that is why the queues need the C module)."""
+    nslots, count = 16, 20_000
+    size = queue_bytes(nslots, SLOT)
+    fd = sealed_memfd("test-ring", size)
+    try:
+        mm = map_region(fd, size, "consumer")
+        pid = os.fork()
+        if pid == 0:
+            _produce(fd, nslots, count)
+        try:
+            c = Ring(mm, 0, nslots, SLOT, "consumer")
+            want, end = 0, time.monotonic() + 60
+            while want < count and time.monotonic() < end:
+                n = c.ready()
+                for k in range(n):
+                    assert struct.unpack_from("<Q", mm, c.offset_of(c.head + k))[0] == want
+                    want += 1
+                c.release(n)
+            assert want == count
+        finally:
+            _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.close(fd)

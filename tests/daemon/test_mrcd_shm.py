@@ -1,0 +1,298 @@
+"""Posts and completions in the queues shared with mrcd (issue 15), through two real
+mrcds on a veth pair: rings that wrap, full rings on both sides (the client waits, mrcd
+keeps the rest: nothing lost), a client killed with posts in flight, two clients on one
+mrcd, busy-poll on and off, and a client that scribbles on its send queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mdnsutil import MrcdPair, VethPair, needs_root, start_mrcd, write_config
+
+from mrcnet.api import Context, InvalidArgument, InvalidQP
+from mrcnet.api.client import CompletionQueue, MemoryRegion, QueuePair, WorkCompletion
+from mrcnet.api.protocol import PROTOCOL_VERSION
+from mrcnet.api.shmqueues import OP_WRITE, SQ_SLOT, WORK_REQUEST, queue_bytes, sealed_memfd
+from mrcnet.api.shmring import HEADER, OFF_TAIL, PRECISE
+
+pytestmark = needs_root
+
+
+def _drain(cq: CompletionQueue, want: int, timeout: float = 20.0) -> list[WorkCompletion]:
+    got: list[WorkCompletion] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"{len(got)} of {want} completions"
+        got += cq.wait(timeout=1.0, max_entries=1 << 16)
+    return got
+
+
+def _connect(ca: Context, cb: Context, service: int, size: int = 1 << 16, *,
+             depth: int = 1024) -> tuple[MemoryRegion, CompletionQueue, QueuePair,
+                                         MemoryRegion, CompletionQueue, QueuePair]:
+    """A QP of ``ca`` (on ha) connected to one of ``cb`` (on hb) that exposes a region."""
+    mr_b, cq_b = cb.alloc_mr(size), cb.create_cq(depth)
+    qp_b = cb.create_qp(cq_b)
+    cb.listen(service, qp_b, expose=[mr_b])
+    mr_a, cq_a = ca.alloc_mr(size), ca.create_cq(depth)
+    qp_a = ca.create_qp(cq_a)
+    qp_a.connect("hb", service, expose=[mr_a])
+    qp_b.accept(timeout=10)
+    return mr_a, cq_a, qp_a, mr_b, cq_b, qp_b
+
+
+def test_full_rings_wrap_and_lose_nothing(mrcd_pair: MrcdPair) -> None:
+    """16-slot completion rings and a 16-slot send queue, 400 writes-with-immediate
+    posted at once: the posts wait for room, mrcd keeps what the rings cannot take,
+    and every completion arrives once, in order, with the bytes in place."""
+    n = 400
+    with Context(mrcd_pair.a.socket, sq_depth=16) as ca, \
+            Context(mrcd_pair.b.socket, sq_depth=16) as cb:
+        mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 7, depth=16)
+        assert qp_a.peer is not None
+        for i in range(n):
+            qp_b.post_recv(wr_id=1000 + i)
+        mr_a.buf[: n * 64] = bytes(range(256)) * (n // 4)
+        for i in range(n):
+            qp_a.post_write(mr_a, i * 64, 64, qp_a.peer.regions[0], i * 64, imm=i, wr_id=i)
+        time.sleep(0.5)  # both completion rings fill up while nobody polls
+        sent = _drain(cq_a, n)
+        recv = _drain(cq_b, n)
+        assert [w.wr_id for w in sent] == list(range(n))
+        assert [(w.wr_id, w.imm) for w in recv] == [(1000 + i, i) for i in range(n)]
+        assert all(w.ok for w in sent + recv)
+        assert bytes(mr_b.buf[: n * 64]) == bytes(mr_a.buf[: n * 64])
+
+
+@pytest.mark.parametrize("busy_poll_us", [0, 200])
+def test_round_trips_with_and_without_busy_poll(mrcd_pair: MrcdPair,
+                                                busy_poll_us: int) -> None:
+    with Context(mrcd_pair.a.socket, busy_poll_us=busy_poll_us) as ca, \
+            Context(mrcd_pair.b.socket, busy_poll_us=busy_poll_us) as cb:
+        mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 8)
+        assert qp_a.peer is not None and qp_b.peer is not None
+        for i in range(4):
+            qp_a.post_recv(wr_id=i)
+            qp_b.post_recv(wr_id=i)
+        for i in range(50):
+            payload = struct.pack("<Q", i) * 4
+            mr_a.buf[:32] = payload
+            qp_a.post_write(mr_a, 0, 32, qp_a.peer.regions[0], imm=i)
+            w = next(w for w in _drain_until_recv(cq_b))
+            qp_b.post_recv(wr_id=w.wr_id)
+            assert w.imm == i and bytes(mr_b.buf[:32]) == payload
+            qp_b.post_write(mr_b, 0, 32, qp_b.peer.regions[0], imm=i)
+            w = next(w for w in _drain_until_recv(cq_a))
+            qp_a.post_recv(wr_id=w.wr_id)
+            assert w.imm == i and bytes(mr_a.buf[:32]) == payload
+
+
+def test_round_trips_with_mrcd_busy_polling(veth: VethPair, tmp_path: Path) -> None:
+    """mrcd's own busy-poll (busy_poll_us) on both sides: after each pass it looks at the
+    client's send queue a while (without a doorbell), then arms it again; nothing is lost
+    or late either way."""
+    socks = {}
+    started = []
+    try:
+        for name, ns, ifname, ip, other, oip in (
+                ("ha", veth.ns_a, veth.if_a, veth.ip_a, "hb", veth.ip_b),
+                ("hb", veth.ns_b, veth.if_b, veth.ip_b, "ha", veth.ip_a)):
+            cfg, sock = str(tmp_path / f"{name}.toml"), str(tmp_path / f"{name}.sock")
+            write_config(cfg, name, ifname, ip, sock, {other: oip}, extra="busy_poll_us = 300")
+            started.append(start_mrcd(name, ns, cfg, sock, str(tmp_path)))
+            socks[name] = sock
+        with Context(socks["ha"], busy_poll_us=0) as ca, \
+                Context(socks["hb"], busy_poll_us=0) as cb:
+            mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 13)
+            assert qp_a.peer is not None and qp_b.peer is not None
+            qp_b.post_recv(wr_id=0)
+            qp_a.post_recv(wr_id=0)
+            for i in range(30):
+                qp_a.post_write(mr_a, 0, 16, qp_a.peer.regions[0], imm=i)
+                (w,) = _drain_until_recv(cq_b)
+                qp_b.post_recv(wr_id=0)
+                qp_b.post_write(mr_b, 0, 16, qp_b.peer.regions[0], imm=w.imm)
+                (w,) = _drain_until_recv(cq_a)
+                qp_a.post_recv(wr_id=0)
+                assert w.imm == i
+    finally:
+        for m in started:
+            m.stop()
+
+
+def _drain_until_recv(cq: CompletionQueue) -> list[WorkCompletion]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = [w for w in cq.wait(timeout=1.0) if w.opcode == "RECV_RDMA_WITH_IMM"]
+        if got:
+            return got
+    raise AssertionError("no write-with-immediate arrived")
+
+
+def test_two_clients_on_one_mrcd_see_only_their_own(mrcd_pair: MrcdPair) -> None:
+    with Context(mrcd_pair.a.socket) as c1, Context(mrcd_pair.a.socket) as c2, \
+            Context(mrcd_pair.b.socket) as cb:
+        one = _connect(c1, cb, 9)
+        two = _connect(c2, cb, 10)
+        for k, (mr_a, _cq_a, qp_a, _mr_b, _cq_b, qp_b) in enumerate((one, two)):
+            assert qp_a.peer is not None
+            mr_a.buf[:4096] = bytes([k + 1]) * 4096
+            for i in range(100):
+                qp_b.post_recv(wr_id=i)
+        for i in range(100):  # interleaved posts of both clients
+            for k, (mr_a, _cq_a, qp_a, _mr_b, _cq_b, _qp_b) in enumerate((one, two)):
+                assert qp_a.peer is not None
+                qp_a.post_write(mr_a, 0, 4096, qp_a.peer.regions[0], imm=i,
+                                wr_id=k * 1000 + i)
+        for k, (_mr_a, cq_a, qp_a, mr_b, cq_b, qp_b) in enumerate((one, two)):
+            sent = _drain(cq_a, 100)
+            assert [w.wr_id for w in sent] == [k * 1000 + i for i in range(100)]
+            assert {w.qpn for w in sent} == {qp_a.qpn}
+            recv = [w for w in _drain(cq_b, 100) if w.qpn == qp_b.qpn]
+            assert [w.imm for w in recv] == list(range(100))
+            assert bytes(mr_b.buf[:4096]) == bytes([k + 1]) * 4096
+
+
+VICTIM = r"""
+import sys, time
+from mrcnet.api import Context
+ctx = Context(sys.argv[1])
+mr = ctx.alloc_mr(1 << 20)
+cq = ctx.create_cq()
+qp = ctx.create_qp(cq)
+peer = qp.connect("hb", int(sys.argv[2]))
+for i in range(200):
+    qp.post_write(mr, 0, 1 << 20, peer.regions[0], wr_id=i)
+print("posted", qp.qpn, flush=True)
+time.sleep(60)
+"""
+
+
+def test_client_killed_with_posts_in_flight(mrcd_pair: MrcdPair) -> None:
+    """A client killed with 200 MiB of writes posted: mrcd drops its QP and queues, and
+    a client that was running beside it keeps working."""
+    with Context(mrcd_pair.a.socket) as other, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(other, cb, 11)
+        sink, sink_cq = cb.alloc_mr(1 << 20), cb.create_cq()
+        sink_qp = cb.create_qp(sink_cq)
+        cb.listen(12, sink_qp, expose=[sink])
+        p = subprocess.Popen([sys.executable, "-c", VICTIM, mrcd_pair.a.socket, "12"],
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            assert line.startswith("posted"), line
+            victim_qpn = int(line.split()[1])
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        deadline = time.monotonic() + 10
+        while victim_qpn in [q["qpn"] for q in other.admin("qps")["qps"]]:
+            assert time.monotonic() < deadline, "mrcd kept the killed client's QP"
+            time.sleep(0.05)
+        assert mrcd_pair.a.proc.poll() is None
+        assert qp_a.peer is not None
+        qp_b.post_recv(wr_id=5)
+        mr_a.buf[:8] = b"survivor"
+        qp_a.post_write(mr_a, 0, 8, qp_a.peer.regions[0], imm=1, wr_id=77)
+        assert [w.wr_id for w in _drain(cq_a, 1)] == [77]
+        assert [w.imm for w in _drain(cq_b, 1)] == [1]
+        assert bytes(mr_b.buf[:8]) == b"survivor"
+
+
+class RawRings:
+    """A client speaking the protocol by hand, with a send queue it scribbles on."""
+
+    def __init__(self, path: str, nslots: int = 16) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+        self.sock.settimeout(10.0)
+        size = queue_bytes(nslots, SQ_SLOT)
+        fd = sealed_memfd("test-sq", size)
+        self.map = __import__("mmap").mmap(fd, size)
+        self.next_id = 1
+        self.tail = 0
+        try:
+            assert "ok" in self.call("hello", [fd], v=PROTOCOL_VERSION, pid=os.getpid(),
+                                     sq_slots=nslots)
+        finally:
+            os.close(fd)
+        self.nslots = nslots
+
+    def call(self, op: str, fds: list[int] | None = None, **args: object) -> dict[str, object]:
+        rid = self.next_id
+        self.next_id += 1
+        data = json.dumps({"id": rid, "op": op, **args}).encode()
+        if fds:
+            socket.send_fds(self.sock, [data], fds)
+        else:
+            self.sock.send(data)
+        while True:
+            msg = self.recv()
+            if msg.get("id") == rid:
+                return msg
+
+    def recv(self) -> dict[str, object]:
+        while True:
+            data = self.sock.recv(1 << 16)
+            assert data, "mrcd closed the connection"
+            if data != b"!":
+                return dict(json.loads(data))
+
+    def post(self, *fields: int) -> None:
+        off = HEADER + (self.tail % self.nslots) * SQ_SLOT
+        WORK_REQUEST.pack_into(self.map, off, *fields)
+        self.tail += 1
+        struct.pack_into("<Q", self.map, OFF_TAIL, self.tail)
+        self.sock.send(b"!")
+
+
+@pytest.mark.skipif(not PRECISE, reason="without the C module mrcd uses no shared queues")
+def test_scribbled_send_queue_is_an_error_to_that_client_only(mrcd_pair: MrcdPair) -> None:
+    raw = RawRings(mrcd_pair.a.socket)
+    cq = raw.call("create_cq", depth=16)["ok"]
+    qpn = raw.call("create_qp", cq=cq["cq"])["ok"]["qpn"]  # type: ignore[index]
+    # A bad opcode, then a QP that is not the client's: an error each, raised later by
+    # the library (a post_error push), and the session goes on.
+    raw.post(99, 0, qpn, 1, 0, 0, 0, 0, 0, 0)
+    err = raw.recv()
+    assert err["push"] == "post_error" and err["error"]["type"] == "InvalidArgument"  # type: ignore[index]
+    raw.post(OP_WRITE, 0, 4242, 1, 0, 8, 0, 0, 0, 0)
+    err = raw.recv()
+    assert err["error"]["type"] == "InvalidQP"  # type: ignore[index]
+    assert "ok" in raw.call("stats")
+    # A tail far beyond the ring: mrcd ends this session, and only this one.
+    struct.pack_into("<Q", raw.map, OFF_TAIL, raw.tail + 10_000)
+    raw.sock.send(b"!")
+    err = raw.recv()
+    assert err["error"]["type"] == "ProtocolError"  # type: ignore[index]
+    assert raw.sock.recv(1 << 16) == b""  # closed by mrcd
+    assert mrcd_pair.a.proc.poll() is None
+    with Context(mrcd_pair.a.socket) as c:
+        assert "host" in c.stats()
+
+
+def test_post_errors_surface_in_a_later_call(mrcd_pair: MrcdPair) -> None:
+    """A post mrcd refuses (checked there, not in the library) is raised by the next
+    call of the context, as when posts were requests on the socket."""
+    with Context(mrcd_pair.a.socket) as ca:
+        cq = ca.create_cq()
+        qp = ca.create_qp(cq)
+        ghost = QueuePair(ca, qp.qpn + 100, cq)
+        ghost.post_recv(wr_id=1)
+        with pytest.raises(InvalidQP, match="an earlier post_recv failed"):
+            ca.stats()
+        with pytest.raises(InvalidArgument):
+            qp.post_recv(wr_id=-1)
