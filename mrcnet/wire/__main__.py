@@ -124,9 +124,12 @@ def describe_control(f: Frame) -> str | None:
     if f.peth is not None:
         return f"probe id={f.peth.probe_id}"
     if f.erth is not None:
+        # The token as the Wireshark dissector shows it: only when one was sent.
+        token = f" token={f.endpoint_token:#010x}" if f.endpoint_token else ""
         if f.erth.op == EndpointOp.PORT_STATUS:
-            return f"PORT_STATUS id={f.bth.psn} ports={f.erth.port_status_mask:#06b}"
-        return f"EV_PROBE id={f.bth.psn}"
+            return (f"PORT_STATUS id={f.bth.psn} ports={f.erth.port_status_mask:#06b}"
+                    f"{token}")
+        return f"EV_PROBE id={f.bth.psn}{token}"
     if f.eeth is not None:
         return f"{EndpointOp(f.eeth.op).name} response id={f.bth.psn}"
     if f.immdt is not None:
@@ -170,6 +173,9 @@ def decode_frame(index: int, timestamp: float, data: bytes, *, verify: bool = Tr
         hdr = getattr(f, attr)
         if hdr is not None:
             fields[key] = {_RENAME.get((attr, k), k): int(v) for k, v in asdict(hdr).items()}
+    if f.endpoint_token:
+        # mrcnet's own word, outside ERTH's public fields (which the spec readings share).
+        fields["endpoint_token"] = f.endpoint_token
     if f.immdt is not None:
         fields["immdt"] = f.immdt.imm
     d.fields = fields

@@ -55,7 +55,7 @@ from mrcnet.wire.bth import BTH
 from mrcnet.wire.checksum import udp6_checksum, udp6_checksum_ok
 from mrcnet.wire.dscp import dscp_classes
 from mrcnet.wire.eeth import EETH
-from mrcnet.wire.erth import ERTH
+from mrcnet.wire.erth import ERTH, erth_token
 from mrcnet.wire.ethernet import Ethernet
 from mrcnet.wire.icrc import icrc
 from mrcnet.wire.immdt import ImmDt
@@ -327,6 +327,9 @@ class Frame:
     peth: PETH | None = None
     erth: ERTH | None = None
     eeth: EETH | None = None
+    #: mrcnet's endpoint token, read from an endpoint request's ERTH reserved word (0:
+    #: none sent; ERTH itself leaves that word reserved, see mrcnet.wire.erth).
+    endpoint_token: int = 0
 
     @property
     def ev(self) -> int:
@@ -462,6 +465,7 @@ def parse_frame(
             )
         if op == Opcode.ENDPOINT_REQ:
             frame.erth = ERTH.unpack_from(mv, off)
+            frame.endpoint_token = erth_token(mv, off)
             off += ERTH.LEN
         else:
             frame.eeth = EETH.unpack_from(mv, off)

@@ -21,6 +21,7 @@ from mrcnet.constants import (
     BTH_LEN,
     ETH_HEADER_LEN,
     ETH_P_IPV6,
+    ICRC_LEN,
     IPV6_HEADER_LEN,
     SRH_FIXED_LEN,
     UDP_HEADER_LEN,
@@ -48,6 +49,7 @@ from mrcnet.wire import (
     parse_frame,
 )
 from mrcnet.wire.checksum import fast_udp6_checksum_ok
+from mrcnet.wire.erth import erth_token
 from mrcnet.wire.icrc import fast_icrc
 
 __all__ = [
@@ -437,6 +439,8 @@ def parsed_to_frame(buf: bytes | bytearray | memoryview, p: PyParsed | Any) -> F
     if p.has_erth:
         f.erth = ERTH(p.ep_op, p.ep_port_mask, p.ep_timestamp, p.ep_vendor, bool(p.ep_tsr),
                       p.ep_ftype)
+        # An endpoint request ends with its ERTH and the ICRC (parse_frame checks it).
+        f.endpoint_token = erth_token(mv, end - ICRC_LEN - ERTH.LEN)
     if p.has_eeth:
         f.eeth = EETH(p.ep_op, p.ep_timestamp)
     return f
