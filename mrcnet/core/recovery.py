@@ -16,8 +16,6 @@ from collections import deque
 
 from mrcnet.constants import (
     EV_PATH_SHIFT,
-    EV_PLANE_MASK,
-    EV_PLANE_SHIFT,
     PSN_MASK,
     NackReason,
     SackMode,
@@ -46,11 +44,6 @@ CONFIRMED_MIN = 1.5  # decayed confirmed losses a path needs to retire: two with
 CONFIRMED_SIGMAS = 3.0  # ... and this many standard deviations above its fair share
 REO_SCALED_CAP_RTTS = 2  # the scaled reorder floor stays within 2 smoothed RTTs
 REO_DECAY_RTTS = 32  # the allowance narrows only 32 smoothed RTTs after a spurious loss
-
-
-def _key_plane(key: int) -> int:
-    """The plane of a path key (``EV >> EV_PATH_SHIFT``)."""
-    return (key >> (EV_PLANE_SHIFT - EV_PATH_SHIFT)) & EV_PLANE_MASK
 
 
 def retry_schedule(base: float, retry_cnt: int, linear: int) -> list[float]:
@@ -324,7 +317,7 @@ class Recovery:
         assert evm is not None
         usable = evm.usable_planes
         active = {i.ev >> EV_PATH_SHIFT for pl in usable for i in evm.active.get(pl, ())}
-        npaths = len(active | {k for k in conf if _key_plane(k) in usable})
+        npaths = len(active | {k for k in conf if ev_path(k << EV_PATH_SHIFT)[0] in usable})
         expected = others / (npaths - 1) if npaths > 1 else 0.0
         if mine >= CONFIRMED_MIN and mine > expected + CONFIRMED_SIGMAS * math.sqrt(expected) + 1:
             if not active - {key}:
