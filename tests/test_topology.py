@@ -20,6 +20,7 @@ from mrcnet.topology import FABRIC, SIM, SpecError, parse_spec
 from mrcnet.topology.addressing import SIM_FABRIC_ID
 from mrcnet.topology.description import FabricDescription
 from mrcnet.topology.naming import canonical, compact
+from mrcnet.wire.dscp import DscpClasses
 
 SPECS = [
     "leafspine:",
@@ -94,6 +95,27 @@ def test_keys_a_tool_cannot_emulate_are_recorded() -> None:
         "host_drop=off: recorded, not emulated", "vq_drain=0.9: recorded, not emulated"]
     assert fabric_spec(line).delay_s == pytest.approx(1e-6)
     assert parse_topology(line).delay == pytest.approx(1e-6)
+
+
+def test_dscp_classes_from_the_spec() -> None:
+    """One spelling for both tools; the fabric writes the classes in its description."""
+    line = "leafspine:planes=2,dscp=trimmed:10/control:48"
+    spec = parse_spec(line)
+    want = DscpClasses(trimmed=10, control=48)
+    assert spec.get("dscp") == want
+    assert "dscp=trimmed:10/control:48" in spec.to_line()
+    assert parse_spec(spec.to_line()) == spec
+    fab = fabric_spec(line)
+    assert fab.dscp == want and "dscp=trimmed:10/control:48" in fab.effective()
+    assert allocate(fab, "dq1", 1).options["dscp"] == want.to_dict()
+    assert allocate(fabric_spec("leafspine:planes=2"), "dq2", 2).options["dscp"] == \
+        DscpClasses().to_dict()
+    assert parse_topology(line).dscp == want
+    for bad, why in (("x:1", "unknown DSCP class"), ("trimmed:64", "0..63"),
+                     ("trimmed", "expected CLASS:N"), ("trimmed:ten", "integer"),
+                     ("trimmed:46", "distinct")):
+        with pytest.raises(SpecError, match=why):
+            parse_spec(f"leafspine:dscp={bad}")
 
 
 def test_one_spec_error() -> None:

@@ -137,7 +137,7 @@ class Fabric:
         require_tool("tc", "iproute2")
         t0 = time.monotonic()
         say("compiling BPF trimming program (cached by content hash)")
-        obj = compile_object()  # the default classes: what allocate() writes in the description
+        obj = compile_object(topo.dscp)  # the classes allocate() writes in the description
 
         with global_lock():
             d = fabric_dir(name)

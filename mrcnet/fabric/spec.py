@@ -27,10 +27,17 @@ from mrcnet.topology.description import (
     Switch,
 )
 from mrcnet.topology.errors import SpecError
-from mrcnet.topology.spec import FABRIC, WHY_NOT, TopologySpec, check_shape, shape_parts
+from mrcnet.topology.spec import (
+    FABRIC,
+    KEYS,
+    WHY_NOT,
+    TopologySpec,
+    check_shape,
+    shape_parts,
+)
 from mrcnet.topology.spec import parse_spec as parse_topology
 from mrcnet.topology.units import format_rate, parse_rate
-from mrcnet.wire.dscp import DEFAULT_DSCP
+from mrcnet.wire.dscp import DEFAULT_DSCP, DscpClasses
 
 __all__ = ["DEFAULT_VQ_DRAIN", "FabricSpec", "allocate", "format_rate", "parse_rate",
            "parse_spec", "resolve", "validate_name"]
@@ -79,6 +86,9 @@ class FabricSpec:
     #: frames per pfifo_fast band on shaped ports (the device txqueuelen); 0 = the kernel's
     txqueuelen: int = 0
     burst: int = -1  #: tbf burst in bytes on shaped ports; -1 = derived from rate and MTU
+    #: the code points the switches mark and read (the hosts' mrcds take them from the
+    #: fabric description)
+    dscp: DscpClasses = DEFAULT_DSCP
 
     #: the spec as written, for :meth:`notes` (None when built field by field)
     source: TopologySpec | None = field(default=None, compare=False, repr=False)
@@ -143,7 +153,7 @@ class FabricSpec:
             f"drop={self.drop_bytes or 'never'}",
             f"ecn_last_hop={'on' if self.ecn_last_hop else 'off'}",
             f"vq_drain={self.vq_drain_frac:g}",
-        ])
+        ] + ([] if self.dscp == DEFAULT_DSCP else [f"dscp={KEYS['dscp'].show(self.dscp)}"]))
 
     def notes(self) -> list[str]:
         """What the spec asks for that mrc-fabric records but does not emulate."""
@@ -176,7 +186,7 @@ def resolve(spec: TopologySpec) -> FabricSpec:
                       ("delay", "delay_s"), ("ecn_last_hop", "ecn_last_hop"),
                       ("host_drop", "host_drop"), ("host_shaping", "host_shaping"),
                       ("vq_drain", "vq_drain"), ("txqueuelen", "txqueuelen"),
-                      ("burst", "burst")):
+                      ("burst", "burst"), ("dscp", "dscp")):
         if spec.given(key):
             kw[attr] = spec.get(key)
     trim = spec.get("trim")  # None: not given; True: on (default threshold); int: bytes
@@ -320,7 +330,7 @@ def allocate(spec: FabricSpec, name: str, fabric_id: int) -> FabricDescription:
         "effective": spec.effective(),
         "not_emulated": spec.notes(),
         # The DSCP classes the switches mark and hosts read (mrcd takes them from here).
-        "dscp": DEFAULT_DSCP.to_dict(),
+        "dscp": spec.dscp.to_dict(),
     }
     paths = {
         # How to build a path; FabricDescription.path_container / path_segments do it.

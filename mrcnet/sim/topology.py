@@ -164,7 +164,7 @@ def resolve(spec: TopologySpec) -> LeafSpineSpec:
         kw["rate_bps"] = float(spec.get("rate"))
     if spec.given("host_rate"):
         kw["host_rate_bps"] = float(spec.get("host_rate"))
-    for key in ("delay", "skew", "ecn_last_hop"):
+    for key in ("delay", "skew", "ecn_last_hop", "dscp"):
         if spec.given(key):
             kw[key] = spec.get(key)
     if spec.given("hdr_queue"):

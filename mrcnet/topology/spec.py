@@ -29,6 +29,7 @@ from mrcnet.topology.units import (
     parse_rate,
     parse_time,
 )
+from mrcnet.wire.dscp import DEFAULT_DSCP, DscpClasses
 
 FABRIC = "fabric"  #: mrc-fabric: namespaces, veths, tc and BPF on this machine
 SIM = "sim"  #: mrc-sim: the discrete-event simulator
@@ -58,6 +59,35 @@ def _drain(text: Any, mtu: int) -> float:
     if value == 0:
         raise SpecError("vq_drain must be in (0, 1]")
     return value
+
+
+def _dscp(text: Any, mtu: int) -> DscpClasses:
+    """``CLASS:N/CLASS:N...`` (or TOML's table ``{CLASS = N}``): the classes named get
+    those code points, the others keep their defaults (:mod:`mrcnet.wire.dscp`)."""
+    if isinstance(text, DscpClasses):
+        return text
+    if isinstance(text, Mapping):
+        given = dict(text)
+    else:
+        given = {}
+        for item in filter(None, (i.strip() for i in str(text).split("/"))):
+            name, colon, value = item.partition(":")
+            if not colon:
+                raise SpecError(f"{item!r}: expected CLASS:N, e.g. trimmed:10/control:48")
+            try:
+                given[name.strip()] = int(value)
+            except ValueError:
+                raise SpecError(f"{item!r}: the code point must be an integer 0..63") from None
+    try:
+        return DscpClasses.from_dict(given, "dscp")
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+
+
+def _show_dscp(v: DscpClasses) -> str:
+    default = DEFAULT_DSCP.to_dict()
+    return "/".join(f"{k}:{n}" for k, n in v.to_dict().items() if n != default[k]) or \
+        "/".join(f"{k}:{n}" for k, n in default.items())
 
 
 @dataclass(frozen=True)
@@ -116,6 +146,8 @@ KEYS: dict[str, Key] = {
     "txqueuelen": Key(lambda v, m: parse_int(v), (FABRIC,),
                       "frames per pfifo_fast band on shaped ports"),
     "burst": Key(lambda v, m: parse_bytes(v, packet=m), (FABRIC,), "tbf burst in bytes"),
+    "dscp": Key(_dscp, _BOTH, "DSCP code points, CLASS:N/...: trimmable, trimmable_retx, "
+                "trimmed, trimmed_lasthop, no_trim, control", _show_dscp),
 }
 
 #: Other spellings accepted for a key.
