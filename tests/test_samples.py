@@ -14,6 +14,7 @@ import pytest
 
 from mrcnet.constants import (
     DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
     ENDPOINT_QPN,
     ETH_HEADER_LEN,
     IPV6_HEADER_LEN,
@@ -91,7 +92,9 @@ def test_every_frame_kind_is_present() -> None:
     assert {("usid", True), ("usid", False), ("srh", True), ("srh", False), ("plain", False)} <= (
         modes
     )
-    assert [s.name for s, f in parsed if f.trimmed] == ["write-middle-trimmed"]
+    assert [s.name for s, f in parsed if f.trimmed] == ["write-middle-trimmed",
+                                                         "write-middle-trimmed-lasthop"]
+    assert [s.name for s, f in parsed if f.trim_lasthop] == ["write-middle-trimmed-lasthop"]
     assert [s.name for s, f in parsed if f.ce] == ["write-only-ce"]
 
 
@@ -120,13 +123,17 @@ def test_each_sample_parses_as_described(s: Sample) -> None:
     assert f.trimmed == s.trimmed
 
 
-def test_trimmed_sample_is_what_a_switch_forwards() -> None:
+@pytest.mark.parametrize(("name", "dscp"), [("write-middle-trimmed", DSCP_TRIMMED),
+                                           ("write-middle-trimmed-lasthop",
+                                            DSCP_TRIMMED_LASTHOP)])
+def test_trimmed_sample_is_what_a_switch_forwards(name: str, dscp: int) -> None:
     """Cut to 256 bytes, outer DSCP re-marked, IP length left as it was (too big)."""
-    s = BY_NAME["write-middle-trimmed"]
+    s = BY_NAME[name]
     f = parse_frame(s.frame)
     assert len(s.frame) == TRIM_SIZE
-    assert f.outer.dscp == DSCP_TRIMMED
-    assert f.inner is not None and f.inner.dscp != DSCP_TRIMMED  # switches mark the outer
+    assert f.outer.dscp == dscp
+    assert f.trim_lasthop == (dscp == DSCP_TRIMMED_LASTHOP)
+    assert f.inner is not None and f.inner.dscp != dscp  # switches mark the outer
     assert ETH_HEADER_LEN + IPV6_HEADER_LEN + f.outer.payload_length > len(s.frame)
     assert f.reth is not None and f.reth.length == 1024
     assert 0 < len(f.payload) < f.reth.length
@@ -151,7 +158,7 @@ def test_usid_noencap_checksum_uses_the_shifted_container() -> None:
     arrived[38:54] = usid_final(USID_PATH)
     assert not parse_frame(bytes(arrived)).trimmed
     assert [x.name for x in ALL if not x.checksum_as_sent] == [
-        "write-only-usid-noencap", "write-middle-trimmed"
+        "write-only-usid-noencap", "write-middle-trimmed", "write-middle-trimmed-lasthop"
     ]
 
 

@@ -27,7 +27,9 @@ first uSID container fc00:0:1001:2001:: in the destination, the next, fc00:0:100
 reduced one-segment SRH), ``-noencap`` frames have no inner header,
 ``-plain`` frames go straight to the receiver. ``write-middle-trimmed`` is a 1024-byte-payload
 data frame as a switch forwards it after trimming: cut to 256 bytes, outer DSCP re-marked
-``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were; ``write-only-ce``
+``DSCP_TRIMMED``, IP and UDP lengths and the checksum left as they were;
+``write-middle-trimmed-lasthop`` the same cut at the port to the receiving host (an incast,
+not a path problem: ``DSCP_TRIMMED_LASTHOP``, answered with that NACK reason); ``write-only-ce``
 is a data frame a switch marked CE (outer ECN only).
 
 Caveat for tools: in uSID mode without an inner header the UDP pseudo-header destination is
@@ -44,6 +46,7 @@ from functools import partial
 
 from mrcnet.constants import (
     DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
     ECN,
     ETH_HEADER_LEN,
     EndpointOp,
@@ -233,6 +236,11 @@ def _build() -> list[Sample]:
          lambda: _data(PLAIN, Opcode.WRITE_ONLY, 111), PLAIN, False),
         ("write-middle-trimmed", "data frame trimmed by a switch to 256 bytes",
          lambda: switch_trim(_data(USID, Opcode.WRITE_MIDDLE, 112, payload=_payload(1024))),
+         USID, True),
+        ("write-middle-trimmed-lasthop", "data frame trimmed at the last hop (the port to the "
+         "receiver: incast), re-marked DSCP_TRIMMED_LASTHOP",
+         lambda: switch_trim(_data(USID, Opcode.WRITE_MIDDLE, 116, payload=_payload(1024)),
+                             dscp=DSCP_TRIMMED_LASTHOP),
          USID, True),
         ("write-only-ce", "data frame a switch marked Congestion Experienced (outer ECN)",
          lambda: switch_mark_ce(_data(USID, Opcode.WRITE_ONLY, 114)), USID, False),

@@ -7,8 +7,9 @@
 -- Layouts: the public readings of the OCP MRC 1.0 packet tables, as restated in mrcnet's
 -- protocol notes (section 8). All fields are big-endian; offsets below are from the start
 -- of each header. Every field is named mrc.<header>.<key> (mrc.bth.psn, mrc.seth.cack_psn,
--- ...), plus mrc.immdt, mrc.payload_len, mrc.icrc, mrc.ev and mrc.trimmed; values are
--- the raw integers on the wire (units and offsets are not applied).
+-- ...), plus mrc.immdt, mrc.payload_len, mrc.icrc, mrc.ev, mrc.trimmed and
+-- mrc.trimmed_lasthop; values are the raw integers on the wire (units and offsets are not
+-- applied).
 --
 -- Port choice: MRC shares UDP 4791 with RoCEv2, and Wireshark hands that port to its
 -- InfiniBand (RoCEv2) dissector. This script takes the port over, and gives every frame
@@ -142,6 +143,8 @@ local F = {
     ["icrc"] = u32("mrc.icrc", "ICRC (as stored)", H),
     ["ev"] = u32("mrc.ev", "Entropy value (UDP source port + flow label)", H),
     ["trimmed"] = u8("mrc.trimmed", "Trimmed", D, { [0] = "no", [1] = "yes" }),
+    ["trimmed_lasthop"] = u8("mrc.trimmed_lasthop", "Trimmed at the last hop (incast)", D,
+                             { [0] = "no", [1] = "yes" }),
     ["extra"] = ProtoField.bytes("mrc.extra", "Bytes after the headers"),
     ["payload"] = ProtoField.bytes("mrc.payload", "Payload"),
 }
@@ -194,8 +197,24 @@ mrc.prefs.ev_sport_high = Pref.bool(
     "Off (default): the EV's low 16 bits ride in the UDP source port and its high 16 bits "
     .. "in the flow label's low 16 bits. On: the other way round.")
 
+-- A trim's place is in the outer header's DSCP: the switch re-marks it TRIMMED, or
+-- TRIMMED_LASTHOP at its port to the receiving host. The fabric's operator picks the code
+-- points (mrcnet.constants.DSCP_TRIMMED_LASTHOP is the default; an mrc-fabric spec's
+-- dscp= key moves it), so it is a preference.
+mrc.prefs.dscp_trimmed_lasthop = Pref.uint(
+    "DSCP of a last-hop trim", 32,
+    "The outer DSCP a switch gives a frame it trimmed at its port to the receiving host "
+    .. "(incast, not a path problem). Default 32 (CS4), mrcnet's default.")
+
 local f_udp_len = Field.new("udp.length")
+local f_dscp = Field.new("ipv6.tclass.dscp")
 local f_flow = Field.new("ipv6.flow")
+
+local function first(field)
+    local v = field()
+    if v == nil then return nil end
+    return v.value
+end
 
 local function last(field)
     local all = { field() }
@@ -405,7 +424,10 @@ function mrc.dissector(tvb, pinfo, tree)
     ti:set_generated()
     if trimmed then
         ti:add_proto_expert_info(E.trimmed)
-        info = info .. " [TRIMMED]"
+        -- The outer header's DSCP (the first IPv6 header: switches re-mark the outer).
+        local lasthop = first(f_dscp) == mrc.prefs.dscp_trimmed_lasthop
+        root:add(F["trimmed_lasthop"], lasthop and 1 or 0):set_generated()
+        info = info .. (lasthop and " [TRIMMED at the last hop]" or " [TRIMMED]")
     elseif avail >= 4 then
         root:add(F["icrc"], tvb(off, 4))
     elseif not snapped and not DATA[opcode] then

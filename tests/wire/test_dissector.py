@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from vectors import mrc10
 
-from mrcnet.constants import EndpointOp
+from mrcnet.constants import DSCP_TRIMMED, EndpointOp
 from mrcnet.wire import build_endpoint
 from mrcnet.wire.erth import ERTH, TokenERTH
-from mrcnet.wire.samples import USID
+from mrcnet.wire.samples import USID, sample
 from mrcnet.wireshark import plugin_path
 
 TSHARK = shutil.which("tshark")
@@ -196,6 +196,27 @@ def test_a_data_frame_cut_after_its_reth_is_trimmed(tmp_path: Path) -> None:
         assert row["mrc.trimmed"] == "1" and row["mrc.payload_len"] == "0"
         assert row["mrc.icrc"] == "" and row["mrc.reth.dma_len"] != ""
         assert "Trimmed" in row["_ws.expert.message"]
+
+
+@needs_tshark
+def test_last_hop_trim_by_the_outer_dscp(tmp_path: Path) -> None:
+    """The conformance samples' two trims: a path trim and a last-hop trim, told apart
+    by the outer DSCP; the code point is a preference (a fabric's dscp= key moves it)."""
+    trims = [sample("write-middle-trimmed"), sample("write-middle-trimmed-lasthop")]
+    path = tmp_path / "trims.pcap"
+    mrc10.write_pcap(path, [t.frame for t in trims])
+    fields = ["mrc.trimmed", "mrc.trimmed_lasthop", "_ws.col.Info"]
+    rows = tshark(path, fields)
+    assert [(r["mrc.trimmed"], r["mrc.trimmed_lasthop"]) for r in rows] == [("1", "0"),
+                                                                           ("1", "1")]
+    assert "[TRIMMED]" in rows[0]["_ws.col.Info"]
+    assert "[TRIMMED at the last hop]" in rows[1]["_ws.col.Info"]
+    moved = tshark(path, fields, f"mrc.dscp_trimmed_lasthop:{DSCP_TRIMMED}")
+    assert [r["mrc.trimmed_lasthop"] for r in moved] == ["1", "0"]
+    # Only a trim has the field.
+    plain = tmp_path / "plain.pcap"
+    mrc10.write_pcap(plain, [sample("write-middle").frame])
+    assert tshark(plain, fields)[0]["mrc.trimmed_lasthop"] == ""
 
 
 @needs_tshark
