@@ -622,10 +622,12 @@ class Host:
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
                 if qp.since_ack and not self.config.sack_on_reorder and (
-                        qp.rx_burst > 1 or self.config.ack_lone):
+                        qp.rx_burst > 1 or (self.config.ack_lone and not qp.resp.held)):
                     qp.send_sack(now, out)
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
+                if qp.since_ack and self.config.ack_with_data:
+                    qp.send_sack(now, out)  # with our data (a held AckReq's answer)
                 self._dirty.add(qpn)
                 qp.emit(now, out, sendq)
         self._sendq.clear()

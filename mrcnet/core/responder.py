@@ -83,6 +83,8 @@ class Responder:
         self.rx = self._rxk.new_state(ring_size(min(self.rx_window, _RING_START)))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
+        #: An AckReq whose acknowledgement waits for this QP's next data (ack_with_data).
+        self.held = False
         self.imm_done = 0  # next RQMSN to complete
         self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
@@ -165,7 +167,13 @@ class Responder:
         self.rx_packets += 1
         rx.rx_burst += 1
         # A retransmission is SACKed at once: its echo tells the sender the loss was real.
-        now_sack = f.ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
+        ack_req = f.ack_req
+        if ack_req and f.has_imm and d == 0 and not rx.ooo_n and cfg.ack_with_data:
+            # In order, nothing missing, and it hands the application a message it may
+            # answer: the ACK waits (at most ack_delay) to leave with that answer.
+            ack_req = False
+            self.held = True
+        now_sack = ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
                 self._deliver((n, op, msn, imm))
@@ -335,6 +343,7 @@ class Responder:
         rx = self.rx
         rx.ack_at = _INF
         rx.since_ack = 0
+        self.held = False
         evm = self.evm
         st = self.qp.state
         if evm is None or (st is not QPState.RTR and st is not QPState.RTS):

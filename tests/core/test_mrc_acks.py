@@ -28,7 +28,8 @@ def _answers(net: Net) -> list[Any]:
 def _data(net: Net, qb: int, md: Any, psn: int, **kw: Any) -> bytes:
     route = net.fabric.provider("h0").routes("h1", 0)[1]
     kw.setdefault("ack_req", True)
-    return build_data(route, ev=make_ev(0, 1, 0), opcode=Opcode.WRITE_ONLY, dest_qp=qb,
+    kw.setdefault("opcode", Opcode.WRITE_ONLY)
+    return build_data(route, ev=make_ev(0, 1, 0), dest_qp=qb,
                       psn=psn, va=md.addr + 64 * (psn - 1000), rkey=md.rkey,
                       payload=b"y" * 64, **kw)
 
@@ -143,3 +144,43 @@ def test_a_lone_packet_is_acknowledged_in_its_pass_only_with_ack_lone() -> None:
         if not lone:  # the delayed acknowledgement still comes
             hb.handle_timer(hb.config.ack_delay + 1e-6)
             assert [f for f in _answers(net) if f.opcode in (Opcode.ACK, Opcode.SACK)]
+
+
+def _ack_frames(frames: list[tuple[int, bytes]]) -> list[Any]:
+    return [p for p in (parse_frame(f) for _, f in frames)
+            if p.opcode in (Opcode.ACK, Opcode.SACK)]
+
+
+def test_ack_with_data_holds_a_pings_ackreq_for_the_answer() -> None:
+    """ack_with_data (mrcd's setting): the AckReq of an in-order write-with-immediate is
+    not answered in its own pass but by the responder's next data (the answer) in the
+    same frames_to_send call, or at ack_delay when no answer comes; a plain write's
+    AckReq, and every AckReq without the knob, is answered at once."""
+    for hold in (False, True):
+        net = Net(config=HostConfig(ack_lone=True, ack_with_data=hold))
+        _qa, qb = connect(net, 0, 1, psn_a=1000)
+        hb = net.h(1)
+        md = hb.register_mr(bytearray(8192))
+        hb.post_recv(qb, 1, 0.0)
+        hb.post_recv(qb, 2, 0.0)
+        ping = _data(net, qb, md, 1000, opcode=Opcode.WRITE_ONLY_IMM, imm=5, rqmsn=0)
+        hb.receive(ping, 0, 0.0)
+        assert len(_ack_frames(hb.frames_to_send(1e-6))) == (0 if hold else 1)
+        hb.post_write(qb, 7, md, 0, 64, 0x1000, 0x1234, 9)  # the answer
+        frames = hb.frames_to_send(2e-6)
+        assert [f.bth.psn for f in _ack_frames(frames)] == ([1000] if hold else [])
+        assert any(parse_frame(f).opcode is Opcode.WRITE_ONLY_IMM for _, f in frames)
+        # no answer: the ACK of a second ping comes at ack_delay
+        t = 1e-3
+        hb.receive(_data(net, qb, md, 1001, opcode=Opcode.WRITE_ONLY_IMM, imm=6, rqmsn=1),
+                   0, t)
+        assert len(_ack_frames(hb.frames_to_send(t))) == (0 if hold else 1)
+        if hold:
+            due = hb.next_timer()
+            assert due is not None and due <= t + hb.config.ack_delay
+            hb.handle_timer(t + hb.config.ack_delay)
+            assert [f.bth.psn for f in _ack_frames(hb.frames_to_send(
+                t + hb.config.ack_delay))] == [1001]
+        # a plain write's AckReq: at once, with the knob too
+        hb.receive(_data(net, qb, md, 1002), 0, 2e-3)
+        assert len(_ack_frames(hb.frames_to_send(2e-3))) == 1
