@@ -216,6 +216,10 @@ class Host:
     def destroy_qp(self, qpn: int) -> None:
         """Forget a QP (its outstanding work is flushed first)."""
         qp = self.qp(qpn)
+        if qp.since_ack and self.config.ack_with_data:
+            # A held AckReq (the answer will not come now) leaves before its QP: the
+            # data was placed and completed here, and the requester must hear so.
+            qp.send_sack(self._last_now, self._ctrl)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         del self._qps[qpn]
         self._ep_tokens.clear()

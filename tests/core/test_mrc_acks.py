@@ -184,3 +184,18 @@ def test_ack_with_data_holds_a_pings_ackreq_for_the_answer() -> None:
         # a plain write's AckReq: at once, with the knob too
         hb.receive(_data(net, qb, md, 1002), 0, 2e-3)
         assert len(_ack_frames(hb.frames_to_send(2e-3))) == 1
+
+
+def test_a_held_ack_leaves_when_its_qp_is_destroyed() -> None:
+    """ack_with_data: a responder that destroys its QP before answering (the last
+    message of a session) still acknowledges what it received."""
+    net = Net(config=HostConfig(ack_with_data=True))
+    _qa, qb = connect(net, 0, 1, psn_a=1000)
+    hb = net.h(1)
+    md = hb.register_mr(bytearray(8192))
+    hb.post_recv(qb, 1, 0.0)
+    hb.receive(_data(net, qb, md, 1000, opcode=Opcode.WRITE_ONLY_IMM, imm=5, rqmsn=0),
+               0, 0.0)
+    assert not _ack_frames(hb.frames_to_send(1e-6))  # held
+    hb.destroy_qp(qb)
+    assert [f.bth.psn for f in _ack_frames(hb.frames_to_send(2e-6))] == [1000]
