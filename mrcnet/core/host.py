@@ -630,10 +630,11 @@ class Host:
                     qp.send_sack(now, out)
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
-                if qp.since_ack and self.config.ack_with_data:
-                    qp.send_sack(now, out)  # with our data (a held AckReq's answer)
                 self._dirty.add(qpn)
-                qp.emit(now, out, sendq)
+                if qp.since_ack and self.config.ack_with_data:
+                    self._emit_with_ack(qp, now, out, sendq)
+                else:
+                    qp.emit(now, out, sendq)
         self._sendq.clear()
         sq = sendq
         queued = 0
@@ -656,6 +657,17 @@ class Host:
                         queued -= min(queued, k)
         self.count("tx_frames", len(out) + queued)
         return out
+
+    def _emit_with_ack(self, qp: QueuePair, now: float, out: list[tuple[int, bytes]],
+                       sendq: Any) -> None:
+        """ack_with_data: the QP's data, then the acknowledgement it owes (a held AckReq)
+        on the plane that data took, so that one batch of one port carries both."""
+        before = len(out)
+        had = {i: sendq.pending(i) for i in self.ports} if sendq is not None else {}
+        qp.emit(now, out, sendq)
+        port = out[-1][0] if len(out) > before else next(
+            (i for i, n in had.items() if sendq.pending(i) > n), -1)
+        qp.send_sack(now, out, plane=self.ports[port].plane if port in self.ports else -1)
 
     def _refresh_timers(self) -> None:
         heap, armed = self._heap, self._armed

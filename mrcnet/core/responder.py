@@ -334,7 +334,8 @@ class Responder:
         if reason == NackReason.TRIMMED_LASTHOP:
             self.qp.count("tx_nack_lasthop")
 
-    def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1) -> None:
+    def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1,
+                  plane: int = -1) -> None:
         """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one
         SACK per 64-PSN window so every packet received since the last SACK is reported),
         the triggering packet's EV and timestamp, and CC state; ``probe`` >= 0: the SACK
@@ -358,10 +359,15 @@ class Responder:
             bases = sack_bases(rx, more)
             more.clear()
         # Back on the triggering packet's path when it is usable (_reverse's first case,
-        # inlined: no side effects), else whatever _reverse picks.
+        # inlined: no side effects), else whatever _reverse picks. ``plane``: on that
+        # plane instead (ack_with_data: the answer's, so that one batch carries both; the
+        # SACK still reflects the EV it answers, rx.ack_ev).
         ev = rx.ack_ev
         ev_plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK
-        if not (ev and ev_plane in evm.usable_planes and ev_plane in self._paths):
+        if plane >= 0 and plane != ev_plane and plane in evm.usable_planes \
+                and plane in self._paths:
+            ev = evm.reverse_ev(plane)
+        elif not (ev and ev_plane in evm.usable_planes and ev_plane in self._paths):
             ack_plane = rx.ack_plane
             ev = self._reverse(ack_plane if ack_plane >= 0 else evm.usable_planes[0]
                                if evm.usable_planes else 0, ev)[0]

@@ -199,3 +199,30 @@ def test_a_held_ack_leaves_when_its_qp_is_destroyed() -> None:
     assert not _ack_frames(hb.frames_to_send(1e-6))  # held
     hb.destroy_qp(qb)
     assert [f.bth.psn for f in _ack_frames(hb.frames_to_send(2e-6))] == [1000]
+
+
+def test_a_held_ack_leaves_on_the_answers_plane() -> None:
+    """ack_with_data: the held ACK travels on the plane (port) of the answer it leaves
+    with, whichever plane the ping came on, and still reflects the ping's EV: one batch
+    of one port carries both."""
+    net = Net(config=HostConfig(ack_with_data=True))
+    _qa, qb = connect(net, 0, 1, psn_a=1000)
+    hb = net.h(1)
+    md = hb.register_mr(bytearray(8192))
+    ports_seen = set()
+    for i in range(8):
+        hb.post_recv(qb, i, 0.0)
+        t = i * 1e-4
+        hb.receive(_data(net, qb, md, 1000 + i, opcode=Opcode.WRITE_ONLY_IMM, imm=i,
+                         rqmsn=i, timestamp=7), 0, t)  # (a timestamp: a SACK answers)
+        assert not _ack_frames(hb.frames_to_send(t))
+        hb.post_write(qb, 100 + i, md, 0, 64, 0x1000, 0x1234, i)
+        out = hb.frames_to_send(t + 1e-6)
+        [(ack_port, ack)] = [(p, f) for p, f in out
+                             if parse_frame(f).opcode in (Opcode.ACK, Opcode.SACK)]
+        [data_port] = [p for p, f in out if parse_frame(f).opcode is Opcode.WRITE_ONLY_IMM]
+        assert ack_port == data_port
+        ports_seen.add(data_port)
+        sack = parse_frame(ack)
+        assert sack.seth is not None and sack.seth.entropy == make_ev(0, 1, 0)  # reflected
+    assert ports_seen == {0, 1}  # the answers took both planes
