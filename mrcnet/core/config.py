@@ -143,8 +143,10 @@ class HostConfig:
       answer (a ping-pong, a request and its response), and the ACK then leaves in the
       same :meth:`~mrcnet.core.Host.frames_to_send` call as the answer; any
       acknowledgement owed leaves with the QP's data. The requester reads both in one
-      pass instead of waking for the ACK and again for the answer (mrcd; a message that
-      no answer follows is acknowledged ``ack_delay`` later).
+      pass instead of waking for the ACK and again for the answer (mrcd). Only while
+      the QP answers: it holds once it sent data within ``ack_delay`` of an AckReq it
+      acknowledged at once, and stops when a held one's ``ack_delay`` ran out
+      unanswered (a writer waiting for each completion is acknowledged at once).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide

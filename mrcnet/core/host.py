@@ -631,8 +631,12 @@ class Host:
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
-                if qp.since_ack and self.config.ack_with_data:
-                    self._emit_with_ack(qp, now, out, sendq)
+                if self.config.ack_with_data:
+                    qp.resp.note_answer(now)
+                    if qp.since_ack:
+                        self._emit_with_ack(qp, now, out, sendq)
+                    else:
+                        qp.emit(now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)
         self._sendq.clear()

@@ -85,6 +85,12 @@ class Responder:
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
         #: An AckReq whose acknowledgement waits for this QP's next data (ack_with_data).
         self.held = False
+        #: ack_with_data's mode: True while this QP answers what it receives (a ping-pong,
+        #: requests and responses), so an AckReq waits for the answer; False (the start)
+        #: while it does not, so it is acknowledged at once, as a writer that waits for
+        #: each completion needs. ``alone_at``: when an AckReq was last answered at once.
+        self.pingpong = False
+        self.alone_at = -_INF
         self.imm_done = 0  # next RQMSN to complete
         self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
@@ -170,9 +176,14 @@ class Responder:
         ack_req = f.ack_req
         if ack_req and f.has_imm and d == 0 and not rx.ooo_n and cfg.ack_with_data:
             # In order, nothing missing, and it hands the application a message it may
-            # answer: the ACK waits (at most ack_delay) to leave with that answer.
-            ack_req = False
-            self.held = True
+            # answer: while this QP answers, the ACK waits (at most ack_delay) to leave
+            # with that answer.
+            if self.pingpong:
+                ack_req = False
+                self.held = True
+                self.qp.count("ack_held")
+            else:
+                self.alone_at = now
         now_sack = ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
@@ -333,6 +344,20 @@ class Responder:
         self.qp.count("tx_nack")
         if reason == NackReason.TRIMMED_LASTHOP:
             self.qp.count("tx_nack_lasthop")
+
+    def note_answer(self, now: float) -> None:
+        """ack_with_data: this QP sends data. If an AckReq was answered at once within
+        ``ack_delay`` before, the ACK could have ridden this data: hold the next ones."""
+        if not self.pingpong and now - self.alone_at <= self.cfg.ack_delay:
+            self.pingpong = True
+
+    def ack_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """The delayed acknowledgement is due. A held AckReq that no answer took: this QP
+        does not answer (now), so acknowledge at once again until it does."""
+        if self.held:
+            self.pingpong = False
+            self.qp.count("ack_held_expired")
+        self.send_sack(now, out)
 
     def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1,
                   plane: int = -1) -> None:

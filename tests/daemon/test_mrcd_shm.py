@@ -133,6 +133,34 @@ def test_acks_ride_the_answers_and_a_lone_write_still_completes(
         assert cb.stats()["host"].get("tx_retransmit", 0) == 0
         passes = {k: after["loop_passes"][k] - before[k] for k in before}
         assert passes["client"] >= n and passes["port"] >= n  # a post and an answer each
+        # After the first ping-pong each side held its AckReqs for the answers.
+        for ctx, qp in ((ca, qp_a), (cb, qp_b)):
+            held = ctx.stats(qp)["qp"]["counters"].get("ack_held", 0)
+            assert held >= n // 2, held
+
+
+def test_a_writer_waiting_for_each_completion_is_acknowledged_at_once(
+        mrcd_pair: MrcdPair) -> None:
+    """ack_with_data holds an AckReq only while the QP answers: a writer that waits for
+    each write-with-immediate's own completion, and is never answered, gets every ACK at
+    once (no AckReq held: a held one would cost it ack_delay plus mrcd's loop timer)."""
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, _mr_b, cq_b, qp_b = _connect(ca, cb, 11)
+        assert qp_a.peer is not None
+        n = 30
+        for i in range(n):
+            qp_b.post_recv(wr_id=i)
+        for i in range(n):
+            qp_a.post_write(mr_a, 0, 8, qp_a.peer.regions[0], imm=i, wr_id=i)
+            assert [(w.wr_id, w.status) for w in cq_a.wait(timeout=10)] == [(i, "SUCCESS")]
+        got: list[WorkCompletion] = []
+        while len(got) < n:
+            more = cq_b.wait(timeout=10)
+            assert more, f"{len(got)} of {n} writes arrived"
+            got += more
+        assert [w.imm for w in got] == list(range(n))
+        counters = cb.stats(qp_b)["qp"]["counters"]
+        assert counters.get("ack_held", 0) == 0, counters
 
 
 def _drain_until_recv_keeping(cq: CompletionQueue, other: list[WorkCompletion]
