@@ -451,19 +451,25 @@ def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, servi
     for i in range(RECV_DEPTH):
         qp.post_recv(wr_id=i)
     rows = []
+    used: list[int] = []  # receives the pongs consumed, posted again after the next ping
     for size in sizes:
         samples = []
         for _ in range(iters):
             t0 = time.perf_counter()
             qp.post_write(mr, 0, size, remote, imm=PING_FLAG | size)
+            # Behind the ping, not before it: mrcd takes both in the pass the ping's
+            # doorbell wakes (posted first, the receive rang it once and the ping again).
+            for wr_id in used:
+                qp.post_recv(wr_id=wr_id)
             while True:
                 pong = [w for w in _wait(cq, timeout) if w.opcode == "RECV_RDMA_WITH_IMM"]
                 if pong:
                     break
             samples.append((time.perf_counter() - t0) / 2 * 1e6)
-            for w in pong:
-                qp.post_recv(wr_id=w.wr_id)
+            used = [w.wr_id for w in pong]
         rows.append(latency_row(size, samples))
+    for wr_id in used:
+        qp.post_recv(wr_id=wr_id)
     qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=END_WR)
     while not any(w.wr_id == END_WR for w in _wait(cq, timeout)):
         pass

@@ -213,6 +213,12 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
                 continue  # our own writes (pongs, verdicts) completing
             i = index.get(wc.qpn, 0)
             qp, mr, peer = qplist[i], mrs[i], peers[i]
+            if wc.imm & PING_FLAG and peer.regions and wc.imm not in (END_IMM, END_TCP_IMM):
+                n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate
+                qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm)
+                # (the receive behind the pong: one doorbell, one mrcd pass for both)
+                qp.post_recv(wr_id=wc.wr_id)
+                continue
             qp.post_recv(wr_id=wc.wr_id)
             if wc.imm in (END_IMM, END_TCP_IMM):
                 if wc.imm == END_TCP_IMM:
@@ -220,10 +226,6 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
                 say(f"run over: {peer.host} ended it (server CPU "
                     f"{time.process_time() - cpu0:.3f} s since the connection)")
                 return bad
-            if wc.imm & PING_FLAG and peer.regions:
-                n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate
-                qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm)
-                continue
             # The last write of a size: the client has written [0, imm) of this QP's
             # region with its pattern. Check it and answer with the verdict.
             n = min(prefix_of(wc.imm), mr.length)

@@ -112,7 +112,8 @@ class MrcdProc:
 
 
 def start_mrcd(netns: str, host: str, fabric_path: str, workdir: Path,
-               core: dict[str, float] | None = None, timeout: float = 30.0) -> MrcdProc:
+               core: dict[str, float | bool] | None = None, timeout: float = 30.0
+               ) -> MrcdProc:
     """mrcd for ``host`` inside ``netns`` (``ip netns exec`` execs it: the PID is mrcd's);
     ``core``: ``[core]`` overrides of its configuration."""
     sock = str(workdir / f"{host}.sock")
@@ -120,7 +121,10 @@ def start_mrcd(netns: str, host: str, fabric_path: str, workdir: Path,
     text = (f'host = "{host}"\nsocket = "{sock}"\nfabric = "{fabric_path}"\n'
             'log_level = "info"\n')
     if core:
-        text += "[core]\n" + "".join(f"{k} = {v!r}\n" for k, v in core.items())
+        # (TOML spells booleans in lower case: ack_lone = false)
+        text += "[core]\n" + "".join(
+            f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}\n"
+            for k, v in core.items())
     cfg.write_text(text)
     log = str(workdir / f"{host}.log")
     with open(log, "wb") as lf:
@@ -152,7 +156,7 @@ class Lab:
 
 @contextlib.contextmanager
 def fabric_mrcds(spec: str, workdir: Path, hosts: tuple[str, ...] | None = None,
-                 prefix: str | None = None, core: dict[str, float] | None = None
+                 prefix: str | None = None, core: dict[str, float | bool] | None = None
                  ) -> Iterator[Lab]:
     """Fabric ``<prefix><hex>`` (default :func:`default_prefix`) recorded under
     ``workdir/fabrics`` with an mrcd on ``hosts`` (default all); the mrcds are stopped

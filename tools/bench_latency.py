@@ -52,6 +52,7 @@ from bench_incast import Lab, fabric_mrcds
 
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000"
 SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
+END_WR = 0xE0D  # wr_id of the verbs client's last write
 METHODS = ("mrc", "mrc-verbs", "udp")
 SELF = os.path.abspath(__file__)
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
@@ -165,12 +166,13 @@ def _verbs_echo(mrcd: str, service: int, biggest: int) -> None:
             for w in cq.wait(timeout=30):
                 if w.opcode != "RECV_RDMA_WITH_IMM":
                     continue
-                qp.post_recv(wr_id=w.wr_id)
                 if w.imm == 0:
                     return
                 n = w.byte_len
-                # the pong: the same bytes back into the client's region
+                # the pong: the same bytes back into the client's region; the receive
+                # again behind it (one doorbell: mrcd takes both in one pass)
                 qp.post_write(mr, 0, n, peer.regions[0], imm=n)
+                qp.post_recv(wr_id=w.wr_id)
 
 
 def _client(method: str, target: str, sizes: list[int], iters: int, warmup: int,
@@ -212,22 +214,31 @@ def _client(method: str, target: str, sizes: list[int], iters: int, warmup: int,
         peer = qp.connect(host, int(svc), expose=[pong])
         for i in range(16):
             qp.post_recv(wr_id=i)
+        used: list[int] = []  # receives the pongs consumed: posted again after a ping
 
         def rt(data: bytes) -> bytes:
+            nonlocal used
             n = len(data)
             ping.buf[:n] = data
             qp.post_write(ping, 0, n, peer.regions[0], imm=n)
+            # Behind the ping (like mrc-perf --lat): mrcd takes both in one pass.
+            for wr_id in used:
+                qp.post_recv(wr_id=wr_id)
             while True:
                 got = [w for w in cq.wait(timeout=5) if w.opcode == "RECV_RDMA_WITH_IMM"]
                 if got:
-                    for w in got:
-                        qp.post_recv(wr_id=w.wr_id)
+                    used = [w.wr_id for w in got]
                     return bytes(pong.buf[:n])
 
         def done() -> None:
-            qp.post_write(ping, 0, 0, peer.regions[0], imm=0)
+            # Closed before mrcd sent it, the last write would be flushed, not sent (and
+            # the echo wait for it): wait for its own completion, not just any.
+            qp.post_write(ping, 0, 0, peer.regions[0], imm=0, wr_id=END_WR)
+            end = time.monotonic() + 5
             with contextlib.suppress(Exception):
-                cq.wait(timeout=1)
+                while time.monotonic() < end and not any(
+                        w.wr_id == END_WR for w in cq.wait(timeout=1)):
+                    pass
             ctx.close()
 
     bad = 0
@@ -291,6 +302,14 @@ def _run_client(lab: Lab, args: list[str], timeout: float) -> dict[str, Any]:
     return res
 
 
+def _loop_passes(sock: str) -> dict[str, int]:
+    """An mrcd's loop passes so far, by what woke them (``stats``)."""
+    from mrcnet.api import Context
+
+    with Context(sock) as ctx:
+        return dict(ctx.stats()["loop_passes"])
+
+
 @dataclass
 class Rate:
     method: str
@@ -338,12 +357,14 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
 
 
 def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
-                spec: str = SPEC, core: dict[str, float] | None = None,
+                spec: str = SPEC, core: dict[str, float | bool] | None = None,
                 rates: list[Rate] | None = None,
-                rate_seconds: float = RATE_SECONDS) -> list[Row]:
+                rate_seconds: float = RATE_SECONDS,
+                passes: dict[str, dict[str, float]] | None = None) -> list[Row]:
     """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
     ``[core]`` overrides. ``rates``: filled with the message-rate table (same fabric,
-    after the round trips)."""
+    after the round trips). ``passes``: filled with each mrcd's loop passes per verbs
+    round trip, by what woke them (its ``loop_passes`` stats; h0 is the pinging side)."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
@@ -356,8 +377,15 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
                 lab, ["mrc", f"h1:{SERVICE}", *common, lab.sock("h0")], timeout)
         with _server(lab, "h1", ["_verbs_echo", lab.sock("h1"), str(VERBS_SERVICE),
                                  str(max(sizes))]):
+            before = {h: _loop_passes(lab.sock(h)) for h in ("h0", "h1")}
             results["mrc-verbs"] = _run_client(
                 lab, ["verbs", f"h1:{VERBS_SERVICE}", *common, lab.sock("h0")], timeout)
+            if passes is not None:
+                trips = (iters + warmup) * len(sizes)
+                for h, b in before.items():
+                    after = _loop_passes(lab.sock(h))
+                    passes[h] = {k: round((v - b.get(k, 0)) / trips, 2)
+                                 for k, v in after.items()}
         with _server(lab, "h1", ["_udp_echo", str(UDP_PORT)]):
             results["udp"] = _run_client(lab, ["udp", h1_addr, *common, "-"], timeout)
         if rates is not None:
@@ -399,6 +427,14 @@ def rate_table(rates: list[Rate]) -> str:
     return "\n".join(lines)
 
 
+def _knob(text: str) -> float | bool:
+    """A ``--core`` value: true/false (mrcd's boolean knobs, e.g. ack_lone) or a number."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    return float(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0].startswith("_"):
@@ -431,9 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
-        core = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.core)}
+        core = {k: _knob(v) for k, v in (kv.split("=", 1) for kv in a.core)}
     except ValueError:
-        ap.error("--core takes KEY=NUMBER")
+        ap.error("--core takes KEY=NUMBER or KEY=true/false")
     if os.geteuid() != 0:
         print("bench_latency: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
@@ -441,15 +477,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
         t0 = time.monotonic()
         rates: list[Rate] | None = None if a.no_rate else []
+        passes: dict[str, dict[str, float]] = {}
         rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None,
-                           rates, a.rate_seconds)
+                           rates, a.rate_seconds, passes)
         took = time.monotonic() - t0
     if a.json:
         print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows],
-                          "rates": [asdict(r) for r in rates or []]}, indent=2))
+                          "rates": [asdict(r) for r in rates or []],
+                          "passes_per_verbs_round_trip": passes}, indent=2))
     else:
         print(f"round trips h0 <-> h1, {a.iters} per size, {a.spec} ({took:.1f} s)")
         print(table(rows))
+        for h, p in passes.items():
+            print(f"mrcd {h} loop passes per verbs round trip: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in p.items()))
         if rates:
             print(f"\nmessage rate, {RATE_SIZE}-byte messages h0 -> h1")
             print(rate_table(rates))

@@ -137,6 +137,16 @@ class HostConfig:
       that arrives while nothing else does is acknowledged in the pass that received it
       (mrcd: its requester's completion no longer waits ``ack_delay``, 0.5 ms rounded up
       to the loop's 1 ms timer).
+    - ``ack_with_data``: False (default): an AckReq is answered at once. True: the
+      AckReq of an in-order write-with-immediate (nothing missing before it) is held
+      for this QP's next data, at most ``ack_delay``: the application it completed may
+      answer (a ping-pong, a request and its response), and the ACK then leaves in the
+      same :meth:`~mrcnet.core.Host.frames_to_send` call as the answer; any
+      acknowledgement owed leaves with the QP's data. The requester reads both in one
+      pass instead of waking for the ACK and again for the answer (mrcd). Only while
+      the QP answers: it holds once it sent data within ``ack_delay`` of an AckReq it
+      acknowledged at once, and stops when a held one's ``ack_delay`` ran out
+      unanswered (a writer waiting for each completion is acknowledged at once).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -181,6 +191,7 @@ class HostConfig:
     sack_on_reorder: bool = False
     ack_rtt_floor: float = 2e-6
     ack_lone: bool = False
+    ack_with_data: bool = False
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

@@ -216,6 +216,10 @@ class Host:
     def destroy_qp(self, qpn: int) -> None:
         """Forget a QP (its outstanding work is flushed first)."""
         qp = self.qp(qpn)
+        if qp.since_ack and self.config.ack_with_data:
+            # A held AckReq (the answer will not come now) leaves before its QP: the
+            # data was placed and completed here, and the requester must hear so.
+            qp.send_sack(self._last_now, self._ctrl)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         del self._qps[qpn]
         self._ep_tokens.clear()
@@ -622,12 +626,19 @@ class Host:
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
                 if qp.since_ack and not self.config.sack_on_reorder and (
-                        qp.rx_burst > 1 or self.config.ack_lone):
+                        qp.rx_burst > 1 or (self.config.ack_lone and not qp.resp.held)):
                     qp.send_sack(now, out)
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
-                qp.emit(now, out, sendq)
+                if self.config.ack_with_data:
+                    qp.resp.note_answer(now)
+                    if qp.since_ack:
+                        self._emit_with_ack(qp, now, out, sendq)
+                    else:
+                        qp.emit(now, out, sendq)
+                else:
+                    qp.emit(now, out, sendq)
         self._sendq.clear()
         sq = sendq
         queued = 0
@@ -650,6 +661,17 @@ class Host:
                         queued -= min(queued, k)
         self.count("tx_frames", len(out) + queued)
         return out
+
+    def _emit_with_ack(self, qp: QueuePair, now: float, out: list[tuple[int, bytes]],
+                       sendq: Any) -> None:
+        """ack_with_data: the QP's data, then the acknowledgement it owes (a held AckReq)
+        on the plane that data took, so that one batch of one port carries both."""
+        before = len(out)
+        had = {i: sendq.pending(i) for i in self.ports} if sendq is not None else {}
+        qp.emit(now, out, sendq)
+        port = out[-1][0] if len(out) > before else next(
+            (i for i, n in had.items() if sendq.pending(i) > n), -1)
+        qp.send_sack(now, out, plane=self.ports[port].plane if port in self.ports else -1)
 
     def _refresh_timers(self) -> None:
         heap, armed = self._heap, self._armed

@@ -249,7 +249,7 @@ class QueuePair:
     def on_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """Run whatever timers are due."""
         if self.resp.rx.ack_at <= now:
-            self.resp.send_sack(now, out)
+            self.resp.ack_timer(now, out)
         if self.state is not QPState.RTS:
             return
         self.rec.on_timer(now)

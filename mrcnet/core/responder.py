@@ -83,6 +83,14 @@ class Responder:
         self.rx = self._rxk.new_state(ring_size(min(self.rx_window, _RING_START)))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
+        #: An AckReq whose acknowledgement waits for this QP's next data (ack_with_data).
+        self.held = False
+        #: ack_with_data's mode: True while this QP answers what it receives (a ping-pong,
+        #: requests and responses), so an AckReq waits for the answer; False (the start)
+        #: while it does not, so it is acknowledged at once, as a writer that waits for
+        #: each completion needs. ``alone_at``: when an AckReq was last answered at once.
+        self.pingpong = False
+        self.alone_at = -_INF
         self.imm_done = 0  # next RQMSN to complete
         self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
@@ -165,7 +173,18 @@ class Responder:
         self.rx_packets += 1
         rx.rx_burst += 1
         # A retransmission is SACKed at once: its echo tells the sender the loss was real.
-        now_sack = f.ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
+        ack_req = f.ack_req
+        if ack_req and f.has_imm and d == 0 and not rx.ooo_n and cfg.ack_with_data:
+            # In order, nothing missing, and it hands the application a message it may
+            # answer: while this QP answers, the ACK waits (at most ack_delay) to leave
+            # with that answer.
+            if self.pingpong:
+                ack_req = False
+                self.held = True
+                self.qp.count("ack_held")
+            else:
+                self.alone_at = now
+        now_sack = ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
                 self._deliver((n, op, msn, imm))
@@ -326,7 +345,22 @@ class Responder:
         if reason == NackReason.TRIMMED_LASTHOP:
             self.qp.count("tx_nack_lasthop")
 
-    def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1) -> None:
+    def note_answer(self, now: float) -> None:
+        """ack_with_data: this QP sends data. If an AckReq was answered at once within
+        ``ack_delay`` before, the ACK could have ridden this data: hold the next ones."""
+        if not self.pingpong and now - self.alone_at <= self.cfg.ack_delay:
+            self.pingpong = True
+
+    def ack_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        """The delayed acknowledgement is due. A held AckReq that no answer took: this QP
+        does not answer (now), so acknowledge at once again until it does."""
+        if self.held:
+            self.pingpong = False
+            self.qp.count("ack_held_expired")
+        self.send_sack(now, out)
+
+    def send_sack(self, now: float, out: list[tuple[int, bytes]], probe: int = -1,
+                  plane: int = -1) -> None:
         """SACK now: cumulative PSN, a 64-bit bitmap over what arrived out of order (one
         SACK per 64-PSN window so every packet received since the last SACK is reported),
         the triggering packet's EV and timestamp, and CC state; ``probe`` >= 0: the SACK
@@ -335,6 +369,7 @@ class Responder:
         rx = self.rx
         rx.ack_at = _INF
         rx.since_ack = 0
+        self.held = False
         evm = self.evm
         st = self.qp.state
         if evm is None or (st is not QPState.RTR and st is not QPState.RTS):
@@ -349,10 +384,15 @@ class Responder:
             bases = sack_bases(rx, more)
             more.clear()
         # Back on the triggering packet's path when it is usable (_reverse's first case,
-        # inlined: no side effects), else whatever _reverse picks.
+        # inlined: no side effects), else whatever _reverse picks. ``plane``: on that
+        # plane instead (ack_with_data: the answer's, so that one batch carries both; the
+        # SACK still reflects the EV it answers, rx.ack_ev).
         ev = rx.ack_ev
         ev_plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK
-        if not (ev and ev_plane in evm.usable_planes and ev_plane in self._paths):
+        if plane >= 0 and plane != ev_plane and plane in evm.usable_planes \
+                and plane in self._paths:
+            ev = evm.reverse_ev(plane)
+        elif not (ev and ev_plane in evm.usable_planes and ev_plane in self._paths):
             ack_plane = rx.ack_plane
             ev = self._reverse(ack_plane if ack_plane >= 0 else evm.usable_planes[0]
                                if evm.usable_planes else 0, ev)[0]

@@ -115,6 +115,10 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # A lone small message (a latency ping, a request) is acknowledged in the pass that
     # received it: its sender's completion does not wait for ack_delay (issue 15).
     "ack_lone": True,
+    # ... and the AckReq of a write-with-immediate waits for the answer its application
+    # may post, to leave with it (at most ack_delay): the requester's mrcd then wakes
+    # once for both, not for the ACK and again for the answer (issue 15).
+    "ack_with_data": True,
 }
 
 

@@ -37,6 +37,7 @@ from mrcnet.io import batch as batch_io
 from mrcnet.io.kernel_drop import remove_stale_tables
 from mrcnet.io.linkwatch import LinkWatch
 from mrcnet.io.packet_port import interface_running
+from mrcnet.native import ffi
 from mrcnet.wire import mac_to_bytes
 
 __all__ = ["Daemon"]
@@ -51,6 +52,13 @@ _INF = float("inf")
 #: SRH, UDP, BTH, RETH, METH + ImmDt, TSETH, ICRC): the payload must fit the rest of the MTU.
 DATA_OVERHEAD = 2 * IPV6_HEADER_LEN + 8 + 4 * 16 + 8 + 12 + 16 + 8 + 4 + 4
 MIN_PAYLOAD = 256
+#: A timer armed for a deadline that moved later is kept (not re-armed) while it is
+#: further away than this (s): see Daemon._rearm.
+KEEP_EARLY_TIMER = 0.005
+#: At most this many frames in the core's list and on the send queues: the list goes
+#: behind the data (Daemon._behind_data). More: the list first, as a SACK behind a long
+#: batch of data would inflate the RTT the peer's congestion control sees.
+BEHIND_DATA_MAX = 4
 #: EVs per QP towards directly cabled peers: every EV of a plane is the same single path
 #: there, so many EVs only multiply per-EV state and probes.
 STATIC_EVS_PER_QP = 16
@@ -120,6 +128,10 @@ class Daemon:
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
+        #: Loop passes by what woke them: a port's frames, a client's posts or requests,
+        #: the timer (``timer_idle``: it found nothing due). A round trip's cost in
+        #: wake-ups (tools/bench_latency.py prints them per round trip).
+        self.passes = {"port": 0, "client": 0, "timer": 0, "timer_idle": 0}
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
         #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
@@ -128,6 +140,7 @@ class Daemon:
     # --- what Verbs calls (its Engine) -----------------------------------------------------
     def pump(self, now: float | None = None) -> None:
         """After a client request changed the core: send, deliver, re-arm."""
+        self.passes["client"] += 1
         self._pump(now)
 
     def guarded(self, what: str) -> None:
@@ -334,8 +347,16 @@ class Daemon:
             self._guarded("receive")
 
     def _receive(self, index: int) -> None:
-        """Port ``index`` is readable: take what every port has, then pump."""
-        self._pump(self._read_ports(index))
+        """Port ``index`` is readable: take what every port has, deliver, then pump.
+
+        What the frames completed reaches the clients before anything is sent: the
+        acknowledgement a request asks for (AckReq) costs a ``sendmmsg`` that runs the
+        fabric's forwarding inline, and rung after it the client of a ping-pong woke
+        that much later (the ACK is off the round trip's path, the completion on it)."""
+        self.passes["port"] += 1
+        now = self._read_ports(index)
+        self.verbs.deliver()
+        self._pump(now)
 
     def _read_ports(self, index: int) -> float:
         """Read every port, one batch each in turn, starting with ``index``; returns the
@@ -390,9 +411,16 @@ class Daemon:
 
     def _send_out(self, now: float) -> None:
         """Drain the core's frames into the ports, one batch per port: the list's, then
-        the data frames on the send queues."""
+        the data frames on the send queues; a short list after a little data instead
+        (:meth:`_behind_data`)."""
         assert self.host is not None
-        out = self.host.frames_to_send(now, sendq=self.tx_queues)
+        sq = self.tx_queues
+        out = self.host.frames_to_send(now, sendq=sq)
+        first: list[int] = []
+        if out and sq is not None and 0 < sq.waiting <= BEHIND_DATA_MAX \
+                and len(out) <= BEHIND_DATA_MAX:
+            first = self._behind_data(out, sq)
+            out = []
         if out:
             if len(self.ports) == 1:
                 self._send(0, [f for _, f in out])
@@ -402,13 +430,29 @@ class Daemon:
                     by_port.setdefault(idx, []).append(frame)
                 for idx, frames in by_port.items():
                     self._send(idx, frames)
-        sq = self.tx_queues
         if sq is not None and sq.waiting:
-            for idx, port in enumerate(self.ports):
+            ports = self.ports
+            for idx in first or range(len(ports)):
+                port = ports[idx]
                 if sq.pending(idx) and not port.closed:
                     port.send_queue(sq, idx)
                     if sq.pending(idx):
                         self._want_writable(idx)
+
+    def _behind_data(self, out: list[tuple[int, bytes]], sq: batch_io.SendQueue
+                     ) -> list[int]:
+        """Queue the list's few frames (a response's ACK: ``ack_with_data``) behind the
+        data frames on the send queues; returns the ports in the order to send them,
+        those with data first. On one port the ACK leaves in the response's
+        ``sendmmsg``, on another right after it: either way the requester's mrcd, woken
+        by the response, finds the ACK in the same pass (sent first, the ACK woke it
+        on its own and the response a second time)."""
+        nports = len(self.ports)
+        first = [i for i in range(nports) if sq.pending(i)]
+        for idx, frame in out:
+            sq.add_run(ffi.from_buffer(frame), [len(frame)], [idx])
+        sq.added -= len(out)  # (the host counted them in tx_frames already)
+        return first + [i for i in range(nports) if i not in first]
 
     def _send(self, index: int, frames: list[bytes]) -> None:
         port = self.ports[index]
@@ -441,12 +485,17 @@ class Daemon:
         due = self.verbs.mod_due
         if due < _INF:  # a moderated CQ's period ends
             t = due if t is None else min(t, due)
-        if self._timer is not None and t is not None and self._timer_at is not None \
-                and self._timer_at <= t:
-            # Armed for this deadline or an earlier one: keep it. The core's deadlines
-            # mostly move later (every SACK pushes the retransmission timer on), and
-            # re-arming on each pass cost a cancel and a new timer per wake-up; a timer
-            # that fires early finds nothing due and re-arms for the real deadline.
+        at = self._timer_at
+        if self._timer is not None and t is not None and at is not None and at <= t \
+                and (at == t or at - time.monotonic() > KEEP_EARLY_TIMER):
+            # Armed for this deadline or an earlier one that is not near: keep it. The
+            # core's deadlines mostly move later (every SACK pushes the retransmission
+            # timer on), and re-arming on each pass cost a cancel and a new timer per
+            # wake-up; a timer that fires early finds nothing due and re-arms for the
+            # real deadline. One about to fire for a deadline that went away (a held
+            # ACK that left with the answer: ack_with_data) is re-armed, though: it
+            # would cost a whole idle pass per round trip (measured: 0.85 per round
+            # trip on each mrcd, tools/bench_latency.py).
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -466,6 +515,10 @@ class Daemon:
             # whose SACKs were already here, unread (spurious timeouts: every packet they
             # resent arrived twice).
             now = self._read_ports(0) if self.ports else time.monotonic()
+            self.passes["timer"] += 1
+            t = self.host.next_timer()
+            if (t is None or t > now) and self.verbs.mod_due > now:
+                self.passes["timer_idle"] += 1  # armed for a deadline that moved on
             self.host.handle_timer(now)
             self._pump(now)
         except Exception:

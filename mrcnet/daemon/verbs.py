@@ -103,6 +103,10 @@ class Engine(Protocol):
         """Internal errors caught so far (reported in stats)."""
 
     @property
+    def passes(self) -> dict[str, int]:
+        """Loop passes so far by what woke them (reported in stats)."""
+
+    @property
     def log(self) -> Any:
         """mrcd's structured logger."""
 
@@ -463,6 +467,7 @@ class Verbs:
         assert self.engine.host is not None
         out: Message = {"host": self.engine.host.counters(),
                         "mrcd_internal_errors": self.engine.errors,
+                        "loop_passes": dict(self.engine.passes),
                         "ports": {p.ifname: p.snapshot() for p in self.engine.ports}}
         if "qpn" in msg:
             qpn = self._qpn(s, msg)

@@ -28,7 +28,8 @@ def _answers(net: Net) -> list[Any]:
 def _data(net: Net, qb: int, md: Any, psn: int, **kw: Any) -> bytes:
     route = net.fabric.provider("h0").routes("h1", 0)[1]
     kw.setdefault("ack_req", True)
-    return build_data(route, ev=make_ev(0, 1, 0), opcode=Opcode.WRITE_ONLY, dest_qp=qb,
+    kw.setdefault("opcode", Opcode.WRITE_ONLY)
+    return build_data(route, ev=make_ev(0, 1, 0), dest_qp=qb,
                       psn=psn, va=md.addr + 64 * (psn - 1000), rkey=md.rkey,
                       payload=b"y" * 64, **kw)
 
@@ -143,3 +144,117 @@ def test_a_lone_packet_is_acknowledged_in_its_pass_only_with_ack_lone() -> None:
         if not lone:  # the delayed acknowledgement still comes
             hb.handle_timer(hb.config.ack_delay + 1e-6)
             assert [f for f in _answers(net) if f.opcode in (Opcode.ACK, Opcode.SACK)]
+
+
+def _ack_frames(frames: list[tuple[int, bytes]]) -> list[Any]:
+    return [p for p in (parse_frame(f) for _, f in frames)
+            if p.opcode in (Opcode.ACK, Opcode.SACK)]
+
+
+def _ping(net: Net, hb: Any, qb: int, md: Any, i: int, t: float) -> list[Any]:
+    """Ping ``i`` (a write-with-immediate asking for an ACK) reaches h1 at ``t``; the
+    acknowledgements h1 sends in that pass."""
+    hb.post_recv(qb, i, t)
+    hb.receive(_data(net, qb, md, 1000 + i, opcode=Opcode.WRITE_ONLY_IMM, imm=i, rqmsn=i),
+               0, t)
+    return _ack_frames(hb.frames_to_send(t))
+
+
+def _answer(hb: Any, qb: int, md: Any, i: int, t: float) -> list[tuple[int, bytes]]:
+    hb.post_write(qb, 100 + i, md, 0, 64, 0x1000, 0x1234, i)
+    frames = hb.frames_to_send(t)
+    assert any(parse_frame(f).opcode is Opcode.WRITE_ONLY_IMM for _, f in frames)
+    return frames
+
+
+def _warm_up(net: Net, hb: Any, qb: int, md: Any) -> None:
+    """One ping-pong: the ping is acknowledged at once (nothing known yet), its answer
+    follows within ack_delay, so the QP holds the next pings' AckReqs."""
+    assert len(_ping(net, hb, qb, md, 0, 0.0)) == 1
+    _answer(hb, qb, md, 0, 1e-5)
+
+
+def test_ack_with_data_holds_a_pings_ackreq_for_the_answer() -> None:
+    """ack_with_data (mrcd's setting): once a QP has answered a write-with-immediate
+    within ack_delay, the AckReq of the next in-order one is not answered in its own pass
+    but by the responder's next data (the answer) in the same frames_to_send call; a
+    plain write's AckReq, and every AckReq without the knob, is answered at once."""
+    for hold in (False, True):
+        net = Net(config=HostConfig(ack_lone=True, ack_with_data=hold))
+        _qa, qb = connect(net, 0, 1, psn_a=1000)
+        hb = net.h(1)
+        md = hb.register_mr(bytearray(8192))
+        _warm_up(net, hb, qb, md)
+        t = 1e-4
+        assert len(_ping(net, hb, qb, md, 1, t)) == (0 if hold else 1)
+        frames = _answer(hb, qb, md, 1, t + 1e-6)
+        assert [f.bth.psn for f in _ack_frames(frames)] == ([1001] if hold else [])
+        # a plain write's AckReq: at once, with the knob too
+        hb.receive(_data(net, qb, md, 1002), 0, 2e-4)
+        assert len(_ack_frames(hb.frames_to_send(2e-4))) == 1
+        assert hb.qp(qb).counters().get("ack_held", 0) == (1 if hold else 0)
+
+
+def test_ack_with_data_stops_holding_for_a_qp_that_does_not_answer() -> None:
+    """A held AckReq that no answer took leaves at ack_delay, and the QP's next AckReqs
+    are acknowledged at once again (a writer that waits for each completion pays
+    ack_delay once, not per write) until an answer follows one within ack_delay."""
+    net = Net(config=HostConfig(ack_with_data=True))
+    _qa, qb = connect(net, 0, 1, psn_a=1000)
+    hb = net.h(1)
+    md = hb.register_mr(bytearray(8192))
+    _warm_up(net, hb, qb, md)
+    t = 1e-3
+    assert _ping(net, hb, qb, md, 1, t) == []  # held: the QP answered the last one
+    due = hb.next_timer()
+    assert due is not None and due <= t + hb.config.ack_delay
+    hb.handle_timer(t + hb.config.ack_delay)
+    assert [f.bth.psn for f in _ack_frames(hb.frames_to_send(t + hb.config.ack_delay))] \
+        == [1001]
+    for i in range(2, 6):  # no answers: every ping acknowledged in its own pass
+        assert [f.bth.psn for f in _ping(net, hb, qb, md, i, i * 1e-2)] == [1000 + i]
+    _answer(hb, qb, md, 5, 5e-2 + 1e-5)  # answered again: holding resumes
+    assert _ping(net, hb, qb, md, 6, 6e-2) == []
+    c = hb.qp(qb).counters()
+    assert (c.get("ack_held"), c.get("ack_held_expired")) == (2, 1)
+
+
+def test_a_held_ack_leaves_when_its_qp_is_destroyed() -> None:
+    """ack_with_data: a responder that destroys its QP before answering (the last
+    message of a session) still acknowledges what it received."""
+    net = Net(config=HostConfig(ack_with_data=True))
+    _qa, qb = connect(net, 0, 1, psn_a=1000)
+    hb = net.h(1)
+    md = hb.register_mr(bytearray(8192))
+    _warm_up(net, hb, qb, md)
+    assert _ping(net, hb, qb, md, 1, 1e-4) == []  # held
+    hb.destroy_qp(qb)
+    assert [f.bth.psn for f in _ack_frames(hb.frames_to_send(2e-4))] == [1001]
+
+
+def test_a_held_ack_leaves_on_the_answers_plane() -> None:
+    """ack_with_data: the held ACK travels on the plane (port) of the answer it leaves
+    with, whichever plane the ping came on, and still reflects the ping's EV: one batch
+    of one port carries both."""
+    net = Net(config=HostConfig(ack_with_data=True))
+    _qa, qb = connect(net, 0, 1, psn_a=1000)
+    hb = net.h(1)
+    md = hb.register_mr(bytearray(8192))
+    _warm_up(net, hb, qb, md)
+    ports_seen = set()
+    for i in range(1, 9):
+        hb.post_recv(qb, i, 0.0)
+        t = i * 1e-4
+        hb.receive(_data(net, qb, md, 1000 + i, opcode=Opcode.WRITE_ONLY_IMM, imm=i,
+                         rqmsn=i, timestamp=7), 0, t)  # (a timestamp: a SACK answers)
+        assert not _ack_frames(hb.frames_to_send(t))
+        hb.post_write(qb, 100 + i, md, 0, 64, 0x1000, 0x1234, i)
+        out = hb.frames_to_send(t + 1e-6)
+        [(ack_port, ack)] = [(p, f) for p, f in out
+                             if parse_frame(f).opcode in (Opcode.ACK, Opcode.SACK)]
+        [data_port] = [p for p, f in out if parse_frame(f).opcode is Opcode.WRITE_ONLY_IMM]
+        assert ack_port == data_port
+        ports_seen.add(data_port)
+        sack = parse_frame(ack)
+        assert sack.seth is not None and sack.seth.entropy == make_ev(0, 1, 0)  # reflected
+    assert ports_seen == {0, 1}  # the answers took both planes

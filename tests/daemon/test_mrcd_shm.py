@@ -96,6 +96,87 @@ def test_round_trips_with_and_without_busy_poll(mrcd_pair: MrcdPair,
             assert w.imm == i and bytes(mr_a.buf[:32]) == payload
 
 
+def test_acks_ride_the_answers_and_a_lone_write_still_completes(
+        mrcd_pair: MrcdPair) -> None:
+    """mrcd holds the AckReq of a write-with-immediate for the answer (ack_with_data):
+    in a ping-pong every write still completes at its sender, nothing is resent, and
+    each mrcd counts its loop passes; a last write that nothing answers completes too,
+    its ACK leaving at ack_delay (long before any retransmission timer)."""
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 10)
+        assert qp_a.peer is not None and qp_b.peer is not None
+        for i in range(4):
+            qp_a.post_recv(wr_id=i)
+            qp_b.post_recv(wr_id=i)
+        before = ca.stats()["loop_passes"]
+        sent: list[WorkCompletion] = []
+        n = 40
+        for i in range(n):
+            qp_a.post_write(mr_a, 0, 8, qp_a.peer.regions[0], imm=i, wr_id=1000 + i)
+            w = next(w for w in _drain_until_recv(cq_b))
+            qp_b.post_write(mr_b, 0, 8, qp_b.peer.regions[0], imm=i, wr_id=2000 + i)
+            qp_b.post_recv(wr_id=w.wr_id)
+            got = _drain_until_recv_keeping(cq_a, sent)
+            qp_a.post_recv(wr_id=got.wr_id)
+        t0 = time.monotonic()
+        qp_a.post_write(mr_a, 0, 8, qp_a.peer.regions[0], imm=n, wr_id=1000 + n)
+        deadline = t0 + 10
+        while not any(w.wr_id == 1000 + n for w in sent):
+            assert time.monotonic() < deadline, "the lone write never completed"
+            sent += cq_a.wait(timeout=1.0)
+        assert sorted(w.wr_id for w in sent if w.opcode == "RDMA_WRITE") == \
+            list(range(1000, 1001 + n))
+        assert all(w.status == "SUCCESS" for w in sent)
+        after = ca.stats()
+        # (the held ACK left at ack_delay, 1 ms: the retransmission timer is 20 ms)
+        assert after["host"].get("tx_retransmit", 0) == 0
+        assert cb.stats()["host"].get("tx_retransmit", 0) == 0
+        passes = {k: after["loop_passes"][k] - before[k] for k in before}
+        assert passes["client"] >= n and passes["port"] >= n  # a post and an answer each
+        # After the first ping-pong each side held its AckReqs for the answers.
+        for ctx, qp in ((ca, qp_a), (cb, qp_b)):
+            held = ctx.stats(qp)["qp"]["counters"].get("ack_held", 0)
+            assert held >= n // 2, held
+
+
+def test_a_writer_waiting_for_each_completion_is_acknowledged_at_once(
+        mrcd_pair: MrcdPair) -> None:
+    """ack_with_data holds an AckReq only while the QP answers: a writer that waits for
+    each write-with-immediate's own completion, and is never answered, gets every ACK at
+    once (no AckReq held: a held one would cost it ack_delay plus mrcd's loop timer)."""
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, _mr_b, cq_b, qp_b = _connect(ca, cb, 11)
+        assert qp_a.peer is not None
+        n = 30
+        for i in range(n):
+            qp_b.post_recv(wr_id=i)
+        for i in range(n):
+            qp_a.post_write(mr_a, 0, 8, qp_a.peer.regions[0], imm=i, wr_id=i)
+            assert [(w.wr_id, w.status) for w in cq_a.wait(timeout=10)] == [(i, "SUCCESS")]
+        got: list[WorkCompletion] = []
+        while len(got) < n:
+            more = cq_b.wait(timeout=10)
+            assert more, f"{len(got)} of {n} writes arrived"
+            got += more
+        assert [w.imm for w in got] == list(range(n))
+        counters = cb.stats(qp_b)["qp"]["counters"]
+        assert counters.get("ack_held", 0) == 0, counters
+
+
+def _drain_until_recv_keeping(cq: CompletionQueue, other: list[WorkCompletion]
+                              ) -> WorkCompletion:
+    """The next write-with-immediate's completion; the rest go to ``other``."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = cq.wait(timeout=1.0)
+        other += [w for w in got if w.opcode != "RECV_RDMA_WITH_IMM"]
+        recv = [w for w in got if w.opcode == "RECV_RDMA_WITH_IMM"]
+        if recv:
+            assert len(recv) == 1  # one ping at a time
+            return recv[0]
+    raise AssertionError("no write-with-immediate arrived")
+
+
 def test_round_trips_with_mrcd_busy_polling(veth: VethPair, tmp_path: Path) -> None:
     """mrcd's own busy-poll (busy_poll_us) on both sides: after each pass it looks at the
     client's send queue a while (without a doorbell), then arms it again; nothing is lost
