@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappush
-from typing import Protocol
+from typing import Any, Protocol
 
 from mrcnet.constants import ECN, IPPROTO_ROUTING
 from mrcnet.sim.engine import Simulator
@@ -154,6 +154,8 @@ class EgressPort:
 
     __slots__ = (
         "_arrive_cb",
+        "_cid",
+        "_cnet",
         "_data_bytes",
         "_data_dscps",
         "_data_q",
@@ -244,6 +246,9 @@ class EgressPort:
         # Bound methods made once: the hot path schedules them per frame.
         self._arrive_cb = self._arrive
         self._wake_cb = self._wake
+        #: this port's index in the C network and that network (mrcnet.sim.cnet), if any
+        self._cid = -1
+        self._cnet: Any = None
 
     def connect(self, dst: Receiver, dst_port: int) -> None:
         """Attach the far end of the link."""
@@ -392,8 +397,8 @@ class Switch:
     """
 
     __slots__ = (
-        "_by_usid", "_n48", "blackhole", "counters", "locator", "name", "plane", "ports",
-        "role", "routes48", "routes128", "usid",
+        "_by_usid", "_cid", "_cnet", "_n48", "blackhole", "counters", "fallback128",
+        "locator", "name", "plane", "ports", "role", "routes48", "routes128", "usid",
     )
 
     def __init__(self, name: str, role: str, plane: int, usid: int, locator: bytes) -> None:
@@ -407,8 +412,13 @@ class Switch:
         self.routes128: dict[bytes, EgressPort] = {}
         self.blackhole = False
         self.counters = SwitchCounters()
+        #: /128 routes shared by many switches (a leaf's plain IPv6 to every host of its
+        #: plane through spine 0): addresses and the port, after ``routes128``
+        self.fallback128: tuple[frozenset[bytes], EgressPort] | None = None
         self._by_usid: dict[int, EgressPort] | None = None
         self._n48 = 0
+        self._cid = -1
+        self._cnet: Any = None
 
     def receive(self, frame: bytearray, port: int) -> None:
         """Forward one frame (``port``, the ingress, does not matter to static routing)."""
@@ -417,30 +427,19 @@ class Switch:
         if self.blackhole:
             c.drop_blackhole += 1
             return
+        out = None
         if frame.startswith(self.locator, _DA):
             nxt = (frame[_DA_LOC_END] << 8) | frame[_DA_LOC_END + 1]
             if nxt:
                 # NEXT-C-SID: shift the remaining uSIDs left by 16 bits, zero-fill.
                 frame[_DA + 4 : _DA_END] = frame[_DA_LOC_END:_DA_END] + b"\0\0"
-                hl = frame[_HOP_LIMIT]
-                if hl <= 1:
-                    c.drop_hop_limit += 1
-                    return
-                frame[_HOP_LIMIT] = hl - 1
                 # The new locator is the uSID block (the one this switch's locator just
                 # matched) and ``nxt``: looked up by ``nxt`` alone, no slice or bytes made.
                 by_usid = self._by_usid
                 if by_usid is None or self._n48 != len(self.routes48):
                     by_usid = self._usid_routes()
                 out = by_usid.get(nxt)
-                if out is None:
-                    out = self.routes128.get(bytes(frame[_DA:_DA_END]))
-                    if out is None:
-                        c.drop_no_route += 1
-                        return
-                out.send(frame)
-                return
-            if frame[_NEXT_HEADER] == IPPROTO_ROUTING and frame[_SRH_SL] > 0:
+            elif frame[_NEXT_HEADER] == IPPROTO_ROUTING and frame[_SRH_SL] > 0:
                 sl = frame[_SRH_SL] - 1
                 frame[_SRH_SL] = sl
                 seg = _SRH_SEGS + 16 * sl
@@ -453,12 +452,17 @@ class Switch:
             c.drop_hop_limit += 1
             return
         frame[_HOP_LIMIT] = hl - 1
-        out = self.routes48.get(bytes(frame[_DA:_DA_LOC_END]))
         if out is None:
-            out = self.routes128.get(bytes(frame[_DA:_DA_END]))
+            out = self.routes48.get(bytes(frame[_DA:_DA_LOC_END]))
             if out is None:
-                c.drop_no_route += 1
-                return
+                key = bytes(frame[_DA:_DA_END])
+                out = self.routes128.get(key)
+                if out is None:
+                    fb = self.fallback128
+                    if fb is None or key not in fb[0]:
+                        c.drop_no_route += 1
+                        return
+                    out = fb[1]
         out.send(frame)
 
     def _usid_routes(self) -> dict[int, EgressPort]:
@@ -581,6 +585,9 @@ class HostNode:
         #: > 0: the stack's data payloads are all zeros; frames travel as
         #: :class:`ElidedFrame` keeping this many header bytes (0: frames travel whole)
         self.elide = 0
+        #: the C network (mrcnet.sim.cnet) its NICs are in, and their indices there
+        self._cnet: Any = None
+        self._nic_ids: list[int] = []
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
@@ -642,6 +649,10 @@ class HostNode:
             self.on_activity(self)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
+        """Put the stack's frames on their NICs."""
+        if self._cnet is not None:
+            self._cnet.send_frames(self._nic_ids, out, self.elide)
+            return
         nics, keep = self.nics, self.elide
         for port, frame in out:
             nics[port].send(elide_frame(frame, keep) if keep else bytearray(frame))
@@ -668,10 +679,8 @@ class HostNode:
         now = self.sim.now
         out = ep.frames_to_send(now)
         if out:
-            nics, keep = self.nics, self.elide
             self.counters.tx_frames += len(out)
-            for port, frame in out:
-                nics[port].send(elide_frame(frame, keep) if keep else bytearray(frame))
+            self._transmit(out)
         t = ep.next_timer()
         if t is not None and t != self._armed:
             self._armed = t

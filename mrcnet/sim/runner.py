@@ -37,6 +37,7 @@ from mrcnet.core import (
     QPState,
     WriteCompleted,
 )
+from mrcnet.sim.cnet import NativeSimulator, native_ok
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import Failure, expand_failure, schedule_failure
@@ -203,7 +204,9 @@ class SimRun:
     ``sample_interval`` the bytes each flow's responder has received (new data only) are
     recorded every interval (:attr:`RunResult.samples`, :meth:`RunResult.goodput_series`).
     ``host_jitter`` (:class:`mrcnet.sim.net.HostJitter`) makes every host's stack react
-    late and serially, like mrcd in Python on a busy machine.
+    late and serially, like mrcd in Python on a busy machine. ``native``: the network
+    in C (:mod:`mrcnet.sim.cnet`, same decisions) or in Python; None (default) takes C
+    whenever it can run the failures asked.
     """
 
     def __init__(
@@ -217,6 +220,7 @@ class SimRun:
         host_config: dict[str, Any] | None = None,
         sample_interval: float | None = None,
         host_jitter: HostJitter | None = None,
+        native: bool | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise SpecError(f"unknown transport {transport!r}: use {' or '.join(TRANSPORTS)}")
@@ -226,7 +230,12 @@ class SimRun:
         self.transport = transport
         self.flows = list(flows)
         self.failures = list(failures)  # (random: ones drawn once the fabric exists)
-        self.sim = Simulator(seed)
+        # The network in C when it can run this (mrcnet.sim.cnet): the same decisions.
+        ok = native_ok(f.action for f in self.failures)
+        if native and not ok:
+            raise SpecError("the C network needs the C module and no random loss")
+        self.native = ok if native is None else native
+        self.sim = NativeSimulator(seed) if self.native else Simulator(seed)
         # Initial PSNs are random per QP, as mrcd draws them at connect (from their own
         # generator: the network's random choices stay what they were)
         self._psn_rng = random.Random(seed * 7919 + 24)
