@@ -6,7 +6,7 @@
  * that network, port for port and switch for switch what mrcnet/sim/net.py's EgressPort
  * and Switch do, with the one event queue of the whole simulation: network events run
  * here; Python events (hosts' timers, flow starts, failures) and frames reaching a host
- * are handed back to Python (mrcnet/sim/cnet.py) in the same (time, sequence) order the
+ * are handed back to Python (mrcnet/sim/simnet.py) in the same (time, sequence) order the
  * pure-Python simulator runs them, so both make the same decisions. Random loss (which
  * draws from the simulation's Python generator) stays with the Python network. */
 #ifndef MRCNET_SIMNET_H

@@ -246,7 +246,7 @@ class EgressPort:
         # Bound methods made once: the hot path schedules them per frame.
         self._arrive_cb = self._arrive
         self._wake_cb = self._wake
-        #: this port's index in the C network and that network (mrcnet.sim.cnet), if any
+        #: this port's index in the C network and that network (mrcnet.sim.simnet), if any
         self._cid = -1
         self._cnet: Any = None
 
@@ -585,7 +585,7 @@ class HostNode:
         #: > 0: the stack's data payloads are all zeros; frames travel as
         #: :class:`ElidedFrame` keeping this many header bytes (0: frames travel whole)
         self.elide = 0
-        #: the C network (mrcnet.sim.cnet) its NICs are in, and their indices there
+        #: the C network (mrcnet.sim.simnet) its NICs are in, and their indices there
         self._cnet: Any = None
         self._nic_ids: list[int] = []
 

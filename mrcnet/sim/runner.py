@@ -37,12 +37,12 @@ from mrcnet.core import (
     QPState,
     WriteCompleted,
 )
-from mrcnet.sim.cnet import NativeSimulator, native_ok
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import Failure, expand_failure, schedule_failure
 from mrcnet.sim.matrix import Flow
 from mrcnet.sim.net import HostJitter, HostNode
+from mrcnet.sim.simnet import NativeSimulator, native_ok
 from mrcnet.sim.topology import Fabric, LeafSpineSpec, leaf_name
 
 TRANSPORTS = {"mrc": EV_PROFILE_SPRAY, "ecmp": EV_PROFILE_ECMP}
@@ -205,7 +205,7 @@ class SimRun:
     recorded every interval (:attr:`RunResult.samples`, :meth:`RunResult.goodput_series`).
     ``host_jitter`` (:class:`mrcnet.sim.net.HostJitter`) makes every host's stack react
     late and serially, like mrcd in Python on a busy machine. ``native``: the network
-    in C (:mod:`mrcnet.sim.cnet`, same decisions) or in Python; None (default) takes C
+    in C (:mod:`mrcnet.sim.simnet`, same decisions) or in Python; None (default) takes C
     whenever it can run the failures asked.
     """
 
@@ -230,7 +230,7 @@ class SimRun:
         self.transport = transport
         self.flows = list(flows)
         self.failures = list(failures)  # (random: ones drawn once the fabric exists)
-        # The network in C when it can run this (mrcnet.sim.cnet): the same decisions.
+        # The network in C when it can run this (mrcnet.sim.simnet): the same decisions.
         ok = native_ok(f.action for f in self.failures)
         if native and not ok:
             raise SpecError("the C network needs the C module and no random loss")

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from mrcnet.constants import USID_BITS
-from mrcnet.sim.cnet import NativeSimulator
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.net import EgressPort, HostNode, Switch
+from mrcnet.sim.simnet import NativeSimulator
 from mrcnet.topology import addressing, naming
 from mrcnet.topology.errors import SpecError
 from mrcnet.topology.naming import host_name, leaf_name, spine_name

@@ -11,9 +11,9 @@ from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.constants import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP, ECN
 from mrcnet.native import HAVE_C
-from mrcnet.sim.cnet import NativeSimulator
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.net import EgressPort, frame_dscp, frame_ecn
+from mrcnet.sim.simnet import NativeSimulator
 from mrcnet.sim.topology import USID_BLOCK, Fabric, parse_topology
 from mrcnet.wire import Route, usid_container
 

@@ -8,7 +8,7 @@ then :meth:`NativeSimulator.mirror` copies them into C, where frames go through 
 and ports with no Python call. Python runs what it always ran (hosts' stacks, timers,
 flow starts, failures) when the C loop hands it an event or a frame reaching a host, in
 the same (time, sequence) order as the pure-Python simulator: both make the same
-decisions, event for event (``tests/sim/test_sim_cnet.py`` compares them).
+decisions, event for event (``tests/sim/test_sim_simnet.py`` compares them).
 
 The Python objects stay the fabric's handles: a port's or switch's ``counters``, ``up``
 (``set_up``) and ``blackhole`` read and write the C state. Random loss draws from the
@@ -258,7 +258,7 @@ class CEgressPort(EgressPort):
 
     @property
     def loss(self) -> float:  # type: ignore[override]
-        """Always 0: random loss needs the Python network (cnet.native_ok)."""
+        """Always 0: random loss needs the Python network (simnet.native_ok)."""
         return 0.0
 
     @loss.setter

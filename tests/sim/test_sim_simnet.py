@@ -1,4 +1,4 @@
-"""The network in C (mrcnet/sim/cnet.py, mrcnet/_csrc/simnet.c) against its Python twin.
+"""The network in C (mrcnet/sim/simnet.py, mrcnet/_csrc/simnet.c) against its Python twin.
 
 Whole runs with the real protocol core, once on each network from the same seed: every
 flow's finish time, every port's and switch's counters, every host's core counters and
