@@ -303,16 +303,23 @@ static int route_put(simnet *n, int sw, const uint8_t *key, int len, int port)
     return 0;
 }
 
-int simnet_route(simnet *n, int sw, const uint8_t *key, int len, int port)
+int simnet_routes(simnet *n, int sw, const uint8_t *keys, int len, size_t count,
+                  const int32_t *ports)
 {
     if (len != 6 && len != 16)
         return -1;
-    return route_put(n, sw, key, len, port);
+    for (size_t i = 0; i < count; i++)
+        if (route_put(n, sw, keys + i * (size_t)len, len, ports[i]))
+            return -1;
+    return 0;
 }
 
-int simnet_set_add(simnet *n, int set, const uint8_t *addr)
+int simnet_set_add(simnet *n, int set, const uint8_t *addrs, size_t count)
 {
-    return route_put(n, set, addr, SET_LEN, 0);
+    for (size_t i = 0; i < count; i++)
+        if (route_put(n, set, addrs + 16 * i, SET_LEN, 0))
+            return -1;
+    return 0;
 }
 
 void simnet_fallback(simnet *n, int sw, int set, int port)

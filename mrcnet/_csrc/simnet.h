@@ -64,11 +64,14 @@ int simnet_add_port(simnet *n, double s_per_byte, double delay, uint64_t queue_b
 int simnet_add_switch(simnet *n, const uint8_t *locator);
 /* The far end of ``port``: a switch (is_host 0) or a host's NIC ``dst_port``. */
 void simnet_connect(simnet *n, int port, int is_host, int dst, int dst_port);
-/* A static route of switch ``sw``: ``len`` 6 (a /48 locator) or 16 (a /128 address).
- * Returns 0, -1 without memory. */
-int simnet_route(simnet *n, int sw, const uint8_t *key, int len, int port);
-/* Add a 16-byte address to set ``set`` (0, 1, ...); returns 0, -1 without memory. */
-int simnet_set_add(simnet *n, int set, const uint8_t *addr);
+/* ``count`` static routes of switch ``sw``: ``keys`` holds them back to back, ``len``
+ * bytes each, 6 (a /48 locator) or 16 (a /128 address); ``ports[i]`` is key i's port.
+ * Returns 0, -1 without memory or for another ``len``. */
+int simnet_routes(simnet *n, int sw, const uint8_t *keys, int len, size_t count,
+                  const int32_t *ports);
+/* Add ``count`` 16-byte addresses (back to back) to set ``set`` (0, 1, ...); returns
+ * 0, -1 without memory. */
+int simnet_set_add(simnet *n, int set, const uint8_t *addrs, size_t count);
 /* Switch ``sw``'s last resort for a /128: an address in ``set`` goes to ``port``. */
 void simnet_fallback(simnet *n, int sw, int set, int port);
 

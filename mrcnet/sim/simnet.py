@@ -96,6 +96,8 @@ class NativeSimulator(Simulator):
         net, out, buf, cbuf, items, hosts = (self._net, self._out, self._buf, self._cbuf,
                                              self._items, self._hosts)
         step = C.simnet_run
+        # (the stop codes as locals: a cffi lib attribute costs more than a local)
+        HOST, PY, LIMIT = C.SIMNET_HOST, C.SIMNET_PY, C.SIMNET_LIMIT
         limit = math.inf if until is None else until
         budget = -1 if max_events is None else max_events
         n = 0
@@ -107,12 +109,12 @@ class NativeSimulator(Simulator):
                            out)
                 n += out.events
                 self.now = out.t
-                if why == C.SIMNET_HOST:
+                if why == HOST:
                     hosts[out.host].receive(buf[: out.len], out.hport)
-                elif why == C.SIMNET_PY:
+                elif why == PY:
                     fn, arg = items.pop(out.key)
                     fn(arg)
-                elif why == C.SIMNET_LIMIT:
+                elif why == LIMIT:
                     self.now = limit
                     break
                 elif why == C.SIMNET_ERROR:
@@ -144,10 +146,14 @@ class NativeSimulator(Simulator):
             sw._cnet = self
             sw.__class__ = CSwitch
         ports = list(fabric.egress_ports())
+        tables: dict[tuple[tuple[int, bool], ...], Any] = {}  # (most ports share one)
         for p in ports:
-            table = ffi.new("int8_t[64]", [-1] * 64)
-            for d, no_trim in p._data_dscps.items():
-                table[d] = 1 if no_trim else 0
+            key = tuple(sorted(p._data_dscps.items()))
+            table = tables.get(key)
+            if table is None:
+                table = tables[key] = ffi.new("int8_t[64]", [-1] * 64)
+                for d, no_trim in key:
+                    table[d] = 1 if no_trim else 0
             mac = p.mac_rewrite if p.mac_rewrite is not None else ffi.NULL
             p._cid = C.simnet_add_port(
                 net, p._s_per_byte, p.delay, p.queue_bytes, p.prio_queue_bytes, p.trim,
@@ -171,17 +177,21 @@ class NativeSimulator(Simulator):
         sets: dict[frozenset[bytes], int] = {}
         for sw in fabric.switches():
             for routes, size in ((sw.routes48, 6), (sw.routes128, 16)):
-                for key, port in routes.items():
-                    if C.simnet_route(net, sw._cid, key, size, port._cid):
-                        raise MemoryError("simnet_route")
+                if not routes:
+                    continue
+                keys = b"".join(routes)
+                if len(keys) != size * len(routes):
+                    raise SimError(f"{sw.name}: a /{size * 8} route's key is not {size} bytes")
+                if C.simnet_routes(net, sw._cid, keys, size, len(routes),
+                                   ffi.new("int32_t[]", [p._cid for p in routes.values()])):
+                    raise MemoryError("simnet_routes")
             if sw.fallback128 is not None:
                 addrs, port = sw.fallback128
                 sid = sets.get(addrs)
                 if sid is None:
                     sid = sets[addrs] = len(sets)
-                    for a in addrs:
-                        if C.simnet_set_add(net, sid, a):
-                            raise MemoryError("simnet_set_add")
+                    if C.simnet_set_add(net, sid, b"".join(addrs), len(addrs)):
+                        raise MemoryError("simnet_set_add")
                 C.simnet_fallback(net, sw._cid, sid, port._cid)
             if sw.blackhole:
                 C.simnet_set_switch_blackhole(net, sw._cid, 1)

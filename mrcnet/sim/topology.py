@@ -412,7 +412,22 @@ class Fabric:
 
     def routes(self, src: int, dst: int, plane: int) -> list[Route]:
         """One route per spine of ``plane`` from ``src`` to ``dst``, spine order."""
-        return [self.route(src, dst, plane, sp) for sp in range(self.spec.spines)]
+        if self.spec.srv6 != "usid":
+            return [self.route(src, dst, plane, sp) for sp in range(self.spec.spines)]
+        # The routes :meth:`route` builds, made at once: only the spine's uSID differs
+        # between them (a QP asks for planes x spines routes: 256 at 8 planes of 32).
+        s, d = self.hosts[src], self.hosts[dst]
+        head = USID_BLOCK + self.leaves[plane][s.leaf_index].usid.to_bytes(2, "big")
+        tail = (self.leaves[plane][d.leaf_index].usid.to_bytes(2, "big")
+                + d.usid.to_bytes(2, "big") + bytes(16 - 4 - 8))
+        leaf_mac = self.links[naming.link_name(s.name, leaf_name(plane, s.leaf_index))
+                              ].ba.mac_rewrite
+        assert leaf_mac is not None
+        src_mac, dst_mac = s.macs[plane], leaf_mac[6:12]
+        src_ip, dst_ip = s.addresses[plane], d.addresses[plane]
+        return [Route(src_mac=src_mac, dst_mac=dst_mac, src_ip=src_ip, dst_ip=dst_ip,
+                      usid=head + sp.usid.to_bytes(2, "big") + tail)
+                for sp in self.spines[plane]]
 
     def paths_for(self, host: int) -> SimPaths:
         """The path provider a transport on host ``host`` uses."""

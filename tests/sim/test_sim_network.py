@@ -259,3 +259,12 @@ def test_plain_ipv6_goes_through_spine_zero() -> None:
     assert len(sink.frames) == 3
     assert all(f.outer.dst == fab.hosts[3].addresses[1] for _, _, f in sink.frames)
     assert fab.links["L1.0-S1.0"].ab.counters.tx_frames == 3
+
+
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_a_pairs_routes_are_the_ones_built_spine_by_spine(srv6: str) -> None:
+    fab = fabric(f"leafspine:planes=2,spines=4,leaves=3,hosts=2,srv6={srv6}")
+    for a in range(6):
+        for b in range(6):
+            for p in range(2):
+                assert fab.routes(a, b, p) == [fab.route(a, b, p, s) for s in range(4)]
