@@ -19,7 +19,7 @@ CSRC = HERE / "mrcnet" / "_csrc"
 # In dependency order: a header's declarations may use those of the ones before it
 # (rxlane.h uses buffers.h, parsed.h and txtable.h; batch.h uses buffers.h).
 HEADERS = ("checksum.h", "icrc.h", "template.h", "parsed.h", "buffers.h", "batch.h",
-           "spray.h", "txtable.h", "rxlane.h", "cc.h", "shmring.h")
+           "spray.h", "txtable.h", "rxlane.h", "cc.h", "shmring.h", "simnet.h")
 
 ffibuilder = FFI()
 

@@ -19,6 +19,7 @@ from mrcnet.core import cc, rxlane, txtable
 from mrcnet.core.ctrl import NO_TS
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
+from mrcnet.sim import net as sim_net
 from mrcnet.wire import bth, seth, template
 from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
@@ -124,6 +125,17 @@ PYTHON: dict[tuple[str, str], float] = {
     ("cc.c", "PENALTY_SCALE"): cc.PENALTY_SCALE,
     **{("cc.h", f"MRC_NSCC_{n}"): i
        for i, n in enumerate(("NONE", "PI", "FI", "MD", "NC", "QA"))},
+    # The simulator's network (simnet.c) and its Python twin (mrcnet/sim/net.py)
+    ("simnet.c", "TC_HI"): sim_net._TC_HI,
+    ("simnet.c", "TC_LO"): sim_net._TC_LO,
+    ("simnet.c", "NEXT_HEADER"): sim_net._NEXT_HEADER,
+    ("simnet.c", "HOP_LIMIT"): sim_net._HOP_LIMIT,
+    ("simnet.c", "DA"): sim_net._DA,
+    ("simnet.c", "ROUTING"): K.IPPROTO_ROUTING,
+    ("simnet.c", "ECN_MASK"): sim_net._ECN_MASK,
+    ("simnet.c", "CE"): sim_net._CE,
+    ("simnet.c", "ICRC"): sim_net._ICRC,
+    ("simnet.c", "TIE"): sim_net._TIE,
 }
 
 #: #defines with no Python twin: sizes and markers internal to the C code.
@@ -132,6 +144,10 @@ C_ONLY = {
     ("txtable.h", "MRC_TX_NO_PATH"),  # "no path" key of the table's path slots
     ("checksum.c", "HAVE_X86_AVX2"),
     ("crc32.c", "HAVE_X86_CLMUL"),
+    ("simnet.c", "SET_LEN"),  # marks an address-set entry in the route table
+    # what stopped simnet_run (read back through cffi by mrcnet/sim/simnet.py)
+    *(("simnet.h", f"SIMNET_{n}")
+      for n in ("EMPTY", "PY", "HOST", "LIMIT", "BUDGET", "ERROR", "NOMEM")),
 }
 
 

@@ -3,10 +3,11 @@
 
 Runs a fixed set of ``mrc-sim run`` scenarios (incast with trimming and drop-tail, link
 failures with loss, a switch blackhole with a flap, SRH mode, endpoint jitter, the ECMP
-baseline), each with the C module and with ``MRCNET_NO_FASTPATH=1``, and prints one digest
-per scenario over everything the run decided: every flow's finish time and every port's
-counters. Wall-clock figures are left out, so two trees that make the same decisions print
-the same digests.
+baseline), each with the C module (the network in C too, mrcnet/sim/simnet.py, except for
+random loss) and with ``MRCNET_NO_FASTPATH=1``, and prints one digest per scenario over
+everything the run decided: every flow's finish time and every port's counters.
+Wall-clock figures are left out, so two trees that make the same decisions print the same
+digests.
 
     .venv/bin/python tools/sim_digest.py                  # print the digests
     .venv/bin/python tools/sim_digest.py --save base.json # keep them

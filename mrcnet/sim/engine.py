@@ -71,23 +71,32 @@ class Simulator:
         self._stopped = False
         queue = self.queue
         pop = heapq.heappop
-        limit = float("inf") if until is None else until
         budget = -1 if max_events is None else max_events
         n = 0
         start = time.perf_counter()
         cpu_start = time.process_time()
         try:
-            while queue and not self._stopped and n != budget:
-                if queue[0][0] > limit:
-                    self.now = limit
-                    break
-                when, _, fn, arg = pop(queue)
-                self.now = when
-                fn(arg)
-                n += 1
+            if until is None:
+                # The common case, kept lean: no horizon to compare each event with.
+                while queue and n != budget:
+                    when, _, fn, arg = pop(queue)
+                    self.now = when
+                    fn(arg)
+                    n += 1
+                    if self._stopped:
+                        break
             else:
-                if until is not None and not queue and self.now < until:
-                    self.now = until
+                while queue and not self._stopped and n != budget:
+                    if queue[0][0] > until:
+                        self.now = until
+                        break
+                    when, _, fn, arg = pop(queue)
+                    self.now = when
+                    fn(arg)
+                    n += 1
+                else:
+                    if not queue and self.now < until:
+                        self.now = until
         finally:
             self.events += n
             self.wall_seconds += time.perf_counter() - start

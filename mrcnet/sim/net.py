@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappush
-from typing import Protocol
+from typing import Any, Protocol
 
 from mrcnet.constants import ECN, IPPROTO_ROUTING
 from mrcnet.sim.engine import Simulator
@@ -154,9 +154,12 @@ class EgressPort:
 
     __slots__ = (
         "_arrive_cb",
+        "_cid",
+        "_cnet",
         "_data_bytes",
         "_data_dscps",
         "_data_q",
+        "_dst_receive",
         "_heap",
         "_last_down",
         "_prio_bytes",
@@ -243,11 +246,15 @@ class EgressPort:
         # Bound methods made once: the hot path schedules them per frame.
         self._arrive_cb = self._arrive
         self._wake_cb = self._wake
+        #: this port's index in the C network and that network (mrcnet.sim.simnet), if any
+        self._cid = -1
+        self._cnet: Any = None
 
     def connect(self, dst: Receiver, dst_port: int) -> None:
         """Attach the far end of the link."""
         self.dst = dst
         self.dst_port = dst_port
+        self._dst_receive = dst.receive  # (bound once: called per frame)
 
     @property
     def queued_bytes(self) -> int:
@@ -261,17 +268,18 @@ class EgressPort:
             return
         if self.mac_rewrite is not None:
             frame[0:12] = self.mac_rewrite
+        # (the wire length inline, not through wire_len: this runs per frame and hop)
+        size = len(frame) if type(frame) is bytearray else len(frame) + frame.gap  # type: ignore[attr-defined]
         now = self.sim.now
         # Idle port, empty queues: straight onto the wire. The femtosecond of slack absorbs
         # float rounding when a frame arrives exactly as the previous one finishes (back to
         # back at line rate), which would otherwise cost a queue round trip and an event.
         if now + _TIE >= self.busy_until and not self._waking:
-            self._transmit(frame, now)
+            self._transmit(frame, now, size)
             return
         lo = frame[_TC_LO]
         no_trim = self._data_dscps.get(((frame[_TC_HI] & 0x0F) << 2) | (lo >> 6))
         if no_trim is not None:  # data: TRIMMABLE, TRIMMABLE_RETX or NO_TRIM
-            size = len(frame) if type(frame) is bytearray else wire_len(frame)
             cap = self.queue_bytes
             if cap and self._data_bytes + size > cap:
                 if not self.trim or no_trim or size <= self.trim_size:
@@ -283,7 +291,7 @@ class EgressPort:
                 frame[_TC_HI] = (frame[_TC_HI] & 0xF0) | self._trim_hi
                 frame[_TC_LO] = (lo & 0x3F) | self._trim_lo
                 self.counters.trimmed += 1
-                self._enqueue_prio(frame)
+                self._enqueue_prio(frame, self.trim_size)
             else:
                 # ECT(0)/ECT(1) -> CE past the threshold; Not-ECT and CE stay as they are.
                 ect = lo & _ECN_MASK
@@ -296,13 +304,12 @@ class EgressPort:
                     self.counters.max_queue_bytes = self._data_bytes
         else:
             # Control frames (and anything not marked as data) take the priority queue.
-            self._enqueue_prio(frame)
+            self._enqueue_prio(frame, size)
         if not self._waking:
             self._waking = True
             heappush(self._heap, (self.busy_until, next(self._seq), self._wake_cb, None))
 
-    def _enqueue_prio(self, frame: bytearray) -> None:
-        size = len(frame) if type(frame) is bytearray else wire_len(frame)
+    def _enqueue_prio(self, frame: bytearray, size: int) -> None:
         if self.prio_queue_bytes and self._prio_bytes + size > self.prio_queue_bytes:
             self.counters.drop_queue += 1
             return
@@ -314,20 +321,20 @@ class EgressPort:
         self._waking = False
         if self._prio_q:
             frame = self._prio_q.popleft()
-            self._prio_bytes -= len(frame) if type(frame) is bytearray else wire_len(frame)
+            size = len(frame) if type(frame) is bytearray else len(frame) + frame.gap  # type: ignore[attr-defined]
+            self._prio_bytes -= size
         elif self._data_q:
             frame = self._data_q.popleft()
-            self._data_bytes -= len(frame) if type(frame) is bytearray else wire_len(frame)
+            size = len(frame) if type(frame) is bytearray else len(frame) + frame.gap  # type: ignore[attr-defined]
+            self._data_bytes -= size
         else:
             return
-        now = self.sim.now
-        self._transmit(frame, now)
+        self._transmit(frame, self.sim.now, size)
         if self._prio_q or self._data_q:
             self._waking = True
             heappush(self._heap, (self.busy_until, next(self._seq), self._wake_cb, None))
 
-    def _transmit(self, frame: bytearray, now: float) -> None:
-        size = len(frame) if type(frame) is bytearray else wire_len(frame)
+    def _transmit(self, frame: bytearray, now: float, size: int) -> None:
         done = now + size * self._s_per_byte
         self.busy_until = done
         c = self.counters
@@ -350,8 +357,7 @@ class EgressPort:
         ):
             self.counters.drop_down += 1
             return
-        assert self.dst is not None
-        self.dst.receive(frame, self.dst_port)
+        self._dst_receive(frame, self.dst_port)
 
     def set_up(self, up: bool) -> None:
         """Carrier up/down. Going down flushes both queues (counted as drop_down)."""
@@ -391,8 +397,8 @@ class Switch:
     """
 
     __slots__ = (
-        "blackhole", "counters", "locator", "name", "plane", "ports", "role",
-        "routes48", "routes128", "usid",
+        "_by_usid", "_cid", "_cnet", "_n48", "blackhole", "counters", "fallback128",
+        "locator", "name", "plane", "ports", "role", "routes48", "routes128", "usid",
     )
 
     def __init__(self, name: str, role: str, plane: int, usid: int, locator: bytes) -> None:
@@ -406,6 +412,13 @@ class Switch:
         self.routes128: dict[bytes, EgressPort] = {}
         self.blackhole = False
         self.counters = SwitchCounters()
+        #: /128 routes shared by many switches (a leaf's plain IPv6 to every host of its
+        #: plane through spine 0): addresses and the port, after ``routes128``
+        self.fallback128: tuple[frozenset[bytes], EgressPort] | None = None
+        self._by_usid: dict[int, EgressPort] | None = None
+        self._n48 = 0
+        self._cid = -1
+        self._cnet: Any = None
 
     def receive(self, frame: bytearray, port: int) -> None:
         """Forward one frame (``port``, the ingress, does not matter to static routing)."""
@@ -414,12 +427,18 @@ class Switch:
         if self.blackhole:
             c.drop_blackhole += 1
             return
-        if frame[_DA:_DA_LOC_END] == self.locator:
-            if frame[_DA_LOC_END] or frame[_DA_LOC_END + 1]:
+        out = None
+        if frame.startswith(self.locator, _DA):
+            nxt = (frame[_DA_LOC_END] << 8) | frame[_DA_LOC_END + 1]
+            if nxt:
                 # NEXT-C-SID: shift the remaining uSIDs left by 16 bits, zero-fill.
-                frame[_DA + 4 : _DA_END - 2] = frame[_DA_LOC_END:_DA_END]
-                frame[_DA_END - 2] = 0
-                frame[_DA_END - 1] = 0
+                frame[_DA + 4 : _DA_END] = frame[_DA_LOC_END:_DA_END] + b"\0\0"
+                # The new locator is the uSID block (the one this switch's locator just
+                # matched) and ``nxt``: looked up by ``nxt`` alone, no slice or bytes made.
+                by_usid = self._by_usid
+                if by_usid is None or self._n48 != len(self.routes48):
+                    by_usid = self._usid_routes()
+                out = by_usid.get(nxt)
             elif frame[_NEXT_HEADER] == IPPROTO_ROUTING and frame[_SRH_SL] > 0:
                 sl = frame[_SRH_SL] - 1
                 frame[_SRH_SL] = sl
@@ -433,13 +452,27 @@ class Switch:
             c.drop_hop_limit += 1
             return
         frame[_HOP_LIMIT] = hl - 1
-        out = self.routes48.get(bytes(frame[_DA:_DA_LOC_END]))
         if out is None:
-            out = self.routes128.get(bytes(frame[_DA:_DA_END]))
+            out = self.routes48.get(bytes(frame[_DA:_DA_LOC_END]))
             if out is None:
-                c.drop_no_route += 1
-                return
+                key = bytes(frame[_DA:_DA_END])
+                out = self.routes128.get(key)
+                if out is None:
+                    fb = self.fallback128
+                    if fb is None or key not in fb[0]:
+                        c.drop_no_route += 1
+                        return
+                    out = fb[1]
         out.send(frame)
+
+    def _usid_routes(self) -> dict[int, EgressPort]:
+        """The /48 routes inside this switch's uSID block, keyed by their uSID (rebuilt
+        when a route is added: the fabric adds them all before the first frame)."""
+        block = self.locator[:4]
+        self._by_usid = {int.from_bytes(k[4:6], "big"): p for k, p in self.routes48.items()
+                         if k[:4] == block}
+        self._n48 = len(self.routes48)
+        return self._by_usid
 
 
 class Endpoint(Protocol):
@@ -552,6 +585,9 @@ class HostNode:
         #: > 0: the stack's data payloads are all zeros; frames travel as
         #: :class:`ElidedFrame` keeping this many header bytes (0: frames travel whole)
         self.elide = 0
+        #: the C network (mrcnet.sim.simnet) its NICs are in, and their indices there
+        self._cnet: Any = None
+        self._nic_ids: list[int] = []
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
@@ -613,6 +649,10 @@ class HostNode:
             self.on_activity(self)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
+        """Put the stack's frames on their NICs."""
+        if self._cnet is not None:
+            self._cnet.send_frames(self._nic_ids, out, self.elide)
+            return
         nics, keep = self.nics, self.elide
         for port, frame in out:
             nics[port].send(elide_frame(frame, keep) if keep else bytearray(frame))
@@ -639,10 +679,8 @@ class HostNode:
         now = self.sim.now
         out = ep.frames_to_send(now)
         if out:
-            nics, keep = self.nics, self.elide
             self.counters.tx_frames += len(out)
-            for port, frame in out:
-                nics[port].send(elide_frame(frame, keep) if keep else bytearray(frame))
+            self._transmit(out)
         t = ep.next_timer()
         if t is not None and t != self._armed:
             self._armed = t

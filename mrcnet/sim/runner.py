@@ -14,13 +14,15 @@ running the same code).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
 import math
 import random
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from mrcnet.constants import MPR_MAX, MPR_UNIT, PSN_MASK
 from mrcnet.core import (
@@ -42,9 +44,13 @@ from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import Failure, expand_failure, schedule_failure
 from mrcnet.sim.matrix import Flow
 from mrcnet.sim.net import HostJitter, HostNode
+from mrcnet.sim.simnet import NativeSimulator, native_ok
 from mrcnet.sim.topology import Fabric, LeafSpineSpec, leaf_name
 
 TRANSPORTS = {"mrc": EV_PROFILE_SPRAY, "ecmp": EV_PROFILE_ECMP}
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 # Headers a data frame carries around its payload, worst case (SRH with four segments):
 # Ethernet 14, outer IPv6 40, SRH 72, inner IPv6 40, UDP 8, BTH 12, RETH 16, METH 4,
@@ -195,6 +201,27 @@ class RunResult:
         }
 
 
+def _no_full_gc(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``fn`` with the collector's oldest generation left alone.
+
+    A large run holds tens of millions of long-lived objects (8192 hosts' QPs, routes,
+    ports), and each full collection walks them all, many times during set-up and the
+    run, and frees nothing (the run makes no cycles that outlive the young generations,
+    which are still collected: peak memory is unchanged). The thresholds are restored
+    afterwards; decisions do not depend on the collector.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        t = gc.get_threshold()
+        gc.set_threshold(t[0], t[1], 1 << 30)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.set_threshold(*t)
+
+    return wrapper
+
+
 class SimRun:
     """A fabric, one core Host per simulated host, a traffic matrix and failures.
 
@@ -203,9 +230,12 @@ class SimRun:
     ``sample_interval`` the bytes each flow's responder has received (new data only) are
     recorded every interval (:attr:`RunResult.samples`, :meth:`RunResult.goodput_series`).
     ``host_jitter`` (:class:`mrcnet.sim.net.HostJitter`) makes every host's stack react
-    late and serially, like mrcd in Python on a busy machine.
+    late and serially, like mrcd in Python on a busy machine. ``native``: the network
+    in C (:mod:`mrcnet.sim.simnet`, same decisions) or in Python; None (default) takes C
+    whenever it can run the failures asked.
     """
 
+    @_no_full_gc
     def __init__(
         self,
         spec: LeafSpineSpec,
@@ -217,6 +247,7 @@ class SimRun:
         host_config: dict[str, Any] | None = None,
         sample_interval: float | None = None,
         host_jitter: HostJitter | None = None,
+        native: bool | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise SpecError(f"unknown transport {transport!r}: use {' or '.join(TRANSPORTS)}")
@@ -226,7 +257,12 @@ class SimRun:
         self.transport = transport
         self.flows = list(flows)
         self.failures = list(failures)  # (random: ones drawn once the fabric exists)
-        self.sim = Simulator(seed)
+        # The network in C when it can run this (mrcnet.sim.simnet): the same decisions.
+        ok = native_ok(f.action for f in self.failures)
+        if native and not ok:
+            raise SpecError("the C network needs the C module and no random loss")
+        self.native = ok if native is None else native
+        self.sim = NativeSimulator(seed) if self.native else Simulator(seed)
         # Initial PSNs are random per QP, as mrcd draws them at connect (from their own
         # generator: the network's random choices stay what they were)
         self._psn_rng = random.Random(seed * 7919 + 24)
@@ -405,6 +441,7 @@ class SimRun:
                 f"({sim.events_per_second:,.0f}/CPU-s) flows done={done}/{len(self.flows)} "
                 f"data {frac:.1%} wall {sim.wall_seconds:.0f}s {eta_s}")
 
+    @_no_full_gc
     def run(self, until: float | None = None, max_events: int | None = None,
             progress: Callable[[SimRun], None] | None = None) -> RunResult:
         """Run until every flow completed or failed (or ``until`` / ``max_events``).

@@ -24,6 +24,7 @@ from typing import Any
 from mrcnet.constants import USID_BITS
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.net import EgressPort, HostNode, Switch
+from mrcnet.sim.simnet import NativeSimulator
 from mrcnet.topology import addressing, naming
 from mrcnet.topology.errors import SpecError
 from mrcnet.topology.naming import host_name, leaf_name, spine_name
@@ -331,12 +332,14 @@ class Fabric:
                     name = naming.link_name(leaf.name, spine.name)
                     self.links[name] = Link(name, "leaf-spine", p, up, down)
             # Plain IPv6 to a host on another leaf goes up through spine 0 (static, like
-            # mrc-fabric's control-plane spine): no ECMP anywhere.
-            for li, leaf in enumerate(self.leaves[p]):
-                up0 = leaf.routes48[self.spines[p][0].locator]
-                for hn in self.hosts:
-                    if hn.leaf_index != li:
-                        leaf.routes128[hn.addresses[p]] = up0
+            # mrc-fabric's control-plane spine): no ECMP anywhere. One set of the plane's
+            # addresses serves every leaf (its own hosts' routes come first): 8192 hosts
+            # would otherwise need 16.7 M routes.
+            plane_addrs = frozenset(hn.addresses[p] for hn in self.hosts)
+            for leaf in self.leaves[p]:
+                leaf.fallback128 = (plane_addrs, leaf.routes48[self.spines[p][0].locator])
+        if isinstance(self.sim, NativeSimulator):
+            self.sim.mirror(self)
 
     def _switch(self, name: str, role: str, plane: int, usid: int) -> Switch:
         return Switch(name, role, plane, usid, USID_BLOCK + usid.to_bytes(USID_BITS // 8, "big"))
@@ -409,7 +412,22 @@ class Fabric:
 
     def routes(self, src: int, dst: int, plane: int) -> list[Route]:
         """One route per spine of ``plane`` from ``src`` to ``dst``, spine order."""
-        return [self.route(src, dst, plane, sp) for sp in range(self.spec.spines)]
+        if self.spec.srv6 != "usid":
+            return [self.route(src, dst, plane, sp) for sp in range(self.spec.spines)]
+        # The routes :meth:`route` builds, made at once: only the spine's uSID differs
+        # between them (a QP asks for planes x spines routes: 256 at 8 planes of 32).
+        s, d = self.hosts[src], self.hosts[dst]
+        head = USID_BLOCK + self.leaves[plane][s.leaf_index].usid.to_bytes(2, "big")
+        tail = (self.leaves[plane][d.leaf_index].usid.to_bytes(2, "big")
+                + d.usid.to_bytes(2, "big") + bytes(16 - 4 - 8))
+        leaf_mac = self.links[naming.link_name(s.name, leaf_name(plane, s.leaf_index))
+                              ].ba.mac_rewrite
+        assert leaf_mac is not None
+        src_mac, dst_mac = s.macs[plane], leaf_mac[6:12]
+        src_ip, dst_ip = s.addresses[plane], d.addresses[plane]
+        return [Route(src_mac=src_mac, dst_mac=dst_mac, src_ip=src_ip, dst_ip=dst_ip,
+                      usid=head + sp.usid.to_bytes(2, "big") + tail)
+                for sp in self.spines[plane]]
 
     def paths_for(self, host: int) -> SimPaths:
         """The path provider a transport on host ``host`` uses."""

@@ -10,14 +10,26 @@ import pytest
 from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.constants import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP, ECN
+from mrcnet.native import HAVE_C
 from mrcnet.sim.engine import Simulator
 from mrcnet.sim.net import EgressPort, frame_dscp, frame_ecn
+from mrcnet.sim.simnet import NativeSimulator
 from mrcnet.sim.topology import USID_BLOCK, Fabric, parse_topology
 from mrcnet.wire import Route, usid_container
 
+_NATIVE = [False]
+
+
+@pytest.fixture(autouse=True, params=[
+    "python", pytest.param("c", marks=pytest.mark.skipif(not HAVE_C, reason="no C module"))])
+def network(request: pytest.FixtureRequest) -> None:
+    """Every fabric test runs on both networks: the Python one and its C twin."""
+    _NATIVE[0] = request.param == "c"
+
 
 def fabric(spec: str = "leafspine:planes=2,spines=4,leaves=2,hosts=2") -> Fabric:
-    return Fabric(Simulator(seed=7), parse_topology(spec))
+    sim = NativeSimulator(seed=7) if _NATIVE[0] else Simulator(seed=7)
+    return Fabric(sim, parse_topology(spec))
 
 
 def test_usid_frame_follows_its_spine_and_arrives_fully_shifted() -> None:
@@ -247,3 +259,12 @@ def test_plain_ipv6_goes_through_spine_zero() -> None:
     assert len(sink.frames) == 3
     assert all(f.outer.dst == fab.hosts[3].addresses[1] for _, _, f in sink.frames)
     assert fab.links["L1.0-S1.0"].ab.counters.tx_frames == 3
+
+
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_a_pairs_routes_are_the_ones_built_spine_by_spine(srv6: str) -> None:
+    fab = fabric(f"leafspine:planes=2,spines=4,leaves=3,hosts=2,srv6={srv6}")
+    for a in range(6):
+        for b in range(6):
+            for p in range(2):
+                assert fab.routes(a, b, p) == [fab.route(a, b, p, s) for s in range(4)]
