@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(+{a.warmup} warm-up); failure: {LINK} down mid-run")
         print(f"{'op':>9} {'transport':>9} {'failure':<28} {'p50 us':>9} {'p99 us':>9} "
               f"{'p100 us':>9} {'p100/p50':>8} {'busbw':>9} {'/ideal':>6} {'p100/base':>9} "
-              f"{'cpu s':>6}  status")
+              f"{'worst':>5} {'cpu s':>6}  status")
     for op in a.ops.split(","):
         for transport in a.transports.split(","):
             base: dict[str, Any] | None = None
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                        "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
                        "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],
                        "busbw_of_ideal": res["busbw_of_ideal"], "p100_over_base": ratio,
+                       "worst": res["worst"],
                        "completed": res["completed"], "error": res["error"],
                        "steps": len(res["steps_s"] or []), "cpu_s": res["cpu_seconds"],
                        "wall_s": res["wall_s"]}
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{(res['p100_s'] or 0) * 1e6:>9.1f} {res['p100_over_p50'] or 0:>8.3f} "
                       f"{res['busbw_gbps'] or 0:>9.2f} {res['busbw_of_ideal'] or 0:>6.3f} "
                       f"{ratio if ratio is not None else float('nan'):>9.3f} "
+                      f"{res['worst'] if res['worst'] is not None else -1:>5} "
                       f"{res['cpu_seconds']:>6.1f}  {status}", flush=True)
     return 0
 

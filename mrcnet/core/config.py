@@ -137,6 +137,13 @@ class HostConfig:
       that arrives while nothing else does is acknowledged in the pass that received it
       (mrcd: its requester's completion no longer waits ``ack_delay``, 0.5 ms rounded up
       to the loop's 1 ms timer).
+    - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
+      smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
+      newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
+      so a lost tail is found in about two RTTs instead of the retransmission timeout.
+    - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
+      retired at once by every QP of the host whose route shares its links up to the
+      destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -181,6 +188,8 @@ class HostConfig:
     sack_on_reorder: bool = False
     ack_rtt_floor: float = 2e-6
     ack_lone: bool = False
+    tail_probe: bool = True
+    share_verdicts: bool = True
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

@@ -93,6 +93,14 @@ class Recovery:
         self.silent_since = 0.0  # send time of the oldest packet of the first round ...
         self.silence_peak_ms = 0  # ... and the longest silence ended by an acknowledgement
         self.rack_at = _INF
+        # RACK's tie-break (RFC 8985: of two packets sent at the same time the higher
+        # sequence is the more recent): (send time, sequence) of the newest packet that
+        # triggered a SACK. A burst leaves at one instant; without it a packet of the
+        # burst lost behind its acknowledged siblings waited for the timeout.
+        self.rack_tie = (-1.0, -1)
+        self.tlp_at = _INF  # tail-loss probe timer (inf: none armed)
+        self.tlp_sent = False  # a probe went since the last acknowledgement progress
+        self.tlp_log: set[int] = set()  # seqs a tail-loss probe declared lost
         self.reo_scale = 1
         self.reo_clean = 0
         self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
@@ -140,6 +148,8 @@ class Recovery:
             self._detect_losses(now)
         if self.suspect_at <= now:
             self._retire_suspects(now)
+        if self.tlp_at <= now:
+            self._on_tlp(now)
         if self.rto_at <= now:
             self._on_rto(now)
 
@@ -174,6 +184,45 @@ class Recovery:
         else:
             base = self.attrs.ack_timeout_s
         return max(self.cfg.timeout_floor, base)
+
+    def pto(self) -> float:
+        """Tail-loss probe timeout (RFC 8985 section 7.2): two smoothed RTTs (the hint
+        before a sample) plus the peer's ACK coalescing delay."""
+        return 2 * (self.srtt or self.cfg.base_rtt_hint) + self.cfg.ack_delay
+
+    def arm_tlp(self, now: float) -> None:
+        """Packets are in flight and new ones went or acknowledgements moved on: the
+        probe fires ``pto`` from now (RFC 8985 re-arms it on each), unless the
+        retransmission timer comes first, and at most once until acknowledgements move
+        again."""
+        if self.tlp_sent or not self.cfg.tail_probe:
+            return
+        at = now + self.pto()
+        self.tlp_at = at if at < self.rto_at else _INF
+
+    def _on_tlp(self, now: float) -> None:
+        """Tail-loss probe (RFC 8985 section 7, for sprayed paths): ``pto`` without news,
+        packets in flight. A lost packet that nothing sent after it reveals (the tail of
+        a message, or a burst's packet on a dead path) would wait for the retransmission
+        timeout; instead the newest packet in flight is resent at once, on another path
+        (a retransmission avoids its last EV). It counts as a RACK loss: its path becomes
+        a suspect, retired once the probe's answer shows the peer alive (nothing newer
+        through on that path), cleared if the original arrives after all."""
+        self.tlp_at = _INF
+        txt = self.txt
+        if self.tlp_sent or self.retries or not txt.ninfl:
+            return
+        seq = txt.inflight()[-1]
+        e = txt.get(seq)
+        if e is None:
+            return
+        due = e[E_SENT] + self.pto()
+        if due > now:  # sent since the timer was armed: wait for its own turn
+            self.tlp_at = due if due < self.rto_at else _INF
+            return
+        self.tlp_sent = True
+        self.qp.count("tlp")
+        self._mark_lost(seq, now, "tlp")
 
     def backoff(self) -> float:
         """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
@@ -213,12 +262,16 @@ class Recovery:
         else:
             if info is not None:
                 info.lost += 1
-            if cause in ("loss", "timeout"):
+            if cause in ("loss", "timeout", "tlp"):
                 log = self.lost_log
                 if len(log) >= _LOST_LOG_MAX:
                     for k in list(log)[: _LOST_LOG_MAX // 2]:
                         del log[k]
-                log[seq] = (ev, e[E_TS], now, cause == "loss")
+                log[seq] = (ev, e[E_TS], now, cause != "timeout")
+                if cause == "tlp":
+                    if len(self.tlp_log) >= _LOST_LOG_MAX:
+                        self.tlp_log.intersection_update(log)
+                    self.tlp_log.add(seq)
                 txt.log(seq, True)
                 if self._path_failed(ev, sent, now, cause):
                     if cause == "timeout":
@@ -271,12 +324,7 @@ class Recovery:
         evm = self.evm
         assert evm is not None
         plane, path, _ = ev_path(evs[0])
-        # Spares (revived EVs waiting for a slot) share the path's fate too: left GOOD,
-        # a refill could put one straight back onto the dead path.
-        evs = evs + [i.ev for i in (*evm.active.get(plane, ()), *evm.spares.get(plane, ()))
-                     if i.path == path]
-        for ev in evs:
-            evm.assume_bad(ev, now, cause)
+        evm.retire_path(plane, path, now, cause, evs)
 
     def _confirmed_loss(self, ev: int, now: float) -> None:
         """The retransmission of a packet lost on ``ev`` got through while the original
@@ -422,8 +470,32 @@ class Recovery:
         if limit < 0:
             return
         # The allowance covers path skew and the peer's ACK coalescing delay.
-        lost, self.rack_at = txt.rack(limit, txt.rack_rtt + self._reorder_allowance(), now)
+        wait = txt.rack_rtt + self._reorder_allowance()
+        lost, self.rack_at = txt.rack(limit, wait, now)
         for seq in lost:
+            self._mark_lost(seq, now, "loss")
+        tie_sent, tie_seq = self.rack_tie
+        if self.rack_at == _INF and tie_sent == limit and txt.ninfl:
+            self._detect_tied(limit, tie_seq, wait, now)
+
+    def _detect_tied(self, limit: float, tie_seq: int, wait: float, now: float) -> None:
+        """The packets in flight sent at ``limit`` (the newest acknowledged send time) with
+        a lower sequence than the one acknowledged: sent in the same burst before it, so
+        lost by RACK's rule once ``wait`` has passed (RFC 8985's tie-break). They lead
+        the flight order (everything sent earlier is already reported)."""
+        txt = self.txt
+        first = txt.oldest()
+        e = txt.get(first) if first is not None else None
+        if e is None or first is None or first >= tie_seq or e[E_SENT] != limit:
+            return
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is None or e[E_SENT] != limit or seq >= tie_seq:
+                return
+            if e[E_SENT] + wait > now:
+                self.rack_at = e[E_SENT] + wait
+                return
+            self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")
 
     def _on_rto(self, now: float) -> None:
@@ -558,18 +630,21 @@ class Recovery:
                 # The transmission we declared lost has arrived after all: learn how
                 # late it was, so the allowance covers it next time.
                 del self.lost_log[trig]
-                self._learn_reorder(now - rec[2])
-                spurious = True
+                spurious = self._late_arrival(trig, now - rec[2])
         info = evm.evs.get(sack_ev)
         if tx:
             if tx > 1 and self.lost_log:
                 rec = self.lost_log.pop(trig, None)
+                self.tlp_log.discard(trig)
                 if rec is not None and rec[3] and rec[0] != sack_ev:
                     # The retransmission triggered this SACK and the PSN was still
                     # missing: the original (declared lost by RACK, not by a timeout,
                     # which a stalled peer also causes) never arrived.
                     self._confirmed_loss(rec[0], now)
             rtt = now - trig_sent
+            tie = self.rack_tie
+            if trig_sent > tie[0] or (trig_sent == tie[0] and trig > tie[1]):
+                self.rack_tie = (trig_sent, trig)
             if info is not None:
                 info.rtt_sample(rtt)
             self._rtt_sample(rtt)
@@ -602,6 +677,7 @@ class Recovery:
             # burst instead of per SACK.
             self.sack_pending = True
         if acked:
+            self.tlp_sent = False
             if self.retries:
                 self._silence_over(now)
             if self.reo_scale > 1:
@@ -626,9 +702,13 @@ class Recovery:
         self._detect_losses(now)
         if acked:
             self._arm_rto()
+            if self.txt.ninfl:
+                self.arm_tlp(now)
+            else:
+                self.tlp_at = _INF
             self._complete_wrs()
         elif not self.txt.ninfl:
-            self.rto_at = _INF
+            self.rto_at = self.tlp_at = _INF
 
     def _reo_quiet(self, now: float) -> bool:
         """Long enough without a spurious loss for the allowance to narrow (slowly: a
@@ -672,9 +752,20 @@ class Recovery:
                         self.qp.count("loss_suspect_cleared")  # the "lost" packet came
                     # Acknowledged before its retransmission was sent, or sooner than any
                     # RTT ever measured: the transmission declared lost arrived after all.
-                    self._learn_reorder(now - rec[2])
-                    self._spurious_loss(now)
+                    if self._late_arrival(seq, now - rec[2]):
+                        self._spurious_loss(now)
 
+    def _late_arrival(self, seq: int, late: float) -> bool:
+        """A transmission declared lost arrived ``late`` s after that: learn the
+        reordering (True), unless a tail-loss probe declared it (False): the probe fires
+        on silence, not on reordering, and a late tail says nothing about the skew
+        between paths."""
+        if seq in self.tlp_log:
+            self.tlp_log.discard(seq)
+            self.qp.count("tlp_spurious")
+            return False
+        self._learn_reorder(late)
+        return True
     def _complete_wrs(self) -> None:
         wrs, unacked = self.snd.wrs, self.txt.wr_unacked
         while wrs:
