@@ -100,7 +100,9 @@ class Recovery:
         self.rack_tie = (-1.0, -1)
         self.tlp_at = _INF  # tail-loss probe timer (inf: none armed)
         self.tlp_sent = False  # a probe went since the last acknowledgement progress
-        self.tlp_log: set[int] = set()  # seqs a tail-loss probe declared lost
+        # seq -> (send time of the original, whether its loss may blame its path at
+        # once) for packets a tail-loss probe resent
+        self.tlp_log: dict[int, tuple[float, bool]] = {}
         self.reo_scale = 1
         self.reo_clean = 0
         self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
@@ -205,9 +207,12 @@ class Recovery:
         packets in flight. A lost packet that nothing sent after it reveals (the tail of
         a message, or a burst's packet on a dead path) would wait for the retransmission
         timeout; instead the newest packet in flight is resent at once, on another path
-        (a retransmission avoids its last EV). It counts as a RACK loss: its path becomes
-        a suspect, retired once the probe's answer shows the peer alive (nothing newer
-        through on that path), cleared if the original arrives after all."""
+        (a retransmission avoids its last EV). No path is blamed yet: when the probe's
+        answer comes and the original never did, its path is (:meth:`_tlp_answered`),
+        provided a packet sent no earlier than the original was acknowledged before the
+        probe (a burst's sibling: the peer was answering; a stalled or late peer
+        acknowledges nothing then, and blames nothing); if the original arrives after
+        all, nothing is."""
         self.tlp_at = _INF
         txt = self.txt
         if self.tlp_sent or self.retries or not txt.ninfl:
@@ -221,8 +226,28 @@ class Recovery:
             self.tlp_at = due if due < self.rto_at else _INF
             return
         self.tlp_sent = True
-        self.qp.count("tlp")
         self._mark_lost(seq, now, "tlp")
+
+    def _tlp_answered(self, ev: int, probe: tuple[float, bool], now: float) -> None:
+        """The probe resent on another path got through while the original (on ``ev``,
+        sent at ``probe[0]``) never did: the peer answers, the original's path failed
+        it. If the peer was answering when the original left (``probe[1]``): retired at
+        once when nothing sent on it after the original has been acknowledged (what a
+        dead path shows; the host's other QPs learn it too), else a confirmed loss of
+        a lossy path. Otherwise (a lone packet: a stall looks the same) the path is
+        judged by its history as after a timeout (:meth:`_silent_path`)."""
+        self.cc.on_loss(now)  # type: ignore[union-attr]
+        sent, blame = probe
+        key = ev >> EV_PATH_SHIFT
+        if not blame:
+            if self._silent_path(ev, key, sent, now):
+                self.qp.count("tlp_silent_path")
+                self._retire_path([ev], now, "timeout")
+        elif self.txt.path_acked(key) <= sent:
+            self.qp.count("tlp_path_retired")
+            self._retire_path([ev], now)
+        else:
+            self._confirmed_loss(ev, now)
 
     def backoff(self) -> float:
         """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
@@ -267,12 +292,23 @@ class Recovery:
                 if len(log) >= _LOST_LOG_MAX:
                     for k in list(log)[: _LOST_LOG_MAX // 2]:
                         del log[k]
-                log[seq] = (ev, e[E_TS], now, cause != "timeout")
-                if cause == "tlp":
-                    if len(self.tlp_log) >= _LOST_LOG_MAX:
-                        self.tlp_log.intersection_update(log)
-                    self.tlp_log.add(seq)
+                # A probe is evidence against the path only if a packet sent no earlier
+                # than this one got through (the peer was answering then): otherwise a
+                # stalled or late peer looks the same, and the probe only recovers.
+                blame = cause == "loss" or (cause == "tlp" and self.rack_sent >= sent)
+                log[seq] = (ev, e[E_TS], now, blame)
                 txt.log(seq, True)
+                if cause == "tlp":
+                    # No verdict yet: the probe's own answer decides (_tlp_answered).
+                    tlp = self.tlp_log
+                    if len(tlp) >= _LOST_LOG_MAX:
+                        for k in [k for k in tlp if k not in log]:
+                            del tlp[k]
+                    tlp[seq] = (sent, blame)
+                    self.rtx_q.append(seq)
+                    self.qp.count("lost_tlp")
+                    return
+                self.tlp_log.pop(seq, None)
                 if self._path_failed(ev, sent, now, cause):
                     if cause == "timeout":
                         evm.assume_bad(ev, now, cause)
@@ -635,8 +671,10 @@ class Recovery:
         if tx:
             if tx > 1 and self.lost_log:
                 rec = self.lost_log.pop(trig, None)
-                self.tlp_log.discard(trig)
-                if rec is not None and rec[3] and rec[0] != sack_ev:
+                probe = self.tlp_log.pop(trig, None)
+                if rec is not None and probe is not None and rec[0] != sack_ev:
+                    self._tlp_answered(rec[0], probe, now)
+                elif rec is not None and rec[3] and rec[0] != sack_ev:
                     # The retransmission triggered this SACK and the PSN was still
                     # missing: the original (declared lost by RACK, not by a timeout,
                     # which a stalled peer also causes) never arrived.
@@ -760,8 +798,7 @@ class Recovery:
         reordering (True), unless a tail-loss probe declared it (False): the probe fires
         on silence, not on reordering, and a late tail says nothing about the skew
         between paths."""
-        if seq in self.tlp_log:
-            self.tlp_log.discard(seq)
+        if self.tlp_log.pop(seq, None) is not None:
             self.qp.count("tlp_spurious")
             return False
         self._learn_reorder(late)
