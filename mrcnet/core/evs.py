@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mrcnet.constants import (
     EV_INSTANCE_MASK,
@@ -34,9 +34,6 @@ from mrcnet.constants import (
 from mrcnet.core.events import PathStateChanged
 from mrcnet.core.spray import Spray, new_spray
 from mrcnet.core.states import EVState
-
-if TYPE_CHECKING:
-    from mrcnet.core.verdicts import VerdictView
 
 # Retirement causes shared with the host's other QPs (mrcnet.core.verdicts.SHARED_CAUSES:
 # a dead or lossy route; not the receiver's ALWAYS_SKIP, nor a shared verdict itself).
@@ -62,6 +59,20 @@ def ev_path(ev: int) -> tuple[int, int, int]:
         (ev >> EV_PATH_SHIFT) & EV_PATH_MASK,
         ev & EV_INSTANCE_MASK,
     )
+
+
+class Verdicts(Protocol):
+    """A QP's view of its host's shared path verdicts (:class:`mrcnet.core.verdicts.
+    VerdictView`): what the EV manager asks and tells."""
+
+    def bad_paths(self, plane: int) -> set[int]:
+        """Path indexes of ``plane`` the host holds failing."""
+
+    def failed(self, plane: int, path: int, now: float) -> None:
+        """This QP retired (plane, path) for loss or a timeout."""
+
+    def revived(self, plane: int, path: int, now: float) -> None:
+        """This QP's probes revived (plane, path)."""
 
 
 class EVInfo:
@@ -187,7 +198,7 @@ class EVManager:
         self.spray: Spray[EVInfo] = new_spray(self.active, self._skip_done)
         self.next_probe = float("inf")
         #: the host's shared verdicts (mrcnet.core.verdicts), when it shares them
-        self.verdicts: VerdictView | None = None
+        self.verdicts: Verdicts | None = None
         if not self.paths:
             return
         self.target = 1

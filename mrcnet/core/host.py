@@ -48,13 +48,13 @@ from mrcnet.core.events import (
     WCStatus,
 )
 from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
-from mrcnet.core.verdicts import PathVerdicts
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.receive import Receiver
 from mrcnet.core.sender import WorkRequest
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
+from mrcnet.core.verdicts import PathVerdicts
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.wire import Route, build_endpoint, set_ev_order
 from mrcnet.wire.erth import TokenERTH

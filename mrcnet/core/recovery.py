@@ -29,6 +29,7 @@ from mrcnet.core.forged import AccessRefusals, sack_verdict
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
+from mrcnet.core.tailloss import TailLoss
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_TX, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
 
@@ -64,7 +65,7 @@ def retry_cnt_for(base: float, linear: int, stall: float) -> int:
     return n
 
 
-class Recovery:
+class Recovery(TailLoss):
     """The requester's acknowledgement and loss side of one QP (see the module
     docstring). Its sender ``snd`` (set by the QP that composes both) holds the work
     requests and the send sequence space."""
@@ -187,68 +188,6 @@ class Recovery:
             base = self.attrs.ack_timeout_s
         return max(self.cfg.timeout_floor, base)
 
-    def pto(self) -> float:
-        """Tail-loss probe timeout (RFC 8985 section 7.2): two smoothed RTTs (the hint
-        before a sample) plus the peer's ACK coalescing delay."""
-        return 2 * (self.srtt or self.cfg.base_rtt_hint) + self.cfg.ack_delay
-
-    def arm_tlp(self, now: float) -> None:
-        """Packets are in flight and new ones went or acknowledgements moved on: the
-        probe fires ``pto`` from now (RFC 8985 re-arms it on each), unless the
-        retransmission timer comes first, and at most once until acknowledgements move
-        again."""
-        if self.tlp_sent or not self.cfg.tail_probe:
-            return
-        at = now + self.pto()
-        self.tlp_at = at if at < self.rto_at else _INF
-
-    def _on_tlp(self, now: float) -> None:
-        """Tail-loss probe (RFC 8985 section 7, for sprayed paths): ``pto`` without news,
-        packets in flight. A lost packet that nothing sent after it reveals (the tail of
-        a message, or a burst's packet on a dead path) would wait for the retransmission
-        timeout; instead the newest packet in flight is resent at once, on another path
-        (a retransmission avoids its last EV). No path is blamed yet: when the probe's
-        answer comes and the original never did, its path is (:meth:`_tlp_answered`),
-        provided a packet sent no earlier than the original was acknowledged before the
-        probe (a burst's sibling: the peer was answering; a stalled or late peer
-        acknowledges nothing then, and blames nothing); if the original arrives after
-        all, nothing is."""
-        self.tlp_at = _INF
-        txt = self.txt
-        if self.tlp_sent or self.retries or not txt.ninfl:
-            return
-        seq = txt.inflight()[-1]
-        e = txt.get(seq)
-        if e is None:
-            return
-        due = e[E_SENT] + self.pto()
-        if due > now:  # sent since the timer was armed: wait for its own turn
-            self.tlp_at = due if due < self.rto_at else _INF
-            return
-        self.tlp_sent = True
-        self._mark_lost(seq, now, "tlp")
-
-    def _tlp_answered(self, ev: int, probe: tuple[float, bool], now: float) -> None:
-        """The probe resent on another path got through while the original (on ``ev``,
-        sent at ``probe[0]``) never did: the peer answers, the original's path failed
-        it. If the peer was answering when the original left (``probe[1]``): retired at
-        once when nothing sent on it after the original has been acknowledged (what a
-        dead path shows; the host's other QPs learn it too), else a confirmed loss of
-        a lossy path. Otherwise (a lone packet: a stall looks the same) the path is
-        judged by its history as after a timeout (:meth:`_silent_path`)."""
-        self.cc.on_loss(now)  # type: ignore[union-attr]
-        sent, blame = probe
-        key = ev >> EV_PATH_SHIFT
-        if not blame:
-            if self._silent_path(ev, key, sent, now):
-                self.qp.count("tlp_silent_path")
-                self._retire_path([ev], now, "timeout")
-        elif self.txt.path_acked(key) <= sent:
-            self.qp.count("tlp_path_retired")
-            self._retire_path([ev], now)
-        else:
-            self._confirmed_loss(ev, now)
-
     def backoff(self) -> float:
         """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
         k = self.retries - self.qp.retry_linear
@@ -314,7 +253,10 @@ class Recovery:
                         evm.assume_bad(ev, now, cause)
                     else:
                         self._suspect(ev, sent, now)
-                cc.on_loss(now)
+                    if self.cfg.path_loss_cc:
+                        cc.on_loss(now)
+                else:
+                    cc.on_loss(now)
             self.rtx_q.append(seq)
         self.qp.count(f"lost_{cause}")
 
@@ -513,26 +455,6 @@ class Recovery:
         tie_sent, tie_seq = self.rack_tie
         if self.rack_at == _INF and tie_sent == limit and txt.ninfl:
             self._detect_tied(limit, tie_seq, wait, now)
-
-    def _detect_tied(self, limit: float, tie_seq: int, wait: float, now: float) -> None:
-        """The packets in flight sent at ``limit`` (the newest acknowledged send time) with
-        a lower sequence than the one acknowledged: sent in the same burst before it, so
-        lost by RACK's rule once ``wait`` has passed (RFC 8985's tie-break). They lead
-        the flight order (everything sent earlier is already reported)."""
-        txt = self.txt
-        first = txt.oldest()
-        e = txt.get(first) if first is not None else None
-        if e is None or first is None or first >= tie_seq or e[E_SENT] != limit:
-            return
-        for seq in txt.inflight():
-            e = txt.get(seq)
-            if e is None or e[E_SENT] != limit or seq >= tie_seq:
-                return
-            if e[E_SENT] + wait > now:
-                self.rack_at = e[E_SENT] + wait
-                return
-            self.qp.count("loss_rack_tie")
-            self._mark_lost(seq, now, "loss")
 
     def _on_rto(self, now: float) -> None:
         """Timer backstop: every packet past its per-path RTO is lost (its EV retires);
@@ -793,16 +715,6 @@ class Recovery:
                     if self._late_arrival(seq, now - rec[2]):
                         self._spurious_loss(now)
 
-    def _late_arrival(self, seq: int, late: float) -> bool:
-        """A transmission declared lost arrived ``late`` s after that: learn the
-        reordering (True), unless a tail-loss probe declared it (False): the probe fires
-        on silence, not on reordering, and a late tail says nothing about the skew
-        between paths."""
-        if self.tlp_log.pop(seq, None) is not None:
-            self.qp.count("tlp_spurious")
-            return False
-        self._learn_reorder(late)
-        return True
     def _complete_wrs(self) -> None:
         wrs, unacked = self.snd.wrs, self.txt.wr_unacked
         while wrs:
