@@ -175,21 +175,28 @@ def default_topology(hosts: int) -> str:
 
 def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                    ranks: int | None = None, seed: int = 1,
-                   until: float | None = None) -> dict[str, Any]:
+                   until: float | None = None,
+                   host_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """One collective run per size of ``opts``; mrc-coll's JSON shape plus the
-    simulator's figures."""
+    simulator's figures (``counters``: the core's, summed over the hosts).
+    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields."""
     spec = parse_topology(topology)
     failures = [parse_failure(f) for f in opts.fail]
     rows, extra = [], []
     cpu0 = time.process_time()
     for size in opts.sizes:
         run = CollectiveRun(spec, opts.op, size, iters=opts.iters, warmup=opts.warmup,
-                            ranks=ranks, transport=transport, failures=failures, seed=seed)
+                            ranks=ranks, transport=transport, failures=failures, seed=seed,
+                            host_config=host_config)
         res = run.run(until=until)
         row = run.row()
         rows.append(row)
+        counters: dict[str, int] = {}
+        for per_host in res.hosts.values():  # the core's counters, summed over hosts
+            for k, v in per_host.items():
+                counters[k] = counters.get(k, 0) + v
         extra.append({"error": run.error, "sim_time": res.sim_time, "events": res.events,
-                      "cpu_seconds": res.cpu,
+                      "cpu_seconds": res.cpu, "counters": counters,
                       "iterations_done": max(0, run.iteration - run.warmup)})
     ideal = spec.host_bandwidth_bps / 1e9
     out_rows = []
