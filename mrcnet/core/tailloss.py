@@ -16,7 +16,8 @@ from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.config import HostConfig
 from mrcnet.core.context import QPView
-from mrcnet.core.txtable import E_SENT, TxTable
+from mrcnet.core.evs import EVManager
+from mrcnet.core.txtable import E_EV, E_SENT, TxTable
 
 _INF = float("inf")
 
@@ -30,6 +31,7 @@ class TailLoss:
     cfg: HostConfig
     txt: TxTable
     cc: CongestionControl | None
+    evm: EVManager | None
     srtt: float
     retries: int
     rack_at: float
@@ -119,22 +121,44 @@ class TailLoss:
     def _detect_tied(self, limit: float, tie_seq: int, wait: float, now: float) -> None:
         """The packets in flight sent at ``limit`` (the newest acknowledged send time) with
         a lower sequence than the one acknowledged: sent in the same burst before it, so
-        lost by RACK's rule once ``wait`` has passed (RFC 8985's tie-break). They lead
-        the flight order (everything sent earlier is already reported)."""
+        lost by RACK's rule once ``wait`` has passed (RFC 8985's tie-break), or, on a path
+        slower than the one acknowledged (spines of unequal length), once that path's own
+        smoothed RTT and the same allowance have: what separates packets sent together is
+        the paths' skew, not reordering. A packet on an EV with no RTT sample yet is left
+        to the probe and the timer (a first burst over spines of unequal length). They
+        lead the flight order (everything sent earlier is already reported)."""
         txt = self.txt
         first = txt.oldest()
         e = txt.get(first) if first is not None else None
         if e is None or first is None or first >= tie_seq or e[E_SENT] != limit:
             return
+        allowance = wait - txt.rack_rtt
         for seq in txt.inflight():
             e = txt.get(seq)
             if e is None or e[E_SENT] != limit or seq >= tie_seq:
                 return
-            if e[E_SENT] + wait > now:
-                self.rack_at = e[E_SENT] + wait
-                return
+            rtt = self._path_srtt(e[E_EV])
+            if not rtt:
+                continue  # a path not measured yet: how slow it is nobody knows
+            due = limit + max(wait, rtt + allowance)
+            if due > now:
+                self.rack_at = min(self.rack_at, due)
+                continue
             self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")
+
+    def _path_srtt(self, ev: int) -> float:
+        """The smoothed RTT of ``ev``'s path: the EV's own, else the largest of the
+        path's other EVs (EVs of one path share its links); 0 if none is measured."""
+        evm = self.evm
+        if evm is None:
+            return 0.0
+        info = evm.evs.get(ev)
+        if info is not None and info.srtt:
+            return info.srtt
+        key = ev >> EV_PATH_SHIFT
+        return max((i.srtt for i in evm.evs.values() if i.ev >> EV_PATH_SHIFT == key),
+                   default=0.0)
 
     def _late_arrival(self, seq: int, late: float) -> bool:
         """A transmission declared lost arrived ``late`` s after that: learn the
