@@ -195,7 +195,7 @@ class HostConfig:
     ack_lone: bool = False
     tail_probe: bool = True
     share_verdicts: bool = True
-    path_loss_cc: bool = False
+    path_loss_cc: bool = True
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

@@ -115,6 +115,11 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # A lone small message (a latency ping, a request) is acknowledged in the pass that
     # received it: its sender's completion does not wait for ack_delay (issue 15).
     "ack_lone": True,
+    # No tail-loss probe yet (mrcnet/core/tailloss.py, issue 16): in the simulator with
+    # mrcd's loop modelled (tests/sim/test_sim_detection.py, seed 2) its timer alone moved
+    # the loop's wake-ups enough to raise SACKs from 0.25 to 0.40 per data packet (no
+    # probe ever fired); to be measured on a fabric first.
+    "tail_probe": False,
 }
 
 
