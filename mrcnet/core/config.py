@@ -144,11 +144,11 @@ class HostConfig:
     - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
       retired at once by every QP of the host whose route shares its links up to the
       destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
-    - ``path_loss_cc``: False (default): a loss that condemns its path (nothing sent on
-      it later got through: a dead path, which the EV manager retires) does not ask the
-      CC for a quick adapt; True: every loss does (as before). A dead link is not
-      congestion: in a latency-bound collective the halved windows of the QPs that met
-      it cost more than the loss itself (64-host ring all-reduce, issue 16).
+    - ``path_loss_cc``: True (default): every loss asks the CC for a quick adapt. False:
+      a loss that condemns its path (nothing sent on it later got through: a dead path,
+      which the EV manager retires) does not: a dead link is not congestion (docs/CORE.md
+      "Tail losses and shared verdicts" says what it changes and why it is not the
+      default).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
