@@ -144,11 +144,12 @@ class HostConfig:
     - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
       retired at once by every QP of the host whose route shares its links up to the
       destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
-    - ``path_loss_cc``: True (default): every loss asks the CC for a quick adapt. False:
-      a loss that condemns its path (nothing sent on it later got through: a dead path,
-      which the EV manager retires) does not: a dead link is not congestion (docs/CORE.md
-      "Tail losses and shared verdicts" says what it changes and why it is not the
-      default).
+    - ``path_loss_cc``: False (default): a loss that condemns its path (nothing sent on
+      it later got through: what a dead path shows) asks the CC for no quick adapt when
+      found; if the suspicion is cleared (something newer gets through on the path: a
+      real loss on a live path) the quick adapt comes then, one grace later; if the path
+      is retired it never does (a dead link is not congestion). True: every loss asks
+      for one when found (as before issue 16).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -195,7 +196,7 @@ class HostConfig:
     ack_lone: bool = False
     tail_probe: bool = True
     share_verdicts: bool = True
-    path_loss_cc: bool = True
+    path_loss_cc: bool = False
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

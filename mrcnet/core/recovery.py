@@ -703,6 +703,10 @@ class Recovery(TailLoss):
                 if sus is not None and sent >= sus[1]:
                     del suspects[key]  # something newer got through: the path works
                     self.qp.count("loss_suspect_cleared")
+                    if not self.cfg.path_loss_cc:
+                        # A real loss on a live path after all: the quick adapt held
+                        # back for a dead one is owed now.
+                        self.cc.on_loss(now)  # type: ignore[union-attr]
         if self.lost_log:
             for seq, sent, pending in txt.specials():
                 rec = self.lost_log.pop(seq, None)
