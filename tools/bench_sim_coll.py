@@ -11,6 +11,8 @@ transport, and the CPU seconds each run took.
 
     .venv/bin/python tools/bench_sim_coll.py                  # 64 hosts x 8 planes
     .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --json
+    .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --ops alltoall \
+        --transports mrc --set share_verdicts=false     # one of issue 16's changes off
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from typing import Any
 
 from mrcnet.coll.options import CollOptions
+from mrcnet.sim.cli import _parse_set
 from mrcnet.sim.collective import default_topology, run_collective
 from mrcnet.topology.units import parse_bytes
 
@@ -38,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="one JSON line per run")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a protocol-core HostConfig field, as mrc-sim run's "
+                    "(e.g. share_verdicts=false, tail_probe=false; repeatable)")
+    ap.add_argument("--fail-at", metavar="TIME",
+                    help="when the link goes down (default: mid-run, from the first P50)")
     a = ap.parse_args(argv)
+    host_config = _parse_set(a.set)
     topo = a.topology or default_topology(a.hosts)
     size = parse_bytes(a.size)
     if not a.json:
@@ -46,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(+{a.warmup} warm-up); failure: {LINK} down mid-run")
         print(f"{'op':>9} {'transport':>9} {'failure':<28} {'p50 us':>9} {'p99 us':>9} "
               f"{'p100 us':>9} {'p100/p50':>8} {'busbw':>9} {'/ideal':>6} {'p100/base':>9} "
-              f"{'cpu s':>6}  status")
+              f"{'worst':>5} {'cpu s':>6}  status")
     for op in a.ops.split(","):
         for transport in a.transports.split(","):
             base: dict[str, Any] | None = None
@@ -56,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
                     if base is None or not base["p50_s"]:
                         continue
                     at = (a.warmup + a.iters / 2) * base["p50_s"]
-                    fail = (f"link:{LINK}@{at * 1e6:.3f}us:down",)
+                    when = a.fail_at or f"{at * 1e6:.3f}us"
+                    fail = (f"link:{LINK}@{when}:down",)
                 opts = CollOptions(op, (size,), a.iters, a.warmup, fail)
                 t0 = time.monotonic()
                 res = run_collective(topo, opts, transport,
-                                     ranks=a.hosts if a.topology else None)
+                                     ranks=a.hosts if a.topology else None,
+                                     host_config=host_config)
                 res["wall_s"] = time.monotonic() - t0
                 if not with_fail:
                     base = res
@@ -70,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                        "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
                        "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],
                        "busbw_of_ideal": res["busbw_of_ideal"], "p100_over_base": ratio,
+                       "worst": res["worst"], "steps_s": res["steps_s"],
+                       "counters": res["rows"][-1]["counters"],
                        "completed": res["completed"], "error": res["error"],
                        "steps": len(res["steps_s"] or []), "cpu_s": res["cpu_seconds"],
                        "wall_s": res["wall_s"]}
@@ -83,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{(res['p100_s'] or 0) * 1e6:>9.1f} {res['p100_over_p50'] or 0:>8.3f} "
                       f"{res['busbw_gbps'] or 0:>9.2f} {res['busbw_of_ideal'] or 0:>6.3f} "
                       f"{ratio if ratio is not None else float('nan'):>9.3f} "
+                      f"{res['worst'] if res['worst'] is not None else -1:>5} "
                       f"{res['cpu_seconds']:>6.1f}  {status}", flush=True)
     return 0
 

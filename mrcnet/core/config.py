@@ -147,6 +147,19 @@ class HostConfig:
       the QP answers: it holds once it sent data within ``ack_delay`` of an AckReq it
       acknowledged at once, and stops when a held one's ``ack_delay`` ran out
       unanswered (a writer waiting for each completion is acknowledged at once).
+    - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
+      smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
+      newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
+      so a lost tail is found in about two RTTs instead of the retransmission timeout.
+    - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
+      retired at once by every QP of the host whose route shares its links up to the
+      destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
+    - ``path_loss_cc``: False (default): a loss that condemns its path (nothing sent on
+      it later got through: what a dead path shows) asks the CC for no quick adapt when
+      found; if the suspicion is cleared (something newer gets through on the path: a
+      real loss on a live path) the quick adapt comes then, one grace later; if the path
+      is retired it never does (a dead link is not congestion). True: every loss asks
+      for one when found (as before issue 16).
     - ``ev_order``: which half of the 32-bit EV rides in the UDP source port (the other in
       the flow labels): ``"sport-low"`` (default: the low 16 bits, PROTOCOL-NOTES section
       8) or ``"sport-high"``. Every host of a fabric must use the same; it is process-wide
@@ -192,6 +205,9 @@ class HostConfig:
     ack_rtt_floor: float = 2e-6
     ack_lone: bool = False
     ack_with_data: bool = False
+    tail_probe: bool = True
+    share_verdicts: bool = True
+    path_loss_cc: bool = False
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 

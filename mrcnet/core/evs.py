@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mrcnet.constants import (
     EV_INSTANCE_MASK,
@@ -35,6 +35,9 @@ from mrcnet.core.events import PathStateChanged
 from mrcnet.core.spray import Spray, new_spray
 from mrcnet.core.states import EVState
 
+# Retirement causes shared with the host's other QPs (mrcnet.core.verdicts.SHARED_CAUSES:
+# a dead or lossy route; not the receiver's ALWAYS_SKIP, nor a shared verdict itself).
+_SHARED_CAUSES = frozenset({"loss", "timeout"})
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
 
@@ -56,6 +59,20 @@ def ev_path(ev: int) -> tuple[int, int, int]:
         (ev >> EV_PATH_SHIFT) & EV_PATH_MASK,
         ev & EV_INSTANCE_MASK,
     )
+
+
+class Verdicts(Protocol):
+    """A QP's view of its host's shared path verdicts (:class:`mrcnet.core.verdicts.
+    VerdictView`): what the EV manager asks and tells."""
+
+    def bad_paths(self, plane: int) -> set[int]:
+        """Path indexes of ``plane`` the host holds failing."""
+
+    def failed(self, plane: int, path: int, now: float) -> None:
+        """This QP retired (plane, path) for loss or a timeout."""
+
+    def revived(self, plane: int, path: int, now: float) -> None:
+        """This QP's probes revived (plane, path)."""
 
 
 class EVInfo:
@@ -180,6 +197,8 @@ class EVManager:
         # Told whenever the active EVs of a plane, a state or the usable planes change.
         self.spray: Spray[EVInfo] = new_spray(self.active, self._skip_done)
         self.next_probe = float("inf")
+        #: the host's shared verdicts (mrcnet.core.verdicts), when it shares them
+        self.verdicts: Verdicts | None = None
         if not self.paths:
             return
         self.target = 1
@@ -238,6 +257,9 @@ class EVManager:
         for info in self.evs.values():
             if info.plane == plane and info.state in (EVState.ASSUMED_BAD, EVState.DENIED):
                 bad[info.path] = bad.get(info.path, 0) + 1
+        if self.verdicts is not None:
+            for path in self.verdicts.bad_paths(plane):
+                bad.setdefault(path, 0)  # failing for another QP of the host
         return bad
 
     def _refill(self, plane: int) -> None:
@@ -370,6 +392,7 @@ class EVManager:
         self._bad[ev] = info
         key = (info.plane, info.path)
         g = self._groups.get(key)
+        new = g is None
         if g is None:
             g = self._groups[key] = _ProbeGroup(now + self.probe_interval, now)
             self.next_probe = min(self.next_probe, g.due)
@@ -379,6 +402,37 @@ class EVManager:
         info.probe_due = g.due
         if info.plane in self.active:
             self._refill(info.plane)
+        if new and self.verdicts is not None and cause in _SHARED_CAUSES:
+            self.verdicts.failed(info.plane, info.path, now)
+
+    def retire_path(self, plane: int, path: int, now: float, cause: str,
+                    evs: Sequence[int] = ()) -> bool:
+        """Retire ``evs`` and every EV of (plane, path) in the set (active or spare: left
+        GOOD, a refill could put a spare straight back onto the path): EVs of one path
+        share its fate. True if any EV was retired now."""
+        if self.ecmp:
+            return False
+        mine = [i.ev for i in (*self.active.get(plane, ()), *self.spares.get(plane, ()))
+                if i.path == path]
+        before = len(self._bad)
+        for ev in (*evs, *mine):
+            self.assume_bad(ev, now, cause)
+        return len(self._bad) > before
+
+    def revive_path(self, plane: int, path: int, now: float) -> bool:
+        """Another QP's probes revived (plane, path): so do its bad EVs here (cause
+        ``shared``). True if there were any."""
+        g = self._groups.pop((plane, path), None)
+        if g is None:
+            return False
+        self._revive_group(g, "shared")
+        return True
+
+    def _revive_group(self, g: _ProbeGroup, cause: str) -> None:
+        for i in g.evs:
+            del self._bad[i.ev]
+            self._set(i, EVState.GOOD, cause)
+            self._revive_into_set(i)
 
     def deny(self, ev: int) -> bool:
         """Operator: never use this EV until allowed. False if the QP has no such EV."""
@@ -485,10 +539,9 @@ class EVManager:
             i.probes_ok = g.ok
         if g.ok >= self.probe_successes:
             del self._groups[key]
-            for i in g.evs:
-                del self._bad[i.ev]
-                self._set(i, EVState.GOOD, "probe")
-                self._revive_into_set(i)
+            self._revive_group(g, "probe")
+            if self.verdicts is not None:
+                self.verdicts.revived(info.plane, info.path, now or 0.0)
 
     def set_planes(self, planes: Sequence[int]) -> None:
         """Only these planes may carry packets now (local ports and the peer's ports)."""

@@ -54,6 +54,7 @@ from mrcnet.core.receive import Receiver
 from mrcnet.core.sender import WorkRequest
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
+from mrcnet.core.verdicts import PathVerdicts
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.wire import Route, build_endpoint, set_ev_order
 from mrcnet.wire.erth import TokenERTH
@@ -111,6 +112,7 @@ class Host:
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._path_probes: dict[int, PathProbe] = {}  # standalone probes awaiting answers
         self._ep_tokens: dict[str, frozenset[int] | None] = {}  # endpoint.peer_tokens
+        self.verdicts = PathVerdicts()  # one QP's dead route is every QP's (verdicts.py)
         # peer -> (planes it claims live, when to decide, probes of the planes in use)
         self._ps_confirm: dict[str, tuple[set[int], float, list[PathProbe]]] = {}
         self._last_now = 0.0
@@ -222,6 +224,7 @@ class Host:
             qp.send_sack(self._last_now, self._ctrl)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         del self._qps[qpn]
+        self.verdicts.detach(qpn)
         self._ep_tokens.clear()
         self._armed.pop(qpn, None)
         self._dirty.discard(qpn)
@@ -269,6 +272,7 @@ class Host:
             qp.state = QPState.RESET
             qp.error_reason = None
             qp.evm = None
+            self.verdicts.detach(qpn)
             qp.cc = None
             qp.recv_wrs.clear()  # RESET discards posted receives, as in verbs
             qp.recv_posted = 0
@@ -281,6 +285,7 @@ class Host:
                 raise InvalidAttribute(f"no path from {self.name} to {peer} in any plane")
             ips = frozenset(r.dst_ip for rs in paths.values() for r in rs)
             qp.ready(paths, ips)
+            self._share_verdicts(qp, peer, paths, now)
             qp.state = QPState.RTR
             qp.set_planes(self._planes_for(peer), now)
             return
@@ -328,6 +333,11 @@ class Host:
         return cq.poll(max_entries)
 
     # --- paths and planes -------------------------------------------------------------
+
+    def _share_verdicts(self, qp: QueuePair, peer: str, paths: dict[int, list[Route]],
+                        now: float) -> None:
+        if qp.evm is not None and self.config.share_verdicts:
+            self.verdicts.attach(qp.qpn, qp.evm, peer, paths, now)
 
     def port_of_plane(self, plane: int) -> int:
         """The local port index of ``plane`` (the first port if none matches)."""
@@ -455,6 +465,7 @@ class Host:
                           else None),
                 min_active=cfg.min_active_evs, probe_interval=cfg.probe_interval,
                 probe_successes=cfg.probe_successes, events=self.path_events)
+            self._share_verdicts(qp, a.peer, paths, now)
             # The new set starts on the planes in use now (what is in flight on a plane
             # that is out of use is resent elsewhere, as on any plane change).
             qp.set_planes(self._planes_for(a.peer), now)

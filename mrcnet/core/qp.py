@@ -231,7 +231,7 @@ class QueuePair:
         rec.rtx_q.clear()
         rec.rnr_q.clear()
         rec.rto_at = rec.rack_at = resp.rx.ack_at = rec.rnr_at = _INF
-        rec.suspect_at = _INF
+        rec.suspect_at = rec.tlp_at = _INF
         rec.suspects.clear()
         self.ctx.emit(QPError(self.qpn, reason))
 
@@ -241,7 +241,7 @@ class QueuePair:
         """Earliest time this QP needs ``on_timer``."""
         rec = self.rec
         t = min(rec.rto_at, rec.rack_at, float(self.resp.rx.ack_at), rec.suspect_at,
-                rec.rnr_at)
+                rec.rnr_at, rec.tlp_at)
         if self._evm is not None and self.state is QPState.RTS:
             t = min(t, self._evm.next_probe)
         return t

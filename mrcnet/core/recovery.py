@@ -29,6 +29,7 @@ from mrcnet.core.forged import AccessRefusals, sack_verdict
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
+from mrcnet.core.tailloss import TailLoss
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_TX, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
 
@@ -64,7 +65,7 @@ def retry_cnt_for(base: float, linear: int, stall: float) -> int:
     return n
 
 
-class Recovery:
+class Recovery(TailLoss):
     """The requester's acknowledgement and loss side of one QP (see the module
     docstring). Its sender ``snd`` (set by the QP that composes both) holds the work
     requests and the send sequence space."""
@@ -93,6 +94,16 @@ class Recovery:
         self.silent_since = 0.0  # send time of the oldest packet of the first round ...
         self.silence_peak_ms = 0  # ... and the longest silence ended by an acknowledgement
         self.rack_at = _INF
+        # RACK's tie-break (RFC 8985: of two packets sent at the same time the higher
+        # sequence is the more recent): (send time, sequence) of the newest packet that
+        # triggered a SACK. A burst leaves at one instant; without it a packet of the
+        # burst lost behind its acknowledged siblings waited for the timeout.
+        self.rack_tie = (-1.0, -1)
+        self.tlp_at = _INF  # tail-loss probe timer (inf: none armed)
+        self.tlp_sent = False  # a probe went since the last acknowledgement progress
+        # seq -> (send time of the original, whether its loss may blame its path at
+        # once) for packets a tail-loss probe resent
+        self.tlp_log: dict[int, tuple[float, bool]] = {}
         self.reo_scale = 1
         self.reo_clean = 0
         self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
@@ -140,6 +151,8 @@ class Recovery:
             self._detect_losses(now)
         if self.suspect_at <= now:
             self._retire_suspects(now)
+        if self.tlp_at <= now:
+            self._on_tlp(now)
         if self.rto_at <= now:
             self._on_rto(now)
 
@@ -213,19 +226,37 @@ class Recovery:
         else:
             if info is not None:
                 info.lost += 1
-            if cause in ("loss", "timeout"):
+            if cause in ("loss", "timeout", "tlp"):
                 log = self.lost_log
                 if len(log) >= _LOST_LOG_MAX:
                     for k in list(log)[: _LOST_LOG_MAX // 2]:
                         del log[k]
-                log[seq] = (ev, e[E_TS], now, cause == "loss")
+                # A probe is evidence against the path only if a packet sent no earlier
+                # than this one got through (the peer was answering then): otherwise a
+                # stalled or late peer looks the same, and the probe only recovers.
+                blame = cause == "loss" or (cause == "tlp" and self.rack_sent >= sent)
+                log[seq] = (ev, e[E_TS], now, blame)
                 txt.log(seq, True)
+                if cause == "tlp":
+                    # No verdict yet: the probe's own answer decides (_tlp_answered).
+                    tlp = self.tlp_log
+                    if len(tlp) >= _LOST_LOG_MAX:
+                        for k in [k for k in tlp if k not in log]:
+                            del tlp[k]
+                    tlp[seq] = (sent, blame)
+                    self.rtx_q.append(seq)
+                    self.qp.count("lost_tlp")
+                    return
+                self.tlp_log.pop(seq, None)
                 if self._path_failed(ev, sent, now, cause):
                     if cause == "timeout":
                         evm.assume_bad(ev, now, cause)
                     else:
                         self._suspect(ev, sent, now)
-                cc.on_loss(now)
+                    if self.cfg.path_loss_cc:
+                        cc.on_loss(now)
+                else:
+                    cc.on_loss(now)
             self.rtx_q.append(seq)
         self.qp.count(f"lost_{cause}")
 
@@ -271,12 +302,7 @@ class Recovery:
         evm = self.evm
         assert evm is not None
         plane, path, _ = ev_path(evs[0])
-        # Spares (revived EVs waiting for a slot) share the path's fate too: left GOOD,
-        # a refill could put one straight back onto the dead path.
-        evs = evs + [i.ev for i in (*evm.active.get(plane, ()), *evm.spares.get(plane, ()))
-                     if i.path == path]
-        for ev in evs:
-            evm.assume_bad(ev, now, cause)
+        evm.retire_path(plane, path, now, cause, evs)
 
     def _confirmed_loss(self, ev: int, now: float) -> None:
         """The retransmission of a packet lost on ``ev`` got through while the original
@@ -422,9 +448,13 @@ class Recovery:
         if limit < 0:
             return
         # The allowance covers path skew and the peer's ACK coalescing delay.
-        lost, self.rack_at = txt.rack(limit, txt.rack_rtt + self._reorder_allowance(), now)
+        wait = txt.rack_rtt + self._reorder_allowance()
+        lost, self.rack_at = txt.rack(limit, wait, now)
         for seq in lost:
             self._mark_lost(seq, now, "loss")
+        tie_sent, tie_seq = self.rack_tie
+        if self.rack_at == _INF and tie_sent == limit and txt.ninfl:
+            self._detect_tied(limit, tie_seq, wait, now)
 
     def _on_rto(self, now: float) -> None:
         """Timer backstop: every packet past its per-path RTO is lost (its EV retires);
@@ -558,18 +588,23 @@ class Recovery:
                 # The transmission we declared lost has arrived after all: learn how
                 # late it was, so the allowance covers it next time.
                 del self.lost_log[trig]
-                self._learn_reorder(now - rec[2])
-                spurious = True
+                spurious = self._late_arrival(trig, now - rec[2])
         info = evm.evs.get(sack_ev)
         if tx:
             if tx > 1 and self.lost_log:
                 rec = self.lost_log.pop(trig, None)
-                if rec is not None and rec[3] and rec[0] != sack_ev:
+                probe = self.tlp_log.pop(trig, None)
+                if rec is not None and probe is not None and rec[0] != sack_ev:
+                    self._tlp_answered(rec[0], probe, now)
+                elif rec is not None and rec[3] and rec[0] != sack_ev:
                     # The retransmission triggered this SACK and the PSN was still
                     # missing: the original (declared lost by RACK, not by a timeout,
                     # which a stalled peer also causes) never arrived.
                     self._confirmed_loss(rec[0], now)
             rtt = now - trig_sent
+            tie = self.rack_tie
+            if trig_sent > tie[0] or (trig_sent == tie[0] and trig > tie[1]):
+                self.rack_tie = (trig_sent, trig)
             if info is not None:
                 info.rtt_sample(rtt)
             self._rtt_sample(rtt)
@@ -602,6 +637,7 @@ class Recovery:
             # burst instead of per SACK.
             self.sack_pending = True
         if acked:
+            self.tlp_sent = False
             if self.retries:
                 self._silence_over(now)
             if self.reo_scale > 1:
@@ -626,9 +662,13 @@ class Recovery:
         self._detect_losses(now)
         if acked:
             self._arm_rto()
+            if self.txt.ninfl:
+                self.arm_tlp(now)
+            else:
+                self.tlp_at = _INF
             self._complete_wrs()
         elif not self.txt.ninfl:
-            self.rto_at = _INF
+            self.rto_at = self.tlp_at = _INF
 
     def _reo_quiet(self, now: float) -> bool:
         """Long enough without a spurious loss for the allowance to narrow (slowly: a
@@ -663,6 +703,10 @@ class Recovery:
                 if sus is not None and sent >= sus[1]:
                     del suspects[key]  # something newer got through: the path works
                     self.qp.count("loss_suspect_cleared")
+                    if not self.cfg.path_loss_cc:
+                        # A real loss on a live path after all: the quick adapt held
+                        # back for a dead one is owed now.
+                        self.cc.on_loss(now)  # type: ignore[union-attr]
         if self.lost_log:
             for seq, sent, pending in txt.specials():
                 rec = self.lost_log.pop(seq, None)
@@ -672,8 +716,8 @@ class Recovery:
                         self.qp.count("loss_suspect_cleared")  # the "lost" packet came
                     # Acknowledged before its retransmission was sent, or sooner than any
                     # RTT ever measured: the transmission declared lost arrived after all.
-                    self._learn_reorder(now - rec[2])
-                    self._spurious_loss(now)
+                    if self._late_arrival(seq, now - rec[2]):
+                        self._spurious_loss(now)
 
     def _complete_wrs(self) -> None:
         wrs, unacked = self.snd.wrs, self.txt.wr_unacked

@@ -91,6 +91,9 @@ class SendGuard(Protocol):
     def backoff(self) -> float:
         """The retry phase's timeout multiplier."""
 
+    def arm_tlp(self, now: float) -> None:
+        """New packets went: the tail-loss probe waits from now."""
+
     def base_timeout(self) -> float:
         """The QP's timeout (RTT based, never below the floor)."""
 
@@ -218,6 +221,7 @@ class Sender:
             txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
             if rec.rto_at == _INF:
                 rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
+            rec.arm_tlp(now)
             self.tx_packets += k
 
     def _run_frames(self, wr: WorkRequest, seq: int, idx: int, evs: list[int], ops: list[int],

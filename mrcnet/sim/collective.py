@@ -95,6 +95,8 @@ class CollectiveRun(SimRun):
         self._waiting: list[int] = []
         self.steps: list[float] = []  #: timed iterations' durations (virtual seconds)
         self.step_start: list[float] = []
+        self.worst: list[int] = []  #: each timed iteration's slowest rank
+        self._last_dst = -1  # the rank the latest completed write went to
         self.error: str | None = None
         self._wr: dict[tuple[int, int], int] = {}  # (host, wr_id) -> write index
         self.sim.at(0.0, self._next_iteration)
@@ -107,6 +109,7 @@ class CollectiveRun(SimRun):
         if self.iteration >= self.warmup:
             self.steps.append(now - self.t_iter)
             self.step_start.append(self.t_iter)
+            self.worst.append(self._last_dst)
         self.iteration += 1
         if self.iteration >= self.total:
             self._pending = 0
@@ -141,6 +144,7 @@ class CollectiveRun(SimRun):
                     if not self._waiting[j]:
                         self._post(j)
                 self._left -= 1
+                self._last_dst = self.writes[i].dst
                 if not self._left:
                     self.sim.at(self.sim.now, self._next_iteration)
             elif isinstance(ev, QPError) and self.error is None:
@@ -151,10 +155,12 @@ class CollectiveRun(SimRun):
                 self.path_events.append((self.sim.now, host.name, ev))
 
     def row(self) -> Row:
-        """The timed steps as mrc-coll's row (every rank finishes together here: the
-        worst rank is not tracked, -1)."""
+        """The timed steps as mrc-coll's row. Every rank starts a step together, so the
+        slowest rank (``worst_rank``) is the one that finished last: the receiver of the
+        step's last write to complete (its data came last; its sender learnt of it half
+        a round trip later, the same instant for both here)."""
         return Row(self.op, self.size, self.world, list(self.steps), list(self.step_start),
-                   [-1] * len(self.steps), self.error is None and len(self.steps) > 0)
+                   list(self.worst), self.error is None and len(self.steps) > 0)
 
 
 def default_topology(hosts: int) -> str:
@@ -169,21 +175,28 @@ def default_topology(hosts: int) -> str:
 
 def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                    ranks: int | None = None, seed: int = 1,
-                   until: float | None = None) -> dict[str, Any]:
+                   until: float | None = None,
+                   host_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """One collective run per size of ``opts``; mrc-coll's JSON shape plus the
-    simulator's figures."""
+    simulator's figures (``counters``: the core's, summed over the hosts).
+    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields."""
     spec = parse_topology(topology)
     failures = [parse_failure(f) for f in opts.fail]
     rows, extra = [], []
     cpu0 = time.process_time()
     for size in opts.sizes:
         run = CollectiveRun(spec, opts.op, size, iters=opts.iters, warmup=opts.warmup,
-                            ranks=ranks, transport=transport, failures=failures, seed=seed)
+                            ranks=ranks, transport=transport, failures=failures, seed=seed,
+                            host_config=host_config)
         res = run.run(until=until)
         row = run.row()
         rows.append(row)
+        counters: dict[str, int] = {}
+        for per_host in res.hosts.values():  # the core's counters, summed over hosts
+            for k, v in per_host.items():
+                counters[k] = counters.get(k, 0) + v
         extra.append({"error": run.error, "sim_time": res.sim_time, "events": res.events,
-                      "cpu_seconds": res.cpu,
+                      "cpu_seconds": res.cpu, "counters": counters,
                       "iterations_done": max(0, run.iteration - run.warmup)})
     ideal = spec.host_bandwidth_bps / 1e9
     out_rows = []
@@ -204,7 +217,7 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                          for r in out_rows),
         **{k: last.get(k) for k in ("steps_s", "p50_s", "p99_s", "p100_s", "algbw_gbps",
                                     "busbw_gbps", "busbw_of_ideal", "p100_over_p50",
-                                    "error")},
+                                    "worst", "error")},
         "cpu_seconds": time.process_time() - cpu0,
     }
 
@@ -215,14 +228,15 @@ def _fmt(res: dict[str, Any]) -> str:
     lines += [f"# failure {f}" for f in res["failures"]]
     lines.append(f"{'size(B)':>12} {'time(us)':>10} {'algbw(Gb/s)':>12} {'busbw(Gb/s)':>12} "
                  f"{'/ideal':>7} {'p50(us)':>10} {'p99(us)':>10} {'p100(us)':>10} "
-                 f"{'p100/p50':>8} {'steps':>5}  status")
+                 f"{'p100/p50':>8} {'worst':>5} {'steps':>5}  status")
     for r in res["rows"]:
         status = "ok" if r["error"] is None else f"FAILED: {r['error']}"
         lines.append(
             f"{r['size']:>12} {r['time_s'] * 1e6:>10.1f} {r['algbw_gbps']:>12.2f} "
             f"{r['busbw_gbps']:>12.2f} {r['busbw_of_ideal'] or 0:>7.3f} "
             f"{r['p50_s'] * 1e6:>10.1f} {r['p99_s'] * 1e6:>10.1f} {r['p100_s'] * 1e6:>10.1f} "
-            f"{r['p100_over_p50'] or math.nan:>8.3f} {len(r['steps_s']):>5}  {status}")
+            f"{r['p100_over_p50'] or math.nan:>8.3f} {r['worst']:>5} "
+            f"{len(r['steps_s']):>5}  {status}")
     return "\n".join(lines)
 
 

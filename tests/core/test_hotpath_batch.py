@@ -173,13 +173,17 @@ def test_receive_batch_is_receive_frame_by_frame(seed: int, sack_on_reorder: boo
     assert batch["qps"] == one["qps"]
     assert batch["tx"] == one["tx"]
     assert batch["states"] == one["states"] == [QPState.RTS, QPState.RTS]
-    assert jitter or batch["longest"] >= 5  # frames of one flush arrive together
+    # frames of one flush arrive together (runs of several; how long depends on when the
+    # scenario's junk lands, which the QPs' timers move: 4 for seed 2 with tail-loss probes)
+    assert jitter or batch["longest"] >= 4
     c = one["counters"][1]
     # the run exercised the paths receive_batch takes on its own and hands on
     assert c["rx_data"] > 0 and c.get("rx_duplicate", 0) > 0
 
 
-@pytest.mark.parametrize("seed", [1, 4])
+# (seeds whose junk meets stale SACKs: 4 stopped doing so when tail-loss probes moved
+# the QPs' timers, and so the moment the junk lands)
+@pytest.mark.parametrize("seed", [1, 5])
 @pytest.mark.parametrize("lane", ["default", "py", "none"])
 @pytest.mark.parametrize("sack_on_reorder", [False, True])
 def test_receive_lanes_are_receive_frame_by_frame(seed: int, lane: str,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from mrcnet.core import EVState, HostConfig, PathStateChanged, WCStatus, ev_path
 
 from .harness import Impairments, Net, connect
@@ -62,10 +64,16 @@ def _states(net: Net, qa: int) -> dict[tuple[int, int], set[str]]:
     return out
 
 
-def test_a_dead_path_is_retired_by_timeouts_with_one_packet_in_flight() -> None:
+# With the tail-loss probe (the default) the lone packet's loss is found by the probe
+# after two RTTs instead of by the timeout, and judged by the same history.
+SILENT = {False: ("timeout_silent_path", "lost_timeout"), True: ("tlp_silent_path", "lost_tlp")}
+
+
+@pytest.mark.parametrize("probe", [False, True])
+def test_a_dead_path_is_retired_by_timeouts_with_one_packet_in_flight(probe: bool) -> None:
     size = 4 << 20
     imp = Impairments()
-    net, qa, src, dst, ms, md = _setup(HostConfig(), imp, size)
+    net, qa, src, dst, ms, md = _setup(HostConfig(tail_probe=probe), imp, size)
     ha = net.h(0)
     qp = ha.qp(qa)
     # A first write over both paths: RTTs are known, both paths have delivered.
@@ -84,19 +92,22 @@ def test_a_dead_path_is_retired_by_timeouts_with_one_packet_in_flight() -> None:
     # The dead path's EVs, and only those, retired within a few timeouts of the failure.
     assert bad and {ev_path(e.ev)[:2] for e in bad} == {DEAD}
     assert bad[0].cause == "timeout"
-    assert c["timeout_silent_path"] >= 1
+    silent, lost = SILENT[probe]
+    assert c[silent] >= 1
     states = _states(net, qa)
     assert states[DEAD] == {"ASSUMED_BAD"} and states[LIVE] == {"GOOD"}
     # Two timeouts found it (before: one per packet, 1,023), and the transfer ran at the
     # live path's pace again: NSCC grew back from one packet.
-    assert c["lost_timeout"] <= 3, c
+    assert c[lost] <= 3, c
     assert elapsed < 10 * rto, (elapsed, rto)  # before: 215 ms = 1,075 RTOs
     assert qp.cc.cwnd >= 16 * qp.cc.mss, qp.cc.cwnd
 
 
-def test_the_dead_path_goes_within_three_timeouts_and_stays_out() -> None:
+@pytest.mark.parametrize("probe", [False, True])
+def test_the_dead_path_goes_within_three_timeouts_and_stays_out(probe: bool) -> None:
     # A window that never grows (fixed, one packet): the retirement itself, timed.
-    cfg = HostConfig(cc_profile="fixed", link_rate=1e6)  # one BDP = one packet
+    cfg = HostConfig(cc_profile="fixed", link_rate=1e6,  # one BDP = one packet
+                     tail_probe=probe)
     imp = Impairments()
     net, qa, src, dst, ms, md = _setup(cfg, imp, 1 << 20)
     ha = net.h(0)
@@ -120,8 +131,13 @@ def test_the_dead_path_goes_within_three_timeouts_and_stays_out() -> None:
     assert retired_at[0] - t0 <= 3 * rto, (retired_at[0] - t0) / rto
     assert dst == src
     c = ha.qp_stats(qa)["counters"]
-    assert c["lost_timeout"] == 2, c  # one unblamed, the next condemns the path
-    assert c["timeout_silent_path"] == 1 and c["timeout_unblamed"] == 1
+    silent, lost = SILENT[probe]
+    assert c[lost] == 2, c  # one unblamed, the next condemns the path
+    assert c[silent] == 1
+    if not probe:
+        assert c["timeout_unblamed"] == 1
+    else:  # two probes, each after two RTTs: well within one timeout
+        assert "lost_timeout" not in c and retired_at[0] - t0 < rto, c
     assert _states(net, qa)[DEAD] == {"ASSUMED_BAD"}
 
 

@@ -39,6 +39,9 @@ def test_collective_steps_measured(op: str) -> None:
     # Physics: busbw can never beat the hosts' bandwidth (the nccl-tests definition is
     # built so that busbw = link rate for a perfect algorithm).
     assert 0 < row.busbw_gbps * 1e9 <= spec.host_bandwidth_bps
+    # Each step names its slowest rank (the receiver of its last write), as mrc-coll does.
+    assert all(0 <= w < run.world for w in row.worst_rank)
+    assert row.worst == row.worst_rank[row.steps_s.index(row.p100_s)]
     # The steps follow one another: each starts when the one before ended.
     for i in range(1, 3):
         assert run.step_start[i] == pytest.approx(run.step_start[i - 1] + run.steps[i - 1])

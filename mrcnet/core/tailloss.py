@@ -1,0 +1,172 @@
+"""Tail losses: what a lost packet that nothing sent after it reveals costs, made short.
+
+Two additions to the requester's RACK (:class:`mrcnet.core.recovery.Recovery` holds
+them through :class:`TailLoss`; docs/CORE.md "Tail losses and shared verdicts"):
+
+- RACK's tie-break (RFC 8985: of two packets sent at the same time the higher sequence is
+  the more recent): a burst leaves at one instant, so a packet of it lost behind its
+  acknowledged siblings is found once RACK's wait has passed, not at the timeout;
+- the tail-loss probe (RFC 8985 section 7): ``pto`` without news while packets are in
+  flight, the newest is resent on another path; its answer judges the original's path.
+"""
+
+from __future__ import annotations
+
+from mrcnet.constants import EV_PATH_SHIFT
+from mrcnet.core.cc import CongestionControl
+from mrcnet.core.config import HostConfig
+from mrcnet.core.context import QPView
+from mrcnet.core.evs import EVManager
+from mrcnet.core.txtable import E_EV, E_SENT, TxTable
+
+_INF = float("inf")
+
+
+class TailLoss:
+    """The tie-break and the tail-loss probe, mixed into ``Recovery``: its state
+    (``rack_tie``, ``tlp_at``, ``tlp_sent``, ``tlp_log``, set by ``Recovery.reset``) and
+    the parts of ``Recovery`` they use, declared here."""
+
+    qp: QPView
+    cfg: HostConfig
+    txt: TxTable
+    cc: CongestionControl | None
+    evm: EVManager | None
+    srtt: float
+    retries: int
+    rack_at: float
+    rto_at: float
+    rack_tie: tuple[float, int]
+    tlp_at: float
+    tlp_sent: bool
+    tlp_log: dict[int, tuple[float, bool]]
+
+    def _mark_lost(self, seq: int, now: float, cause: str) -> None:
+        raise NotImplementedError
+
+    def _retire_path(self, evs: list[int], now: float, cause: str = "loss") -> None:
+        raise NotImplementedError
+
+    def _silent_path(self, ev: int, key: int, sent: float, now: float) -> bool:
+        raise NotImplementedError
+
+    def _confirmed_loss(self, ev: int, now: float) -> None:
+        raise NotImplementedError
+
+    def _learn_reorder(self, late: float) -> None:
+        raise NotImplementedError
+
+    def pto(self) -> float:
+        """Tail-loss probe timeout (RFC 8985 section 7.2): two smoothed RTTs (the hint
+        before a sample) plus the peer's ACK coalescing delay."""
+        return 2 * (self.srtt or self.cfg.base_rtt_hint) + self.cfg.ack_delay
+
+    def arm_tlp(self, now: float) -> None:
+        """Packets are in flight and new ones went or acknowledgements moved on: the
+        probe fires ``pto`` from now (RFC 8985 re-arms it on each), unless the
+        retransmission timer comes first, and at most once until acknowledgements move
+        again."""
+        if self.tlp_sent or not self.cfg.tail_probe:
+            return
+        at = now + self.pto()
+        self.tlp_at = at if at < self.rto_at else _INF
+
+    def _on_tlp(self, now: float) -> None:
+        """Tail-loss probe (RFC 8985 section 7, for sprayed paths): ``pto`` without news,
+        packets in flight. A lost packet that nothing sent after it reveals (the tail of
+        a message, or a burst's packet on a dead path) would wait for the retransmission
+        timeout; instead the newest packet in flight is resent at once, on another path
+        (a retransmission avoids its last EV). No path is blamed yet: when the probe's
+        answer comes and the original never did, its path is (:meth:`_tlp_answered`),
+        provided a packet sent no earlier than the original was acknowledged before the
+        probe (a burst's sibling: the peer was answering; a stalled or late peer
+        acknowledges nothing then, and blames nothing); if the original arrives after
+        all, nothing is."""
+        self.tlp_at = _INF
+        txt = self.txt
+        if self.tlp_sent or self.retries or not txt.ninfl:
+            return
+        seq = txt.inflight()[-1]
+        e = txt.get(seq)
+        if e is None:
+            return
+        due = e[E_SENT] + self.pto()
+        if due > now:  # sent since the timer was armed: wait for its own turn
+            self.tlp_at = due if due < self.rto_at else _INF
+            return
+        self.tlp_sent = True
+        self._mark_lost(seq, now, "tlp")
+
+    def _tlp_answered(self, ev: int, probe: tuple[float, bool], now: float) -> None:
+        """The probe resent on another path got through while the original (on ``ev``,
+        sent at ``probe[0]``) never did: the peer answers, the original's path failed
+        it. If the peer was answering when the original left (``probe[1]``): retired at
+        once when nothing sent on it after the original has been acknowledged (what a
+        dead path shows; the host's other QPs learn it too), else a confirmed loss of
+        a lossy path. Otherwise (a lone packet: a stall looks the same) the path is
+        judged by its history as after a timeout (:meth:`_silent_path`)."""
+        sent, blame = probe
+        key = ev >> EV_PATH_SHIFT
+        if not blame:
+            if self._silent_path(ev, key, sent, now):
+                self.qp.count("tlp_silent_path")
+                self._retire_path([ev], now, "timeout")
+        elif self.txt.path_acked(key) <= sent:
+            self.qp.count("tlp_path_retired")
+            self._retire_path([ev], now)
+        else:
+            self.cc.on_loss(now)  # type: ignore[union-attr]
+            self._confirmed_loss(ev, now)
+
+    def _detect_tied(self, limit: float, tie_seq: int, wait: float, now: float) -> None:
+        """The packets in flight sent at ``limit`` (the newest acknowledged send time) with
+        a lower sequence than the one acknowledged: sent in the same burst before it, so
+        lost by RACK's rule once ``wait`` has passed (RFC 8985's tie-break), or, on a path
+        slower than the one acknowledged (spines of unequal length), once that path's own
+        smoothed RTT and the same allowance have: what separates packets sent together is
+        the paths' skew, not reordering. A packet on an EV with no RTT sample yet is left
+        to the probe and the timer (a first burst over spines of unequal length). They
+        lead the flight order (everything sent earlier is already reported)."""
+        txt = self.txt
+        first = txt.oldest()
+        e = txt.get(first) if first is not None else None
+        if e is None or first is None or first >= tie_seq or e[E_SENT] != limit:
+            return
+        allowance = wait - txt.rack_rtt
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is None or e[E_SENT] != limit or seq >= tie_seq:
+                return
+            rtt = self._path_srtt(e[E_EV])
+            if not rtt:
+                continue  # a path not measured yet: how slow it is nobody knows
+            due = limit + max(wait, rtt + allowance)
+            if due > now:
+                self.rack_at = min(self.rack_at, due)
+                continue
+            self.qp.count("loss_rack_tie")
+            self._mark_lost(seq, now, "loss")
+
+    def _path_srtt(self, ev: int) -> float:
+        """The smoothed RTT of ``ev``'s path: the EV's own, else the largest of the
+        path's other EVs (EVs of one path share its links); 0 if none is measured."""
+        evm = self.evm
+        if evm is None:
+            return 0.0
+        info = evm.evs.get(ev)
+        if info is not None and info.srtt:
+            return info.srtt
+        key = ev >> EV_PATH_SHIFT
+        return max((i.srtt for i in evm.evs.values() if i.ev >> EV_PATH_SHIFT == key),
+                   default=0.0)
+
+    def _late_arrival(self, seq: int, late: float) -> bool:
+        """A transmission declared lost arrived ``late`` s after that: learn the
+        reordering (True), unless a tail-loss probe declared it (False): the probe fires
+        on silence, not on reordering, and a late tail says nothing about the skew
+        between paths."""
+        if self.tlp_log.pop(seq, None) is not None:
+            self.qp.count("tlp_spurious")
+            return False
+        self._learn_reorder(late)
+        return True

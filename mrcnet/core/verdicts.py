@@ -1,0 +1,145 @@
+"""Shared path verdicts: what one QP learns about a route, every QP of the host knows.
+
+EVs, their states and their probes are per QP (:mod:`mrcnet.core.evs`), but the physical
+route behind an EV is not: every QP of a host going to any host behind the same
+destination leaf crosses the same links up to that leaf (for a two-tier leaf-spine: this
+host's leaf, the spine, the destination leaf), in the same plane. An all-to-all gives each
+of thousands of QPs a few packets per step, so with per-QP verdicts QP after QP pays a loss
+and its detection on a link that another QP of the same host already found dead.
+
+:class:`PathVerdicts` is the host's table. A route's *fate key* is its plane and its hops
+but the last (:func:`route_fate`: the uSIDs, or SRH segments, without the destination
+host's own). Each QP's EV manager gets a :class:`VerdictView` (its path index -> fate key
+per plane). When a QP retires a path for loss or a timeout (causes ``loss``, ``timeout``:
+not the receiver's ALWAYS_SKIP, which is about that QP, nor ``shared`` itself), the view
+reports it: the key is marked failing and every other QP whose path has that key
+retires it at once (cause ``shared``: probed like any other retired path). A QP that
+connects later retires such paths when it attaches. When a path's probes revive it in one
+QP, the key is cleared and every QP revives it (cause ``shared``). No I/O, no clock of its
+own: every call carries ``now``.
+
+A route without hops to strip (plain IPv6, a one-uSID container) keys on the peer itself,
+so only the QPs to that peer share it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mrcnet.wire.frame import Route
+from mrcnet.wire.usid import usid_block, usid_list
+
+if TYPE_CHECKING:
+    from mrcnet.core.evs import EVManager
+
+__all__ = ["PathVerdicts", "VerdictView", "route_fate"]
+
+
+FateKey = tuple[int, object]  # (plane, the route's hops but the last)
+
+
+def route_fate(route: Route, peer: str) -> object:
+    """The part of ``route`` that QPs to other hosts behind the same leaf share: its hops
+    without the destination host's (for a uSID route ``block, src leaf, spine, dst
+    leaf``). A route with one hop or none is the peer's alone: ``peer`` keys it."""
+    if route.usid is not None:
+        hops = usid_list(route.usid)
+        if route.usid_srh is not None:
+            hops += usid_list(route.usid_srh)
+        if len(hops) > 1:
+            return (usid_block(route.usid), tuple(hops[:-1]))
+    elif route.segments is not None and len(route.segments) > 1:
+        return tuple(route.segments[:-1])
+    return ("peer", peer)
+
+
+class VerdictView:
+    """One QP's view of the host's verdicts: its path indexes' fate keys per plane."""
+
+    __slots__ = ("evm", "keys", "qpn", "table")
+
+    def __init__(self, table: PathVerdicts, qpn: int, evm: EVManager,
+                 keys: dict[tuple[int, int], FateKey]) -> None:
+        self.table = table
+        self.qpn = qpn
+        self.evm = evm
+        self.keys = keys  # (plane, path index) -> fate key
+
+    def bad_paths(self, plane: int) -> set[int]:
+        """Path indexes of ``plane`` the host holds failing (the refill avoids them)."""
+        bad = self.table.bad
+        if not bad:
+            return set()
+        return {path for (pl, path), key in self.keys.items() if pl == plane and key in bad}
+
+    def failed(self, plane: int, path: int, now: float) -> None:
+        """This QP retired (plane, path) for loss or a timeout: tell the others."""
+        key = self.keys.get((plane, path))
+        if key is not None:
+            self.table.failed(key, self, now)
+
+    def revived(self, plane: int, path: int, now: float) -> None:
+        """This QP's probes revived (plane, path): tell the others."""
+        key = self.keys.get((plane, path))
+        if key is not None:
+            self.table.revived(key, self, now)
+
+
+class PathVerdicts:
+    """A host's shared path verdicts (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.bad: dict[FateKey, float] = {}  #: failing fate key -> when it was reported
+        self._members: dict[FateKey, dict[int, tuple[VerdictView, int, int]]] = {}
+        self._views: dict[int, VerdictView] = {}
+        self.shared = 0  #: paths retired in other QPs by a shared verdict
+        self.revived_shared = 0  #: paths revived in other QPs by a shared revival
+
+    def attach(self, qpn: int, evm: EVManager, peer: str,
+               routes: dict[int, list[Route]], now: float) -> None:
+        """QP ``qpn`` (EV manager ``evm``) goes to ``peer`` over ``routes`` (per plane,
+        in path index order): share its verdicts, and retire at once its paths the host
+        already holds failing. Replaces the QP's earlier view."""
+        self.detach(qpn)
+        if evm.ecmp:
+            return  # one EV by hash that never retires: nothing to share
+        keys = {(plane, path): (plane, route_fate(route, peer))
+                for plane, rs in routes.items() for path, route in enumerate(rs)}
+        view = VerdictView(self, qpn, evm, keys)
+        for (plane, path), key in keys.items():
+            self._members.setdefault(key, {})[qpn] = (view, plane, path)
+        self._views[qpn] = view
+        evm.verdicts = view
+        for (plane, path), key in keys.items():
+            if key in self.bad:
+                evm.retire_path(plane, path, now, "shared")
+
+    def detach(self, qpn: int) -> None:
+        """Forget QP ``qpn`` (destroyed, reset or given a new EV set)."""
+        view = self._views.pop(qpn, None)
+        if view is None:
+            return
+        view.evm.verdicts = None
+        for key in view.keys.values():
+            members = self._members.get(key)
+            if members is not None:
+                members.pop(qpn, None)
+                if not members:
+                    del self._members[key]
+
+    def failed(self, key: FateKey, by: VerdictView, now: float) -> None:
+        """``by`` retired a path with fate ``key``: every other member retires it."""
+        if key in self.bad:
+            return
+        self.bad[key] = now
+        for qpn, (view, plane, path) in list(self._members.get(key, {}).items()):
+            if qpn != by.qpn and view.evm.retire_path(plane, path, now, "shared"):
+                self.shared += 1
+
+    def revived(self, key: FateKey, by: VerdictView, now: float) -> None:
+        """``by``'s probes revived a path with fate ``key``: every member revives it."""
+        if self.bad.pop(key, None) is None:
+            return
+        for qpn, (view, plane, path) in list(self._members.get(key, {}).items()):
+            if qpn != by.qpn and view.evm.revive_path(plane, path, now):
+                self.revived_shared += 1

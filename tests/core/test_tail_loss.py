@@ -1,0 +1,72 @@
+"""A lost packet that nothing sent after it reveals, on the virtual clock: found by
+RACK's tie-break (a burst's packets share one send time) or by the tail-loss probe,
+well before the retransmission timeout (mrcnet/core/recovery.py)."""
+
+from __future__ import annotations
+
+from mrcnet.core import HostConfig
+from mrcnet.wire import parse_frame
+
+from .harness import Impairments, Net, connect
+
+FLOOR = 1e-3  # the retransmission timeout's floor: far above the 10 us RTT
+
+
+def _write_losing(psn_index: int, npkts: int, **cfg: object) -> tuple[float, dict[str, int]]:
+    """A warm-up write (every path measured), then one write of ``npkts`` packets from
+    h0 to h1 whose packet ``psn_index`` is lost on its first transmission. Returns how
+    long that write took and h0's counters."""
+    net = Net(planes=2, spines=4, imp=Impairments(delay=5e-6),
+              config=HostConfig(timeout_floor=FLOOR, ack_every=1, evs_per_qp=8,  # type: ignore[arg-type]
+                                **cfg))
+    qa, _ = connect(net, 0, 1)
+    ha, hb = net.h(0), net.h(1)
+    mtu = ha.config.mtu_payload
+    warm = 16
+    src = bytes(range(256)) * (max(npkts, warm) * mtu // 256)
+    dst = bytearray(len(src))
+    ms, md = ha.register_mr(bytearray(src)), hb.register_mr(dst)
+    ha.post_write(qa, 0, ms, 0, len(src), md.addr, md.rkey)
+    net.run(until=lambda: len(ha.qp(qa).cq) >= 1, max_time=1.0)
+    base = ha.qp(qa).snd.next_seq
+    dropped: list[int] = []
+
+    def drop(frame: bytes) -> bool:
+        f = parse_frame(frame)
+        if f.is_data and f.bth.psn == base + psn_index and not dropped:
+            dropped.append(f.bth.psn - base)
+            return True
+        return False
+
+    net.imp.drop_if = drop
+    before = dict(ha.counters())
+    t0 = net.now
+    dst[:] = bytes(len(dst))
+    ha.post_write(qa, 1, ms, 0, npkts * mtu, md.addr, md.rkey)
+    net.run(until=lambda: len(ha.qp(qa).cq) >= 2, max_time=1.0)
+    assert dropped == [psn_index]
+    assert bytes(dst[:npkts * mtu]) == src[:npkts * mtu]
+    after = ha.counters()
+    return net.now - t0, {k: v - before.get(k, 0) for k, v in after.items()
+                          if v != before.get(k, 0)}
+
+
+def test_lost_tail_is_probed_not_timed_out() -> None:
+    """The last packet of a write is lost: nothing after it can reveal it. The probe
+    resends it after about two RTTs; without the probe it waits for the timeout."""
+    done, c = _write_losing(3, 4)
+    assert c.get("lost_tlp") == 1
+    assert "rto_rounds" not in c
+    assert done < FLOOR / 4
+    late, c_off = _write_losing(3, 4, tail_probe=False)
+    assert c_off.get("rto_rounds") == 1 and "lost_tlp" not in c_off
+    assert late > FLOOR > 4 * done
+
+
+def test_lost_packet_of_a_burst_is_found_by_the_tie_break() -> None:
+    """The first packet of a burst sent at one instant is lost and its siblings are
+    acknowledged: RACK's sequence tie-break finds it within the reorder allowance."""
+    done, c = _write_losing(0, 4)
+    assert c.get("loss_rack_tie") == 1
+    assert "rto_rounds" not in c and "lost_tlp" not in c
+    assert done < FLOOR / 4
