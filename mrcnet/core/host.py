@@ -695,7 +695,8 @@ class Host:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
         self._refresh_timers()
         t = self._heap[0][0] if self._heap else _INF
-        t = min(t, endpoint.next_due(self))
+        if self._port_status or self._ps_confirm:  # (else no endpoint timer)
+            t = min(t, endpoint.next_due(self))
         return None if t == _INF else t
 
     def handle_timer(self, now: float) -> None:

@@ -297,6 +297,16 @@ class CRxLane:
         frame is a buffer C cannot read (not contiguous: the caller's per-frame path
         counts it)."""
         n = len(frames)
+        if n == 1 and type(frames[0]) is not memoryview:  # one frame a call (mrc-sim's hosts)
+            f = frames[0]
+            try:
+                b = ffi.from_buffer(f)
+            except (BufferError, TypeError, ValueError):
+                self.release()
+                return None
+            self._keep = [b]
+            self._ptr[0], self._len[0] = b, len(f)
+            return frames
         if n > self._cap:
             self._grow(max(n, 2 * self._cap))
         try:
@@ -418,7 +428,7 @@ class CRxLane:
     @property
     def npaths(self) -> int:
         """SACK templates the lane knows."""
-        return int(self._c.npaths)
+        return len(self._path_keep)  # (c.npaths, without a read through cffi)
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
         """The SACK frames the lane built since the last call: (port, frame), in order."""
