@@ -659,7 +659,8 @@ class Host:
                         k = sq.drop(p, sq.pending(p))
                         self.count("tx_port_down", k)
                         queued -= min(queued, k)
-        self.count("tx_frames", len(out) + queued)
+        c = self._counters  # (count(), inlined: once per call)
+        c["tx_frames"] = c.get("tx_frames", 0) + len(out) + queued
         return out
 
     def _emit_with_ack(self, qp: QueuePair, now: float, out: list[tuple[int, bytes]],
