@@ -145,7 +145,7 @@ class Receiver:
         i = 0
         qp = self._lane_qp  # (only _lane_frame changes it)
         if qp is not None:
-            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+            qp.lane_sack_setup(lane)
         try:
             while i < n:
                 r = run(i, n, now, plane)
@@ -170,7 +170,7 @@ class Receiver:
                         assert qp is not None
                         try:
                             qp.send_sack(now, ctrl)
-                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))  # a new path
+                            qp.lane_sack_setup(lane)  # a new path
                         except Exception as e:  # never crash on network input; count it
                             self.host.last_internal_error = e
                             self.host.count("rx_internal_error")
@@ -178,7 +178,7 @@ class Receiver:
                         self._lane_frame(lane, frames[k], port, plane, now)
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
-                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+                            qp.lane_sack_setup(lane)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1

@@ -67,7 +67,7 @@ class Responder:
         # NACKs come one or two per path, not enough to keep one template per path
         self._nack_tmpl: tuple[NackTemplate, Route] | None = None
         self._nack_proto: NackTemplate | None = None
-        # lane_sack_state's planes: (usable planes, paths, bits) it last gave
+        # lane_sack_setup's planes: (usable planes, paths, bits) it last gave
         self._lane_planes: tuple[list[int], dict[int, list[Route]], int] | None = None
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
@@ -281,11 +281,11 @@ class Responder:
         rx = self.rx
         rx.ack_seq, rx.ack_ev, rx.ack_ts, rx.ack_ce, rx.ack_plane = seq, ev, ts, ce, plane
 
-    def lane_sack_state(self, npaths: int) -> tuple[int, dict[int, Any] | None]:
-        """What the host's receive lane needs to build this QP's usual SACKs itself
-        (send_sack's case of a usable triggering path): the planes that are usable and
-        have paths, as bits; and the SACK templates by path, unless the lane has
-        ``npaths`` of them already (None)."""
+    def lane_sack_setup(self, lane: Any) -> None:
+        """Give the host's receive ``lane`` what it needs to build this QP's usual SACKs
+        itself (send_sack's case of a usable triggering path): the planes that are
+        usable and have paths, as bits; and the SACK templates by path, unless the lane
+        has as many already (its ``sack_setup``)."""
         evm = self.evm
         m = 0
         if evm is not None:
@@ -299,7 +299,7 @@ class Responder:
                         m |= 1 << pl
                 self._lane_planes = (list(usable), paths, m)
         t = self._sack_tmpl
-        return m, (t if len(t) != npaths else None)
+        lane.sack_setup(m, t if len(t) != lane.npaths else None)
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:
