@@ -14,6 +14,7 @@ import struct
 
 from mrcnet.constants import (
     BTH_LEN,
+    CC_TYPE_NACK,
     ETH_HEADER_LEN,
     ICRC_LEN,
     IPV6_HEADER_LEN,
@@ -21,9 +22,11 @@ from mrcnet.constants import (
     PSN_MASK,
     RCVD_BYTES_MOD,
     UDP_HEADER_LEN,
+    NackReason,
     SackMode,
 )
-from mrcnet.wire import CCState, Route, build_sack
+from mrcnet.wire import CCState, Route, build_nack, build_sack
+from mrcnet.wire.neth import NETH, NETH_STRUCT
 from mrcnet.wire.seth import CCSTATE_STRUCT, SETH, SETH_STRUCT, seth_flags
 from mrcnet.wire.template import FrameFinisher
 from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
@@ -31,6 +34,10 @@ from mrcnet.wire.udp import ev_to_flow_label, ev_to_sport
 # Bytes 2-3 of an IPv6 header: the flow label's low 16 bits (half of the EV).
 _FLOW_LABEL_LOW16 = 2
 _U16 = struct.Struct("!H")
+# BTH.PSN: the low 24 bits of BTH's last word (its first byte holds the flags)
+_BTH_PSN = BTH_LEN - 3
+_PSN24 = struct.Struct("!BH")
+_NACK_REASONS = frozenset(int(r) for r in NackReason)
 #: ack_ts of a packet that carried no TSETH (rxlane.c RX_NO_TS): nothing to echo.
 NO_TS = 0x10000
 
@@ -51,6 +58,53 @@ _S16_MAX = (1 << 15) - 1
 _HOP_LIMIT = ETH_HEADER_LEN + 7
 _IP6_SRC = 8
 _OUTER_SRC = ETH_HEADER_LEN + _IP6_SRC
+
+
+def _finisher(route: Route, udp_off: int
+              ) -> tuple[int, FrameFinisher, tuple[int, bool, bytes, bytes]]:
+    """(inner IPv6 header's offset or 0, the finisher, its pseudo-header layout) of a
+    control frame along ``route`` whose UDP header is at ``udp_off``. The addresses are
+    the ones build_frame put in the inner header, or the pseudo-header's without one:
+    taken from the route, not by parsing the frame back, which cost more than the rest
+    (a responder makes one template per path it answers on)."""
+    has_ip = route.encap
+    if has_ip:
+        psrc, pdst = route.src_ip, route.dst_ip
+    else:
+        psrc, pdst = route.src_ip, route.final_dst
+    # The ICRC covers the inner IPv6 header (when there is one) onwards.
+    icrc_from = udp_off - IPV6_HEADER_LEN if has_ip else udp_off
+    return (icrc_from if has_ip else 0, FrameFinisher(icrc_from, has_ip, udp_off, psrc, pdst),
+            (icrc_from, has_ip, bytes(psrc), bytes(pdst)))
+
+
+def _retarget(frame: bytes, old: Route, route: Route) -> bytearray | None:
+    """``frame`` (built along ``old``) along ``route`` instead, ICRC and checksum not
+    redone; None unless both are plain uSID routes (MRC's form: no SRH), where only the
+    MACs, the hop limit and the addresses differ."""
+    if (route.segments is not None or route.usid_srh is not None or route.usid is None
+            or old.segments is not None or old.usid_srh is not None
+            or route.encap != old.encap):
+        return None
+    buf = bytearray(frame)
+    buf[0:6], buf[6:12] = route.dst_mac, route.src_mac
+    buf[_HOP_LIMIT] = route.hop_limit
+    buf[_OUTER_SRC : _OUTER_SRC + 16] = route.src_ip
+    buf[_OUTER_SRC + 16 : _OUTER_SRC + 32] = route.outer_dst
+    if route.encap:
+        inner = _OUTER_SRC + 32 + _IP6_SRC
+        buf[inner : inner + 16], buf[inner + 16 : inner + 32] = route.src_ip, route.dst_ip
+    return buf
+
+
+def _put_ev(buf: bytearray, ev: int, inner_off: int, udp_off: int) -> None:
+    """The EV's bits of a control frame: the UDP source port (covered by ICRC and
+    checksum) and the low 16 bits of the flow labels (covered by neither)."""
+    fl = ev_to_flow_label(ev)
+    _U16.pack_into(buf, ETH_HEADER_LEN + _FLOW_LABEL_LOW16, fl)
+    if inner_off:
+        _U16.pack_into(buf, inner_off + _FLOW_LABEL_LOW16, fl)
+    _U16.pack_into(buf, udp_off, ev_to_sport(ev))
 
 
 class SackTemplate:
@@ -80,19 +134,7 @@ class SackTemplate:
         self._udp_off = udp_off
         self._seth_off = udp_off + UDP_HEADER_LEN + BTH_LEN
         self._cc_off = self._seth_off + SETH.LEN
-        # (the addresses build_frame put in the inner header, or the pseudo-header's
-        # without one: taken from the route, not by parsing the frame back, which cost
-        # more than the rest; a responder makes one template per path it answers on)
-        has_ip = route.encap
-        if has_ip:
-            psrc, pdst = route.src_ip, route.dst_ip
-        else:
-            psrc, pdst = route.src_ip, route.final_dst
-        # The ICRC covers the inner IPv6 header (when there is one) onwards.
-        icrc_from = udp_off - IPV6_HEADER_LEN if has_ip else udp_off
-        self._inner_off = icrc_from if has_ip else 0
-        self._fin = FrameFinisher(icrc_from, has_ip, udp_off, psrc, pdst)
-        self._pseudo = (icrc_from, has_ip, bytes(psrc), bytes(pdst))
+        self._inner_off, self._fin, self._pseudo = _finisher(route, udp_off)
 
     def matches(self, dest_qp: int, src_qp: int, mpr: int) -> bool:
         """Made for these QP numbers and MPR?"""
@@ -104,20 +146,10 @@ class SackTemplate:
         MACs, the hop limit and the addresses differ, so the frame is this one's with
         those patched and its ICRC and checksum redone: the bytes build_sack makes, for a
         fraction of the cost (a test compares them). Else built in full."""
-        old = self._route
-        if (route.segments is not None or route.usid_srh is not None or route.usid is None
-                or old.segments is not None or old.usid_srh is not None
-                or route.encap != old.encap):
+        buf = _retarget(self._frame, self._route, route)
+        if buf is None:
             return SackTemplate(route, dest_qp=self._dest_qp, src_qp=self.spdcid,
                                 mpr=self.mpr)
-        buf = bytearray(self._frame)
-        buf[0:6], buf[6:12] = route.dst_mac, route.src_mac
-        buf[_HOP_LIMIT] = route.hop_limit
-        buf[_OUTER_SRC : _OUTER_SRC + 16] = route.src_ip
-        buf[_OUTER_SRC + 16 : _OUTER_SRC + 32] = route.outer_dst
-        if route.encap:
-            inner = _OUTER_SRC + 32 + _IP6_SRC
-            buf[inner : inner + 16], buf[inner + 16 : inner + 32] = route.src_ip, route.dst_ip
         t = SackTemplate(route, dest_qp=self._dest_qp, src_qp=self.spdcid, mpr=self.mpr,
                          _frame=bytes(buf))
         t._fin.finish(buf)  # (the ICRC and checksum of the new addresses)
@@ -132,11 +164,7 @@ class SackTemplate:
         return (self._frame, self._udp_off, self._seth_off, self._cc_off, *self._pseudo)
 
     def _ev(self, buf: bytearray, ev: int) -> None:
-        fl = ev_to_flow_label(ev)
-        _U16.pack_into(buf, ETH_HEADER_LEN + _FLOW_LABEL_LOW16, fl)
-        if self._inner_off:
-            _U16.pack_into(buf, self._inner_off + _FLOW_LABEL_LOW16, fl)
-        _U16.pack_into(buf, self._udp_off, ev_to_sport(ev))
+        _put_ev(buf, ev, self._inner_off, self._udp_off)
 
     def build(self, ev: int, seth: SETH, cc: CCState) -> bytes:
         """One SACK frame travelling on ``ev`` (the given SETH whole)."""
@@ -167,5 +195,60 @@ class SackTemplate:
                                  min(OOO_COUNT_MAX, ooo_count),
                                  (window_penalty & 0x7F) << 24
                                  | (rcvd_bytes >> 8) % RCVD_BYTES_MOD)
+        self._fin.finish(buf)
+        return bytes(buf)
+
+
+class NackTemplate:
+    """NACK frames from one QP along one route (one path), for any EV, PSN, reason and
+    timestamp: the template (a frame :func:`mrcnet.wire.build_nack` made) copied and
+    patched in place (the EV's bits, BTH.PSN, NETH), then ICRC and UDP checksum, as
+    :class:`SackTemplate` does. DEST_QP, SPDCID and DPDCID are the template's. Tests
+    compare it byte for byte with the reference builder."""
+
+    __slots__ = ("_bth_psn", "_dest_qp", "_fin", "_frame", "_inner_off", "_neth_off",
+                 "_route", "_udp_off", "dpdcid", "spdcid")
+
+    def __init__(self, route: Route, *, dest_qp: int, src_qp: int = 0,
+                 _frame: bytes | None = None) -> None:
+        self.spdcid, self.dpdcid = src_qp & 0xFFFF, dest_qp & 0xFFFF
+        self._route, self._dest_qp = route, dest_qp
+        if _frame is None:
+            _frame = build_nack(route, ev=0, dest_qp=dest_qp, neth=NETH(
+                NackReason.TRIMMED, 0, 0, spdcid=self.spdcid, dpdcid=self.dpdcid))
+        self._frame = _frame
+        udp_off = len(_frame) - UDP_HEADER_LEN - BTH_LEN - NETH.LEN - ICRC_LEN
+        assert udp_off >= ETH_HEADER_LEN + IPV6_HEADER_LEN
+        self._udp_off = udp_off
+        self._bth_psn = udp_off + UDP_HEADER_LEN + _BTH_PSN
+        self._neth_off = udp_off + UDP_HEADER_LEN + BTH_LEN
+        self._inner_off, self._fin, _ = _finisher(route, udp_off)
+
+    def matches(self, dest_qp: int, src_qp: int) -> bool:
+        """Made for these QP numbers?"""
+        return dest_qp == self._dest_qp and src_qp & 0xFFFF == self.spdcid
+
+    def for_route(self, route: Route) -> NackTemplate:
+        """The template of the same QP along another route (as
+        :meth:`SackTemplate.for_route`: patched for two plain uSID routes, else built)."""
+        buf = _retarget(self._frame, self._route, route)
+        if buf is None:
+            return NackTemplate(route, dest_qp=self._dest_qp, src_qp=self.spdcid)
+        return NackTemplate(route, dest_qp=self._dest_qp, src_qp=self.spdcid,
+                            _frame=bytes(buf))
+
+    def build(self, ev: int, psn: int, reason: int, entropy: int, nack_psn: int,
+              ts: int) -> bytes:
+        """One NACK travelling on ``ev`` with BTH.PSN ``psn`` and NETH (``reason``,
+        ``entropy``, ``nack_psn``, timestamp ``ts``): the bytes of
+        ``build_nack(route, ev=ev, dest_qp=..., psn=psn, neth=NETH(reason, entropy,
+        nack_psn, ts, spdcid=..., dpdcid=...))``."""
+        if reason not in _NACK_REASONS:
+            raise ValueError(f"NACK reason {reason!r} is not a NackReason")
+        buf = bytearray(self._frame)
+        _put_ev(buf, ev, self._inner_off, self._udp_off)
+        _PSN24.pack_into(buf, self._bth_psn, psn >> 16 & 0xFF, psn & 0xFFFF)
+        NETH_STRUCT.pack_into(buf, self._neth_off, 0, reason, 0, entropy, self.spdcid,
+                              self.dpdcid, nack_psn, CC_TYPE_NACK << 4, 0, ts)
         self._fin.finish(buf)
         return bytes(buf)

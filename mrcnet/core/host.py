@@ -670,7 +670,8 @@ class Host:
                         k = sq.drop(p, sq.pending(p))
                         self.count("tx_port_down", k)
                         queued -= min(queued, k)
-        self.count("tx_frames", len(out) + queued)
+        c = self._counters  # (count(), inlined: once per call)
+        c["tx_frames"] = c.get("tx_frames", 0) + len(out) + queued
         return out
 
     def _emit_with_ack(self, qp: QueuePair, now: float, out: list[tuple[int, bytes]],
@@ -706,7 +707,8 @@ class Host:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
         self._refresh_timers()
         t = self._heap[0][0] if self._heap else _INF
-        t = min(t, endpoint.next_due(self))
+        if self._port_status or self._ps_confirm:  # (else no endpoint timer)
+            t = min(t, endpoint.next_due(self))
         return None if t == _INF else t
 
     def handle_timer(self, now: float) -> None:

@@ -84,7 +84,7 @@ class QueuePair:
         self.on_probe = resp.on_probe
         self.send_sack = resp.send_sack
         self.post_recv = resp.post_recv
-        self.lane_sack_state = resp.lane_sack_state
+        self.lane_sack_setup = resp.lane_sack_setup
         self._reset_transport()
 
     # --- life cycle -------------------------------------------------------------------

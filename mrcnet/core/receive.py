@@ -102,11 +102,12 @@ class Receiver:
         n = len(frames)
         if not n:
             return
-        self.host._last_now = now
-        self.host.rx_frames += n
+        host = self.host
+        host._last_now = now
+        host.rx_frames += n
         lane = self._lane
-        p = self.host.ports.get(port)
-        if lane is None or p is None or not self.host.port_up[port]:
+        p = host.ports.get(port)
+        if lane is None or p is None or not host.port_up[port]:
             self._receive_frames(frames, port, now)
             return
         loaded = None
@@ -118,26 +119,33 @@ class Receiver:
                 self._receive_frames(frames, port, now)
                 return
             frames = loaded
-        if self.host.memory.generation != self._lane_gen:  # a region went: forget them all
+        if host.memory.generation != self._lane_gen:  # a region went: forget them all
             lane.clear_mrs()
-            self._lane_gen = self.host.memory.generation
+            self._lane_gen = host.memory.generation
         qp = self._lane_qp
         if qp is not None:  # _lane_check's common case, inlined (once per batch)
             st = qp.state
             mpr = qp.attrs.mpr_dest
             if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not lane.qp
                     or qp.peer_ips is not self._lane_peers
-                    or (mpr * MPR_UNIT if mpr else self.host.config.rx_window) != self._lane_win
-                    or self.host._qps.get(qp.qpn) is not qp):
+                    or (mpr * MPR_UNIT if mpr else host.config.rx_window) != self._lane_win
+                    or host._qps.get(qp.qpn) is not qp):
                 self._lane_use(qp)
-        if self._ack_qp is not None:
-            self._ack_sync()
-        plane, run, ctrl = p.plane, lane.run, self.host._ctrl
+        aq = self._ack_qp
+        if aq is not None:  # _ack_sync's common case, inlined (once per batch)
+            if (aq.state is QPState.RTS and not aq.lost_log and not aq.suspects
+                    and aq.evm is not None and aq.cc is not None
+                    and host._qps.get(aq.qpn) is aq and aq.txt is self._ack_txt
+                    and aq.peer_ips is self._ack_peers):
+                lane.ack_sync(aq.snd_una, aq.next_seq, forged.early_floor(aq.cfg.ack_rtt_floor))
+            else:
+                self._ack_sync()
+        plane, run, ctrl = p.plane, lane.run, host._ctrl
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
         qp = self._lane_qp  # (only _lane_frame changes it)
         if qp is not None:
-            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+            qp.lane_sack_setup(lane)
         try:
             while i < n:
                 r = run(i, n, now, plane)
@@ -162,7 +170,7 @@ class Receiver:
                         assert qp is not None
                         try:
                             qp.send_sack(now, ctrl)
-                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))  # a new path
+                            qp.lane_sack_setup(lane)  # a new path
                         except Exception as e:  # never crash on network input; count it
                             self.host.last_internal_error = e
                             self.host.count("rx_internal_error")
@@ -170,7 +178,7 @@ class Receiver:
                         self._lane_frame(lane, frames[k], port, plane, now)
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
-                            lane.sack_setup(*qp.lane_sack_state(lane.npaths))
+                            qp.lane_sack_setup(lane)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1

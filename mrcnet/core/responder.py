@@ -29,15 +29,14 @@ from mrcnet.constants import (
     Opcode,
 )
 from mrcnet.core.context import QPView
-from mrcnet.core.ctrl import NO_TS, SackTemplate
+from mrcnet.core.ctrl import NO_TS, NackTemplate, SackTemplate
 from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager
 from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
 from mrcnet.core.seqnum import HALF, MSN_MASK, unwrap16
 from mrcnet.core.states import QPState
-from mrcnet.wire import Route, build_ack, build_nack
+from mrcnet.wire import Route, build_ack
 from mrcnet.wire.aeth import AETH
-from mrcnet.wire.neth import NETH
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
@@ -64,6 +63,12 @@ class Responder:
         self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
         self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
         self._sack_proto: SackTemplate | None = None  # the first of them (for_route's)
+        # The NACK template of the last route a NACK took, and the QP's first (for_route's):
+        # NACKs come one or two per path, not enough to keep one template per path
+        self._nack_tmpl: tuple[NackTemplate, Route] | None = None
+        self._nack_proto: NackTemplate | None = None
+        # lane_sack_setup's planes: (usable planes, paths, bits) it last gave
+        self._lane_planes: tuple[list[int], dict[int, list[Route]], int] | None = None
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
@@ -102,6 +107,7 @@ class Responder:
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._sack_tmpl.clear()
         self._sack_proto = None
+        self._nack_tmpl = self._nack_proto = None
 
     @property
     def rx_window(self) -> int:
@@ -275,20 +281,25 @@ class Responder:
         rx = self.rx
         rx.ack_seq, rx.ack_ev, rx.ack_ts, rx.ack_ce, rx.ack_plane = seq, ev, ts, ce, plane
 
-    def lane_sack_state(self, npaths: int) -> tuple[int, dict[int, Any] | None]:
-        """What the host's receive lane needs to build this QP's usual SACKs itself
-        (send_sack's case of a usable triggering path): the planes that are usable and
-        have paths, as bits; and the SACK templates by path, unless the lane has
-        ``npaths`` of them already (None)."""
+    def lane_sack_setup(self, lane: Any) -> None:
+        """Give the host's receive ``lane`` what it needs to build this QP's usual SACKs
+        itself (send_sack's case of a usable triggering path): the planes that are
+        usable and have paths, as bits; and the SACK templates by path, unless the lane
+        has as many already (its ``sack_setup``)."""
         evm = self.evm
         m = 0
         if evm is not None:
-            paths = self._paths
-            for pl in evm.usable_planes:
-                if pl < 64 and pl in paths:
-                    m |= 1 << pl
+            paths, usable = self._paths, evm.usable_planes
+            c = self._lane_planes  # (the last answer: the same paths and usable planes?)
+            if c is not None and c[1] is paths and c[0] == usable:
+                m = c[2]
+            else:
+                for pl in usable:
+                    if pl < 64 and pl in paths:
+                        m |= 1 << pl
+                self._lane_planes = (list(usable), paths, m)
         t = self._sack_tmpl
-        return m, (t if len(t) != npaths else None)
+        lane.sack_setup(m, t if len(t) != lane.npaths else None)
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:
@@ -337,10 +348,18 @@ class Responder:
             return
         rev, port, route = self._reverse(plane, ev)
         dqp = self.attrs.dest_qp_num or 0
-        out.append((port, build_nack(route, ev=rev, dest_qp=dqp, psn=seq & PSN_MASK,
-                                     neth=NETH(reason, ev, seq & PSN_MASK, ts & 0xFFFF,
-                                               spdcid=self.qpn & 0xFFFF,
-                                               dpdcid=dqp & 0xFFFF))))
+        # build_nack's bytes from a template of the route (ctrl.NackTemplate), made from
+        # this QP's first one when it is for the same QP numbers
+        tr = self._nack_tmpl
+        if tr is None or tr[1] is not route or not tr[0].matches(dqp, self.qpn):
+            proto = self._nack_proto
+            if proto is not None and proto.matches(dqp, self.qpn):
+                tmpl = proto.for_route(route)
+            else:
+                tmpl = self._nack_proto = NackTemplate(route, dest_qp=dqp, src_qp=self.qpn)
+            tr = self._nack_tmpl = (tmpl, route)
+        psn = seq & PSN_MASK
+        out.append((port, tr[0].build(rev, psn, reason, ev, psn, ts & 0xFFFF)))
         self.qp.count("tx_nack")
         if reason == NackReason.TRIMMED_LASTHOP:
             self.qp.count("tx_nack_lasthop")

@@ -206,6 +206,7 @@ class CRxLane:
         self._slen = ffi.new("uint32_t[]", 64)
         self._paths = ffi.new("struct mrc_rx_path[]", RX_PATHS_MAX)
         self._path_keep: list[Any] = []
+        self._sack_planes = -1  # c.plane_ok while c.sack_ok is 1, else -1
         c.sout, c.sout_cap = ffi.cast("uint8_t *", self._sout), 64 * 512
         c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
         c.paths, c.npaths = self._paths, 0
@@ -297,6 +298,16 @@ class CRxLane:
         frame is a buffer C cannot read (not contiguous: the caller's per-frame path
         counts it)."""
         n = len(frames)
+        if n == 1 and type(frames[0]) is not memoryview:  # one frame a call (mrc-sim's hosts)
+            f = frames[0]
+            try:
+                b = ffi.from_buffer(f)
+            except (BufferError, TypeError, ValueError):
+                self.release()
+                return None
+            self._keep = [b]
+            self._ptr[0], self._len[0] = b, len(f)
+            return frames
         if n > self._cap:
             self._grow(max(n, 2 * self._cap))
         try:
@@ -337,7 +348,7 @@ class CRxLane:
         c.npeers, c.qpn, c.qp, self.qp = len(peers), qpn, rx, rx
         c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
-        c.npaths, c.sack_ok, self._path_keep = 0, 0, []
+        c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
         return True
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
@@ -381,7 +392,7 @@ class CRxLane:
         """Serve no QP: every data frame stops."""
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
-        c.npaths, c.sack_ok, self._path_keep = 0, 0, []
+        c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
 
     def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
@@ -389,8 +400,10 @@ class CRxLane:
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
         template for its path; ``tmpls``: the QP's templates (path key -> ((template,
         length), port)) if they changed."""
-        c = self._c
-        c.plane_ok, c.sack_ok = plane_ok, 1
+        if plane_ok != self._sack_planes:  # (C never changes them: written on change)
+            c = self._c
+            c.plane_ok, c.sack_ok = plane_ok, 1
+            self._sack_planes = plane_ok
         if tmpls is not None:
             self.set_paths(tmpls)
 
@@ -418,7 +431,7 @@ class CRxLane:
     @property
     def npaths(self) -> int:
         """SACK templates the lane knows."""
-        return int(self._c.npaths)
+        return len(self._path_keep)  # (c.npaths, without a read through cffi)
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
         """The SACK frames the lane built since the last call: (port, frame), in order."""

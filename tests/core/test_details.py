@@ -10,8 +10,9 @@ import pytest
 
 from mrcnet.constants import NackReason, SackMode
 from mrcnet.core import HostConfig, WCOpcode, WCStatus
-from mrcnet.core.ctrl import SackTemplate
-from mrcnet.wire import CCState, Route, build_sack, parse_frame, usid_container
+from mrcnet.core.ctrl import NackTemplate, SackTemplate
+from mrcnet.wire import CCState, Route, build_nack, build_sack, parse_frame, usid_container
+from mrcnet.wire.neth import NETH
 from mrcnet.wire.seth import SETH
 from mrcnet.wire.template import FrameFinisher
 
@@ -44,16 +45,21 @@ def test_template_frames_are_byte_identical_to_the_reference_builder() -> None:
     assert a == b
 
 
-@pytest.mark.parametrize("mode", ["usid", "srh", "plain"])
-@pytest.mark.parametrize("encap", [True, False])
-def test_sack_template_matches_build_sack(mode: str, encap: bool) -> None:
+def _route(mode: str, encap: bool) -> Route:
+    """A route in SRv6 form ``mode`` (usid, srh or plain), with or without inner IPv6."""
     kw: dict[str, Any] = {}
     if mode == "usid":
         kw["usid"] = usid_container(b"\xfc\0\0\0", [1, 2, 3])
     elif mode == "srh":
         kw["segments"] = (bytes(15) + b"\x07", bytes(15) + b"\x01")
-    r = Route(b"\x02" * 6, b"\x04" * 6, bytes(15) + b"\x09", bytes(15) + b"\x01",
-              encap=encap, **kw)
+    return Route(b"\x02" * 6, b"\x04" * 6, bytes(15) + b"\x09", bytes(15) + b"\x01",
+                 encap=encap, **kw)
+
+
+@pytest.mark.parametrize("mode", ["usid", "srh", "plain"])
+@pytest.mark.parametrize("encap", [True, False])
+def test_sack_template_matches_build_sack(mode: str, encap: bool) -> None:
+    r = _route(mode, encap)
     t = SackTemplate(r, dest_qp=7)
     py = SackTemplate(r, dest_qp=7)
     py._fin = FrameFinisher(*_finisher_args(py, r), use_c=False)  # the pure-Python finisher
@@ -73,7 +79,29 @@ def test_sack_template_matches_build_sack(mode: str, encap: bool) -> None:
                                    0xF0F0 << i, 5, 2, i, 99999) == ref
 
 
-def _finisher_args(t: SackTemplate, r: Route) -> tuple[int, bool, int, bytes, bytes]:
+@pytest.mark.parametrize("mode", ["usid", "srh", "plain"])
+@pytest.mark.parametrize("encap", [True, False])
+def test_nack_template_matches_build_nack(mode: str, encap: bool) -> None:
+    r = _route(mode, encap)
+    t = NackTemplate(r, dest_qp=0xABCDE, src_qp=0x12345)
+    assert t.matches(0xABCDE, 0x2345) and not t.matches(0xABCDF, 0x12345)
+    py = NackTemplate(r, dest_qp=0xABCDE, src_qp=0x12345)
+    py._fin = FrameFinisher(*_finisher_args(py, r), use_c=False)
+    rng = random.Random(3)
+    for reason in NackReason:
+        ev, psn, ts = rng.getrandbits(32), rng.getrandbits(24), rng.getrandbits(16)
+        trig = rng.getrandbits(32)
+        ref = build_nack(r, ev=ev, dest_qp=0xABCDE, psn=psn, neth=NETH(
+            reason, trig, psn, ts, spdcid=0x2345, dpdcid=0xBCDE))
+        assert t.build(ev, psn, reason, trig, psn, ts) == ref
+        assert py.build(ev, psn, reason, trig, psn, ts) == ref
+        assert parse_frame(ref).neth == NETH(reason, trig, psn, ts, spdcid=0x2345,
+                                             dpdcid=0xBCDE)
+    with pytest.raises(ValueError, match="NackReason"):
+        t.build(1, 2, 0x7F, 3, 2, 4)
+
+
+def _finisher_args(t: SackTemplate | NackTemplate, r: Route) -> tuple[int, bool, int, bytes, bytes]:
     udp = t._udp_off
     if r.encap:  # pseudo-header: inner addresses, else the final destination
         return (udp - 40, True, udp, r.src_ip, r.dst_ip)

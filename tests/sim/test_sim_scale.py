@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
-from mrcnet.core.ctrl import SackTemplate
+from mrcnet.constants import NackReason
+from mrcnet.core.ctrl import NackTemplate, SackTemplate
 from mrcnet.native import HAVE_C
 from mrcnet.sim.cli import main
 from mrcnet.sim.engine import Simulator
@@ -146,7 +147,8 @@ def test_random_switch_failures_and_bad_random_specs() -> None:
 
 
 @pytest.mark.parametrize("srv6", ["usid", "srh"])
-def test_a_sack_template_for_another_route_is_the_one_built_from_scratch(srv6: str) -> None:
+def test_sack_and_nack_templates_for_another_route_are_built_from_scratch_ones(
+        srv6: str) -> None:
     fab = Fabric(Simulator(), parse_topology(
         f"leafspine:planes=2,spines=4,leaves=3,hosts=2,srv6={srv6}"))
     routes = [fab.route(s, d, p, sp) for s, d in ((0, 5), (3, 2), (1, 0))
@@ -160,6 +162,12 @@ def test_a_sack_template_for_another_route_is_the_one_built_from_scratch(srv6: s
         args = (77, 5, 1000, 1003, 1001, True, -1, 0b1011, 0x1234, 3, 9, 123456)
         assert derived.build_fields(*args) == fresh.build_fields(*args)
         parse_frame(derived.build_fields(*args))  # checksum and ICRC verified
+    nfirst = NackTemplate(routes[0], dest_qp=0x12345, src_qp=0x789)
+    for r in routes[1:]:
+        nargs = (0x80012345, 1000, NackReason.TRIMMED, 0x80054321, 1000, 0x1234)
+        assert nfirst.for_route(r).build(*nargs) == NackTemplate(
+            r, dest_qp=0x12345, src_qp=0x789).build(*nargs)
+        parse_frame(nfirst.for_route(r).build(*nargs))
 
 
 def test_progress_lines_give_time_speed_flows_and_an_eta(tmp_path: Path,
