@@ -50,7 +50,7 @@ MRCD = os.path.join(BIN, "mrcd")
 PERF = os.path.join(BIN, "mrc-perf")
 CTL = os.path.join(BIN, "mrcctl")
 #: Host counters of each mrcd reported after an MRC run (SACK rate, losses, resends).
-COUNTERS = ("rx_frames", "tx_frames", "tx_retransmit", "lost_loss", "lost_trim",
+COUNTERS = ("rx_frames", "tx_frames", "tx_retransmit", "lost_loss", "loss_rack_tie", "lost_trim",
             "lost_timeout", "loss_spurious", "rx_duplicate", "rx_sack_stale")
 DEFAULT_SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=none,mtu=9000"
 RAW_PAYLOAD = 8192

@@ -151,6 +151,12 @@ class HostConfig:
       smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
       newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
       so a lost tail is found in about two RTTs instead of the retransmission timeout.
+    - ``rack_tie_break``: True (default): of packets sent in one burst (one instant), one
+      lost behind acknowledged siblings with a higher sequence is found by RACK's wait
+      rather than the timeout (RFC 8985's tie-break, :mod:`mrcnet.core.tailloss`). mrcd
+      turns it off: a whole pass's burst there shares one timestamp and leaves through
+      two ports, so the planes' own reordering read as losses (all spurious, 10-100 per
+      512 MiB on an unshaped fabric, goodput down 5-10 %).
     - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
       retired at once by every QP of the host whose route shares its links up to the
       destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
@@ -206,6 +212,7 @@ class HostConfig:
     ack_lone: bool = False
     ack_with_data: bool = False
     tail_probe: bool = True
+    rack_tie_break: bool = True
     share_verdicts: bool = True
     path_loss_cc: bool = False
     ev_order: str = "sport-low"

@@ -453,7 +453,7 @@ class Recovery(TailLoss):
         for seq in lost:
             self._mark_lost(seq, now, "loss")
         tie_sent, tie_seq = self.rack_tie
-        if self.rack_at == _INF and tie_sent == limit and txt.ninfl:
+        if self.rack_at == _INF and tie_sent == limit and txt.ninfl and self.cfg.rack_tie_break:
             self._detect_tied(limit, tie_seq, wait, now)
 
     def _on_rto(self, now: float) -> None:

@@ -124,6 +124,11 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # the loop's wake-ups enough to raise SACKs from 0.25 to 0.40 per data packet (no
     # probe ever fired); to be measured on a fabric first.
     "tail_probe": False,
+    # Nor RACK's tie-break for packets of one burst: every frame of an mrcd pass carries
+    # the pass's timestamp and the planes' ports drain at their own pace, so the planes'
+    # reordering read as losses, all spurious (10-100 per 512 MiB on bench_goodput's
+    # fabric, goodput down 5-10 %; docs/CORE.md "Tail losses and shared verdicts").
+    "rack_tie_break": False,
 }
 
 

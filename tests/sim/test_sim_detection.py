@@ -26,10 +26,10 @@ MRCD_JITTER = HostJitter(wake_min=50e-6, wake_max=2e-3, spike_prob=0.01, spike=5
 #: retransmission's own SACK often loses the race to a later one on a faster path, so
 #: fewer losses are confirmed (random loss retires the path later).
 COALESCE: dict[str, Any] = {"sack_on_reorder": False}
-#: mrcd's settings (mrcnet/daemon/config.py: no tail-loss probe either)
+#: mrcd's settings (mrcnet/daemon/config.py: no tail-loss probe nor RACK tie-break either)
 JITTERY_HOST: dict[str, Any] = {"cc_target_floor": 2e-3, "cc_rtt_floor": 2e-3,
                                 "cc_delay_filter": 0.5, "timeout_floor": 20e-3,
-                                "tail_probe": False}
+                                "tail_probe": False, "rack_tie_break": False}
 
 
 def _run(size: int, cfg: dict[str, Any], *, jitter: HostJitter | None = None,
