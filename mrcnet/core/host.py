@@ -644,10 +644,8 @@ class Host:
                 self._dirty.add(qpn)
                 if self.config.ack_with_data:
                     qp.resp.note_answer(now)
-                    if qp.since_ack:
-                        self._emit_with_ack(qp, now, out, sendq)
-                    else:
-                        qp.emit(now, out, sendq)
+                if qp.since_ack and self.config.ack_with_data:
+                    self._emit_with_ack(qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)
         self._sendq.clear()
