@@ -112,10 +112,11 @@ class MrcdProc:
 
 
 def start_mrcd(netns: str, host: str, fabric_path: str, workdir: Path,
-               core: dict[str, float | bool] | None = None, timeout: float = 30.0
-               ) -> MrcdProc:
+               core: dict[str, float | bool] | None = None, timeout: float = 30.0,
+               profile: Path | None = None) -> MrcdProc:
     """mrcd for ``host`` inside ``netns`` (``ip netns exec`` execs it: the PID is mrcd's);
-    ``core``: ``[core]`` overrides of its configuration."""
+    ``core``: ``[core]`` overrides of its configuration; ``profile``: a directory for its
+    cProfile statistics (``HOST.prof``, written when it stops)."""
     sock = str(workdir / f"{host}.sock")
     cfg = workdir / f"{host}.toml"
     text = (f'host = "{host}"\nsocket = "{sock}"\nfabric = "{fabric_path}"\n'
@@ -128,8 +129,9 @@ def start_mrcd(netns: str, host: str, fabric_path: str, workdir: Path,
     cfg.write_text(text)
     log = str(workdir / f"{host}.log")
     with open(log, "wb") as lf:
-        proc = subprocess.Popen(["ip", "netns", "exec", netns, MRCD, "--config", str(cfg)],
-                                stdout=lf, stderr=subprocess.STDOUT)
+        extra = ["--profile", str(profile / f"{host}.prof")] if profile else []
+        proc = subprocess.Popen(["ip", "netns", "exec", netns, MRCD, "--config", str(cfg),
+                                 *extra], stdout=lf, stderr=subprocess.STDOUT)
     m = MrcdProc(host, sock, proc, log)
     deadline = time.monotonic() + timeout
     while not os.path.exists(sock) or "mrcd ready" not in m.logs():
@@ -156,11 +158,12 @@ class Lab:
 
 @contextlib.contextmanager
 def fabric_mrcds(spec: str, workdir: Path, hosts: tuple[str, ...] | None = None,
-                 prefix: str | None = None, core: dict[str, float | bool] | None = None
-                 ) -> Iterator[Lab]:
+                 prefix: str | None = None, core: dict[str, float | bool] | None = None,
+                 profile: Path | None = None) -> Iterator[Lab]:
     """Fabric ``<prefix><hex>`` (default :func:`default_prefix`) recorded under
     ``workdir/fabrics`` with an mrcd on ``hosts`` (default all); the mrcds are stopped
-    by PID and the fabric (exactly its recorded namespaces) removed on the way out."""
+    by PID and the fabric (exactly its recorded namespaces) removed on the way out.
+    ``profile``: a directory where each mrcd writes its cProfile statistics."""
     from mrcnet.fabric.fabric import Fabric
 
     old = os.environ.get("MRC_FABRIC_STATE_DIR")
@@ -172,7 +175,7 @@ def fabric_mrcds(spec: str, workdir: Path, hosts: tuple[str, ...] | None = None,
             names = hosts or tuple(h.name for h in fab.description.hosts)
             for h in names:
                 started[h] = start_mrcd(fab.netns(h), h, str(fab.description_path), workdir,
-                                        core)
+                                        core, profile=profile)
             yield Lab(fab, started, workdir)
         finally:
             for m in started.values():

@@ -360,15 +360,17 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
                 spec: str = SPEC, core: dict[str, float | bool] | None = None,
                 rates: list[Rate] | None = None,
                 rate_seconds: float = RATE_SECONDS,
-                passes: dict[str, dict[str, float]] | None = None) -> list[Row]:
+                passes: dict[str, dict[str, float]] | None = None,
+                profile: Path | None = None) -> list[Row]:
     """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
     ``[core]`` overrides. ``rates``: filled with the message-rate table (same fabric,
     after the round trips). ``passes``: filled with each mrcd's loop passes per verbs
-    round trip, by what woke them (its ``loop_passes`` stats; h0 is the pinging side)."""
+    round trip, by what woke them (its ``loop_passes`` stats; h0 is the pinging side).
+    ``profile``: a directory where each mrcd writes its cProfile statistics."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
-    with fabric_mrcds(spec, workdir, ("h0", "h1"), core=core) as lab:
+    with fabric_mrcds(spec, workdir, ("h0", "h1"), core=core, profile=profile) as lab:
         h1_addr = str(lab.fab.description.host("h1").port(0).address)
         timeout = 30 + (iters + warmup) * len(sizes) * 0.05
         results: dict[str, dict[str, Any]] = {}
@@ -464,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-seconds", type=float, default=RATE_SECONDS,
                     help="seconds of the UDP blaster (mrc: about 20,000 writes a second)")
     ap.add_argument("--no-rate", action="store_true", help="round trips only")
+    ap.add_argument("--profile", metavar="DIR", type=Path,
+                    help="each mrcd writes cProfile statistics to DIR/HOST.prof (read "
+                    "them with python -m pstats)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -474,12 +479,15 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_latency: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
     size_list = [int(x) for x in a.sizes.split(",")]
+    if a.profile:
+        a.profile.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
         t0 = time.monotonic()
         rates: list[Rate] | None = None if a.no_rate else []
         passes: dict[str, dict[str, float]] = {}
         rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None,
-                           rates, a.rate_seconds, passes)
+                           rates, a.rate_seconds, passes,
+                           a.profile.resolve() if a.profile else None)
         took = time.monotonic() - t0
     if a.json:
         print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows],

@@ -75,7 +75,11 @@ class Delivery:
         mod, since = self.mod, self.since
         now = time.monotonic()
         self.due = _INF
-        ring: list[Session] = []
+        # One doorbell per session, however many of its CQs got completions: the client
+        # drains every CQ when woken, and a second doorbell in the same pass (a ping-pong's
+        # send and receive CQs complete together) cost a send that woke it again
+        # (measured: 2 doorbells per verbs round trip on each mrcd, at 30-80 us each).
+        ring: dict[int, Session] = {}
         bad: list[Session] = []
         for handle, (cq, session) in self.cqs.items():
             n = len(cq)
@@ -98,7 +102,7 @@ class Delivery:
                 continue
             try:
                 if self._fill(host, cq, w):
-                    ring.append(session)
+                    ring[id(session)] = session
             except RingCorrupt as e:
                 self.log.warning("client broke its completion ring", pid=session.pid,
                                  error=str(e))
@@ -106,7 +110,7 @@ class Delivery:
                 continue
             if len(cq):
                 self.due = min(self.due, now + FULL_RETRY)
-        for s in ring:
+        for s in ring.values():
             s.ring()
         return bad
 
