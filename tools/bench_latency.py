@@ -303,11 +303,13 @@ def _run_client(lab: Lab, args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def _loop_passes(sock: str) -> dict[str, int]:
-    """An mrcd's loop passes so far, by what woke them (``stats``)."""
+    """An mrcd's loop passes so far, by what woke them, and the doorbells it rang to its
+    clients (``stats``)."""
     from mrcnet.api import Context
 
     with Context(sock) as ctx:
-        return dict(ctx.stats()["loop_passes"])
+        st = ctx.stats()
+        return {**st["loop_passes"], "doorbells": int(st["doorbells"])}
 
 
 @dataclass

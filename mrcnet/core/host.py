@@ -610,6 +610,20 @@ class Host:
             self._peer_path_probe[ppk] = rid
             self.count("tx_ev_probe")
 
+    def settle_acks(self, now: float) -> None:
+        """Finish what the acknowledgements received since the last :meth:`frames_to_send`
+        did (losses, timers, completed work requests), as that call does first: a caller
+        that delivers completions before it sends gets them all in one go.
+
+        (mrcd: a port pass rang a client for the receive completion, then a second time
+        for the send completion its ACK brought, settled in frames_to_send: two wake-ups
+        of a ping-pong client per round trip where one does.)"""
+        qps = self._qps
+        for qpn in self._sendq:
+            qp = qps.get(qpn)
+            if qp is not None and qp.sack_pending:
+                qp.after_sacks(now)
+
     def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
         """Every frame ready to go now: (local port index, frame bytes).
 

@@ -79,6 +79,7 @@ class Session:
             return  # (queued messages wake it as well)
         try:
             self.sock.send(DOORBELL, socket.MSG_DONTWAIT)
+            self.server.doorbells += 1
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:
@@ -163,6 +164,8 @@ class ApiServer:
         self.planes = planes
         self.addresses = addresses or []
         self.limits = limits or ClientLimits()
+        #: Doorbells rung to clients (each a send that may wake one: a round trip's cost).
+        self.doorbells = 0
         #: A hello with fds: attach the client's shared queues (raises ApiError).
         self.attach = attach
         #: Take what the client posted into its send queue (before any request of its,

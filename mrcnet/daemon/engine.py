@@ -355,6 +355,8 @@ class Daemon:
         that much later (the ACK is off the round trip's path, the completion on it)."""
         self.passes["port"] += 1
         now = self._read_ports(index)
+        assert self.host is not None
+        self.host.settle_acks(now)  # (the ACKs' completions ring with the frames')
         self.verbs.deliver()
         self._pump(now)
 

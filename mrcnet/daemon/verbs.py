@@ -468,6 +468,7 @@ class Verbs:
         out: Message = {"host": self.engine.host.counters(),
                         "mrcd_internal_errors": self.engine.errors,
                         "loop_passes": dict(self.engine.passes),
+                        "doorbells": self.engine.api.doorbells if self.engine.api else 0,
                         "ports": {p.ifname: p.snapshot() for p in self.engine.ports}}
         if "qpn" in msg:
             qpn = self._qpn(s, msg)
