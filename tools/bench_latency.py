@@ -55,6 +55,8 @@ SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
 END_WR = 0xE0D  # wr_id of the verbs client's last write
 METHODS = ("mrc", "mrc-verbs", "udp")
 SELF = os.path.abspath(__file__)
+#: Set (by --pin) in the environment of the processes this bench starts in the hosts.
+PIN_ENV = "BENCH_LATENCY_PIN"
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
 #: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
 RATE_SIZE, RATE_BATCH, RATE_SECONDS, RATE_PORT, RATE_SERVICE = 64, 64, 2.0, 47998, 23
@@ -373,6 +375,9 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
     with fabric_mrcds(spec, workdir, ("h0", "h1"), core=core, profile=profile) as lab:
+        if os.environ.get(PIN_ENV):  # each host's mrcd on its application's CPU
+            for cpu, h in enumerate(("h0", "h1")):
+                os.sched_setaffinity(lab.mrcds[h].proc.pid, {cpu})
         h1_addr = str(lab.fab.description.host("h1").port(0).address)
         timeout = 30 + (iters + warmup) * len(sizes) * 0.05
         results: dict[str, dict[str, Any]] = {}
@@ -443,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0].startswith("_"):
         role, rest = argv[0], argv[1:]
+        if os.environ.get(PIN_ENV) and role in ("_client", "_udp_echo", "_mrc_echo",
+                                                "_verbs_echo"):
+            # --pin: the round trips' pinging side on CPU 0, the echo on CPU 1
+            os.sched_setaffinity(0, {0 if role == "_client" else 1})
         if role == "_udp_echo":
             _udp_echo(int(rest[0]))
         elif role == "_mrc_echo":
@@ -471,8 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="DIR", type=Path,
                     help="each mrcd writes cProfile statistics to DIR/HOST.prof (read "
                     "them with python -m pstats)")
+    ap.add_argument("--pin", action="store_true",
+                    help="round trips with each host's mrcd and application on one CPU "
+                    "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "
+                    "likewise (the message rate: mrcds pinned, mrc-perf and the blaster "
+                    "not)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if a.pin:
+        os.environ[PIN_ENV] = "1"  # (inherited by every process started in the hosts)
     try:
         core = {k: _knob(v) for k, v in (kv.split("=", 1) for kv in a.core)}
     except ValueError:

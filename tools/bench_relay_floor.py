@@ -124,9 +124,16 @@ def _client(target: str, port: int, size: int, iters: int, warmup: int) -> None:
 
 # --- the bench --------------------------------------------------------------------------
 
+def _cpu(host: str, pin: bool) -> list[str]:
+    """``taskset`` prefix: with ``pin``, h0's processes on CPU 0 and h1's on CPU 1."""
+    return ["taskset", "-c", "0" if host == "h0" else "1"] if pin else []
+
+
 @contextlib.contextmanager
-def _started(fab: Any, host: str, args: list[str]) -> Iterator[subprocess.Popen[str]]:
-    p = fab.popen(host, [sys.executable, SELF, *args], stdout=subprocess.PIPE, text=True)
+def _started(fab: Any, host: str, args: list[str], pin: bool
+             ) -> Iterator[subprocess.Popen[str]]:
+    p = fab.popen(host, [*_cpu(host, pin), sys.executable, SELF, *args],
+                  stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None
         if p.stdout.readline().strip() != "ready":
@@ -143,8 +150,9 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def run(workdir: Path, size: int, iters: int, warmup: int, rounds: int,
-        busy: bool) -> list[dict[str, Any]]:
-    """Rows of (method, round, p50_us, p99_us), the methods alternating per round."""
+        busy: bool, pin: bool) -> list[dict[str, Any]]:
+    """Rows of (method, round, p50_us, p99_us), the methods alternating per round;
+    ``pin``: each host's processes on its own CPU."""
     from mrcnet.fabric.fabric import Fabric
 
     os.environ["MRC_FABRIC_STATE_DIR"] = str(workdir / "fabrics")
@@ -155,14 +163,15 @@ def run(workdir: Path, size: int, iters: int, warmup: int, rounds: int,
         h1 = str(fab.description.host("h1").port(0).address)
         common = [str(size), str(iters), str(warmup)]
         flag = ["busy"] if busy else ["sleep"]
-        with _started(fab, "h1", ["_echo", str(ECHO_PORT)]), \
-                _started(fab, "h1", ["_relay", "b", h0, *flag]), \
-                _started(fab, "h0", ["_relay", "a", h1, *flag]):
+        with _started(fab, "h1", ["_echo", str(ECHO_PORT)], pin), \
+                _started(fab, "h1", ["_relay", "b", h0, *flag], pin), \
+                _started(fab, "h0", ["_relay", "a", h1, *flag], pin):
             for r in range(rounds):
                 for method, target, port in (("direct", h1, ECHO_PORT),
                                              ("relay", "::1", RELAY_CLIENT_PORT)):
-                    out = fab.exec("h0", [sys.executable, SELF, "_client", target, str(port),
-                                          *common], capture_output=True, text=True,
+                    out = fab.exec("h0", [*_cpu("h0", pin), sys.executable, SELF, "_client",
+                                          target, str(port), *common],
+                                   capture_output=True, text=True,
                                    timeout=60 + iters * 0.05)
                     if out.returncode != 0:
                         raise RuntimeError(f"{method} client failed: {out.stderr[-1000:]}")
@@ -192,18 +201,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="direct/relay alternations")
     ap.add_argument("--relay-busy-poll", action="store_true",
                     help="the relays spin on their sockets instead of sleeping in epoll")
+    ap.add_argument("--pin", action="store_true",
+                    help="h0's processes on CPU 0, h1's on CPU 1 (taskset)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_relay_floor: needs root (network namespaces)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench_relay_floor.") as tmp:
-        rows = run(Path(tmp), a.size, a.iters, a.warmup, a.rounds, a.relay_busy_poll)
+        rows = run(Path(tmp), a.size, a.iters, a.warmup, a.rounds, a.relay_busy_poll, a.pin)
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"UDP round trips h0 <-> h1, {a.size} B, {a.iters} per round, {SPEC}"
-          + (", relays busy-poll" if a.relay_busy_poll else ""))
+          + (", relays busy-poll" if a.relay_busy_poll else "")
+          + (", pinned: h0 CPU 0, h1 CPU 1" if a.pin else ""))
     print(f"{'round':>5} {'direct P50':>11} {'relay P50':>10} {'ratio':>6} "
           f"{'direct P99':>11} {'relay P99':>10} {'ratio':>6}")
     for r in range(a.rounds):
