@@ -313,7 +313,8 @@ def _loop_passes(sock: str) -> dict[str, int]:
         st = ctx.stats()
         cpu = st["cpu_s"]
         return {**st["loop_passes"], "doorbells": int(st["doorbells"]),
-                "cpu_us": round((cpu["user"] + cpu["system"]) * 1e6)}
+                "cpu_us": round((cpu["user"] + cpu["system"]) * 1e6),
+                "sys_us": round(cpu["system"] * 1e6)}
 
 
 @dataclass
