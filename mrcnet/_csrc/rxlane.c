@@ -288,7 +288,9 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         q->rcvd_bytes += len;
         q->rx_burst++;
         int ce = f->ce != 0;
-        int now_sack = f->ack_req || ce || f->rtx || (d != 0 && c->sack_on_reorder);
+        int defer = f->ack_req && c->ack_req_burst;  /* answered at the burst's end */
+        int now_sack = (f->ack_req && !defer) || ce || f->rtx ||
+                       (d != 0 && c->sack_on_reorder);
         if (d == 0) {
             deliver_plain(q, len, op);
             int64_t nxt = seq + 1;
@@ -342,8 +344,12 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             c->why = MRC_RX_WHY_NONE;
             return RESULT(k, MRC_RX_SACK);
         }
-        if (isinf(q->ack_at))
+        if (defer) {
+            if (q->ack_at > now)
+                q->ack_at = now;  /* due: the burst's end sends it */
+        } else if (isinf(q->ack_at)) {
             q->ack_at = now + c->ack_delay;
+        }
     }
     c->pos = n;
     c->why = MRC_RX_WHY_NONE;

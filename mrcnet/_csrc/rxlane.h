@@ -128,6 +128,7 @@ struct mrc_rx_ctx {
     int64_t  win;              /* receive window (PSNs either side of rcv_nxt) */
     uint32_t ack_every;
     int32_t  sack_on_reorder;
+    int32_t  ack_req_burst;    /* an AckReq waits for its burst's end (HostConfig) */
     double   ack_delay, reorder_floor;
     int32_t  plane;            /* the receiving port's plane (the last run's) */
     int32_t  verify;           /* MRC_VERIFY_* for mrc_parse */

@@ -650,8 +650,10 @@ class Host:
                 # batches would otherwise hold a batch's tail for a whole timer tick,
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                if qp.since_ack and not self.config.sack_on_reorder and (
-                        qp.rx_burst > 1 or (self.config.ack_lone and not qp.resp.held)):
+                cfg = self.config
+                if qp.since_ack and not cfg.sack_on_reorder and (
+                        qp.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
+                        or (cfg.ack_req_burst and qp.ack_at <= now)):
                     qp.send_sack(now, out)
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):

@@ -190,7 +190,9 @@ class Responder:
                 self.qp.count("ack_held")
             else:
                 self.alone_at = now
-        now_sack = ack_req or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
+        # ack_req_burst: the AckReq is answered at the end of its receive burst.
+        defer = ack_req and cfg.ack_req_burst
+        now_sack = (ack_req and not defer) or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
         if d == 0:
             if op in _ENDS:
                 self._deliver((n, op, msn, imm))
@@ -244,6 +246,8 @@ class Responder:
         if (now_sack or since >= cfg.ack_every
                 or rx.unrep[0] < seq - SACK_BITMAP_BITS // 2):
             self.send_sack(now, out)
+        elif defer:
+            rx.ack_at = min(rx.ack_at, now)  # due: the burst's end sends it
         elif rx.ack_at == _INF:
             rx.ack_at = now + cfg.ack_delay
 

@@ -119,6 +119,10 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # may post, to leave with it (at most ack_delay): the requester's mrcd then wakes
     # once for both, not for the ACK and again for the answer (issue 15).
     "ack_with_data": True,
+    # A SACK per receive pass, not per AckReq: small writes arrive in bursts, and each
+    # AckReq's own SACK cost the receiving mrcd ~11 us of system time per 64-byte write
+    # (tools/bench_latency.py's rate table; docs/PERFORMANCE.md).
+    "ack_req_burst": True,
     # No tail-loss probe yet (mrcnet/core/tailloss.py, issue 16): in the simulator with
     # mrcd's loop modelled (tests/sim/test_sim_detection.py, seed 2) its timer alone moved
     # the loop's wake-ups enough to raise SACKs from 0.25 to 0.40 per data packet (no

@@ -82,6 +82,7 @@ class PyRxLane(PyRxState):
         self.peers: frozenset[bytes] = frozenset()
         self.win = 0
         self.ack_every = 1
+        self.ack_req_burst = False
         self.sack_on_reorder = False
         self.ack_delay = self.reorder_floor = 0.0
         self.plane = -1
@@ -123,7 +124,8 @@ class PyRxLane(PyRxState):
         self.frames = ()
 
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
-               ack_delay: float, reorder_floor: float, sack_on_reorder: bool) -> bool:
+               ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
+               ack_req_burst: bool = False) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
         QP) if the lane cannot check its peers."""
         if len(peers) > RX_PEERS_MAX:
@@ -132,6 +134,7 @@ class PyRxLane(PyRxState):
         self.qp, self.qpn, self.peers = rx, qpn, peers
         self.win, self.ack_every, self.ack_delay = win, ack_every, ack_delay
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
+        self.ack_req_burst = ack_req_burst
         self.paths, self.sack_ok = {}, False
         return True
 
@@ -339,7 +342,9 @@ class PyRxLane(PyRxState):
             q.rcvd_bytes += n_
             q.rx_burst += 1
             ce = 1 if f.ce else 0
-            now_sack = bool(f.ack_req or ce or f.rtx or (d != 0 and self.sack_on_reorder))
+            defer = bool(f.ack_req and self.ack_req_burst)
+            now_sack = bool((f.ack_req and not defer) or ce or f.rtx
+                            or (d != 0 and self.sack_on_reorder))
             if d == 0:
                 q.rx_msg_bytes += n_
                 if op in (_OP_LAST, _OP_ONLY):
@@ -384,7 +389,9 @@ class PyRxLane(PyRxState):
                     continue  # built here, exactly as send_sack would
                 self.pos, self.why = k, WHY_NONE
                 return k << RX_POS_SHIFT | self._flags() | RX_SACK
-            if q.ack_at == _INF:
+            if defer:
+                q.ack_at = min(q.ack_at, now)  # due: the burst's end sends it
+            elif q.ack_at == _INF:
                 q.ack_at = now + self.ack_delay
         self.pos, self.why = n, WHY_NONE
         return n << RX_POS_SHIFT | self._flags() | RX_END
