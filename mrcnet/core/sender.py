@@ -156,6 +156,10 @@ class Sender:
         """Queue a write; it is sent from :meth:`emit` once the QP is in RTS."""
         self.sq.append(wr)
 
+    def post_writes(self, wrs: list[WorkRequest]) -> None:
+        """Queue several writes, in order (as :meth:`post_write` each)."""
+        self.sq.extend(wrs)
+
     def has_work(self) -> bool:
         """Anything to (re)transmit?"""
         return bool(self.sq or self.rec.rtx_q)

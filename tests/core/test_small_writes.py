@@ -81,3 +81,34 @@ def test_sender_batches_by_default() -> None:
     qa, _ = connect(net, 0, 1)
     snd: Sender = net.h(0).qp(qa).snd
     assert snd.batch_msgs
+
+
+def test_post_writes_is_post_write_each_all_or_none() -> None:
+    """Host.post_writes queues what post_write of each would (same frames); one bad
+    write among them: InvalidRequest naming it, and nothing is queued."""
+    from mrcnet.errors import InvalidRequest
+
+    sent = []
+    for bulk in (False, True):
+        net = Net(seed=9)
+        net.log_tx = True
+        qa, _ = connect(net, 0, 1, recvs=20)
+        ha, hb = net.h(0), net.h(1)
+        ms = ha.register_mr(bytearray(range(256)) * 16)
+        md = hb.register_mr(bytearray(4096))
+        writes = [(i, i * 16, 16, md.addr + i * 16, md.rkey, i if i % 5 == 0 else None)
+                  for i in range(100)]
+        if bulk:
+            bad = [*writes[:50], (50, 4090, 16, md.addr, md.rkey, None), *writes[51:]]
+            with pytest.raises(InvalidRequest, match="write 50 of 100: local range"):
+                ha.post_writes(qa, ms, bad)
+            assert not ha.qp(qa).sq
+            ha.post_writes(qa, ms, writes)
+        else:
+            for w in writes:
+                ha.post_write(qa, w[0], ms, *w[1:])
+        cq = ha.qp(qa).cq
+        net.run(until=lambda: len(cq) >= 100, max_time=2.0)  # noqa: B023
+        assert [c.wr_id for c in ha.poll_cq(cq, 200)] == list(range(100))
+        sent.append([bytes(f) for _, _, _, f in net.tx_log])
+    assert sent[0] == sent[1]
