@@ -338,8 +338,10 @@ class Host:
         qp = self._postable(qpn)
         size = local_mr.length
         for i, (_, offset, length, remote_addr, rkey, imm) in enumerate(writes):
-            why = _refused_write(offset, length, size, remote_addr, rkey, imm)
-            if why:
+            if not (offset >= 0 and length >= 0 and offset + length <= size
+                    and 0 <= remote_addr < 1 << 64 and 0 <= rkey <= _IMM_MAX
+                    and (imm is None or 0 <= imm <= _IMM_MAX)):  # (_refused_write, inline)
+                why = _refused_write(offset, length, size, remote_addr, rkey, imm)
                 raise InvalidRequest(f"write {i} of {len(writes)}: {why}")
         self._dirty.add(qpn)
         self._sendq.add(qpn)

@@ -276,16 +276,29 @@ class Sender:
                    sendq: Any) -> None:
         """Send the next ``len(evs)`` work requests of the send queue (one packet each)
         on ``evs``."""
-        sq, rec, start = self.sq, self.rec, self._start_wr
+        sq, rec, started, wr_of = self.sq, self.rec, self.wrs, self.wr_of
         n = len(evs)
         batch = [sq.popleft() for _ in range(n)]
         ops, wrs, lens = [], [], []
+        # (_start_wr of each, its counters in locals)
+        ctr, msn, imms = self.wr_ctr, self.next_msn, 0
         for wr in batch:
-            start(wr)
+            started.append(wr)
+            slot = wr.slot = ctr & 0xFFFFFFFF
+            ctr += 1
+            wr_of[slot] = wr
+            wr.meth = (msn & MSN_MASK) << 16 | (slot & MSN_MASK)
+            if wr.imm is None:
+                ops.append(_OP_ONLY)
+            else:
+                msn += 1
+                imms += 1
+                ops.append(_OP_ONLY_IMM)
             wr.next_pkt = 1
-            ops.append(_OP_ONLY if wr.imm is None else _OP_ONLY_IMM)
-            wrs.append(wr.slot)
+            wrs.append(slot)
             lens.append(wr.length)
+        self.wr_ctr, self.next_msn = ctr, msn
+        self.imm_outstanding += imms
         seq = self.next_seq
         self.next_seq = seq + n
         self._msgs_frames(batch, seq, evs, ops, lens, ts, out, sendq)
@@ -389,6 +402,7 @@ class Sender:
         return self.imm_outstanding < self.attrs.max_imm_outstanding
 
     def _start_wr(self, wr: WorkRequest) -> None:
+        # (_send_msgs does the same for a run of single-packet work requests)
         self.wrs.append(wr)
         wr.slot = self.wr_ctr & 0xFFFFFFFF
         self.wr_ctr += 1
