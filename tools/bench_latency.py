@@ -27,9 +27,9 @@ Then a message-rate table (like ``ib_write_bw -s 64``), same fabric, same run:
 - **udp**: a kernel UDP blaster, ``sendmmsg`` of 64 datagrams of 64 bytes per call from
   h0 to a receiver on h1's plane-0 address, per second received.
 
-The rate table also gives each mrcd's CPU (user + system, /proc/PID/stat) per message
-of the mrc run. Runs in about 20-40 s. Everything started is stopped by PID; the fabric
-is removed even on error.
+The rate table also gives the CPU (user + system) per message of each mrcd
+(/proc/PID/stat) and of the sending mrc-perf (its own figure) in the mrc run. Runs in about 20-40 s.
+Everything started is stopped by PID; the fabric is removed even on error.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ SELF = os.path.abspath(__file__)
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
 #: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
 RATE_SIZE, RATE_BATCH, RATE_SECONDS, RATE_PORT, RATE_SERVICE = 64, 64, 2.0, 47998, 23
+RATE_WARMUP = 2000  # mrc-perf's untimed writes first
 
 
 # --- the processes inside the hosts (run as `bench_latency.py _role ...`) -------------------
@@ -318,7 +319,9 @@ class Rate:
     size: int
     msgs_per_s: float
     messages: int
-    #: CPU (user, system) per message of each mrcd during the run, microseconds (mrc only)
+    #: CPU (user, system) per message of each mrcd during the run, and of the sending
+    #: mrc-perf (``client``: user + system as user, without its start-up), microseconds
+    #: (mrc only)
     cpu_us: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
@@ -344,7 +347,7 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
         before = {h: _cpu(pid) for h, pid in pids.items()}
         r = lab.fab.exec("h0", [PERF, "--socket", lab.sock("h0"), "--service",
                                 str(RATE_SERVICE), "--timeout", "60", "client", "h1",
-                                "--rate", "--no-verify", "-n", str(count), "-w", "2000",
+                                "--rate", "--no-verify", "-n", str(count), "-w", str(RATE_WARMUP),
                                 "--json"],
                          capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
@@ -360,6 +363,9 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
     # (the CPU deltas also hold the connection's set-up: a few ms against seconds)
     cpu = {h: ((after[h][0] - before[h][0]) * 1e6 / row["iters"],
                (after[h][1] - before[h][1]) * 1e6 / row["iters"]) for h in pids}
+    # mrc-perf's own CPU from its warm-up on (user and system together: its start-up,
+    # ~0.4 s of imports, would count ~10 us per message in a 2 s run)
+    cpu["client"] = (row.get("cpu_s", 0.0) * 1e6 / (row["iters"] + RATE_WARMUP), 0.0)
     rows = [Rate("mrc", RATE_SIZE, row["mpps"] * 1e6, row["iters"], cpu)]
     with _server(lab, "h1", ["_udp_count", str(RATE_PORT)]) as sink:
         blast = lab.fab.exec("h0", [sys.executable, SELF, "_udp_blast", h1_addr,
@@ -442,10 +448,10 @@ def rate_table(rates: list[Rate]) -> str:
     by = {r.method: r for r in rates}
     udp = by.get("udp")
     lines = [f"{'bytes':>6} {'method':>10} {'msgs/s':>12} {'messages':>10} {'/udp':>6}"
-             "  mrcd CPU us per message (user+sys)"]
+             "  CPU us per message (user+sys)"]
     for r in rates:
         ratio = f"{r.msgs_per_s / udp.msgs_per_s:>6.2f}" if udp and udp.msgs_per_s else "-"
-        cpu = ", ".join(f"{h} {u + s_:.1f} ({u:.1f}+{s_:.1f})"
+        cpu = ", ".join(f"{h} {u + s_:.1f}" + ("" if h == "client" else f" ({u:.1f}+{s_:.1f})")
                         for h, (u, s_) in r.cpu_us.items())
         lines.append(f"{r.size:>6} {r.method:>10} {r.msgs_per_s:>12,.0f} {r.messages:>10} "
                      f"{ratio}  {cpu}")
