@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import struct
 from typing import Final
 
 from mrcnet.api.errors import InvalidArgument
@@ -24,7 +23,7 @@ from mrcnet.api.shmqueues import (
     CQ_SLOT,
     MAX_SLOTS,
     SQ_SLOT,
-    WORK_REQUEST,
+    WORK_REQUEST_SLOT,
     encode_completions,
     queue_bytes,
 )
@@ -37,8 +36,6 @@ __all__ = ["CompletionWriter", "SessionQueues", "WorkRequest"]
 #: Work requests taken from one client's send queue per pass (then the loop moves on:
 #: the ports and the other clients get their turn).
 TAKE_PER_PASS: Final = 1024
-#: A whole send-queue slot: the work request, then bytes nobody reads.
-_SQ_SLOT_RECORD: Final = struct.Struct(WORK_REQUEST.format + f"{SQ_SLOT - WORK_REQUEST.size}x")
 
 #: A work request as its slot holds it (:data:`~mrcnet.api.shmqueues.WORK_REQUEST`):
 #: (op, flags, qpn, wr_id, lkey, length, addr, remote_addr, rkey, imm); imm counts only
@@ -51,15 +48,6 @@ def _slots(value: object) -> int:
         raise InvalidArgument(f"a queue of {value!r} slots: give a power of two from 16 "
                               f"to {MAX_SLOTS}")
     return value
-
-
-def _span(ring: Ring, index: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The byte ranges in the mapping of ``n`` slots from ``index``: up to the ring's end,
-    then (across the wrap) from its start; the second is empty without a wrap."""
-    first = min(n, ring.nslots - (index & ring.mask))
-    a = ring.offset_of(index)
-    b = ring.offset_of(0)
-    return ((a, a + first * ring.slot_size), (b, b + (n - first) * ring.slot_size))
 
 
 def _map_queue(fd: int, nslots: int, slot_size: int) -> mmap.mmap:
@@ -85,12 +73,8 @@ class CompletionWriter:
     def put(self, wcs: list[Completion]) -> bool:
         """Write ``wcs`` (they fit: see :meth:`room`) and publish them; True when the
         client sleeps and must be rung."""
-        ring, mm = self.ring, self.map
-        data = encode_completions(wcs)  # (whole slots, end to end)
-        (a, b), (c, d) = _span(ring, ring.tail, len(wcs))
-        mm[a:b] = data[:b - a]
-        if d > c:
-            mm[c:d] = data[b - a:]
+        ring = self.ring
+        ring.write(ring.tail, encode_completions(wcs))
         return ring.publish(len(wcs))
 
     def close(self) -> None:
@@ -116,13 +100,11 @@ class SessionQueues:
         """The work requests posted since the last call (at most :data:`TAKE_PER_PASS`),
         as their slots hold them (copied out before the slots are given back; every
         value still to be checked); RingCorrupt if the client broke the tail."""
-        sq, mm = self.sq, self.map
+        sq = self.sq
         n = min(sq.ready(), TAKE_PER_PASS)
         if not n:
             return []
-        (a, b), (c, d) = _span(sq, sq.head, n)
-        data = mm[a:b] if d == c else mm[a:b] + mm[c:d]
-        out: list[WorkRequest] = list(_SQ_SLOT_RECORD.iter_unpack(data))
+        out: list[WorkRequest] = list(WORK_REQUEST_SLOT.iter_unpack(sq.read(sq.head, n)))
         sq.release(n)
         return out
 
