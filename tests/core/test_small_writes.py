@@ -112,3 +112,18 @@ def test_post_writes_is_post_write_each_all_or_none() -> None:
         assert [c.wr_id for c in ha.poll_cq(cq, 200)] == list(range(100))
         sent.append([bytes(f) for _, _, _, f in net.tx_log])
     assert sent[0] == sent[1]
+
+
+def test_post_writes_to_a_qp_that_cannot_send_are_refused() -> None:
+    """A QP still in RESET takes no writes, together or one by one (the same error)."""
+    from mrcnet.errors import InvalidRequest
+
+    net = Net()
+    h = net.h(0)
+    qpn = h.create_qp(h.create_cq())
+    mr = h.register_mr(bytearray(64))
+    with pytest.raises(InvalidRequest, match="post in INIT, RTR or RTS"):
+        h.post_writes(qpn, mr, [(1, 0, 8, 0, 1, None)])
+    with pytest.raises(InvalidRequest, match="post in INIT, RTR or RTS"):
+        h.post_write(qpn, 1, mr, 0, 8, 0, 1)
+    assert not h.qp(qpn).sq
