@@ -131,6 +131,7 @@ class ClientQueues:
         self.sock = sock
         self.fd, self.map, self.sq = _shared_ring("mrc-sq", sq_depth, SQ_SLOT, "producer")
         self.nslots = self.sq.nslots
+        self._room = 0  # send-queue slots known free (see _slot)
         self.cqs: dict[int, CompletionRing] = {}
         self.busy_poll_us = busy_poll_default() if busy_poll_us is None else busy_poll_us
         self._spin = self.busy_poll_us / 1e6
@@ -159,17 +160,22 @@ class ClientQueues:
         """The offset of the next free send-queue slot, waiting (bounded) while mrcd
         catches up (TimeoutError after ``timeout`` s)."""
         sq = self.sq
-        if sq.room():
-            return sq.offset_of(sq.tail)
-        deadline = time.monotonic() + timeout
-        pause = 20e-6
-        while not sq.room():
-            self.ring_mrcd()  # make sure mrcd looks
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"mrcd took no work request in {timeout} s "
-                                   "(its send queue is full)")
-            time.sleep(pause)
-            pause = min(pause * 2, _SQ_WAIT_MAX)
+        if self._room <= 0:
+            # (the room seen last is still there: only mrcd's taking adds to it, so the
+            # head is read again only once that is used up)
+            self._room = sq.room()
+            if not self._room:
+                deadline = time.monotonic() + timeout
+                pause = 20e-6
+                while not sq.room():
+                    self.ring_mrcd()  # make sure mrcd looks
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"mrcd took no work request in {timeout} s "
+                                           "(its send queue is full)")
+                    time.sleep(pause)
+                    pause = min(pause * 2, _SQ_WAIT_MAX)
+                self._room = sq.room()
+        self._room -= 1
         return sq.offset_of(sq.tail)
 
     def _publish(self) -> None:
