@@ -3,10 +3,11 @@
 
     .venv/bin/python tools/bench_latency.py [--sizes 8,64,512,4096] [--iters 500] [--json]
 
-Like ib_write_lat, but side by side with the kernel: one fabric (named ``ic<hex>`` in a
-private state directory; default ``leafspine:planes=2,spines=2,leaves=2,hosts=1,
-rate=200mbit,mtu=9000``), h0 and h1 on different leaves, mrcd on both. Per size, in this
-order, each measured by a client process inside h0 against an echo process inside h1:
+Like ib_write_lat, but side by side with the kernel: one fabric (named
+``<--prefix><hex>``, default ``ic``, in a private state directory; default
+``leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000``), h0 and h1 on
+different leaves, mrcd on both. Per size, in this order, each measured by a client
+process inside h0 against an echo process inside h1:
 
 - **mrc**: ``mrcnet.api.socket``: ``send_message`` + ``recv_message`` of the same bytes
   echoed by a ``create_server`` process on h1 (RDMA WRITE-with-immediate each way,
@@ -26,8 +27,9 @@ Then a message-rate table (like ``ib_write_bw -s 64``), same fabric, same run:
 - **udp**: a kernel UDP blaster, ``sendmmsg`` of 64 datagrams of 64 bytes per call from
   h0 to a receiver on h1's plane-0 address, per second received.
 
-Runs in about 20-40 s. Everything started is stopped by PID; the fabric is removed even
-on error.
+The rate table also gives the CPU (user + system) per message of each mrcd
+(/proc/PID/stat) and of the sending mrc-perf (its own figure) in the mrc run. Runs in about 20-40 s.
+Everything started is stopped by PID; the fabric is removed even on error.
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_incast import Lab, fabric_mrcds
+from bench_incast import Lab, default_prefix, fabric_mrcds
 
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000"
 SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
@@ -60,6 +62,7 @@ PIN_ENV = "BENCH_LATENCY_PIN"
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
 #: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
 RATE_SIZE, RATE_BATCH, RATE_SECONDS, RATE_PORT, RATE_SERVICE = 64, 64, 2.0, 47998, 23
+RATE_WARMUP = 2000  # mrc-perf's untimed writes first
 
 
 # --- the processes inside the hosts (run as `bench_latency.py _role ...`) -------------------
@@ -323,6 +326,18 @@ class Rate:
     size: int
     msgs_per_s: float
     messages: int
+    #: CPU (user, system) per message of each mrcd during the run, and of the sending
+    #: mrc-perf (``client``: user + system as user, without its start-up), microseconds
+    #: (mrc only)
+    cpu_us: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
@@ -335,13 +350,16 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
     try:
         assert server.stdout is not None
         server.stdout.readline()  # "waiting on service ..."
+        pids = {h: m.proc.pid for h, m in lab.mrcds.items()}
+        before = {h: _cpu(pid) for h, pid in pids.items()}
         r = lab.fab.exec("h0", [PERF, "--socket", lab.sock("h0"), "--service",
                                 str(RATE_SERVICE), "--timeout", "60", "client", "h1",
-                                "--rate", "--no-verify", "-n", str(count), "-w", "2000",
+                                "--rate", "--no-verify", "-n", str(count), "-w", str(RATE_WARMUP),
                                 "--json"],
                          capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"mrc-perf --rate failed: {r.stderr.strip()[-2000:]}")
+        after = {h: _cpu(pid) for h, pid in pids.items()}
         (row,) = [x for x in map(json.loads, r.stdout.splitlines())
                   if x.get("type") == "result"]
         server.wait(30)
@@ -349,7 +367,13 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
         if server.poll() is None:
             server.kill()
             server.wait(10)
-    rows = [Rate("mrc", RATE_SIZE, row["mpps"] * 1e6, row["iters"])]
+    # (the CPU deltas also hold the connection's set-up: a few ms against seconds)
+    cpu = {h: ((after[h][0] - before[h][0]) * 1e6 / row["iters"],
+               (after[h][1] - before[h][1]) * 1e6 / row["iters"]) for h in pids}
+    # mrc-perf's own CPU from its warm-up on (user and system together: its start-up,
+    # ~0.4 s of imports, would count ~10 us per message in a 2 s run)
+    cpu["client"] = (row.get("cpu_s", 0.0) * 1e6 / (row["iters"] + RATE_WARMUP), 0.0)
+    rows = [Rate("mrc", RATE_SIZE, row["mpps"] * 1e6, row["iters"], cpu)]
     with _server(lab, "h1", ["_udp_count", str(RATE_PORT)]) as sink:
         blast = lab.fab.exec("h0", [sys.executable, SELF, "_udp_blast", h1_addr,
                                     str(seconds)], capture_output=True, text=True,
@@ -368,16 +392,18 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
                 rates: list[Rate] | None = None,
                 rate_seconds: float = RATE_SECONDS,
                 passes: dict[str, dict[str, float]] | None = None,
-                profile: Path | None = None) -> list[Row]:
+                profile: Path | None = None, prefix: str | None = None) -> list[Row]:
     """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
     ``[core]`` overrides. ``rates``: filled with the message-rate table (same fabric,
     after the round trips). ``passes``: filled with each mrcd's loop passes per verbs
     round trip, by what woke them (its ``loop_passes`` stats; h0 is the pinging side).
-    ``profile``: a directory where each mrcd writes its cProfile statistics."""
+    ``profile``: a directory where each mrcd writes its cProfile statistics; ``prefix``:
+    the fabric's name prefix (default ``$MRC_E2E_PREFIX`` or ``ic``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
-    with fabric_mrcds(spec, workdir, ("h0", "h1"), core=core, profile=profile) as lab:
+    with fabric_mrcds(spec, workdir, ("h0", "h1"), prefix=prefix, core=core,
+                      profile=profile) as lab:
         if os.environ.get(PIN_ENV):  # each host's mrcd on its application's CPU
             for cpu, h in enumerate(("h0", "h1")):
                 os.sched_setaffinity(lab.mrcds[h].proc.pid, {cpu})
@@ -431,11 +457,14 @@ def table(rows: list[Row]) -> str:
 def rate_table(rates: list[Rate]) -> str:
     by = {r.method: r for r in rates}
     udp = by.get("udp")
-    lines = [f"{'bytes':>6} {'method':>10} {'msgs/s':>12} {'messages':>10} {'/udp':>6}"]
+    lines = [f"{'bytes':>6} {'method':>10} {'msgs/s':>12} {'messages':>10} {'/udp':>6}"
+             "  CPU us per message (user+sys)"]
     for r in rates:
         ratio = f"{r.msgs_per_s / udp.msgs_per_s:>6.2f}" if udp and udp.msgs_per_s else "-"
+        cpu = ", ".join(f"{h} {u + s_:.1f}" + ("" if h == "client" else f" ({u:.1f}+{s_:.1f})")
+                        for h, (u, s_) in r.cpu_us.items())
         lines.append(f"{r.size:>6} {r.method:>10} {r.msgs_per_s:>12,.0f} {r.messages:>10} "
-                     f"{ratio}")
+                     f"{ratio}  {cpu}")
     return "\n".join(lines)
 
 
@@ -488,8 +517,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "
                     "likewise (the message rate: mrcds pinned, mrc-perf and the blaster "
                     "not)")
+    ap.add_argument("--prefix", default=default_prefix(),
+                    help="fabric name prefix, a few letters (default $MRC_E2E_PREFIX or ic)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if not (a.prefix.isalnum() and a.prefix.islower() and len(a.prefix) <= 4):
+        ap.error("--prefix takes 1-4 lower-case letters or digits (the name adds 6 hex)")
     if a.pin:
         os.environ[PIN_ENV] = "1"  # (inherited by every process started in the hosts)
     try:
@@ -508,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         passes: dict[str, dict[str, float]] = {}
         rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None,
                            rates, a.rate_seconds, passes,
-                           a.profile.resolve() if a.profile else None)
+                           a.profile.resolve() if a.profile else None, a.prefix)
         took = time.monotonic() - t0
     if a.json:
         print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows],

@@ -137,6 +137,29 @@ size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path
     return used;
 }
 
+size_t mrc_patch_msgs(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
+                      const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
+                      const uint8_t *flags, const uint8_t *ext, uint32_t psn0,
+                      const uint64_t *va, const uint32_t *meth, const uint32_t *imm,
+                      const uint8_t *payload, const uint32_t *plen, uint32_t timestamp,
+                      uint32_t *lens)
+{
+    size_t used = 0;
+    for (unsigned i = 0; i < n; i++) {
+        const struct mrc_path *p = &paths[slot[i]];
+        size_t k = mrc_patch_data(out + used, cap - used, p->tmpl, op[i], flags[i],
+                                  (psn0 + i) & 0xffffffu, ev[i], p->outer_da, p->srh_segs,
+                                  p->pseudo_dst, va[i], ext[i], meth[i], imm[i], timestamp,
+                                  payload, plen[i]);
+        if (!k)
+            return 0;
+        payload += plen[i];
+        lens[i] = (uint32_t)k;
+        used += k;
+    }
+    return used;
+}
+
 void mrc_finish_frame(uint8_t *frame, size_t len, uint32_t icrc_from, int has_ip,
                       uint32_t udp_off, uint32_t pseudo_sum)
 {

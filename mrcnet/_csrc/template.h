@@ -77,6 +77,20 @@ size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path
                      const uint8_t *flags, const uint8_t *ext, uint32_t psn0, uint64_t va0,
                      const uint8_t *payload, size_t payload_len, size_t seg,
                      uint32_t meth, uint32_t imm, uint32_t timestamp, uint32_t *lens);
+
+/* n single-packet messages (WRITE_ONLY[_IMM] of n work requests) written back to back
+ * into out (cap bytes), each exactly what mrc_patch_data writes: frame i goes on
+ * paths[slot[i]] with EV ev[i], opcode op[i], BTH flags flags[i], extensions ext[i], PSN
+ * (psn0 + i) mod 2^24, address va[i], METH meth[i], immediate imm[i] and the next
+ * plen[i] bytes of payload (the messages' payloads laid end to end); the timestamp is
+ * the run's. lens[i] gets the length of frame i. Returns the bytes written, 0 if a
+ * frame does not fit. */
+size_t mrc_patch_msgs(uint8_t *out, size_t cap, unsigned n, const struct mrc_path *paths,
+                      const uint16_t *slot, const uint32_t *ev, const uint8_t *op,
+                      const uint8_t *flags, const uint8_t *ext, uint32_t psn0,
+                      const uint64_t *va, const uint32_t *meth, const uint32_t *imm,
+                      const uint8_t *payload, const uint32_t *plen, uint32_t timestamp,
+                      uint32_t *lens);
 /* cffi: end */
 
 #endif

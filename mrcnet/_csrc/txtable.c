@@ -74,28 +74,44 @@ void mrc_tx_init(struct mrc_txq *t, uint64_t seq)
     t->seen_bm = 0;
 }
 
+/* A new packet ``seq``: its entry filled, at the end of the flight order. */
+static void put_new(struct mrc_txq *t, uint64_t seq, uint32_t ev, uint8_t op, uint32_t off,
+                    uint32_t len, uint32_t wr, double now, uint16_t ts)
+{
+    int32_t i = (int32_t)(seq & t->mask);
+    struct mrc_txpkt *p = &t->pk[i];
+    p->seq = seq;
+    p->ev = ev;
+    p->opcode = op;
+    p->off = off;
+    p->len = len;
+    p->wr = wr;
+    p->sent = now;
+    p->ts = ts;
+    p->tx = 1;
+    p->flags = MRC_TX_LIVE;
+    link_tail(t, p, i);
+}
+
 void mrc_tx_send(struct mrc_txq *t, uint64_t seq0, unsigned n, const uint32_t *ev,
                  const uint8_t *op, uint32_t wr, uint32_t off0, uint32_t seg,
                  uint32_t total, double now, uint16_t ts)
 {
     uint32_t off = off0;
-    for (unsigned k = 0; k < n; k++, off += seg) {
-        uint64_t seq = seq0 + k;
-        int32_t i = (int32_t)(seq & t->mask);
-        struct mrc_txpkt *p = &t->pk[i];
-        p->seq = seq;
-        p->ev = ev[k];
-        p->opcode = op[k];
-        p->off = off;
-        p->len = total > off ? (total - off < seg ? total - off : seg) : 0;
-        p->wr = wr;
-        p->sent = now;
-        p->ts = ts;
-        p->tx = 1;
-        p->flags = MRC_TX_LIVE;
-        link_tail(t, p, i);
-    }
+    for (unsigned k = 0; k < n; k++, off += seg)
+        put_new(t, seq0 + k, ev[k], op[k], off,
+                total > off ? (total - off < seg ? total - off : seg) : 0, wr, now, ts);
     t->wr_unacked[wr & t->wr_mask] += (int32_t)n;
+}
+
+void mrc_tx_send_msgs(struct mrc_txq *t, uint64_t seq0, unsigned n, const uint32_t *ev,
+                      const uint8_t *op, const uint32_t *wr, const uint32_t *len,
+                      double now, uint16_t ts)
+{
+    for (unsigned k = 0; k < n; k++) {
+        put_new(t, seq0 + k, ev[k], op[k], 0, len[k], wr[k], now, ts);
+        t->wr_unacked[wr[k] & t->wr_mask] += 1;
+    }
 }
 
 int mrc_tx_resend(struct mrc_txq *t, int64_t seq, uint32_t ev, double now, uint16_t ts)

@@ -75,6 +75,12 @@ void mrc_tx_init(struct mrc_txq *t, uint64_t seq);
 void mrc_tx_send(struct mrc_txq *t, uint64_t seq0, unsigned n, const uint32_t *ev,
                  const uint8_t *op, uint32_t wr, uint32_t off0, uint32_t seg,
                  uint32_t total, double now, uint16_t ts);
+/* New packets seq0 .. seq0+n-1, one whole work request each (single-packet messages):
+ * packet i is the ``len[i]`` bytes at offset 0 of work request slot ``wr[i]``. The same
+ * entries as one mrc_tx_send(..., n = 1, wr[i], 0, seg, len[i], ...) per packet. */
+void mrc_tx_send_msgs(struct mrc_txq *t, uint64_t seq0, unsigned n, const uint32_t *ev,
+                      const uint8_t *op, const uint32_t *wr, const uint32_t *len,
+                      double now, uint16_t ts);
 /* A retransmission of ``seq`` on ``ev``, now (back on the list, at its end). */
 int mrc_tx_resend(struct mrc_txq *t, int64_t seq, uint32_t ev, double now, uint16_t ts);
 /* ``seq`` is declared lost: off the list, waiting for a retransmission. */

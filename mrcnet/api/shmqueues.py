@@ -24,14 +24,16 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 from mrcnet.api.shmring import ring_bytes
 from mrcnet.core.events import Completion, WCOpcode, WCStatus
 
-__all__ = ["COMPLETION", "CQ_SLOT", "F_IMM", "MAX_SLOTS", "OPCODES", "OP_RECV", "OP_WRITE",
-           "SQ_SLOT", "SQ_SLOTS", "STATUSES", "WORK_REQUEST", "encode_completion",
-           "ring_slots", "sealed_memfd"]
+__all__ = ["COMPLETION", "COMPLETION_SLOT", "CQ_SLOT", "F_IMM", "MAX_SLOTS", "OPCODES",
+           "OP_RECV", "OP_WRITE", "SQ_SLOT", "SQ_SLOTS", "STATUSES", "WORK_REQUEST",
+           "WORK_REQUEST_SLOT", "encode_completion", "encode_completions", "ring_slots",
+           "sealed_memfd"]
 
 #: Work request opcodes.
 OP_WRITE: Final = 1
@@ -41,8 +43,12 @@ F_IMM: Final = 1
 
 WORK_REQUEST: Final = struct.Struct("<BB2xIQIIQQII")
 SQ_SLOT: Final = 64
+WORK_REQUEST_SLOT: Final = struct.Struct(WORK_REQUEST.format + f"{SQ_SLOT - WORK_REQUEST.size}x")
 COMPLETION: Final = struct.Struct("<BBBxIQII")
 CQ_SLOT: Final = 32
+#: Whole slots: the record, then padding to the slot's end (zeros when written, never
+#: read), for reading or writing many slots at once.
+COMPLETION_SLOT: Final = struct.Struct(COMPLETION.format + f"{CQ_SLOT - COMPLETION.size}x")
 #: Slots of a context's send queue (a post waits while it is full).
 SQ_SLOTS: Final = 1024
 #: The largest ring mrcd maps (slots).
@@ -52,6 +58,10 @@ STATUSES: Final = tuple(WCStatus)
 OPCODES: Final = tuple(WCOpcode)
 _STATUS_INDEX: Final = {s: i for i, s in enumerate(STATUSES)}
 _OPCODE_INDEX: Final = {o: i for i, o in enumerate(OPCODES)}
+# The same by the members' ids (enum members are singletons; an int hashes in C, a
+# member's hash is a call of Enum.__hash__)
+_STATUS_BY_ID: Final = {id(s): i for i, s in enumerate(STATUSES)}
+_OPCODE_BY_ID: Final = {id(o): i for i, o in enumerate(OPCODES)}
 
 
 def ring_slots(depth: int) -> int:
@@ -69,6 +79,15 @@ def encode_completion(c: Completion) -> bytes:
     return COMPLETION.pack(_STATUS_INDEX[c.status], _OPCODE_INDEX[c.opcode],
                            0 if imm is None else F_IMM, c.qpn, c.wr_id, c.byte_len,
                            0 if imm is None else imm)
+
+
+def encode_completions(wcs: Sequence[Completion]) -> bytes:
+    """Completions as whole slots (:data:`CQ_SLOT` bytes each, end to end): each slot
+    starts with what :func:`encode_completion` gives and ends in zeros. One pack per
+    completion and no call of ours (measured: half the time of encode_completion each)."""
+    pack, st, op = COMPLETION_SLOT.pack, _STATUS_BY_ID, _OPCODE_BY_ID
+    return b"".join([pack(st[id(c.status)], op[id(c.opcode)], 0 if c.imm is None else F_IMM,
+                          c.qpn, c.wr_id, c.byte_len, c.imm or 0) for c in wcs])
 
 
 def sealed_memfd(name: str, length: int) -> int:

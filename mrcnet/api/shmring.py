@@ -130,6 +130,27 @@ class Ring:
         """Byte offset in the mapping of the slot of ``index``."""
         return self.slots + (index & self.mask) * self.slot_size
 
+    def spans(self, index: int, count: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The byte ranges in the mapping of ``count`` slots from ``index``: up to the
+        ring's end, then (across the wrap) from its start; the second is empty when
+        they do not wrap. For reading or writing many slots with one copy each."""
+        first = min(count, self.nslots - (index & self.mask))
+        a = self.offset_of(index)
+        return ((a, a + first * self.slot_size),
+                (self.slots, self.slots + (count - first) * self.slot_size))
+
+    def read(self, index: int, count: int) -> bytes:
+        """A copy of ``count`` slots from ``index``, end to end."""
+        (a, b), (c, d) = self.spans(index, count)
+        return self.mm[a:b] if d == c else self.mm[a:b] + self.mm[c:d]
+
+    def write(self, index: int, data: bytes) -> None:
+        """Write ``data`` (whole slots, end to end) into the slots from ``index``."""
+        (a, b), (c, d) = self.spans(index, len(data) // self.slot_size)
+        self.mm[a:b] = data[:b - a]
+        if d > c:
+            self.mm[c:d] = data[b - a:]
+
     # -- producer --
     def room(self) -> int:
         """Slots free for the producer now (:class:`RingCorrupt` on a bad head)."""

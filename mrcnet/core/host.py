@@ -62,6 +62,21 @@ from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
 _IMM_MAX = 0xFFFFFFFF
+
+
+def _refused_write(offset: int, length: int, size: int, remote_addr: int, rkey: int,
+                   imm: int | None) -> str:
+    """Why a write of ``local[offset:+length]`` (a region of ``size`` bytes) is refused
+    ("" when it is not)."""
+    if offset < 0 or length < 0 or offset + length > size:
+        return f"local range {offset}+{length} outside the region ({size} bytes)"
+    if imm is not None and not 0 <= imm <= _IMM_MAX:
+        return f"immediate {imm} is not a 32-bit value"
+    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _IMM_MAX:
+        return "remote address must be 64-bit and rkey 32-bit"
+    return ""
+
+
 _ID_MASK = 0xFFFF  # endpoint request ids: mrc.h req_id, carried in BTH.PSN
 
 
@@ -306,20 +321,40 @@ class Host:
     ) -> None:
         """Post an RDMA WRITE (with immediate if ``imm`` is given) of ``length`` bytes
         from ``local_mr[offset:]`` to (``remote_addr``, ``rkey``) on the peer."""
-        qp = self.qp(qpn)
-        if qp.state not in (QPState.INIT, QPState.RTR, QPState.RTS):
-            raise InvalidRequest(f"QP {qpn} is {qp.state.value}: post in INIT, RTR or RTS")
-        if offset < 0 or length < 0 or offset + length > local_mr.length:
-            raise InvalidRequest(
-                f"local range {offset}+{length} outside the region ({local_mr.length} bytes)")
-        if imm is not None and not 0 <= imm <= _IMM_MAX:
-            raise InvalidRequest(f"immediate {imm} is not a 32-bit value")
-        if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _IMM_MAX:
-            raise InvalidRequest("remote address must be 64-bit and rkey 32-bit")
+        qp = self._postable(qpn)
+        why = _refused_write(offset, length, local_mr.length, remote_addr, rkey, imm)
+        if why:
+            raise InvalidRequest(why)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
         qp.post_write(WorkRequest(wr_id, local_mr.view, offset, length, remote_addr, rkey, imm,
                                   self.config.mtu_payload))
+
+    def post_writes(self, qpn: int, local_mr: MemoryRegion,
+                    writes: Sequence[tuple[int, int, int, int, int, int | None]]) -> None:
+        """:meth:`post_write` of each ``(wr_id, offset, length, remote_addr, rkey, imm)``
+        in order, all from ``local_mr``: all or none (InvalidRequest, naming the first
+        that would be refused, and nothing is posted)."""
+        qp = self._postable(qpn)
+        size = local_mr.length
+        for i, (_, offset, length, remote_addr, rkey, imm) in enumerate(writes):
+            if not (offset >= 0 and length >= 0 and offset + length <= size
+                    and 0 <= remote_addr < 1 << 64 and 0 <= rkey <= _IMM_MAX
+                    and (imm is None or 0 <= imm <= _IMM_MAX)):  # (_refused_write, inline)
+                why = _refused_write(offset, length, size, remote_addr, rkey, imm)
+                raise InvalidRequest(f"write {i} of {len(writes)}: {why}")
+        self._dirty.add(qpn)
+        self._sendq.add(qpn)
+        view, mtu = local_mr.view, self.config.mtu_payload
+        qp.snd.post_writes([WorkRequest(wr_id, view, offset, length, remote_addr, rkey, imm,
+                                        mtu)
+                            for wr_id, offset, length, remote_addr, rkey, imm in writes])
+
+    def _postable(self, qpn: int) -> QueuePair:
+        qp = self.qp(qpn)
+        if qp.state not in (QPState.INIT, QPState.RTR, QPState.RTS):
+            raise InvalidRequest(f"QP {qpn} is {qp.state.value}: post in INIT, RTR or RTS")
+        return qp
 
     def post_recv(self, qpn: int, wr_id: int, now: float = 0.0) -> None:
         """Post a receive for one incoming write-with-immediate."""

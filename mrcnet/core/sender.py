@@ -11,7 +11,7 @@ recovery queued go first. Immediates in flight are bounded by the QP's static
 from __future__ import annotations
 
 from collections import deque
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Protocol
 
 from mrcnet.constants import (
@@ -41,6 +41,8 @@ _OP_ONLY, _OP_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_IMM)
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _U64 = 1 << 64
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_RKEY, _VA = attrgetter("rkey"), attrgetter("remote_addr")
+_METH, _IMM = attrgetter("meth"), attrgetter("imm")
 
 
 class WorkRequest:
@@ -120,6 +122,9 @@ class Sender:
         self._run_slot_ev: dict[int, dict[int, tuple[int, int] | None]] = {}
         self._runs: RunPatcher | None = None
         self.tx_packets = 0  # hot counter: a plain attribute, folded into counters()
+        #: Single-packet work requests queued together go out as one run
+        #: (:meth:`_emit_msgs`; off only to compare with one at a time, same results).
+        self.batch_msgs = True
         self.reset()
 
     def reset(self) -> None:
@@ -150,6 +155,10 @@ class Sender:
     def post_write(self, wr: WorkRequest) -> None:
         """Queue a write; it is sent from :meth:`emit` once the QP is in RTS."""
         self.sq.append(wr)
+
+    def post_writes(self, wrs: list[WorkRequest]) -> None:
+        """Queue several writes, in order (as :meth:`post_write` each)."""
+        self.sq.extend(wrs)
 
     def has_work(self) -> bool:
         """Anything to (re)transmit?"""
@@ -195,6 +204,9 @@ class Sender:
             k = min(k, rec.snd_una + win - seq, wr.npkts - idx)
             if k <= 0:
                 break
+            if wr.npkts == 1 and len(sq) > 1 and self.batch_msgs and self._emit_msgs(
+                    now, ts, cwnd, win, out, sendq):
+                continue
             if idx == 0:
                 if wr.imm is not None and not self._imm_allowed(now):
                     break
@@ -224,24 +236,131 @@ class Sender:
             rec.arm_tlp(now)
             self.tx_packets += k
 
+    def _emit_msgs(self, now: float, ts: int, cwnd: float, win: int,
+                   out: list[tuple[int, bytes]], sendq: Any) -> bool:
+        """New single-packet work requests at the head of the send queue (several small
+        writes) as one run: the packets :meth:`emit`'s loop would send one at a time,
+        with the same window checks, EVs, table entries and frames (each its own
+        WRITE_ONLY[_IMM] with AckReq), but one EV choice, one table call and one frame
+        build for all. False when it sent nothing (the loop's own path decides then)."""
+        sq, txt, rec = self.sq, self.txt, self.rec
+        mtu = self.cfg.mtu_payload
+        ninfl, infl = txt.ninfl, txt.infl_bytes
+        seq = self.next_seq
+        room = rec.snd_una + win - seq
+        imms = self.attrs.max_imm_outstanding - self.imm_outstanding
+        n = 0
+        for wr in sq:  # (what the loop checks per packet, on the counts it would see)
+            if wr.npkts != 1 or n >= room:
+                break
+            if ninfl and int((cwnd - infl) // mtu) <= 0:
+                break
+            if wr.imm is not None:
+                if imms <= 0:
+                    break
+                imms -= 1
+            ninfl += 1
+            infl += wr.length
+            n += 1
+        if n < 2:
+            return False
+        # As n calls of take(1) would give them; fewer when one is not the plain round
+        # robin's (a take that gives nothing changes nothing: the loop then asks again).
+        evs = self.evm.take(n)  # type: ignore[union-attr]
+        if not evs:
+            return False
+        self._send_msgs(now, ts, evs, out, sendq)
+        return True
+
+    def _send_msgs(self, now: float, ts: int, evs: list[int], out: list[tuple[int, bytes]],
+                   sendq: Any) -> None:
+        """Send the next ``len(evs)`` work requests of the send queue (one packet each)
+        on ``evs``."""
+        sq, rec, started, wr_of = self.sq, self.rec, self.wrs, self.wr_of
+        n = len(evs)
+        batch = [sq.popleft() for _ in range(n)]
+        ops, wrs, lens = [], [], []
+        # (_start_wr of each, its counters in locals)
+        ctr, msn, imms = self.wr_ctr, self.next_msn, 0
+        for wr in batch:
+            started.append(wr)
+            slot = wr.slot = ctr & 0xFFFFFFFF
+            ctr += 1
+            wr_of[slot] = wr
+            wr.meth = (msn & MSN_MASK) << 16 | (slot & MSN_MASK)
+            if wr.imm is None:
+                ops.append(_OP_ONLY)
+            else:
+                msn += 1
+                imms += 1
+                ops.append(_OP_ONLY_IMM)
+            wr.next_pkt = 1
+            wrs.append(slot)
+            lens.append(wr.length)
+        self.wr_ctr, self.next_msn = ctr, msn
+        self.imm_outstanding += imms
+        seq = self.next_seq
+        self.next_seq = seq + n
+        self._msgs_frames(batch, seq, evs, ops, lens, ts, out, sendq)
+        self.txt.send_msgs(seq, evs, ops, wrs, lens, now, ts)
+        if rec.rto_at == _INF:
+            rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
+        rec.arm_tlp(now)
+        self.tx_packets += n
+
+    def _msgs_frames(self, batch: list[WorkRequest], seq: int, evs: list[int],
+                     ops: list[int], lens: list[int], ts: int, out: list[tuple[int, bytes]],
+                     txq: Any) -> None:
+        """The frames of single-packet work requests ``batch`` (PSNs ``seq ..``, one per
+        EV): one C call when every path has a run slot, else one at a time."""
+        rkeys = list(map(_RKEY, batch))
+        if rkeys.count(rkeys[0]) == len(rkeys):
+            at = self._run_slots(rkeys[0], evs)
+        else:
+            at = [self._run_slots(rkey, [ev])[0] for rkey, ev in zip(rkeys, evs, strict=True)]
+        runs = self._runs
+        if runs is None or None in at:
+            for i, wr in enumerate(batch):
+                out.append(self._frame(seq + i, wr, 0, wr.length, ops[i], evs[i], ts, False))
+            return
+        n = len(batch)
+        flags = [F_TS | F_ACKREQ] * n
+        exts = [DATA_EXT_TSETH if op == _OP_ONLY else DATA_EXT_TSETH | DATA_EXT_IMM
+                for op in ops]
+        payload = b"".join([wr.view[wr.offset:wr.offset + wr.length] for wr in batch])
+        vas = list(map(_VA, batch))
+        meths = list(map(_METH, batch))
+        imms = [0 if imm is None else imm for imm in map(_IMM, batch)]
+        slots = list(map(_SECOND, at))  # type: ignore[arg-type]
+        if txq is not None:
+            runs.msgs_queue(txq, list(map(_FIRST, at)), slots, evs, ops,  # type: ignore[arg-type]
+                            flags, exts, seq & PSN_MASK, vas, meths, imms, payload, lens, ts)
+            return
+        frames = runs.msgs_frames(slots, evs, ops, flags, exts, seq & PSN_MASK, vas, meths,
+                                  imms, payload, lens, ts)
+        out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
+
+    def _run_slots(self, rkey: int, evs: list[int]) -> list[tuple[int, int] | None]:
+        """(port, run slot) of each EV's path for frames with ``rkey``."""
+        by_ev = self._run_slot_ev.get(rkey)
+        if by_ev is None:
+            by_ev = self._run_slot_ev[rkey] = {}
+        # (map and itemgetter: per packet no Python bytecode, only C)
+        try:
+            return list(map(by_ev.__getitem__, evs))
+        except KeyError:
+            for ev in evs:
+                if ev not in by_ev:
+                    by_ev[ev] = self._run_path(ev, rkey)
+            return list(map(by_ev.__getitem__, evs))
+
     def _run_frames(self, wr: WorkRequest, seq: int, idx: int, evs: list[int], ops: list[int],
                     ts: int, out: list[tuple[int, bytes]], txq: Any) -> None:
         """Append the frames of new packets ``seq ..`` (packets ``idx ..`` of ``wr``, one
         per EV): one C call when every path has a run slot, else one at a time. With the
         send queues ``txq`` a run built in C goes into them instead of ``out``."""
         mtu = self.cfg.mtu_payload
-        rkey = wr.rkey
-        by_ev = self._run_slot_ev.get(rkey)
-        if by_ev is None:
-            by_ev = self._run_slot_ev[rkey] = {}
-        # (map and itemgetter: per packet no Python bytecode, only C)
-        try:
-            at = list(map(by_ev.__getitem__, evs))
-        except KeyError:
-            for ev in evs:
-                if ev not in by_ev:
-                    by_ev[ev] = self._run_path(ev, rkey)
-            at = list(map(by_ev.__getitem__, evs))
+        at = self._run_slots(wr.rkey, evs)
         n = len(evs)
         off0 = idx * mtu
         va = wr.remote_addr + off0
@@ -283,6 +402,7 @@ class Sender:
         return self.imm_outstanding < self.attrs.max_imm_outstanding
 
     def _start_wr(self, wr: WorkRequest) -> None:
+        # (_send_msgs does the same for a run of single-packet work requests)
         self.wrs.append(wr)
         wr.slot = self.wr_ctr & 0xFFFFFFFF
         self.wr_ctr += 1

@@ -55,6 +55,8 @@ class TxTable(Protocol):
     def rack_rtt(self) -> float: ...
     def send(self, seq0: int, evs: list[int], ops: list[int], wr: int, off0: int, seg: int,
              total: int, now: float, ts: int) -> None: ...
+    def send_msgs(self, seq0: int, evs: list[int], ops: list[int], wrs: list[int],
+                  lens: list[int], now: float, ts: int) -> None: ...
     def resend(self, seq: int, ev: int, now: float, ts: int) -> bool: ...
     def lose(self, seq: int) -> bool: ...
     def log(self, seq: int, on: bool) -> bool: ...
@@ -105,6 +107,20 @@ class PyTxTable:
             off += seg
         slot = wr & self._wr_mask
         self._wr[slot] = self._wr.get(slot, 0) + len(evs)
+
+    def send_msgs(self, seq0: int, evs: list[int], ops: list[int], wrs: list[int],
+                  lens: list[int], now: float, ts: int) -> None:
+        """New packets ``seq0 ..`` (one per EV), each a whole work request: packet i is
+        the ``lens[i]`` bytes of work request slot ``wrs[i]`` (as one :meth:`send` per
+        packet)."""
+        pk, infl, wr_count, mask = self._pk, self._infl, self._wr, self._wr_mask
+        for k, ev in enumerate(evs):
+            length = lens[k]
+            pk[seq0 + k] = [ev, now, ts, 1, length, 0, ops[k], wrs[k], LIVE | INFL]
+            infl[seq0 + k] = None
+            self.infl_bytes += length
+            slot = wrs[k] & mask
+            wr_count[slot] = wr_count.get(slot, 0) + 1
 
     def resend(self, seq: int, ev: int, now: float, ts: int) -> bool:
         """A retransmission of ``seq`` on ``ev`` (to the end of the flight order)."""
@@ -299,6 +315,12 @@ class CTxTable:
         """New packets ``seq0 ..`` (one per EV) of work request slot ``wr``, sent now."""
         C.mrc_tx_send(self._t, seq0, len(evs), evs, bytes(ops), wr, off0, seg, total, now,
                        ts)
+
+    def send_msgs(self, seq0: int, evs: list[int], ops: list[int], wrs: list[int],
+                  lens: list[int], now: float, ts: int) -> None:
+        """New packets ``seq0 ..``, each a whole work request (see
+        :meth:`PyTxTable.send_msgs`)."""
+        C.mrc_tx_send_msgs(self._t, seq0, len(evs), evs, bytes(ops), wrs, lens, now, ts)
 
     def resend(self, seq: int, ev: int, now: float, ts: int) -> bool:
         """A retransmission of ``seq`` on ``ev`` (to the end of the flight order)."""

@@ -20,7 +20,7 @@ from mrcnet.api.errors import (
     error_to,
 )
 from mrcnet.api.protocol import Message
-from mrcnet.api.shmqueues import OP_RECV, OP_WRITE
+from mrcnet.api.shmqueues import F_IMM, OP_RECV, OP_WRITE
 from mrcnet.api.shmring import PRECISE, RingCorrupt
 from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import DaemonConfig
@@ -74,12 +74,61 @@ class Posts:
         q: SessionQueues = s.queues
         try:
             while True:
-                for wr in q.take():
-                    self._post(s, wr)
+                rows = q.take()
+                if rows:
+                    self._post_rows(s, rows)
                 if not q.rest():
                     break
         except RingCorrupt as e:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
+
+    def _post_rows(self, s: Session, rows: list[WorkRequest]) -> None:
+        """Post a doorbell's work requests in order. Writes from one region on one QP
+        that pass the checks go to the core together (:meth:`core.Host.post_writes`);
+        anything else (a receive, a post to refuse) one at a time, as before, after the
+        writes queued ahead of it."""
+        host = self.engine.host
+        assert host is not None
+        owners, mrs = self.owners, s.mrs
+        writes: list[tuple[int, int, int, int, int, int | None]] = []
+        key: tuple[int, int] | None = None  # (qpn, lkey) of ``writes``
+        mr: Any = None
+        for row in rows:
+            op, flags, qpn, wr_id, lkey, length, addr, raddr, rkey, imm = row
+            if op == OP_WRITE:
+                if key != (qpn, lkey):
+                    if writes:
+                        self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
+                        writes = []
+                    key, mr = (qpn, lkey), mrs.get(lkey)
+                    if owners.get(qpn) is not s or mr is None:
+                        key = None  # (refused below, with the reason)
+                if key is not None:
+                    offset = addr - mr.addr
+                    if offset >= 0 and offset + length <= mr.length:  # (length: unsigned)
+                        writes.append((wr_id, offset, length, raddr, rkey,
+                                       imm if flags & F_IMM else None))
+                        continue
+            if writes:
+                self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
+                writes = []
+            self._post(s, row)
+        if writes:
+            self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
+
+    def _post_writes(self, s: Session, key: tuple[int, int], mr: core.MemoryRegion,
+                     writes: list[tuple[int, int, int, int, int, int | None]]) -> None:
+        """Checked writes of region ``mr`` on QP ``key[0]`` into the core together; if
+        the core refuses them (the QP's state), each on its own for its own error."""
+        host = self.engine.host
+        assert host is not None
+        qpn, lkey = key
+        try:
+            host.post_writes(qpn, mr, writes)
+        except Exception:  # refused (or a bug) and nothing posted: each for its own error
+            for wr_id, offset, length, raddr, rkey, imm in writes:
+                self._post(s, (OP_WRITE, 0 if imm is None else F_IMM, qpn, wr_id, lkey,
+                               length, mr.addr + offset, raddr, rkey, imm or 0))
 
     def linger(self, s: Session) -> bool:
         """After a pass that took ``s``'s posts and sent them: busy-poll its send queue
@@ -109,7 +158,8 @@ class Posts:
             api.drop(s)
 
     def _post(self, s: Session, wr: WorkRequest) -> None:
-        op, qpn, wr_id, lkey, addr, length, raddr, rkey, imm = wr
+        op, flags, qpn, wr_id, lkey, length, addr, raddr, rkey, slot_imm = wr
+        imm = slot_imm if flags & F_IMM else None
         what = "post_write" if op == OP_WRITE else "post_recv"
         try:
             try:

@@ -21,11 +21,10 @@ from mrcnet.api.errors import InvalidArgument
 from mrcnet.api.protocol import map_region
 from mrcnet.api.shmqueues import (
     CQ_SLOT,
-    F_IMM,
     MAX_SLOTS,
     SQ_SLOT,
-    WORK_REQUEST,
-    encode_completion,
+    WORK_REQUEST_SLOT,
+    encode_completions,
     queue_bytes,
 )
 from mrcnet.api.shmring import Ring
@@ -38,8 +37,10 @@ __all__ = ["CompletionWriter", "SessionQueues", "WorkRequest"]
 #: the ports and the other clients get their turn).
 TAKE_PER_PASS: Final = 1024
 
-#: A decoded work request: (op, qpn, wr_id, lkey, addr, length, remote_addr, rkey, imm).
-WorkRequest = tuple[int, int, int, int, int, int, int, int, "int | None"]
+#: A work request as its slot holds it (:data:`~mrcnet.api.shmqueues.WORK_REQUEST`):
+#: (op, flags, qpn, wr_id, lkey, length, addr, remote_addr, rkey, imm); imm counts only
+#: with F_IMM in flags.
+WorkRequest = tuple[int, int, int, int, int, int, int, int, int, int]
 
 
 def _slots(value: object) -> int:
@@ -72,11 +73,8 @@ class CompletionWriter:
     def put(self, wcs: list[Completion]) -> bool:
         """Write ``wcs`` (they fit: see :meth:`room`) and publish them; True when the
         client sleeps and must be rung."""
-        ring, mm = self.ring, self.map
-        off = ring.offset_of
-        for i, c in enumerate(wcs):
-            o = off(ring.tail + i)
-            mm[o:o + 24] = encode_completion(c)
+        ring = self.ring
+        ring.write(ring.tail, encode_completions(wcs))
         return ring.publish(len(wcs))
 
     def close(self) -> None:
@@ -100,17 +98,13 @@ class SessionQueues:
 
     def take(self) -> list[WorkRequest]:
         """The work requests posted since the last call (at most :data:`TAKE_PER_PASS`),
-        decoded; RingCorrupt if the client broke the tail."""
-        sq, mm = self.sq, self.map
+        as their slots hold them (copied out before the slots are given back; every
+        value still to be checked); RingCorrupt if the client broke the tail."""
+        sq = self.sq
         n = min(sq.ready(), TAKE_PER_PASS)
         if not n:
             return []
-        unpack, off = WORK_REQUEST.unpack_from, sq.offset_of
-        out: list[WorkRequest] = []
-        for i in range(sq.head, sq.head + n):
-            op, flags, qpn, wr_id, lkey, length, addr, raddr, rkey, imm = unpack(mm, off(i))
-            out.append((op, qpn, wr_id, lkey, addr, length, raddr, rkey,
-                        imm if flags & F_IMM else None))
+        out: list[WorkRequest] = list(WORK_REQUEST_SLOT.iter_unpack(sq.read(sq.head, n)))
         sq.release(n)
         return out
 

@@ -565,14 +565,9 @@ class RunPatcher:
         (i + 1) * seg)`` (the last one the rest), PSN ``psn0 + i``, address ``va0 + i *
         seg``; ``flags`` are BTH flag bytes, ``exts`` ``MRC_EXT_*`` bits. Read-only
         views, one per frame, into a buffer of this run's own."""
-        n = len(slots)
         buf, lens = self._build(slots, evs, ops, flags, exts, psn0, va0, payload, seg, meth,
                                 imm, timestamp)
-        view = memoryview(ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
-        # The frames lie end to end: slices from running sums (C iterators: no Python
-        # bytecode per frame).
-        ends = list(accumulate(ffi.unpack(lens, n)))
-        return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+        return _views(buf, lens, len(slots))
 
     def queue(self, sendq: RunQueue, ports: list[int], slots: list[int], evs: list[int],
               ops: list[int], flags: list[int], exts: list[int], psn0: int, va0: int,
@@ -600,6 +595,52 @@ class RunPatcher:
                              "not fit an IPv6 length field")
         return buf, lens
 
+    def msgs_frames(self, slots: list[int], evs: list[int], ops: list[int],
+                    flags: list[int], exts: list[int], psn0: int, vas: list[int],
+                    meths: list[int], imms: list[int], payload: bytes, plens: list[int],
+                    timestamp: int) -> list[memoryview]:
+        """Frames of ``len(slots)`` single-packet messages (one work request each):
+        packet i carries PSN ``psn0 + i``, address ``vas[i]``, METH ``meths[i]``,
+        immediate ``imms[i]`` and the next ``plens[i]`` bytes of ``payload`` (the
+        messages' payloads end to end). Read-only views, as :meth:`frames`."""
+        buf, lens = self._build_msgs(slots, evs, ops, flags, exts, psn0, vas, meths, imms,
+                                     payload, plens, timestamp)
+        return _views(buf, lens, len(slots))
+
+    def msgs_queue(self, sendq: RunQueue, ports: list[int], slots: list[int],
+                   evs: list[int], ops: list[int], flags: list[int], exts: list[int],
+                   psn0: int, vas: list[int], meths: list[int], imms: list[int],
+                   payload: bytes, plens: list[int], timestamp: int) -> None:
+        """The frames :meth:`msgs_frames` makes, queued on ``sendq`` (frame i on port
+        ``ports[i]``)."""
+        buf, lens = self._build_msgs(slots, evs, ops, flags, exts, psn0, vas, meths, imms,
+                                     payload, plens, timestamp)
+        sendq.add_run(buf, lens, ports)
+
+    def _build_msgs(self, slots: list[int], evs: list[int], ops: list[int],
+                    flags: list[int], exts: list[int], psn0: int, vas: list[int],
+                    meths: list[int], imms: list[int], payload: bytes, plens: list[int],
+                    timestamp: int) -> tuple[Any, Any]:
+        n = len(slots)
+        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
+                   + ICRC_LEN) + len(payload)
+        buf = _RAW_ALLOC("uint8_t[]", cap)
+        lens = ffi.new("uint32_t[]", n)
+        if sum(plens) != len(payload):
+            raise ValueError(f"{len(payload)} payload bytes for messages of {sum(plens)}")
+        if not C.mrc_patch_msgs(buf, cap, n, self._paths, slots, evs, ops, flags, exts,
+                                 psn0, vas, meths, imms, payload, plens, timestamp, lens):
+            raise ValueError(f"one of {n} messages does not fit an IPv6 length field")
+        return buf, lens
+
+
+def _views(buf: Any, lens: Any, n: int) -> list[memoryview]:
+    """The ``n`` frames laid end to end in ``buf`` (``lens``), as read-only views."""
+    view = memoryview(ffi.buffer(buf)).toreadonly()  # (the buffer keeps buf alive)
+    # The frames lie end to end: slices from running sums (C iterators: no Python
+    # bytecode per frame).
+    ends = list(accumulate(ffi.unpack(lens, n)))
+    return list(map(view.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
 
 def run_patcher() -> RunPatcher | None:

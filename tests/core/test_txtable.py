@@ -53,6 +53,17 @@ def _run(seed: int, tables: list[TxTable], start: int) -> None:
                 t.send(next_seq, evs, ops, wr, 0, SEG, total, now, int(now * 1000) & 0xFFFF)
             next_seq += n
             wr += 1
+        elif op < 0.42 and next_seq - snd_una < WINDOW - 8:
+            # single-packet work requests, several per call (send_msgs)
+            n = rnd.randint(1, 8)
+            evs = [rnd.choice([0x1000, 0x2001, 0x1001002, 0x1002000]) for _ in range(n)]
+            ops = [rnd.choice([10, 11]) for _ in range(n)]
+            lens = [rnd.randint(0, SEG) for _ in range(n)]
+            wrs = list(range(wr, wr + n))
+            for t in tables:
+                t.send_msgs(next_seq, evs, ops, wrs, lens, now, int(now * 1000) & 0xFFFF)
+            next_seq += n
+            wr += n
         elif op < 0.45 and next_seq > snd_una:
             seq = rnd.randrange(snd_una - 2, next_seq + 2)
             res = [t.lose(seq) for t in tables]
@@ -130,3 +141,23 @@ def test_sack_bookkeeping() -> None:
         assert t.sack(1.6, 102, 104, 104, 105, 0, True, 102, 0x3000, 11) == 1000
         assert t.trig_tx == 2 and t.specials() == [(102, 1.5, False)]
         assert t.ninfl == 0 and t.get(102) is None and t.wr_unacked(0) == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_send_msgs_is_one_send_per_packet(seed: int) -> None:
+    """Single-packet work requests given together (send_msgs) leave the table exactly as
+    one send() each: entries, flight order, bytes, per work request counts."""
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 30)
+    evs = [rnd.choice([0x1000, 0x2001, 0x1001002]) for _ in range(n)]
+    ops = [rnd.choice([10, 11]) for _ in range(n)]
+    lens = [rnd.randint(0, SEG) for _ in range(n)]
+    wrs = [rnd.randint(0, 7) for _ in range(n)]
+    kinds = [PyTxTable] + ([CTxTable] if HAVE_C else [])
+    for kind in kinds:
+        one, many = kind(WINDOW, 40), kind(WINDOW, 40)
+        for i in range(n):
+            one.send(40 + i, evs[i:i + 1], ops[i:i + 1], wrs[i], 0, SEG, lens[i], 2.0, 5)
+        many.send_msgs(40, evs, ops, wrs, lens, 2.0, 5)
+        assert _state(many, 40, 40 + n) == _state(one, 40, 40 + n)
+        assert many.ninfl == n and many.infl_bytes == sum(lens)

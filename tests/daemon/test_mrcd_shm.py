@@ -1,7 +1,8 @@
 """Posts and completions in the queues shared with mrcd (issue 15), through two real
 mrcds on a veth pair: rings that wrap, full rings on both sides (the client waits, mrcd
 keeps the rest: nothing lost), a client killed with posts in flight, two clients on one
-mrcd, busy-poll on and off, and a client that scribbles on its send queue."""
+mrcd, busy-poll on and off, a client that scribbles on its send queue, and many posts
+taken in one pass (refused ones among them)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from mdnsutil import MrcdPair, VethPair, needs_root, start_mrcd, write_config
 
-from mrcnet.api import Context, InvalidArgument, InvalidQP
+from mrcnet.api import ApiError, Context, InvalidArgument, InvalidQP
 from mrcnet.api.client import CompletionQueue, MemoryRegion, QueuePair, WorkCompletion
 from mrcnet.api.protocol import PROTOCOL_VERSION
 from mrcnet.api.shmqueues import OP_WRITE, SQ_SLOT, WORK_REQUEST, queue_bytes, sealed_memfd
@@ -382,3 +385,93 @@ def test_post_errors_surface_in_a_later_call(mrcd_pair: MrcdPair) -> None:
             ca.stats()
         with pytest.raises(InvalidArgument):
             qp.post_recv(wr_id=-1)
+
+
+# --- many posts per doorbell (mrcd stopped while the client posts, so that one
+# doorbell finds them all: mrcd hands them to the core together, sent as runs) ---
+
+@contextmanager
+def _paused(pid: int) -> Iterator[None]:
+    """mrcd ``pid`` (started by this test's fixture) stopped meanwhile."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_many_small_posts_in_one_doorbell_land_and_complete_in_order(
+        mrcd_pair: MrcdPair) -> None:
+    """Batches of up to 200 posts in a 256-slot send queue and a 64-slot completion
+    ring, eight rounds (both rings wrap several times): writes of 0-200 bytes."""
+    size = 1 << 16
+    with Context(mrcd_pair.a.socket, sq_depth=256) as ca, \
+            Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, mr_b, _, _ = _connect(ca, cb, 31, size, depth=64)
+        assert qp_a.peer is not None
+        remote = qp_a.peer.regions[0]
+        mr_a.buf[:] = os.urandom(size)
+        wr = 0
+        at = 0
+        want = bytearray(size)
+        for rnd in range(8):
+            n = 200 if rnd % 2 else 37
+            with _paused(mrcd_pair.a.proc.pid):
+                for i in range(n):
+                    length = (wr * 7) % 201
+                    qp_a.post_write(mr_a, at, length, remote, at, wr_id=wr)
+                    want[at:at + length] = mr_a.buf[at:at + length]
+                    at = (at + length + i % 3) % (size - 256)
+                    wr += 1
+            got = _drain(cq_a, n)
+            assert [w.wr_id for w in got] == list(range(wr - n, wr))
+            assert all(w.ok for w in got)
+        assert bytes(mr_b.buf) == bytes(want)
+        assert not cq_a.poll(16)  # nothing twice
+
+
+@pytest.mark.skipif(not PRECISE, reason="without the C module mrcd uses no shared queues")
+def test_refused_posts_in_the_middle_of_a_batch(mrcd_pair: MrcdPair) -> None:
+    """One doorbell, 60 writes: a QP that is not the client's, an lkey that is not its
+    region and a range beyond its region among them (the library's own checks
+    bypassed). Each refused one comes back as its own error; the other 57 land and
+    complete in order."""
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, mr_b, _, _ = _connect(ca, cb, 32, 1 << 14)
+        assert qp_a.peer is not None and ca._q is not None
+        remote = qp_a.peer.regions[0]
+        mr_a.buf[: 60 * 64] = os.urandom(60 * 64)
+        bad = {10: "InvalidQP", 25: "BadLkey", 40: "OutOfBounds"}
+        with _paused(mrcd_pair.a.proc.pid):
+            for i in range(60):
+                qpn, lkey, addr = qp_a.qpn, mr_a.lkey, mr_a.addr + i * 64
+                if i == 10:
+                    qpn += 100
+                elif i == 25:
+                    lkey ^= 0x5A5A
+                elif i == 40:
+                    addr = mr_a.addr + (1 << 14) - 32
+                ca._q.post_write(qpn, i, lkey, addr, 64, remote.addr + i * 64, remote.rkey,
+                                 None, ca.timeout)
+        got: list[WorkCompletion] = []
+        errors: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 57:  # (waiting raises the refusals, one per call)
+            assert time.monotonic() < deadline, f"{len(got)} of 57 completions"
+            try:
+                got += cq_a.wait(timeout=1.0, max_entries=1 << 16)
+            except ApiError as e:
+                errors.append(type(e).__name__)
+        assert [w.wr_id for w in got] == [i for i in range(60) if i not in bad]
+        assert all(w.ok for w in got)
+        for i in range(60):
+            if i not in bad:
+                assert mr_b.buf[i * 64:(i + 1) * 64] == mr_a.buf[i * 64:(i + 1) * 64]
+            else:
+                assert bytes(mr_b.buf[i * 64:(i + 1) * 64]) == bytes(64)
+        while len(errors) < len(bad):
+            with pytest.raises(ApiError) as raised:
+                ca.stats()
+            errors.append(type(raised.value).__name__)
+        assert errors == list(bad.values())
+        assert "host" in ca.stats()
