@@ -167,9 +167,11 @@ class TailLoss:
                        default=0.0)
         if not paths:
             for i in evm.evs.values():
-                k, r = i.ev >> EV_PATH_SHIFT, i.srtt
-                if r > paths.get(k, -1.0):
-                    paths[k] = r
+                r = i.srtt
+                if r:  # (a path none of whose EVs is measured answers 0)
+                    k = i.ev >> EV_PATH_SHIFT
+                    if r > paths.get(k, 0.0):
+                        paths[k] = r
         return paths.get(key, 0.0)
 
     def _late_arrival(self, seq: int, late: float) -> bool:
