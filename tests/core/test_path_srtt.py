@@ -12,12 +12,12 @@ from .harness import Impairments, Net, connect
 
 
 def test_one_walk_answers_as_the_scan_per_packet() -> None:
-    net = Net(planes=2, spines=4, imp=Impairments(delay=5e-6),
+    net = Net(planes=2, spines=4, imp=Impairments(delay=5e-6, jitter=2e-6),
               config=HostConfig(ack_every=4, evs_per_qp=32))
     qa, _ = connect(net, 0, 1)
     ha, hb = net.h(0), net.h(1)
     mtu = ha.config.mtu_payload
-    src = bytes(range(256)) * (6 * mtu // 256)
+    src = bytes(range(256)) * (24 * mtu // 256)
     ms, md = ha.register_mr(bytearray(src)), hb.register_mr(bytearray(len(src)))
     ha.post_write(qa, 0, ms, 0, len(src), md.addr, md.rkey)
     net.run(until=lambda: len(ha.qp(qa).cq) >= 1, max_time=1.0)
@@ -34,6 +34,9 @@ def test_one_walk_answers_as_the_scan_per_packet() -> None:
     own = {ev for ev in evs if evm.evs[ev].srtt}
     by_path = {ev for ev, r in zip(evs, scan, strict=True) if r and ev not in own}
     assert own and by_path and 0.0 in scan
+    # ... and a path whose measured EVs disagree (the largest is its answer)
+    assert any(len({evm.evs[o].srtt for o in own if o >> EV_PATH_SHIFT == ev >> EV_PATH_SHIFT})
+               > 1 for ev in by_path)
     for ev in by_path:
         key = ev >> EV_PATH_SHIFT
         assert scan[evs.index(ev)] == max(evm.evs[o].srtt for o in own
