@@ -588,13 +588,15 @@ class HostNode:
         #: the C network (mrcnet.sim.simnet) its NICs are in, and their indices there
         self._cnet: Any = None
         self._nic_ids: list[int] = []
-        #: the stack's batch entry (mrcnet.core.Host.receive_batch, whose ``receive`` is
-        #: one frame of it), for :meth:`arrive`; None: ``receive`` frame by frame
+        #: the attached stack's batch entry (mrcnet.core.Host.receive_batch, whose
+        #: ``receive`` is one frame of it) for :meth:`arrive`, and that stack (an endpoint
+        #: put in its place later, a test's tap, gets ``receive``); None: frame by frame
         self._rx_batch: Callable[..., None] | None = None
+        self._rx_of: Endpoint | None = None
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
-        self.endpoint = endpoint
+        self.endpoint = self._rx_of = endpoint
         self._rx_batch = getattr(endpoint, "receive_batch", None)
         self.sim.at(self.sim.now, self._kick_cb)
 
@@ -618,13 +620,13 @@ class HostNode:
         (plain bytearrays, at ``now``, the simulator's time): the same calls into the
         stack in the same order, without the hops between them (once per frame that
         reaches a host, the most common Python event of a large run)."""
-        rx = self._rx_batch
-        if rx is None or self.jitter is not None or self.endpoint is None:
+        rx, ep = self._rx_batch, self.endpoint
+        if rx is None or ep is None or ep is not self._rx_of or self.jitter is not None:
             self.receive(frame, port)
             return
         self.counters.rx_frames += 1
         rx((frame,), port, now)
-        self._output(self.endpoint, now)
+        self._output(ep, now)
 
     # --- endpoint processing model (HostJitter) -----------------------------------------
 
