@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def main() -> int:
     topo = (f"leafspine:planes={a.planes},spines={a.spines},leaves={a.hosts // 16},"
             "hosts=16")
     runs: dict[str, list[dict[str, object]]] = {"base": [], "this": []}
+    load_start = os.getloadavg()
     for i in range(a.rounds):
         for name, tree in (("base", a.base.resolve()), ("this", HERE)):
             r = run_one(tree, topo, a.size, a.seed)
@@ -85,7 +87,13 @@ def main() -> int:
     def med(name: str, key: str) -> float:
         return statistics.median(float(r[key]) for r in runs[name])  # type: ignore[arg-type]
 
+    load = (load_start, os.getloadavg())
     same = {r["digest"] for r in runs["base"]} == {r["digest"] for r in runs["this"]}
+    same_events = {r["events"] for r in runs["base"]} == {r["events"] for r in runs["this"]}
+    # Each round's pair ran back to back: the spread of its ratios says how much the
+    # machine's load moved the figures.
+    paired = sorted(float(t["eps"]) / float(b["eps"])  # type: ignore[arg-type]
+                    for b, t in zip(runs["base"], runs["this"], strict=True))
     table = {
         k: {"base": med("base", k), "this": med("this", k),
             "ratio": med("this", k) / med("base", k) if med("base", k) else None}
@@ -93,7 +101,9 @@ def main() -> int:
     }
     if a.json:
         print(json.dumps({"topology": topo, "size": a.size, "rounds": a.rounds,
-                          "identical": same, "median": table, "runs": runs}, indent=1))
+                          "identical": same, "same_events": same_events, "median": table,
+                          "paired_eps_ratios": paired, "loadavg": load, "runs": runs},
+                         indent=1))
         return 0 if same else 1
     print(f"{topo}, permutation of {a.size} B flows, seed {a.seed}, {a.rounds} A/B rounds "
           "(medians)")
@@ -105,6 +115,10 @@ def main() -> int:
         ratio = row["ratio"]
         print(f"{names[k]:28}{row['base']:12,.2f}{row['this']:12,.2f}"
               f"{ratio if ratio is not None else float('nan'):11.2f}")
+    print(f"events per CPU-s, this/base per round: {', '.join(f'{x:.2f}' for x in paired)}")
+    print(f"load average (1, 5, 15 min) at the start {load[0][0]:.1f} {load[0][1]:.1f} "
+          f"{load[0][2]:.1f}, at the end {load[1][0]:.1f} {load[1][1]:.1f} {load[1][2]:.1f}")
+    print(f"same event count: {'yes' if same_events else 'no'}")
     print(f"results identical (flows, ports, host counters): {'yes' if same else 'NO'}")
     return 0 if same else 1
 

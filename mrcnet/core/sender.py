@@ -114,6 +114,7 @@ class Sender:
         self.txt: TxTable
         self._txcap = 0
         self._tmpl: dict[tuple[object, ...], Any] = {}
+        self._tmpl_first: dict[int, DataTemplate] = {}  # rkey -> the first one built
         self._tmpl_ev: dict[tuple[int, int], tuple[int, Any, Any]] = {}
         # (path, rkey) -> (port, slot in self._runs): new data frames built a run at a
         # time in C (None without the C fast path: one frame per call then); and the
@@ -140,6 +141,7 @@ class Sender:
     def clear_templates(self) -> None:
         """Forget every frame template (the routes changed: INIT -> RTR)."""
         self._tmpl.clear()
+        self._tmpl_first.clear()
         self._tmpl_ev.clear()
         self._run_slot.clear()
         self._run_slot_ev.clear()
@@ -476,8 +478,14 @@ class Sender:
         try:
             tmpl = self._tmpl.get(shape)
             if tmpl is None:
-                tmpl = make_template(DataTemplate.for_route(
-                    route, dest_qp=self.attrs.dest_qp_num or 0, rkey=rkey))
+                # Another plane's: the first one's headers patched when the routes allow
+                first = self._tmpl_first.get(rkey)
+                py = first.along(route) if first is not None else None
+                if py is None:
+                    py = DataTemplate.for_route(route, dest_qp=self.attrs.dest_qp_num or 0,
+                                                rkey=rkey)
+                    self._tmpl_first.setdefault(rkey, py)
+                tmpl = make_template(py)
                 self._tmpl[shape] = tmpl
             if route.usid is not None:
                 spec = tmpl.path(usid=route.usid, usid_srh=route.usid_srh)

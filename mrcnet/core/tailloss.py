@@ -133,11 +133,12 @@ class TailLoss:
         if e is None or first is None or first >= tie_seq or e[E_SENT] != limit:
             return
         allowance = wait - txt.rack_rtt
+        srtts: dict[int, float] = {}  # _path_srtt's answers for this pass
         for seq in txt.inflight():
             e = txt.get(seq)
             if e is None or e[E_SENT] != limit or seq >= tie_seq:
                 return
-            rtt = self._path_srtt(e[E_EV])
+            rtt = self._path_srtt(e[E_EV], srtts)
             if not rtt:
                 continue  # a path not measured yet: how slow it is nobody knows
             due = limit + max(wait, rtt + allowance)
@@ -146,10 +147,14 @@ class TailLoss:
                 continue
             self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")
+            srtts.clear()  # (what a loss changes, the next answers see)
 
-    def _path_srtt(self, ev: int) -> float:
+    def _path_srtt(self, ev: int, paths: dict[int, float] | None = None) -> float:
         """The smoothed RTT of ``ev``'s path: the EV's own, else the largest of the
-        path's other EVs (EVs of one path share its links); 0 if none is measured."""
+        path's other EVs (EVs of one path share its links); 0 if none is measured.
+        ``paths``: an empty dict the caller keeps while the EVs' RTTs stay as they are,
+        filled on first need with every path's largest in one pass over the EVs (a
+        burst's tied packets spread over many paths: one pass instead of one each)."""
         evm = self.evm
         if evm is None:
             return 0.0
@@ -157,8 +162,17 @@ class TailLoss:
         if info is not None and info.srtt:
             return info.srtt
         key = ev >> EV_PATH_SHIFT
-        return max((i.srtt for i in evm.evs.values() if i.ev >> EV_PATH_SHIFT == key),
-                   default=0.0)
+        if paths is None:
+            return max((i.srtt for i in evm.evs.values() if i.ev >> EV_PATH_SHIFT == key),
+                       default=0.0)
+        if not paths:
+            for i in evm.evs.values():
+                r = i.srtt
+                if r:  # (a path none of whose EVs is measured answers 0)
+                    k = i.ev >> EV_PATH_SHIFT
+                    if r > paths.get(k, 0.0):
+                        paths[k] = r
+        return paths.get(key, 0.0)
 
     def _late_arrival(self, seq: int, late: float) -> bool:
         """A transmission declared lost arrived ``late`` s after that: learn the

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -228,6 +229,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(f"mrc-sim: plot written to {sim_plot(res, args.plot)}", file=sys.stderr)
     unfinished = any(f["fct"] is None for f in res["flows"])
+    # The run's objects live until the process ends: leave them out of the collection
+    # the interpreter makes on its way out (a full walk of them all, seconds at scale).
+    gc.freeze()
     return 1 if unfinished else 0
 
 

@@ -110,7 +110,7 @@ class NativeSimulator(Simulator):
                 n += out.events
                 self.now = out.t
                 if why == HOST:
-                    hosts[out.host].receive(buf[: out.len], out.hport)
+                    hosts[out.host].arrive(buf[: out.len], out.hport, self.now)
                 elif why == PY:
                     fn, arg = items.pop(out.key)
                     fn(arg)

@@ -23,6 +23,7 @@ rtx=, ack_req=, cap=) -> length``; ``out`` is a bytearray/memoryview or, fastest
 
 from __future__ import annotations
 
+import copy
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -162,6 +163,30 @@ class DataTemplate:
         frame = build_data(route, ev=0, opcode=Opcode.WRITE_ONLY, dest_qp=dest_qp, psn=0, va=0,
                            rkey=rkey, dscp=dscp, ecn=ecn)
         return cls(frame, route)
+
+    def along(self, route: Route) -> DataTemplate | None:
+        """This template along another ``route`` (same QP, rkey, DSCP and ECN), when its
+        frames and the route's are MRC's form (an inner IPv6 header, a uSID route, no
+        SRH): then only the MACs, the outer hop limit, source and destination and the
+        inner addresses differ, so the headers are these with those patched instead of a
+        frame built and parsed again (a QP's template per plane). Its frames are the
+        bytes :meth:`for_route`'s make (a test compares them; the UDP checksum the
+        headers keep is the old route's, which every frame's own replaces). None for any
+        other route: build that one with :meth:`for_route`."""
+        if (self.off_srh_segs or not self.off_inner or route.usid is None
+                or route.segments is not None or route.usid_srh is not None
+                or not route.encap):
+            return None
+        hdr = bytearray(self.hdr)
+        hdr[0:6], hdr[6:12] = route.dst_mac, route.src_mac
+        o, i = self.off_outer, self.off_inner
+        hdr[o + 7] = route.hop_limit
+        hdr[o + 8 : o + 24], hdr[o + 24 : o + 40] = route.src_ip, route.usid
+        hdr[i + 8 : i + 24], hdr[i + 24 : i + 40] = route.src_ip, route.dst_ip
+        t = copy.copy(self)
+        t.hdr = bytes(hdr)
+        t.pseudo_src, t.pseudo_dst = bytes(route.src_ip), bytes(route.dst_ip)
+        return t
 
     @property
     def has_srh(self) -> bool:

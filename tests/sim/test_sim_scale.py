@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
-from mrcnet.constants import NackReason
+from mrcnet.constants import NackReason, Opcode
 from mrcnet.core.ctrl import NackTemplate, SackTemplate
 from mrcnet.native import HAVE_C
 from mrcnet.sim.cli import main
@@ -26,6 +26,7 @@ from mrcnet.sim.net import EgressPort, ElidedFrame, elide_frame, restore_frame, 
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import Fabric, parse_topology
 from mrcnet.wire import parse_frame
+from mrcnet.wire.template import DataTemplate, make_template
 
 
 def _frame(payload_len: int = 4000) -> bytes:
@@ -168,6 +169,39 @@ def test_sack_and_nack_templates_for_another_route_are_built_from_scratch_ones(
         assert nfirst.for_route(r).build(*nargs) == NackTemplate(
             r, dest_qp=0x12345, src_qp=0x789).build(*nargs)
         parse_frame(nfirst.for_route(r).build(*nargs))
+
+
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_a_data_template_along_another_route_makes_the_fresh_ones_frames(srv6: str) -> None:
+    """A QP's data template for another plane (or spine) is its first one's headers
+    patched (DataTemplate.along): every frame it makes is the one a template built from
+    scratch for that route makes, in C and in Python; SRH routes are built."""
+    fab = Fabric(Simulator(), parse_topology(
+        f"leafspine:planes=2,spines=4,leaves=3,hosts=2,srv6={srv6}"))
+    routes = [fab.route(s, d, p, sp) for s, d in ((0, 5), (3, 2), (1, 0))
+              for p in range(2) for sp in range(4)]
+    first = DataTemplate.for_route(routes[0], dest_qp=0x12345, rkey=0x777)
+    payload = bytes(range(256)) * 3
+    for r in routes[1:]:
+        derived = first.along(r)
+        fresh = DataTemplate.for_route(r, dest_qp=0x12345, rkey=0x777)
+        if srv6 == "srh":
+            assert derived is None
+            continue
+        assert derived is not None
+        u = fresh.off_udp + 6  # (the UDP checksum: the headers' own is never sent)
+        assert derived.hdr[:u] + derived.hdr[u + 2:] == fresh.hdr[:u] + fresh.hdr[u + 2:]
+        assert {k: v for k, v in vars(derived).items() if k != "hdr"} == {
+            k: v for k, v in vars(fresh).items() if k != "hdr"}
+        path = fresh.path(usid=r.usid)
+        for t_d, t_f in ((derived, fresh), (make_template(derived), make_template(fresh))):
+            for args in ((Opcode.WRITE_FIRST, 5, 0x80012345, 0x1000, payload, path, 7, None,
+                          0x1234, False, True),
+                         (Opcode.WRITE_ONLY_IMM, 9, 0x80054321, 0x2000, payload[:100], None,
+                          8, 0xABCD, None, True, False)):
+                got = t_d.frame(*args)
+                assert got == t_f.frame(*args)
+                parse_frame(got)  # checksum and ICRC verified
 
 
 def test_progress_lines_give_time_speed_flows_and_an_eta(tmp_path: Path,

@@ -142,3 +142,37 @@ def test_a_run_in_pieces_stops_where_the_python_one_does(step: str) -> None:
     assert trace[0] == trace[1]
     assert len(trace[0]) > 20
     assert all(r.finish is not None for r in runs[1].results.values())
+
+
+class _RxTap:
+    """A host's stack behind a tap that counts the frames handed to its ``receive``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.received = inner, 0
+
+    def receive(self, frame: bytearray, port: int, now: float) -> None:
+        self.received += 1
+        self.inner.receive(frame, port, now)
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        return self.inner.frames_to_send(now)  # type: ignore[no-any-return]
+
+    def next_timer(self) -> float | None:
+        return self.inner.next_timer()  # type: ignore[no-any-return]
+
+    def handle_timer(self, now: float) -> None:
+        self.inner.handle_timer(now)
+
+
+def test_a_stack_put_in_place_of_the_attached_one_gets_every_frame() -> None:
+    """The C network hands a host's frames to the attached stack's batch entry
+    (HostNode.arrive); an endpoint put in its place afterwards (a tap) gets them through
+    its own ``receive``, every one."""
+    run = SimRun(parse_topology("leafspine:planes=2,spines=2,leaves=2,hosts=2"),
+                 permutation(4, 256 << 10, seed=2), native=True)
+    node = run.fabric.hosts[1]
+    tap = _RxTap(node.endpoint)
+    node.endpoint = tap
+    res = run.run(until=0.1)
+    assert all(r.finish is not None for r in res.flows)
+    assert tap.received == node.counters.rx_frames > 0
