@@ -54,35 +54,66 @@ def route_fate(route: Route, peer: str) -> object:
 
 
 class VerdictView:
-    """One QP's view of the host's verdicts: its path indexes' fate keys per plane."""
+    """One QP's view of the host's verdicts: its routes per plane (path index order), and
+    their fate keys, worked out the first time a verdict needs them.
 
-    __slots__ = ("evm", "keys", "qpn", "table")
+    (Lazily: a table of every path's key per QP, and the host's index from key to
+    members, took 155 MB of the 480 MB the simulator allocates at 1024 hosts, and 3 GB
+    at 8192, most of it for hosts that never see a failure.)"""
 
-    def __init__(self, table: PathVerdicts, qpn: int, evm: EVManager,
-                 keys: dict[tuple[int, int], FateKey]) -> None:
+    __slots__ = ("_fates", "evm", "peer", "qpn", "routes", "table")
+
+    def __init__(self, table: PathVerdicts, qpn: int, evm: EVManager, peer: str,
+                 routes: dict[int, list[Route]]) -> None:
         self.table = table
         self.qpn = qpn
         self.evm = evm
-        self.keys = keys  # (plane, path index) -> fate key
+        self.peer = peer
+        self.routes = routes  # plane -> routes by path index
+        self._fates: dict[int, list[FateKey]] = {}  # plane -> fate key by path index
+
+    def fates(self, plane: int) -> list[FateKey]:
+        """The fate key of each of ``plane``'s paths, by path index."""
+        ks = self._fates.get(plane)
+        if ks is None:
+            peer = self.peer
+            ks = self._fates[plane] = [(plane, route_fate(r, peer))
+                                       for r in self.routes.get(plane, ())]
+        return ks
+
+    def key(self, plane: int, path: int) -> FateKey | None:
+        """The fate key of (plane, path), None for a path the QP has not."""
+        ks = self.fates(plane)
+        return ks[path] if 0 <= path < len(ks) else None
 
     def bad_paths(self, plane: int) -> set[int]:
         """Path indexes of ``plane`` the host holds failing (the refill avoids them)."""
         bad = self.table.bad
         if not bad:
             return set()
-        return {path for (pl, path), key in self.keys.items() if pl == plane and key in bad}
+        return {path for path, key in enumerate(self.fates(plane)) if key in bad}
 
     def failed(self, plane: int, path: int, now: float) -> None:
         """This QP retired (plane, path) for loss or a timeout: tell the others."""
-        key = self.keys.get((plane, path))
+        key = self.key(plane, path)
         if key is not None:
             self.table.failed(key, self, now)
 
     def revived(self, plane: int, path: int, now: float) -> None:
         """This QP's probes revived (plane, path): tell the others."""
-        key = self.keys.get((plane, path))
+        key = self.key(plane, path)
         if key is not None:
             self.table.revived(key, self, now)
+
+    def last_with(self, key: FateKey) -> tuple[int, int] | None:
+        """The (plane, path) with fate ``key``, the last in plane and path order when
+        several have it; None when none has."""
+        found = None
+        for plane in self.routes:
+            for path, k in enumerate(self.fates(plane)):
+                if k == key:
+                    found = (plane, path)
+        return found
 
 
 class PathVerdicts:
@@ -90,7 +121,6 @@ class PathVerdicts:
 
     def __init__(self) -> None:
         self.bad: dict[FateKey, float] = {}  #: failing fate key -> when it was reported
-        self._members: dict[FateKey, dict[int, tuple[VerdictView, int, int]]] = {}
         self._views: dict[int, VerdictView] = {}
         self.shared = 0  #: paths retired in other QPs by a shared verdict
         self.revived_shared = 0  #: paths revived in other QPs by a shared revival
@@ -103,43 +133,45 @@ class PathVerdicts:
         self.detach(qpn)
         if evm.ecmp:
             return  # one EV by hash that never retires: nothing to share
-        keys = {(plane, path): (plane, route_fate(route, peer))
-                for plane, rs in routes.items() for path, route in enumerate(rs)}
-        view = VerdictView(self, qpn, evm, keys)
-        for (plane, path), key in keys.items():
-            self._members.setdefault(key, {})[qpn] = (view, plane, path)
+        view = VerdictView(self, qpn, evm, peer, routes)
         self._views[qpn] = view
         evm.verdicts = view
-        for (plane, path), key in keys.items():
-            if key in self.bad:
-                evm.retire_path(plane, path, now, "shared")
+        if self.bad:
+            for plane in routes:
+                for path, key in enumerate(view.fates(plane)):
+                    if key in self.bad:
+                        evm.retire_path(plane, path, now, "shared")
 
     def detach(self, qpn: int) -> None:
         """Forget QP ``qpn`` (destroyed, reset or given a new EV set)."""
         view = self._views.pop(qpn, None)
-        if view is None:
-            return
-        view.evm.verdicts = None
-        for key in view.keys.values():
-            members = self._members.get(key)
-            if members is not None:
-                members.pop(qpn, None)
-                if not members:
-                    del self._members[key]
+        if view is not None:
+            view.evm.verdicts = None
+
+    def _others(self, key: FateKey, by: VerdictView) -> list[tuple[VerdictView, int, int]]:
+        """Every other QP with a path of fate ``key`` (its last such path), in the order
+        the QPs attached. Verdicts are rare: a walk over the views, not an index."""
+        out = []
+        for qpn, view in self._views.items():
+            if qpn != by.qpn:
+                at = view.last_with(key)
+                if at is not None:
+                    out.append((view, *at))
+        return out
 
     def failed(self, key: FateKey, by: VerdictView, now: float) -> None:
         """``by`` retired a path with fate ``key``: every other member retires it."""
         if key in self.bad:
             return
         self.bad[key] = now
-        for qpn, (view, plane, path) in list(self._members.get(key, {}).items()):
-            if qpn != by.qpn and view.evm.retire_path(plane, path, now, "shared"):
+        for view, plane, path in self._others(key, by):
+            if view.evm.retire_path(plane, path, now, "shared"):
                 self.shared += 1
 
     def revived(self, key: FateKey, by: VerdictView, now: float) -> None:
         """``by``'s probes revived a path with fate ``key``: every member revives it."""
         if self.bad.pop(key, None) is None:
             return
-        for qpn, (view, plane, path) in list(self._members.get(key, {}).items()):
-            if qpn != by.qpn and view.evm.revive_path(plane, path, now):
+        for view, plane, path in self._others(key, by):
+            if view.evm.revive_path(plane, path, now):
                 self.revived_shared += 1
