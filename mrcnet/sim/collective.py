@@ -9,10 +9,13 @@ Each iteration (a collective step) is a set of writes with dependencies:
 - ``allgather``: the ring, ``n-1`` writes of ``size/n`` per rank, same dependencies;
 - ``alltoall``: one matrix, every rank writes ``size/n`` to every other rank at once.
 
-The next iteration starts when every write of this one completed. A write counts as
-arrived when its requester sees it complete (every packet acknowledged): half a round
-trip later than the receiver knew, a few microseconds at the simulator's rates. Step
-times (P50/P99/P100), algbw and busbw follow mrc-coll's (nccl-tests) definitions; the
+Every write is a write with immediate, as mrc-coll's: a ring step goes on when the
+receiver has the data (its ``ImmediateReceived``, the write complete and in order
+there), not when the sender learns it (``signal="completion"``, the model before: a
+SACK later, and that SACK may wait the receiver's ``ack_delay``). The next iteration
+starts when every write of this one is complete at both ends (mrc-coll's
+``wait_sent``). Step times (P50/P99/P100), algbw and busbw follow mrc-coll's
+(nccl-tests) definitions; the
 ideal busbw is the hosts' bandwidth over all planes. One QP pair per (sender, receiver)
 is reused by every iteration. Failures use ``mrc-sim run``'s grammar, times from the
 first step (the first warm-up iteration starts at 0).
@@ -33,7 +36,7 @@ from mrcnet.coll.algorithms import bus_factor
 from mrcnet.coll.errors import CollError
 from mrcnet.coll.options import CollOptions, add_collective_options, collective_options
 from mrcnet.coll.report import Row
-from mrcnet.core import PathStateChanged, QPError, WriteCompleted
+from mrcnet.core import ImmediateReceived, PathStateChanged, QPError, WriteCompleted
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import parse_failure
 from mrcnet.sim.matrix import Flow
@@ -41,7 +44,11 @@ from mrcnet.sim.net import HostNode
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import LeafSpineSpec, parse_topology
 
-__all__ = ["CollectiveRun", "add_collective_parser", "default_topology", "run_collective"]
+__all__ = ["SIGNALS", "CollectiveRun", "add_collective_parser", "default_topology",
+           "run_collective"]
+
+#: What releases a ring's next write (:class:`CollectiveRun`'s ``signal``).
+SIGNALS = ("arrival", "completion")
 
 
 @dataclass
@@ -75,10 +82,16 @@ class CollectiveRun(SimRun):
     more first); :attr:`steps` holds each timed iteration's duration."""
 
     def __init__(self, spec: LeafSpineSpec, op: str, size: int, *, iters: int,
-                 warmup: int = 1, ranks: int | None = None, **kw: Any) -> None:
+                 warmup: int = 1, ranks: int | None = None, signal: str = "arrival",
+                 **kw: Any) -> None:
         world = ranks or spec.n_hosts
         if not 2 <= world <= spec.n_hosts:
             raise SpecError(f"{world} ranks on a fabric of {spec.n_hosts} hosts")
+        if signal not in SIGNALS:
+            raise SpecError(f"unknown signal {signal!r}: {' or '.join(SIGNALS)}")
+        #: what releases a ring's next write: the data's arrival at the receiver
+        #: (mrc-coll's) or the sender's completion (a SACK later)
+        self.signal = signal
         self.op, self.size, self.world = op, size, world
         self.writes = plan(op, size, world)
         pairs = sorted({(w.src, w.dst) for w in self.writes})
@@ -99,6 +112,15 @@ class CollectiveRun(SimRun):
         self._last_dst = -1  # the rank the latest completed write went to
         self.error: str | None = None
         self._wr: dict[tuple[int, int], int] = {}  # (host, wr_id) -> write index
+        self._arrivals = 0  # writes of this iteration whose data reached the receiver
+        # Receives for the immediates, as mrc-coll posts them: as many per QP as writes
+        # go over it in an iteration, one posted again for each one consumed.
+        per_pair: dict[tuple[int, int], int] = {}
+        for w in self.writes:
+            per_pair[(w.src, w.dst)] = per_pair.get((w.src, w.dst), 0) + 1
+        for (src, dst), fid in self._pair.items():
+            for k in range(per_pair[(src, dst)]):
+                self.hosts[dst].post_recv(self.qps[fid][1], k)
         self.sim.at(0.0, self._next_iteration)
 
     def _start_flow(self, f: Flow) -> None:
@@ -117,6 +139,7 @@ class CollectiveRun(SimRun):
             return
         self.t_iter = now
         self._left = len(self.writes)
+        self._arrivals = 0
         self._waiting = [w.deps for w in self.writes]
         for i, w in enumerate(self.writes):
             if not w.deps:
@@ -129,30 +152,46 @@ class CollectiveRun(SimRun):
         self._wr[(w.src, wr_id)] = i
         mr = self._mrs[w.dst]
         self.hosts[w.src].post_write(self.qps[fid][0], wr_id, self._mrs[w.src], 0, w.size,
-                                     mr.addr, mr.rkey)
+                                     mr.addr, mr.rkey, imm=i)
         self.fabric.hosts[w.src].kick()
 
     def _drain_events(self, node: HostNode) -> None:
         host = self.hosts[node.index]
         while (ev := host.next_event()) is not None:
-            if isinstance(ev, WriteCompleted):
+            if isinstance(ev, ImmediateReceived):
+                host.post_recv(ev.qpn, ev.wr_id)
+                self._arrivals += 1
+                if self.signal == "arrival":
+                    self._release(ev.imm)
+                self._maybe_done()
+            elif isinstance(ev, WriteCompleted):
                 i = self._wr.pop((node.index, ev.wr_id), None)
                 if i is None:
                     continue
-                for j in self.writes[i].then:
-                    self._waiting[j] -= 1
-                    if not self._waiting[j]:
-                        self._post(j)
+                if self.signal == "completion":
+                    self._release(i)
                 self._left -= 1
                 self._last_dst = self.writes[i].dst
-                if not self._left:
-                    self.sim.at(self.sim.now, self._next_iteration)
+                self._maybe_done()
             elif isinstance(ev, QPError) and self.error is None:
                 self.error = f"{host.name}: QP {ev.qpn} failed: {ev.reason}"
                 self._pending = 0
                 self.sim.stop()
             elif isinstance(ev, PathStateChanged):
                 self.path_events.append((self.sim.now, host.name, ev))
+
+    def _release(self, i: int) -> None:
+        """Write ``i`` is through (by :attr:`signal`): post the writes waiting on it."""
+        for j in self.writes[i].then:
+            self._waiting[j] -= 1
+            if not self._waiting[j]:
+                self._post(j)
+
+    def _maybe_done(self) -> None:
+        """The iteration ends when every write is complete at both ends."""
+        if not self._left and self._arrivals == len(self.writes):
+            self._left = -1  # (once)
+            self.sim.at(self.sim.now, self._next_iteration)
 
     def row(self) -> Row:
         """The timed steps as mrc-coll's row. Every rank starts a step together, so the
@@ -176,10 +215,12 @@ def default_topology(hosts: int) -> str:
 def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                    ranks: int | None = None, seed: int = 1,
                    until: float | None = None,
-                   host_config: dict[str, Any] | None = None) -> dict[str, Any]:
+                   host_config: dict[str, Any] | None = None,
+                   signal: str = "arrival") -> dict[str, Any]:
     """One collective run per size of ``opts``; mrc-coll's JSON shape plus the
     simulator's figures (``counters``: the core's, summed over the hosts).
-    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields."""
+    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields; ``signal``: see
+    :class:`CollectiveRun`."""
     spec = parse_topology(topology)
     failures = [parse_failure(f) for f in opts.fail]
     rows, extra = [], []
@@ -187,7 +228,7 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
     for size in opts.sizes:
         run = CollectiveRun(spec, opts.op, size, iters=opts.iters, warmup=opts.warmup,
                             ranks=ranks, transport=transport, failures=failures, seed=seed,
-                            host_config=host_config)
+                            host_config=host_config, signal=signal)
         res = run.run(until=until)
         row = run.row()
         rows.append(row)
@@ -208,7 +249,7 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
         out_rows.append(d)
     last = out_rows[-1]
     return {
-        "op": opts.op, "transport": transport, "topology": spec.to_line(),
+        "op": opts.op, "transport": transport, "topology": spec.to_line(), "signal": signal,
         "ranks": rows[-1].ranks, "failures": [f.describe() for f in failures],
         "ideal_gbps": ideal, "bus_factor": bus_factor(opts.op, rows[-1].ranks),
         "rows": out_rows,
