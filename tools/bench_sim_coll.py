@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="what releases a ring's next write: the data's arrival at the "
                     "receiver (default, as mrc-coll) or the sender's completion (the "
                     "model before)")
+    ap.add_argument("--chain", action="store_true",
+                    help="per timed step, its critical chain: hops, median hop and the "
+                    "slow ones (ring step, sender -> receiver, hop, the sender's window)")
     a = ap.parse_args(argv)
     host_config = _parse_set(a.set)
     topo = a.topology or default_topology(a.hosts)
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 res = run_collective(topo, opts, transport,
                                      ranks=a.hosts if a.topology else None,
-                                     host_config=host_config, signal=a.signal)
+                                     host_config=host_config, signal=a.signal,
+                                     trace=a.chain)
                 res["wall_s"] = time.monotonic() - t0
                 if not with_fail:
                     base = res
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                        "counters": res["rows"][-1]["counters"],
                        "completed": res["completed"], "error": res["error"],
                        "steps": len(res["steps_s"] or []), "cpu_s": res["cpu_seconds"],
-                       "wall_s": res["wall_s"]}
+                       "wall_s": res["wall_s"], "chains": res["rows"][-1].get("chains")}
                 if a.json:
                     print(json.dumps(row), flush=True)
                     continue
@@ -104,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{ratio if ratio is not None else float('nan'):>9.3f} "
                       f"{res['worst'] if res['worst'] is not None else -1:>5} "
                       f"{res['cpu_seconds']:>6.1f}  {status}", flush=True)
+                for k, ch in enumerate(row["chains"] or []):
+                    slow = ", ".join(f"s{s} {src}->{dst} {hop * 1e6:.1f}us "
+                                     f"(window {cwnd / 1024:.0f} KiB)"
+                                     for s, src, dst, hop, cwnd in ch["slow"])
+                    print(f"{'':>9} step {k}: {row['steps_s'][k] * 1e6:.1f} us, chain of "
+                          f"{ch['hops']} writes, {ch['sum_s'] * 1e6:.1f} us, median hop "
+                          f"{ch['median_s'] * 1e6:.2f} us; slow: {slow or '-'}")
     return 0
 
 

@@ -83,7 +83,7 @@ class CollectiveRun(SimRun):
 
     def __init__(self, spec: LeafSpineSpec, op: str, size: int, *, iters: int,
                  warmup: int = 1, ranks: int | None = None, signal: str = "arrival",
-                 **kw: Any) -> None:
+                 trace: bool = False, **kw: Any) -> None:
         world = ranks or spec.n_hosts
         if not 2 <= world <= spec.n_hosts:
             raise SpecError(f"{world} ranks on a fabric of {spec.n_hosts} hosts")
@@ -94,6 +94,14 @@ class CollectiveRun(SimRun):
         self.signal = signal
         self.op, self.size, self.world = op, size, world
         self.writes = plan(op, size, world)
+        self._dep = [-1] * len(self.writes)  # the write each one waits for (-1: none)
+        for i, w in enumerate(self.writes):
+            for j in w.then:
+                self._dep[j] = i
+        #: with ``trace``: per timed iteration, write index -> [posted, through (by
+        #: signal), the posting QP's window then (bytes)] (:meth:`critical_chain`)
+        self.traces: list[dict[int, list[float]]] | None = [] if trace else None
+        self._trace: dict[int, list[float]] = {}
         pairs = sorted({(w.src, w.dst) for w in self.writes})
         # One "flow" per QP pair: SimRun connects it; the writes are posted here.
         flows = [Flow(i, s, d, 0.0, self.writes[0].size) for i, (s, d) in enumerate(pairs)]
@@ -132,6 +140,9 @@ class CollectiveRun(SimRun):
             self.steps.append(now - self.t_iter)
             self.step_start.append(self.t_iter)
             self.worst.append(self._last_dst)
+            if self.traces is not None:
+                self.traces.append(self._trace)
+        self._trace = {}
         self.iteration += 1
         if self.iteration >= self.total:
             self._pending = 0
@@ -151,6 +162,9 @@ class CollectiveRun(SimRun):
         wr_id = self.iteration * len(self.writes) + i
         self._wr[(w.src, wr_id)] = i
         mr = self._mrs[w.dst]
+        if self.traces is not None:
+            cwnd = self.hosts[w.src].qp_stats(self.qps[fid][0])["cwnd"]
+            self._trace[i] = [self.sim.now, math.nan, cwnd]
         self.hosts[w.src].post_write(self.qps[fid][0], wr_id, self._mrs[w.src], 0, w.size,
                                      mr.addr, mr.rkey, imm=i)
         self.fabric.hosts[w.src].kick()
@@ -182,6 +196,8 @@ class CollectiveRun(SimRun):
 
     def _release(self, i: int) -> None:
         """Write ``i`` is through (by :attr:`signal`): post the writes waiting on it."""
+        if self.traces is not None:
+            self._trace[i][1] = self.sim.now
         for j in self.writes[i].then:
             self._waiting[j] -= 1
             if not self._waiting[j]:
@@ -192,6 +208,24 @@ class CollectiveRun(SimRun):
         if not self._left and self._arrivals == len(self.writes):
             self._left = -1  # (once)
             self.sim.at(self.sim.now, self._next_iteration)
+
+    def critical_chain(self, step: int) -> list[tuple[int, int, int, float, float]]:
+        """Timed step ``step``'s critical chain (needs ``trace``): from its last write
+        through (by :attr:`signal`) back along the writes each waited for, in order;
+        per write (ring step, sender, receiver, post to through in seconds, the sender
+        QP's window in bytes when it was posted). A ring's step time is the sum of its
+        chain's hops."""
+        if self.traces is None:
+            raise SpecError("critical_chain needs a run made with trace=True")
+        tr = self.traces[step]
+        i = max(tr, key=lambda k: tr[k][1])
+        chain = []
+        while i >= 0:
+            posted, through, cwnd = tr[i]
+            w = self.writes[i]
+            chain.append((i // self.world, w.src, w.dst, through - posted, cwnd))
+            i = self._dep[i]
+        return chain[::-1]
 
     def row(self) -> Row:
         """The timed steps as mrc-coll's row. Every rank starts a step together, so the
@@ -216,19 +250,22 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                    ranks: int | None = None, seed: int = 1,
                    until: float | None = None,
                    host_config: dict[str, Any] | None = None,
-                   signal: str = "arrival") -> dict[str, Any]:
+                   signal: str = "arrival", trace: bool = False) -> dict[str, Any]:
     """One collective run per size of ``opts``; mrc-coll's JSON shape plus the
     simulator's figures (``counters``: the core's, summed over the hosts).
     ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields; ``signal``: see
-    :class:`CollectiveRun`."""
+    :class:`CollectiveRun`. With ``trace`` each row has ``chains``: per timed step, its
+    critical chain's length, median hop and slow hops (over twice the median: ring
+    step, sender, receiver, hop seconds, the sender's window in bytes at the post)."""
     spec = parse_topology(topology)
     failures = [parse_failure(f) for f in opts.fail]
-    rows, extra = [], []
+    rows: list[Row] = []
+    extra: list[dict[str, Any]] = []
     cpu0 = time.process_time()
     for size in opts.sizes:
         run = CollectiveRun(spec, opts.op, size, iters=opts.iters, warmup=opts.warmup,
                             ranks=ranks, transport=transport, failures=failures, seed=seed,
-                            host_config=host_config, signal=signal)
+                            host_config=host_config, signal=signal, trace=trace)
         res = run.run(until=until)
         row = run.row()
         rows.append(row)
@@ -239,6 +276,9 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
         extra.append({"error": run.error, "sim_time": res.sim_time, "events": res.events,
                       "cpu_seconds": res.cpu, "counters": counters,
                       "iterations_done": max(0, run.iteration - run.warmup)})
+        if trace:
+            extra[-1]["chains"] = [_chain_summary(run.critical_chain(k))
+                                   for k in range(len(run.steps))]
     ideal = spec.host_bandwidth_bps / 1e9
     out_rows = []
     for row, ex in zip(rows, extra, strict=True):
@@ -261,6 +301,14 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                                     "worst", "error")},
         "cpu_seconds": time.process_time() - cpu0,
     }
+
+
+def _chain_summary(chain: list[tuple[int, int, int, float, float]]) -> dict[str, Any]:
+    """A critical chain in brief: its length, its median hop and its slow hops."""
+    hops = sorted(h[3] for h in chain)
+    median = hops[len(hops) // 2]
+    return {"hops": len(chain), "sum_s": sum(hops), "median_s": median,
+            "slow": [list(h) for h in chain if h[3] > 2 * median]}
 
 
 def _fmt(res: dict[str, Any]) -> str:

@@ -85,6 +85,26 @@ def test_ring_goes_on_when_the_data_arrives() -> None:
     assert step_a < step_c
 
 
+def test_critical_chain_adds_up_to_the_ring() -> None:
+    """The traced chain of a ring step: one write per ring step (2(n-1) of them), each
+    posted when the one before it arrived, so their hops add up to the time from the
+    step's start to its last arrival (the step then waits for the last SACKs)."""
+    run = CollectiveRun(parse_topology(SMALL), "allreduce", 256 << 10, iters=2, warmup=1,
+                        trace=True)
+    run.run()
+    assert run.traces is not None and len(run.traces) == 2
+    for k in range(2):
+        chain = run.critical_chain(k)
+        assert [c[0] for c in chain] == list(range(2 * (run.world - 1)))
+        assert all(c[2] == (c[1] + 1) % run.world and c[3] > 0 for c in chain)
+        assert all(c[4] > 0 for c in chain)  # the sender's window at the post
+        last = max(t[1] for t in run.traces[k].values())
+        assert sum(c[3] for c in chain) == pytest.approx(last - run.step_start[k])
+        assert sum(c[3] for c in chain) <= run.steps[k]
+    with pytest.raises(SpecError, match="trace=True"):
+        CollectiveRun(parse_topology(SMALL), "allreduce", 4096, iters=1).critical_chain(0)
+
+
 def test_unknown_signal_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="unknown signal"):
         CollectiveRun(parse_topology(SMALL), "allreduce", 4096, iters=1, signal="sent")
