@@ -25,7 +25,7 @@ from typing import Any
 
 from mrcnet.coll.options import CollOptions
 from mrcnet.sim.cli import _parse_set
-from mrcnet.sim.collective import default_topology, run_collective
+from mrcnet.sim.collective import SIGNALS, default_topology, run_collective
 from mrcnet.topology.units import parse_bytes
 
 LINK = "L0.0-S0.1"
@@ -46,13 +46,21 @@ def main(argv: list[str] | None = None) -> int:
                     "(e.g. share_verdicts=false, tail_probe=false; repeatable)")
     ap.add_argument("--fail-at", metavar="TIME",
                     help="when the link goes down (default: mid-run, from the first P50)")
+    ap.add_argument("--signal", choices=SIGNALS, default="arrival",
+                    help="what releases a ring's next write: the data's arrival at the "
+                    "receiver (default, as mrc-coll) or the sender's completion (the "
+                    "model before)")
+    ap.add_argument("--chain", action="store_true",
+                    help="per timed step, its critical chain: hops, median hop and the "
+                    "slow ones (ring step, sender -> receiver, hop, the sender's window)")
     a = ap.parse_args(argv)
     host_config = _parse_set(a.set)
     topo = a.topology or default_topology(a.hosts)
     size = parse_bytes(a.size)
     if not a.json:
         print(f"# {topo}, {a.hosts} ranks, {size} B, {a.iters} timed steps "
-              f"(+{a.warmup} warm-up); failure: {LINK} down mid-run")
+              f"(+{a.warmup} warm-up); failure: {LINK} down mid-run; "
+              f"next write on {a.signal}")
         print(f"{'op':>9} {'transport':>9} {'failure':<28} {'p50 us':>9} {'p99 us':>9} "
               f"{'p100 us':>9} {'p100/p50':>8} {'busbw':>9} {'/ideal':>6} {'p100/base':>9} "
               f"{'worst':>5} {'cpu s':>6}  status")
@@ -71,13 +79,15 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 res = run_collective(topo, opts, transport,
                                      ranks=a.hosts if a.topology else None,
-                                     host_config=host_config)
+                                     host_config=host_config, signal=a.signal,
+                                     trace=a.chain)
                 res["wall_s"] = time.monotonic() - t0
                 if not with_fail:
                     base = res
                 ratio = (res["p100_s"] / base["p100_s"]
                          if with_fail and base and res["p100_s"] and base["p100_s"] else None)
-                row = {"op": op, "transport": transport, "failure": fail[0] if fail else None,
+                row = {"op": op, "transport": transport, "signal": a.signal,
+                       "failure": fail[0] if fail else None,
                        "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
                        "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],
                        "busbw_of_ideal": res["busbw_of_ideal"], "p100_over_base": ratio,
@@ -85,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                        "counters": res["rows"][-1]["counters"],
                        "completed": res["completed"], "error": res["error"],
                        "steps": len(res["steps_s"] or []), "cpu_s": res["cpu_seconds"],
-                       "wall_s": res["wall_s"]}
+                       "wall_s": res["wall_s"], "chains": res["rows"][-1].get("chains")}
                 if a.json:
                     print(json.dumps(row), flush=True)
                     continue
@@ -98,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{ratio if ratio is not None else float('nan'):>9.3f} "
                       f"{res['worst'] if res['worst'] is not None else -1:>5} "
                       f"{res['cpu_seconds']:>6.1f}  {status}", flush=True)
+                for k, ch in enumerate(row["chains"] or []):
+                    slow = ", ".join(f"s{s} {src}->{dst} {hop * 1e6:.1f}us "
+                                     f"(window {cwnd / 1024:.0f} KiB)"
+                                     for s, src, dst, hop, cwnd in ch["slow"])
+                    print(f"{'':>9} step {k}: {row['steps_s'][k] * 1e6:.1f} us, chain of "
+                          f"{ch['hops']} writes, {ch['sum_s'] * 1e6:.1f} us, median hop "
+                          f"{ch['median_s'] * 1e6:.2f} us; slow: {slow or '-'}")
     return 0
 
 

@@ -9,10 +9,13 @@ Each iteration (a collective step) is a set of writes with dependencies:
 - ``allgather``: the ring, ``n-1`` writes of ``size/n`` per rank, same dependencies;
 - ``alltoall``: one matrix, every rank writes ``size/n`` to every other rank at once.
 
-The next iteration starts when every write of this one completed. A write counts as
-arrived when its requester sees it complete (every packet acknowledged): half a round
-trip later than the receiver knew, a few microseconds at the simulator's rates. Step
-times (P50/P99/P100), algbw and busbw follow mrc-coll's (nccl-tests) definitions; the
+Every write is a write with immediate, as mrc-coll's: a ring step goes on when the
+receiver has the data (its ``ImmediateReceived``, the write complete and in order
+there), not when the sender learns it (``signal="completion"``, the model before: a
+SACK later, and that SACK may wait the receiver's ``ack_delay``). The next iteration
+starts when every write of this one is complete at both ends (mrc-coll's
+``wait_sent``). Step times (P50/P99/P100), algbw and busbw follow mrc-coll's
+(nccl-tests) definitions; the
 ideal busbw is the hosts' bandwidth over all planes. One QP pair per (sender, receiver)
 is reused by every iteration. Failures use ``mrc-sim run``'s grammar, times from the
 first step (the first warm-up iteration starts at 0).
@@ -33,7 +36,7 @@ from mrcnet.coll.algorithms import bus_factor
 from mrcnet.coll.errors import CollError
 from mrcnet.coll.options import CollOptions, add_collective_options, collective_options
 from mrcnet.coll.report import Row
-from mrcnet.core import PathStateChanged, QPError, WriteCompleted
+from mrcnet.core import ImmediateReceived, PathStateChanged, QPError, WriteCompleted
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import parse_failure
 from mrcnet.sim.matrix import Flow
@@ -41,7 +44,11 @@ from mrcnet.sim.net import HostNode
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import LeafSpineSpec, parse_topology
 
-__all__ = ["CollectiveRun", "add_collective_parser", "default_topology", "run_collective"]
+__all__ = ["SIGNALS", "CollectiveRun", "add_collective_parser", "default_topology",
+           "run_collective"]
+
+#: What releases a ring's next write (:class:`CollectiveRun`'s ``signal``).
+SIGNALS = ("arrival", "completion")
 
 
 @dataclass
@@ -75,12 +82,26 @@ class CollectiveRun(SimRun):
     more first); :attr:`steps` holds each timed iteration's duration."""
 
     def __init__(self, spec: LeafSpineSpec, op: str, size: int, *, iters: int,
-                 warmup: int = 1, ranks: int | None = None, **kw: Any) -> None:
+                 warmup: int = 1, ranks: int | None = None, signal: str = "arrival",
+                 trace: bool = False, **kw: Any) -> None:
         world = ranks or spec.n_hosts
         if not 2 <= world <= spec.n_hosts:
             raise SpecError(f"{world} ranks on a fabric of {spec.n_hosts} hosts")
+        if signal not in SIGNALS:
+            raise SpecError(f"unknown signal {signal!r}: {' or '.join(SIGNALS)}")
+        #: what releases a ring's next write: the data's arrival at the receiver
+        #: (mrc-coll's) or the sender's completion (a SACK later)
+        self.signal = signal
         self.op, self.size, self.world = op, size, world
         self.writes = plan(op, size, world)
+        self._dep = [-1] * len(self.writes)  # the write each one waits for (-1: none)
+        for i, w in enumerate(self.writes):
+            for j in w.then:
+                self._dep[j] = i
+        #: with ``trace``: per timed iteration, write index -> [posted, through (by
+        #: signal), the posting QP's window then (bytes)] (:meth:`critical_chain`)
+        self.traces: list[dict[int, list[float]]] | None = [] if trace else None
+        self._trace: dict[int, list[float]] = {}
         pairs = sorted({(w.src, w.dst) for w in self.writes})
         # One "flow" per QP pair: SimRun connects it; the writes are posted here.
         flows = [Flow(i, s, d, 0.0, self.writes[0].size) for i, (s, d) in enumerate(pairs)]
@@ -99,6 +120,15 @@ class CollectiveRun(SimRun):
         self._last_dst = -1  # the rank the latest completed write went to
         self.error: str | None = None
         self._wr: dict[tuple[int, int], int] = {}  # (host, wr_id) -> write index
+        self._arrivals = 0  # writes of this iteration whose data reached the receiver
+        # Receives for the immediates, as mrc-coll posts them: as many per QP as writes
+        # go over it in an iteration, one posted again for each one consumed.
+        per_pair: dict[tuple[int, int], int] = {}
+        for w in self.writes:
+            per_pair[(w.src, w.dst)] = per_pair.get((w.src, w.dst), 0) + 1
+        for (src, dst), fid in self._pair.items():
+            for k in range(per_pair[(src, dst)]):
+                self.hosts[dst].post_recv(self.qps[fid][1], k)
         self.sim.at(0.0, self._next_iteration)
 
     def _start_flow(self, f: Flow) -> None:
@@ -110,6 +140,9 @@ class CollectiveRun(SimRun):
             self.steps.append(now - self.t_iter)
             self.step_start.append(self.t_iter)
             self.worst.append(self._last_dst)
+            if self.traces is not None:
+                self.traces.append(self._trace)
+        self._trace = {}
         self.iteration += 1
         if self.iteration >= self.total:
             self._pending = 0
@@ -117,6 +150,7 @@ class CollectiveRun(SimRun):
             return
         self.t_iter = now
         self._left = len(self.writes)
+        self._arrivals = 0
         self._waiting = [w.deps for w in self.writes]
         for i, w in enumerate(self.writes):
             if not w.deps:
@@ -128,31 +162,70 @@ class CollectiveRun(SimRun):
         wr_id = self.iteration * len(self.writes) + i
         self._wr[(w.src, wr_id)] = i
         mr = self._mrs[w.dst]
+        if self.traces is not None:
+            cwnd = self.hosts[w.src].qp_stats(self.qps[fid][0])["cwnd"]
+            self._trace[i] = [self.sim.now, math.nan, cwnd]
         self.hosts[w.src].post_write(self.qps[fid][0], wr_id, self._mrs[w.src], 0, w.size,
-                                     mr.addr, mr.rkey)
+                                     mr.addr, mr.rkey, imm=i)
         self.fabric.hosts[w.src].kick()
 
     def _drain_events(self, node: HostNode) -> None:
         host = self.hosts[node.index]
         while (ev := host.next_event()) is not None:
-            if isinstance(ev, WriteCompleted):
+            if isinstance(ev, ImmediateReceived):
+                host.post_recv(ev.qpn, ev.wr_id)
+                self._arrivals += 1
+                if self.signal == "arrival":
+                    self._release(ev.imm)
+                self._maybe_done()
+            elif isinstance(ev, WriteCompleted):
                 i = self._wr.pop((node.index, ev.wr_id), None)
                 if i is None:
                     continue
-                for j in self.writes[i].then:
-                    self._waiting[j] -= 1
-                    if not self._waiting[j]:
-                        self._post(j)
+                if self.signal == "completion":
+                    self._release(i)
                 self._left -= 1
                 self._last_dst = self.writes[i].dst
-                if not self._left:
-                    self.sim.at(self.sim.now, self._next_iteration)
+                self._maybe_done()
             elif isinstance(ev, QPError) and self.error is None:
                 self.error = f"{host.name}: QP {ev.qpn} failed: {ev.reason}"
                 self._pending = 0
                 self.sim.stop()
             elif isinstance(ev, PathStateChanged):
                 self.path_events.append((self.sim.now, host.name, ev))
+
+    def _release(self, i: int) -> None:
+        """Write ``i`` is through (by :attr:`signal`): post the writes waiting on it."""
+        if self.traces is not None:
+            self._trace[i][1] = self.sim.now
+        for j in self.writes[i].then:
+            self._waiting[j] -= 1
+            if not self._waiting[j]:
+                self._post(j)
+
+    def _maybe_done(self) -> None:
+        """The iteration ends when every write is complete at both ends."""
+        if not self._left and self._arrivals == len(self.writes):
+            self._left = -1  # (once)
+            self.sim.at(self.sim.now, self._next_iteration)
+
+    def critical_chain(self, step: int) -> list[tuple[int, int, int, float, float]]:
+        """Timed step ``step``'s critical chain (needs ``trace``): from its last write
+        through (by :attr:`signal`) back along the writes each waited for, in order;
+        per write (ring step, sender, receiver, post to through in seconds, the sender
+        QP's window in bytes when it was posted). A ring's step time is the sum of its
+        chain's hops."""
+        if self.traces is None:
+            raise SpecError("critical_chain needs a run made with trace=True")
+        tr = self.traces[step]
+        i = max(tr, key=lambda k: tr[k][1])
+        chain = []
+        while i >= 0:
+            posted, through, cwnd = tr[i]
+            w = self.writes[i]
+            chain.append((i // self.world, w.src, w.dst, through - posted, cwnd))
+            i = self._dep[i]
+        return chain[::-1]
 
     def row(self) -> Row:
         """The timed steps as mrc-coll's row. Every rank starts a step together, so the
@@ -176,18 +249,23 @@ def default_topology(hosts: int) -> str:
 def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                    ranks: int | None = None, seed: int = 1,
                    until: float | None = None,
-                   host_config: dict[str, Any] | None = None) -> dict[str, Any]:
+                   host_config: dict[str, Any] | None = None,
+                   signal: str = "arrival", trace: bool = False) -> dict[str, Any]:
     """One collective run per size of ``opts``; mrc-coll's JSON shape plus the
     simulator's figures (``counters``: the core's, summed over the hosts).
-    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields."""
+    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields; ``signal``: see
+    :class:`CollectiveRun`. With ``trace`` each row has ``chains``: per timed step, its
+    critical chain's length, median hop and slow hops (over twice the median: ring
+    step, sender, receiver, hop seconds, the sender's window in bytes at the post)."""
     spec = parse_topology(topology)
     failures = [parse_failure(f) for f in opts.fail]
-    rows, extra = [], []
+    rows: list[Row] = []
+    extra: list[dict[str, Any]] = []
     cpu0 = time.process_time()
     for size in opts.sizes:
         run = CollectiveRun(spec, opts.op, size, iters=opts.iters, warmup=opts.warmup,
                             ranks=ranks, transport=transport, failures=failures, seed=seed,
-                            host_config=host_config)
+                            host_config=host_config, signal=signal, trace=trace)
         res = run.run(until=until)
         row = run.row()
         rows.append(row)
@@ -198,6 +276,9 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
         extra.append({"error": run.error, "sim_time": res.sim_time, "events": res.events,
                       "cpu_seconds": res.cpu, "counters": counters,
                       "iterations_done": max(0, run.iteration - run.warmup)})
+        if trace:
+            extra[-1]["chains"] = [_chain_summary(run.critical_chain(k))
+                                   for k in range(len(run.steps))]
     ideal = spec.host_bandwidth_bps / 1e9
     out_rows = []
     for row, ex in zip(rows, extra, strict=True):
@@ -208,7 +289,7 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
         out_rows.append(d)
     last = out_rows[-1]
     return {
-        "op": opts.op, "transport": transport, "topology": spec.to_line(),
+        "op": opts.op, "transport": transport, "topology": spec.to_line(), "signal": signal,
         "ranks": rows[-1].ranks, "failures": [f.describe() for f in failures],
         "ideal_gbps": ideal, "bus_factor": bus_factor(opts.op, rows[-1].ranks),
         "rows": out_rows,
@@ -220,6 +301,14 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                                     "worst", "error")},
         "cpu_seconds": time.process_time() - cpu0,
     }
+
+
+def _chain_summary(chain: list[tuple[int, int, int, float, float]]) -> dict[str, Any]:
+    """A critical chain in brief: its length, its median hop and its slow hops."""
+    hops = sorted(h[3] for h in chain)
+    median = hops[len(hops) // 2]
+    return {"hops": len(chain), "sum_s": sum(hops), "median_s": median,
+            "slow": [list(h) for h in chain if h[3] > 2 * median]}
 
 
 def _fmt(res: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ import pytest
 from mrcnet.coll.options import CollOptions
 from mrcnet.sim.cli import main as sim_main
 from mrcnet.sim.collective import CollectiveRun, default_topology, plan, run_collective
+from mrcnet.sim.errors import SpecError
 from mrcnet.sim.topology import parse_topology
 
 SMALL = "leafspine:planes=2,spines=2,leaves=2,hosts=2"
@@ -45,6 +46,68 @@ def test_collective_steps_measured(op: str) -> None:
     # The steps follow one another: each starts when the one before ended.
     for i in range(1, 3):
         assert run.step_start[i] == pytest.approx(run.step_start[i - 1] + run.steps[i - 1])
+
+
+class _Timed(CollectiveRun):
+    """Records when each ring write of the timed steps was posted."""
+
+    def __init__(self, *a: object, **kw: object) -> None:
+        self.posted: dict[tuple[int, int], float] = {}
+        super().__init__(*a, **kw)  # type: ignore[arg-type]
+
+    def _post(self, i: int) -> None:
+        self.posted[(self.iteration, i)] = self.sim.now
+        super()._post(i)
+
+
+def _ring_hops(signal: str) -> tuple[list[float], float]:
+    """Each timed ring write's wait for the one it depends on (its post time minus that
+    one's), and the step time."""
+    run = _Timed(parse_topology(SMALL), "allreduce", 256 << 10, iters=1, warmup=1,
+                 signal=signal)
+    run.run()
+    assert run.error is None and len(run.steps) == 1
+    n = run.world
+    # Write (s, r) is writes[s*n + r]; for r >= 1 it waits for (s-1, r-1), n + 1 before.
+    return [run.posted[(1, i)] - run.posted[(1, i - n - 1)]
+            for i in range(n + 1, len(run.writes)) if i % n], run.steps[0]
+
+
+def test_ring_goes_on_when_the_data_arrives() -> None:
+    """mrc-coll sends a ring's next chunk when the previous one is in (its immediate
+    received), not when the sender hears of it: that is a SACK later, four links back
+    through a spine (and a SACK the receiver may hold up to ``ack_delay``)."""
+    arrival, step_a = _ring_hops("arrival")
+    completion, step_c = _ring_hops("completion")
+    back = 4 * parse_topology(SMALL).delay  # the SACK's way back, propagation alone
+    assert len(arrival) == len(completion) > 0
+    assert all(a + back <= c for a, c in zip(arrival, completion, strict=True))
+    assert step_a < step_c
+
+
+def test_critical_chain_adds_up_to_the_ring() -> None:
+    """The traced chain of a ring step: one write per ring step (2(n-1) of them), each
+    posted when the one before it arrived, so their hops add up to the time from the
+    step's start to its last arrival (the step then waits for the last SACKs)."""
+    run = CollectiveRun(parse_topology(SMALL), "allreduce", 256 << 10, iters=2, warmup=1,
+                        trace=True)
+    run.run()
+    assert run.traces is not None and len(run.traces) == 2
+    for k in range(2):
+        chain = run.critical_chain(k)
+        assert [c[0] for c in chain] == list(range(2 * (run.world - 1)))
+        assert all(c[2] == (c[1] + 1) % run.world and c[3] > 0 for c in chain)
+        assert all(c[4] > 0 for c in chain)  # the sender's window at the post
+        last = max(t[1] for t in run.traces[k].values())
+        assert sum(c[3] for c in chain) == pytest.approx(last - run.step_start[k])
+        assert sum(c[3] for c in chain) <= run.steps[k]
+    with pytest.raises(SpecError, match="trace=True"):
+        CollectiveRun(parse_topology(SMALL), "allreduce", 4096, iters=1).critical_chain(0)
+
+
+def test_unknown_signal_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match="unknown signal"):
+        CollectiveRun(parse_topology(SMALL), "allreduce", 4096, iters=1, signal="sent")
 
 
 def test_spray_rides_out_a_spine_link_down() -> None:
