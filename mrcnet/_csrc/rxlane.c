@@ -295,14 +295,22 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             deliver_plain(q, len, op);
             int64_t nxt = seq + 1;
             if (q->ooo_n) {
+                int late_end = 0;  /* a message whose end came first completes now */
                 for (;;) {
                     uint32_t j = (uint32_t)nxt & mask;
                     if (q->ooo_seq[j] != nxt)
                         break;
                     q->ooo_seq[j] = -1;
                     q->ooo_n--;
+                    late_end |= q->ooo_op[j] == OP_WRITE_LAST || q->ooo_op[j] == OP_WRITE_ONLY;
                     deliver_plain(q, q->ooo_len[j], q->ooo_op[j]);
                     nxt++;
+                }
+                if (late_end && c->ack_gap_fill) {
+                    if (c->ack_req_burst)
+                        defer = 1;
+                    else
+                        now_sack = 1;
                 }
                 if (q->hole_old) {
                     now_sack = 1;

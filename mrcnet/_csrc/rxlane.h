@@ -129,6 +129,7 @@ struct mrc_rx_ctx {
     uint32_t ack_every;
     int32_t  sack_on_reorder;
     int32_t  ack_req_burst;    /* an AckReq waits for its burst's end (HostConfig) */
+    int32_t  ack_gap_fill;     /* a message completed by a gap's filling: SACK (HostConfig) */
     double   ack_delay, reorder_floor;
     int32_t  plane;            /* the receiving port's plane (the last run's) */
     int32_t  verify;           /* MRC_VERIFY_* for mrc_parse */

@@ -154,6 +154,13 @@ class HostConfig:
       small writes, each with its AckReq, costs a SACK per burst rather than per write
       (mrcd: the receiving mrcd sent ~1.2 SACKs per 64-byte write, ~11 us of system
       time each with the fabric's forwarding). The ACK leaves in the same pass.
+    - ``ack_gap_fill``: True (default): a packet that completes a message whose last
+      packet (and AckReq) arrived earlier, out of order, is acknowledged at once (at its
+      burst's end with ``ack_req_burst``), as TCP acknowledges a segment that fills a
+      gap at once (RFC 5681 section 4.2). False: coalesced like other in-order data
+      (``ack_every`` / ``ack_delay``): the sender's work request then completes
+      ``ack_delay`` late, and the late SACK's RTT sample reads as queueing (in the
+      simulator's all-reduce it set off NSCC's quick adapt: docs/CORE.md).
     - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
       smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
       newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
@@ -219,6 +226,7 @@ class HostConfig:
     ack_lone: bool = False
     ack_with_data: bool = False
     ack_req_burst: bool = False
+    ack_gap_fill: bool = True
     tail_probe: bool = True
     rack_tie_break: bool = True
     share_verdicts: bool = True

@@ -268,7 +268,8 @@ class Receiver:
         cfg, mpr = self.host.config, qp.attrs.mpr_dest
         win = mpr * MPR_UNIT if mpr else cfg.rx_window
         if self._lane.set_qp(qp.qpn, qp.rx, qp.peer_ips, win, cfg.ack_every, cfg.ack_delay,
-                             cfg.reorder_floor, cfg.sack_on_reorder, cfg.ack_req_burst):
+                             cfg.reorder_floor, cfg.sack_on_reorder, cfg.ack_req_burst,
+                             cfg.ack_gap_fill):
             self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
         else:
             self._lane_qp = None

@@ -200,9 +200,17 @@ class Responder:
                 rx.rx_msg_bytes += n
             nxt = seq + 1
             if rx.ooo_n:
+                late_end = False  # a message whose end came first completes now
                 while rx.ooo_seq[nxt & m] == nxt:
-                    self._deliver(self._ooo_pop(nxt & m))
+                    p = self._ooo_pop(nxt & m)
+                    late_end = late_end or p[1] in _ENDS
+                    self._deliver(p)
                     nxt += 1
+                if late_end and cfg.ack_gap_fill:
+                    if cfg.ack_req_burst:
+                        defer = True
+                    else:
+                        now_sack = True
                 if rx.hole_old:
                     # A hole older than the reorder allowance closed: the sender has
                     # probably declared it lost; tell it now (it learns the reordering).

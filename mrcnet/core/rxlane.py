@@ -337,7 +337,7 @@ class CRxLane:
 
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
                ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
-               ack_req_burst: bool = False) -> bool:
+               ack_req_burst: bool = False, ack_gap_fill: bool = False) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
         QP) if the lane cannot check its peers."""
         c = self._c
@@ -349,7 +349,7 @@ class CRxLane:
         c.npeers, c.qpn, c.qp, self.qp = len(peers), qpn, rx, rx
         c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
-        c.ack_req_burst = int(ack_req_burst)
+        c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
         return True
 

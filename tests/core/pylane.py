@@ -82,7 +82,7 @@ class PyRxLane(PyRxState):
         self.peers: frozenset[bytes] = frozenset()
         self.win = 0
         self.ack_every = 1
-        self.ack_req_burst = False
+        self.ack_req_burst = self.ack_gap_fill = False
         self.sack_on_reorder = False
         self.ack_delay = self.reorder_floor = 0.0
         self.plane = -1
@@ -125,7 +125,7 @@ class PyRxLane(PyRxState):
 
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
                ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
-               ack_req_burst: bool = False) -> bool:
+               ack_req_burst: bool = False, ack_gap_fill: bool = False) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
         QP) if the lane cannot check its peers."""
         if len(peers) > RX_PEERS_MAX:
@@ -134,7 +134,7 @@ class PyRxLane(PyRxState):
         self.qp, self.qpn, self.peers = rx, qpn, peers
         self.win, self.ack_every, self.ack_delay = win, ack_every, ack_delay
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
-        self.ack_req_burst = ack_req_burst
+        self.ack_req_burst, self.ack_gap_fill = ack_req_burst, ack_gap_fill
         self.paths, self.sack_ok = {}, False
         return True
 
@@ -352,6 +352,7 @@ class PyRxLane(PyRxState):
                 nxt = seq + 1
                 if q.ooo_n:
                     seqs = q.ooo_seq
+                    late_end = False
                     while seqs[nxt & m] == nxt:
                         j = nxt & m
                         seqs[j] = -1
@@ -359,7 +360,13 @@ class PyRxLane(PyRxState):
                         q.rx_msg_bytes += q.ooo_len[j]
                         if q.ooo_op[j] in (_OP_LAST, _OP_ONLY):
                             q.rx_msg_bytes = 0
+                            late_end = True
                         nxt += 1
+                    if late_end and self.ack_gap_fill:
+                        if self.ack_req_burst:
+                            defer = True
+                        else:
+                            now_sack = True
                     if q.hole_old:
                         now_sack = True
                         q.hole_old = 0

@@ -463,3 +463,21 @@ def test_ack_req_burst_answers_a_burst_with_one_sack(lone: bool) -> None:
     # (a burst's SACK, and one more where reordering leaves a hole: 16 for 12 bursts)
     assert acks_on <= 2 * len(batches) and 2 * acks_on < acks_off, (
         acks_on, len(batches), acks_off)
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_a_gap_that_completes_a_message_is_acknowledged_at_once(fill: bool) -> None:
+    """``ack_gap_fill``: a write's last packet (its AckReq) arrives before its first; the
+    first then completes the message and is SACKed in the same batch (C lane, Python
+    lane, batch path and frame by frame alike), not ``ack_delay`` later."""
+    kw = {"ack_gap_fill": fill}
+    size = 3 * 4096  # one write of three packets: FIRST, MIDDLE, LAST
+    frames = _generate(0, kw, size=size, writes=1)
+    assert len(frames) == 3
+    batches = [[frames[2]], [frames[1]], [frames[0]]]  # last first, the gap closes last
+    res = _compare(batches, 0, kw, size=size)
+    sent_after = [b for b, _p, _f in res["ref"]["out"]]
+    assert sent_after.count(0) == 1  # the AckReq, out of order: SACKed at once
+    # the batch that completes the message: SACKed there, or only at ack_delay (20 us,
+    # the test's batches are 7 us apart: not within these three)
+    assert (2 in sent_after) is fill, sent_after
