@@ -26,6 +26,7 @@ from typing import Any
 from mrcnet.coll.options import CollOptions
 from mrcnet.sim.cli import _parse_set
 from mrcnet.sim.collective import SIGNALS, default_topology, run_collective
+from mrcnet.topology.errors import SpecError
 from mrcnet.topology.units import parse_bytes
 
 LINK = "L0.0-S0.1"
@@ -77,10 +78,14 @@ def main(argv: list[str] | None = None) -> int:
                     fail = (f"link:{LINK}@{when}:down",)
                 opts = CollOptions(op, (size,), a.iters, a.warmup, fail)
                 t0 = time.monotonic()
-                res = run_collective(topo, opts, transport,
-                                     ranks=a.hosts if a.topology else None,
-                                     host_config=host_config, signal=a.signal,
-                                     trace=a.chain)
+                try:
+                    res = run_collective(topo, opts, transport,
+                                         ranks=a.hosts if a.topology else None,
+                                         host_config=host_config, signal=a.signal,
+                                         trace=a.chain)
+                except SpecError as e:  # a user's mistake (an unknown transport...)
+                    print(f"bench_sim_coll: {e}", file=sys.stderr)
+                    return 2
                 res["wall_s"] = time.monotonic() - t0
                 if not with_fail:
                     base = res
