@@ -38,7 +38,7 @@ from mrcnet.core.config import (
     ev_order_code,
 )
 from mrcnet.core.context import HostContext
-from mrcnet.core.cq import CompletionQueue
+from mrcnet.core.cq import CompletionQueue, CompletionRow
 from mrcnet.core.endpoint import PathProbe
 from mrcnet.core.events import (
     Completion,
@@ -366,6 +366,10 @@ class Host:
     def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
         """Take up to ``max_entries`` completions from ``cq``."""
         return cq.poll(max_entries)
+
+    def poll_cq_rows(self, cq: CompletionQueue, max_entries: int = 16) -> list[CompletionRow]:
+        """:meth:`poll_cq`, each completion as a tuple of its fields (no object made)."""
+        return cq.poll_rows(max_entries)
 
     # --- paths and planes -------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from mrcnet.constants import (
 from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
-from mrcnet.core.events import Completion, WCOpcode, WCStatus, WriteCompleted
+from mrcnet.core.events import WCOpcode, WCStatus, WriteCompleted
 from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.forged import AccessRefusals, sack_verdict
 from mrcnet.core.sender import Sender
@@ -720,19 +720,23 @@ class Recovery(TailLoss):
                         self._spurious_loss(now)
 
     def _complete_wrs(self) -> None:
-        wrs, unacked = self.snd.wrs, self.txt.wr_unacked
+        snd = self.snd
+        wrs, unacked, wr_of = snd.wrs, self.txt.wr_unacked, snd.wr_of
+        if not wrs:
+            return
+        push, qpn, events = self.qp.cq.push_row, self.qp.qpn, self.cfg.completion_events
+        ok, op = WCStatus.SUCCESS, WCOpcode.RDMA_WRITE
         while wrs:
             wr = wrs[0]
             if wr.next_pkt < wr.npkts or unacked(wr.slot):
                 return
             wrs.popleft()
-            del self.snd.wr_of[wr.slot]
+            del wr_of[wr.slot]
             if wr.imm is not None:
-                self.snd.imm_outstanding -= 1
-            self.qp.cq.push(Completion(
-                WCStatus.SUCCESS, wr.wr_id, WCOpcode.RDMA_WRITE, wr.length, wr.imm, self.qp.qpn))
-            if self.cfg.completion_events:
-                self.qp.ctx.emit(WriteCompleted(self.qp.qpn, wr.wr_id, wr.length))
+                snd.imm_outstanding -= 1
+            push((ok, wr.wr_id, op, wr.length, wr.imm, qpn))  # (a Completion's fields)
+            if events:
+                self.qp.ctx.emit(WriteCompleted(qpn, wr.wr_id, wr.length))
 
     def on_nack(self, n: PyParsed, now: float) -> None:
         """A NACK: trimmed packets are retransmitted at once; an access error is fatal once

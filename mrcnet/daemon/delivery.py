@@ -125,5 +125,5 @@ class Delivery:
                 if not w.ring.block():  # the client rings when it made room
                     break
                 continue
-            wake |= w.put(host.poll_cq(cq, room))
+            wake |= w.put(host.poll_cq_rows(cq, room))
         return wake

@@ -28,7 +28,7 @@ from mrcnet.api.shmqueues import (
     queue_bytes,
 )
 from mrcnet.api.shmring import Ring
-from mrcnet.core.events import Completion
+from mrcnet.core.cq import CompletionRow
 from mrcnet.daemon.guard import check_region_fd
 
 __all__ = ["CompletionWriter", "SessionQueues", "WorkRequest"]
@@ -70,7 +70,7 @@ class CompletionWriter:
         """Completions that fit now (RingCorrupt if the client broke the head)."""
         return self.ring.room()
 
-    def put(self, wcs: list[Completion]) -> bool:
+    def put(self, wcs: list[CompletionRow]) -> bool:
         """Write ``wcs`` (they fit: see :meth:`room`) and publish them; True when the
         client sleeps and must be rung."""
         ring = self.ring

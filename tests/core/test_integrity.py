@@ -37,7 +37,7 @@ def _transfer(sizes: list[int], imms: list[bool], imp: Impairments, seed: int,
         checks.append((src, dst))
 
     def writes_done(h: Host, q: int) -> int:
-        return sum(c.opcode is WCOpcode.RDMA_WRITE for c in h.qp(q).cq._q)
+        return sum(c.opcode is WCOpcode.RDMA_WRITE for c in h.qp(q).cq.peek())
 
     def done() -> bool:
         return all(writes_done(h, q) >= len(sizes) for h, q, _, _ in pairs)
@@ -45,7 +45,7 @@ def _transfer(sizes: list[int], imms: list[bool], imp: Impairments, seed: int,
 
     net.run(until=done, max_time=max_time)
     net.run(max_time=net.now + 0.01)  # linger: nothing may complete twice
-    allc = {(h.name, q): list(h.qp(q).cq._q) for h in net.hosts.values()
+    allc = {(h.name, q): h.qp(q).cq.peek() for h in net.hosts.values()
             for q in (qa, qb) if q in h._qps}
     for (src_h, sq, dst_h, dq), (src, dst) in zip(pairs, checks, strict=True):
         comps = [c for c in allc[(src_h.name, sq)] if c.opcode is WCOpcode.RDMA_WRITE]
