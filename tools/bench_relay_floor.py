@@ -37,22 +37,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_latency import SPEC, _pct, _udp_echo  # (the same fabric, echo, percentiles)
 
-SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000"
 ECHO_PORT, RELAY_CLIENT_PORT, RELAY_NET_PORT = 47990, 47991, 47992
 SELF = os.path.abspath(__file__)
 
 
 # --- the processes inside the hosts (run as `bench_relay_floor.py _role ...`) ------------
-
-def _echo(port: int) -> None:
-    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    s.bind(("::", port))
-    print("ready", flush=True)
-    while True:
-        data, addr = s.recvfrom(65536)
-        s.sendto(data, addr)
-
 
 def _relay(side: str, peer: str, busy: bool) -> None:
     """``side`` "a": datagrams from a local client (on RELAY_CLIENT_PORT) go to ``peer``'s
@@ -144,11 +135,6 @@ def _started(fab: Any, host: str, args: list[str], pin: bool
         p.wait(10)
 
 
-def _pct(xs: list[float], q: float) -> float:
-    ys = sorted(xs)
-    return ys[min(len(ys) - 1, int(len(ys) * q))]
-
-
 def run(workdir: Path, size: int, iters: int, warmup: int, rounds: int,
         busy: bool, pin: bool) -> list[dict[str, Any]]:
     """Rows of (method, round, p50_us, p99_us), the methods alternating per round;
@@ -188,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0].startswith("_"):
         role, rest = argv[0], argv[1:]
         if role == "_echo":
-            _echo(int(rest[0]))
+            _udp_echo(int(rest[0]))
         elif role == "_relay":
             _relay(rest[0], rest[1], rest[2] == "busy")
         elif role == "_client":
