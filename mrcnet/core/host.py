@@ -676,7 +676,7 @@ class Host:
         # Only QPs touched since the last call can have something new to send: a QP
         # blocked by its window or credit is unblocked only by a frame, a timer or an API
         # call, each of which marks it.
-        qps = self._qps
+        qps, cfg = self._qps, self.config
         for qpn in self._sendq:
             qp = qps.get(qpn)
             if qp is None:
@@ -689,7 +689,6 @@ class Host:
                 # batches would otherwise hold a batch's tail for a whole timer tick,
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                cfg = self.config
                 if qp.since_ack and not cfg.sack_on_reorder and (
                         qp.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
                         or (cfg.ack_req_burst and qp.ack_at <= now)):
@@ -697,9 +696,9 @@ class Host:
                 qp.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
-                if self.config.ack_with_data:
+                if cfg.ack_with_data:
                     qp.resp.note_answer(now)
-                if qp.since_ack and self.config.ack_with_data:
+                if qp.since_ack and cfg.ack_with_data:
                     self._emit_with_ack(qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)
