@@ -23,7 +23,11 @@ class CompletionQueue:
 
     def __init__(self, handle: int) -> None:
         self.handle = handle
-        self._q: deque[Any] = deque()  # Completion or CompletionRow
+        #: The waiting completions, oldest first (Completion or CompletionRow): push
+        #: and poll through the methods; ``len(cq.entries)`` is ``len(cq)`` without a
+        #: call of ours (mrcd looks at every CQ in every loop pass).
+        self.entries: deque[Any] = deque()
+        self._q = self.entries
 
     def push(self, c: Completion) -> None:
         """Add one completion."""

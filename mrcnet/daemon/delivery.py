@@ -49,15 +49,15 @@ class Delivery:
         self.since.pop(handle, None)
 
     def events(self, host: core.Host, owners: dict[int, Session],
-               sessions: list[Session]) -> None:
-        """Send the core's events: port changes to every client (``sessions``), a QP's
-        to its owner. Stamped here, in the loop pass that made them (mrcd's clock is
+               sessions: dict[int, Session]) -> None:
+        """Send the core's events: port changes to every client (``sessions``' values), a
+        QP's to its owner. Stamped here, in the loop pass that made them (mrcd's clock is
         time.monotonic(), shared by every process on the machine): a client may read one
         much later, and when an EV changed is what tools measure."""
         while (ev := host.next_event()) is not None:
             if isinstance(ev, core.PortStatusChanged):  # every client's concern
                 msg = event_push(ev, time.monotonic())
-                for s in sessions:
+                for s in list(sessions.values()):  # (a send may drop one)
                     s.send(msg)
                 continue
             owner = owners.get(ev.qpn)
@@ -82,7 +82,7 @@ class Delivery:
         ring: dict[Session, None] = {}  # (a dict: ordered, each session once)
         bad: list[Session] = []
         for handle, (cq, session) in self.cqs.items():
-            n = len(cq)
+            n = len(cq.entries)
             if not n:
                 continue
             m = mod.get(handle) if mod else None
