@@ -112,7 +112,7 @@ class Delivery:
                                  error=str(e))
                 bad.append(session)
                 continue
-            if len(cq):
+            if cq.entries:
                 self.due = min(self.due, now + FULL_RETRY)
         for s in ring:
             s.ring()
@@ -123,7 +123,8 @@ class Delivery:
         """As many of ``cq``'s completions as ``w``'s ring takes; True if the client must
         be rung."""
         wake = False
-        while len(cq):
+        entries = cq.entries
+        while entries:
             room = w.room()
             if not room:
                 if not w.ring.block():  # the client rings when it made room
