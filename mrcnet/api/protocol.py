@@ -17,6 +17,7 @@ is decided by the socket file's permissions (``socket_mode`` in mrcd's configura
 
 from __future__ import annotations
 
+import array
 import json
 import mmap
 import os
@@ -132,6 +133,19 @@ def send_raw(sock: socket.socket, data: bytes, fds: list[int] | None = None) -> 
         sock.send(data)
 
 
+#: Ancillary bytes a message's fds need at most.
+_ANC_SPACE: Final = socket.CMSG_LEN(MAX_FDS * array.array("i").itemsize)
+
+
+def _fds_of(anc: list[tuple[int, int, bytes]]) -> list[int]:
+    """The fds an ``SCM_RIGHTS`` message brought (a partial int at the end ignored)."""
+    fds = array.array("i")
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return list(fds)
+
+
 def recv_raw(sock: socket.socket, size: int = MAX_MESSAGE,
              flags: int = 0) -> tuple[bytes, list[int], int] | None:
     """Receive one datagram of at most ``size`` bytes: its bytes, the fds that came with
@@ -142,7 +156,11 @@ def recv_raw(sock: socket.socket, size: int = MAX_MESSAGE,
 
     Raises BlockingIOError on a non-blocking socket with nothing queued.
     """
-    data, fds, flags, _addr = socket.recv_fds(sock, size, MAX_FDS, flags)
+    # (socket.recv_fds' work without its per-call array and loop when nothing came
+    # along, the common case: a doorbell or a request; and it passes ``flags`` on, which
+    # recv_fds of Python 3.11 drops)
+    data, anc, flags, _addr = sock.recvmsg(size, _ANC_SPACE, flags)
+    fds = _fds_of(anc) if anc else []
     if not data:
         for fd in fds:
             os.close(fd)

@@ -141,15 +141,24 @@ class Ring:
 
     def read(self, index: int, count: int) -> bytes:
         """A copy of ``count`` slots from ``index``, end to end."""
+        i = index & self.mask
+        if i + count <= self.nslots:  # (no wrap, the common case: one slice)
+            a = self.slots + i * self.slot_size
+            return self.mm[a:a + count * self.slot_size]
         (a, b), (c, d) = self.spans(index, count)
-        return self.mm[a:b] if d == c else self.mm[a:b] + self.mm[c:d]
+        return self.mm[a:b] + self.mm[c:d]
 
     def write(self, index: int, data: bytes) -> None:
         """Write ``data`` (whole slots, end to end) into the slots from ``index``."""
-        (a, b), (c, d) = self.spans(index, len(data) // self.slot_size)
+        size = self.slot_size
+        i = index & self.mask
+        if i + len(data) // size <= self.nslots:  # (no wrap: one copy)
+            a = self.slots + i * size
+            self.mm[a:a + len(data)] = data
+            return
+        (a, b), (c, d) = self.spans(index, len(data) // size)
         self.mm[a:b] = data[:b - a]
-        if d > c:
-            self.mm[c:d] = data[b - a:]
+        self.mm[c:d] = data[b - a:]
 
     # -- producer --
     def room(self) -> int:
@@ -164,10 +173,17 @@ class Ring:
         """Make ``count`` more written slots visible; True when the consumer sleeps and
         its doorbell must be rung (with ``once``, the flag is then cleared)."""
         self.tail += count
-        if not PRECISE:
-            self.store(OFF_TAIL, self.tail)
-            return True
-        if self.store_load(OFF_TAIL, self.tail, OFF_ASLEEP):
+        ptr = self._ptr
+        if ptr is None:  # (not PRECISE, or detached: then the Python path's words)
+            if not PRECISE:
+                self.store(OFF_TAIL, self.tail)
+                return True
+            asleep = self.store_load(OFF_TAIL, self.tail, OFF_ASLEEP)
+        else:  # (store_load's C call, without a call of ours: once per publish)
+            base = self.base
+            asleep = C.mrc_shmring_store_load(ptr, base + OFF_TAIL, self.tail,
+                                              base + OFF_ASLEEP)
+        if asleep:
             if self.once:
                 self.store(OFF_ASLEEP, 0)
             return True

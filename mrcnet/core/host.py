@@ -184,6 +184,10 @@ class Host:
             self._events.extend(self.path_events)
             self.path_events.clear()
 
+    def has_events(self) -> bool:
+        """Is an event waiting (:meth:`next_event` would give one)?"""
+        return bool(self._events or self.path_events)
+
     def next_event(self) -> Event | None:
         """The oldest pending event, or None."""
         self._flush_path_events()

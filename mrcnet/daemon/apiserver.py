@@ -267,7 +267,11 @@ class ApiServer:
                         self._close_fds(fds)
                         return
                 if data == DOORBELL and not fds:
-                    continue
+                    # The posts are taken: the burst ends here. The client rings once
+                    # per sleep of mrcd (its send queue's flag), so reading on found
+                    # nothing but EAGAIN (a syscall and an exception per post's pass);
+                    # anything queued behind it wakes the loop again (level-triggered).
+                    return
                 # From here the fds are mrcd's: closed after the request, whatever it
                 # was (a handler that keeps the memory maps it; the mapping holds it).
                 try:

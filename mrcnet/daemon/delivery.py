@@ -49,15 +49,15 @@ class Delivery:
         self.since.pop(handle, None)
 
     def events(self, host: core.Host, owners: dict[int, Session],
-               sessions: list[Session]) -> None:
-        """Send the core's events: port changes to every client (``sessions``), a QP's
-        to its owner. Stamped here, in the loop pass that made them (mrcd's clock is
+               sessions: dict[int, Session]) -> None:
+        """Send the core's events: port changes to every client (``sessions``' values), a
+        QP's to its owner. Stamped here, in the loop pass that made them (mrcd's clock is
         time.monotonic(), shared by every process on the machine): a client may read one
         much later, and when an EV changed is what tools measure."""
         while (ev := host.next_event()) is not None:
             if isinstance(ev, core.PortStatusChanged):  # every client's concern
                 msg = event_push(ev, time.monotonic())
-                for s in sessions:
+                for s in list(sessions.values()):  # (a send may drop one)
                     s.send(msg)
                 continue
             owner = owners.get(ev.qpn)
@@ -72,9 +72,13 @@ class Delivery:
     def completions(self, host: core.Host) -> list[Session]:
         """Move every CQ's completions out (moderation permitting); returns the sessions
         that corrupted a ring (for the caller to drop)."""
+        self.due = _INF
+        if not any(len(cq.entries) for cq, _ in self.cqs.values()):
+            # (most calls: a port pass delivers before it sends and once more after;
+            # with nothing waiting there is no period, retry or doorbell to see to)
+            return []
         mod, since = self.mod, self.since
         now = time.monotonic()
-        self.due = _INF
         # One doorbell per session, however many of its CQs got completions: the client
         # drains every CQ when woken, and a second doorbell in the same pass (a ping-pong's
         # send and receive CQs complete together) cost a send that woke it again
@@ -82,7 +86,7 @@ class Delivery:
         ring: dict[Session, None] = {}  # (a dict: ordered, each session once)
         bad: list[Session] = []
         for handle, (cq, session) in self.cqs.items():
-            n = len(cq)
+            n = len(cq.entries)
             if not n:
                 continue
             m = mod.get(handle) if mod else None
@@ -108,7 +112,7 @@ class Delivery:
                                  error=str(e))
                 bad.append(session)
                 continue
-            if len(cq):
+            if cq.entries:
                 self.due = min(self.due, now + FULL_RETRY)
         for s in ring:
             s.ring()
@@ -119,7 +123,8 @@ class Delivery:
         """As many of ``cq``'s completions as ``w``'s ring takes; True if the client must
         be rung."""
         wake = False
-        while len(cq):
+        entries = cq.entries
+        while entries:
             room = w.room()
             if not room:
                 if not w.ring.block():  # the client rings when it made room

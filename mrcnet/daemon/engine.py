@@ -29,6 +29,7 @@ from mrcnet.daemon.config import DaemonConfig, PortConfig
 from mrcnet.daemon.control import (
     ControlServer,
 )
+from mrcnet.daemon.heap import settle_gc
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
@@ -125,6 +126,9 @@ class Daemon:
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
         self.tx_queues: batch_io.SendQueue | None = None
+        #: Per port index: the ports in the order a pass it woke reads them (open()).
+        self._rx_orders: list[list[tuple[int, PacketPort, batch_io.CBatchIO | None,
+                                         int]]] = []
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -215,6 +219,8 @@ class Daemon:
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
         self.tx_queues = batch_io.send_queue(len(self.ports))
+        ports = [(i, p, p.rx_batch, p.max_batch) for i, p in enumerate(self.ports)]
+        self._rx_orders = [ports[i:] + ports[:i] for i in range(len(ports))]
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
                       else None)
@@ -279,6 +285,7 @@ class Daemon:
                           control_port=self.cfg.control_port)
             for hook in self.on_ready:
                 await hook()
+            settle_gc()  # (start-up's objects, frozen: the collector leaves them be)
             await self._stop.wait()
             self.log.info("mrcd stopping")
         finally:
@@ -372,15 +379,15 @@ class Daemon:
         assert host is not None
         now = time.monotonic()
         receive = host.receive_batch
-        ports = self.ports
-        order = [(i, ports[i]) for i in range(index, len(ports))] + \
-            [(i, ports[i]) for i in range(index)]
+        # (index, port, its C batch or None, frames per batch) per port from ``index``
+        # on, made once: a pass read them through three properties per port.
+        order = self._rx_orders[index]
         for _ in range(RX_BATCHES_PER_WAKEUP):
             full = []  # ports that gave a whole batch: maybe more queued
-            for i, port in order:
+            for entry in order:
+                i, port, rxb, most = entry
                 if port.closed:
                     continue
-                rxb = port.rx_batch
                 if rxb is not None:  # the core's lane reads them in the port's buffers
                     k = port.recv_slots()
                     if k:
@@ -390,8 +397,8 @@ class Daemon:
                     k = len(frames)
                     if k:
                         receive(frames, i, now)
-                if k >= port.max_batch:
-                    full.append((i, port))
+                if k >= most:
+                    full.append(entry)
             order = full  # a short read drained the socket: epoll wakes us for more
             if not order:
                 break

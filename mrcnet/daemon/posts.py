@@ -92,20 +92,25 @@ class Posts:
         owners, mrs = self.owners, s.mrs
         writes: list[tuple[int, int, int, int, int, int | None]] = []
         key: tuple[int, int] | None = None  # (qpn, lkey) of ``writes``
+        kq = kl = -1  # the same, apart (no tuple per row); -1: none (or refused)
         mr: Any = None
+        base = size = 0  # mr's
         for row in rows:
             op, flags, qpn, wr_id, lkey, length, addr, raddr, rkey, imm = row
             if op == OP_WRITE:
-                if key != (qpn, lkey):
+                if qpn != kq or lkey != kl:
                     if writes:
                         self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
                         writes = []
-                    key, mr = (qpn, lkey), mrs.get(lkey)
+                    kq, kl, key, mr = qpn, lkey, (qpn, lkey), mrs.get(lkey)
                     if owners.get(qpn) is not s or mr is None:
-                        key = None  # (refused below, with the reason)
+                        kq = kl = -1  # (refused below, with the reason)
+                        key = None
+                    else:
+                        base, size = mr.addr, mr.length
                 if key is not None:
-                    offset = addr - mr.addr
-                    if offset >= 0 and offset + length <= mr.length:  # (length: unsigned)
+                    offset = addr - base
+                    if offset >= 0 and offset + length <= size:  # (length: unsigned)
                         writes.append((wr_id, offset, length, raddr, rkey,
                                        imm if flags & F_IMM else None))
                         continue

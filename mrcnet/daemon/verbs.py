@@ -753,7 +753,8 @@ class Verbs:
         host = self.engine.host
         assert host is not None
         api = self.engine.api
-        self.delivery.events(host, self._qp_owner,
-                             list(api.sessions.values()) if api is not None else [])
+        if host.has_events():
+            self.delivery.events(host, self._qp_owner, api.sessions if api is not None
+                                 else {})
         for s in self.delivery.completions(host):
             self.posts.ring_broken(s, "its completion ring is corrupt")

@@ -32,3 +32,17 @@ def test_has_error_sees_rows() -> None:
     assert not cq.has_error()
     cq.push_row((WCStatus.RETRY_EXC_ERR, 2, WCOpcode.RDMA_WRITE, 0, None, 3))
     assert cq.has_error()
+
+
+def test_rows_only_come_out_as_pushed_whole_or_in_parts() -> None:
+    rows = [(WCStatus.SUCCESS, i, WCOpcode.RDMA_WRITE, 8, None, 3) for i in range(5)]
+    cq = CompletionQueue(1)
+    for r in rows:
+        cq.push_row(r)
+    assert cq.poll_rows(2) == rows[:2] and len(cq) == 3
+    assert cq.poll_rows(3) == rows[2:] and len(cq) == 0  # (exactly what is left)
+    assert cq.poll_rows(4) == [] and cq.poll(4) == []
+    for r in rows:
+        cq.push_row(r)
+    assert cq.poll(0) == [] and len(cq) == 5
+    assert cq.poll(99) == [Completion(*r) for r in rows] and len(cq) == 0
