@@ -106,6 +106,7 @@ class Host:
         if len(self._plane_port) != len(ports):
             raise InvalidAttribute("one port per plane: two ports share a plane")
         self.port_up = {p.index: True for p in ports}
+        self._all_up = True  # every port up (set_port_state keeps it: read once a pass)
         self.paths = paths
         self.memory = MemoryTable(name)
         self._cqs: dict[int, CompletionQueue] = {}
@@ -425,6 +426,7 @@ class Host:
         if self.port_up[port] == up:
             return
         self.port_up[port] = up
+        self._all_up = all(self.port_up.values())
         self.emit(PortStatusChanged(port, self.ports[port].plane, up, None))
         self._replan(now)
         for peer in {qp.attrs.peer for qp in self._qps.values() if qp.attrs.peer}:
@@ -710,7 +712,7 @@ class Host:
             if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
                 self.count("tx_sendq_full", sq.overflow)
                 sq.overflow = 0
-        if not all(self.port_up.values()):
+        if not self._all_up:
             # A port that is down sends nothing (a QP with no live plane at all keeps
             # "sending" into it, so its retry budget, not a hang, ends it).
             kept = [(p, f) for p, f in out if self.port_up.get(p, False)]

@@ -311,7 +311,8 @@ class Responder:
                         m |= 1 << pl
                 self._lane_planes = (list(usable), paths, m)
         t = self._sack_tmpl
-        lane.sack_setup(m, t if len(t) != lane.npaths else None)
+        if m != lane.sack_planes or len(t) != lane.npaths:  # (else the lane has them)
+            lane.sack_setup(m, t if len(t) != lane.npaths else None)
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:

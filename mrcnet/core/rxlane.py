@@ -206,7 +206,11 @@ class CRxLane:
         self._slen = ffi.new("uint32_t[]", 64)
         self._paths = ffi.new("struct mrc_rx_path[]", RX_PATHS_MAX)
         self._path_keep: list[Any] = []
-        self._sack_planes = -1  # c.plane_ok while c.sack_ok is 1, else -1
+        # What the lane was given, read by the responder before it gives it again (plain
+        # attributes: no read through cffi, no call): c.plane_ok while c.sack_ok is 1,
+        # else -1; and the number of SACK templates (c.npaths)
+        self.sack_planes = -1
+        self.npaths = 0
         c.sout, c.sout_cap = ffi.cast("uint8_t *", self._sout), 64 * 512
         c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
         c.paths, c.npaths = self._paths, 0
@@ -350,7 +354,8 @@ class CRxLane:
         c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
-        c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
+        c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
+        self.npaths = 0
         return True
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
@@ -394,7 +399,8 @@ class CRxLane:
         """Serve no QP: every data frame stops."""
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
-        c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
+        c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
+        self.npaths = 0
 
     def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
@@ -402,10 +408,10 @@ class CRxLane:
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
         template for its path; ``tmpls``: the QP's templates (path key -> ((template,
         length), port)) if they changed."""
-        if plane_ok != self._sack_planes:  # (C never changes them: written on change)
+        if plane_ok != self.sack_planes:  # (C never changes them: written on change)
             c = self._c
             c.plane_ok, c.sack_ok = plane_ok, 1
-            self._sack_planes = plane_ok
+            self.sack_planes = plane_ok
         if tmpls is not None:
             self.set_paths(tmpls)
 
@@ -428,12 +434,9 @@ class CRxLane:
             e.key, e.port, e.t = key, port, t
             keep.append(t)
         self._path_keep = keep
+        self.npaths = len(keep)
         self._c.npaths = len(keep)
 
-    @property
-    def npaths(self) -> int:
-        """SACK templates the lane knows."""
-        return len(self._path_keep)  # (c.npaths, without a read through cffi)
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
         """The SACK frames the lane built since the last call: (port, frame), in order."""

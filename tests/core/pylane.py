@@ -162,6 +162,12 @@ class PyRxLane(PyRxState):
         """SACK templates the lane knows."""
         return len(self.paths)
 
+    @property
+    def sack_planes(self) -> int:
+        """The usable planes' bits given by :meth:`sack_setup` (-1: none since the QP
+        was set)."""
+        return self.plane_ok if self.sack_ok else -1
+
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
         """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
         holds) once :meth:`ack_sync` says where its window is; False (and none taken) if
