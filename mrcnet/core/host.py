@@ -685,17 +685,18 @@ class Host:
                 continue
             if qp.sack_pending:
                 qp.after_sacks(now)
-            if qp.rx_burst:
+            rx = qp.rx  # (the responder's state record: its fields read and reset here)
+            if rx.rx_burst:
                 # End of a receive burst: data that arrived with others in it is SACKed
                 # now rather than at the ACK-delay timer (a host that handles frames in
                 # batches would otherwise hold a batch's tail for a whole timer tick,
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                if qp.since_ack and not cfg.sack_on_reorder and (
-                        qp.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
-                        or (cfg.ack_req_burst and qp.ack_at <= now)):
+                if rx.since_ack and not cfg.sack_on_reorder and (
+                        rx.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
+                        or (cfg.ack_req_burst and rx.ack_at <= now)):
                     qp.send_sack(now, out)
-                qp.rx_burst = 0
+                rx.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
