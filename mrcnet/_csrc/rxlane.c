@@ -18,6 +18,8 @@
 #define EV_PLANE_SHIFT 24
 #define EV_PLANE_MASK 0x7f
 #define EV_PATH_SHIFT 12
+#define EV_PATH_MASK 0xfff
+#define OUTER_DST (ETH_LEN + 24)  /* the outer IPv6 header's destination */
 #define SACK_SKIP_ONCE 1        /* SETH M: SKIP_ONCE, the ECN echo */
 #define SETH_PR 0x02
 #define OOO_COUNT_MAX 0x7fff
@@ -462,15 +464,29 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
             p = &c->paths[i];
             break;
         }
-    if (!p || !p->t || c->nsout >= c->sout_max)
+    const struct mrc_rx_sackt *t = p ? p->t : NULL;
+    uint32_t port = p ? p->port : 0;
+    struct mrc_rx_sackt along;  /* the plane's template along this path's route */
+    if (!p) {
+        const struct mrc_rx_plane *pl = c->planes[plane];
+        uint32_t r = pl && pl->nroutes ? (key & EV_PATH_MASK) % pl->nroutes : 0;
+        if (!pl || !pl->t || pl->win != c->win || r >= MRC_RX_PLANE_ROUTES || !pl->ok[r] ||
+            pl->t->len < OUTER_DST + 16)
+            return 0;
+        along = *pl->t;
+        memcpy(along.frame + OUTER_DST, pl->dst + 16 * r, 16);
+        t = &along;
+        port = pl->port;
+    }
+    if (!t || c->nsout >= c->sout_max)
         return 0;
-    uint32_t len = p->t->len;
+    uint32_t len = t->len;
     uint32_t room = (c->sout_max - c->nsout) * len;
     if (c->sout_cap - c->sout_len < room)
         room = c->sout_cap - c->sout_len;
     double pen = q->penalty;
     uint32_t penalty = pen != 0 ? (uint32_t)pen : 0;  /* int(): truncation, pen >= 0 */
-    int n = mrc_rx_sack(q, p->t, c->sout + c->sout_len, room, ev, penalty, -1, NULL, 0);
+    int n = mrc_rx_sack(q, t, c->sout + c->sout_len, room, ev, penalty, -1, NULL, 0);
     if (n <= 0)
         return 0;
     if (pen != 0)
@@ -478,7 +494,7 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
     q->ack_at = INFINITY;
     q->since_ack = 0;
     for (int i = 0; i < n; i++) {
-        c->sport[c->nsout] = p->port;
+        c->sport[c->nsout] = port;
         c->slen[c->nsout++] = len;
     }
     c->sout_len += (uint32_t)n * len;

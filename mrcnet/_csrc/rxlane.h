@@ -64,6 +64,24 @@ struct mrc_rx_path {
     const struct mrc_rx_sackt *t;
 };
 
+/* A plane's SACK routes, for the paths of the plane the QP has no template for yet
+ * (a responder answers on the triggering packet's path, and a QP that sprays over all of
+ * them would otherwise make a template per path, in Python, for about every SACK):
+ * `t` is the QP's first SACK template on the plane, and route r of the plane (path
+ * index % nroutes, as QueuePair.route picks it) differs from t's route only in its outer
+ * destination, dst[r], when ok[r] is 1 (plain uSID routes, both encapsulated, the same
+ * MACs, hop limit and addresses: the ICRC and the checksum's pseudo-header cover the
+ * inner header only). A SACK on such a path is t's with dst[r] put in: the bytes
+ * SackTemplate.for_route makes. `win`: the receive window t was made for (its MPR). */
+#define MRC_RX_PLANE_ROUTES 64
+struct mrc_rx_plane {
+    const struct mrc_rx_sackt *t;
+    uint32_t port, nroutes;
+    int64_t  win;
+    uint8_t  ok[MRC_RX_PLANE_ROUTES];
+    uint8_t  dst[MRC_RX_PLANE_ROUTES * 16];
+};
+
 /* Why the lane stopped at a frame (mrc_rx_ctx.why), for the caller and the tests. */
 #define MRC_RX_WHY_NONE     0
 #define MRC_RX_WHY_PARSE    1   /* malformed: parsed.reason says why */
@@ -151,6 +169,8 @@ struct mrc_rx_ctx {
     uint32_t *slen;
     uint32_t nsout, sout_max;
     struct mrc_rx_ack *ack;    /* NULL: every SACK stops */
+    /* the lane's QP's SACK routes by plane (NULL: none), for a path without a template */
+    const struct mrc_rx_plane *planes[64];
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns

@@ -62,6 +62,9 @@ class Responder:
         self.evm: EVManager | None = None
         self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
         self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
+        # plane -> its SACK routes (the lane's SACKs on the plane's paths without a
+        # template: rxlane.h struct mrc_rx_plane), from the first template on the plane
+        self._planes: dict[int, Any] = {}
         self._sack_proto: SackTemplate | None = None  # the first of them (for_route's)
         # The NACK template of the last route a NACK took, and the QP's first (for_route's):
         # NACKs come one or two per path, not enough to keep one template per path
@@ -106,6 +109,7 @@ class Responder:
         self.evm = evm
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._sack_tmpl.clear()
+        self._planes = {}
         self._sack_proto = None
         self._nack_tmpl = self._nack_proto = None
 
@@ -313,6 +317,8 @@ class Responder:
         t = self._sack_tmpl
         if m != lane.sack_planes or len(t) != lane.npaths:  # (else the lane has them)
             lane.sack_setup(m, t if len(t) != lane.npaths else None)
+        if len(self._planes) != lane.nplanes:
+            lane.set_planes(self._planes)
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:
@@ -448,6 +454,11 @@ class Responder:
                 tmpl_new = self._sack_proto = SackTemplate(
                     route, dest_qp=dest_qp, src_qp=self.qpn, mpr=mpr)
             tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(tmpl_new), port)
+            pl = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK
+            routes = self._paths.get(pl)
+            if routes and pl not in self._planes:  # (the lane takes the plane's others)
+                self._planes[pl] = self._rxk.sack_plane(tp[0], port, self.rx_window, route,
+                                                        routes)
         tmpl, port = tp
         penalty = 0
         pen = rx.penalty

@@ -31,7 +31,7 @@ from typing import Any
 
 from mrcnet.buffers import BatchSlots
 from mrcnet.constants import SACK_BITMAP_BITS
-from mrcnet.core.ctrl import SackTemplate
+from mrcnet.core.ctrl import SackTemplate, only_outer_dst_differs
 from mrcnet.core.txtable import CTxTable
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
@@ -42,6 +42,7 @@ RX_UNREP_MAX = 64  # PSNs received since the last SACK the record holds itself
 RX_PEERS_MAX = 8  # peer addresses a lane checks a frame's source against
 RX_MRS_MAX = 256  # regions a lane's table holds (more: their frames take the full path)
 RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
+RX_PLANE_ROUTES = 64  # routes of a plane a lane's SACK may take without a template
 RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
 # mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting) and why it stopped
@@ -137,6 +138,14 @@ class PyRxState:
         return st
 
     @staticmethod
+    def sack_plane(t: SackTemplate, port: int, win: int, route: Any,
+                   routes: Sequence[Any]) -> Any:
+        """The twin of :meth:`CRxLane.sack_plane`: (template, port, window, the routes
+        it serves by index, None for the others, the plane's number of routes)."""
+        return (t, port, win, [r if only_outer_dst_differs(route, r) else None
+                               for r in routes[:RX_PLANE_ROUTES]], len(routes))
+
+    @staticmethod
     def sack(rx: Any, t: Any, ev: int, penalty: int, probe: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames :meth:`mrcnet.core.qp.QueuePair.send_sack` sends now, on
@@ -211,6 +220,9 @@ class CRxLane:
         # else -1; and the number of SACK templates (c.npaths)
         self.sack_planes = -1
         self.npaths = 0
+        # the QP's SACK routes by plane (sack_plane's), as given to c.planes
+        self._planes: dict[int, Any] = {}
+        self.nplanes = 0
         c.sout, c.sout_cap = ffi.cast("uint8_t *", self._sout), 64 * 512
         c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
         c.paths, c.npaths = self._paths, 0
@@ -268,6 +280,21 @@ class CRxLane:
         t.icrc_from, t.has_ip = icrc_from, int(has_ip)
         t.pseudo_sum = C.mrc_tmpl_addr_sum(psrc, pdst)
         return t, len(frame)
+
+    @staticmethod
+    def sack_plane(tl: Any, port: int, win: int, route: Any, routes: Sequence[Any]) -> Any:
+        """A plane's SACK routes (rxlane.h ``struct mrc_rx_plane``): ``tl``
+        (:meth:`sack_template`'s, made along ``route`` for a receive window of ``win``)
+        serves every one of the plane's ``routes`` that differs from ``route`` only in
+        its outer destination, on local port ``port``."""
+        pl = ffi.new("struct mrc_rx_plane *")
+        pl.t, pl.port, pl.win = tl[0], port, win
+        pl.nroutes = len(routes)
+        for i, r in enumerate(routes[:RX_PLANE_ROUTES]):
+            if only_outer_dst_differs(route, r):
+                pl.ok[i] = 1
+                ffi.memmove(pl.dst + 16 * i, r.outer_dst, 16)
+        return pl, tl  # (the template it points to, kept alive with it)
 
     _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
 
@@ -356,6 +383,8 @@ class CRxLane:
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
+        if self._planes:
+            self.set_planes({})
         return True
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
@@ -401,6 +430,8 @@ class CRxLane:
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
+        if self._planes:
+            self.set_planes({})
 
     def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
@@ -414,6 +445,18 @@ class CRxLane:
             self.sack_planes = plane_ok
         if tmpls is not None:
             self.set_paths(tmpls)
+
+    def set_planes(self, planes: dict[int, Any]) -> None:
+        """The QP's SACK routes by plane (plane -> :meth:`sack_plane`'s), for due SACKs
+        on paths the QP has no template for yet."""
+        c = self._c
+        for p in self._planes:
+            c.planes[p] = ffi.NULL
+        self._planes = dict(planes)
+        self.nplanes = len(planes)  # (read by the responder: a plain attribute)
+        for p, (pl, _t) in planes.items():
+            if 0 <= p < 64:
+                c.planes[p] = pl
 
     def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
         """The QP's SACK templates: path key -> ((template, length), port)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from mrcnet.constants import (
     ENDPOINT_QPN,
+    EV_PATH_MASK,
     EV_PATH_SHIFT,
     EV_PLANE_MASK,
     EV_PLANE_SHIFT,
@@ -97,6 +98,8 @@ class PyRxLane(PyRxState):
         self.sack_ok = False
         self.plane_ok = 0
         self.paths: dict[int, tuple[Any, int]] = {}
+        self.planes: dict[int, Any] = {}  # plane -> PyRxState.sack_plane's
+        self.nplanes = 0
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
         # The QP whose SACKs the lane takes (rxlane.h struct mrc_rx_ack says when)
@@ -136,12 +139,19 @@ class PyRxLane(PyRxState):
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
         self.ack_req_burst, self.ack_gap_fill = ack_req_burst, ack_gap_fill
         self.paths, self.sack_ok = {}, False
+        self.set_planes({})
         return True
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
         self.qp, self.qpn = None, -1
         self.paths, self.sack_ok = {}, False
+        self.set_planes({})
+
+    def set_planes(self, planes: dict[int, Any]) -> None:
+        """The QP's SACK routes by plane, for due SACKs on paths without a template."""
+        self.planes = dict(planes)
+        self.nplanes = len(planes)
 
     def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
@@ -244,8 +254,18 @@ class PyRxLane(PyRxState):
         plane = (ev >> _EV_PLANE_SHIFT) & _EV_PLANE_MASK
         if not ev or plane >= 64 or not (self.plane_ok >> plane) & 1:
             return False
-        tp = self.paths.get(ev >> _EV_PATH_SHIFT)
-        if tp is None or len(self.sout) >= RX_SOUT_MAX:
+        key = ev >> _EV_PATH_SHIFT
+        tp = self.paths.get(key)
+        if tp is None:  # the plane's template along the path's route, if it serves it
+            pl = self.planes.get(plane)
+            if pl is None:
+                return False
+            t, port, win, routes, n = pl
+            r = (key & EV_PATH_MASK) % n if n else 0
+            if win != self.win or r >= len(routes) or routes[r] is None:
+                return False
+            tp = (t.for_route(routes[r]), port)
+        if len(self.sout) >= RX_SOUT_MAX:
             return False
         tmpl, port = tp
         ln = len(tmpl.layout()[0])

@@ -1,0 +1,91 @@
+"""The receive lane's SACKs on paths the QP has no template for yet (a plane's SACK routes,
+rxlane.h ``struct mrc_rx_plane``): every frame a run sends is the one Python's
+``Responder.send_sack`` would have built, byte for byte, on uSID fabrics (where the lane
+takes them) and SRH ones (where it must not)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from mrcnet.core import responder as responder_mod
+from mrcnet.core.ctrl import only_outer_dst_differs
+from mrcnet.native import HAVE_C
+from mrcnet.sim.engine import Simulator
+from mrcnet.sim.matrix import incast, permutation
+from mrcnet.sim.runner import SimRun
+from mrcnet.sim.simnet import NativeSimulator
+from mrcnet.sim.topology import Fabric, parse_topology
+
+pytestmark = pytest.mark.skipif(not HAVE_C, reason="the receive lane is C")
+
+
+def _sent(monkeypatch: pytest.MonkeyPatch, srv6: str, planes: bool
+          ) -> tuple[list[tuple[int, bytes]], int, object]:
+    """Every frame the hosts hand the C network, in order, the Python SACKs made, and
+    the run's results; ``planes`` False: responders give the lane no plane routes."""
+    sent: list[tuple[int, bytes]] = []
+    calls = Counter[str]()
+    send = NativeSimulator.send_frames
+
+    def record(self: NativeSimulator, nic_ids: list[int], out: Any, keep: int) -> None:
+        sent.extend((nic_ids[p], bytes(f)) for p, f in out)
+        send(self, nic_ids, out, keep)
+
+    monkeypatch.setattr(NativeSimulator, "send_frames", record)
+    slow = responder_mod.Responder.send_sack
+
+    def counted(self: Any, *a: Any, **k: Any) -> None:
+        calls["send_sack"] += 1
+        slow(self, *a, **k)
+
+    monkeypatch.setattr(responder_mod.Responder, "send_sack", counted)
+    if not planes:
+        monkeypatch.setattr(responder_mod.Responder, "lane_sack_setup",
+                            _without_planes(responder_mod.Responder.lane_sack_setup))
+    spec = parse_topology(f"leafspine:planes=2,spines=4,leaves=4,hosts=2,srv6={srv6}")
+    flows = [*permutation(8, 256 << 10, seed=5), *incast(range(1, 8), 0, 128 << 10)]
+    run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5)
+    res = run.run(until=0.05)
+    monkeypatch.undo()
+    return sent, calls["send_sack"], ([(r.flow.id, r.finish) for r in res.flows],
+                                      res.ports, res.hosts, res.events)
+
+
+def _without_planes(setup: Any) -> Any:
+    def lane_sack_setup(self: Any, lane: Any) -> None:
+        self._planes = {}
+        setup(self, lane)
+    return lane_sack_setup
+
+
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_the_lanes_sacks_along_a_planes_routes_are_the_ones_python_builds(
+        monkeypatch: pytest.MonkeyPatch, srv6: str) -> None:
+    with_planes, py_with, res_with = _sent(monkeypatch, srv6, True)
+    without, py_without, res_without = _sent(monkeypatch, srv6, False)
+    assert res_with == res_without
+    assert len(with_planes) == len(without) > 300
+    assert with_planes == without  # every frame, byte for byte, in the same order
+    if srv6 == "usid":  # the lane built SACKs Python built without them
+        assert py_with < py_without
+    else:  # SRH routes are not the plane's template but for one address: Python's
+        assert py_with == py_without
+
+
+@pytest.mark.parametrize("srv6", ["usid", "srh"])
+def test_routes_differ_only_in_the_outer_destination_within_a_plane_of_usid(
+        srv6: str) -> None:
+    fab = Fabric(Simulator(), parse_topology(
+        f"leafspine:planes=2,spines=4,leaves=3,hosts=2,srv6={srv6}"))
+    for p in range(2):
+        first = fab.route(0, 5, p, 0)
+        for sp in range(1, 4):
+            r = fab.route(0, 5, p, sp)
+            assert only_outer_dst_differs(first, r) == (srv6 == "usid")
+            assert r != first  # (SRH: the segments differ, not the first one)
+        other_plane = fab.route(0, 5, 1 - p, 0)
+        assert not only_outer_dst_differs(first, other_plane)  # (its MACs, addresses)
