@@ -74,8 +74,11 @@ struct mrc_rx_path {
  * inner header only). A SACK on such a path is t's with dst[r] put in: the bytes
  * SackTemplate.for_route makes. `win`: the receive window t was made for (its MPR). */
 #define MRC_RX_PLANE_ROUTES 64
+struct mrc_rx_nackt;
 struct mrc_rx_plane {
     const struct mrc_rx_sackt *t;
+    const struct mrc_rx_nackt *nt;  /* the QP's NACK template along a route of the plane
+                                       t's routes serve as well (NULL: none yet) */
     uint32_t port, nroutes;
     int64_t  win;
     uint8_t  ok[MRC_RX_PLANE_ROUTES];
@@ -171,6 +174,10 @@ struct mrc_rx_ctx {
     struct mrc_rx_ack *ack;    /* NULL: every SACK stops */
     /* the lane's QP's SACK routes by plane (NULL: none), for a path without a template */
     const struct mrc_rx_plane *planes[64];
+    /* NACKs among the frames built (Responder._nack's for a trimmed packet, made here
+     * when its path is usable and its plane has a NACK template): how many, and how
+     * many of those TRIMMED_LASTHOP; the caller counts them when it takes the frames */
+    uint32_t nnack, nnack_last;
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
@@ -203,6 +210,14 @@ struct mrc_rx_sackt {
     uint8_t  frame[MRC_RX_SACK_MAX];
     uint32_t len;        /* frame length */
     uint32_t udp_off, seth_off, cc_off;
+    uint32_t icrc_from, has_ip, pseudo_sum;  /* for mrc_finish_frame() */
+};
+
+/* A NACK frame template for one path, from mrcnet.core.ctrl.NackTemplate.layout(). */
+struct mrc_rx_nackt {
+    uint8_t  frame[MRC_RX_SACK_MAX];
+    uint32_t len;        /* frame length */
+    uint32_t udp_off, neth_off;
     uint32_t icrc_from, has_ip, pseudo_sum;  /* for mrc_finish_frame() */
 };
 

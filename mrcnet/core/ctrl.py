@@ -220,7 +220,7 @@ class NackTemplate:
     compare it byte for byte with the reference builder."""
 
     __slots__ = ("_bth_psn", "_dest_qp", "_fin", "_frame", "_inner_off", "_neth_off",
-                 "_route", "_udp_off", "dpdcid", "spdcid")
+                 "_pseudo", "_route", "_udp_off", "dpdcid", "spdcid")
 
     def __init__(self, route: Route, *, dest_qp: int, src_qp: int = 0,
                  _frame: bytes | None = None) -> None:
@@ -235,7 +235,13 @@ class NackTemplate:
         self._udp_off = udp_off
         self._bth_psn = udp_off + UDP_HEADER_LEN + _BTH_PSN
         self._neth_off = udp_off + UDP_HEADER_LEN + BTH_LEN
-        self._inner_off, self._fin, _ = _finisher(route, udp_off)
+        self._inner_off, self._fin, self._pseudo = _finisher(route, udp_off)
+
+    def layout(self) -> tuple[bytes, int, int, int, bool, bytes, bytes]:
+        """(template frame, UDP header offset, NETH offset, where the ICRC starts,
+        whether it starts at an inner IPv6 header, pseudo-header source and destination):
+        what the C receive lane needs to make :meth:`build`'s frames."""
+        return (self._frame, self._udp_off, self._neth_off, *self._pseudo)
 
     def matches(self, dest_qp: int, src_qp: int) -> bool:
         """Made for these QP numbers?"""

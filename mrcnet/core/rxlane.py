@@ -31,10 +31,12 @@ from typing import Any
 
 from mrcnet.buffers import BatchSlots
 from mrcnet.constants import SACK_BITMAP_BITS
-from mrcnet.core.ctrl import SackTemplate, only_outer_dst_differs
+from mrcnet.core.ctrl import NackTemplate, SackTemplate
+from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.txtable import CTxTable
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
+from mrcnet.wire import Route
 from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
 # mrcnet/_csrc/rxlane.h (a test checks the two agree)
@@ -42,7 +44,6 @@ RX_UNREP_MAX = 64  # PSNs received since the last SACK the record holds itself
 RX_PEERS_MAX = 8  # peer addresses a lane checks a frame's source against
 RX_MRS_MAX = 256  # regions a lane's table holds (more: their frames take the full path)
 RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
-RX_PLANE_ROUTES = 64  # routes of a plane a lane's SACK may take without a template
 RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
 # mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting) and why it stopped
@@ -138,12 +139,14 @@ class PyRxState:
         return st
 
     @staticmethod
-    def sack_plane(t: SackTemplate, port: int, win: int, route: Any,
-                   routes: Sequence[Any]) -> Any:
-        """The twin of :meth:`CRxLane.sack_plane`: (template, port, window, the routes
-        it serves by index, None for the others, the plane's number of routes)."""
-        return (t, port, win, [r if only_outer_dst_differs(route, r) else None
-                               for r in routes[:RX_PLANE_ROUTES]], len(routes))
+    def lane_plane(port: int, route: Route, routes: Sequence[Route]) -> LanePlane:
+        """A plane's routes for a receive lane (:class:`LanePlane`; no C record)."""
+        return LanePlane(port, route, routes, False)
+
+    @staticmethod
+    def nack_template(nt: NackTemplate) -> NackTemplate:
+        """What a lane builds NACKs from (in Python: ``nt`` itself)."""
+        return nt
 
     @staticmethod
     def sack(rx: Any, t: Any, ev: int, penalty: int, probe: int,
@@ -220,9 +223,10 @@ class CRxLane:
         # else -1; and the number of SACK templates (c.npaths)
         self.sack_planes = -1
         self.npaths = 0
-        # the QP's SACK routes by plane (sack_plane's), as given to c.planes
-        self._planes: dict[int, Any] = {}
+        # the QP's routes by plane (LanePlane), as given to c.planes
+        self._planes: dict[int, LanePlane] = {}
         self.nplanes = 0
+        self.nacks = self.nacks_last = 0  # NACKs among take_sacks' frames (its doc)
         c.sout, c.sout_cap = ffi.cast("uint8_t *", self._sout), 64 * 512
         c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
         c.paths, c.npaths = self._paths, 0
@@ -282,19 +286,23 @@ class CRxLane:
         return t, len(frame)
 
     @staticmethod
-    def sack_plane(tl: Any, port: int, win: int, route: Any, routes: Sequence[Any]) -> Any:
-        """A plane's SACK routes (rxlane.h ``struct mrc_rx_plane``): ``tl``
-        (:meth:`sack_template`'s, made along ``route`` for a receive window of ``win``)
-        serves every one of the plane's ``routes`` that differs from ``route`` only in
-        its outer destination, on local port ``port``."""
-        pl = ffi.new("struct mrc_rx_plane *")
-        pl.t, pl.port, pl.win = tl[0], port, win
-        pl.nroutes = len(routes)
-        for i, r in enumerate(routes[:RX_PLANE_ROUTES]):
-            if only_outer_dst_differs(route, r):
-                pl.ok[i] = 1
-                ffi.memmove(pl.dst + 16 * i, r.outer_dst, 16)
-        return pl, tl  # (the template it points to, kept alive with it)
+    def lane_plane(port: int, route: Route, routes: Sequence[Route]) -> LanePlane:
+        """A plane's routes for the lane (:class:`LanePlane` with its C record)."""
+        return LanePlane(port, route, routes, True)
+
+    @staticmethod
+    def nack_template(nt: NackTemplate) -> Any:
+        """What the lane builds NACKs from: a ``struct mrc_rx_nackt`` laid out like
+        ``nt`` (rxlane.c ``lane_nack`` makes ``nt.build``'s bytes)."""
+        frame, udp_off, neth_off, icrc_from, has_ip, psrc, pdst = nt.layout()
+        t = ffi.new("struct mrc_rx_nackt *")
+        if len(frame) > len(t.frame):
+            raise ValueError(f"a NACK of {len(frame)} bytes")
+        ffi.memmove(t.frame, frame, len(frame))
+        t.len, t.udp_off, t.neth_off = len(frame), udp_off, neth_off
+        t.icrc_from, t.has_ip = icrc_from, int(has_ip)
+        t.pseudo_sum = C.mrc_tmpl_addr_sum(psrc, pdst)
+        return t
 
     _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
 
@@ -446,17 +454,18 @@ class CRxLane:
         if tmpls is not None:
             self.set_paths(tmpls)
 
-    def set_planes(self, planes: dict[int, Any]) -> None:
-        """The QP's SACK routes by plane (plane -> :meth:`sack_plane`'s), for due SACKs
-        on paths the QP has no template for yet."""
+    def set_planes(self, planes: dict[int, LanePlane]) -> None:
+        """The QP's routes by plane, for the SACKs and NACKs due on paths the QP has
+        no template for yet."""
         c = self._c
         for p in self._planes:
-            c.planes[p] = ffi.NULL
+            if 0 <= p < 64:
+                c.planes[p] = ffi.NULL
         self._planes = dict(planes)
         self.nplanes = len(planes)  # (read by the responder: a plain attribute)
-        for p, (pl, _t) in planes.items():
+        for p, pl in planes.items():
             if 0 <= p < 64:
-                c.planes[p] = pl
+                c.planes[p] = pl.c
 
     def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
         """The QP's SACK templates: path key -> ((template, length), port)."""
@@ -482,11 +491,17 @@ class CRxLane:
 
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
-        """The SACK frames the lane built since the last call: (port, frame), in order."""
+        """The SACK (and NACK) frames the lane built since the last call: (port, frame),
+        in order; ``nacks`` and ``nacks_last`` say how many of them are NACKs and how
+        many of those TRIMMED_LASTHOP (zero after a call that returns no frame)."""
         c = self._c
+        self.nacks = self.nacks_last = 0
         n = c.nsout
         if not n:
             return []
+        self.nacks, self.nacks_last = c.nnack, c.nnack_last
+        if self.nacks:
+            c.nnack = c.nnack_last = 0
         data = ffi.unpack(self._sout, c.sout_len)
         ports = ffi.unpack(self._sport, n)
         if n == 1:

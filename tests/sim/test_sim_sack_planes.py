@@ -1,7 +1,7 @@
-"""The receive lane's SACKs on paths the QP has no template for yet (a plane's SACK routes,
-rxlane.h ``struct mrc_rx_plane``): every frame a run sends is the one Python's
-``Responder.send_sack`` would have built, byte for byte, on uSID fabrics (where the lane
-takes them) and SRH ones (where it must not)."""
+"""The receive lane's SACKs and NACKs on paths the QP has no template for yet (a plane's
+routes, rxlane.h ``struct mrc_rx_plane``, mrcnet/core/laneplane.py): every frame a run
+sends is the one Python's ``Responder.send_sack`` / ``_nack`` would have built, byte for
+byte, on uSID fabrics (where the lane takes them) and SRH ones (where it must not)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ pytestmark = pytest.mark.skipif(not HAVE_C, reason="the receive lane is C")
 
 
 def _sent(monkeypatch: pytest.MonkeyPatch, srv6: str, planes: bool
-          ) -> tuple[list[tuple[int, bytes]], int, object]:
-    """Every frame the hosts hand the C network, in order, the Python SACKs made, and
-    the run's results; ``planes`` False: responders give the lane no plane routes."""
+          ) -> tuple[list[tuple[int, bytes]], Counter[str], object]:
+    """Every frame the hosts hand the C network, in order, the SACKs and NACKs Python
+    made, and the run's results; ``planes`` False: responders give the lane no plane
+    routes."""
     sent: list[tuple[int, bytes]] = []
     calls = Counter[str]()
     send = NativeSimulator.send_frames
@@ -43,16 +44,24 @@ def _sent(monkeypatch: pytest.MonkeyPatch, srv6: str, planes: bool
         slow(self, *a, **k)
 
     monkeypatch.setattr(responder_mod.Responder, "send_sack", counted)
+    nack = responder_mod.Responder._nack
+
+    def nack_counted(self: Any, *a: Any, **k: Any) -> None:
+        calls["_nack"] += 1
+        nack(self, *a, **k)
+
+    monkeypatch.setattr(responder_mod.Responder, "_nack", nack_counted)
     if not planes:
         monkeypatch.setattr(responder_mod.Responder, "lane_sack_setup",
                             _without_planes(responder_mod.Responder.lane_sack_setup))
-    spec = parse_topology(f"leafspine:planes=2,spines=4,leaves=4,hosts=2,srv6={srv6}")
+    spec = parse_topology(
+        f"leafspine:planes=2,spines=4,leaves=4,hosts=2,queue=4pkt,srv6={srv6}")
     flows = [*permutation(8, 256 << 10, seed=5), *incast(range(1, 8), 0, 128 << 10)]
     run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5)
     res = run.run(until=0.05)
     monkeypatch.undo()
-    return sent, calls["send_sack"], ([(r.flow.id, r.finish) for r in res.flows],
-                                      res.ports, res.hosts, res.events)
+    return sent, calls, ([(r.flow.id, r.finish) for r in res.flows], res.ports, res.hosts,
+                         res.events)
 
 
 def _without_planes(setup: Any) -> Any:
@@ -70,8 +79,10 @@ def test_the_lanes_sacks_along_a_planes_routes_are_the_ones_python_builds(
     assert res_with == res_without
     assert len(with_planes) == len(without) > 300
     assert with_planes == without  # every frame, byte for byte, in the same order
-    if srv6 == "usid":  # the lane built SACKs Python built without them
-        assert py_with < py_without
+    assert py_without["_nack"] > 50  # (trims: NACKs to build)
+    if srv6 == "usid":  # the lane built SACKs and NACKs Python built without them
+        assert py_with["send_sack"] < py_without["send_sack"]
+        assert py_with["_nack"] < py_without["_nack"]  # (incast: the lane serves one QP)
     else:  # SRH routes are not the plane's template but for one address: Python's
         assert py_with == py_without
 
