@@ -378,6 +378,19 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
     return RESULT(n, MRC_RX_END);
 }
 
+int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
+               int32_t plane)
+{
+    if (!c->cap)
+        return mrc_rx_run(c, 0, 0, now, plane);
+    c->ptr[0] = buf;
+    c->len[0] = len;
+    int r = mrc_rx_run(c, 0, 1, now, plane);
+    c->ptr[0] = NULL;
+    c->len[0] = 0;
+    return r;
+}
+
 static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 static inline void put32(uint8_t *p, uint32_t v)
 {

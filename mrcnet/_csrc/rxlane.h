@@ -186,6 +186,12 @@ struct mrc_rx_ctx {
  * n after MRC_RX_END); also in c->pos, c->why. */
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
 
+/* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the
+ * caller loading it into ptr / len first (mrc-sim's hosts get a frame per call); the lane
+ * keeps no pointer to it after. */
+int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
+               int32_t plane);
+
 /* Point ptr/len 0..k-1 at the k frames a mrc_recv_batch() kept (k <= cap). */
 void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k);
 

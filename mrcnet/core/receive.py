@@ -111,7 +111,12 @@ class Receiver:
             self._receive_frames(frames, port, now)
             return
         loaded = None
-        if slots is not None and self._lane_slots:
+        f0 = frames[0]
+        # one plain frame and the C lane (mrc-sim's hosts): run_one, no load and release
+        one = n == 1 and self._lane_slots and (type(f0) is bytearray or type(f0) is bytes)
+        if one:
+            pass
+        elif slots is not None and self._lane_slots:
             lane.load_slots(slots, n)
         else:
             loaded = lane.load(frames)
@@ -148,7 +153,7 @@ class Receiver:
             qp.lane_sack_setup(lane)
         try:
             while i < n:
-                r = run(i, n, now, plane)
+                r = lane.run_one(f0, now, plane) if one else run(i, n, now, plane)
                 k, st = r >> RX_POS_SHIFT, r & 3
                 # SACKs the lane took (for the ack QP): their decisions, before anything else
                 acks = self._ack_replay(now) if r & RX_ACKS else 0

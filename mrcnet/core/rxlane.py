@@ -239,6 +239,7 @@ class CRxLane:
         self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
         self.parsed: Any = ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(C.mrc_rx_run, c)
+        self._one = functools.partial(C.mrc_rx_one, c)
 
     def _grow(self, cap: int) -> None:
         self._ptr = ffi.new("const uint8_t *[]", cap)
@@ -359,6 +360,12 @@ class CRxLane:
         self._ptr[0:n] = keep
         self._len[0:n] = [len(f) for f in frames]
         return frames
+
+    def run_one(self, frame: bytes | bytearray, now: float, plane: int) -> int:
+        """``run(0, 1, now, plane)`` of the one frame ``frame``, without :meth:`load`
+        and :meth:`release` (``mrc_rx_one``: the lane keeps no pointer to it after)."""
+        return int(self._one(frame if type(frame) is bytes else ffi.from_buffer(frame),
+                             len(frame), now, plane))
 
     def release(self) -> None:
         """Let go of the loaded frames' buffers (a memoryview with an export left would
