@@ -498,7 +498,8 @@ def test_one_frame_a_call_runs_the_lane_without_loading_it() -> None:
         runs = [0]
         run_one = hb._lane.run_one
 
-        def counted(frame: Any, now: float, plane: int) -> int:
+        def counted(frame: Any, now: float, plane: int, runs: list[int] = runs,
+                    run_one: Any = run_one) -> int:
             runs[0] += 1
             return run_one(frame, now, plane)  # type: ignore[no-any-return]
 
