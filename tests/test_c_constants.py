@@ -101,7 +101,6 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.h", "MRC_RX_END"): rxlane.RX_END,
     ("rxlane.h", "MRC_RX_SACK"): rxlane.RX_SACK,
     ("rxlane.h", "MRC_RX_STOP"): rxlane.RX_STOP,
-    ("rxlane.h", "MRC_RX_ACKED"): rxlane.RX_ACKED,
     ("rxlane.h", "MRC_RX_SACKS"): rxlane.RX_SACKS,
     ("rxlane.h", "MRC_RX_ACKS"): rxlane.RX_ACKS,
     ("rxlane.h", "MRC_RX_ACK_INTS"): rxlane.RX_ACK_INTS,

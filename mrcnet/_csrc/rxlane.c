@@ -187,8 +187,7 @@ static int lane_nack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q, const struct mrc
 static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint8_t *buf,
                     uint32_t blen, double now)
 {
-    if (a->sacks_off || a->n >= a->max ||
-        !from_peer(a->peers, a->npeers, buf, blen, f->src_off))
+    if (a->n >= a->max || !from_peer(a->peers, a->npeers, buf, blen, f->src_off))
         return 0;  /* (_ready_qp: rx_wrong_peer) */
     /* on_sack: unwrap the cumulative PSN against snd_una; the window */
     /* (a probe response answers no packet: Python's) */
@@ -233,23 +232,6 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
     return 1;
 }
 
-/* A NACK of the ack QP from its peer: a record for Python's on_nack (the decisions are
- * all Python's), 1; 0 if Python must see the frame (no room, or not from the peer). */
-static int ack_nack(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint8_t *buf,
-                    uint32_t blen)
-{
-    if (a->n >= a->max || !from_peer(a->peers, a->npeers, buf, blen, f->src_off))
-        return 0;  /* (_ready_qp: rx_wrong_peer) */
-    int64_t *r = a->rec + (size_t)a->n * MRC_RX_ACK_INTS;
-    memset(r, 0, sizeof *r * MRC_RX_ACK_INTS);
-    r[0] = f->nack_psn;
-    r[2] = -1;
-    r[3] = f->nack_ev;
-    r[7] = f->nack_reason;
-    a->rec_sent[a->n++] = 0.0;
-    return 1;
-}
-
 #define RESULT(pos, r) ((int)((pos) << 4 | (c->nsout ? MRC_RX_SACKS : 0) | \
                                 (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | (r)))
 #define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
@@ -272,15 +254,6 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             if (ack_take(c->ack, f, buf, blen, now))
                 continue;
             STOP(MRC_RX_WHY_ACK);
-        }
-        /* Host._dispatch: a NACK (NETH; no data, SETH or AETH) of the ack QP */
-        if (!f->is_data && !f->has_seth && !f->has_aeth && f->has_neth && c->ack &&
-            f->dest_qp == c->ack->qpn && f->dest_qp != ENDPOINT_QPN) {
-            if (!ack_nack(c->ack, f, buf, blen))
-                STOP(MRC_RX_WHY_ACK);
-            c->pos = k;
-            c->why = MRC_RX_WHY_NONE;
-            return RESULT(k, MRC_RX_ACKED);
         }
         /* Host.receive_batch: data of the lane's QP (ready: the caller checked) */
         if (!q || !f->is_data || f->dest_qp != c->qpn || f->dest_qp == ENDPOINT_QPN)

@@ -108,9 +108,6 @@ struct mrc_rx_plane {
 #define MRC_RX_END   0  /* every frame handled */
 #define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
 #define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
-#define MRC_RX_ACKED 3  /* frame `pos` handled: a NACK of the ack QP, its record left last;
-                           the caller replays the records, then syncs the ack QP anew
-                           (on_nack may leave losses that make later SACKs Python's) */
 #define MRC_RX_SACKS 4
 #define MRC_RX_ACKS  8
 
@@ -125,10 +122,7 @@ struct mrc_rx_plane {
                                acknowledged, the triggering packet's transmissions (0: no
                                match), the SACK's EV, stamp echo, triggering sequence
                                number, ECE (M = SKIP_ONCE), M, window penalty, received
-                               bytes (CC_STATE units); a NACK's record (a trimmed
-                               packet's, Host._dispatch -> on_nack) has -1 for the
-                               transmissions, its NETH PSN (24 bits) for the point, its
-                               EV and its reason for M, the rest 0 */
+                               bytes (CC_STATE units) */
 struct mrc_rx_ack {
     struct mrc_txq *txq;       /* the QP's table */
     struct mrc_txsack *o;      /* where mrc_tx_sack reports (its arrays sized for it) */
@@ -140,9 +134,6 @@ struct mrc_rx_ack {
     int64_t  *rec;             /* records: MRC_RX_ACK_INTS integers each ... */
     double   *rec_sent;        /* ... and the triggering packet's send time */
     uint32_t n, max;           /* records waiting, room */
-    uint32_t sacks_off;        /* 1: its SACKs stop (it keeps losses or suspects), its
-                                  NACKs still leave records (no table work: on_nack's
-                                  decisions are all Python's) */
 };
 
 /* One host's lane: the frames of the batch, the QP it serves, the region table. */

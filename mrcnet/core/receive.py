@@ -21,7 +21,6 @@ from mrcnet.core.config import HostConfig, Port
 from mrcnet.core.memory import MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.rxlane import (
-    RX_ACKED,
     RX_ACKS,
     RX_END,
     RX_POS_SHIFT,
@@ -161,7 +160,7 @@ class Receiver:
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
-                got = k - i + (st in (RX_SACK, RX_ACKED)) - acks
+                got = k - i + (st == RX_SACK) - acks
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.rx_packets += got - nacks
@@ -179,10 +178,7 @@ class Receiver:
                             self.host.last_internal_error = e
                             self.host.count("rx_internal_error")
                     else:
-                        if st == RX_ACKED:  # a NACK, replayed: what _dispatch did after
-                            self._lane_check()
-                        else:
-                            self._lane_frame(lane, frames[k], port, plane, now)
+                        self._lane_frame(lane, frames[k], port, plane, now)
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
                             qp.lane_sack_setup(lane)
@@ -237,12 +233,6 @@ class Receiver:
             dest_qp = f.dest_qp
             if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
                 self.host._dispatch(f, frame, port, now)
-                if f.has_neth and not f.has_aeth and dest_qp != ENDPOINT_QPN:
-                    # a NACK: the lane takes its QP's next ones (and SACKs) as records
-                    qp = self.host._qps.get(dest_qp)
-                    if qp is not None and qp is not self._ack_qp and (
-                            qp.state is QPState.RTS or qp.state is QPState.RTR):
-                        self._ack_use(qp)
                 self._lane_check()
                 return
             qp = self._ready_qp(f, frame)
@@ -320,7 +310,8 @@ class Receiver:
         qp = self._ack_qp
         assert qp is not None
         lane = self._lane
-        if qp.state is not QPState.RTS or qp.evm is None or qp.cc is None:
+        if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
+                or qp.cc is None):
             lane.ack_pause()
             return
         if self.host._qps.get(qp.qpn) is not qp:  # destroyed
@@ -331,9 +322,6 @@ class Receiver:
             self._ack_use(qp)  # a new table (reset) or new peers
             if self._ack_qp is None:
                 return
-        if qp.lost_log or qp.suspects:  # (the NACKs' records need no table work)
-            lane.ack_pause(nacks=True)
-            return
         lane.ack_sync(qp.snd_una, qp.next_seq, forged.early_floor(qp.cfg.ack_rtt_floor))
 
     def _ack_replay(self, now: float) -> int:

@@ -566,9 +566,6 @@ class Recovery(TailLoss):
         recs = zip(it, it, it, it, it, it, it, it, it, it, strict=False)
         for (cack, acked, tx, sack_ev, ts_echo, trig, ece, mode, penalty, _rcvd), sent in zip(
                 recs, sents, strict=True):
-            if tx < 0:  # a NACK's record: its PSN, EV and reason
-                self.nack_news(cack, sack_ev, mode, now)
-                continue
             una = self.snd_una
             if cack < una:
                 self.qp.count("rx_sack_stale")
@@ -744,19 +741,15 @@ class Recovery(TailLoss):
     def on_nack(self, n: PyParsed, now: float) -> None:
         """A NACK: trimmed packets are retransmitted at once; an access error is fatal once
         the evidence is consistent (:class:`mrcnet.core.forged.AccessRefusals`)."""
-        self.nack_news(n.nack_psn, n.nack_ev, n.nack_reason, now)
-
-    def nack_news(self, psn: int, nack_ev: int, reason: int, now: float) -> None:
-        """:meth:`on_nack` of a NACK's fields (NETH's PSN, EV and reason; the receive
-        lane's records carry them)."""
         if self.qp.state is not QPState.RTS or self.evm is None or self.cc is None:
             return
-        seq = unwrap(psn, self.snd_una)
+        seq = unwrap(n.nack_psn, self.snd_una)
         e = self.txt.get(seq)
-        if e is None or e[E_EV] != nack_ev:
+        if e is None or e[E_EV] != n.nack_ev:
             # Not about the latest transmission of an outstanding packet: stale or forged.
             self.qp.count("rx_nack_stale")
             return
+        reason = n.nack_reason
         if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
             lasthop = reason == NackReason.TRIMMED_LASTHOP
             # A trim proves the path and the peer alive: the timeout retry budget is for

@@ -47,7 +47,7 @@ RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
 RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
 # mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting) and why it stopped
-RX_END, RX_SACK, RX_STOP, RX_ACKED, RX_SACKS, RX_ACKS = 0, 1, 2, 3, 4, 8
+RX_END, RX_SACK, RX_STOP, RX_SACKS, RX_ACKS = 0, 1, 2, 4, 8
 RX_POS_SHIFT = 4  # run()'s result: pos << RX_POS_SHIFT | flags | result
 (WHY_NONE, WHY_PARSE, WHY_OTHER, WHY_PEER, WHY_WINDOW, WHY_MR_MISS, WHY_MR_BAD, WHY_DUP,
  WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT, WHY_ACK) = range(14)
@@ -199,8 +199,7 @@ class CRxLane:
     at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
     (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
     records of SACKs it took wait in :meth:`take_acks`): RX_END (all done, pos n),
-    RX_SACK (frame ``pos`` done, a SACK is due), RX_ACKED (frame ``pos`` done: a NACK
-    of the ack QP, whose record is the last one) or RX_STOP (frame ``pos`` not handled:
+    RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
     ``parsed`` holds it, ``why`` says why)."""
 
     def __init__(self) -> None:
@@ -424,17 +423,12 @@ class CRxLane:
         :func:`mrcnet.core.forged.sack_verdict`; 0: no such check)."""
         if self._ack_txt is not None:
             a = self._ack
-            a.una, a.next_seq, a.early, a.sacks_off = una, next_seq, early, 0
+            a.una, a.next_seq, a.early = una, next_seq, early
             self._c.ack = a
 
-    def ack_pause(self, nacks: bool = False) -> None:
-        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops); ``nacks``:
-        but still the ack QP's NACKs (records for ``on_nack``)."""
-        if nacks and self._ack_txt is not None:
-            self._ack.sacks_off = 1
-            self._c.ack = self._ack
-        else:
-            self._c.ack = ffi.NULL
+    def ack_pause(self) -> None:
+        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
+        self._c.ack = ffi.NULL
 
     def take_acks(self) -> tuple[list[int], list[float]]:
         """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers

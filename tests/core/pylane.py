@@ -33,7 +33,6 @@ from mrcnet.core.memory import MemoryRegion
 from mrcnet.core.responder import _PENALTY_PER_LASTHOP_TRIM
 from mrcnet.core.rxlane import (
     RX_ACK_MAX,
-    RX_ACKED,
     RX_ACKS,
     RX_END,
     RX_MRS_MAX,
@@ -109,7 +108,7 @@ class PyRxLane(PyRxState):
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
         # The QP whose SACKs the lane takes (rxlane.h struct mrc_rx_ack says when)
-        self.ack_on = self.sacks_off = False
+        self.ack_on = False
         self.ack_qpn = -1
         self.ack_txt: Any = None
         self.ack_peers: frozenset[bytes] = frozenset()
@@ -199,13 +198,10 @@ class PyRxLane(PyRxState):
         """The ack QP's send window now (its snd_una and next_seq): take its SACKs."""
         self.ack_una, self.ack_next, self.ack_early = una, next_seq, early
         self.ack_on = self.ack_txt is not None
-        self.sacks_off = False
 
-    def ack_pause(self, nacks: bool = False) -> None:
-        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops); ``nacks``:
-        but still the ack QP's NACKs."""
-        self.ack_on = nacks and self.ack_txt is not None
-        self.sacks_off = True
+    def ack_pause(self) -> None:
+        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
+        self.ack_on = False
 
     def take_acks(self) -> tuple[list[int], list[float]]:
         """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
@@ -217,7 +213,7 @@ class PyRxLane(PyRxState):
     def _ack_take(self, f: Any, buf: Any, now: float) -> bool:
         """rxlane.c ack_take: a SACK of the ack QP to its table, a record left (True), or
         False for Python to see it."""
-        if self.sacks_off or len(self.ack_sent) >= RX_ACK_MAX:
+        if len(self.ack_sent) >= RX_ACK_MAX:
             return False
         o = f.src_off
         if bytes(buf[o : o + 16]) not in self.ack_peers:
@@ -247,16 +243,6 @@ class PyRxLane(PyRxState):
                           int(mode == SackMode.SKIP_ONCE), mode, f.window_penalty,
                           f.rcvd_bytes)
         self.ack_sent.append(txt.trig_sent if tx else 0.0)
-        return True
-
-    def _ack_nack(self, f: Any, buf: Any) -> bool:
-        """rxlane.c ack_nack: a record of a NACK of the ack QP (True), or False for
-        Python to see it."""
-        o = f.src_off
-        if len(self.ack_sent) >= RX_ACK_MAX or bytes(buf[o : o + 16]) not in self.ack_peers:
-            return False
-        self.ack_ints += (f.nack_psn, 0, -1, f.nack_ev, 0, 0, 0, f.nack_reason, 0, 0)
-        self.ack_sent.append(0.0)
         return True
 
     def _flags(self) -> int:
@@ -370,13 +356,6 @@ class PyRxLane(PyRxState):
                 self.parsed, self.error = None, e
                 return self._stop(k, WHY_PARSE)
             self.parsed, self.error = f, None
-            if (not f.is_data and not f.has_seth and not f.has_aeth and f.has_neth
-                    and self.ack_on and f.dest_qp == self.ack_qpn
-                    and f.dest_qp != ENDPOINT_QPN):  # a NACK of the ack QP: a record
-                if not self._ack_nack(f, buf):
-                    return self._stop(k, WHY_ACK)
-                self.pos, self.why = k, WHY_NONE
-                return k << RX_POS_SHIFT | self._flags() | RX_ACKED
             if (not f.is_data and f.has_seth and self.ack_on and f.dest_qp == self.ack_qpn
                     and f.dest_qp != ENDPOINT_QPN):
                 if self._ack_take(f, buf, now):

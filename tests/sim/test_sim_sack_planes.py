@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from mrcnet.core import recovery as recovery_mod
 from mrcnet.core import responder as responder_mod
 from mrcnet.core.ctrl import only_outer_dst_differs
 from mrcnet.native import HAVE_C
@@ -101,47 +100,3 @@ def test_routes_differ_only_in_the_outer_destination_within_a_plane_of_usid(
             assert r != first  # (SRH: the segments differ, not the first one)
         other_plane = fab.route(0, 5, 1 - p, 0)
         assert not only_outer_dst_differs(first, other_plane)  # (its MACs, addresses)
-
-
-def _frames(monkeypatch: pytest.MonkeyPatch, fast: bool) -> tuple[list[bytes], Counter[str]]:
-    """Every frame a trimming run's hosts send, with the C receive lane (``fast``) or
-    the pure-Python per-frame path, and how the senders' NACKs came in."""
-    sent: list[bytes] = []
-    calls = Counter[str]()
-    send = NativeSimulator.send_frames
-
-    def record(self: NativeSimulator, nic_ids: list[int], out: Any, keep: int) -> None:
-        sent.extend(bytes(f) for _p, f in out)
-        send(self, nic_ids, out, keep)
-
-    monkeypatch.setattr(NativeSimulator, "send_frames", record)
-    for name in ("on_nack", "nack_news"):
-        orig = getattr(recovery_mod.Recovery, name)
-
-        def counted(self: Any, *a: Any, _orig: Any = orig, _name: str = name,
-                    **k: Any) -> None:
-            calls[_name] += 1
-            _orig(self, *a, **k)
-
-        monkeypatch.setattr(recovery_mod.Recovery, name, counted)
-    spec = parse_topology("leafspine:planes=2,spines=4,leaves=4,hosts=2,queue=4pkt")
-    flows = [*permutation(8, 256 << 10, seed=5), *incast(range(1, 8), 0, 128 << 10)]
-    run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5,
-                 host_config={"fast_parse": fast}, native=True)
-    run.run(until=0.05)
-    monkeypatch.undo()
-    return sent, calls
-
-
-def test_the_lanes_nack_records_and_control_frames_are_the_per_frame_paths(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lane's NACKs for the sender (records replayed by on_sack_records) and its
-    SACKs and NACKs built along the planes' routes: every frame the run sends is the one
-    the pure-Python per-frame path sends."""
-    lane, lane_calls = _frames(monkeypatch, True)
-    ref, ref_calls = _frames(monkeypatch, False)
-    assert len(lane) == len(ref) > 300
-    assert lane == ref
-    assert ref_calls["on_nack"] == ref_calls["nack_news"] > 20  # (trims, all in Python)
-    assert lane_calls["nack_news"] == ref_calls["nack_news"]
-    assert lane_calls["on_nack"] < lane_calls["nack_news"]  # most came as records
