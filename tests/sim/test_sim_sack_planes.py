@@ -100,3 +100,44 @@ def test_routes_differ_only_in_the_outer_destination_within_a_plane_of_usid(
             assert r != first  # (SRH: the segments differ, not the first one)
         other_plane = fab.route(0, 5, 1 - p, 0)
         assert not only_outer_dst_differs(first, other_plane)  # (its MACs, addresses)
+
+
+def _frames(monkeypatch: pytest.MonkeyPatch, fast: bool) -> tuple[list[bytes], Counter[str]]:
+    """Every frame a trimming run's hosts send, with the C receive lane (``fast``) or
+    the pure-Python per-frame path, and the NACKs Python built."""
+    sent: list[bytes] = []
+    calls = Counter[str]()
+    send = NativeSimulator.send_frames
+
+    def record(self: NativeSimulator, nic_ids: list[int], out: Any, keep: int) -> None:
+        sent.extend(bytes(f) for _p, f in out)
+        send(self, nic_ids, out, keep)
+
+    monkeypatch.setattr(NativeSimulator, "send_frames", record)
+    nack = responder_mod.Responder._nack
+
+    def counted(self: Any, *a: Any, **k: Any) -> None:
+        calls["_nack"] += 1
+        nack(self, *a, **k)
+
+    monkeypatch.setattr(responder_mod.Responder, "_nack", counted)
+    spec = parse_topology("leafspine:planes=2,spines=4,leaves=4,hosts=2,queue=4pkt")
+    flows = [*permutation(8, 256 << 10, seed=5), *incast(range(1, 8), 0, 128 << 10)]
+    run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5,
+                 host_config={"fast_parse": fast}, native=True)
+    run.run(until=0.05)
+    monkeypatch.undo()
+    return sent, calls
+
+
+def test_the_lanes_control_frames_are_the_per_frame_paths(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the C receive lane (its SACKs and NACKs along the planes' routes, one frame
+    per call) every frame the run sends is the one the pure-Python per-frame path
+    sends, in the same order."""
+    lane, lane_calls = _frames(monkeypatch, True)
+    ref, ref_calls = _frames(monkeypatch, False)
+    assert len(lane) == len(ref) > 300
+    assert lane == ref
+    assert ref_calls["_nack"] > 20  # (trims: NACKs, all built in Python there)
+    assert lane_calls["_nack"] < ref_calls["_nack"]
