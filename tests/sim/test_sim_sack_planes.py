@@ -23,11 +23,12 @@ from mrcnet.sim.topology import Fabric, parse_topology
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="the receive lane is C")
 
 
-def _sent(monkeypatch: pytest.MonkeyPatch, srv6: str, planes: bool
-          ) -> tuple[list[tuple[int, bytes]], Counter[str], object]:
-    """Every frame the hosts hand the C network, in order, the SACKs and NACKs Python
-    made, and the run's results; ``planes`` False: responders give the lane no plane
-    routes."""
+def _sent(monkeypatch: pytest.MonkeyPatch, srv6: str = "usid", planes: bool = True,
+          fast: bool = True) -> tuple[list[tuple[int, bytes]], Counter[str], object]:
+    """Every frame the hosts hand the C network (NIC, bytes), in order, the SACKs and
+    NACKs Python made, and the run's results, for a trimming run (a permutation and an
+    incast); ``planes`` False: responders give the lane no plane routes; ``fast`` False:
+    no lane at all (the pure-Python per-frame path)."""
     sent: list[tuple[int, bytes]] = []
     calls = Counter[str]()
     send = NativeSimulator.send_frames
@@ -37,27 +38,23 @@ def _sent(monkeypatch: pytest.MonkeyPatch, srv6: str, planes: bool
         send(self, nic_ids, out, keep)
 
     monkeypatch.setattr(NativeSimulator, "send_frames", record)
-    slow = responder_mod.Responder.send_sack
+    for name in ("send_sack", "_nack"):
+        orig = getattr(responder_mod.Responder, name)
 
-    def counted(self: Any, *a: Any, **k: Any) -> None:
-        calls["send_sack"] += 1
-        slow(self, *a, **k)
+        def counted(self: Any, *a: Any, _orig: Any = orig, _name: str = name,
+                    **k: Any) -> None:
+            calls[_name] += 1
+            _orig(self, *a, **k)
 
-    monkeypatch.setattr(responder_mod.Responder, "send_sack", counted)
-    nack = responder_mod.Responder._nack
-
-    def nack_counted(self: Any, *a: Any, **k: Any) -> None:
-        calls["_nack"] += 1
-        nack(self, *a, **k)
-
-    monkeypatch.setattr(responder_mod.Responder, "_nack", nack_counted)
+        monkeypatch.setattr(responder_mod.Responder, name, counted)
     if not planes:
         monkeypatch.setattr(responder_mod.Responder, "lane_sack_setup",
                             _without_planes(responder_mod.Responder.lane_sack_setup))
     spec = parse_topology(
         f"leafspine:planes=2,spines=4,leaves=4,hosts=2,queue=4pkt,srv6={srv6}")
     flows = [*permutation(8, 256 << 10, seed=5), *incast(range(1, 8), 0, 128 << 10)]
-    run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5)
+    run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5,
+                 host_config={"fast_parse": fast}, native=True)
     res = run.run(until=0.05)
     monkeypatch.undo()
     return sent, calls, ([(r.flow.id, r.finish) for r in res.flows], res.ports, res.hosts,
@@ -102,42 +99,15 @@ def test_routes_differ_only_in_the_outer_destination_within_a_plane_of_usid(
         assert not only_outer_dst_differs(first, other_plane)  # (its MACs, addresses)
 
 
-def _frames(monkeypatch: pytest.MonkeyPatch, fast: bool) -> tuple[list[bytes], Counter[str]]:
-    """Every frame a trimming run's hosts send, with the C receive lane (``fast``) or
-    the pure-Python per-frame path, and the NACKs Python built."""
-    sent: list[bytes] = []
-    calls = Counter[str]()
-    send = NativeSimulator.send_frames
-
-    def record(self: NativeSimulator, nic_ids: list[int], out: Any, keep: int) -> None:
-        sent.extend(bytes(f) for _p, f in out)
-        send(self, nic_ids, out, keep)
-
-    monkeypatch.setattr(NativeSimulator, "send_frames", record)
-    nack = responder_mod.Responder._nack
-
-    def counted(self: Any, *a: Any, **k: Any) -> None:
-        calls["_nack"] += 1
-        nack(self, *a, **k)
-
-    monkeypatch.setattr(responder_mod.Responder, "_nack", counted)
-    spec = parse_topology("leafspine:planes=2,spines=4,leaves=4,hosts=2,queue=4pkt")
-    flows = [*permutation(8, 256 << 10, seed=5), *incast(range(1, 8), 0, 128 << 10)]
-    run = SimRun(spec, [dataclasses.replace(f, id=i) for i, f in enumerate(flows)], seed=5,
-                 host_config={"fast_parse": fast}, native=True)
-    run.run(until=0.05)
-    monkeypatch.undo()
-    return sent, calls
-
-
 def test_the_lanes_control_frames_are_the_per_frame_paths(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With the C receive lane (its SACKs and NACKs along the planes' routes, one frame
     per call) every frame the run sends is the one the pure-Python per-frame path
     sends, in the same order."""
-    lane, lane_calls = _frames(monkeypatch, True)
-    ref, ref_calls = _frames(monkeypatch, False)
+    lane, lane_calls, lane_res = _sent(monkeypatch)
+    ref, ref_calls, ref_res = _sent(monkeypatch, fast=False)
     assert len(lane) == len(ref) > 300
     assert lane == ref
+    assert lane_res == ref_res
     assert ref_calls["_nack"] > 20  # (trims: NACKs, all built in Python there)
     assert lane_calls["_nack"] < ref_calls["_nack"]
