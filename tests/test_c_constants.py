@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from mrcnet import constants as K
-from mrcnet.core import cc, rxlane, txtable
+from mrcnet.core import cc, laneplane, responder, rxlane, txtable
 from mrcnet.core.ctrl import NO_TS
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
 from mrcnet.sim import net as sim_net
 from mrcnet.wire import bth, seth, template
+from mrcnet.wire.neth import NETH
 from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
 CSRC = Path(__file__).resolve().parents[1] / "mrcnet" / "_csrc"
@@ -79,6 +80,14 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.c", "EV_PLANE_SHIFT"): K.EV_PLANE_SHIFT,
     ("rxlane.c", "EV_PLANE_MASK"): K.EV_PLANE_MASK,
     ("rxlane.c", "EV_PATH_SHIFT"): K.EV_PATH_SHIFT,
+    ("rxlane.c", "EV_PATH_MASK"): K.EV_PATH_MASK,
+    ("rxlane.c", "BTH_LEN"): K.BTH_LEN,
+    ("rxlane.c", "NETH_LEN"): NETH.LEN,
+    ("rxlane.c", "NACK_TRIMMED"): K.NackReason.TRIMMED,
+    ("rxlane.c", "NACK_TRIMMED_LASTHOP"): K.NackReason.TRIMMED_LASTHOP,
+    ("rxlane.c", "CC_TYPE_NACK"): K.CC_TYPE_NACK,
+    ("rxlane.c", "WINDOW_PENALTY_MAX"): K.WINDOW_PENALTY_MAX,
+    ("rxlane.c", "PENALTY_PER_LASTHOP_TRIM"): responder._PENALTY_PER_LASTHOP_TRIM,
     ("rxlane.c", "SACK_SKIP_ONCE"): K.SackMode.SKIP_ONCE,
     ("rxlane.c", "SETH_PR"): seth.SETH_PR,
     ("rxlane.c", "OOO_COUNT_MAX"): K.OOO_COUNT_MAX,
@@ -88,6 +97,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.c", "CC_LEN"): K.CCSTATE_LEN,
     ("rxlane.h", "MRC_RX_UNREP_MAX"): rxlane.RX_UNREP_MAX,
     ("rxlane.h", "MRC_RX_PEERS_MAX"): rxlane.RX_PEERS_MAX,
+    ("rxlane.h", "MRC_RX_PLANE_ROUTES"): laneplane.RX_PLANE_ROUTES,
     ("rxlane.h", "MRC_RX_END"): rxlane.RX_END,
     ("rxlane.h", "MRC_RX_SACK"): rxlane.RX_SACK,
     ("rxlane.h", "MRC_RX_STOP"): rxlane.RX_STOP,

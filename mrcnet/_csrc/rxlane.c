@@ -18,11 +18,20 @@
 #define EV_PLANE_SHIFT 24
 #define EV_PLANE_MASK 0x7f
 #define EV_PATH_SHIFT 12
+#define EV_PATH_MASK 0xfff
+#define OUTER_DST (ETH_LEN + 24)  /* the outer IPv6 header's destination */
 #define SACK_SKIP_ONCE 1        /* SETH M: SKIP_ONCE, the ECN echo */
 #define SETH_PR 0x02
 #define OOO_COUNT_MAX 0x7fff
 #define RX_NO_TS 0x10000u       /* ack_ts of a packet without TSETH */
 #define ETH_LEN 14
+#define BTH_LEN 12
+#define NETH_LEN 20
+#define NACK_TRIMMED 0x01
+#define NACK_TRIMMED_LASTHOP 0x02
+#define CC_TYPE_NACK 2
+#define WINDOW_PENALTY_MAX 127
+#define PENALTY_PER_LASTHOP_TRIM 8
 #define SETH_LEN 28
 #define CC_LEN 8
 
@@ -170,6 +179,8 @@ static inline void deliver_plain(struct mrc_rx_qp *q, uint32_t len, uint32_t op)
 }
 
 static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q);
+static int lane_nack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q, const struct mrc_parsed *f,
+                     int64_t seq);
 
 /* QueuePair.on_sack's table work for a SACK of the ack QP (see struct mrc_rx_ack): 1 if
  * taken (a record left), 0 if Python must see the frame. */
@@ -267,8 +278,11 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         uint32_t mask = q->ooo_cap - 1;
         if (d < 0 || (q->ooo_n && q->ooo_seq[(uint32_t)seq & mask] == seq))
             STOP(MRC_RX_WHY_DUP);
-        if (f->trimmed)
+        if (f->trimmed) {
+            if (lane_nack(c, q, f, seq))
+                continue;  /* NACKed here, exactly as on_data would */
             STOP(MRC_RX_WHY_TRIMMED);
+        }
         uint32_t op = f->opcode;
         /* (without a TSETH the answer may be an ACK: Python decides) */
         if (f->has_imm || !f->has_tseth || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
@@ -362,6 +376,19 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
     c->pos = n;
     c->why = MRC_RX_WHY_NONE;
     return RESULT(n, MRC_RX_END);
+}
+
+int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
+               int32_t plane)
+{
+    if (!c->cap)
+        return mrc_rx_run(c, 0, 0, now, plane);
+    c->ptr[0] = buf;
+    c->len[0] = len;
+    int r = mrc_rx_run(c, 0, 1, now, plane);
+    c->ptr[0] = NULL;
+    c->len[0] = 0;
+    return r;
 }
 
 static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
@@ -462,15 +489,29 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
             p = &c->paths[i];
             break;
         }
-    if (!p || !p->t || c->nsout >= c->sout_max)
+    const struct mrc_rx_sackt *t = p ? p->t : NULL;
+    uint32_t port = p ? p->port : 0;
+    struct mrc_rx_sackt along;  /* the plane's template along this path's route */
+    if (!p) {
+        const struct mrc_rx_plane *pl = c->planes[plane];
+        uint32_t r = pl && pl->nroutes ? (key & EV_PATH_MASK) % pl->nroutes : 0;
+        if (!pl || !pl->t || pl->win != c->win || r >= MRC_RX_PLANE_ROUTES || !pl->ok[r] ||
+            pl->t->len < OUTER_DST + 16)
+            return 0;
+        along = *pl->t;
+        memcpy(along.frame + OUTER_DST, pl->dst + 16 * r, 16);
+        t = &along;
+        port = pl->port;
+    }
+    if (!t || c->nsout >= c->sout_max)
         return 0;
-    uint32_t len = p->t->len;
+    uint32_t len = t->len;
     uint32_t room = (c->sout_max - c->nsout) * len;
     if (c->sout_cap - c->sout_len < room)
         room = c->sout_cap - c->sout_len;
     double pen = q->penalty;
     uint32_t penalty = pen != 0 ? (uint32_t)pen : 0;  /* int(): truncation, pen >= 0 */
-    int n = mrc_rx_sack(q, p->t, c->sout + c->sout_len, room, ev, penalty, -1, NULL, 0);
+    int n = mrc_rx_sack(q, t, c->sout + c->sout_len, room, ev, penalty, -1, NULL, 0);
     if (n <= 0)
         return 0;
     if (pen != 0)
@@ -478,9 +519,66 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
     q->ack_at = INFINITY;
     q->since_ack = 0;
     for (int i = 0; i < n; i++) {
-        c->sport[c->nsout] = p->port;
+        c->sport[c->nsout] = port;
         c->slen[c->nsout++] = len;
     }
     c->sout_len += (uint32_t)n * len;
+    return 1;
+}
+
+/* Responder.on_data for a trimmed packet of the lane's QP (_trim_reason, then _nack's
+ * first case: back on the packet's own path, usable and with routes), when the packet's
+ * plane has a NACK template serving its path's route (struct mrc_rx_plane) and the
+ * output has room: the NACK NackTemplate.build makes, counted in nnack / nnack_last for
+ * the caller. 0: not done (nothing changed), the caller's Python does it. */
+static int lane_nack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q, const struct mrc_parsed *f,
+                     int64_t seq)
+{
+    uint32_t ev = f->ev, plane = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK;
+    if (!c->sack_ok || !ev || plane >= 64 || !(c->plane_ok >> plane & 1))
+        return 0;
+    const struct mrc_rx_plane *pl = c->planes[plane];
+    if (!pl || !pl->nt || !pl->nroutes)
+        return 0;
+    uint32_t r = ((ev >> EV_PATH_SHIFT) & EV_PATH_MASK) % pl->nroutes;
+    const struct mrc_rx_nackt *t = pl->nt;
+    uint32_t len = t->len;
+    if (r >= MRC_RX_PLANE_ROUTES || !pl->ok[r] || len < OUTER_DST + 16 ||
+        len > MRC_RX_SACK_MAX || (uint64_t)t->neth_off + NETH_LEN > len ||
+        t->udp_off + 8 + BTH_LEN > len || c->nsout >= c->sout_max ||
+        c->sout_cap - c->sout_len < len)
+        return 0;
+    int last = f->trim_lasthop != 0;
+    if (last) {  /* _trim_reason: the window penalty asks the senders to back off */
+        double pen = q->penalty + PENALTY_PER_LASTHOP_TRIM;
+        q->penalty = pen < WINDOW_PENALTY_MAX ? pen : WINDOW_PENALTY_MAX;
+    }
+    uint8_t *o = c->sout + c->sout_len;
+    memcpy(o, t->frame, len);
+    memcpy(o + OUTER_DST, pl->dst + 16 * r, 16);
+    uint32_t fl = mrc_ev_flow(ev);
+    put16(o + ETH_LEN + 2, fl);
+    if (t->has_ip)
+        put16(o + t->icrc_from + 2, fl);
+    put16(o + t->udp_off, mrc_ev_sport(ev));
+    uint32_t psn = (uint32_t)(seq & PSN_MASK);
+    uint8_t *b = o + t->udp_off + 8 + BTH_LEN - 3;  /* BTH.PSN */
+    b[0] = (uint8_t)(psn >> 16);
+    put16(b + 1, psn & 0xffff);
+    uint8_t *n = o + t->neth_off;  /* SPDCID, DPDCID: the template's */
+    put16(n, 0);
+    n[2] = last ? NACK_TRIMMED_LASTHOP : NACK_TRIMMED;
+    n[3] = 0;
+    put32(n + 4, ev);
+    put32(n + 12, psn);
+    n[16] = CC_TYPE_NACK << 4;
+    n[17] = 0;
+    put16(n + 18, f->has_tseth ? f->timestamp & 0xffff : 0);
+    mrc_finish_frame(o, len, t->icrc_from, (int)t->has_ip, t->udp_off, t->pseudo_sum);
+    c->sport[c->nsout] = pl->port;
+    c->slen[c->nsout++] = len;
+    c->sout_len += len;
+    c->nnack++;
+    c->nnack_last += (uint32_t)last;
     return 1;
 }

@@ -64,6 +64,27 @@ struct mrc_rx_path {
     const struct mrc_rx_sackt *t;
 };
 
+/* A plane's SACK routes, for the paths of the plane the QP has no template for yet
+ * (a responder answers on the triggering packet's path, and a QP that sprays over all of
+ * them would otherwise make a template per path, in Python, for about every SACK):
+ * `t` is the QP's first SACK template on the plane, and route r of the plane (path
+ * index % nroutes, as QueuePair.route picks it) differs from t's route only in its outer
+ * destination, dst[r], when ok[r] is 1 (plain uSID routes, both encapsulated, the same
+ * MACs, hop limit and addresses: the ICRC and the checksum's pseudo-header cover the
+ * inner header only). A SACK on such a path is t's with dst[r] put in: the bytes
+ * SackTemplate.for_route makes. `win`: the receive window t was made for (its MPR). */
+#define MRC_RX_PLANE_ROUTES 64
+struct mrc_rx_nackt;
+struct mrc_rx_plane {
+    const struct mrc_rx_sackt *t;
+    const struct mrc_rx_nackt *nt;  /* the QP's NACK template along a route of the plane
+                                       t's routes serve as well (NULL: none yet) */
+    uint32_t port, nroutes;
+    int64_t  win;
+    uint8_t  ok[MRC_RX_PLANE_ROUTES];
+    uint8_t  dst[MRC_RX_PLANE_ROUTES * 16];
+};
+
 /* Why the lane stopped at a frame (mrc_rx_ctx.why), for the caller and the tests. */
 #define MRC_RX_WHY_NONE     0
 #define MRC_RX_WHY_PARSE    1   /* malformed: parsed.reason says why */
@@ -151,6 +172,12 @@ struct mrc_rx_ctx {
     uint32_t *slen;
     uint32_t nsout, sout_max;
     struct mrc_rx_ack *ack;    /* NULL: every SACK stops */
+    /* the lane's QP's SACK routes by plane (NULL: none), for a path without a template */
+    const struct mrc_rx_plane *planes[64];
+    /* NACKs among the frames built (Responder._nack's for a trimmed packet, made here
+     * when its path is usable and its plane has a NACK template): how many, and how
+     * many of those TRIMMED_LASTHOP; the caller counts them when it takes the frames */
+    uint32_t nnack, nnack_last;
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
@@ -158,6 +185,12 @@ struct mrc_rx_ctx {
  * MRC_RX_END/SACK/STOP (pos: where it stopped;
  * n after MRC_RX_END); also in c->pos, c->why. */
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
+
+/* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the
+ * caller loading it into ptr / len first (mrc-sim's hosts get a frame per call); the lane
+ * keeps no pointer to it after. */
+int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
+               int32_t plane);
 
 /* Point ptr/len 0..k-1 at the k frames a mrc_recv_batch() kept (k <= cap). */
 void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k);
@@ -183,6 +216,14 @@ struct mrc_rx_sackt {
     uint8_t  frame[MRC_RX_SACK_MAX];
     uint32_t len;        /* frame length */
     uint32_t udp_off, seth_off, cc_off;
+    uint32_t icrc_from, has_ip, pseudo_sum;  /* for mrc_finish_frame() */
+};
+
+/* A NACK frame template for one path, from mrcnet.core.ctrl.NackTemplate.layout(). */
+struct mrc_rx_nackt {
+    uint8_t  frame[MRC_RX_SACK_MAX];
+    uint32_t len;        /* frame length */
+    uint32_t udp_off, neth_off;
     uint32_t icrc_from, has_ip, pseudo_sum;  /* for mrc_finish_frame() */
 };
 

@@ -97,6 +97,19 @@ def _retarget(frame: bytes, old: Route, route: Route) -> bytearray | None:
     return buf
 
 
+def only_outer_dst_differs(a: Route, b: Route) -> bool:
+    """Do control frames along ``a`` and ``b`` differ only in the outer IPv6
+    destination? True for two plain, encapsulated uSID routes (MRC's form) with the same
+    MACs, hop limit and addresses: what :func:`_retarget` patches is then the same but
+    that address, and the ICRC and the checksum's pseudo-header cover the inner header
+    only (rxlane.h ``struct mrc_rx_plane``)."""
+    return (a.usid is not None and b.usid is not None and a.encap and b.encap
+            and a.segments is None and b.segments is None and a.usid_srh is None
+            and b.usid_srh is None and a.src_mac == b.src_mac and a.dst_mac == b.dst_mac
+            and a.hop_limit == b.hop_limit and a.src_ip == b.src_ip
+            and a.dst_ip == b.dst_ip)
+
+
 def _put_ev(buf: bytearray, ev: int, inner_off: int, udp_off: int) -> None:
     """The EV's bits of a control frame: the UDP source port (covered by ICRC and
     checksum) and the low 16 bits of the flow labels (covered by neither)."""
@@ -207,7 +220,7 @@ class NackTemplate:
     compare it byte for byte with the reference builder."""
 
     __slots__ = ("_bth_psn", "_dest_qp", "_fin", "_frame", "_inner_off", "_neth_off",
-                 "_route", "_udp_off", "dpdcid", "spdcid")
+                 "_pseudo", "_route", "_udp_off", "dpdcid", "spdcid")
 
     def __init__(self, route: Route, *, dest_qp: int, src_qp: int = 0,
                  _frame: bytes | None = None) -> None:
@@ -222,7 +235,13 @@ class NackTemplate:
         self._udp_off = udp_off
         self._bth_psn = udp_off + UDP_HEADER_LEN + _BTH_PSN
         self._neth_off = udp_off + UDP_HEADER_LEN + BTH_LEN
-        self._inner_off, self._fin, _ = _finisher(route, udp_off)
+        self._inner_off, self._fin, self._pseudo = _finisher(route, udp_off)
+
+    def layout(self) -> tuple[bytes, int, int, int, bool, bytes, bytes]:
+        """(template frame, UDP header offset, NETH offset, where the ICRC starts,
+        whether it starts at an inner IPv6 header, pseudo-header source and destination):
+        what the C receive lane needs to make :meth:`build`'s frames."""
+        return (self._frame, self._udp_off, self._neth_off, *self._pseudo)
 
     def matches(self, dest_qp: int, src_qp: int) -> bool:
         """Made for these QP numbers?"""

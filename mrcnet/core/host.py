@@ -106,6 +106,7 @@ class Host:
         if len(self._plane_port) != len(ports):
             raise InvalidAttribute("one port per plane: two ports share a plane")
         self.port_up = {p.index: True for p in ports}
+        self._all_up = True  # every port up (set_port_state keeps it: read once a pass)
         self.paths = paths
         self.memory = MemoryTable(name)
         self._cqs: dict[int, CompletionQueue] = {}
@@ -429,6 +430,7 @@ class Host:
         if self.port_up[port] == up:
             return
         self.port_up[port] = up
+        self._all_up = all(self.port_up.values())
         self.emit(PortStatusChanged(port, self.ports[port].plane, up, None))
         self._replan(now)
         for peer in {qp.attrs.peer for qp in self._qps.values() if qp.attrs.peer}:
@@ -687,17 +689,18 @@ class Host:
                 continue
             if qp.sack_pending:
                 qp.after_sacks(now)
-            if qp.rx_burst:
+            rx = qp.rx  # (the responder's state record: its fields read and reset here)
+            if rx.rx_burst:
                 # End of a receive burst: data that arrived with others in it is SACKed
                 # now rather than at the ACK-delay timer (a host that handles frames in
                 # batches would otherwise hold a batch's tail for a whole timer tick,
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                if qp.since_ack and not cfg.sack_on_reorder and (
-                        qp.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
-                        or (cfg.ack_req_burst and qp.ack_at <= now)):
+                if rx.since_ack and not cfg.sack_on_reorder and (
+                        rx.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
+                        or (cfg.ack_req_burst and rx.ack_at <= now)):
                     qp.send_sack(now, out)
-                qp.rx_burst = 0
+                rx.rx_burst = 0
             if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
@@ -714,7 +717,7 @@ class Host:
             if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
                 self.count("tx_sendq_full", sq.overflow)
                 sq.overflow = 0
-        if not all(self.port_up.values()):
+        if not self._all_up:
             # A port that is down sends nothing (a QP with no live plane at all keeps
             # "sending" into it, so its retry budget, not a hang, ends it).
             kept = [(p, f) for p, f in out if self.port_up.get(p, False)]

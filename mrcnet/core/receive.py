@@ -111,7 +111,12 @@ class Receiver:
             self._receive_frames(frames, port, now)
             return
         loaded = None
-        if slots is not None and self._lane_slots:
+        f0 = frames[0]
+        # one plain frame and the C lane (mrc-sim's hosts): run_one, no load and release
+        one = n == 1 and self._lane_slots and (type(f0) is bytearray or type(f0) is bytes)
+        if one:
+            pass
+        elif slots is not None and self._lane_slots:
             lane.load_slots(slots, n)
         else:
             loaded = lane.load(frames)
@@ -148,23 +153,21 @@ class Receiver:
             qp.lane_sack_setup(lane)
         try:
             while i < n:
-                r = run(i, n, now, plane)
+                r = lane.run_one(f0, now, plane) if one else run(i, n, now, plane)
                 k, st = r >> RX_POS_SHIFT, r & 3
                 # SACKs the lane took (for the ack QP): their decisions, before anything else
                 acks = self._ack_replay(now) if r & RX_ACKS else 0
-                got = k - i + (st == RX_SACK) - acks  # data frames the lane handled (qp's)
+                # the SACKs (and NACKs) the lane built, in their place among the rest
+                nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
+                # data frames the lane handled (qp's), the trimmed ones it NACKed included
+                got = k - i + (st == RX_SACK) - acks
                 if got:  # (then the lane has a QP)
                     assert qp is not None
-                    qp.rx_packets += got
+                    qp.rx_packets += got - nacks
                     if marked != qp.qpn:
                         marked = qp.qpn
                         self.host._dirty.add(marked)
                         self.host._sendq.add(marked)
-                if r & RX_SACKS:  # the SACKs the lane built, in their place among the rest
-                    assert qp is not None
-                    sacks = lane.take_sacks()
-                    ctrl += sacks
-                    qp.tx_sacks += len(sacks)
                 if st != RX_END:
                     if st == RX_SACK:
                         assert qp is not None
@@ -187,13 +190,31 @@ class Receiver:
             # what the lane built still goes out
             self.host.last_internal_error = e
             self.host.count("rx_internal_error")
-            sacks = lane.take_sacks()
-            if sacks and qp is not None:
-                ctrl += sacks
-                qp.tx_sacks += len(sacks)
+            if qp is not None:
+                self._take_built(lane, qp, ctrl)
         finally:
             if loaded is not None:
                 lane.release()
+
+    @staticmethod
+    def _take_built(lane: Any, qp: QueuePair | None, ctrl: list[tuple[int, bytes]]) -> int:
+        """The frames the lane built for its QP ``qp`` into ``ctrl``, counted as the
+        per-frame path counts them (send_sack, and on_data's NACK of a trimmed packet:
+        rx_trimmed, tx_nack and their _lasthop); returns how many were NACKs."""
+        assert qp is not None
+        built = lane.take_sacks()
+        ctrl += built
+        nacks = lane.nacks
+        qp.tx_sacks += len(built) - nacks
+        if nacks:
+            qp.count("rx_trimmed", nacks)
+            last = lane.nacks_last
+            if last:
+                qp.count("rx_trimmed_lasthop", last)
+            qp.count("tx_nack", nacks)
+            if last:
+                qp.count("tx_nack_lasthop", last)
+        return int(nacks)
 
     def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
                     plane: int, now: float) -> None:

@@ -32,6 +32,7 @@ from mrcnet.core.context import QPView
 from mrcnet.core.ctrl import NO_TS, NackTemplate, SackTemplate
 from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager
+from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
 from mrcnet.core.seqnum import HALF, MSN_MASK, unwrap16
 from mrcnet.core.states import QPState
@@ -62,6 +63,9 @@ class Responder:
         self.evm: EVManager | None = None
         self._paths: dict[int, list[Route]] = {}  # the peer's routes per plane (ready)
         self._sack_tmpl: dict[int, tuple[Any, int]] = {}  # path -> (SACK template, port)
+        # plane -> its SACK routes (the lane's SACKs on the plane's paths without a
+        # template: rxlane.h struct mrc_rx_plane), from the first template on the plane
+        self._planes: dict[int, LanePlane] = {}
         self._sack_proto: SackTemplate | None = None  # the first of them (for_route's)
         # The NACK template of the last route a NACK took, and the QP's first (for_route's):
         # NACKs come one or two per path, not enough to keep one template per path
@@ -106,6 +110,7 @@ class Responder:
         self.evm = evm
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._sack_tmpl.clear()
+        self._planes = {}
         self._sack_proto = None
         self._nack_tmpl = self._nack_proto = None
 
@@ -311,7 +316,10 @@ class Responder:
                         m |= 1 << pl
                 self._lane_planes = (list(usable), paths, m)
         t = self._sack_tmpl
-        lane.sack_setup(m, t if len(t) != lane.npaths else None)
+        if m != lane.sack_planes or len(t) != lane.npaths:  # (else the lane has them)
+            lane.sack_setup(m, t if len(t) != lane.npaths else None)
+        if len(self._planes) != lane.nplanes:
+            lane.set_planes(self._planes)
 
     @property
     def ooo(self) -> dict[int, tuple[int, int, int, int]]:
@@ -370,11 +378,29 @@ class Responder:
             else:
                 tmpl = self._nack_proto = NackTemplate(route, dest_qp=dqp, src_qp=self.qpn)
             tr = self._nack_tmpl = (tmpl, route)
+            if rev == ev:  # (_reverse's first case: the lane's, for the plane's others)
+                lp = self._planes.get((ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK)
+                if lp is None or lp.nt is None:
+                    lp = self._lane_plane(ev, port, route)
+                    if lp is not None and lp.nt is None:
+                        lp.set_nack(self._rxk.nack_template(tmpl))
         psn = seq & PSN_MASK
         out.append((port, tr[0].build(rev, psn, reason, ev, psn, ts & 0xFFFF)))
         self.qp.count("tx_nack")
         if reason == NackReason.TRIMMED_LASTHOP:
             self.qp.count("tx_nack_lasthop")
+
+    def _lane_plane(self, ev: int, port: int, route: Route) -> LanePlane | None:
+        """The plane of ``ev``'s routes for the receive lane (made on first use), if a
+        template along ``route`` (``ev``'s) can serve it, else None."""
+        pl = (ev >> EV_PLANE_SHIFT) & EV_PLANE_MASK
+        lp = self._planes.get(pl)
+        if lp is None:
+            routes = self._paths.get(pl)
+            if not routes:
+                return None
+            lp = self._planes[pl] = self._rxk.lane_plane(port, route, routes)
+        return lp if lp.serves(route) else None
 
     def note_answer(self, now: float) -> None:
         """ack_with_data: this QP sends data. If an AckReq was answered at once within
@@ -447,6 +473,9 @@ class Responder:
                 tmpl_new = self._sack_proto = SackTemplate(
                     route, dest_qp=dest_qp, src_qp=self.qpn, mpr=mpr)
             tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(tmpl_new), port)
+            lp = self._lane_plane(ev, port, route)  # (the lane takes the plane's others)
+            if lp is not None and lp.t is None:
+                lp.set_sack(tp[0], self.rx_window)
         tmpl, port = tp
         penalty = 0
         pen = rx.penalty

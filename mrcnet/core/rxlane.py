@@ -31,10 +31,12 @@ from typing import Any
 
 from mrcnet.buffers import BatchSlots
 from mrcnet.constants import SACK_BITMAP_BITS
-from mrcnet.core.ctrl import SackTemplate
+from mrcnet.core.ctrl import NackTemplate, SackTemplate
+from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.txtable import CTxTable
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
+from mrcnet.wire import Route
 from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
 # mrcnet/_csrc/rxlane.h (a test checks the two agree)
@@ -137,6 +139,16 @@ class PyRxState:
         return st
 
     @staticmethod
+    def lane_plane(port: int, route: Route, routes: Sequence[Route]) -> LanePlane:
+        """A plane's routes for a receive lane (:class:`LanePlane`; no C record)."""
+        return LanePlane(port, route, routes, False)
+
+    @staticmethod
+    def nack_template(nt: NackTemplate) -> NackTemplate:
+        """What a lane builds NACKs from (in Python: ``nt`` itself)."""
+        return nt
+
+    @staticmethod
     def sack(rx: Any, t: Any, ev: int, penalty: int, probe: int,
              bases: list[int] | None) -> list[bytes]:
         """The SACK frames :meth:`mrcnet.core.qp.QueuePair.send_sack` sends now, on
@@ -206,7 +218,15 @@ class CRxLane:
         self._slen = ffi.new("uint32_t[]", 64)
         self._paths = ffi.new("struct mrc_rx_path[]", RX_PATHS_MAX)
         self._path_keep: list[Any] = []
-        self._sack_planes = -1  # c.plane_ok while c.sack_ok is 1, else -1
+        # What the lane was given, read by the responder before it gives it again (plain
+        # attributes: no read through cffi, no call): c.plane_ok while c.sack_ok is 1,
+        # else -1; and the number of SACK templates (c.npaths)
+        self.sack_planes = -1
+        self.npaths = 0
+        # the QP's routes by plane (LanePlane), as given to c.planes
+        self._planes: dict[int, LanePlane] = {}
+        self.nplanes = 0
+        self.nacks = self.nacks_last = 0  # NACKs among take_sacks' frames (its doc)
         c.sout, c.sout_cap = ffi.cast("uint8_t *", self._sout), 64 * 512
         c.sport, c.slen, c.sout_max = self._sport, self._slen, 64
         c.paths, c.npaths = self._paths, 0
@@ -219,6 +239,7 @@ class CRxLane:
         self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
         self.parsed: Any = ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(C.mrc_rx_run, c)
+        self._one = functools.partial(C.mrc_rx_one, c)
 
     def _grow(self, cap: int) -> None:
         self._ptr = ffi.new("const uint8_t *[]", cap)
@@ -264,6 +285,25 @@ class CRxLane:
         t.icrc_from, t.has_ip = icrc_from, int(has_ip)
         t.pseudo_sum = C.mrc_tmpl_addr_sum(psrc, pdst)
         return t, len(frame)
+
+    @staticmethod
+    def lane_plane(port: int, route: Route, routes: Sequence[Route]) -> LanePlane:
+        """A plane's routes for the lane (:class:`LanePlane` with its C record)."""
+        return LanePlane(port, route, routes, True)
+
+    @staticmethod
+    def nack_template(nt: NackTemplate) -> Any:
+        """What the lane builds NACKs from: a ``struct mrc_rx_nackt`` laid out like
+        ``nt`` (rxlane.c ``lane_nack`` makes ``nt.build``'s bytes)."""
+        frame, udp_off, neth_off, icrc_from, has_ip, psrc, pdst = nt.layout()
+        t = ffi.new("struct mrc_rx_nackt *")
+        if len(frame) > len(t.frame):
+            raise ValueError(f"a NACK of {len(frame)} bytes")
+        ffi.memmove(t.frame, frame, len(frame))
+        t.len, t.udp_off, t.neth_off = len(frame), udp_off, neth_off
+        t.icrc_from, t.has_ip = icrc_from, int(has_ip)
+        t.pseudo_sum = C.mrc_tmpl_addr_sum(psrc, pdst)
+        return t
 
     _sack_out: Any = None  # output buffer of sack() (one thread: one buffer)
 
@@ -321,6 +361,12 @@ class CRxLane:
         self._len[0:n] = [len(f) for f in frames]
         return frames
 
+    def run_one(self, frame: bytes | bytearray, now: float, plane: int) -> int:
+        """``run(0, 1, now, plane)`` of the one frame ``frame``, without :meth:`load`
+        and :meth:`release` (``mrc_rx_one``: the lane keeps no pointer to it after)."""
+        return int(self._one(frame if type(frame) is bytes else ffi.from_buffer(frame),
+                             len(frame), now, plane))
+
     def release(self) -> None:
         """Let go of the loaded frames' buffers (a memoryview with an export left would
         be one the garbage collector cannot clear)."""
@@ -350,7 +396,10 @@ class CRxLane:
         c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
-        c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
+        c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
+        self.npaths = 0
+        if self._planes:
+            self.set_planes({})
         return True
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
@@ -394,7 +443,10 @@ class CRxLane:
         """Serve no QP: every data frame stops."""
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
-        c.npaths, c.sack_ok, self._path_keep, self._sack_planes = 0, 0, [], -1
+        c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
+        self.npaths = 0
+        if self._planes:
+            self.set_planes({})
 
     def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
@@ -402,12 +454,25 @@ class CRxLane:
         plane is in ``plane_ok`` (bits: usable planes with paths) and the QP has a
         template for its path; ``tmpls``: the QP's templates (path key -> ((template,
         length), port)) if they changed."""
-        if plane_ok != self._sack_planes:  # (C never changes them: written on change)
+        if plane_ok != self.sack_planes:  # (C never changes them: written on change)
             c = self._c
             c.plane_ok, c.sack_ok = plane_ok, 1
-            self._sack_planes = plane_ok
+            self.sack_planes = plane_ok
         if tmpls is not None:
             self.set_paths(tmpls)
+
+    def set_planes(self, planes: dict[int, LanePlane]) -> None:
+        """The QP's routes by plane, for the SACKs and NACKs due on paths the QP has
+        no template for yet."""
+        c = self._c
+        for p in self._planes:
+            if 0 <= p < 64:
+                c.planes[p] = ffi.NULL
+        self._planes = dict(planes)
+        self.nplanes = len(planes)  # (read by the responder: a plain attribute)
+        for p, pl in planes.items():
+            if 0 <= p < 64:
+                c.planes[p] = pl.c
 
     def set_paths(self, tmpls: dict[int, tuple[Any, int]]) -> None:
         """The QP's SACK templates: path key -> ((template, length), port)."""
@@ -428,19 +493,22 @@ class CRxLane:
             e.key, e.port, e.t = key, port, t
             keep.append(t)
         self._path_keep = keep
+        self.npaths = len(keep)
         self._c.npaths = len(keep)
 
-    @property
-    def npaths(self) -> int:
-        """SACK templates the lane knows."""
-        return len(self._path_keep)  # (c.npaths, without a read through cffi)
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
-        """The SACK frames the lane built since the last call: (port, frame), in order."""
+        """The SACK (and NACK) frames the lane built since the last call: (port, frame),
+        in order; ``nacks`` and ``nacks_last`` say how many of them are NACKs and how
+        many of those TRIMMED_LASTHOP (zero after a call that returns no frame)."""
         c = self._c
+        self.nacks = self.nacks_last = 0
         n = c.nsout
         if not n:
             return []
+        self.nacks, self.nacks_last = c.nnack, c.nnack_last
+        if self.nacks:
+            c.nnack = c.nnack_last = 0
         data = ffi.unpack(self._sout, c.sout_len)
         ports = ffi.unpack(self._sport, n)
         if n == 1:

@@ -404,6 +404,9 @@ class SimRun:
 
     def _drain_events(self, node: HostNode) -> None:
         host = self.hosts[node.index]
+        # (after most frames a host has no event: nothing to drain, no flow finished)
+        if not host._events and not host.path_events and self._pending > 0:
+            return
         now = self.sim.now
         while (ev := host.next_event()) is not None:
             if isinstance(ev, WriteCompleted):

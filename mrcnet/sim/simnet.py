@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from mrcnet.native import HAVE_C, NOT_BUILT, C, as_ptr, ffi
+from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 from mrcnet.sim.engine import Callback, Simulator
 from mrcnet.sim.errors import SimError
 from mrcnet.sim.net import (
@@ -202,9 +202,11 @@ class NativeSimulator(Simulator):
 
     def send_frames(self, nic_ids: list[int], out: Sequence[tuple[int, Any]], keep: int) -> None:
         """A host's frames onto its NICs (``keep``: net.HostNode.elide)."""
-        send, net, now = C.simnet_send, self._net, self.now
+        send, net, now, view = C.simnet_send, self._net, self.now, ffi.from_buffer
         for port, frame in out:
-            if send(net, nic_ids[port], as_ptr(frame), len(frame), keep, now):
+            # (as_ptr, inlined: bytes pass as they are, other buffers as a cdata view)
+            if send(net, nic_ids[port], frame if type(frame) is bytes else view(frame),
+                    len(frame), keep, now):
                 raise MemoryError("the simulated network is out of memory")
 
 

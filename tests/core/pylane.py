@@ -15,17 +15,22 @@ from typing import Any
 
 from mrcnet.constants import (
     ENDPOINT_QPN,
+    EV_PATH_MASK,
     EV_PATH_SHIFT,
     EV_PLANE_MASK,
     EV_PLANE_SHIFT,
     PSN_MASK,
     SACK_BITMAP_BITS,
+    WINDOW_PENALTY_MAX,
+    NackReason,
     Opcode,
     SackMode,
 )
 from mrcnet.core import Host
+from mrcnet.core.ctrl import NO_TS
 from mrcnet.core.forged import sack_verdict
 from mrcnet.core.memory import MemoryRegion
+from mrcnet.core.responder import _PENALTY_PER_LASTHOP_TRIM
 from mrcnet.core.rxlane import (
     RX_ACK_MAX,
     RX_ACKS,
@@ -97,6 +102,9 @@ class PyRxLane(PyRxState):
         self.sack_ok = False
         self.plane_ok = 0
         self.paths: dict[int, tuple[Any, int]] = {}
+        self.planes: dict[int, Any] = {}  # plane -> LanePlane
+        self.nplanes = 0
+        self.nacks = self.nacks_last = self._nacks = self._nacks_last = 0
         self.sout: list[tuple[int, bytes]] = []
         self.sout_len = 0
         # The QP whose SACKs the lane takes (rxlane.h struct mrc_rx_ack says when)
@@ -136,12 +144,19 @@ class PyRxLane(PyRxState):
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
         self.ack_req_burst, self.ack_gap_fill = ack_req_burst, ack_gap_fill
         self.paths, self.sack_ok = {}, False
+        self.set_planes({})
         return True
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
         self.qp, self.qpn = None, -1
         self.paths, self.sack_ok = {}, False
+        self.set_planes({})
+
+    def set_planes(self, planes: dict[int, Any]) -> None:
+        """The QP's SACK routes by plane, for due SACKs on paths without a template."""
+        self.planes = dict(planes)
+        self.nplanes = len(planes)
 
     def sack_setup(self, plane_ok: int,
                    tmpls: dict[int, tuple[Any, int]] | None) -> None:
@@ -161,6 +176,12 @@ class PyRxLane(PyRxState):
     def npaths(self) -> int:
         """SACK templates the lane knows."""
         return len(self.paths)
+
+    @property
+    def sack_planes(self) -> int:
+        """The usable planes' bits given by :meth:`sack_setup` (-1: none since the QP
+        was set)."""
+        return self.plane_ok if self.sack_ok else -1
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
         """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
@@ -228,9 +249,38 @@ class PyRxLane(PyRxState):
         return (RX_SACKS if self.sout else 0) | (RX_ACKS if self.ack_sent else 0)
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
-        """The SACK frames the lane built since the last call: (port, frame), in order."""
+        """The SACK (and NACK) frames the lane built since the last call: (port, frame),
+        in order; ``nacks`` and ``nacks_last`` count the NACKs among them."""
         out, self.sout, self.sout_len = self.sout, [], 0
+        self.nacks, self.nacks_last = self._nacks, self._nacks_last
+        self._nacks = self._nacks_last = 0
         return out
+
+    def _lane_nack(self, q: Any, f: Any, seq: int) -> bool:
+        """rxlane.c lane_nack: on_data's NACK of a trimmed packet, or False (nothing
+        changed)."""
+        ev = f.ev
+        plane = (ev >> _EV_PLANE_SHIFT) & _EV_PLANE_MASK
+        if not self.sack_ok or not ev or plane >= 64 or not (self.plane_ok >> plane) & 1:
+            return False
+        pl = self.planes.get(plane)
+        if pl is None or pl.nt is None or not pl.n:
+            return False
+        r = ((ev >> _EV_PATH_SHIFT) & EV_PATH_MASK) % pl.n
+        if r >= len(pl.routes) or pl.routes[r] is None or len(self.sout) >= RX_SOUT_MAX:
+            return False
+        last = bool(f.trim_lasthop)
+        if last:
+            q.penalty = min(WINDOW_PENALTY_MAX, q.penalty + _PENALTY_PER_LASTHOP_TRIM)
+        reason = NackReason.TRIMMED_LASTHOP if last else NackReason.TRIMMED
+        psn = seq & PSN_MASK
+        frame = pl.nt.for_route(pl.routes[r]).build(
+            ev, psn, reason, ev, psn, (f.timestamp if f.has_tseth else NO_TS) & 0xFFFF)
+        self.sout.append((pl.port, frame))
+        self.sout_len += len(frame)
+        self._nacks += 1
+        self._nacks_last += last
+        return True
 
     def _lane_sack(self, q: Any) -> bool:
         """rxlane.c lane_sack: send_sack's common case, or False (nothing changed)."""
@@ -238,8 +288,18 @@ class PyRxLane(PyRxState):
         plane = (ev >> _EV_PLANE_SHIFT) & _EV_PLANE_MASK
         if not ev or plane >= 64 or not (self.plane_ok >> plane) & 1:
             return False
-        tp = self.paths.get(ev >> _EV_PATH_SHIFT)
-        if tp is None or len(self.sout) >= RX_SOUT_MAX:
+        key = ev >> _EV_PATH_SHIFT
+        tp = self.paths.get(key)
+        if tp is None:  # the plane's template along the path's route, if it serves it
+            pl = self.planes.get(plane)
+            if pl is None:
+                return False
+            r = (key & EV_PATH_MASK) % pl.n if pl.n else 0
+            if (pl.t is None or pl.win != self.win or r >= len(pl.routes)
+                    or pl.routes[r] is None):
+                return False
+            tp = (pl.t.for_route(pl.routes[r]), pl.port)
+        if len(self.sout) >= RX_SOUT_MAX:
             return False
         tmpl, port = tp
         ln = len(tmpl.layout()[0])
@@ -325,6 +385,8 @@ class PyRxLane(PyRxState):
             if d < 0 or (q.ooo_n and q.ooo_seq[seq & m] == seq):
                 return self._stop(k, WHY_DUP)
             if f.trimmed:
+                if self._lane_nack(q, f, seq):
+                    continue
                 return self._stop(k, WHY_TRIMMED)
             op = f.opcode
             if f.has_imm or not f.has_tseth or op not in _PLAIN:

@@ -481,3 +481,40 @@ def test_a_gap_that_completes_a_message_is_acknowledged_at_once(fill: bool) -> N
     # the batch that completes the message: SACKed there, or only at ack_delay (20 us,
     # the test's batches are 7 us apart: not within these three)
     assert (2 in sent_after) is fill, sent_after
+
+
+@pytest.mark.skipif(not HAVE_C, reason="the C lane's one-frame entry")
+def test_one_frame_a_call_runs_the_lane_without_loading_it() -> None:
+    """mrc-sim's hosts get a frame per call (a bytearray, or bytes): the C lane runs it
+    in place (``run_one``, mrc_rx_one) instead of loading it; the same decisions as
+    loading each frame alone, and as the per-frame path."""
+    kw: dict[str, Any] = {}
+    frames = _generate(0, kw)
+    batches = [[pf] for b in _batches(frames, random.Random(6)) for pf in b]
+    res = {m: _replay(m, batches, 0, kw) for m in ("c", "ref")}
+    loaded = res["c"]
+    for kind in (bytearray, bytes):
+        _net, (_qa, _qb, _ms, md, _src), hb = _setup("c", 0, kw, 600_000)
+        runs = [0]
+        run_one = hb._lane.run_one
+
+        def counted(frame: Any, now: float, plane: int, runs: list[int] = runs,
+                    run_one: Any = run_one) -> int:
+            runs[0] += 1
+            return run_one(frame, now, plane)  # type: ignore[no-any-return]
+
+        hb._lane.run_one = counted
+        out: list[tuple[int, int, bytes]] = []
+        now = 1.0
+        for b, batch in enumerate(batches):
+            now += 7e-6
+            port, f = batch[0]
+            hb.receive_batch((kind(f),), port, now)
+            t = hb.next_timer()
+            if t is not None and t <= now:
+                hb.handle_timer(now)
+            out += [(b, p, bytes(x)) for p, x in hb.frames_to_send(now)]
+        assert runs[0] == len(batches)
+        assert out == loaded["out"] == res["ref"]["out"]
+        assert hb.counters() == loaded["counters"] == res["ref"]["counters"]
+        assert bytes(md.view) == loaded["dst"]
