@@ -13,7 +13,7 @@
 #define FI_BDP 0.01
 #define GAMMA 0.8
 #define MD_MIN 0.5
-#define QA_DELAY 4.0  /* ... in two samples in a row (NSCC_QA_SAMPLES) */
+#define QA_DELAY 4.0  /* ... in two samples in a row (delay_prev) */
 #define PENALTY_SCALE 254.0
 
 /* Python's max(a, b) and min(a, b): the first argument unless the second is strictly

@@ -22,9 +22,9 @@ NSCC_FI_BDP: Final = 0.01  # fair increase per RTT: 1% of BDP (at least one MTU)
 NSCC_GAMMA: Final = 0.8  # multiplicative decrease gain
 NSCC_MD_MIN: Final = 0.5  # never cut below half in one decrease
 NSCC_QA_DELAY: Final = 4.0  # quick adapt when queueing delay > 4 x target ...
-# ... in this many RTT samples in a row (a queue delays every packet; one late SACK, held
-# by the receiver's ACK coalescing behind a loss or a reordered sibling, is one sample)
-NSCC_QA_SAMPLES: Final = 2
+# ... in two RTT samples in a row (NSCC.delay_prev: a queue delays every packet; one late
+# SACK, held by the receiver's ACK coalescing behind a loss or a reordered sibling, is one
+# sample)
 PENALTY_SCALE: Final = 254.0  # window penalty p (0..127) shrinks cwnd by p/254 (<= 50%)
 
 
