@@ -13,7 +13,7 @@
 #define FI_BDP 0.01
 #define GAMMA 0.8
 #define MD_MIN 0.5
-#define QA_DELAY 4.0
+#define QA_DELAY 4.0  /* ... in two samples in a row (delay_prev) */
 #define PENALTY_SCALE 254.0
 
 /* Python's max(a, b) and min(a, b): the first argument unless the second is strictly
@@ -146,6 +146,7 @@ int mrc_nscc_on_ack(struct mrc_nscc *c, int64_t acked, double rtt, int has_rtt, 
             rescale(c, rtt);
         }
         c->srtt = c->srtt == 0.0 ? rtt : c->srtt + 0.125 * (rtt - c->srtt);
+        c->delay_prev = c->delay;
         if (c->delay_filter > 0) {
             /* the smallest sample of the last delay_filter x srtt (a monotonic deque) */
             while (c->st_len && c->st_r[(c->st_head + c->st_len - 1) % c->st_cap] >= rtt)
@@ -164,7 +165,7 @@ int mrc_nscc_on_ack(struct mrc_nscc *c, int64_t acked, double rtt, int has_rtt, 
         }
     }
     double d = c->delay, target = c->target;
-    if ((c->qa_pending || d > QA_DELAY * target) && quick_adapt(c, now))
+    if ((c->qa_pending || pymin(d, c->delay_prev) > QA_DELAY * target) && quick_adapt(c, now))
         return 0;
     if (!ece) {
         if (d < target) {

@@ -24,6 +24,7 @@ struct mrc_nscc {
     /* NSCC's state, the attributes of the same names */
     double   cwnd, base_rtt, delay, srtt, scale_rtt, bdp, maxwnd, target, fi;
     double   last_md, last_qa;
+    double   delay_prev;  /* the previous RTT sample's delay (quick adapt wants both) */
     int32_t  qa_pending, quadrant;
     int64_t  delivered_sum;
     /* (time, bytes) acknowledged in the last delivery RTT, oldest first (a ring) */

@@ -21,7 +21,10 @@ NSCC_ALPHA: Final = 0.5  # proportional increase per acked byte at zero queueing
 NSCC_FI_BDP: Final = 0.01  # fair increase per RTT: 1% of BDP (at least one MTU)
 NSCC_GAMMA: Final = 0.8  # multiplicative decrease gain
 NSCC_MD_MIN: Final = 0.5  # never cut below half in one decrease
-NSCC_QA_DELAY: Final = 4.0  # quick adapt when queueing delay > 4 x target
+NSCC_QA_DELAY: Final = 4.0  # quick adapt when queueing delay > 4 x target ...
+# ... in two RTT samples in a row (NSCC.delay_prev: a queue delays every packet; one late
+# SACK, held by the receiver's ACK coalescing behind a loss or a reordered sibling, is one
+# sample)
 PENALTY_SCALE: Final = 254.0  # window penalty p (0..127) shrinks cwnd by p/254 (<= 50%)
 
 
@@ -95,8 +98,8 @@ class NSCC(CongestionControl):
     - no ECN, high delay: fair increase ``fi x acked / cwnd`` (fi bytes per RTT)
     - ECN, high delay: multiplicative decrease, at most once per base RTT
     - ECN, low delay: no change
-    - quick adapt on trim/loss or d > 4 x target: cwnd = bytes delivered in the last RTT,
-      at most once per base RTT.
+    - quick adapt on trim/loss or d > 4 x target in two samples in a row: cwnd = bytes
+      delivered in the last RTT, at most once per base RTT.
     ``d`` is the queueing delay (RTT sample minus the smallest RTT seen). Every parameter
     scales with the measured BDP (rate x base RTT), rescaled when the base RTT drops.
     """
@@ -108,6 +111,9 @@ class NSCC(CongestionControl):
                          rtt_floor=rtt_floor, delay_filter=delay_filter)
         self.base_rtt = 0.0  # 0: no sample yet
         self.delay = 0.0
+        # the sample before's queueing delay: quick adapt on delay wants both over (a
+        # queue persists; one SACK the receiver held ack_delay reads as a queue alone)
+        self.delay_prev = 0.0
         self.srtt = 0.0
         self._rescale(base_rtt_hint)
         self.cwnd = self.bdp
@@ -155,6 +161,7 @@ class NSCC(CongestionControl):
                 self.base_rtt = rtt
                 self._rescale(rtt)
             self.srtt = rtt if self.srtt == 0.0 else self.srtt + 0.125 * (rtt - self.srtt)
+            self.delay_prev = self.delay
             if self.delay_filter > 0:
                 # Queueing delay from the *standing* RTT: the smallest sample of the last
                 # delay_filter x srtt (Copa's filter, 0.5). A queue delays every packet,
@@ -171,7 +178,8 @@ class NSCC(CongestionControl):
             else:
                 self.delay = rtt - self.base_rtt
         d, target = self.delay, self.target
-        if (self.qa_pending or d > NSCC_QA_DELAY * target) and self._quick_adapt(now):
+        if ((self.qa_pending or min(d, self.delay_prev) > NSCC_QA_DELAY * target)
+                and self._quick_adapt(now)):
             return
         if not ece:
             if d < target:
@@ -264,6 +272,7 @@ class CNSCC(NSCC):
     delay_filter = _c_field("delay_filter")
     base_rtt = _c_field("base_rtt")
     delay = _c_field("delay")
+    delay_prev = _c_field("delay_prev")
     srtt = _c_field("srtt")
     scale_rtt = _c_field("scale_rtt")
     bdp = _c_field("bdp")

@@ -662,12 +662,14 @@ class Recovery(TailLoss):
         self._detect_losses(now)
         if acked:
             self._arm_rto()
-            if self.txt.ninfl:
+            # (a retransmission queued is in flight for the probe: it leaves in this
+            # pass, and nothing may be acknowledged after it to arm the probe again)
+            if self.txt.ninfl or self.rtx_q:
                 self.arm_tlp(now)
             else:
                 self.tlp_at = _INF
             self._complete_wrs()
-        elif not self.txt.ninfl:
+        elif not self.txt.ninfl and not self.rtx_q:
             self.rto_at = self.tlp_at = _INF
 
     def _reo_quiet(self, now: float) -> bool:

@@ -124,9 +124,12 @@ class TailLoss:
         lost by RACK's rule once ``wait`` has passed (RFC 8985's tie-break), or, on a path
         slower than the one acknowledged (spines of unequal length), once that path's own
         smoothed RTT and the same allowance have: what separates packets sent together is
-        the paths' skew, not reordering. A packet on an EV with no RTT sample yet is left
-        to the probe and the timer (a first burst over spines of unequal length). They
-        lead the flight order (everything sent earlier is already reported)."""
+        the paths' skew, not reordering. A packet on a path with no RTT sample is bounded
+        by the QP's slowest measured path if the path has delivered before (acknowledged
+        in a SACK's bitmap: SACKs triggered by the same packet positions, write after
+        write, leave such paths unsampled), else left to the probe and the timer (a
+        first burst over spines of unequal length). They lead the flight order
+        (everything sent earlier is already reported)."""
         txt = self.txt
         first = txt.oldest()
         e = txt.get(first) if first is not None else None
@@ -140,7 +143,11 @@ class TailLoss:
                 return
             rtt = self._path_srtt(e[E_EV], srtts)
             if not rtt:
-                continue  # a path not measured yet: how slow it is nobody knows
+                if txt.path_acked(e[E_EV] >> EV_PATH_SHIFT) < 0:
+                    continue  # a path never heard from: how slow it is nobody knows
+                rtt = max(srtts.values(), default=0.0)
+                if not rtt:
+                    continue
             due = limit + max(wait, rtt + allowance)
             if due > now:
                 self.rack_at = min(self.rack_at, due)

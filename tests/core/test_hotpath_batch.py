@@ -182,8 +182,9 @@ def test_receive_batch_is_receive_frame_by_frame(seed: int, sack_on_reorder: boo
 
 
 # (seeds whose junk meets stale SACKs: 4 stopped doing so when tail-loss probes moved
-# the QPs' timers, and so the moment the junk lands)
-@pytest.mark.parametrize("seed", [1, 5])
+# the QPs' timers, and so the moment the junk lands; 1 and 5 when NSCC's quick adapt on
+# delay came to want two samples in a row and a queued retransmission to keep the probe)
+@pytest.mark.parametrize("seed", [7, 12])
 @pytest.mark.parametrize("lane", ["default", "py", "none"])
 @pytest.mark.parametrize("sack_on_reorder", [False, True])
 def test_receive_lanes_are_receive_frame_by_frame(seed: int, lane: str,

@@ -99,11 +99,36 @@ def test_quick_adapt_on_huge_delay_at_most_once_per_rtt() -> None:
     cc.on_ack(MSS, BASE, False, t)
     big = BASE + 5 * cc.target
     cc.on_ack(MSS, big, False, t + 1e-7)
+    assert cc.quadrant == "fair_increase"  # one sample: not yet
+    cc.on_ack(MSS, big, False, t + 2e-7)  # the second in a row: a queue
     assert cc.quadrant == "quick_adapt"
     w = cc.cwnd
-    cc.on_ack(MSS, big, False, t + 2e-7)  # within the same RTT: ordinary quadrant
+    cc.on_ack(MSS, big, False, t + 3e-7)  # within the same RTT: ordinary quadrant
     assert cc.quadrant == "fair_increase"
     assert cc.cwnd >= w
+
+
+@pytest.mark.parametrize("cls", [NSCC, CNSCC] if HAVE_C else [NSCC])
+def test_one_held_sack_is_not_a_queue(cls: type[NSCC]) -> None:
+    """A SACK the receiver held ``ack_delay`` (20 us, coalescing behind a reordered or
+    lost sibling) gives one sample of base + 20 us, over the quick-adapt threshold of a
+    10 us path (4 x 5 us): alone it must not cut the window to what the last RTT
+    delivered; the samples around it are the base RTT (the all-reduce ring of issue 16:
+    1570 -> 8 KiB on one such sample, a 180 us hop)."""
+    cc = cls(MSS, RATE, BASE)
+    cc.on_ack(0, BASE, False, 0.0)
+    cc.cwnd = 150_000.0
+    t = 1e-3
+    cc.on_ack(MSS, BASE, False, t)
+    cc.on_ack(MSS, BASE + 20e-6, False, t + 1e-6)  # the held one
+    assert cc.quadrant != "quick_adapt" and cc.cwnd >= 150_000.0
+    cc.on_ack(MSS, BASE, False, t + 2e-6)
+    cc.on_ack(MSS, BASE + 20e-6, False, t + 3e-6)  # another, not in a row
+    assert cc.quadrant != "quick_adapt" and cc.cwnd >= 150_000.0
+    cc.on_ack(MSS, None, False, t + 4e-6)  # an ACK without a sample is no second one
+    assert cc.quadrant != "quick_adapt"
+    cc.on_ack(MSS, BASE + 21e-6, False, t + 5e-6)  # two in a row: a queue, adapt
+    assert cc.quadrant == "quick_adapt" and cc.cwnd < 150_000.0
 
 
 def test_window_capped_at_one_and_a_half_bdp() -> None:
@@ -139,7 +164,7 @@ def test_registry() -> None:
 
 
 _FIELDS = ("cwnd", "base_rtt", "delay", "srtt", "scale_rtt", "bdp", "maxwnd", "target", "fi",
-           "last_md", "last_qa", "qa_pending", "quadrant")
+           "last_md", "last_qa", "qa_pending", "quadrant", "delay_prev")
 
 
 @pytest.mark.skipif(not HAVE_C, reason="C fast path not built")

@@ -89,16 +89,20 @@ def test_a_dead_path_is_retired_by_timeouts_with_one_packet_in_flight(probe: boo
     elapsed = net.now - t0
     c = ha.qp_stats(qa)["counters"]
     bad = [e for e in _events(ha) if e.new is EVState.ASSUMED_BAD]
-    # The dead path's EVs, and only those, retired within a few timeouts of the failure.
+    # The dead path's EVs, and only those, retired within a few timeouts of the failure:
+    # by a timeout's judgement while one packet is in flight, or by RACK once NSCC has
+    # grown the window to two (since its quick adapt on delay wants two samples in a
+    # row, the first acknowledgement's sample alone no longer holds it at one packet;
+    # the fixed one-packet window below keeps the timeouts' case).
     assert bad and {ev_path(e.ev)[:2] for e in bad} == {DEAD}
-    assert bad[0].cause == "timeout"
+    assert bad[0].cause in ("timeout", "loss")
     silent, lost = SILENT[probe]
-    assert c[silent] >= 1
+    assert bad[0].cause == "loss" or c[silent] >= 1
     states = _states(net, qa)
     assert states[DEAD] == {"ASSUMED_BAD"} and states[LIVE] == {"GOOD"}
     # Two timeouts found it (before: one per packet, 1,023), and the transfer ran at the
     # live path's pace again: NSCC grew back from one packet.
-    assert c[lost] <= 3, c
+    assert c.get(lost, 0) <= 3, c
     assert elapsed < 10 * rto, (elapsed, rto)  # before: 215 ms = 1,075 RTOs
     assert qp.cc.cwnd >= 16 * qp.cc.mss, qp.cc.cwnd
 

@@ -12,13 +12,15 @@ from .harness import Impairments, Net, connect
 FLOOR = 1e-3  # the retransmission timeout's floor: far above the 10 us RTT
 
 
-def _write_losing(psn_index: int, npkts: int, **cfg: object) -> tuple[float, dict[str, int]]:
+def _write_losing(psn_index: int, npkts: int, trim_first: bool = False,
+                  **cfg: object) -> tuple[float, dict[str, int]]:
     """A warm-up write (every path measured), then one write of ``npkts`` packets from
-    h0 to h1 whose packet ``psn_index`` is lost on its first transmission. Returns how
-    long that write took and h0's counters."""
+    h0 to h1 whose packet ``psn_index`` is lost on its first transmission (with
+    ``trim_first``: trimmed on its first, lost on its second). Returns how long that
+    write took and h0's counters."""
     net = Net(planes=2, spines=4, imp=Impairments(delay=5e-6),
-              config=HostConfig(timeout_floor=FLOOR, ack_every=1, evs_per_qp=8,  # type: ignore[arg-type]
-                                **cfg))
+              config=HostConfig(**{"timeout_floor": FLOOR, "ack_every": 1,  # type: ignore[arg-type]
+                                   "evs_per_qp": 8, **cfg}))
     qa, _ = connect(net, 0, 1)
     ha, hb = net.h(0), net.h(1)
     mtu = ha.config.mtu_payload
@@ -30,15 +32,19 @@ def _write_losing(psn_index: int, npkts: int, **cfg: object) -> tuple[float, dic
     net.run(until=lambda: len(ha.qp(qa).cq) >= 1, max_time=1.0)
     base = ha.qp(qa).snd.next_seq
     dropped: list[int] = []
+    seen: list[bytes] = []  # transmissions of the packet so far
 
     def drop(frame: bytes) -> bool:
         f = parse_frame(frame)
         if f.is_data and f.bth.psn == base + psn_index and not dropped:
-            dropped.append(f.bth.psn - base)
-            return True
+            seen.append(frame)
+            if len(seen) == 1 + trim_first:
+                dropped.append(f.bth.psn - base)
+                return True
         return False
 
     net.imp.drop_if = drop
+    net.imp.trim_if = lambda frame: trim_first and seen == [frame]
     before = dict(ha.counters())
     t0 = net.now
     dst[:] = bytes(len(dst))
@@ -69,4 +75,31 @@ def test_lost_packet_of_a_burst_is_found_by_the_tie_break() -> None:
     done, c = _write_losing(0, 4)
     assert c.get("loss_rack_tie") == 1
     assert "rto_rounds" not in c and "lost_tlp" not in c
+    assert done < FLOOR / 4
+
+
+def test_lost_retransmission_of_a_trim_is_probed_not_timed_out() -> None:
+    """A two-packet write: the first is trimmed, its NACK comes with the second's SACK
+    (nothing left in flight then), and its retransmission is lost (a link dying under
+    it). The probe must cover the queued retransmission; before, the SACK disarmed it
+    and the write waited for the retransmission timeout (the all-to-all of issue 16:
+    200 us in the failure's step)."""
+    done, c = _write_losing(0, 2, trim_first=True)
+    assert c.get("lost_trim") == 1 and c.get("lost_tlp") == 1
+    assert "rto_rounds" not in c
+    assert done < FLOOR / 4
+    late, c_off = _write_losing(0, 2, trim_first=True, tail_probe=False)
+    assert c_off.get("lost_trim") == 1 and c_off.get("rto_rounds") == 1
+    assert late > FLOOR > 4 * done
+
+
+def test_tied_loss_on_a_path_never_sampled_is_found_by_rack() -> None:
+    """SACKs every fourth packet: the same packet positions trigger them write after
+    write, so some paths deliver (their packets acknowledged in the bitmaps) without
+    ever giving an RTT sample. A burst's packet lost on such a path is bounded by the
+    QP's slowest measured path and found by the tie-break, not left to the probe (the
+    all-reduce ring of issue 16: 64 KiB writes, SACKed by the same positions)."""
+    done, c = _write_losing(0, 4, ack_every=4)
+    assert c.get("loss_rack_tie") == 1
+    assert "lost_tlp" not in c and "rto_rounds" not in c
     assert done < FLOOR / 4
