@@ -137,6 +137,9 @@ class Host:
         # "dirty" and re-read at the next next_timer(), so it costs O(touched), not O(QPs).
         self._heap: list[tuple[float, int]] = []
         self._armed: dict[int, float] = {}
+        # _armed or _qps changed since the heap's stale top was last dropped (only then
+        # can the top be stale or the heap need a rebuild): _refresh_timers looks
+        self._timers_moved = False
         self._dirty: set[int] = set()
         self._sendq: set[int] = set()  # QPs to look at in the next frames_to_send
         # One parser per host; with C its record is reused, so a frame's fields are read
@@ -243,10 +246,12 @@ class Host:
             # data was placed and completed here, and the requester must hear so.
             qp.send_sack(self._last_now, self._ctrl)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
+        qp.changed()  # (it leaves the host)
         del self._qps[qpn]
         self.verdicts.detach(qpn)
         self._ep_tokens.clear()
         self._armed.pop(qpn, None)
+        self._timers_moved = True
         self._dirty.discard(qpn)
 
     def modify_qp(self, qpn: int, to_state: QPState, *, now: float = 0.0, **attrs: Any) -> None:
@@ -257,6 +262,7 @@ class Host:
         ``sq_psn``. Raises :class:`IllegalTransition` or :class:`InvalidAttribute`.
         """
         qp = self.qp(qpn)
+        qp.changed()  # (its state and attributes; nothing reads them before we return)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
         attrs = {MRC_H_ALIASES.get(k, k): v for k, v in attrs.items()}
@@ -745,17 +751,24 @@ class Host:
         qp.send_sack(now, out, plane=self.ports[port].plane if port in self.ports else -1)
 
     def _refresh_timers(self) -> None:
+        dirty = self._dirty
+        if dirty:
+            heap, armed, qps = self._heap, self._armed, self._qps
+            for qpn in dirty:
+                qp = qps.get(qpn)
+                if qp is None:
+                    continue
+                d = qp.deadline()
+                if armed.get(qpn) != d:
+                    armed[qpn] = d
+                    self._timers_moved = True
+                    if d < _INF:
+                        heapq.heappush(heap, (d, qpn))
+            dirty.clear()
+        if not self._timers_moved:
+            return  # (the heap's top is an armed timer, and it has not grown)
+        self._timers_moved = False
         heap, armed = self._heap, self._armed
-        for qpn in self._dirty:
-            qp = self._qps.get(qpn)
-            if qp is None:
-                continue
-            d = qp.deadline()
-            if armed.get(qpn) != d:
-                armed[qpn] = d
-                if d < _INF:
-                    heapq.heappush(heap, (d, qpn))
-        self._dirty.clear()
         while heap and armed.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
         if len(heap) > 4 * len(self._qps) + 64:  # too many stale entries: rebuild
@@ -781,6 +794,7 @@ class Host:
             if self._armed.get(qpn) == d:
                 self._armed.pop(qpn, None)
                 due_qps.append(qpn)
+        self._timers_moved = True  # (what is left on top may be stale now)
         for qpn in due_qps:
             qp = self._qps.get(qpn)
             if qp is None:
