@@ -217,7 +217,7 @@ class Receiver:
         built = lane.take_sacks()
         ctrl += built
         nacks = lane.nacks
-        qp.tx_sacks += len(built) - nacks
+        qp.resp.tx_sacks += len(built) - nacks  # (qp.tx_sacks: a property)
         if nacks:
             qp.count("rx_trimmed", nacks)
             last = lane.nacks_last
