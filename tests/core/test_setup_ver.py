@@ -100,24 +100,24 @@ def test_verified_run_decides_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_timer_heap_kept_clean_between_refreshes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host._refresh_timers drops the heap's stale top (and rebuilds a heap grown too
-    large) only when the armed timers or the QPs changed since (_timers_moved): after
-    every call of a permutation run, the top is an armed timer and the heap within its
-    bound, as when it looked every time; and the decisions are the same."""
-    from mrcnet.core import host as host_mod
+    """QPTimers.refresh drops the heap's stale top (and rebuilds a heap grown too large)
+    only when an armed deadline moved since (``moved``): after every refresh of a
+    permutation run, the top is an armed deadline and the heap within its bound, as when
+    it looked every time; and the decisions are the same."""
+    from mrcnet.core.qptimers import QPTimers
 
-    refresh = host_mod.Host._refresh_timers
+    refresh = QPTimers.refresh
     calls = [0]
 
-    def checked(self: Any) -> None:
-        refresh(self)
-        heap, armed = self._heap, self._armed
+    def checked(self: QPTimers, dirty: set[int], qps: Any) -> None:
+        refresh(self, dirty, qps)
+        heap, armed = self.heap, self.armed
         assert not heap or armed.get(heap[0][1]) == heap[0][0]
-        assert len(heap) <= 4 * len(self._qps) + 64
+        assert len(heap) <= 4 * len(qps) + 64
         calls[0] += 1
 
     spec = "leafspine:planes=8,spines=2,leaves=2,hosts=4"
     plain = _digest(spec, False, monkeypatch, 1 << 20)
-    monkeypatch.setattr(host_mod.Host, "_refresh_timers", checked)
+    monkeypatch.setattr(QPTimers, "refresh", checked)
     assert _digest(spec, False, monkeypatch, 1 << 20) == plain
     assert calls[0] > 1000, calls
