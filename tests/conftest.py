@@ -30,3 +30,14 @@ def _teardown_in_progress(signum: int, frame: FrameType | None) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
+
+
+@pytest.fixture(autouse=True)
+def _verify_lane_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs with the receive loop's setup checks verified: each check that
+    ``QueuePair.setup_ver`` lets it skip runs anyway and fails the test when it finds a
+    change the version missed (a writer of the lane's setup without
+    ``QueuePair.changed``; mrcnet/core/receive.py VERIFY_SETUP)."""
+    from mrcnet.core import receive
+
+    monkeypatch.setattr(receive, "VERIFY_SETUP", True)

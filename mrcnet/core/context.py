@@ -64,3 +64,6 @@ class QPView(Protocol):
 
     def fail(self, status: WCStatus, reason: str) -> None:
         """Go to ERROR, flushing every outstanding work request."""
+
+    def changed(self) -> None:
+        """What the host's receive lane was set up with for this QP changed."""

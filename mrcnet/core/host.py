@@ -9,7 +9,6 @@ bad frame is counted (``counters()``) and dropped.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
@@ -50,6 +49,7 @@ from mrcnet.core.events import (
 from mrcnet.core.evs import EVInfo, EVManager, ev_path, make_ev
 from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair
+from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
 from mrcnet.core.sender import WorkRequest
 from mrcnet.core.seqnum import ts16
@@ -133,10 +133,9 @@ class Host:
         self._ps_confirm: dict[str, tuple[set[int], float, list[PathProbe]]] = {}
         self._last_now = 0.0
         self.last_internal_error: BaseException | None = None
-        # Timers: a heap of (deadline, qpn) with lazy deletion; QPs touched by a call are
-        # "dirty" and re-read at the next next_timer(), so it costs O(touched), not O(QPs).
-        self._heap: list[tuple[float, int]] = []
-        self._armed: dict[int, float] = {}
+        # Timers: QPs touched by a call are "dirty", their deadlines re-read at the next
+        # next_timer() (qptimers.py)
+        self._timers = QPTimers()
         self._dirty: set[int] = set()
         self._sendq: set[int] = set()  # QPs to look at in the next frames_to_send
         # One parser per host; with C its record is reused, so a frame's fields are read
@@ -243,10 +242,11 @@ class Host:
             # data was placed and completed here, and the requester must hear so.
             qp.send_sack(self._last_now, self._ctrl)
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
+        qp.changed()  # (it leaves the host)
         del self._qps[qpn]
         self.verdicts.detach(qpn)
         self._ep_tokens.clear()
-        self._armed.pop(qpn, None)
+        self._timers.forget(qpn)
         self._dirty.discard(qpn)
 
     def modify_qp(self, qpn: int, to_state: QPState, *, now: float = 0.0, **attrs: Any) -> None:
@@ -257,6 +257,7 @@ class Host:
         ``sq_psn``. Raises :class:`IllegalTransition` or :class:`InvalidAttribute`.
         """
         qp = self.qp(qpn)
+        qp.changed()  # (its state and attributes; nothing reads them before we return)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
         attrs = {MRC_H_ALIASES.get(k, k): v for k, v in attrs.items()}
@@ -744,28 +745,11 @@ class Host:
             (i for i, n in had.items() if sendq.pending(i) > n), -1)
         qp.send_sack(now, out, plane=self.ports[port].plane if port in self.ports else -1)
 
-    def _refresh_timers(self) -> None:
-        heap, armed = self._heap, self._armed
-        for qpn in self._dirty:
-            qp = self._qps.get(qpn)
-            if qp is None:
-                continue
-            d = qp.deadline()
-            if armed.get(qpn) != d:
-                armed[qpn] = d
-                if d < _INF:
-                    heapq.heappush(heap, (d, qpn))
-        self._dirty.clear()
-        while heap and armed.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        if len(heap) > 4 * len(self._qps) + 64:  # too many stale entries: rebuild
-            self._heap = [(d, q) for q, d in armed.items() if d < _INF and q in self._qps]
-            heapq.heapify(self._heap)
-
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
-        self._refresh_timers()
-        t = self._heap[0][0] if self._heap else _INF
+        timers = self._timers
+        timers.refresh(self._dirty, self._qps)
+        t = timers.heap[0][0] if timers.heap else _INF  # (the earliest armed deadline)
         if self._port_status or self._ps_confirm:  # (else no endpoint timer)
             t = min(t, endpoint.next_due(self))
         return None if t == _INF else t
@@ -773,15 +757,8 @@ class Host:
     def handle_timer(self, now: float) -> None:
         """Run every timer that is due at ``now``."""
         self._last_now = now
-        self._refresh_timers()
-        heap = self._heap
-        due_qps = []
-        while heap and heap[0][0] <= now:
-            d, qpn = heapq.heappop(heap)
-            if self._armed.get(qpn) == d:
-                self._armed.pop(qpn, None)
-                due_qps.append(qpn)
-        for qpn in due_qps:
+        self._timers.refresh(self._dirty, self._qps)
+        for qpn in self._timers.take_due(now):
             qp = self._qps.get(qpn)
             if qp is None:
                 continue

@@ -59,6 +59,12 @@ class QueuePair:
         self.cq = cq  # send completions (and receive ones without a recv_cq)
         self.rcq = recv_cq if recv_cq is not None else cq  # (an empty CQ is falsy)
         self.attrs = attrs
+        #: Bumped by every change of what the host's receive lane was set up with for
+        #: this QP (its state, attributes, peers, EV manager, CC, table of packets,
+        #: responder state record; and its leaving the host): the receive loop checks
+        #: its copy only when this moved (mrcnet/core/receive.py). Every writer of those
+        #: calls :meth:`changed`; tests/core/test_setup_ver.py catches one that does not.
+        self.setup_ver = 0
         self.state = QPState.RESET
         self.error_reason: str | None = None
         self.peer_ips: frozenset[bytes] = frozenset()
@@ -89,7 +95,12 @@ class QueuePair:
 
     # --- life cycle -------------------------------------------------------------------
 
+    def changed(self) -> None:
+        """What the receive lane was set up with for this QP changed (``setup_ver``)."""
+        self.setup_ver += 1
+
     def _reset_transport(self) -> None:
+        self.changed()  # (a new responder state record and table)
         self.snd.reset()
         self.rec.reset()
         # Every packet sent and not yet acknowledged (and which are in flight), with the
@@ -100,6 +111,7 @@ class QueuePair:
         self.stats: dict[str, int] = {}
 
     def _new_table(self) -> None:
+        self.changed()
         # (the paths an EV can name: the peer's routes per plane, once known)
         paths = sum(len(r) for r in self._paths.values())
         self.txt = self.snd.txt = self.rec.txt = new_tx_table(
@@ -114,6 +126,7 @@ class QueuePair:
 
     @evm.setter
     def evm(self, evm: EVManager | None) -> None:
+        self.changed()
         self._evm = self.snd.evm = self.rec.evm = self.resp.evm = evm
 
     @property
@@ -123,6 +136,7 @@ class QueuePair:
 
     @cc.setter
     def cc(self, cc: CongestionControl | None) -> None:
+        self.changed()
         self._cc = self.snd.cc = self.rec.cc = cc
 
     @property
@@ -165,6 +179,7 @@ class QueuePair:
     def ready(self, paths: dict[int, list[Route]], peer_ips: frozenset[bytes]) -> None:
         """INIT -> RTR: the peer's paths are known; build the EV set and CC."""
         a, cfg = self.attrs, self.cfg
+        self.changed()
         self.peer_ips = peer_ips
         self._paths = paths
         profile = a.ev_profile or cfg.ev_profile
@@ -212,6 +227,7 @@ class QueuePair:
         """Go to ERROR: flush every outstanding work request, tell the application."""
         if self.state is QPState.ERROR:
             return
+        self.changed()
         self.state = QPState.ERROR
         self.error_reason = reason
         snd, rec, resp = self.snd, self.rec, self.resp

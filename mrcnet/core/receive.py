@@ -35,6 +35,10 @@ from mrcnet.core.states import QPState
 from mrcnet.errors import MalformedFrame
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
+#: Tests set this: every check that ``QueuePair.setup_ver`` lets the receive loop skip
+#: runs anyway, and raises AssertionError when it finds a change the version missed.
+VERIFY_SETUP = False
+
 
 class ReceivingHost(Protocol):
     """What the receive loop uses of its host."""
@@ -78,6 +82,16 @@ class Receiver:
         self._ack_peers: frozenset[bytes] = frozenset()
         self._lane_peers: frozenset[bytes] = frozenset()
         self._lane_win = 0
+        # The setup_ver of the lane's QP and of the ack QP when the lane's copy was last
+        # found in step with them (-1: check it before the next batch), and the ack
+        # QP's "too early" floor then
+        self._lane_seen = self._ack_seen = -1
+        self._ack_floor = 0.0
+        # The same for the SACK planes and templates the lane was given for its QP
+        # (_sack_sync), and that QP's EV manager and usable planes then
+        self._sack_seen = -1
+        self._sack_evm: Any = None
+        self._sack_usable: Any = None
         self._lane_gen = host.memory.generation
         self.set_lane(new_lane(host.config.fast_parse))
 
@@ -88,6 +102,7 @@ class Receiver:
         self._lane = lane
         self._lane_slots = isinstance(lane, CRxLane)
         self._lane_qp = self._ack_qp = None
+        self._lane_seen = self._ack_seen = self._sack_seen = -1
         if lane is not None:
             lane.verify = self.host.config.verify_checksums
 
@@ -127,30 +142,27 @@ class Receiver:
         if host.memory.generation != self._lane_gen:  # a region went: forget them all
             lane.clear_mrs()
             self._lane_gen = host.memory.generation
+        # What the lane was set up with for its QP and the ack QP: checked only when one
+        # of those QPs changed since (QueuePair.setup_ver), which it seldom does
         qp = self._lane_qp
-        if qp is not None:  # _lane_check's common case, inlined (once per batch)
-            st = qp.state
-            mpr = qp.attrs.mpr_dest
-            if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not lane.qp
-                    or qp.peer_ips is not self._lane_peers
-                    or (mpr * MPR_UNIT if mpr else host.config.rx_window) != self._lane_win
-                    or host._qps.get(qp.qpn) is not qp):
-                self._lane_use(qp)
+        if qp is not None and (qp.setup_ver != self._lane_seen or VERIFY_SETUP):
+            self._lane_check()
         aq = self._ack_qp
         if aq is not None:  # _ack_sync's common case, inlined (once per batch)
-            if (aq.state is QPState.RTS and not aq.lost_log and not aq.suspects
-                    and aq.evm is not None and aq.cc is not None
-                    and host._qps.get(aq.qpn) is aq and aq.txt is self._ack_txt
-                    and aq.peer_ips is self._ack_peers):
-                lane.ack_sync(aq.snd_una, aq.next_seq, forged.early_floor(aq.cfg.ack_rtt_floor))
+            if (aq.setup_ver == self._ack_seen and not aq.lost_log and not aq.suspects
+                    and not VERIFY_SETUP):
+                lane.ack_sync(aq.snd_una, aq.next_seq, self._ack_floor)
             else:
                 self._ack_sync()
         plane, run, ctrl = p.plane, lane.run, host._ctrl
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
         qp = self._lane_qp  # (only _lane_frame changes it)
-        if qp is not None:
-            qp.lane_sack_setup(lane)
+        if qp is not None:  # _sack_sync's common case, inlined (once per batch)
+            evm = self._sack_evm
+            if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
+                    or (evm is not None and evm.usable_planes is not self._sack_usable)):
+                self._sack_sync(qp)
         try:
             while i < n:
                 r = lane.run_one(f0, now, plane) if one else run(i, n, now, plane)
@@ -163,7 +175,7 @@ class Receiver:
                 got = k - i + (st == RX_SACK) - acks
                 if got:  # (then the lane has a QP)
                     assert qp is not None
-                    qp.rx_packets += got - nacks
+                    qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
                     if marked != qp.qpn:
                         marked = qp.qpn
                         self.host._dirty.add(marked)
@@ -173,7 +185,7 @@ class Receiver:
                         assert qp is not None
                         try:
                             qp.send_sack(now, ctrl)
-                            qp.lane_sack_setup(lane)  # a new path
+                            self._sack_sync(qp)  # a new path
                         except Exception as e:  # never crash on network input; count it
                             self.host.last_internal_error = e
                             self.host.count("rx_internal_error")
@@ -181,7 +193,7 @@ class Receiver:
                         self._lane_frame(lane, frames[k], port, plane, now)
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
-                            qp.lane_sack_setup(lane)
+                            self._sack_sync(qp)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1
@@ -205,7 +217,7 @@ class Receiver:
         built = lane.take_sacks()
         ctrl += built
         nacks = lane.nacks
-        qp.tx_sacks += len(built) - nacks
+        qp.resp.tx_sacks += len(built) - nacks  # (qp.tx_sacks: a property)
         if nacks:
             qp.count("rx_trimmed", nacks)
             last = lane.nacks_last
@@ -280,6 +292,7 @@ class Receiver:
 
     def _lane_use(self, qp: QueuePair) -> None:
         """The lane serves ``qp`` (a ready QP) from now on."""
+        self._lane_seen = self._sack_seen = -1  # (set_qp and clear_qp reset the lane's)
         st = qp.state
         if ((st is not QPState.RTS and st is not QPState.RTR)
                 or self.host._qps.get(qp.qpn) is not qp):
@@ -292,12 +305,34 @@ class Receiver:
                              cfg.reorder_floor, cfg.sack_on_reorder, cfg.ack_req_burst,
                              cfg.ack_gap_fill):
             self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
+            self._lane_seen = qp.setup_ver
         else:
             self._lane_qp = None
+
+    def _sack_sync(self, qp: QueuePair) -> None:
+        """``qp.lane_sack_setup`` (the lane's QP ``qp``), unless nothing it reads moved
+        since the last call: the QP's setup_ver (its EV manager, paths, SACK templates
+        and lane planes), the EV manager's usable planes (a new list on each change) and
+        the lane's QP (_lane_use)."""
+        lane = self._lane
+        evm = qp.resp.evm
+        usable = evm.usable_planes if evm is not None else None
+        if qp.setup_ver == self._sack_seen and usable is self._sack_usable:
+            if VERIFY_SETUP:
+                before = (lane.sack_planes, lane.npaths, lane.nplanes)
+                qp.lane_sack_setup(lane)
+                if (lane.sack_planes, lane.npaths, lane.nplanes) != before:
+                    raise AssertionError(
+                        f"QP {qp.qpn}: the lane's SACK setup changed and setup_ver did "
+                        "not move (a writer without changed())")
+            return
+        qp.lane_sack_setup(lane)
+        self._sack_seen, self._sack_evm, self._sack_usable = qp.setup_ver, evm, usable
 
     def _ack_use(self, qp: QueuePair) -> None:
         """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
         self._ack_qp = qp
+        self._ack_seen = -1
         self._ack_txt, self._ack_peers = qp.txt, qp.peer_ips
         if not self._lane.set_ack(qp.qpn, qp.txt, qp.peer_ips, qp._txcap):
             self._ack_qp = None
@@ -310,6 +345,14 @@ class Receiver:
         qp = self._ack_qp
         assert qp is not None
         lane = self._lane
+        if qp.setup_ver == self._ack_seen:  # the checks below that do not need it passed
+            if VERIFY_SETUP:
+                self._verify_ack(qp)
+            if qp.lost_log or qp.suspects:
+                lane.ack_pause()
+            else:
+                lane.ack_sync(qp.snd_una, qp.next_seq, self._ack_floor)
+            return
         if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
                 or qp.cc is None):
             lane.ack_pause()
@@ -322,7 +365,17 @@ class Receiver:
             self._ack_use(qp)  # a new table (reset) or new peers
             if self._ack_qp is None:
                 return
-        lane.ack_sync(qp.snd_una, qp.next_seq, forged.early_floor(qp.cfg.ack_rtt_floor))
+        self._ack_seen, self._ack_floor = qp.setup_ver, forged.early_floor(qp.cfg.ack_rtt_floor)
+        lane.ack_sync(qp.snd_una, qp.next_seq, self._ack_floor)
+
+    def _verify_ack(self, qp: QueuePair) -> None:
+        """(VERIFY_SETUP) The ack QP's setup_ver did not move: neither did what it guards."""
+        if not (qp.state is QPState.RTS and qp.evm is not None and qp.cc is not None
+                and self.host._qps.get(qp.qpn) is qp and qp.txt is self._ack_txt
+                and qp.peer_ips is self._ack_peers
+                and self._ack_floor == forged.early_floor(qp.cfg.ack_rtt_floor)):
+            raise AssertionError(f"QP {qp.qpn}: the ack lane's setup changed and "
+                                 "setup_ver did not move (a writer without changed())")
 
     def _ack_replay(self, now: float) -> int:
         """on_sack's decisions for the SACKs the lane took (in order); returns how many."""
@@ -341,13 +394,21 @@ class Receiver:
         qp = self._lane_qp
         if qp is None:
             return
+        seen = qp.setup_ver == self._lane_seen
+        if seen and not VERIFY_SETUP:
+            return
         mpr = qp.attrs.mpr_dest
         win = mpr * MPR_UNIT if mpr else self.host.config.rx_window
         st = qp.state
         if ((st is not QPState.RTS and st is not QPState.RTR) or qp.rx is not self._lane.qp
                 or qp.peer_ips is not self._lane_peers or win != self._lane_win
                 or self.host._qps.get(qp.qpn) is not qp):
+            if seen:  # (VERIFY_SETUP)
+                raise AssertionError(f"QP {qp.qpn}: the receive lane's setup changed and "
+                                     "setup_ver did not move (a writer without changed())")
             self._lane_use(qp)
+        else:
+            self._lane_seen = qp.setup_ver
 
     def _receive_frames(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
                         now: float) -> None:

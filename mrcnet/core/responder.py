@@ -109,6 +109,7 @@ class Responder:
         self._paths = paths
         self.evm = evm
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
+        self.qp.changed()  # (the lane's templates and planes)
         self._sack_tmpl.clear()
         self._planes = {}
         self._sack_proto = None
@@ -399,6 +400,7 @@ class Responder:
             routes = self._paths.get(pl)
             if not routes:
                 return None
+            self.qp.changed()  # (a plane for the lane)
             lp = self._planes[pl] = self._rxk.lane_plane(port, route, routes)
         return lp if lp.serves(route) else None
 
@@ -472,6 +474,7 @@ class Responder:
             else:
                 tmpl_new = self._sack_proto = SackTemplate(
                     route, dest_qp=dest_qp, src_qp=self.qpn, mpr=mpr)
+            self.qp.changed()  # (a template for the lane)
             tp = self._sack_tmpl[path_key] = (self._rxk.sack_template(tmpl_new), port)
             lp = self._lane_plane(ev, port, route)  # (the lane takes the plane's others)
             if lp is not None and lp.t is None:

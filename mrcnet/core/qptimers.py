@@ -1,0 +1,77 @@
+"""The host's QP timers: one heap of (deadline, qpn) for every QP of a host.
+
+Deletion is lazy (a heap has no cheap delete): a QP whose deadline moved gets a new
+entry, and the old one stays until it reaches the top, where it is found stale (its
+deadline is not the armed one) and dropped. The host re-reads only the deadlines of the
+QPs touched since the last look (its "dirty" set), so a look costs O(touched), not
+O(QPs); and the top is checked for staleness only when an armed deadline moved since,
+which is the only way it can become stale.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import Protocol
+
+_INF = float("inf")
+
+
+class _Timed(Protocol):
+    def deadline(self) -> float:
+        """Earliest time the QP needs its timer."""
+
+
+class QPTimers:
+    """The armed deadline of each QP and the heap that orders them."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int]] = []  #: (deadline, qpn), stale ones included
+        self.armed: dict[int, float] = {}  #: qpn -> its armed deadline
+        #: an armed deadline moved (or a QP left, or timers were taken) since the top
+        #: was last found live: only then can it be stale, or the heap need a rebuild
+        self.moved = False
+
+    def refresh(self, dirty: set[int], qps: Mapping[int, _Timed]) -> None:
+        """Re-read the deadlines of the ``dirty`` QPs (then emptied); the top is then
+        the earliest armed deadline."""
+        if dirty:
+            heap, armed = self.heap, self.armed
+            for qpn in dirty:
+                qp = qps.get(qpn)
+                if qp is None:
+                    continue
+                d = qp.deadline()
+                if armed.get(qpn) != d:
+                    armed[qpn] = d
+                    self.moved = True
+                    if d < _INF:
+                        heapq.heappush(heap, (d, qpn))
+            dirty.clear()
+        if not self.moved:
+            return
+        self.moved = False
+        heap, armed = self.heap, self.armed
+        while heap and armed.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        if len(heap) > 4 * len(qps) + 64:  # too many stale entries: rebuild
+            self.heap = [(d, q) for q, d in armed.items() if d < _INF and q in qps]
+            heapq.heapify(self.heap)
+
+    def take_due(self, now: float) -> list[int]:
+        """The QPs whose armed deadline is at or before ``now``, disarmed, in deadline
+        order; after :meth:`refresh`."""
+        heap, armed = self.heap, self.armed
+        due = []
+        while heap and heap[0][0] <= now:
+            d, qpn = heapq.heappop(heap)
+            if armed.get(qpn) == d:
+                armed.pop(qpn, None)
+                due.append(qpn)
+        self.moved = True  # (what is left on top may be stale now)
+        return due
+
+    def forget(self, qpn: int) -> None:
+        """QP ``qpn`` left the host."""
+        self.armed.pop(qpn, None)
+        self.moved = True
