@@ -189,6 +189,27 @@ class Ring:
             return True
         return False
 
+    def put(self, data: bytes) -> tuple[int, bool]:
+        """The producer's whole put: as many of ``data``'s slots (whole slots, end to
+        end) as there is room for, written and published; returns how many, and True
+        when the consumer sleeps and must be rung (:class:`RingCorrupt` on a bad head).
+        One C call (``mrc_shmring_put``) when the mapping is C's; else this twin, the
+        same room, write and publish in Python."""
+        count = len(data) // self.slot_size
+        ptr = self._ptr
+        if ptr is not None:
+            r = C.mrc_shmring_put(ptr, self.base, self.nslots, self.slot_size, self.tail,
+                                  data, count, self.once)
+            if r < 0:
+                raise RingCorrupt(f"ring head is more than {self.nslots} slots behind "
+                                  f"its tail ({self.nslots} slots)")
+            n = r >> 1
+            self.tail += n
+            return n, bool(r & 1)
+        n = min(self.room(), count)
+        self.write(self.tail, data[:n * self.slot_size])
+        return n, self.publish(n)
+
     def block(self) -> bool:
         """The producer found no room and will wait for the consumer's doorbell: True if
         room appeared meanwhile (then do not wait)."""

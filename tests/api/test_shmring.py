@@ -189,3 +189,40 @@ def test_indices_written_by_another_process_are_never_torn() -> None:
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         os.close(fd)
+
+
+@pytest.mark.skipif(not shmring.PRECISE, reason="needs the C module")
+@pytest.mark.parametrize("once", [True, False])
+def test_put_in_one_c_call_is_its_python_twin(once: bool) -> None:
+    """Ring.put through mrc_shmring_put and through the Python twin (a detached
+    producer: room, write, publish in Python), fed the same puts across the wrap, into
+    a full ring and to a sleeping consumer: the same counts, doorbells and bytes."""
+    rings = []
+    for _ in range(2):
+        p, c, pm, cm = _pair(16)
+        p.once = once
+        rings.append((p, c, pm, cm))
+    rings[1][0].detach()  # the twin
+    rng = random.Random(15)
+    nxt = 0
+    for step in range(600):
+        k = rng.randint(0, 20)  # up to more than the ring holds
+        data = b"".join(struct.pack("<Q", nxt + i) + bytes([step % 251]) * (SLOT - 8)
+                        for i in range(k))
+        nxt += k
+        sleeps = rng.random() < 0.3
+        got = []
+        for p, c, _pm, _cm in rings:
+            if sleeps:
+                c.sleep()
+            got.append(p.put(data))
+            assert p.tail == p.load(OFF_TAIL)
+        assert got[0] == got[1], step
+        assert got[0][0] == min(k, got[0][0]) and (got[0][0] == k or rings[0][0].room() == 0)
+        assert rings[0][2][:] == rings[1][2][:], step  # every byte of both rings
+        if rng.random() < 0.5:
+            assert _pop(rings[0][1], rings[0][3]) == _pop(rings[1][1], rings[1][3])
+    for p, _, pm, _ in rings:  # a head the client broke: refused by both
+        struct.pack_into("Q", pm, p.base + OFF_HEAD, p.tail + 1)
+        with pytest.raises(RingCorrupt):
+            p.put(bytes(SLOT))
