@@ -151,6 +151,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("shmring.c", "OFF_HEAD"): shmring.OFF_HEAD,
     ("shmring.c", "OFF_TAIL"): shmring.OFF_TAIL,
     ("shmring.c", "OFF_ASLEEP"): shmring.OFF_ASLEEP,
+    ("shmring.c", "OFF_BLOCKED"): shmring.OFF_BLOCKED,
     ("shmring.c", "RING_HEADER"): shmring.HEADER,
 }
 

@@ -32,6 +32,15 @@ uint64_t mrc_shmring_store_load(uint8_t *base, size_t store_off, uint64_t value,
  * (mrcnet/api/shmring.py). */
 int64_t mrc_shmring_put(uint8_t *base, size_t ring, uint64_t nslots, size_t slot_size,
                         uint64_t tail, const uint8_t *data, uint64_t count, int once);
+/* The consumer's whole take, in one call: up to ``max`` of the slots published in the
+ * ring at ``ring`` from index ``head`` are copied out to ``out`` (end to end, across the
+ * wrap); if any, the new head is given back (release), then a full fence and a load of
+ * ``blocked`` (cleared when set: the producer waits for room and must be rung).
+ * Returns 2 * taken + (1 if the producer must be rung), or -1 if the producer's tail is
+ * corrupt (more than ``nslots`` ahead of ``head``; nothing taken). The Python twin:
+ * Ring.take (mrcnet/api/shmring.py). */
+int64_t mrc_shmring_take(uint8_t *base, size_t ring, uint64_t nslots, size_t slot_size,
+                         uint64_t head, uint64_t max, uint8_t *out);
 /* cffi: end */
 
 #endif

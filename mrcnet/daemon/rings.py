@@ -95,13 +95,8 @@ class SessionQueues:
         """The work requests posted since the last call (at most :data:`TAKE_PER_PASS`),
         as their slots hold them (copied out before the slots are given back; every
         value still to be checked); RingCorrupt if the client broke the tail."""
-        sq = self.sq
-        n = min(sq.ready(), TAKE_PER_PASS)
-        if not n:
-            return []
-        out: list[WorkRequest] = list(WORK_REQUEST_SLOT.iter_unpack(sq.read(sq.head, n)))
-        sq.release(n)
-        return out
+        data, _ = self.sq.take(TAKE_PER_PASS)  # (one C call: see Ring.take)
+        return list(WORK_REQUEST_SLOT.iter_unpack(data)) if data else []
 
     def rest(self) -> bool:
         """Tell the client mrcd will sleep (its next post rings): True if a post
