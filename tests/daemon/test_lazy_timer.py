@@ -86,7 +86,7 @@ def test_an_earlier_deadline_rearms_and_a_vanished_one_fires_for_nothing() -> No
         d.t = None  # gone (the ACK left with an answer): the timer stays, finds nothing
         timer.want(None)
         assert timer.armed_at is not None
-        await _until(lambda: timer.armed_at is None)
+        await _until(lambda: timer.idle >= 1)
         assert len(d.fired) == 1 and timer.idle >= 1  # (libuv may wake a little early)
 
     _run(main)
@@ -101,6 +101,31 @@ def test_a_near_timer_for_a_deadline_that_moved_is_moved() -> None:
         assert timer.armed_at == now + 0.5 and timer.arms == 2
         timer.want(None)  # gone, armed one far: kept
         assert timer.armed_at == now + 0.5
+        timer.cancel()
+
+    _run(main)
+
+
+def test_a_held_ack_under_a_kept_timer_costs_one_timer_per_round_trip() -> None:
+    """A ping-pong's deadlines: the retransmission timer ~20 ms away, pushed on by each
+    answer, and an ACK held 0.5 ms that leaves with the answer. The kept timer covers
+    the retransmission deadline; each held ACK arms one timer, only cancelled when the
+    ACK leaves (a single re-armed timer made two per round trip)."""
+
+    async def main() -> None:
+        timer, d = _timer(asyncio.get_running_loop(), near=0.005)
+        for k in range(20):
+            now = time.monotonic()
+            rto = now + 0.02 + k * 0.0001
+            d.t = rto
+            timer.want(rto)  # the post: the retransmission deadline
+            d.t = now + 0.0005
+            timer.want(d.t)  # the answer's data arrived: an ACK held for it
+            assert timer.armed_at == d.t
+            d.t = rto + 0.0001
+            timer.want(d.t)  # the ACK left with the next post
+            assert timer.armed_at is not None and timer.armed_at <= d.t
+        assert timer.arms == 1 + 20 and not d.fired
         timer.cancel()
 
     _run(main)
