@@ -236,7 +236,7 @@ class Ring:
             return True
         return False
 
-    def take(self, most: int) -> tuple[bytes, bool]:
+    def take(self, most: int) -> tuple[bytes | bytearray, bool]:
         """The consumer's whole take: a copy of up to ``most`` published slots (end to
         end; empty if none), given back at once; and True when the producer waits for
         room and must be rung (:class:`RingCorrupt` on a bad tail). One C call
@@ -256,7 +256,7 @@ class Ring:
                                   f"its head ({self.nslots} slots)")
             n = r >> 1
             self.head += n
-            return bytes(self._out[:n * size]), bool(r & 1)
+            return self._out[:n * size], bool(r & 1)  # (a copy: the buffer is reused)
         n = min(self.ready(), most)
         if not n:
             return b"", False

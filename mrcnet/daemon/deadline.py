@@ -81,19 +81,20 @@ class LazyTimer:
     def want(self, t: float | None) -> None:
         """The earliest deadline is now ``t`` (None: there is none)."""
         slots = self.slots
-        if self.near:
+        a, b = slots
+        if self.near and ((a is not None and (t is None or a < t))
+                          or (b is not None and (t is None or b < t))):
             # A timer about to fire for a deadline that moved later or went away is
             # dropped (an idle wake-up costs more than a timer: see the module).
-            now = 0.0
-            for i in (0, 1):
-                at = slots[i]
-                if at is not None and (t is None or at < t):
-                    now = now or time.monotonic()
-                    if at - now <= self.near:
-                        self._drop(i)
+            soon = time.monotonic() + self.near
+            if a is not None and (t is None or a < t) and a <= soon:
+                self._drop(0)
+                a = None
+            if b is not None and (t is None or b < t) and b <= soon:
+                self._drop(1)
+                b = None
         if t is None:
             return
-        a, b = slots
         if (a is not None and a <= t) or (b is not None and b <= t):
             return  # later: the armed timer re-checks when it fires
         # Earlier than both: a free slot, else the one armed for the later deadline.

@@ -109,6 +109,7 @@ class Daemon:
         self.control: ControlServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: LazyTimer | None = None
+        self._want: Callable[[float | None], None] = lambda t: None  # (run(): the timer's)
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
@@ -261,6 +262,7 @@ class Daemon:
         assert self.host is not None
         self._timer = LazyTimer(loop, self._next_deadline, self._on_timer,
                                 near=KEEP_EARLY_TIMER)
+        self._want = self._timer.want
         try:
             for i, port in enumerate(self.ports):
                 loop.add_reader(port.fileno(), self._on_port_readable, i)
@@ -489,14 +491,14 @@ class Daemon:
         """The core's next deadline, or a moderated CQ's (a full ring's retry)."""
         assert self.host is not None
         t = self.host.next_timer()
-        due = self.verbs.mod_due
+        due = self.verbs.delivery.due  # (mod_due, without the property's call per pass)
         if due < _INF:  # a moderated CQ's period ends
             t = due if t is None else min(t, due)
         return t
 
     def _rearm(self) -> None:
-        if self._timer is not None:
-            self._timer.want(self._next_deadline())
+        """After a pass: the timer learns the next deadline (it re-arms only if earlier)."""
+        self._want(self._next_deadline())
 
     def _on_timer(self, now: float) -> None:
         """Something is due (the timer checked): run the core's timers, then pump."""
