@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mrcnet import constants as K
+from mrcnet.api import shmring
 from mrcnet.core import cc, laneplane, responder, rxlane, txtable
 from mrcnet.core.ctrl import NO_TS
 from mrcnet.errors import MalformedReason
@@ -146,6 +147,12 @@ PYTHON: dict[tuple[str, str], float] = {
     ("simnet.c", "CE"): sim_net._CE,
     ("simnet.c", "ICRC"): sim_net._ICRC,
     ("simnet.c", "TIE"): sim_net._TIE,
+    # A shared-memory ring's header (shmring.c; mrcnet/api/shmring.py)
+    ("shmring.c", "OFF_HEAD"): shmring.OFF_HEAD,
+    ("shmring.c", "OFF_TAIL"): shmring.OFF_TAIL,
+    ("shmring.c", "OFF_ASLEEP"): shmring.OFF_ASLEEP,
+    ("shmring.c", "OFF_BLOCKED"): shmring.OFF_BLOCKED,
+    ("shmring.c", "RING_HEADER"): shmring.HEADER,
 }
 
 #: #defines with no Python twin: sizes and markers internal to the C code.

@@ -10,6 +10,7 @@
 #define MRCNET_SHMRING_H
 
 #include <stddef.h>
+#include <string.h>
 #include <stdint.h>
 
 /* cffi: begin */
@@ -21,6 +22,25 @@ void mrc_shmring_store(uint8_t *base, size_t off, uint64_t value);
  * ``load_off``: one side's half of a doorbell handshake. */
 uint64_t mrc_shmring_store_load(uint8_t *base, size_t store_off, uint64_t value,
                                 size_t load_off);
+/* The producer's whole put, in one call: as many of the ``count`` slots at ``data``
+ * (``slot_size`` bytes each, end to end) as the ring at ``ring`` (its offset in the
+ * mapping; ``nslots`` a power of two) has room for are copied in from index ``tail``
+ * (across the wrap), the new tail is published (release), then a full fence and a load
+ * of ``asleep`` (cleared when ``once`` and set). Returns 2 * written + (1 if the
+ * consumer sleeps and must be rung), or -1 if the consumer's head is corrupt (more than
+ * ``nslots`` behind ``tail``; nothing written). The Python twin: Ring.put
+ * (mrcnet/api/shmring.py). */
+int64_t mrc_shmring_put(uint8_t *base, size_t ring, uint64_t nslots, size_t slot_size,
+                        uint64_t tail, const uint8_t *data, uint64_t count, int once);
+/* The consumer's whole take, in one call: up to ``max`` of the slots published in the
+ * ring at ``ring`` from index ``head`` are copied out to ``out`` (end to end, across the
+ * wrap); if any, the new head is given back (release), then a full fence and a load of
+ * ``blocked`` (cleared when set: the producer waits for room and must be rung).
+ * Returns 2 * taken + (1 if the producer must be rung), or -1 if the producer's tail is
+ * corrupt (more than ``nslots`` ahead of ``head``; nothing taken). The Python twin:
+ * Ring.take (mrcnet/api/shmring.py). */
+int64_t mrc_shmring_take(uint8_t *base, size_t ring, uint64_t nslots, size_t slot_size,
+                         uint64_t head, uint64_t max, uint8_t *out);
 /* cffi: end */
 
 #endif

@@ -92,6 +92,8 @@ class Ring:
         self.slot_size = slot_size
         self.slots = offset + HEADER
         self._ptr: Any = ffi.from_buffer(mm) if HAVE_C else None
+        self._out: bytearray | None = None  # (take's buffer for the C copy, and its view)
+        self._out_ptr: Any = None
         self.producer = role == "producer"
         self.once = once
         # Both start at 0: a new ring's memory is zeroed by the kernel.
@@ -189,6 +191,27 @@ class Ring:
             return True
         return False
 
+    def put(self, data: bytes) -> tuple[int, bool]:
+        """The producer's whole put: as many of ``data``'s slots (whole slots, end to
+        end) as there is room for, written and published; returns how many, and True
+        when the consumer sleeps and must be rung (:class:`RingCorrupt` on a bad head).
+        One C call (``mrc_shmring_put``) when the mapping is C's; else this twin, the
+        same room, write and publish in Python."""
+        count = len(data) // self.slot_size
+        ptr = self._ptr
+        if ptr is not None:
+            r = C.mrc_shmring_put(ptr, self.base, self.nslots, self.slot_size, self.tail,
+                                  data, count, self.once)
+            if r < 0:
+                raise RingCorrupt(f"ring head is more than {self.nslots} slots behind "
+                                  f"its tail ({self.nslots} slots)")
+            n = r >> 1
+            self.tail += n
+            return n, bool(r & 1)
+        n = min(self.room(), count)
+        self.write(self.tail, data[:n * self.slot_size])
+        return n, self.publish(n)
+
     def block(self) -> bool:
         """The producer found no room and will wait for the consumer's doorbell: True if
         room appeared meanwhile (then do not wait)."""
@@ -213,11 +236,41 @@ class Ring:
             return True
         return False
 
+    def take(self, most: int) -> tuple[bytes | bytearray, bool]:
+        """The consumer's whole take: a copy of up to ``most`` published slots (end to
+        end; empty if none), given back at once; and True when the producer waits for
+        room and must be rung (:class:`RingCorrupt` on a bad tail). One C call
+        (``mrc_shmring_take``) when the mapping is C's; else this twin, the same ready,
+        read and release in Python."""
+        ptr = self._ptr
+        if ptr is not None:
+            size = self.slot_size
+            want = min(most, self.nslots) * size
+            if self._out is None or len(self._out) < want:
+                self._out = bytearray(want)
+                self._out_ptr = ffi.from_buffer(self._out)
+            r = C.mrc_shmring_take(ptr, self.base, self.nslots, size, self.head,
+                                   most, self._out_ptr)
+            if r < 0:
+                raise RingCorrupt(f"ring tail is more than {self.nslots} slots ahead of "
+                                  f"its head ({self.nslots} slots)")
+            n = r >> 1
+            self.head += n
+            return self._out[:n * size], bool(r & 1)  # (a copy: the buffer is reused)
+        n = min(self.ready(), most)
+        if not n:
+            return b"", False
+        data = self.read(self.head, n)
+        return data, self.release(n)
+
     def sleep(self) -> bool:
         """The consumer is about to sleep on its doorbell: True if slots were published
         meanwhile (then do not sleep)."""
-        self.store_load(OFF_ASLEEP, 1, OFF_TAIL)
-        return self.ready() > 0
+        n = (self.store_load(OFF_ASLEEP, 1, OFF_TAIL) - self.head) & 0xFFFF_FFFF_FFFF_FFFF
+        if n > self.nslots:  # (the tail loaded after the fence: as ready() checks it)
+            raise RingCorrupt(f"ring tail is {n} slots ahead of its head "
+                              f"({self.nslots} slots)")
+        return n > 0
 
     def wake(self) -> None:
         """The consumer is awake (busy-polling): producers need not ring."""

@@ -73,29 +73,28 @@ class Delivery:
         """Move every CQ's completions out (moderation permitting); returns the sessions
         that corrupted a ring (for the caller to drop)."""
         self.due = _INF
-        if not any(len(cq.entries) for cq, _ in self.cqs.values()):
-            # (most calls: a port pass delivers before it sends and once more after;
-            # with nothing waiting there is no period, retry or doorbell to see to)
-            return []
         mod, since = self.mod, self.since
-        now = time.monotonic()
+        now = 0.0  # (read once, when a moderated CQ or a full ring needs it)
         # One doorbell per session, however many of its CQs got completions: the client
         # drains every CQ when woken, and a second doorbell in the same pass (a ping-pong's
         # send and receive CQs complete together) cost a send that woke it again
         # (measured: 2 doorbells per verbs round trip on each mrcd, at 30-80 us each).
-        ring: dict[Session, None] = {}  # (a dict: ordered, each session once)
+        ring: dict[Session, None] | None = None  # (ordered, each session once)
         bad: list[Session] = []
+        # (most calls find every CQ empty: a port pass delivers before it sends and once
+        # more after; an empty CQ costs one test here)
         for handle, (cq, session) in self.cqs.items():
-            n = len(cq.entries)
-            if not n:
+            if not cq.entries:
                 continue
-            m = mod.get(handle) if mod else None
-            if m is not None and n < m[0]:
-                # Moderated: wait for more (an error goes at once), or for the period.
-                t0 = since.setdefault(handle, now)
-                if now - t0 < m[1] and not cq.has_error():
-                    self.due = min(self.due, t0 + m[1])
-                    continue
+            if mod:
+                m = mod.get(handle)
+                if m is not None and len(cq.entries) < m[0]:
+                    # Moderated: wait for more (an error goes at once), or the period.
+                    now = now or time.monotonic()
+                    t0 = since.setdefault(handle, now)
+                    if now - t0 < m[1] and not cq.has_error():
+                        self.due = min(self.due, t0 + m[1])
+                        continue
             if since:
                 since.pop(handle, None)
             q = session.queues
@@ -105,7 +104,9 @@ class Delivery:
                     session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))
                 continue
             try:
-                if self._fill(host, cq, w):
+                if self._fill(cq, w):
+                    if ring is None:
+                        ring = {}
                     ring[session] = None
             except RingCorrupt as e:
                 self.log.warning("client broke its completion ring", pid=session.pid,
@@ -113,22 +114,24 @@ class Delivery:
                 bad.append(session)
                 continue
             if cq.entries:
-                self.due = min(self.due, now + FULL_RETRY)
-        for s in ring:
-            s.ring()
+                self.due = min(self.due, (now or time.monotonic()) + FULL_RETRY)
+        if ring is not None:
+            for s in ring:
+                s.ring()
         return bad
 
     @staticmethod
-    def _fill(host: core.Host, cq: core.CompletionQueue, w: CompletionWriter) -> bool:
-        """As many of ``cq``'s completions as ``w``'s ring takes; True if the client must
-        be rung."""
+    def _fill(cq: core.CompletionQueue, w: CompletionWriter) -> bool:
+        """As many of ``cq``'s completions as ``w``'s ring takes (the rest stay in
+        ``cq``, first in line); True if the client must be rung."""
+        rows = cq.poll_rows(len(cq.entries))
         wake = False
-        entries = cq.entries
-        while entries:
-            room = w.room()
-            if not room:
-                if not w.ring.block():  # the client rings when it made room
-                    break
-                continue
-            wake |= w.put(host.poll_cq_rows(cq, room))
-        return wake
+        while True:
+            n, rang = w.put(rows)
+            wake |= rang and n > 0  # (a full ring's client was rung for what fills it)
+            if n == len(rows):
+                return wake
+            rows = rows[n:]
+            if not w.ring.block():  # full: the client rings when it made room
+                cq.entries.extendleft(reversed(rows))
+                return wake

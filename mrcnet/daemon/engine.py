@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import grp
-import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from mrcnet.daemon.config import DaemonConfig, PortConfig
 from mrcnet.daemon.control import (
     ControlServer,
 )
+from mrcnet.daemon.deadline import LazyTimer
 from mrcnet.daemon.heap import settle_gc
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
 from mrcnet.daemon.verbs import Verbs
@@ -53,8 +53,10 @@ _INF = float("inf")
 #: SRH, UDP, BTH, RETH, METH + ImmDt, TSETH, ICRC): the payload must fit the rest of the MTU.
 DATA_OVERHEAD = 2 * IPV6_HEADER_LEN + 8 + 4 * 16 + 8 + 12 + 16 + 8 + 4 + 4
 MIN_PAYLOAD = 256
-#: A timer armed for a deadline that moved later is kept (not re-armed) while it is
-#: further away than this (s): see Daemon._rearm.
+#: A timer armed for a deadline that moved later (or went away) is kept while it is
+#: further away than this (s); nearer, it is moved (mrcnet.daemon.deadline): a held
+#: ACK that left with the answer would cost an idle wake-up per round trip (measured:
+#: 0.85 per round trip on each mrcd when kept, tools/bench_latency.py).
 KEEP_EARLY_TIMER = 0.005
 #: At most this many frames in the core's list and on the send queues: the list goes
 #: behind the data (Daemon._behind_data). More: the list first, as a SACK behind a long
@@ -72,20 +74,6 @@ def payload_for_mtu(mtu: int) -> int:
     while p * 2 <= room:
         p *= 2
     return p
-
-
-def timer_delay(delay: float) -> float:
-    """The delay to give the loop for a core timer due in ``delay`` seconds.
-
-    uvloop (libuv) timers count whole milliseconds and *round* the delay: a timer due in
-    0.4 ms fires at once, and re-arming it until it is due busy-spins the loop (measured:
-    367 wake-ups for one 0.4 ms timer; the receiving mrcd pumped twice per data packet,
-    mostly from such spins of the 0.5 ms delayed-SACK timer). So a future deadline is
-    rounded *up* to the next millisecond: at most 1 ms late, never early.
-    """
-    if delay <= 0.0:
-        return 0.0
-    return math.ceil(delay * 1000.0) / 1000.0
 
 
 def _interface_address(ifname: str) -> str:
@@ -120,8 +108,8 @@ class Daemon:
         self.api: ApiServer | None = None
         self.control: ControlServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._timer: LazyTimer | None = None
+        self._want: Callable[[float | None], None] = lambda t: None  # (run(): the timer's)
         self._stop = asyncio.Event()
         self._writers: set[int] = set()
         self._links: LinkWatch | None = None
@@ -135,16 +123,26 @@ class Daemon:
         #: Loop passes by what woke them: a port's frames, a client's posts or requests,
         #: the timer (``timer_idle``: it found nothing due). A round trip's cost in
         #: wake-ups (tools/bench_latency.py prints them per round trip).
-        self.passes = {"port": 0, "client": 0, "timer": 0, "timer_idle": 0}
+        self._passes = {"port": 0, "client": 0, "timer": 0}
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
         #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
         self.on_ready: list[Callable[[], Awaitable[None]]] = []
 
     # --- what Verbs calls (its Engine) -----------------------------------------------------
+    @property
+    def passes(self) -> dict[str, int]:
+        """Loop passes by what woke them: a port's frames, a client's posts or requests,
+        the timer (``timer_idle``: it fired, found nothing due and re-armed without a
+        pass); ``timer_arms``: loop timers made. A round trip's cost in wake-ups
+        (tools/bench_latency.py prints them per round trip)."""
+        t = self._timer
+        return {**self._passes, "timer_idle": t.idle if t else 0,
+                "timer_arms": t.arms if t else 0}
+
     def pump(self, now: float | None = None) -> None:
         """After a client request changed the core: send, deliver, re-arm."""
-        self.passes["client"] += 1
+        self._passes["client"] += 1
         self._pump(now)
 
     def guarded(self, what: str) -> None:
@@ -253,7 +251,6 @@ class Daemon:
             self.kdrop = None
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
 
     def stop(self) -> None:
         """Ask :meth:`run` to return (signal handlers call this)."""
@@ -263,6 +260,9 @@ class Daemon:
         """Serve until :meth:`stop`; always cleans up."""
         loop = self._loop = asyncio.get_running_loop()
         assert self.host is not None
+        self._timer = LazyTimer(loop, self._next_deadline, self._on_timer,
+                                near=KEEP_EARLY_TIMER)
+        self._want = self._timer.want
         try:
             for i, port in enumerate(self.ports):
                 loop.add_reader(port.fileno(), self._on_port_readable, i)
@@ -360,7 +360,7 @@ class Daemon:
         acknowledgement a request asks for (AckReq) costs a ``sendmmsg`` that runs the
         fabric's forwarding inline, and rung after it the client of a ping-pong woke
         that much later (the ACK is off the round trip's path, the completion on it)."""
-        self.passes["port"] += 1
+        self._passes["port"] += 1
         now = self._read_ports(index)
         assert self.host is not None
         self.host.settle_acks(now)  # (the ACKs' completions ring with the frames')
@@ -487,47 +487,29 @@ class Daemon:
             self._loop.remove_writer(port.fileno())
             self._writers.discard(index)
 
-    def _rearm(self) -> None:
-        host = self.host
-        assert host is not None and self._loop is not None
-        t = host.next_timer()
-        due = self.verbs.mod_due
+    def _next_deadline(self) -> float | None:
+        """The core's next deadline, or a moderated CQ's (a full ring's retry)."""
+        assert self.host is not None
+        t = self.host.next_timer()
+        due = self.verbs.delivery.due  # (mod_due, without the property's call per pass)
         if due < _INF:  # a moderated CQ's period ends
             t = due if t is None else min(t, due)
-        at = self._timer_at
-        if self._timer is not None and t is not None and at is not None and at <= t \
-                and (at == t or at - time.monotonic() > KEEP_EARLY_TIMER):
-            # Armed for this deadline or an earlier one that is not near: keep it. The
-            # core's deadlines mostly move later (every SACK pushes the retransmission
-            # timer on), and re-arming on each pass cost a cancel and a new timer per
-            # wake-up; a timer that fires early finds nothing due and re-arms for the
-            # real deadline. One about to fire for a deadline that went away (a held
-            # ACK that left with the answer: ack_with_data) is re-armed, though: it
-            # would cost a whole idle pass per round trip (measured: 0.85 per round
-            # trip on each mrcd, tools/bench_latency.py).
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = t
-        if t is not None:
-            self._timer = self._loop.call_later(timer_delay(t - time.monotonic()),
-                                                self._on_timer)
+        return t
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
+    def _rearm(self) -> None:
+        """After a pass: the timer learns the next deadline (it re-arms only if earlier)."""
+        self._want(self._next_deadline())
+
+    def _on_timer(self, now: float) -> None:
+        """Something is due (the timer checked): run the core's timers, then pump."""
         assert self.host is not None
         try:
             # What our sockets hold first: libuv runs due timers before it polls for I/O,
             # so after a long callback the retransmission and loss timers fired on packets
             # whose SACKs were already here, unread (spurious timeouts: every packet they
             # resent arrived twice).
-            now = self._read_ports(0) if self.ports else time.monotonic()
-            self.passes["timer"] += 1
-            t = self.host.next_timer()
-            if (t is None or t > now) and self.verbs.mod_due > now:
-                self.passes["timer_idle"] += 1  # armed for a deadline that moved on
+            now = self._read_ports(0) if self.ports else now
+            self._passes["timer"] += 1
             self.host.handle_timer(now)
             self._pump(now)
         except Exception:

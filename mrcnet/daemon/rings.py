@@ -66,16 +66,11 @@ class CompletionWriter:
         # must be woken): ring after every publish that finds it armed.
         self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer", once=False)
 
-    def room(self) -> int:
-        """Completions that fit now (RingCorrupt if the client broke the head)."""
-        return self.ring.room()
-
-    def put(self, wcs: list[CompletionRow]) -> bool:
-        """Write ``wcs`` (they fit: see :meth:`room`) and publish them; True when the
-        client sleeps and must be rung."""
-        ring = self.ring
-        ring.write(ring.tail, encode_completions(wcs))
-        return ring.publish(len(wcs))
+    def put(self, wcs: list[CompletionRow]) -> tuple[int, bool]:
+        """Write as many of ``wcs`` as the ring has room for and publish them, in one C
+        call (:meth:`~mrcnet.api.shmring.Ring.put`); returns how many, and True when
+        the client sleeps and must be rung (RingCorrupt if the client broke the head)."""
+        return self.ring.put(encode_completions(wcs))
 
     def close(self) -> None:
         """Unmap (the client may keep its own mapping)."""
@@ -100,13 +95,8 @@ class SessionQueues:
         """The work requests posted since the last call (at most :data:`TAKE_PER_PASS`),
         as their slots hold them (copied out before the slots are given back; every
         value still to be checked); RingCorrupt if the client broke the tail."""
-        sq = self.sq
-        n = min(sq.ready(), TAKE_PER_PASS)
-        if not n:
-            return []
-        out: list[WorkRequest] = list(WORK_REQUEST_SLOT.iter_unpack(sq.read(sq.head, n)))
-        sq.release(n)
-        return out
+        data, _ = self.sq.take(TAKE_PER_PASS)  # (one C call: see Ring.take)
+        return list(WORK_REQUEST_SLOT.iter_unpack(data)) if data else []
 
     def rest(self) -> bool:
         """Tell the client mrcd will sleep (its next post rings): True if a post

@@ -189,3 +189,76 @@ def test_indices_written_by_another_process_are_never_torn() -> None:
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         os.close(fd)
+
+
+@pytest.mark.skipif(not shmring.PRECISE, reason="needs the C module")
+@pytest.mark.parametrize("once", [True, False])
+def test_put_in_one_c_call_is_its_python_twin(once: bool) -> None:
+    """Ring.put through mrc_shmring_put and through the Python twin (a detached
+    producer: room, write, publish in Python), fed the same puts across the wrap, into
+    a full ring and to a sleeping consumer: the same counts, doorbells and bytes."""
+    rings = []
+    for _ in range(2):
+        p, c, pm, cm = _pair(16)
+        p.once = once
+        rings.append((p, c, pm, cm))
+    rings[1][0].detach()  # the twin
+    rng = random.Random(15)
+    nxt = 0
+    for step in range(600):
+        k = rng.randint(0, 20)  # up to more than the ring holds
+        data = b"".join(struct.pack("<Q", nxt + i) + bytes([step % 251]) * (SLOT - 8)
+                        for i in range(k))
+        nxt += k
+        sleeps = rng.random() < 0.3
+        got = []
+        for p, c, _pm, _cm in rings:
+            if sleeps:
+                c.sleep()
+            got.append(p.put(data))
+            assert p.tail == p.load(OFF_TAIL)
+        assert got[0] == got[1], step
+        assert got[0][0] == min(k, got[0][0]) and (got[0][0] == k or rings[0][0].room() == 0)
+        assert rings[0][2][:] == rings[1][2][:], step  # every byte of both rings
+        if rng.random() < 0.5:
+            assert _pop(rings[0][1], rings[0][3]) == _pop(rings[1][1], rings[1][3])
+    for p, _, pm, _ in rings:  # a head the client broke: refused by both
+        struct.pack_into("Q", pm, p.base + OFF_HEAD, p.tail + 1)
+        with pytest.raises(RingCorrupt):
+            p.put(bytes(SLOT))
+
+
+@pytest.mark.skipif(not shmring.PRECISE, reason="needs the C module")
+def test_take_in_one_c_call_is_its_python_twin() -> None:
+    """Ring.take through mrc_shmring_take and through the Python twin (a detached
+    consumer: ready, read, release in Python), across the wrap, in bites smaller and
+    larger than what waits, with a producer that waits for room: the same slots,
+    doorbells and bytes."""
+    rings = [_pair(16) for _ in range(2)]
+    rings[1][1].detach()  # the twin
+    rng = random.Random(16)
+    nxt = taken_upto = 0
+    for step in range(600):
+        k = rng.randint(0, 16)
+        data = b"".join(struct.pack("<Q", nxt + i) + bytes([step % 251]) * (SLOT - 8)
+                        for i in range(k))
+        blocks = rng.random() < 0.3
+        most = rng.randint(1, 20)
+        got = []
+        for p, c, _pm, _cm in rings:
+            n, _ = p.put(data)
+            if blocks:
+                p.block()
+            got.append((n, c.take(most)))
+        assert got[0] == got[1], step
+        nxt += got[0][0]
+        taken = got[0][1][0]
+        assert len(taken) <= SLOT * most
+        values = [struct.unpack_from("<Q", taken, i)[0] for i in range(0, len(taken), SLOT)]
+        assert values == list(range(taken_upto, taken_upto + len(values)))  # in order
+        taken_upto += len(values)
+        assert rings[0][2][:] == rings[1][2][:], step  # every byte of both rings
+    for p, c, pm, _ in rings:  # a tail the producer broke: refused by both
+        struct.pack_into("Q", pm, p.base + OFF_TAIL, c.head + 17)
+        with pytest.raises(RingCorrupt):
+            c.take(4)

@@ -151,7 +151,7 @@ def test_sigint_is_a_clean_stop(veth: VethPair, tmp_path: Path) -> None:
 
 
 def test_timer_delay_never_early_and_at_most_a_millisecond_late() -> None:
-    from mrcnet.daemon.engine import timer_delay
+    from mrcnet.daemon.deadline import timer_delay
 
     assert timer_delay(-0.5) == 0.0 and timer_delay(0.0) == 0.0
     for d in (1e-6, 0.0004, 0.0005, 0.000999, 0.001, 0.0011, 0.0199, 0.25):
