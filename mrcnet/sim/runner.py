@@ -325,10 +325,6 @@ class SimRun:
             # Every path goes up to a spine and back down (4 links each way): no SACK
             # can come back sooner than the propagation alone (forged.early_floor).
             "ack_rtt_floor": 8 * spec.delay,
-            # RACK's reorder window for this fabric's RTT (the core's default is mrcd's
-            # scale): docs/DECISIONS.md, "RACK's allowance in the simulator".
-            "rack_floor": base_rtt(spec, payload) / 2,
-            "rack_hold": base_rtt(spec, payload) / 2,
             # The simulator corrupts nothing (tests prove the switches keep checksums
             # valid); skipping verification makes the run faster.
             "verify_checksums": False,
