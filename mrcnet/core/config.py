@@ -171,6 +171,16 @@ class HostConfig:
       turns it off: a whole pass's burst there shares one timestamp and leaves through
       two ports, so the planes' own reordering read as losses (all spurious, 10-100 per
       512 MiB on an unshaped fabric, goodput down 5-10 %).
+    - ``rack_floor``: the sender's floor of RACK's reorder window (RFC 8985 section 6.2:
+      min_RTT / 4, at least this); None (default): ``reorder_floor``, which the
+      responder also uses for its hole timer. Sender-only: RACK can wait less on a
+      fast fabric without the responder SACKing more (docs/CORE.md, "Session 9: loss
+      detection time", has what half the base RTT does in the simulator).
+    - ``rack_hold``: how long RACK's allowance lets the peer hold the report of a packet
+      that arrived (the responder coalesces, so a late packet can wait ``ack_delay``
+      while a later one was already reported: docs/CORE.md, "Session 9: loss detection
+      time"); None (default): ``ack_delay``. 0: a held report shows as a spurious loss,
+      and the allowance learns from it (measured: a regression, docs/CORE.md).
     - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
       retired at once by every QP of the host whose route shares its links up to the
       destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
@@ -229,6 +239,8 @@ class HostConfig:
     ack_gap_fill: bool = True
     tail_probe: bool = True
     rack_tie_break: bool = True
+    rack_floor: float | None = None
+    rack_hold: float | None = None
     share_verdicts: bool = True
     path_loss_cc: bool = False
     ev_order: str = "sport-low"

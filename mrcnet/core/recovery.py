@@ -430,14 +430,20 @@ class Recovery(TailLoss):
             self.reo_learned, REO_LEARN_MARGIN * (self._reorder_allowance() + late)))
 
     def _reorder_allowance(self) -> float:
-        floor = max(self.cfg.reorder_floor, self.min_rtt / 4)
+        """RACK's reorder window (RFC 8985 section 6.2: min_RTT / 4, here with a floor),
+        widened after spurious losses, plus the peer's ACK hold (``HostConfig.rack_floor``,
+        ``rack_hold``; docs/CORE.md, "Session 9: loss detection time")."""
+        cfg = self.cfg
+        floor = max(cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor,
+                    self.min_rtt / 4)
         base = floor * self.reo_scale
         if self.reo_scale > 1 and self.srtt:
             # Doubling after spurious losses widens it, but not beyond a couple of RTTs
             # (unless measured lateness says more: reo_learned): a dead path must still
             # be noticed within a few RTTs.
             base = min(base, max(floor, REO_SCALED_CAP_RTTS * self.srtt))
-        return max(base, self.reo_learned) + self.cfg.ack_delay
+        return max(base, self.reo_learned) + (cfg.ack_delay if cfg.rack_hold is None
+                                               else cfg.rack_hold)
 
     def _detect_losses(self, now: float) -> None:
         """RACK over sprayed paths: a packet sent before the most recently sent packet
