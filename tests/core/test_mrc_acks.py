@@ -12,6 +12,9 @@ from mrcnet.wire import PETH, build_ack, build_data, build_probe, parse_frame
 
 from .harness import Net, connect
 
+#: The held-ACK tests' hold: their answers follow a ping 10 us later, within this.
+HOLD = 20e-6
+
 
 def _world() -> tuple[Net, int, int, Any]:
     net = Net()
@@ -180,7 +183,7 @@ def test_ack_with_data_holds_a_pings_ackreq_for_the_answer() -> None:
     but by the responder's next data (the answer) in the same frames_to_send call; a
     plain write's AckReq, and every AckReq without the knob, is answered at once."""
     for hold in (False, True):
-        net = Net(config=HostConfig(ack_lone=True, ack_with_data=hold))
+        net = Net(config=HostConfig(ack_lone=True, ack_with_data=hold, ack_delay=HOLD))
         _qa, qb = connect(net, 0, 1, psn_a=1000)
         hb = net.h(1)
         md = hb.register_mr(bytearray(8192))
@@ -199,7 +202,7 @@ def test_ack_with_data_stops_holding_for_a_qp_that_does_not_answer() -> None:
     """A held AckReq that no answer took leaves at ack_delay, and the QP's next AckReqs
     are acknowledged at once again (a writer that waits for each completion pays
     ack_delay once, not per write) until an answer follows one within ack_delay."""
-    net = Net(config=HostConfig(ack_with_data=True))
+    net = Net(config=HostConfig(ack_with_data=True, ack_delay=HOLD))
     _qa, qb = connect(net, 0, 1, psn_a=1000)
     hb = net.h(1)
     md = hb.register_mr(bytearray(8192))
@@ -222,7 +225,7 @@ def test_ack_with_data_stops_holding_for_a_qp_that_does_not_answer() -> None:
 def test_a_held_ack_leaves_when_its_qp_is_destroyed() -> None:
     """ack_with_data: a responder that destroys its QP before answering (the last
     message of a session) still acknowledges what it received."""
-    net = Net(config=HostConfig(ack_with_data=True))
+    net = Net(config=HostConfig(ack_with_data=True, ack_delay=HOLD))
     _qa, qb = connect(net, 0, 1, psn_a=1000)
     hb = net.h(1)
     md = hb.register_mr(bytearray(8192))
@@ -236,7 +239,7 @@ def test_a_held_ack_leaves_on_the_answers_plane() -> None:
     """ack_with_data: the held ACK travels on the plane (port) of the answer it leaves
     with, whichever plane the ping came on, and still reflects the ping's EV: one batch
     of one port carries both."""
-    net = Net(config=HostConfig(ack_with_data=True))
+    net = Net(config=HostConfig(ack_with_data=True, ack_delay=HOLD))
     _qa, qb = connect(net, 0, 1, psn_a=1000)
     hb = net.h(1)
     md = hb.register_mr(bytearray(8192))

@@ -470,7 +470,9 @@ def test_a_gap_that_completes_a_message_is_acknowledged_at_once(fill: bool) -> N
     """``ack_gap_fill``: a write's last packet (its AckReq) arrives before its first; the
     first then completes the message and is SACKed in the same batch (C lane, Python
     lane, batch path and frame by frame alike), not ``ack_delay`` later."""
-    kw = {"ack_gap_fill": fill}
+    # (holds longer than the batches' gaps: the ACK delay, and the hole's age that SACKs
+    # an out-of-order arrival at once)
+    kw = {"ack_gap_fill": fill, "ack_delay": 20e-6, "reorder_floor": 20e-6}
     size = 3 * 4096  # one write of three packets: FIRST, MIDDLE, LAST
     frames = _generate(0, kw, size=size, writes=1)
     assert len(frames) == 3

@@ -26,6 +26,9 @@ MRCD_JITTER = HostJitter(wake_min=50e-6, wake_max=2e-3, spike_prob=0.01, spike=5
 #: retransmission's own SACK often loses the race to a later one on a faster path, so
 #: fewer losses are confirmed (random loss retires the path later).
 COALESCE: dict[str, Any] = {"sack_on_reorder": False}
+#: The responder's holds the coalescing test is written for (a hole SACKed at once after
+#: 20 us, an ACK held at most 20 us): ack_every, not the timers, then sets the SACK rate.
+HOLD_20US: dict[str, Any] = {"ack_delay": 20e-6, "reorder_floor": 20e-6}
 #: mrcd's settings (mrcnet/daemon/config.py: no tail-loss probe nor RACK tie-break either)
 JITTERY_HOST: dict[str, Any] = {"cc_target_floor": 2e-3, "cc_rtt_floor": 2e-3,
                                 "cc_delay_filter": 0.5, "timeout_floor": 20e-3,
@@ -55,10 +58,10 @@ def _sacks_per_packet(run: SimRun) -> float:
 
 def test_sprayed_reordering_is_coalesced_to_ack_every() -> None:
     # Before: a SACK at once for every out-of-order arrival, 0.46 per data packet here.
-    run = _run(16 << 20, COALESCE)
+    run = _run(16 << 20, dict(COALESCE, **HOLD_20US))
     assert _sacks_per_packet(run) <= 0.3
     assert not _retired(run)
-    old = _run(16 << 20, {"sack_on_reorder": True})
+    old = _run(16 << 20, {"sack_on_reorder": True, **HOLD_20US})
     assert _sacks_per_packet(old) >= 0.4
 
 
