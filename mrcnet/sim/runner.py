@@ -78,40 +78,6 @@ def base_rtt(spec: LeafSpineSpec, payload: int) -> float:
     return hops + 8 * spec.delay + 4 * 200 * 8 / spec.rate_bps
 
 
-def longest_rtt(spec: LeafSpineSpec, payload: int) -> float:
-    """:func:`base_rtt` over the slowest spine: its links' ``skew`` on the data's two
-    spine hops and the SACK's two."""
-    return base_rtt(spec, payload) + 4 * spec.skew
-
-
-#: The responder's holds (``ack_delay``, ``reorder_floor``) the simulator derives are at
-#: most the core's defaults (20 us): a slow or skewed fabric keeps what it had.
-HOLD_CAP = min(HostConfig().ack_delay, HostConfig().reorder_floor)
-
-
-def path_spread(spec: LeafSpineSpec, payload: int) -> float:
-    """How much later than another a data frame can arrive on its path, one way: the
-    slowest spine's skew (on both its links) plus one loaded hop at the slowest link (a
-    switch admits a frame while the bytes ahead of it leave room for it in the queue,
-    so at most ``queue_bytes`` less the frame wait ahead; past that it trims or drops)."""
-    ahead = max(0, spec.queue_bytes - payload - _MAX_DATA_HEADERS)
-    return 2 * spec.skew + ahead * 8 / min(spec.rate_bps, spec.edge_rate_bps)
-
-
-def fabric_holds(spec: LeafSpineSpec, payload: int) -> dict[str, float]:
-    """``ack_delay`` and ``reorder_floor`` for a simulated fabric, both
-    ``min(HOLD_CAP, max(longest_rtt / 4, path_spread))``.
-
-    Both holds sit inside the sender's RACK allowance (docs/CORE.md, "loss detection
-    time"), so a fixed 20 us is four base RTTs of waiting on a 100 Gbit/s fabric and a
-    fifth of one on a 10 Gbit/s one. A quarter of the RTT is RFC 8985's reordering
-    window (section 6.2); the paths' spread keeps a frame that is only queued or skewed
-    from reading as lost (docs/DECISIONS.md).
-    """
-    hold = min(HOLD_CAP, max(longest_rtt(spec, payload) / 4, path_spread(spec, payload)))
-    return {"ack_delay": hold, "reorder_floor": hold}
-
-
 @dataclass
 class FlowResult:
     """How one flow went."""
@@ -362,8 +328,6 @@ class SimRun:
             # The simulator corrupts nothing (tests prove the switches keep checksums
             # valid); skipping verification makes the run faster.
             "verify_checksums": False,
-            # The holds follow the fabric's RTT and skew unless set (fabric_holds).
-            **fabric_holds(spec, payload),
         }
         names = {f.name for f in dataclasses.fields(HostConfig)}
         bad = set(overrides) - names
