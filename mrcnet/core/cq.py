@@ -27,7 +27,6 @@ class CompletionQueue:
         #: and poll through the methods; ``len(cq.entries)`` is ``len(cq)`` without a
         #: call of ours (mrcd looks at every CQ in every loop pass).
         self.entries: deque[Any] = deque()
-        self._q = self.entries
         # push and push_row are the deque's own append (no call of ours per completion:
         # a write's completion is pushed once per write); the methods below document them.
         self.push = self.entries.append  # type: ignore[method-assign,assignment]
@@ -35,16 +34,16 @@ class CompletionQueue:
 
     def push(self, c: Completion) -> None:
         """Add one completion."""
-        self._q.append(c)
+        self.entries.append(c)
 
     def push_row(self, row: CompletionRow) -> None:
         """Add one completion given as its fields, in :class:`Completion`'s order."""
-        self._q.append(row)
+        self.entries.append(row)
 
     def _take(self, max_entries: int) -> list[Any]:
         """Up to ``max_entries`` entries, oldest first, out of the queue (all of them,
         the common case, without a step of ours per entry)."""
-        q = self._q
+        q = self.entries
         if max_entries >= len(q):
             out = list(q)
             q.clear()
@@ -66,12 +65,12 @@ class CompletionQueue:
 
     def peek(self) -> list[Completion]:
         """Every waiting completion, oldest first, left in the queue (tests, tools)."""
-        return [c if type(c) is Completion else Completion(*c) for c in self._q]
+        return [c if type(c) is Completion else Completion(*c) for c in self.entries]
 
     def __len__(self) -> int:
-        return len(self._q)
+        return len(self.entries)
 
     def has_error(self) -> bool:
         """Does a waiting completion carry an error status?"""
         ok = WCStatus.SUCCESS
-        return any((c.status if type(c) is Completion else c[0]) is not ok for c in self._q)
+        return any((c.status if type(c) is Completion else c[0]) is not ok for c in self.entries)

@@ -91,8 +91,7 @@ class Posts:
         assert host is not None
         owners, mrs = self.owners, s.mrs
         writes: list[tuple[int, int, int, int, int, int | None]] = []
-        key: tuple[int, int] | None = None  # (qpn, lkey) of ``writes``
-        kq = kl = -1  # the same, apart (no tuple per row); -1: none (or refused)
+        kq = kl = -1  # the QP and lkey of ``writes``; -1: none (or refused)
         mr: Any = None
         base = size = 0  # mr's
         for row in rows:
@@ -100,34 +99,33 @@ class Posts:
             if op == OP_WRITE:
                 if qpn != kq or lkey != kl:
                     if writes:
-                        self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
+                        self._post_writes(s, kq, kl, mr, writes)
                         writes = []
-                    kq, kl, key, mr = qpn, lkey, (qpn, lkey), mrs.get(lkey)
+                    kq, kl, mr = qpn, lkey, mrs.get(lkey)
                     if owners.get(qpn) is not s or mr is None:
                         kq = kl = -1  # (refused below, with the reason)
-                        key = None
                     else:
                         base, size = mr.addr, mr.length
-                if key is not None:
+                if kq >= 0:
                     offset = addr - base
                     if offset >= 0 and offset + length <= size:  # (length: unsigned)
                         writes.append((wr_id, offset, length, raddr, rkey,
                                        imm if flags & F_IMM else None))
                         continue
             if writes:
-                self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
+                self._post_writes(s, kq, kl, mr, writes)
                 writes = []
             self._post(s, row)
         if writes:
-            self._post_writes(s, key, mr, writes)  # type: ignore[arg-type]
+            self._post_writes(s, kq, kl, mr, writes)
 
-    def _post_writes(self, s: Session, key: tuple[int, int], mr: core.MemoryRegion,
+    def _post_writes(self, s: Session, qpn: int, lkey: int, mr: core.MemoryRegion,
                      writes: list[tuple[int, int, int, int, int, int | None]]) -> None:
-        """Checked writes of region ``mr`` on QP ``key[0]`` into the core together; if
-        the core refuses them (the QP's state), each on its own for its own error."""
+        """Checked writes of region ``mr`` (``lkey``) on QP ``qpn`` into the core
+        together; if the core refuses them (the QP's state), each on its own for its own
+        error."""
         host = self.engine.host
         assert host is not None
-        qpn, lkey = key
         try:
             host.post_writes(qpn, mr, writes)
         except Exception:  # refused (or a bug) and nothing posted: each for its own error
