@@ -377,6 +377,16 @@ class CTxTable:
         n = C.mrc_tx_rack(self._t, limit, wait, now, self._lost, self._cap, at)
         return ffi.unpack(self._lost, n), at[0]
 
+    def tied(self, evtab: Any, limit: float, tie_seq: int, wait: float, now: float,
+             at: float) -> tuple[list[int], float]:
+        """RACK's tie pass over the EVs' numbers in ``evtab`` (a ``struct mrc_evtab *``;
+        ``TailLoss._detect_tied``, sackrec.h ``mrc_rack_tied``): the packets it finds
+        lost, and the earliest due moment of one not yet (from ``at``)."""
+        out = ffi.new("double *", at)
+        n = C.mrc_rack_tied(self._t, evtab, limit, tie_seq, wait, now, self._lost, self._cap,
+                            out)
+        return ffi.unpack(self._lost, n), out[0]
+
     def inflight(self) -> list[int]:
         """The packets in flight, oldest first."""
         n = C.mrc_tx_inflight(self._t, self._lost, self._cap)

@@ -1,0 +1,89 @@
+/* mrcnet C: the sender's SACK decisions, their common case (sackrec.c).
+ *
+ * A QP's EVs keep their RTT estimates and counters here (struct mrc_ev, the numbers of
+ * mrcnet.core.evs.EVInfo that a SACK writes; mrcnet/core/evtab.py binds them), found by
+ * EV through the QP's table (struct mrc_evtab). The requester's numbers that a SACK's
+ * decisions write (mrcnet.core.recovery.Recovery's RTT estimates, RACK's tie, the burst's
+ * counters, the reorder allowance's decay) live in struct mrc_snd (mrcnet/core/sackrec.py,
+ * CRecovery). mrc_sack_records() makes Recovery._sack_news's decisions for the receive
+ * lane's SACK records (rxlane.h struct mrc_rx_ack) as long as each is the common case, the
+ * same arithmetic in the same order (so the doubles are bit for bit Python's), and stops
+ * at the first that is not, for Python to make (tests/core/test_sackrec.py compares the
+ * two record by record). */
+#ifndef MRCNET_SACKREC_H
+#define MRCNET_SACKREC_H
+
+#include <stdint.h>
+
+#include "cc.h"
+#include "txtable.h"
+
+/* cffi: begin */
+/* One EV's numbers (EVInfo's attributes of the same names). */
+struct mrc_ev {
+    double   srtt, rttvar, min_rtt;  /* srtt 0: no sample yet */
+    int64_t  acked, ecn;
+    uint32_t ev;
+    int32_t  bad;                    /* its state is ASSUMED_BAD (EVManager._set) */
+};
+
+/* A QP's EVs by EV (EVManager.evs; EVs are never removed from it). */
+struct mrc_evtab {
+    uint32_t n, cap;
+    uint32_t *evs;                   /* evs[i] is p[i]->ev */
+    struct mrc_ev **p;
+};
+
+/* The requester's numbers a SACK's decisions write that its Python reads most (Recovery's
+ * attributes of the same names; rack_tie is (tie_sent, tie_seq)). */
+struct mrc_snd {
+    double   srtt, rttvar, min_rtt;
+    double   tie_sent;
+    int64_t  tie_seq;
+    uint64_t handled;                /* records made here (tests: not vacuous) */
+};
+
+/* What mrc_sack_records() leaves for its caller besides struct mrc_snd: Recovery's
+ * attributes that it writes seldom or that its Python reads per frame. */
+struct mrc_sack_out {
+    int64_t  una;                    /* snd_una after the records made */
+    int64_t  acked;                  /* bytes they acknowledged (sack_acked's increase) */
+    uint32_t stale;                  /* records with a cumulative point behind snd_una */
+    uint32_t oom;                    /* 1: NSCC ran out of memory at the record returned */
+    uint32_t reo;                    /* 1: the reorder allowance's decay moved ... */
+    int64_t  reo_scale, reo_clean;   /* ... these (Recovery's, from the arguments) */
+    double   reo_learned;
+    uint32_t nskip;                  /* EVs to skip for their ECN echo, in order ... */
+    uint32_t *skip;                  /* ... (room for as many as records) */
+};
+
+/* The EV's srtt if measured, else the largest of its path's EVs' (0: none measured):
+ * TailLoss._path_srtt. */
+double mrc_evtab_path_srtt(const struct mrc_evtab *t, uint32_t ev);
+/* Every path with a measured EV: its key (EV >> EV_PATH_SHIFT) and its EVs' largest
+ * srtt, at most cap of them (in the order of the table's first EV on each); how many. */
+uint32_t mrc_evtab_paths(const struct mrc_evtab *t, uint32_t *keys, double *srtts,
+                         uint32_t cap);
+/* Records i..n-1 (rxlane.h MRC_RX_ACK_INTS integers each in rec, the triggering send
+ * time in sent) at time now, from snd_una una, for a QP with no "declared lost" records
+ * and no suspect paths (the caller checks), retry rounds `retries`, its reorder
+ * allowance's state reo_* (the last spurious loss at reo_last), NSCC cc. Returns the
+ * index of the first record not made (n: all; o->oom: cc ran out of memory in that one).
+ * A record is not made here when its EV is ASSUMED_BAD, its mode ALWAYS_SKIP without the
+ * ECN echo, or it acknowledges bytes during retry rounds. */
+uint32_t mrc_sack_records(struct mrc_snd *s, const struct mrc_evtab *t, struct mrc_nscc *cc,
+                         const int64_t *rec, const double *sent, uint32_t i, uint32_t n,
+                         double now, int64_t una, int64_t retries, int64_t reo_scale,
+                         int64_t reo_clean, double reo_learned, double reo_last,
+                         struct mrc_sack_out *o);
+/* RACK's tie pass (TailLoss._detect_tied) over table q: the packets in flight from the
+ * oldest, while sent at `limit` with a sequence below tie_seq, each lost once `wait`, or
+ * its path's srtt plus the allowance (wait - q->rack_rtt), has passed since `limit`. The
+ * lost ones go to lost (at most cap), in order, for the caller to declare lost; *at is
+ * the earliest moment of one not yet due (from its value on entry). How many are lost. */
+uint32_t mrc_rack_tied(const struct mrc_txq *q, const struct mrc_evtab *t, double limit,
+                       int64_t tie_seq, double wait, double now, uint64_t *lost,
+                       uint32_t cap, double *at);
+/* cffi: end */
+
+#endif

@@ -1,0 +1,142 @@
+"""The sender's SACK decisions in C: :class:`CRecovery`, the requester's recovery with the
+common case of each SACK the receive lane took made by ``mrcnet/_csrc/sackrec.c``.
+
+The receive lane does a SACK's table work and leaves a record (rxlane.h ``struct
+mrc_rx_ack``); :meth:`mrcnet.core.recovery.Recovery.on_sack_records` makes the decisions
+for each record in Python. Most records are the common case: the QP keeps no "declared
+lost" record and suspects no path (the lane takes SACKs only then), the SACK's EV is not
+ASSUMED_BAD, its mode is not ALWAYS_SKIP, the QP is not in retry rounds. Then a record's
+decisions are arithmetic on numbers: the RTT samples of the EV and the QP, RACK's tie,
+the EV's counters, NSCC's update (already in C), the burst's counters, the reorder
+allowance's decay, and a skip of the EV for an ECN echo. :class:`CRecovery` keeps those
+numbers in a ``struct mrc_snd`` (behind Recovery's attribute names; the EVs' numbers are
+:class:`mrcnet.core.evs.CEVInfo`'s) and hands the records to ``mrc_sack_records``, which
+makes them in order up to the first that is not the common case; Python makes that one
+(``Recovery._sack_news``, the reference) and C goes on after it. The ECN skips C asks for
+are made by the EV manager in Python, in order, before anything else.
+
+:func:`new_recovery` gives a QP its recovery: this class with the C module
+(``mrcnet.core.evs.NATIVE``), else :class:`Recovery`, the pure-Python reference;
+tests/core/test_sackrec.py compares the two record by record.
+"""
+
+from __future__ import annotations
+
+from mrcnet.core import evs
+from mrcnet.core.cc import CNSCC
+from mrcnet.core.context import QPView
+from mrcnet.core.recovery import Recovery
+from mrcnet.core.rxlane import RX_ACK_INTS
+from mrcnet.core.txtable import CTxTable
+from mrcnet.native import C, c_field, ffi
+
+__all__ = ["CRecovery", "new_recovery"]
+
+
+class CRecovery(Recovery):
+    """:class:`Recovery` with the common case of the lane's SACK records in C (see the
+    module docstring). Same decisions, same numbers to the bit."""
+
+    def __init__(self, qp: QPView) -> None:
+        self.c = ffi.new("struct mrc_snd *")
+        self._out = ffi.new("struct mrc_sack_out *")
+        self._skip = ffi.new("uint32_t[]", 64)
+        self._out.skip = self._skip
+        self._records = C.mrc_sack_records
+        super().__init__(qp)
+
+    srtt = c_field("srtt", float)
+    rttvar = c_field("rttvar", float)
+    min_rtt = c_field("min_rtt", float)
+
+    @property
+    def rack_tie(self) -> tuple[float, int]:  # type: ignore[override]
+        """(send time, sequence) of the newest packet that triggered a SACK."""
+        c = self.c
+        return (c.tie_sent, c.tie_seq)
+
+    @rack_tie.setter
+    def rack_tie(self, tie: tuple[float, int]) -> None:
+        self.c.tie_sent, self.c.tie_seq = tie
+
+    @property
+    def c_records(self) -> int:
+        """How many SACK records C made (tests: the comparison is not vacuous)."""
+        return int(self.c.handled)
+
+    def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
+        """:meth:`Recovery.on_sack_records`, the common records in C."""
+        n = len(sents)
+        evm, cc = self.evm, self.cc
+        tab = evm.tab if evm is not None else None
+        if tab is None or not isinstance(cc, CNSCC):
+            Recovery.on_sack_records(self, ints, sents, now)
+            return
+        if n > len(self._skip):
+            self._skip = ffi.new("uint32_t[]", n)
+            self._out.skip = self._skip
+        out, i = self._out, 0
+        while i < n:
+            if self.lost_log or self.suspects:  # (a decision in Python left some)
+                Recovery.on_sack_records(self, ints[i * RX_ACK_INTS:], sents[i:], now)
+                return
+            k = self._records(self.c, tab.c, cc._c, ints, sents, i, n, now, self.snd_una,
+                              self.retries, self.reo_scale, self.reo_clean,
+                              self.reo_learned, self.reo_last, out)
+            self.snd_una = out.una
+            if k > i:
+                self.sack_pending = True
+                if out.acked:
+                    self.sack_acked += out.acked
+                    self.tlp_sent = False
+                if out.reo:
+                    self.reo_scale, self.reo_clean = out.reo_scale, out.reo_clean
+                    self.reo_learned = out.reo_learned
+            if out.stale:
+                self.qp.count("rx_sack_stale", out.stale)
+            skip = evm.skip  # type: ignore[union-attr]
+            for j in range(out.nskip):
+                skip(out.skip[j], "ecn")
+            if out.oom:
+                raise MemoryError("NSCC state")
+            if k == n:
+                return
+            # record k is not the common case: Python's decisions
+            Recovery.on_sack_records(self, ints[k * RX_ACK_INTS:(k + 1) * RX_ACK_INTS],
+                                     sents[k:k + 1], now)
+            i = k + 1
+
+    def _detect_tied(self, limit: float, tie_seq: int, wait: float, now: float) -> None:
+        """:meth:`TailLoss._detect_tied` in one C pass (``mrc_rack_tied``): which tied
+        packets are lost and when the next is due do not depend on the losses declared
+        before them in the pass (declaring one moves no EV's RTT estimate, no path's
+        newest acknowledgement), so C finds them all and Python declares them, in order."""
+        evm, txt = self.evm, self.txt
+        tab = evm.tab if evm is not None else None
+        if tab is None or not isinstance(txt, CTxTable):
+            super()._detect_tied(limit, tie_seq, wait, now)
+            return
+        lost, self.rack_at = txt.tied(tab.c, limit, tie_seq, wait, now, self.rack_at)
+        for seq in lost:
+            self.qp.count("loss_rack_tie")
+            self._mark_lost(seq, now, "loss")
+
+    def _path_srtt(self, ev: int, paths: dict[int, float] | None = None) -> float:
+        """:meth:`TailLoss._path_srtt` over the EVs' numbers in C (the same answers)."""
+        evm = self.evm
+        tab = evm.tab if evm is not None else None
+        if tab is None:
+            return super()._path_srtt(ev, paths)
+        r = tab.path_srtt(ev)
+        if paths is not None and not paths and not r:
+            # (the caller then asks for every path's: TailLoss._detect_tied)
+            paths.update(tab.paths())
+        return r
+
+
+def new_recovery(qp: QPView) -> Recovery:
+    """A QP's recovery: :class:`CRecovery` when the EVs' numbers are in C
+    (``mrcnet.core.evs.NATIVE``), else the pure-Python :class:`Recovery`."""
+    return CRecovery(qp) if evs.NATIVE else Recovery(qp)
+
+
