@@ -16,7 +16,7 @@ import pytest
 
 from mrcnet import constants as K
 from mrcnet.api import shmring
-from mrcnet.core import cc, evs, laneplane, recovery, responder, rxlane, txtable
+from mrcnet.core import cc, evs, laneplane, recovery, responder, rxlane, sackrec, txtable
 from mrcnet.core.ctrl import NO_TS
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
@@ -144,6 +144,8 @@ PYTHON: dict[tuple[str, str], float] = {
     ("sackrec.c", "REO_DECAY_BYTES"): recovery.REO_DECAY_BYTES,
     ("sackrec.c", "REO_DECAY_RTTS"): recovery.REO_DECAY_RTTS,
     ("sackrec.c", "ACK_INTS"): rxlane.RX_ACK_INTS,
+    **{("sackrec.h", f"MRC_SACK_{n}"): getattr(sackrec, f"SACK_{n}")
+       for n in ("INDEX", "ACKED", "SKIP", "STALE", "REO", "OOM")},
     # The simulator's network (simnet.c) and its Python twin (mrcnet/sim/net.py)
     ("simnet.c", "TC_HI"): sim_net._TC_HI,
     ("simnet.c", "TC_LO"): sim_net._TC_LO,

@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define EV_PATH_SHIFT 12       /* EV >> 12: plane and path (constants.EV_PATH_SHIFT) */
 #define SACK_ALWAYS_SKIP 2     /* SETH M: ALWAYS_SKIP (constants.SackMode) */
@@ -19,11 +21,39 @@
 static inline double pymax(double a, double b) { return b > a ? b : a; }
 static inline double pymin(double a, double b) { return b < a ? b : a; }
 
+struct mrc_evtab *mrc_evtab_new(void)
+{
+    return calloc(1, sizeof(struct mrc_evtab));
+}
+
+void mrc_evtab_free(struct mrc_evtab *t)
+{
+    if (t)
+        free(t->e);
+    free(t);
+}
+
+int32_t mrc_evtab_add(struct mrc_evtab *t, uint32_t ev)
+{
+    if (t->n == t->cap) {
+        uint32_t cap = t->cap ? 2 * t->cap : 16;
+        struct mrc_ev *e = realloc(t->e, cap * sizeof *e);
+        if (!e)
+            return -1;
+        t->e = e;
+        t->cap = cap;
+    }
+    struct mrc_ev *e = &t->e[t->n];
+    memset(e, 0, sizeof *e);
+    e->ev = ev;
+    return (int32_t)t->n++;
+}
+
 static struct mrc_ev *find(const struct mrc_evtab *t, uint32_t ev)  /* evm.evs.get */
 {
     for (uint32_t k = 0; k < t->n; k++)
-        if (t->evs[k] == ev)
-            return t->p[k];
+        if (t->e[k].ev == ev)
+            return &t->e[k];
     return 0;
 }
 
@@ -51,8 +81,8 @@ double mrc_evtab_path_srtt(const struct mrc_evtab *t, uint32_t ev)
     double best = 0.0;
     int any = 0;
     for (uint32_t k = 0; k < t->n; k++)
-        if (t->evs[k] >> EV_PATH_SHIFT == key) {
-            best = any ? pymax(best, t->p[k]->srtt) : t->p[k]->srtt;
+        if (t->e[k].ev >> EV_PATH_SHIFT == key) {
+            best = any ? pymax(best, t->e[k].srtt) : t->e[k].srtt;
             any = 1;
         }
     return best;
@@ -63,10 +93,10 @@ uint32_t mrc_evtab_paths(const struct mrc_evtab *t, uint32_t *keys, double *srtt
 {
     uint32_t m = 0;
     for (uint32_t k = 0; k < t->n; k++) {
-        double r = t->p[k]->srtt;
+        double r = t->e[k].srtt;
         if (r == 0.0)
             continue;  /* (a path none of whose EVs is measured is not listed) */
-        uint32_t key = t->evs[k] >> EV_PATH_SHIFT, j;
+        uint32_t key = t->e[k].ev >> EV_PATH_SHIFT, j;
         for (j = 0; j < m && keys[j] != key; j++)
             ;
         if (j < m) {
@@ -81,16 +111,15 @@ uint32_t mrc_evtab_paths(const struct mrc_evtab *t, uint32_t *keys, double *srtt
 }
 
 uint32_t mrc_sack_records(struct mrc_snd *s, const struct mrc_evtab *t, struct mrc_nscc *cc,
-                         const int64_t *rec, const double *sent, uint32_t i, uint32_t n,
-                         double now, int64_t una, int64_t retries, int64_t reo_scale,
-                         int64_t reo_clean, double reo_learned, double reo_last,
-                         struct mrc_sack_out *o)
+                          const int64_t *rec, const double *sent, uint32_t i, uint32_t n,
+                          double now, int64_t una, int64_t retries, int64_t reo_scale,
+                          int64_t reo_clean, double reo_learned, double reo_last,
+                          struct mrc_sack_out *o)
 {
+    uint32_t flags = 0;
     o->stale = 0;
     o->nskip = 0;
     o->acked = 0;
-    o->reo = 0;
-    o->oom = 0;
     for (; i < n; i++) {
         const int64_t *r = rec + (size_t)i * ACK_INTS;
         int64_t cack = r[0], acked = r[1], tx = r[2], trig = r[5];
@@ -103,8 +132,10 @@ uint32_t mrc_sack_records(struct mrc_snd *s, const struct mrc_evtab *t, struct m
         if ((e && e->bad) || (!ece && mode == SACK_ALWAYS_SKIP) || (acked && retries))
             break;
         /* on_sack_records */
-        if (cack < una)
+        if (cack < una) {
             o->stale++;
+            flags |= MRC_SACK_STALE;
+        }
         if (cack > una)
             una = cack;
         /* _sack_news (no "declared lost" record: the caller checked) */
@@ -127,18 +158,22 @@ uint32_t mrc_sack_records(struct mrc_snd *s, const struct mrc_evtab *t, struct m
             if (ece)
                 e->ecn++;
         }
-        if (ece)
+        if (ece) {
             o->skip[o->nskip++] = sack_ev;  /* evm.skip(sack_ev, "ecn"), by the caller */
+            flags |= MRC_SACK_SKIP;
+        }
         if (mrc_nscc_on_ack(cc, acked, rtt, has_rtt, ece, now)) {
-            o->oom = 1;  /* (this record half made, as NSCC.on_ack's MemoryError leaves it) */
+            flags |= MRC_SACK_OOM;  /* (this record half made, as NSCC.on_ack's error leaves it) */
             break;
         }
         if (penalty)
             mrc_nscc_on_penalty(cc, (int32_t)penalty, now);
         /* (sack_acked, sack_pending and tlp_sent: the caller's, from o->acked) */
         o->acked += acked;
+        if (acked)
+            flags |= MRC_SACK_ACKED;
         if (acked && (reo_scale > 1 || reo_learned != 0.0)) {
-            o->reo = 1;
+            flags |= MRC_SACK_REO;
             reo_clean += acked;
             if (reo_clean >= REO_DECAY_BYTES && now - reo_last >= REO_DECAY_RTTS * s->srtt) {
                 if (reo_scale > 1)
@@ -153,7 +188,21 @@ uint32_t mrc_sack_records(struct mrc_snd *s, const struct mrc_evtab *t, struct m
     o->reo_scale = reo_scale;
     o->reo_clean = reo_clean;
     o->reo_learned = reo_learned;
-    return i;
+    return i | flags;
+}
+
+double mrc_sack_rto(const struct mrc_snd *s, const struct mrc_evtab *t, uint32_t ev,
+                    double ack_timeout, double floor)
+{
+    const struct mrc_ev *e = find(t, ev);
+    double base;
+    if (e && e->srtt != 0.0)
+        base = e->srtt + 4 * pymax(e->rttvar, s->rttvar);
+    else if (s->srtt != 0.0)
+        base = s->srtt + 4 * s->rttvar;
+    else
+        base = ack_timeout;
+    return pymax(floor, base);
 }
 
 /* The largest srtt of any EV (max(srtts.values()) in _detect_tied: the slowest path). */
@@ -161,8 +210,8 @@ static double slowest(const struct mrc_evtab *t)
 {
     double best = 0.0;
     for (uint32_t k = 0; k < t->n; k++)
-        if (t->p[k]->srtt > best)
-            best = t->p[k]->srtt;
+        if (t->e[k].srtt > best)
+            best = t->e[k].srtt;
     return best;
 }
 

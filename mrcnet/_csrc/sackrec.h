@@ -27,12 +27,19 @@ struct mrc_ev {
     int32_t  bad;                    /* its state is ASSUMED_BAD (EVManager._set) */
 };
 
-/* A QP's EVs by EV (EVManager.evs; EVs are never removed from it). */
+/* A QP's EVs by EV (EVManager.evs; EVs are never removed from it), in the order they
+ * were made: EVInfo k of the QP's is e[k] (Python holds indexes, never pointers, so the
+ * array may move as it grows). */
 struct mrc_evtab {
     uint32_t n, cap;
-    uint32_t *evs;                   /* evs[i] is p[i]->ev */
-    struct mrc_ev **p;
+    struct mrc_ev *e;
 };
+
+/* An empty table, or NULL (out of memory); its release. */
+struct mrc_evtab *mrc_evtab_new(void);
+void mrc_evtab_free(struct mrc_evtab *t);
+/* A new EV in the table (its numbers zero): its index, or -1 (out of memory). */
+int32_t mrc_evtab_add(struct mrc_evtab *t, uint32_t ev);
 
 /* The requester's numbers a SACK's decisions write that its Python reads most (Recovery's
  * attributes of the same names; rack_tie is (tie_sent, tie_seq)). */
@@ -44,14 +51,20 @@ struct mrc_snd {
 };
 
 /* What mrc_sack_records() leaves for its caller besides struct mrc_snd: Recovery's
- * attributes that it writes seldom or that its Python reads per frame. */
+ * attributes that it writes seldom or that its Python reads per frame. Its return value
+ * says which of them to read: the index of the first record not made (the low 16 bits)
+ * and the MRC_SACK_* flags. */
+#define MRC_SACK_INDEX 0xFFFF        /* (records: at most rxlane.h's lane holds) */
+#define MRC_SACK_ACKED 0x10000       /* bytes acknowledged: acked */
+#define MRC_SACK_SKIP  0x20000       /* ECN echoes: skip[0 : nskip] */
+#define MRC_SACK_STALE 0x40000       /* cumulative points behind snd_una: stale */
+#define MRC_SACK_REO   0x80000       /* the reorder allowance's decay moved: reo_* */
+#define MRC_SACK_OOM   0x100000      /* NSCC ran out of memory at the record returned */
 struct mrc_sack_out {
     int64_t  una;                    /* snd_una after the records made */
     int64_t  acked;                  /* bytes they acknowledged (sack_acked's increase) */
     uint32_t stale;                  /* records with a cumulative point behind snd_una */
-    uint32_t oom;                    /* 1: NSCC ran out of memory at the record returned */
-    uint32_t reo;                    /* 1: the reorder allowance's decay moved ... */
-    int64_t  reo_scale, reo_clean;   /* ... these (Recovery's, from the arguments) */
+    int64_t  reo_scale, reo_clean;   /* the allowance's state (from the arguments) */
     double   reo_learned;
     uint32_t nskip;                  /* EVs to skip for their ECN echo, in order ... */
     uint32_t *skip;                  /* ... (room for as many as records) */
@@ -68,14 +81,18 @@ uint32_t mrc_evtab_paths(const struct mrc_evtab *t, uint32_t *keys, double *srtt
  * time in sent) at time now, from snd_una una, for a QP with no "declared lost" records
  * and no suspect paths (the caller checks), retry rounds `retries`, its reorder
  * allowance's state reo_* (the last spurious loss at reo_last), NSCC cc. Returns the
- * index of the first record not made (n: all; o->oom: cc ran out of memory in that one).
- * A record is not made here when its EV is ASSUMED_BAD, its mode ALWAYS_SKIP without the
- * ECN echo, or it acknowledges bytes during retry rounds. */
+ * index of the first record not made (n: all) with the MRC_SACK_* flags. A record is not
+ * made here when its EV is ASSUMED_BAD, its mode ALWAYS_SKIP without the ECN echo, or it
+ * acknowledges bytes during retry rounds. */
 uint32_t mrc_sack_records(struct mrc_snd *s, const struct mrc_evtab *t, struct mrc_nscc *cc,
-                         const int64_t *rec, const double *sent, uint32_t i, uint32_t n,
-                         double now, int64_t una, int64_t retries, int64_t reo_scale,
-                         int64_t reo_clean, double reo_learned, double reo_last,
-                         struct mrc_sack_out *o);
+                          const int64_t *rec, const double *sent, uint32_t i, uint32_t n,
+                          double now, int64_t una, int64_t retries, int64_t reo_scale,
+                          int64_t reo_clean, double reo_learned, double reo_last,
+                          struct mrc_sack_out *o);
+/* Recovery.rto(ev): the per-path timeout of a packet on ev (ack_timeout: the QP's
+ * attribute, floor: HostConfig.timeout_floor). */
+double mrc_sack_rto(const struct mrc_snd *s, const struct mrc_evtab *t, uint32_t ev,
+                    double ack_timeout, double floor);
 /* RACK's tie pass (TailLoss._detect_tied) over table q: the packets in flight from the
  * oldest, while sent at `limit` with a sequence below tie_seq, each lost once `wait`, or
  * its path's srtt plus the allowance (wait - q->rack_rtt), has passed since `limit`. The

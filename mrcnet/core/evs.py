@@ -160,14 +160,20 @@ class EVInfo:
 class CEVInfo(EVInfo):
     """:class:`EVInfo` whose RTT estimate and counters (``srtt``, ``rttvar``, ``min_rtt``,
     ``acked``, ``ecn``) and whether it is ASSUMED_BAD are a ``struct mrc_ev``'s
-    (``mrcnet/_csrc/sackrec.h``), behind the same attributes."""
+    (``mrcnet/_csrc/sackrec.h``), behind the same attributes: entry ``k`` of its QP's
+    :class:`EVTable` ``tab``."""
 
-    __slots__ = ("c",)
+    __slots__ = ("k", "tab")
 
-    def __init__(self, ev: int) -> None:
-        self.c = ffi.new("struct mrc_ev *")
-        self.c.ev = ev
+    def __init__(self, ev: int, tab: EVTable) -> None:
+        self.k = tab.add(ev)
+        self.tab = tab
         super().__init__(ev)
+
+    @property
+    def c(self) -> Any:
+        """Its ``struct mrc_ev`` (where it is now: the table's array moves as it grows)."""
+        return self.tab.c.e[self.k]
 
     srtt = c_field("srtt", float)  # type: ignore[assignment]
     rttvar = c_field("rttvar", float)  # type: ignore[assignment]
@@ -176,7 +182,7 @@ class CEVInfo(EVInfo):
     ecn = c_field("ecn", int)  # type: ignore[assignment]
 
     def _zero_numbers(self) -> None:
-        """(ffi.new zeroed them)"""
+        """(mrc_evtab_add zeroed them)"""
 
     def marked_bad(self, bad: bool) -> None:
         """Its state became (``bad``) or stopped being ASSUMED_BAD."""
@@ -185,32 +191,23 @@ class CEVInfo(EVInfo):
 
 class EVTable:
     """A QP's EVs by EV in C (``struct mrc_evtab``), in the order they were made: what
-    the C decisions (:class:`mrcnet.core.sackrec.CRecovery`) search."""
+    the C decisions (:class:`mrcnet.core.sackrec.CRecovery`)
+    search."""
 
-    __slots__ = ("_evs", "_infos", "_p", "c")
+    __slots__ = ("c",)
 
     def __init__(self) -> None:
-        self.c = ffi.new("struct mrc_evtab *")
-        self._infos: list[CEVInfo] = []  # (keeps each struct alive)
-        self._grow(16)
+        c = C.mrc_evtab_new()
+        if c == ffi.NULL:
+            raise MemoryError("EV table")
+        self.c = ffi.gc(c, C.mrc_evtab_free)
 
-    def _grow(self, cap: int) -> None:
-        evs, p = ffi.new("uint32_t[]", cap), ffi.new("struct mrc_ev *[]", cap)
-        c = self.c
-        for k in range(c.n):
-            evs[k], p[k] = c.evs[k], c.p[k]
-        self._evs, self._p = evs, p  # (keeps the arrays alive)
-        c.evs, c.p, c.cap = evs, p, cap
-
-    def add(self, info: CEVInfo) -> None:
-        """A new EV of the QP."""
-        c = self.c
-        if c.n == c.cap:
-            self._grow(2 * c.cap)
-        c.evs[c.n] = info.ev
-        c.p[c.n] = info.c
-        c.n += 1
-        self._infos.append(info)
+    def add(self, ev: int) -> int:
+        """A new EV of the QP (numbers zero): its index in the table."""
+        k: int = C.mrc_evtab_add(self.c, ev)
+        if k < 0:
+            raise MemoryError("EV table")
+        return k
 
     def path_srtt(self, ev: int) -> float:
         """The EV's srtt, else its path's EVs' largest (``TailLoss._path_srtt``)."""
@@ -219,7 +216,7 @@ class EVTable:
     def paths(self) -> dict[int, float]:
         """Each path with a measured EV: its key (EV >> EV_PATH_SHIFT) and its EVs'
         largest srtt."""
-        n = len(self._infos)
+        n = self.c.n
         keys, srtts = ffi.new("uint32_t[]", n), ffi.new("double[]", n)
         m = C.mrc_evtab_paths(self.c, keys, srtts, n)
         return dict(zip(ffi.unpack(keys, m), ffi.unpack(srtts, m), strict=True))
@@ -314,11 +311,7 @@ class EVManager:
             ev = make_ev(plane, path, inst)
         self._next_instance[key] = (inst + 1) & EV_INSTANCE_MASK
         tab = self.tab
-        if tab is not None:
-            info: EVInfo = (cinfo := CEVInfo(ev))
-            tab.add(cinfo)
-        else:
-            info = EVInfo(ev)
+        info = EVInfo(ev) if tab is None else CEVInfo(ev, tab)
         self.evs[ev] = info
         self.active[plane].append(info)
         self._drop_ring(plane)

@@ -33,6 +33,17 @@ from mrcnet.native import C, c_field, ffi
 __all__ = ["CRecovery", "new_recovery"]
 
 
+# mrc_sack_records()'s return value (sackrec.h MRC_SACK_*): the index of the first
+# record not made, and flags saying which results to read
+SACK_INDEX = 0xFFFF
+SACK_ACKED = 0x10000
+SACK_SKIP = 0x20000
+SACK_STALE = 0x40000
+SACK_REO = 0x80000
+SACK_OOM = 0x100000
+_RARE = SACK_STALE | SACK_REO | SACK_OOM
+
+
 class CRecovery(Recovery):
     """:class:`Recovery` with the common case of the lane's SACK records in C (see the
     module docstring). Same decisions, same numbers to the bit."""
@@ -42,7 +53,7 @@ class CRecovery(Recovery):
         self._out = ffi.new("struct mrc_sack_out *")
         self._skip = ffi.new("uint32_t[]", 64)
         self._out.skip = self._skip
-        self._records = C.mrc_sack_records
+        self._records, self._rto = C.mrc_sack_records, C.mrc_sack_rto
         super().__init__(qp)
 
     srtt = c_field("srtt", float)
@@ -69,7 +80,7 @@ class CRecovery(Recovery):
         n = len(sents)
         evm, cc = self.evm, self.cc
         tab = evm.tab if evm is not None else None
-        if tab is None or not isinstance(cc, CNSCC):
+        if tab is None or not isinstance(cc, CNSCC) or n > SACK_INDEX:
             Recovery.on_sack_records(self, ints, sents, now)
             return
         if n > len(self._skip):
@@ -80,31 +91,43 @@ class CRecovery(Recovery):
             if self.lost_log or self.suspects:  # (a decision in Python left some)
                 Recovery.on_sack_records(self, ints[i * RX_ACK_INTS:], sents[i:], now)
                 return
-            k = self._records(self.c, tab.c, cc._c, ints, sents, i, n, now, self.snd_una,
+            r = self._records(self.c, tab.c, cc._c, ints, sents, i, n, now, self.snd_una,
                               self.retries, self.reo_scale, self.reo_clean,
                               self.reo_learned, self.reo_last, out)
+            k = r & SACK_INDEX
             self.snd_una = out.una
             if k > i:
                 self.sack_pending = True
-                if out.acked:
-                    self.sack_acked += out.acked
-                    self.tlp_sent = False
-                if out.reo:
+            if r & SACK_ACKED:
+                self.sack_acked += out.acked
+                self.tlp_sent = False
+            if r & SACK_SKIP:
+                skip = evm.skip  # type: ignore[union-attr]
+                for ev in ffi.unpack(out.skip, out.nskip):
+                    skip(ev, "ecn")
+            if r & _RARE:
+                if r & SACK_REO:
                     self.reo_scale, self.reo_clean = out.reo_scale, out.reo_clean
                     self.reo_learned = out.reo_learned
-            if out.stale:
-                self.qp.count("rx_sack_stale", out.stale)
-            skip = evm.skip  # type: ignore[union-attr]
-            for j in range(out.nskip):
-                skip(out.skip[j], "ecn")
-            if out.oom:
-                raise MemoryError("NSCC state")
+                if r & SACK_STALE:
+                    self.qp.count("rx_sack_stale", out.stale)
+                if r & SACK_OOM:
+                    raise MemoryError("NSCC state")
             if k == n:
                 return
             # record k is not the common case: Python's decisions
             Recovery.on_sack_records(self, ints[k * RX_ACK_INTS:(k + 1) * RX_ACK_INTS],
                                      sents[k:k + 1], now)
             i = k + 1
+
+    def rto(self, ev: int) -> float:
+        """:meth:`Recovery.rto` over the numbers in C (``mrc_sack_rto``)."""
+        evm = self.evm
+        tab = evm.tab if evm is not None else None
+        if tab is None:
+            return super().rto(ev)
+        return float(self._rto(self.c, tab.c, ev, self.attrs.ack_timeout_s,
+                               self.cfg.timeout_floor))
 
     def _detect_tied(self, limit: float, tie_seq: int, wait: float, now: float) -> None:
         """:meth:`TailLoss._detect_tied` in one C pass (``mrc_rack_tied``): which tied

@@ -59,7 +59,8 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
 
     def logged_after(self: Recovery, now: float) -> None:
         orig_after(self, now)  # (RACK, its tie pass included)
-        log.append((now, self.qp.qpn, 0, _state(self), self.rack_at, sorted(self.rtx_q)))
+        log.append((now, self.qp.qpn, 0, _state(self), self.rack_at, self.rto_at,
+                    self.tlp_at, sorted(self.rtx_q)))
 
     with monkeypatch.context() as m:
         m.setattr(evs, "NATIVE", native)
