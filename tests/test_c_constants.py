@@ -144,6 +144,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("sackrec.c", "REO_DECAY_BYTES"): recovery.REO_DECAY_BYTES,
     ("sackrec.c", "REO_DECAY_RTTS"): recovery.REO_DECAY_RTTS,
     ("sackrec.c", "ACK_INTS"): rxlane.RX_ACK_INTS,
+    ("sackrec.c", "REO_SCALED_CAP_RTTS"): recovery.REO_SCALED_CAP_RTTS,
     **{("sackrec.h", f"MRC_SACK_{n}"): getattr(sackrec, f"SACK_{n}")
        for n in ("INDEX", "ACKED", "SKIP", "STALE", "REO", "OOM")},
     # The simulator's network (simnet.c) and its Python twin (mrcnet/sim/net.py)

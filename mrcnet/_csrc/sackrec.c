@@ -16,6 +16,7 @@
 #define REO_DECAY_BYTES (4 << 20)  /* recovery.REO_DECAY_BYTES */
 #define REO_DECAY_RTTS 32      /* recovery.REO_DECAY_RTTS */
 #define ACK_INTS 10            /* rxlane.h MRC_RX_ACK_INTS */
+#define REO_SCALED_CAP_RTTS 2  /* recovery.REO_SCALED_CAP_RTTS */
 
 /* Python's max(a, b): the first unless the second is strictly larger; min likewise. */
 static inline double pymax(double a, double b) { return b > a ? b : a; }
@@ -241,4 +242,55 @@ uint32_t mrc_rack_tied(const struct mrc_txq *q, const struct mrc_evtab *t, doubl
         lost[m++] = p->seq;
     }
     return m;
+}
+
+/* Recovery._reorder_allowance (rack_floor, hold: HostConfig's as mrc_sack_after says) */
+static double allowance(const struct mrc_snd *s, double rack_floor, double hold,
+                        int64_t reo_scale, double reo_learned)
+{
+    double floor = pymax(rack_floor, s->min_rtt / 4);
+    double base = floor * (double)reo_scale;
+    if (reo_scale > 1 && s->srtt != 0.0)
+        base = pymin(base, pymax(floor, REO_SCALED_CAP_RTTS * s->srtt));
+    return pymax(base, reo_learned) + hold;
+}
+
+int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const struct mrc_txq *q,
+                   double now, int64_t acked, int rtx, double rack_floor, double hold,
+                   int64_t reo_scale, double reo_learned, int tie_break, double backoff,
+                   double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
+                   double ack_delay, uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o)
+{
+    /* _detect_losses */
+    double rack_at = o->rack_at, limit = q->rack_sent;
+    if (limit >= 0) {
+        double wait = q->rack_rtt + allowance(s, rack_floor, hold, reo_scale, reo_learned);
+        if (mrc_tx_rack(q, limit, wait, now, lost, cap, &rack_at))
+            return 1;
+        if (rack_at == INFINITY && s->tie_sent == limit && q->ninfl && tie_break &&
+            mrc_rack_tied(q, t, limit, s->tie_seq, wait, now, lost, cap, &rack_at))
+            return 1;
+    }
+    o->rack_at = rack_at;
+    if (acked) {
+        /* _arm_rto: the oldest packet in flight */
+        if (q->head >= 0) {
+            const struct mrc_txpkt *p = &q->pk[q->head];
+            o->rto_at = p->sent + mrc_sack_rto(s, t, p->ev, ack_timeout, timeout_floor) *
+                                  backoff;
+        } else {
+            o->rto_at = INFINITY;
+        }
+        if (q->ninfl || rtx) {
+            if (probe) {  /* arm_tlp: pto from now, unless the timeout comes first */
+                double at = now + (2 * (s->srtt != 0.0 ? s->srtt : base_rtt_hint) + ack_delay);
+                o->tlp_at = at < o->rto_at ? at : INFINITY;
+            }
+        } else {
+            o->tlp_at = INFINITY;
+        }
+    } else if (!q->ninfl && !rtx) {
+        o->rto_at = o->tlp_at = INFINITY;
+    }
+    return 0;
 }

@@ -101,6 +101,23 @@ double mrc_sack_rto(const struct mrc_snd *s, const struct mrc_evtab *t, uint32_t
 uint32_t mrc_rack_tied(const struct mrc_txq *q, const struct mrc_evtab *t, double limit,
                        int64_t tie_seq, double wait, double now, uint64_t *lost,
                        uint32_t cap, double *at);
+/* Recovery's timers, in and out of mrc_sack_after(). */
+struct mrc_sack_timers {
+    double rack_at, rto_at, tlp_at;
+};
+/* Recovery.after_sacks's common case, after the caller took sack_acked (`acked`): RACK
+ * (the reorder allowance from Recovery._reorder_allowance's inputs: rack_floor is
+ * HostConfig.rack_floor or reorder_floor, hold rack_hold or ack_delay; its tie pass if
+ * tie_break), then, if nothing is lost, the retransmission timer (the oldest packet in
+ * flight: its EV's timeout x backoff) and the tail-loss probe (probe: tail_probe is on
+ * and no probe went; rtx: retransmissions are queued) written to o. Returns 0 then;
+ * 1, with nothing written, if RACK finds a packet lost (the caller's Python declares it:
+ * Recovery.after_sacks). The caller completes work requests. */
+int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const struct mrc_txq *q,
+                   double now, int64_t acked, int rtx, double rack_floor, double hold,
+                   int64_t reo_scale, double reo_learned, int tie_break, double backoff,
+                   double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
+                   double ack_delay, uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o);
 /* cffi: end */
 
 #endif

@@ -27,6 +27,7 @@ from mrcnet.core.cc import CNSCC
 from mrcnet.core.context import QPView
 from mrcnet.core.recovery import Recovery
 from mrcnet.core.rxlane import RX_ACK_INTS
+from mrcnet.core.states import QPState
 from mrcnet.core.txtable import CTxTable
 from mrcnet.native import C, c_field, ffi
 
@@ -54,6 +55,8 @@ class CRecovery(Recovery):
         self._skip = ffi.new("uint32_t[]", 64)
         self._out.skip = self._skip
         self._records, self._rto = C.mrc_sack_records, C.mrc_sack_rto
+        self._after = C.mrc_sack_after
+        self._timers = ffi.new("struct mrc_sack_timers *")
         super().__init__(qp)
 
     srtt = c_field("srtt", float)
@@ -120,6 +123,35 @@ class CRecovery(Recovery):
                                      sents[k:k + 1], now)
             i = k + 1
 
+    def after_sacks(self, now: float) -> None:
+        """:meth:`Recovery.after_sacks`, its common case in C (``mrc_sack_after``: RACK
+        and its tie pass finding nothing lost, the retransmission timer, the tail-loss
+        probe); with a loss found, Python's (which declares it)."""
+        evm, txt, cfg = self.evm, self.txt, self.cfg
+        tab = evm.tab if evm is not None else None
+        if (tab is None or not isinstance(txt, CTxTable) or self.cc is None
+                or self.qp.state is not QPState.RTS):
+            Recovery.after_sacks(self, now)
+            return
+        acked = self.sack_acked
+        o = self._timers
+        o.rack_at, o.rto_at, o.tlp_at = self.rack_at, self.rto_at, self.tlp_at
+        buf, cap = txt.scratch
+        if self._after(self.c, tab.c, txt.c, now, acked, bool(self.rtx_q),
+                       cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor,
+                       cfg.ack_delay if cfg.rack_hold is None else cfg.rack_hold,
+                       self.reo_scale, self.reo_learned, cfg.rack_tie_break, self.backoff(),
+                       self.attrs.ack_timeout_s, cfg.timeout_floor,
+                       cfg.tail_probe and not self.tlp_sent, cfg.base_rtt_hint,
+                       cfg.ack_delay, buf, cap, o):
+            Recovery.after_sacks(self, now)  # a loss found: Python declares it
+            return
+        self.sack_pending = False
+        self.sack_acked = 0
+        self.rack_at, self.rto_at, self.tlp_at = o.rack_at, o.rto_at, o.tlp_at
+        if acked:
+            self._complete_wrs()
+
     def rto(self, ev: int) -> float:
         """:meth:`Recovery.rto` over the numbers in C (``mrc_sack_rto``)."""
         evm = self.evm
@@ -139,7 +171,12 @@ class CRecovery(Recovery):
         if tab is None or not isinstance(txt, CTxTable):
             super()._detect_tied(limit, tie_seq, wait, now)
             return
-        lost, self.rack_at = txt.tied(tab.c, limit, tie_seq, wait, now, self.rack_at)
+        buf, cap = txt.scratch
+        at = self._timers
+        at.rack_at = self.rack_at
+        n = C.mrc_rack_tied(txt.c, tab.c, limit, tie_seq, wait, now, buf, cap,
+                            ffi.addressof(at, "rack_at"))
+        lost, self.rack_at = ffi.unpack(buf, n), at.rack_at
         for seq in lost:
             self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")

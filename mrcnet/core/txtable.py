@@ -377,15 +377,17 @@ class CTxTable:
         n = C.mrc_tx_rack(self._t, limit, wait, now, self._lost, self._cap, at)
         return ffi.unpack(self._lost, n), at[0]
 
-    def tied(self, evtab: Any, limit: float, tie_seq: int, wait: float, now: float,
-             at: float) -> tuple[list[int], float]:
-        """RACK's tie pass over the EVs' numbers in ``evtab`` (a ``struct mrc_evtab *``;
-        ``TailLoss._detect_tied``, sackrec.h ``mrc_rack_tied``): the packets it finds
-        lost, and the earliest due moment of one not yet (from ``at``)."""
-        out = ffi.new("double *", at)
-        n = C.mrc_rack_tied(self._t, evtab, limit, tie_seq, wait, now, self._lost, self._cap,
-                            out)
-        return ffi.unpack(self._lost, n), out[0]
+    @property
+    def c(self) -> Any:
+        """Its ``struct mrc_txq *`` (the sender's decisions in C read it:
+        mrcnet/core/sackrec.py)."""
+        return self._t
+
+    @property
+    def scratch(self) -> tuple[Any, int]:
+        """A ``uint64_t[]`` of the table's capacity for C to list sequence numbers in (the
+        one :meth:`rack` and :meth:`inflight` fill), and that capacity."""
+        return self._lost, self._cap
 
     def inflight(self) -> list[int]:
         """The packets in flight, oldest first."""
