@@ -294,3 +294,21 @@ int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const str
     }
     return 0;
 }
+
+int mrc_sack_trim(struct mrc_txq *q, const struct mrc_evtab *t, struct mrc_nscc *cc,
+                  int64_t seq, uint32_t ev)
+{
+    if (seq < 0)
+        return -1;
+    const struct mrc_txpkt *p = &q->pk[(uint64_t)seq & q->mask];
+    if (!(p->flags & MRC_TX_LIVE) || p->seq != (uint64_t)seq || p->ev != ev)
+        return -1;  /* rx_nack_stale */
+    cc->qa_pending = 1;  /* NSCC.on_trim */
+    if (p->flags & MRC_TX_PEND)
+        return 0;
+    mrc_tx_lose(q, seq);  /* _mark_lost(seq, now, "trim") */
+    struct mrc_ev *e = find(t, ev);
+    if (e)
+        e->trimmed++;
+    return 1;
+}

@@ -22,7 +22,7 @@
 /* One EV's numbers (EVInfo's attributes of the same names). */
 struct mrc_ev {
     double   srtt, rttvar, min_rtt;  /* srtt 0: no sample yet */
-    int64_t  acked, ecn;
+    int64_t  acked, ecn, trimmed;
     uint32_t ev;
     int32_t  bad;                    /* its state is ASSUMED_BAD (EVManager._set) */
 };
@@ -118,6 +118,13 @@ int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const str
                    int64_t reo_scale, double reo_learned, int tie_break, double backoff,
                    double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
                    double ack_delay, uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o);
+/* Recovery.on_nack's trimmed case (a retry round's end aside: the caller's) for packet
+ * seq reported on ev: NSCC.on_trim, and the packet declared lost (out of flight, its
+ * EV's trimmed count) unless it already waits for a retransmission. Returns -1 if the
+ * table holds no such transmission (stale: nothing done), 1 if declared lost now (the
+ * caller queues the retransmission), 0 if it already waits for one. */
+int mrc_sack_trim(struct mrc_txq *q, const struct mrc_evtab *t, struct mrc_nscc *cc,
+                  int64_t seq, uint32_t ev);
 /* cffi: end */
 
 #endif

@@ -109,7 +109,6 @@ class EVInfo:
         self.skip_plane = False  # the pending SKIP came from ECN: hand the slot across planes
         self.sent = 0
         self.lost = 0
-        self.trimmed = 0
         self._zero_numbers()
         self.probes_sent = 0
         self.probes_ok = 0  # consecutive successful probes while ASSUMED_BAD
@@ -123,6 +122,7 @@ class EVInfo:
         self.min_rtt = 0.0
         self.acked = 0
         self.ecn = 0
+        self.trimmed = 0
 
     def rtt_sample(self, rtt: float) -> None:
         """Fold one RTT measurement into srtt/rttvar (RFC 6298)."""
@@ -159,7 +159,7 @@ class EVInfo:
 
 class CEVInfo(EVInfo):
     """:class:`EVInfo` whose RTT estimate and counters (``srtt``, ``rttvar``, ``min_rtt``,
-    ``acked``, ``ecn``) and whether it is ASSUMED_BAD are a ``struct mrc_ev``'s
+    ``acked``, ``ecn``, ``trimmed``) and whether it is ASSUMED_BAD are a ``struct mrc_ev``'s
     (``mrcnet/_csrc/sackrec.h``), behind the same attributes: entry ``k`` of its QP's
     :class:`EVTable` ``tab``."""
 
@@ -180,6 +180,7 @@ class CEVInfo(EVInfo):
     min_rtt = c_field("min_rtt", float)  # type: ignore[assignment]
     acked = c_field("acked", int)  # type: ignore[assignment]
     ecn = c_field("ecn", int)  # type: ignore[assignment]
+    trimmed = c_field("trimmed", int)  # type: ignore[assignment]
 
     def _zero_numbers(self) -> None:
         """(mrc_evtab_add zeroed them)"""

@@ -22,14 +22,17 @@ tests/core/test_sackrec.py compares the two record by record.
 
 from __future__ import annotations
 
+from mrcnet.constants import NackReason
 from mrcnet.core import evs
 from mrcnet.core.cc import CNSCC
 from mrcnet.core.context import QPView
 from mrcnet.core.recovery import Recovery
 from mrcnet.core.rxlane import RX_ACK_INTS
+from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import QPState
 from mrcnet.core.txtable import CTxTable
 from mrcnet.native import C, c_field, ffi
+from mrcnet.wire.parsed import PyParsed
 
 __all__ = ["CRecovery", "new_recovery"]
 
@@ -43,6 +46,7 @@ SACK_STALE = 0x40000
 SACK_REO = 0x80000
 SACK_OOM = 0x100000
 _RARE = SACK_STALE | SACK_REO | SACK_OOM
+_TRIMS = (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP)
 
 
 class CRecovery(Recovery):
@@ -55,7 +59,7 @@ class CRecovery(Recovery):
         self._skip = ffi.new("uint32_t[]", 64)
         self._out.skip = self._skip
         self._records, self._rto = C.mrc_sack_records, C.mrc_sack_rto
-        self._after = C.mrc_sack_after
+        self._after, self._trim = C.mrc_sack_after, C.mrc_sack_trim
         self._timers = ffi.new("struct mrc_sack_timers *")
         super().__init__(qp)
 
@@ -151,6 +155,33 @@ class CRecovery(Recovery):
         self.rack_at, self.rto_at, self.tlp_at = o.rack_at, o.rto_at, o.tlp_at
         if acked:
             self._complete_wrs()
+
+    def on_nack(self, n: PyParsed, now: float) -> None:
+        """:meth:`Recovery.on_nack`, a trimmed packet's table and CC work in C
+        (``mrc_sack_trim``); other NACKs, and a trim that ends retry rounds, Python's."""
+        evm, cc, txt = self.evm, self.cc, self.txt
+        tab = evm.tab if evm is not None else None
+        reason = n.nack_reason
+        if (reason not in _TRIMS or tab is None or not isinstance(cc, CNSCC)
+                or not isinstance(txt, CTxTable) or self.retries
+                or self.qp.state is not QPState.RTS):
+            Recovery.on_nack(self, n, now)
+            return
+        seq = unwrap(n.nack_psn, self.snd_una)
+        ev = n.nack_ev
+        r = self._trim(txt.c, tab.c, cc._c, seq, ev)
+        count = self.qp.count
+        if r < 0:
+            count("rx_nack_stale")  # not the latest transmission of a packet in flight
+            return
+        if reason == NackReason.TRIMMED_LASTHOP:
+            count("rx_nack_lasthop")  # incast at the receiver's port: not a path signal
+        else:
+            evm.skip(ev, "trim")  # type: ignore[union-attr]
+            count("ev_skip_trim")
+        if r:
+            self.rtx_q.appendleft(seq)
+            count("lost_trim")
 
     def rto(self, ev: int) -> float:
         """:meth:`Recovery.rto` over the numbers in C (``mrc_sack_rto``)."""

@@ -40,8 +40,8 @@ def _state(rec: Recovery) -> tuple[Any, ...]:
         rec.snd_una, rec.srtt, rec.rttvar, rec.min_rtt, rec.rack_tie, rec.sack_acked,
         rec.sack_pending, rec.tlp_sent, rec.retries, rec.reo_scale, rec.reo_clean,
         rec.reo_learned, rec.reo_last, sorted(rec.lost_log), sorted(rec.suspects),
-        [(i.ev, i.state, i.srtt, i.rttvar, i.min_rtt, i.acked, i.ecn, i.lost)
-         for i in evm.evs.values()],
+        [(i.ev, i.state, i.srtt, i.rttvar, i.min_rtt, i.acked, i.ecn, i.lost, i.trimmed)
+         for i in evm.evs.values()], sorted(rec.rtx_q), rec.txt.ninfl,
         [getattr(cc, k) for k in _NSCC], sorted(rec.qp.stats.items()),
     )
 
@@ -51,7 +51,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
     """One run; the state of each QP after each batch of records, in order."""
     log: list[tuple[Any, ...]] = []
     cls = CRecovery if native else Recovery
-    orig, orig_after = cls.on_sack_records, cls.after_sacks
+    orig, orig_after, orig_nack = cls.on_sack_records, cls.after_sacks, cls.on_nack
 
     def logged(self: Recovery, ints: list[int], sents: list[float], now: float) -> None:
         orig(self, ints, sents, now)
@@ -62,9 +62,14 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
         log.append((now, self.qp.qpn, 0, _state(self), self.rack_at, self.rto_at,
                     self.tlp_at, sorted(self.rtx_q)))
 
+    def logged_nack(self: Recovery, n: Any, now: float) -> None:
+        orig_nack(self, n, now)
+        log.append((now, self.qp.qpn, 0, _state(self) if self.evm else None, n.nack_psn))
+
     with monkeypatch.context() as m:
         m.setattr(evs, "NATIVE", native)
         m.setattr(cls, "on_sack_records", logged)
+        m.setattr(cls, "on_nack", logged_nack)
         m.setattr(cls, "after_sacks", logged_after)
         run = SimRun(parse_topology(spec), flows, seed=seed,
                      failures=[parse_failure(f) for f in fails])
