@@ -166,9 +166,11 @@ class CEVInfo(EVInfo):
     __slots__ = ("k", "tab")
 
     def __init__(self, ev: int, tab: EVTable) -> None:
-        self.k = tab.add(ev)
+        k = self.k = C.mrc_evtab_add(tab.c, ev)  # (a new entry, its numbers zero)
+        if k < 0:
+            raise MemoryError("EV table")
         self.tab = tab
-        super().__init__(ev)
+        EVInfo.__init__(self, ev)
 
     @property
     def c(self) -> Any:
@@ -202,13 +204,6 @@ class EVTable:
         if c == ffi.NULL:
             raise MemoryError("EV table")
         self.c = ffi.gc(c, C.mrc_evtab_free)
-
-    def add(self, ev: int) -> int:
-        """A new EV of the QP (numbers zero): its index in the table."""
-        k: int = C.mrc_evtab_add(self.c, ev)
-        if k < 0:
-            raise MemoryError("EV table")
-        return k
 
     def path_srtt(self, ev: int) -> float:
         """The EV's srtt, else its path's EVs' largest (``TailLoss._path_srtt``)."""
