@@ -15,6 +15,13 @@ makes them in order up to the first that is not the common case; Python makes th
 (``Recovery._sack_news``, the reference) and C goes on after it. The ECN skips C asks for
 are made by the EV manager in Python, in order, before anything else.
 
+The same numbers serve the rest of the sender's per-frame decisions in C: the end of a
+burst (:meth:`CRecovery.after_sacks`: RACK and its tie pass, the retransmission timer,
+the tail-loss probe, as long as nothing is found lost), each packet's timeout
+(:meth:`CRecovery.rto`), the tie pass's path RTTs, and a trimmed packet's NACK
+(:meth:`CRecovery.on_nack`: its table and CC work). What they leave to Python (a loss to
+declare, another NACK reason, the end of retry rounds) is ``Recovery``'s own code.
+
 :func:`new_recovery` gives a QP its recovery: this class with the C module
 (``mrcnet.core.evs.NATIVE``), else :class:`Recovery`, the pure-Python reference;
 tests/core/test_sackrec.py compares the two record by record.
