@@ -20,7 +20,7 @@ import os
 import warnings
 from typing import Any, Final
 
-__all__ = ["HAVE_C", "NOT_BUILT", "C", "as_ptr", "ffi"]
+__all__ = ["HAVE_C", "NOT_BUILT", "C", "as_ptr", "c_field", "ffi"]
 
 #: The cffi ``lib`` of the compiled module (None without it).
 C: Any = None
@@ -52,3 +52,17 @@ def as_ptr(b: bytes | bytearray | memoryview) -> Any:
     """``b`` as a C ``uint8_t *`` argument: bytes pass as they are; writable or sliced
     buffers need a cdata view (no copy)."""
     return b if type(b) is bytes else ffi.from_buffer(b)
+
+
+def c_field(name: str, kind: type = float, owner: str = "c") -> Any:
+    """A property that is field ``name`` of the C struct the instance holds in attribute
+    ``owner`` (a C twin's state behind its Python class's attribute names), read as
+    ``kind``."""
+
+    def get(self: Any) -> Any:
+        return kind(getattr(getattr(self, owner), name))
+
+    def put(self: Any, value: Any) -> None:
+        setattr(getattr(self, owner), name, value)
+
+    return property(get, put, doc=f"{name}, in C")

@@ -16,7 +16,7 @@ import pytest
 
 from mrcnet import constants as K
 from mrcnet.api import shmring
-from mrcnet.core import cc, laneplane, responder, rxlane, txtable
+from mrcnet.core import cc, evs, laneplane, recovery, responder, rxlane, sackrec, txtable
 from mrcnet.core.ctrl import NO_TS
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
@@ -136,6 +136,17 @@ PYTHON: dict[tuple[str, str], float] = {
     ("cc.c", "PENALTY_SCALE"): cc.PENALTY_SCALE,
     **{("cc.h", f"MRC_NSCC_{n}"): i
        for i, n in enumerate(("NONE", "PI", "FI", "MD", "NC", "QA"))},
+    # The sender's SACK decisions (sackrec.c; mrcnet/core/recovery.py, evs.py)
+    ("sackrec.c", "EV_PATH_SHIFT"): K.EV_PATH_SHIFT,
+    ("sackrec.c", "SACK_ALWAYS_SKIP"): K.SackMode.ALWAYS_SKIP,
+    ("sackrec.c", "RTT_ALPHA"): evs.RTT_ALPHA,
+    ("sackrec.c", "RTT_BETA"): evs.RTT_BETA,
+    ("sackrec.c", "REO_DECAY_BYTES"): recovery.REO_DECAY_BYTES,
+    ("sackrec.c", "REO_DECAY_RTTS"): recovery.REO_DECAY_RTTS,
+    ("sackrec.c", "ACK_INTS"): rxlane.RX_ACK_INTS,
+    ("sackrec.c", "REO_SCALED_CAP_RTTS"): recovery.REO_SCALED_CAP_RTTS,
+    **{("sackrec.h", f"MRC_SACK_{n}"): getattr(sackrec, f"SACK_{n}")
+       for n in ("INDEX", "ACKED", "SKIP", "STALE", "REO", "OOM")},
     # The simulator's network (simnet.c) and its Python twin (mrcnet/sim/net.py)
     ("simnet.c", "TC_HI"): sim_net._TC_HI,
     ("simnet.c", "TC_LO"): sim_net._TC_LO,

@@ -238,14 +238,7 @@ _QUADRANTS: Final = ("", "proportional_increase", "fair_increase", "multiplicati
 
 def _c_field(name: str, kind: type = float) -> Any:
     """A CNSCC attribute that is field ``name`` of its ``struct mrc_nscc``."""
-
-    def get(self: CNSCC) -> Any:
-        return kind(getattr(self._c, name))
-
-    def put(self: CNSCC, value: Any) -> None:
-        setattr(self._c, name, value)
-
-    return property(get, put, doc=f"NSCC.{name}, in C")
+    return native.c_field(name, kind, "_c")
 
 
 class CNSCC(NSCC):

@@ -34,12 +34,17 @@ from mrcnet.constants import (
 from mrcnet.core.events import PathStateChanged
 from mrcnet.core.spray import Spray, new_spray
 from mrcnet.core.states import EVState
+from mrcnet.native import HAVE_C, C, c_field, ffi
 
 # Retirement causes shared with the host's other QPs (mrcnet.core.verdicts.SHARED_CAUSES:
 # a dead or lossy route; not the receiver's ALWAYS_SKIP, nor a shared verdict itself).
 _SHARED_CAUSES = frozenset({"loss", "timeout"})
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
+#: Whether new EV managers keep their EVs' numbers in C (:class:`CEVInfo`, :class:`EVTable`:
+#: the sender's SACK decisions in C read and write them); off, plain :class:`EVInfo`, the
+#: pure-Python reference (tests switch it to compare the two).
+NATIVE = HAVE_C
 
 
 def make_ev(plane: int, path: int, instance: int) -> int:
@@ -102,17 +107,22 @@ class EVInfo:
         self.plane, self.path, _ = ev_path(ev)
         self.state = EVState.GOOD
         self.skip_plane = False  # the pending SKIP came from ECN: hand the slot across planes
-        self.srtt = 0.0  # 0: no sample yet
-        self.rttvar = 0.0
-        self.min_rtt = 0.0
         self.sent = 0
-        self.acked = 0
         self.lost = 0
-        self.trimmed = 0
-        self.ecn = 0
+        self._zero_numbers()
         self.probes_sent = 0
         self.probes_ok = 0  # consecutive successful probes while ASSUMED_BAD
         self.probe_due = 0.0
+
+    def _zero_numbers(self) -> None:
+        """The RTT estimate and the counters SACKs move, before the first (CEVInfo's are
+        its C struct's, zeroed when made)."""
+        self.srtt = 0.0  # 0: no sample yet
+        self.rttvar = 0.0
+        self.min_rtt = 0.0
+        self.acked = 0
+        self.ecn = 0
+        self.trimmed = 0
 
     def rtt_sample(self, rtt: float) -> None:
         """Fold one RTT measurement into srtt/rttvar (RFC 6298)."""
@@ -124,6 +134,10 @@ class EVInfo:
         self.rttvar += RTT_BETA * (abs(self.srtt - rtt) - self.rttvar)
         self.srtt += RTT_ALPHA * (rtt - self.srtt)
         self.min_rtt = min(self.min_rtt, rtt)
+
+    def marked_bad(self, bad: bool) -> None:
+        """Its state became (``bad``) or stopped being ASSUMED_BAD (:class:`CEVInfo` tells
+        its C twin)."""
 
     def stats(self) -> dict[str, Any]:
         """Counters and estimates, for mrcctl."""
@@ -143,6 +157,67 @@ class EVInfo:
         }
 
 
+class CEVInfo(EVInfo):
+    """:class:`EVInfo` whose RTT estimate and counters (``srtt``, ``rttvar``, ``min_rtt``,
+    ``acked``, ``ecn``, ``trimmed``) and whether it is ASSUMED_BAD are a ``struct mrc_ev``'s
+    (``mrcnet/_csrc/sackrec.h``), behind the same attributes: entry ``k`` of its QP's
+    :class:`EVTable` ``tab``."""
+
+    __slots__ = ("k", "tab")
+
+    def __init__(self, ev: int, tab: EVTable) -> None:
+        k = self.k = C.mrc_evtab_add(tab.c, ev)  # (a new entry, its numbers zero)
+        if k < 0:
+            raise MemoryError("EV table")
+        self.tab = tab
+        EVInfo.__init__(self, ev)
+
+    @property
+    def c(self) -> Any:
+        """Its ``struct mrc_ev`` (where it is now: the table's array moves as it grows)."""
+        return self.tab.c.e[self.k]
+
+    srtt = c_field("srtt", float)  # type: ignore[assignment]
+    rttvar = c_field("rttvar", float)  # type: ignore[assignment]
+    min_rtt = c_field("min_rtt", float)  # type: ignore[assignment]
+    acked = c_field("acked", int)  # type: ignore[assignment]
+    ecn = c_field("ecn", int)  # type: ignore[assignment]
+    trimmed = c_field("trimmed", int)  # type: ignore[assignment]
+
+    def _zero_numbers(self) -> None:
+        """(mrc_evtab_add zeroed them)"""
+
+    def marked_bad(self, bad: bool) -> None:
+        """Its state became (``bad``) or stopped being ASSUMED_BAD."""
+        self.c.bad = bad
+
+
+class EVTable:
+    """A QP's EVs by EV in C (``struct mrc_evtab``), in the order they were made: what
+    the C decisions (:class:`mrcnet.core.sackrec.CRecovery`)
+    search."""
+
+    __slots__ = ("c",)
+
+    def __init__(self) -> None:
+        c = C.mrc_evtab_new()
+        if c == ffi.NULL:
+            raise MemoryError("EV table")
+        self.c = ffi.gc(c, C.mrc_evtab_free)
+
+    def path_srtt(self, ev: int) -> float:
+        """The EV's srtt, else its path's EVs' largest (``TailLoss._path_srtt``)."""
+        return float(C.mrc_evtab_path_srtt(self.c, ev))
+
+    def paths(self) -> dict[int, float]:
+        """Each path with a measured EV: its key (EV >> EV_PATH_SHIFT) and its EVs'
+        largest srtt."""
+        n = self.c.n
+        keys, srtts = ffi.new("uint32_t[]", n), ffi.new("double[]", n)
+        m = C.mrc_evtab_paths(self.c, keys, srtts, n)
+        return dict(zip(ffi.unpack(keys, m), ffi.unpack(srtts, m), strict=True))
+
+
 class _ProbeGroup:
     """The ASSUMED_BAD EVs of one path: probed together, one probe per interval."""
 
@@ -160,7 +235,8 @@ class EVManager:
     """The EV set of one QP (see module docstring).
 
     ``paths`` maps each plane to its number of distinct paths. ``on_change`` gets every
-    state change as a :class:`PathStateChanged` event.
+    state change as a :class:`PathStateChanged` event. ``native``: keep the EVs' numbers
+    in C (:class:`CEVInfo`, :class:`EVTable`; None: ``NATIVE``).
     """
 
     def __init__(
@@ -174,6 +250,7 @@ class EVManager:
         probe_interval: float = 1e-3,
         probe_successes: int = 3,
         events: list[PathStateChanged] | None = None,
+        native: bool | None = None,
     ) -> None:
         self.qpn = qpn
         self.paths = {p: n for p, n in paths.items() if n > 0}
@@ -183,6 +260,9 @@ class EVManager:
         self.probe_successes = probe_successes
         self.events: list[PathStateChanged] = events if events is not None else []
         self.evs: dict[int, EVInfo] = {}
+        #: the EVs' numbers in C for the sender's SACK decisions in C (None: Python's)
+        native = NATIVE if native is None else native
+        self.tab: EVTable | None = EVTable() if native else None
         self.active: dict[int, list[EVInfo]] = {p: [] for p in sorted(self.paths)}
         self.spares: dict[int, list[EVInfo]] = {p: [] for p in sorted(self.paths)}
         self.usable_planes: list[int] = sorted(self.paths)
@@ -226,7 +306,8 @@ class EVManager:
             inst = (inst + 1) & EV_INSTANCE_MASK
             ev = make_ev(plane, path, inst)
         self._next_instance[key] = (inst + 1) & EV_INSTANCE_MASK
-        info = EVInfo(ev)
+        tab = self.tab
+        info = EVInfo(ev) if tab is None else CEVInfo(ev, tab)
         self.evs[ev] = info
         self.active[plane].append(info)
         self._drop_ring(plane)
@@ -240,6 +321,8 @@ class EVManager:
         if old is new:
             return
         info.state = new
+        if new is EVState.ASSUMED_BAD or old is EVState.ASSUMED_BAD:
+            info.marked_bad(new is EVState.ASSUMED_BAD)
         self.spray.changed()
         self.events.append(PathStateChanged(self.qpn, info.ev, old, new, cause))
 

@@ -23,8 +23,9 @@ from mrcnet.core.context import HostContext
 from mrcnet.core.cq import CompletionQueue
 from mrcnet.core.events import Completion, QPError, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager, ev_path
-from mrcnet.core.recovery import Recovery, retry_schedule
+from mrcnet.core.recovery import retry_schedule
 from mrcnet.core.responder import Responder
+from mrcnet.core.sackrec import new_recovery
 from mrcnet.core.sender import Sender, WorkRequest
 from mrcnet.core.seqnum import ts16, unwrap
 from mrcnet.core.states import QPState
@@ -72,7 +73,7 @@ class QueuePair:
         self._routes: dict[int, tuple[int, Route]] = {}
         self._evm: EVManager | None = None
         self._cc: CongestionControl | None = None
-        self.rec = Recovery(self)
+        self.rec = new_recovery(self)
         self.snd = self.rec.snd = Sender(self, self.rec)
         self.resp = Responder(self)
         # The host calls these per frame or per burst: the parts' own bound methods

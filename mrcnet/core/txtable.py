@@ -377,6 +377,18 @@ class CTxTable:
         n = C.mrc_tx_rack(self._t, limit, wait, now, self._lost, self._cap, at)
         return ffi.unpack(self._lost, n), at[0]
 
+    @property
+    def c(self) -> Any:
+        """Its ``struct mrc_txq *`` (the sender's decisions in C read it:
+        mrcnet/core/sackrec.py)."""
+        return self._t
+
+    @property
+    def scratch(self) -> tuple[Any, int]:
+        """A ``uint64_t[]`` of the table's capacity for C to list sequence numbers in (the
+        one :meth:`rack` and :meth:`inflight` fill), and that capacity."""
+        return self._lost, self._cap
+
     def inflight(self) -> list[int]:
         """The packets in flight, oldest first."""
         n = C.mrc_tx_inflight(self._t, self._lost, self._cap)

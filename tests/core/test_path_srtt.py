@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.core import HostConfig
+from mrcnet.core.tailloss import TailLoss
 
 from .harness import Impairments, Net, connect
 
@@ -32,6 +33,12 @@ def test_one_walk_answers_as_the_scan_per_packet() -> None:
     shared: dict[int, float] = {}  # (one dict for every question, as the tie pass keeps)
     assert [rec._path_srtt(ev, shared) for ev in evs] == scan
     assert [rec._path_srtt(ev, {}) for ev in evs] == scan
+    # the Python walk (the reference) gives the C one's answers (mrcnet/core/sackrec.py)
+    py: dict[int, float] = {}
+    assert [TailLoss._path_srtt(rec, ev) for ev in evs] == scan
+    assert [TailLoss._path_srtt(rec, ev, py) for ev in evs] == scan
+    if shared:  # (filled by the C answers when a path had no measured EV)
+        assert shared == py
     # Not vacuous: EVs answered by their own estimate, by another EV of their path, and
     # by nothing measured at all.
     own = {ev for ev in evs if evm.evs[ev].srtt}

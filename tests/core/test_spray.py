@@ -31,7 +31,8 @@ def _pair(seed: int) -> tuple[EVManager, EVManager]:
     rnd = random.Random(seed)
     planes = {p: rnd.randint(1, 4) for p in range(rnd.randint(1, 3))}
     kw = {"evs_per_qp": rnd.choice([2, 4, 8, 16]), "min_active": rnd.randint(1, 3)}
-    c, py = EVManager(7, planes, **kw), EVManager(7, planes, **kw)
+    # (the Python one keeps its EVs' numbers in Python: it is deep-copied below)
+    c, py = EVManager(7, planes, **kw), EVManager(7, planes, **kw, native=False)
     py.spray = Spray(py.active, py._skip_done)  # the Python rotation
     assert isinstance(c.spray, CSpray)
     return c, py
