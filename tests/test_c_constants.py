@@ -96,6 +96,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.c", "ETH_LEN"): K.ETH_HEADER_LEN,
     ("rxlane.c", "SETH_LEN"): K.SETH_LEN,
     ("rxlane.c", "CC_LEN"): K.CCSTATE_LEN,
+    ("rxlane.c", "RX_LATE_WINDOW"): rxlane.RX_LATE_WINDOW,
     ("rxlane.h", "MRC_RX_UNREP_MAX"): rxlane.RX_UNREP_MAX,
     ("rxlane.h", "MRC_RX_PEERS_MAX"): rxlane.RX_PEERS_MAX,
     ("rxlane.h", "MRC_RX_PLANE_ROUTES"): laneplane.RX_PLANE_ROUTES,

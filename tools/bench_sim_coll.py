@@ -7,12 +7,15 @@ one path per QP, the same protocol core) it runs ``mrc-sim collective`` twice: w
 failure, then with ``link:L0.0-S0.1`` going down in the middle of the timed steps (at
 warm-up + half the steps, by the first run's P50). It prints P50/P99/P100 step times,
 P100/P50, busbw against the hosts' ideal, P100 over the no-failure P100 of the same
-transport, and the CPU seconds each run took.
+transport, the responder's SACKs per data packet sent (retransmissions included: what the
+SACK-coalescing knobs, e.g. ``ack_late``, cost) and the CPU seconds each run took.
 
     .venv/bin/python tools/bench_sim_coll.py                  # 64 hosts x 8 planes
     .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --json
     .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --ops alltoall \
         --transports mrc --set share_verdicts=false     # one of issue 16's changes off
+    .venv/bin/python tools/bench_sim_coll.py --json --ops allreduce,alltoall \
+        --transports mrc --set ack_late=true --set rack_hold=0 --set rack_floor=5e-6
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
               f"next write on {a.signal}")
         print(f"{'op':>9} {'transport':>9} {'failure':<28} {'p50 us':>9} {'p99 us':>9} "
               f"{'p100 us':>9} {'p100/p50':>8} {'busbw':>9} {'/ideal':>6} {'p100/base':>9} "
-              f"{'worst':>5} {'cpu s':>6}  status")
+              f"{'worst':>5} {'sack/pkt':>8} {'cpu s':>6}  status")
     for op in a.ops.split(","):
         for transport in a.transports.split(","):
             base: dict[str, Any] | None = None
@@ -91,13 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                     base = res
                 ratio = (res["p100_s"] / base["p100_s"]
                          if with_fail and base and res["p100_s"] and base["p100_s"] else None)
+                counters = res["rows"][-1]["counters"]
+                sacks = counters.get("tx_sack", 0) / max(1, counters.get("tx_data", 0))
                 row = {"op": op, "transport": transport, "signal": a.signal,
                        "failure": fail[0] if fail else None,
                        "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
                        "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],
                        "busbw_of_ideal": res["busbw_of_ideal"], "p100_over_base": ratio,
                        "worst": res["worst"], "steps_s": res["steps_s"],
-                       "counters": res["rows"][-1]["counters"],
+                       "counters": counters, "sacks_per_data": sacks,
                        "completed": res["completed"], "error": res["error"],
                        "steps": len(res["steps_s"] or []), "cpu_s": res["cpu_seconds"],
                        "wall_s": res["wall_s"], "chains": res["rows"][-1].get("chains")}
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{res['busbw_gbps'] or 0:>9.2f} {res['busbw_of_ideal'] or 0:>6.3f} "
                       f"{ratio if ratio is not None else float('nan'):>9.3f} "
                       f"{res['worst'] if res['worst'] is not None else -1:>5} "
-                      f"{res['cpu_seconds']:>6.1f}  {status}", flush=True)
+                      f"{sacks:>8.3f} {res['cpu_seconds']:>6.1f}  {status}", flush=True)
                 for k, ch in enumerate(row["chains"] or []):
                     slow = ", ".join(f"s{s} {src}->{dst} {hop * 1e6:.1f}us "
                                      f"(window {cwnd / 1024:.0f} KiB)"

@@ -34,6 +34,8 @@
 #define PENALTY_PER_LASTHOP_TRIM 8
 #define SETH_LEN 28
 #define CC_LEN 8
+#define RX_LATE_WINDOW 16e-3   /* s: how long a reported retransmission's stamp is compared
+                                   (a quarter of the 16-bit microsecond stamp's wrap) */
 
 enum {
     OP_WRITE_FIRST = 0xc6, OP_WRITE_MIDDLE = 0xc7, OP_WRITE_LAST = 0xc8,
@@ -93,6 +95,7 @@ struct mrc_rx_qp *mrc_rx_new(uint32_t cap)
         return NULL;
     }
     q->hole_at = q->ack_at = INFINITY;
+    q->rtx_at = -INFINITY;
     q->ack_plane = -1;
     return q;
 }
@@ -176,6 +179,30 @@ static inline void deliver_plain(struct mrc_rx_qp *q, uint32_t len, uint32_t op)
     q->rx_msg_bytes += len;
     if (op == OP_WRITE_LAST || op == OP_WRITE_ONLY)
         q->rx_msg_bytes = 0;
+}
+
+/* ack_late (Responder._late): whether a new packet was sent before something a SACK
+ * already reported: a higher sequence number (first transmissions leave in sequence
+ * order), or a retransmission whose stamp is newer (within RX_LATE_WINDOW of its
+ * arrival, so the 16-bit stamps compare without wrapping). */
+static inline int sent_before_reported(const struct mrc_rx_qp *q, int64_t seq, uint32_t ts,
+                                       double now)
+{
+    if (seq < q->rep_high)
+        return 1;
+    uint32_t d = (q->rtx_ts - ts) & 0xffff;
+    return ts != RX_NO_TS && now - q->rtx_at <= RX_LATE_WINDOW && d && d < 0x8000;
+}
+
+/* ... and a retransmission's stamp, kept if it is the newest (or the kept one is old). */
+static inline void note_rtx(struct mrc_rx_qp *q, uint32_t ts, double now)
+{
+    if (ts == RX_NO_TS)
+        return;
+    if (now - q->rtx_at > RX_LATE_WINDOW || ((ts - q->rtx_ts) & 0xffff) < 0x8000) {
+        q->rtx_ts = ts;
+        q->rtx_at = now;
+    }
 }
 
 static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q);
@@ -305,6 +332,16 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         int defer = f->ack_req && c->ack_req_burst;  /* answered at the burst's end */
         int now_sack = (f->ack_req && !defer) || ce || f->rtx ||
                        (d != 0 && c->sack_on_reorder);
+        if (c->ack_late) {
+            if (f->rtx)
+                note_rtx(q, f->timestamp, now);
+            else if (sent_before_reported(q, seq, f->timestamp, now)) {
+                if (c->ack_req_burst)
+                    defer = 1;
+                else
+                    now_sack = 1;
+            }
+        }
         if (d == 0) {
             deliver_plain(q, len, op);
             int64_t nxt = seq + 1;
@@ -438,6 +475,7 @@ int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
     if ((uint64_t)nbases * len > cap)
         return 0;
     q->unrep_n = 0;
+    q->rep_high = q->rx_high > rcv - 1 ? q->rx_high : rcv - 1;  /* (all received so far) */
     /* SETH: CACK is the last PSN in order; offsets are from it */
     int64_t cack = rcv - 1;
     int64_t off = q->ack_seq - cack;

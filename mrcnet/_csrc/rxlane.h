@@ -39,6 +39,10 @@ struct mrc_rx_qp {
     uint32_t ack_ev, ack_ts;
     int64_t  ack_seq;
     double   penalty;        /* receiver window penalty (last-hop trims), halved per SACK */
+    /* ack_late (HostConfig): what the SACKs sent so far reported that was sent last */
+    int64_t  rep_high;       /* the highest sequence number a SACK reported */
+    uint32_t rtx_ts;         /* the send stamp of the newest retransmission reported, */
+    double   rtx_at;         /* ... and when it arrived (-inf: none) */
     uint32_t unrep_n;        /* packets received since the last SACK ... */
     int64_t  unrep[MRC_RX_UNREP_MAX];  /* ... the first MRC_RX_UNREP_MAX of them */
     /* out-of-order set: a ring indexed by seq & (ooo_cap - 1); slot i holds seq
@@ -151,6 +155,7 @@ struct mrc_rx_ctx {
     int32_t  sack_on_reorder;
     int32_t  ack_req_burst;    /* an AckReq waits for its burst's end (HostConfig) */
     int32_t  ack_gap_fill;     /* a message completed by a gap's filling: SACK (HostConfig) */
+    int32_t  ack_late;         /* a packet sent before one reported: SACK (HostConfig) */
     double   ack_delay, reorder_floor;
     int32_t  plane;            /* the receiving port's plane (the last run's) */
     int32_t  verify;           /* MRC_VERIFY_* for mrc_parse */
@@ -237,7 +242,7 @@ struct mrc_rx_nackt {
  * offset from CACK or the probe id, its EV, CACK = rcv_nxt - 1, the window's offset from
  * CACK and bitmap; SPDCID, DPDCID, CC type/flags and MPR stay the template's) and
  * CC_STATE (its stamp, out-of-order count, `penalty`, bytes received / 256); then its
- * ICRC and UDP checksum. Sets q->unrep_n to 0.
+ * ICRC and UDP checksum. Sets q->unrep_n to 0 and q->rep_high to what they reported.
  * Returns the number of frames, or 0 if they do not fit (nothing written then). */
 int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
                 uint32_t cap, uint32_t ev, uint32_t penalty, int32_t probe,

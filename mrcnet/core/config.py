@@ -161,6 +161,14 @@ class HostConfig:
       (``ack_every`` / ``ack_delay``): the sender's work request then completes
       ``ack_delay`` late, and the late SACK's RTT sample reads as queueing (in the
       simulator's all-reduce it set off NSCC's quick adapt: docs/CORE.md).
+    - ``ack_late``: False (default): a packet that arrives after something sent after
+      it was already reported (a higher PSN in an earlier SACK, or a retransmission
+      with a newer stamp) is coalesced like the rest (``ack_every`` / ``ack_delay``),
+      so the sender's RACK allows for that hold (``rack_hold``). True: it is
+      acknowledged at once (at its burst's end with ``ack_req_burst``): it is the news
+      RACK waits for, and TCP's receiver acknowledges every out-of-order segment and
+      gap fill at once (RFC 5681 section 4.2), which is why RFC 8985 leaves the ACK
+      delay out of its reorder window (docs/CORE.md, "Session 10").
     - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
       smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
       newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
@@ -237,6 +245,7 @@ class HostConfig:
     ack_with_data: bool = False
     ack_req_burst: bool = False
     ack_gap_fill: bool = True
+    ack_late: bool = False
     tail_probe: bool = True
     rack_tie_break: bool = True
     rack_floor: float | None = None

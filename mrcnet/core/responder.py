@@ -33,7 +33,14 @@ from mrcnet.core.ctrl import NO_TS, NackTemplate, SackTemplate
 from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager
 from mrcnet.core.laneplane import LanePlane
-from mrcnet.core.rxlane import RX_UNREP_MAX, lane_class, ring_size, sack_bases
+from mrcnet.core.rxlane import (
+    RX_UNREP_MAX,
+    lane_class,
+    note_rtx,
+    ring_size,
+    sack_bases,
+    sent_before_reported,
+)
 from mrcnet.core.seqnum import HALF, MSN_MASK, unwrap16
 from mrcnet.core.states import QPState
 from mrcnet.wire import Route, build_ack
@@ -156,6 +163,8 @@ class Responder:
         m = rx.ooo_cap - 1  # the out-of-order set: slot seq & m holds seq, or -1
         if d < 0 or (rx.ooo_n and rx.ooo_seq[seq & m] == seq):
             self.qp.count("rx_duplicate")
+            if f.rtx and cfg.ack_late:
+                note_rtx(rx, ts, now)
             self._note_ack(seq, ev, ts, ce, plane)
             self.send_sack(now, out)
             return
@@ -199,6 +208,17 @@ class Responder:
         # ack_req_burst: the AckReq is answered at the end of its receive burst.
         defer = ack_req and cfg.ack_req_burst
         now_sack = (ack_req and not defer) or ce or f.rtx or (d != 0 and cfg.sack_on_reorder)
+        if cfg.ack_late:
+            if f.rtx:
+                note_rtx(rx, ts, now)
+            elif sent_before_reported(rx, seq, ts, now):
+                # Sent before something already reported: the sender's RACK is waiting
+                # for this very packet (as TCP acknowledges an out-of-order segment or a
+                # gap's filling at once, RFC 5681 section 4.2).
+                if cfg.ack_req_burst:
+                    defer = True
+                else:
+                    now_sack = True
         if d == 0:
             if op in _ENDS:
                 self._deliver((n, op, msn, imm))
@@ -457,6 +477,7 @@ class Responder:
                                if evm.usable_planes else 0, ev)[0]
         if probe < 0 and not rx.ooo_n and bases is None and self._ack_only():
             rx.unrep_n = 0
+            rx.rep_high = rx.rcv_nxt - 1  # (mrc_rx_sack's: everything received so far)
             port, route = self.qp.route(ev)
             out.append((port, build_ack(
                 route, ev=ev, dest_qp=self.attrs.dest_qp_num or 0,

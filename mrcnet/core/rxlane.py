@@ -31,7 +31,7 @@ from typing import Any
 
 from mrcnet.buffers import BatchSlots
 from mrcnet.constants import SACK_BITMAP_BITS
-from mrcnet.core.ctrl import NackTemplate, SackTemplate
+from mrcnet.core.ctrl import NO_TS, NackTemplate, SackTemplate
 from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.txtable import CTxTable
 from mrcnet.errors import MalformedReason
@@ -53,6 +53,10 @@ RX_POS_SHIFT = 4  # run()'s result: pos << RX_POS_SHIFT | flags | result
  WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT, WHY_ACK) = range(14)
 RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
+#: rxlane.c RX_LATE_WINDOW: how long after its arrival a reported retransmission's send
+#: stamp is compared with later arrivals' (ack_late): a quarter of the 16-bit microsecond
+#: stamp's wrap, so that two stamps compare without wrapping
+RX_LATE_WINDOW = 16e-3
 
 _INF = float("inf")
 
@@ -69,8 +73,8 @@ class PyRxQP:
     __slots__ = (
         "ack_at", "ack_ce", "ack_ev", "ack_plane", "ack_seq", "ack_ts", "hole_at",
         "hole_old", "ooo_cap", "ooo_imm", "ooo_len", "ooo_msn", "ooo_n", "ooo_nimm",
-        "ooo_op", "ooo_seq", "penalty", "rcv_nxt", "rcvd_bytes", "rx_burst", "rx_high",
-        "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
+        "ooo_op", "ooo_seq", "penalty", "rcv_nxt", "rcvd_bytes", "rep_high", "rtx_at",
+        "rtx_ts", "rx_burst", "rx_high", "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
     )
 
     def __init__(self, cap: int) -> None:
@@ -81,6 +85,8 @@ class PyRxQP:
         self.ack_plane = -1
         self.ack_ev = self.ack_ts = self.ack_seq = 0
         self.penalty = 0.0
+        self.rep_high = self.rtx_ts = 0
+        self.rtx_at = -_INF
         self.unrep_n = 0
         self.unrep = [0] * RX_UNREP_MAX
         self.ooo_n = self.ooo_nimm = 0
@@ -154,11 +160,13 @@ class PyRxState:
         """The SACK frames :meth:`mrcnet.core.qp.QueuePair.send_sack` sends now, on
         ``ev``, from template ``t``: one per window base (``bases``, or if None
         :func:`sack_bases` of ``rx.unrep``); ``probe`` >= 0: a probe response with that
-        id. Empties ``rx.unrep``. The twin of rxlane.c ``mrc_rx_sack``."""
+        id. Empties ``rx.unrep`` (and sets ``rx.rep_high``). The twin of rxlane.c
+        ``mrc_rx_sack``."""
         rcv = rx.rcv_nxt
         if bases is None:
             bases = sack_bases(rx, [])
         rx.unrep_n = 0
+        rx.rep_high = max(rx.rx_high, rcv - 1)  # (everything received so far)
         nooo = rx.ooo_n
         ack_ev, ack_ce, ack_ts, rcvd, ack_seq = (rx.ack_ev, rx.ack_ce, rx.ack_ts,
                                                  rx.rcvd_bytes, rx.ack_seq)
@@ -166,6 +174,25 @@ class PyRxState:
                                PyRxState.bitmap(rx, base) if nooo else 0, ack_ts, nooo,
                                penalty, rcvd)
                 for base in bases]
+
+
+def sent_before_reported(rx: Any, seq: int, ts: int, now: float) -> bool:
+    """``ack_late``: whether a new packet (``seq``, send stamp ``ts``, arriving at
+    ``now``) was sent before something a SACK already reported: a higher sequence number
+    (first transmissions leave in sequence order), or a retransmission with a newer
+    stamp (:func:`note_rtx`). rxlane.c ``sent_before_reported``."""
+    if seq < rx.rep_high:
+        return True
+    d = (rx.rtx_ts - ts) & 0xFFFF
+    return ts != NO_TS and now - rx.rtx_at <= RX_LATE_WINDOW and 0 < d < 0x8000
+
+
+def note_rtx(rx: Any, ts: int, now: float) -> None:
+    """``ack_late``: a retransmission with send stamp ``ts`` arrived at ``now`` (and is
+    reported at once): keep its stamp if it is the newest, or the kept one is too old to
+    compare. rxlane.c ``note_rtx``."""
+    if ts != NO_TS and (now - rx.rtx_at > RX_LATE_WINDOW or (ts - rx.rtx_ts) & 0xFFFF < 0x8000):
+        rx.rtx_ts, rx.rtx_at = ts, now
 
 
 def sack_bases(rx: Any, more: list[int]) -> list[int]:
@@ -383,7 +410,8 @@ class CRxLane:
 
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
                ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
-               ack_req_burst: bool = False, ack_gap_fill: bool = False) -> bool:
+               ack_req_burst: bool = False, ack_gap_fill: bool = False,
+               ack_late: bool = False) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
         QP) if the lane cannot check its peers."""
         c = self._c
@@ -396,6 +424,7 @@ class CRxLane:
         c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
+        c.ack_late = int(ack_late)
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:

@@ -61,7 +61,9 @@ from mrcnet.core.rxlane import (
     WHY_WINDOW,
     PyRxQP,
     PyRxState,
+    note_rtx,
     sack_bases,
+    sent_before_reported,
 )
 from mrcnet.errors import MalformedFrame, MalformedReason
 from mrcnet.wire.parsed import py_parse
@@ -87,7 +89,7 @@ class PyRxLane(PyRxState):
         self.peers: frozenset[bytes] = frozenset()
         self.win = 0
         self.ack_every = 1
-        self.ack_req_burst = self.ack_gap_fill = False
+        self.ack_req_burst = self.ack_gap_fill = self.ack_late = False
         self.sack_on_reorder = False
         self.ack_delay = self.reorder_floor = 0.0
         self.plane = -1
@@ -133,7 +135,8 @@ class PyRxLane(PyRxState):
 
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
                ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
-               ack_req_burst: bool = False, ack_gap_fill: bool = False) -> bool:
+               ack_req_burst: bool = False, ack_gap_fill: bool = False,
+               ack_late: bool = False) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
         QP) if the lane cannot check its peers."""
         if len(peers) > RX_PEERS_MAX:
@@ -143,6 +146,7 @@ class PyRxLane(PyRxState):
         self.win, self.ack_every, self.ack_delay = win, ack_every, ack_delay
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
         self.ack_req_burst, self.ack_gap_fill = ack_req_burst, ack_gap_fill
+        self.ack_late = ack_late
         self.paths, self.sack_ok = {}, False
         self.set_planes({})
         return True
@@ -407,6 +411,14 @@ class PyRxLane(PyRxState):
             defer = bool(f.ack_req and self.ack_req_burst)
             now_sack = bool((f.ack_req and not defer) or ce or f.rtx
                             or (d != 0 and self.sack_on_reorder))
+            if self.ack_late:
+                if f.rtx:
+                    note_rtx(q, f.timestamp, now)
+                elif sent_before_reported(q, seq, f.timestamp, now):
+                    if self.ack_req_burst:
+                        defer = True
+                    else:
+                        now_sack = True
             if d == 0:
                 q.rx_msg_bytes += n_
                 if op in (_OP_LAST, _OP_ONLY):

@@ -51,6 +51,14 @@ def _generate(psn: int, kw: dict[str, Any], size: int = 600_000,
     """The data frames h0 sends for a few writes (some with an immediate), in order."""
     net, (qa, _qb, ms, md, _src), _hb = _setup("c" if HAVE_C else "py", psn, kw,
                                                size)
+    _send_writes(net, qa, ms, md, size, writes)
+    frames = [(p, bytes(f)) for _, s, p, f in net.tx_log if s == "h0"]
+    return [(p, f) for p, f in frames if py_parse(f, False).is_data]
+
+
+def _send_writes(net: Net, qa: int, ms: Any, md: Any, size: int, writes: int) -> None:
+    """h0 writes ``ms`` to ``md`` in ``writes`` writes (some with an immediate), every
+    frame sent logged (``net.tx_log``), until all are complete."""
     net.log_tx = True
     ha = net.h(0)
     chunk = size // writes
@@ -58,8 +66,6 @@ def _generate(psn: int, kw: dict[str, Any], size: int = 600_000,
         ha.post_write(qa, k, ms, k * chunk, chunk, md.addr + k * chunk, md.rkey,
                       imm=k if k % 2 else None)
     net.run(until=lambda: len(ha.qp(qa).cq) >= writes, max_time=5.0)
-    frames = [(p, bytes(f)) for _, s, p, f in net.tx_log if s == "h0"]
-    return [(p, f) for p, f in frames if py_parse(f, False).is_data]
 
 
 def _replay(mode: str, batches: list[list[tuple[int, bytes]]], psn: int,
