@@ -381,12 +381,18 @@ class Receiver:
         """on_sack's decisions for the SACKs the lane took (in order); returns how many."""
         qp = self._ack_qp
         assert qp is not None
-        ints, sents = self._lane.take_acks()
-        qp.on_sack_records(ints, sents, now)
+        n: int
+        if self._lane_slots:  # the C lane: its arrays straight to the records' C
+            recs, sents, n = self._lane.take_ack_arrays()
+            qp.rec.on_lane_records(recs, sents, n, now)
+        else:
+            ints, sents_ = self._lane.take_acks()
+            qp.on_sack_records(ints, sents_, now)
+            n = len(sents_)
         qpn = qp.qpn
         self.host._dirty.add(qpn)
         self.host._sendq.add(qpn)
-        return len(sents)
+        return n
 
     def _lane_check(self) -> None:
         """Is the lane's QP still ready, with the same state record, peers and window?
