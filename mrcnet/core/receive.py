@@ -149,9 +149,10 @@ class Receiver:
             self._lane_check()
         aq = self._ack_qp
         if aq is not None:  # _ack_sync's common case, inlined (once per batch)
-            if (aq.setup_ver == self._ack_seen and not aq.lost_log and not aq.suspects
+            rec = aq.rec  # (its parts' attributes: QueuePair's are properties)
+            if (aq.setup_ver == self._ack_seen and not rec.lost_log and not rec.suspects
                     and not VERIFY_SETUP):
-                lane.ack_sync(aq.snd_una, aq.next_seq, self._ack_floor)
+                lane.ack_sync(rec.snd_una, aq.snd.next_seq, self._ack_floor)
             else:
                 self._ack_sync()
         plane, run, ctrl = p.plane, lane.run, host._ctrl

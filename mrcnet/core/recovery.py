@@ -15,12 +15,7 @@ import math
 from collections import deque
 from typing import Any
 
-from mrcnet.constants import (
-    EV_PATH_SHIFT,
-    PSN_MASK,
-    NackReason,
-    SackMode,
-)
+from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
 from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView

@@ -127,7 +127,7 @@ class CRecovery(Recovery):
                 self.sack_acked += out.acked
                 self.tlp_sent = False
             if r & SACK_SKIP:
-                evm.skip_ecn(ffi.unpack(out.skip, out.nskip))  # type: ignore[union-attr]
+                evm.skip_all(ffi.unpack(out.skip, out.nskip), "ecn")  # type: ignore[union-attr]
             if r & _RARE:
                 if r & SACK_REO:
                     self.reo_scale, self.reo_clean = out.reo_scale, out.reo_clean
@@ -192,7 +192,7 @@ class CRecovery(Recovery):
         if reason == NackReason.TRIMMED_LASTHOP:
             count("rx_nack_lasthop")  # incast at the receiver's port: not a path signal
         else:
-            evm.skip(ev, "trim")  # type: ignore[union-attr]
+            evm.skip_all((ev,), "trim")  # type: ignore[union-attr]
             count("ev_skip_trim")
         if r:
             self.rtx_q.appendleft(seq)
