@@ -20,7 +20,7 @@ EVs. In the ``ecmp`` profile it holds one EV, chosen by a hash, that never retir
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from mrcnet.constants import (
@@ -39,6 +39,7 @@ from mrcnet.native import HAVE_C, C, c_field, ffi
 # Retirement causes shared with the host's other QPs (mrcnet.core.verdicts.SHARED_CAUSES:
 # a dead or lossy route; not the receiver's ALWAYS_SKIP, nor a shared verdict itself).
 _SHARED_CAUSES = frozenset({"loss", "timeout"})
+_GOOD, _SKIP = EVState.GOOD, EVState.SKIP  # (global loads in skip_all's loop)
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
 #: Whether new EV managers keep their EVs' numbers in C (:class:`CEVInfo`, :class:`EVTable`:
@@ -462,6 +463,23 @@ class EVManager:
             return
         info.skip_plane = cause == "ecn"
         self._set(info, EVState.SKIP, cause)
+
+    def skip_all(self, evs: Iterable[int], cause: str) -> None:
+        """:meth:`skip` ``(ev, cause)`` for each of ``evs`` in order, in one call (a batch
+        of SACK records' ECN echoes, a NACK's trim: mrcnet/core/sackrec.py): a GOOD EV
+        becomes SKIP, with :meth:`_set`'s event and the spray's version, as there."""
+        if self.ecmp:
+            return
+        get, events, spray, qpn = self.evs.get, self.events, self.spray, self.qpn
+        plane = cause == "ecn"
+        for ev in evs:
+            info = get(ev)
+            if info is None or info.state is not _GOOD:
+                continue
+            info.skip_plane = plane
+            info.state = _SKIP
+            spray.changed()
+            events.append(PathStateChanged(qpn, ev, _GOOD, _SKIP, cause))
 
     def assume_bad(self, ev: int, now: float, cause: str) -> None:
         """Loss or timeout on this EV: stop using it at once, refill, start probing."""

@@ -149,9 +149,10 @@ class Receiver:
             self._lane_check()
         aq = self._ack_qp
         if aq is not None:  # _ack_sync's common case, inlined (once per batch)
-            if (aq.setup_ver == self._ack_seen and not aq.lost_log and not aq.suspects
+            rec = aq.rec  # (its parts' attributes: QueuePair's are properties)
+            if (aq.setup_ver == self._ack_seen and not rec.lost_log and not rec.suspects
                     and not VERIFY_SETUP):
-                lane.ack_sync(aq.snd_una, aq.next_seq, self._ack_floor)
+                lane.ack_sync(rec.snd_una, aq.snd.next_seq, self._ack_floor)
             else:
                 self._ack_sync()
         plane, run, ctrl = p.plane, lane.run, host._ctrl
@@ -381,12 +382,18 @@ class Receiver:
         """on_sack's decisions for the SACKs the lane took (in order); returns how many."""
         qp = self._ack_qp
         assert qp is not None
-        ints, sents = self._lane.take_acks()
-        qp.on_sack_records(ints, sents, now)
+        n: int
+        if self._lane_slots:  # the C lane: its arrays straight to the records' C
+            recs, sents, n = self._lane.take_ack_arrays()
+            qp.rec.on_lane_records(recs, sents, n, now)
+        else:
+            ints, sents_ = self._lane.take_acks()
+            qp.on_sack_records(ints, sents_, now)
+            n = len(sents_)
         qpn = qp.qpn
         self.host._dirty.add(qpn)
         self.host._sendq.add(qpn)
-        return len(sents)
+        return n
 
     def _lane_check(self) -> None:
         """Is the lane's QP still ready, with the same state record, peers and window?

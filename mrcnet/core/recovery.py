@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
-from mrcnet.constants import (
-    EV_PATH_SHIFT,
-    PSN_MASK,
-    NackReason,
-    SackMode,
-)
+from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
 from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.events import WCOpcode, WCStatus, WriteCompleted
 from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.forged import AccessRefusals, sack_verdict
+from mrcnet.core.rxlane import RX_ACK_INTS
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
@@ -578,6 +575,11 @@ class Recovery(TailLoss):
             if cack > una:
                 self.snd_una = cack
             self._sack_news(acked, tx, sent, trig, sack_ev, ts_echo, ece, mode, penalty, now)
+
+    def on_lane_records(self, recs: Any, sents: Any, n: int, now: float) -> None:
+        """:meth:`on_sack_records` over the receive lane's own arrays (``n`` records:
+        :meth:`mrcnet.core.rxlane.CRxLane.take_ack_arrays`)."""
+        self.on_sack_records(list(recs[0 : n * RX_ACK_INTS]), list(sents[0:n]), now)
 
     def _sack_news(self, acked: int, tx: int, trig_sent: float, trig: int, sack_ev: int,
                    ts_echo: int, ece: int, mode: int, penalty: int, now: float) -> None:

@@ -468,6 +468,15 @@ class CRxLane:
         return (ffi.unpack(self._ack_rec, n * C.MRC_RX_ACK_INTS),
                 ffi.unpack(self._ack_sent, n))
 
+    def take_ack_arrays(self) -> tuple[Any, Any, int]:
+        """:meth:`take_acks` without the lists: the lane's own arrays (records, send
+        times; valid until the lane runs again) and how many records they hold, for
+        :meth:`mrcnet.core.recovery.Recovery.on_lane_records` to hand straight to C."""
+        a = self._ack
+        n = a.n
+        a.n = 0
+        return self._ack_rec, self._ack_sent, int(n)
+
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
         c = self._c

@@ -29,6 +29,8 @@ tests/core/test_sackrec.py compares the two record by record.
 
 from __future__ import annotations
 
+from typing import Any
+
 from mrcnet.constants import NackReason
 from mrcnet.core import evs
 from mrcnet.core.cc import CNSCC
@@ -91,11 +93,20 @@ class CRecovery(Recovery):
 
     def on_sack_records(self, ints: list[int], sents: list[float], now: float) -> None:
         """:meth:`Recovery.on_sack_records`, the common records in C."""
-        n = len(sents)
+        self._c_records(ints, sents, len(sents), now)
+
+    def on_lane_records(self, recs: Any, sents: Any, n: int, now: float) -> None:
+        """:meth:`Recovery.on_lane_records`: the lane's arrays go to C as they are (no
+        lists made and converted back); only records Python makes are unpacked."""
+        self._c_records(recs, sents, n, now)
+
+    def _c_records(self, ints: Any, sents: Any, n: int, now: float) -> None:
+        """The records ``0 .. n`` of ``ints``/``sents`` (lists, or the lane's C arrays),
+        C making the common ones, :meth:`Recovery.on_sack_records` the rest."""
         evm, cc = self.evm, self.cc
         tab = evm.tab if evm is not None else None
         if tab is None or not isinstance(cc, CNSCC) or n > SACK_INDEX:
-            Recovery.on_sack_records(self, ints, sents, now)
+            Recovery.on_sack_records(self, *_lists(ints, sents, 0, n), now)
             return
         if n > len(self._skip):
             self._skip = ffi.new("uint32_t[]", n)
@@ -103,7 +114,7 @@ class CRecovery(Recovery):
         out, i = self._out, 0
         while i < n:
             if self.lost_log or self.suspects:  # (a decision in Python left some)
-                Recovery.on_sack_records(self, ints[i * RX_ACK_INTS:], sents[i:], now)
+                Recovery.on_sack_records(self, *_lists(ints, sents, i, n), now)
                 return
             r = self._records(self.c, tab.c, cc._c, ints, sents, i, n, now, self.snd_una,
                               self.retries, self.reo_scale, self.reo_clean,
@@ -116,9 +127,7 @@ class CRecovery(Recovery):
                 self.sack_acked += out.acked
                 self.tlp_sent = False
             if r & SACK_SKIP:
-                skip = evm.skip  # type: ignore[union-attr]
-                for ev in ffi.unpack(out.skip, out.nskip):
-                    skip(ev, "ecn")
+                evm.skip_all(ffi.unpack(out.skip, out.nskip), "ecn")  # type: ignore[union-attr]
             if r & _RARE:
                 if r & SACK_REO:
                     self.reo_scale, self.reo_clean = out.reo_scale, out.reo_clean
@@ -130,8 +139,7 @@ class CRecovery(Recovery):
             if k == n:
                 return
             # record k is not the common case: Python's decisions
-            Recovery.on_sack_records(self, ints[k * RX_ACK_INTS:(k + 1) * RX_ACK_INTS],
-                                     sents[k:k + 1], now)
+            Recovery.on_sack_records(self, *_lists(ints, sents, k, k + 1), now)
             i = k + 1
 
     def after_sacks(self, now: float) -> None:
@@ -184,7 +192,7 @@ class CRecovery(Recovery):
         if reason == NackReason.TRIMMED_LASTHOP:
             count("rx_nack_lasthop")  # incast at the receiver's port: not a path signal
         else:
-            evm.skip(ev, "trim")  # type: ignore[union-attr]
+            evm.skip_all((ev,), "trim")  # type: ignore[union-attr]
             count("ev_skip_trim")
         if r:
             self.rtx_q.appendleft(seq)
@@ -238,3 +246,6 @@ def new_recovery(qp: QPView) -> Recovery:
     return CRecovery(qp) if evs.NATIVE else Recovery(qp)
 
 
+def _lists(ints: Any, sents: Any, i: int, j: int) -> tuple[list[int], list[float]]:
+    """Records ``i .. j`` of ``ints``/``sents`` (lists, or C arrays) as lists."""
+    return list(ints[i * RX_ACK_INTS : j * RX_ACK_INTS]), list(sents[i:j])

@@ -266,7 +266,8 @@ class CTxTable:
     """The requester's table of packets in flight in C (``mrcnet/_csrc/txtable.c``): the
     interface and results of :class:`PyTxTable`, which documents it."""
 
-    __slots__ = ("_cap", "_keep", "_lost", "_o", "_t", "_wr", "trig_sent", "trig_tx")
+    __slots__ = ("_cap", "_keep", "_lost", "_o", "_t", "_wr", "c", "scratch", "trig_sent",
+                 "trig_tx")
 
     def __init__(self, capacity: int, seq: int, paths: int = 16) -> None:
         if not HAVE_C:
@@ -287,6 +288,12 @@ class CTxTable:
         self._keep = [*keep, ptab]
         self._lost = ffi.new("uint64_t[]", capacity)
         self._cap = capacity
+        # What the sender's decisions in C (mrcnet/core/sackrec.py) read per frame, plain
+        # attributes (no property call): its ``struct mrc_txq *``, and a ``uint64_t[]``
+        # of the table's capacity for C to list sequence numbers in (the one rack and
+        # inflight fill) with that capacity
+        self.c: Any = t
+        self.scratch: tuple[Any, int] = (self._lost, capacity)
         C.mrc_tx_init(t, seq)
         self.trig_tx, self.trig_sent = 0, 0.0
 
@@ -376,18 +383,6 @@ class CTxTable:
         at = ffi.new("double *")
         n = C.mrc_tx_rack(self._t, limit, wait, now, self._lost, self._cap, at)
         return ffi.unpack(self._lost, n), at[0]
-
-    @property
-    def c(self) -> Any:
-        """Its ``struct mrc_txq *`` (the sender's decisions in C read it:
-        mrcnet/core/sackrec.py)."""
-        return self._t
-
-    @property
-    def scratch(self) -> tuple[Any, int]:
-        """A ``uint64_t[]`` of the table's capacity for C to list sequence numbers in (the
-        one :meth:`rack` and :meth:`inflight` fill), and that capacity."""
-        return self._lost, self._cap
 
     def inflight(self) -> list[int]:
         """The packets in flight, oldest first."""

@@ -531,3 +531,31 @@ def test_qps_to_one_peer_share_the_probes_of_a_path() -> None:
     net.run(max_time=net.now + 10 * cfg.probe_interval)
     for q in (q1, q2):
         assert all(s["state"] == "GOOD" for s in ha.ev_stats(q).values())
+
+
+def test_skip_all_decides_as_skip_one_by_one() -> None:
+    """``skip_all`` (a batch of ECN echoes or a trim in one call, mrcnet/core/sackrec.py)
+    against ``skip`` called per EV: the same states, ``skip_plane``, events (in order) and
+    rotation, with repeats, unknown EVs, ASSUMED_BAD and SKIP ones in the batch."""
+    import random
+
+    rng = random.Random(3)
+    for native in (False, True):
+        a, b = (EVManager(1, {0: 4, 1: 4}, evs_per_qp=32, native=native) for _ in range(2))
+        evs = list(a.evs)
+        for m in (a, b):
+            m.assume_bad(evs[5], 0.0, "loss")
+            m.events.clear()
+        for _ in range(60):
+            batch = [rng.choice(evs) for _ in range(rng.randint(0, 4))] + [12345]
+            cause = rng.choice(("ecn", "trim"))
+            a.skip_all(batch, cause)
+            for ev in batch:
+                b.skip(ev, cause)
+            assert [(i.ev, i.state, i.skip_plane) for i in a.evs.values()] == [
+                (i.ev, i.state, i.skip_plane) for i in b.evs.values()]
+            assert a.events == b.events and a.spray.ver == b.spray.ver
+            # the rotation passes over the SKIP EVs alike (making them GOOD again)
+            assert [a.next_ev().ev for _ in range(5)] == [b.next_ev().ev for _ in range(5)]
+            assert a.events == b.events
+        assert sum(isinstance(e, PathStateChanged) and e.cause == "ecn" for e in a.events) > 10

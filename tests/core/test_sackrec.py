@@ -50,12 +50,25 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
          fails: list[str], seed: int) -> list[tuple[Any, ...]]:
     """One run; the state of each QP after each batch of records, in order."""
     log: list[tuple[Any, ...]] = []
+    lane_batches: list[int] = []  # the lane's arrays handed over (the receive loop's way)
     cls = CRecovery if native else Recovery
     orig, orig_after, orig_nack = cls.on_sack_records, cls.after_sacks, cls.on_nack
+    orig_lane = cls.on_lane_records
+    inside: list[int] = []  # (Recovery.on_lane_records calls on_sack_records: log once)
 
     def logged(self: Recovery, ints: list[int], sents: list[float], now: float) -> None:
         orig(self, ints, sents, now)
-        log.append((now, self.qp.qpn, len(sents), _state(self)))
+        if not inside:
+            log.append((now, self.qp.qpn, len(sents), _state(self)))
+
+    def logged_lane(self: Recovery, recs: Any, sents: Any, n: int, now: float) -> None:
+        inside.append(n)
+        try:
+            orig_lane(self, recs, sents, n, now)
+        finally:
+            inside.pop()
+        lane_batches.append(n)
+        log.append((now, self.qp.qpn, n, _state(self)))
 
     def logged_after(self: Recovery, now: float) -> None:
         orig_after(self, now)  # (RACK, its tie pass included)
@@ -69,6 +82,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
     with monkeypatch.context() as m:
         m.setattr(evs, "NATIVE", native)
         m.setattr(cls, "on_sack_records", logged)
+        m.setattr(cls, "on_lane_records", logged_lane)
         m.setattr(cls, "on_nack", logged_nack)
         m.setattr(cls, "after_sacks", logged_after)
         run = SimRun(parse_topology(spec), flows, seed=seed,
@@ -79,6 +93,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
         assert all(isinstance(r, CRecovery) is native for r in made)
         if native:
             _run.c_records = sum(r.c_records for r in made)  # type: ignore[attr-defined]
+        _run.lane_records = sum(lane_batches)  # type: ignore[attr-defined]
     return log
 
 
@@ -103,6 +118,8 @@ def test_c_records_decide_as_python(monkeypatch: pytest.MonkeyPatch, spec: str,
     # lane takes none while a loss is being dealt with: the uncommon records are rare
     # in whole runs, hence the next test)
     assert records > 300 and made_in_c == records
+    # ... every one of them handed over as the lane's own arrays (take_ack_arrays)
+    assert _run.lane_records == records  # type: ignore[attr-defined]
 
 
 def _sending(monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[Net, Recovery]:
