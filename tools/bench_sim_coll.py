@@ -10,6 +10,12 @@ P100/P50, busbw against the hosts' ideal, P100 over the no-failure P100 of the s
 transport, the responder's SACKs per data packet sent (retransmissions included: what the
 SACK-coalescing knobs, e.g. ``ack_late``, cost) and the CPU seconds each run took.
 
+Steps are counted as nccl-tests counts them by default (``-n 20 -w 5``: 20 timed after 5
+warm-up): after one warm-up the all-to-all's first timed step still carries the cold
+start's one-packet windows, and a P100 made of it is the yardstick of nothing
+(docs/COLLECTIVES.md, "session 10"). Fewer steps (``--iters 6 --warmup 1``, the figures
+of sessions 8 and 9) run 3-4x faster.
+
     .venv/bin/python tools/bench_sim_coll.py                  # 64 hosts x 8 planes
     .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --json
     .venv/bin/python tools/bench_sim_coll.py --hosts 16 --size 1M --ops alltoall \
@@ -42,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default="allreduce,alltoall")
     ap.add_argument("--transports", default="mrc,ecmp")
     ap.add_argument("--size", default="4M")
-    ap.add_argument("--iters", type=int, default=6)
-    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=20,
+                    help="timed steps (default 20, as nccl-tests' -n)")
+    ap.add_argument("--warmup", type=int, default=5,
+                    help="untimed steps first (default 5, as nccl-tests' -w)")
     ap.add_argument("--json", action="store_true", help="one JSON line per run")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a protocol-core HostConfig field, as mrc-sim run's "
