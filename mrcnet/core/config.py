@@ -154,14 +154,6 @@ class HostConfig:
       small writes, each with its AckReq, costs a SACK per burst rather than per write
       (mrcd: the receiving mrcd sent ~1.2 SACKs per 64-byte write, ~11 us of system
       time each with the fabric's forwarding). The ACK leaves in the same pass.
-    - ``ack_req_run``: False (default): the last packet of every message asks for an
-      ACK (AckReq). True: of the plain single-packet writes the sender sends together as
-      one run (small writes queued at once), only the last one on each path (EV path:
-      plane and spine) asks; each of the others is followed on its own path by one that
-      asks, whose SACK reports it too (or, before that, ``ack_every``). A
-      write-with-immediate and a write sent on its own keep their AckReq (mrcd: a
-      stream of 64-byte writes arrives in receive bursts of a few packets, and with
-      ``ack_req_burst`` each burst still ended in a SACK of its own).
     - ``ack_gap_fill``: True (default): a packet that completes a message whose last
       packet (and AckReq) arrived earlier, out of order, is acknowledged at once (at its
       burst's end with ``ack_req_burst``), as TCP acknowledges a segment that fills a
@@ -244,7 +236,6 @@ class HostConfig:
     ack_lone: bool = False
     ack_with_data: bool = False
     ack_req_burst: bool = False
-    ack_req_run: bool = False
     ack_gap_fill: bool = True
     tail_probe: bool = True
     rack_tie_break: bool = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import islice, repeat
-from operator import add, attrgetter, is_, itemgetter, rshift
+from operator import add, attrgetter, is_, itemgetter
 from typing import Any, Protocol
 
 from mrcnet.constants import (
@@ -117,20 +117,6 @@ def _payloads(batch: list[WorkRequest], lens: list[int]) -> bytes:
             and list(map(add, offs[:-1], lens[:-1])) == offs[1:]:
         return bytes(view[offs[0]:offs[-1] + lens[-1]])
     return b"".join([wr.view[wr.offset:wr.offset + wr.length] for wr in batch])
-
-
-def _run_flags(evs: list[int], ops: list[int], nimm: int) -> list[int]:
-    """BTH flags of a run of single-packet writes on ``evs`` (``ops``, ``nimm`` with
-    an immediate) with ``ack_req_run``: AckReq on the last packet of each path and on
-    every write-with-immediate, none on the others."""
-    n = len(evs)
-    flags = ([F_TS if op == _OP_ONLY else F_TS | F_ACKREQ for op in ops] if nimm
-             else [F_TS] * n)
-    # (a dict keeps the last index given for a key: each path's last packet)
-    paths = list(map(rshift, evs, repeat(EV_PATH_SHIFT, n)))
-    for i in dict(zip(paths, range(n), strict=True)).values():
-        flags[i] = F_TS | F_ACKREQ
-    return flags
 
 
 class SendGuard(Protocol):
@@ -416,14 +402,11 @@ class Sender:
             at = [self._run_slots(rkey, [ev])[0] for rkey, ev in zip(rkeys, evs, strict=True)]
         runs = self._runs
         if runs is None or None in at:
-            asks = ([f != F_TS for f in _run_flags(evs, ops, nimm)] if self.cfg.ack_req_run
-                    else [True] * len(batch))
             for i, wr in enumerate(batch):
-                out.append(self._frame(seq + i, wr, 0, wr.length, ops[i], evs[i], ts, False,
-                                       asks[i]))
+                out.append(self._frame(seq + i, wr, 0, wr.length, ops[i], evs[i], ts, False))
             return
         n = len(batch)
-        flags = _run_flags(evs, ops, nimm) if self.cfg.ack_req_run else [F_TS | F_ACKREQ] * n
+        flags = [F_TS | F_ACKREQ] * n
         if nimm:
             exts = [DATA_EXT_TSETH if op == _OP_ONLY else DATA_EXT_TSETH | DATA_EXT_IMM
                     for op in ops]
@@ -530,10 +513,9 @@ class Sender:
         self.qp.count("tx_retransmit")
 
     def _frame(self, seq: int, wr: WorkRequest, off: int, length: int, opcode: int, ev: int,
-               ts: int, rtx: bool, ack_req: bool = True) -> tuple[int, bytes]:
+               ts: int, rtx: bool) -> tuple[int, bytes]:
         """(local port, data frame) of packet ``seq`` (bytes ``off ..`` of ``wr``) on
-        ``ev``; a message's last packet asks for an ACK if ``ack_req``."""
-        ack_req = ack_req and opcode in LAST_OPCODES
+        ``ev``."""
         start = wr.offset + off
         imm = opcode in IMM_OPCODES
         payload = wr.view[start : start + length]
@@ -542,7 +524,8 @@ class Sender:
             port, tmpl, spec = tp
             frame = tmpl.frame(
                 opcode, seq & PSN_MASK, ev, wr.remote_addr + off, payload, spec,
-                wr.meth, wr.imm if imm else None, ts, rtx, ack_req)
+                wr.meth, wr.imm if imm else None, ts, rtx,
+                opcode in LAST_OPCODES)
         else:
             port, route = self.qp.route(ev)
             frame = build_data(
@@ -559,7 +542,7 @@ class Sender:
                 imm=wr.imm if imm else None,
                 timestamp=ts,
                 rtx=rtx,
-                ack_req=ack_req,
+                ack_req=opcode in LAST_OPCODES,
             )
         return port, frame
 

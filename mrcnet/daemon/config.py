@@ -123,11 +123,6 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # AckReq's own SACK cost the receiving mrcd ~11 us of system time per 64-byte write
     # (tools/bench_latency.py's rate table; docs/PERFORMANCE.md).
     "ack_req_burst": True,
-    # ... and a run of small writes sent together asks for one ACK per path, on its last
-    # packet there: the receiving mrcd reads a run in bursts of a few packets, and each
-    # burst ended in a SACK of its own (0.2 SACKs per 64-byte write; docs/PERFORMANCE.md,
-    # session 10).
-    "ack_req_run": True,
     # No tail-loss probe yet (mrcnet/core/tailloss.py, issue 16): in the simulator with
     # mrcd's loop modelled (tests/sim/test_sim_detection.py, seed 2) its timer alone moved
     # the loop's wake-ups enough to raise SACKs from 0.25 to 0.40 per data packet (no

@@ -10,21 +10,19 @@ from typing import Any
 
 import pytest
 
-from mrcnet.constants import EV_PATH_SHIFT, Opcode
 from mrcnet.core import HostConfig, WCStatus
 from mrcnet.core.sender import Sender
-from mrcnet.wire import parse_frame
 
 from .harness import Impairments, Net, connect
 
 
-def _run(batch: bool, seed: int, loss: float, consecutive: bool = False,
-         ack_req_run: bool = False) -> tuple[list[Any], list[Any], bytes, int]:
+def _run(batch: bool, seed: int, loss: float, consecutive: bool = False
+         ) -> tuple[list[Any], list[Any], bytes, int]:
     """A burst of posts on h0 -> h1; returns what h0 sent, its completions, what landed on
     h1 and how many packets went out in runs of several work requests. ``consecutive``:
     each write reads on where the one before it ended (as mrc-perf's do), so a run's
     payloads lie end to end in the region."""
-    net = Net(seed=seed, config=HostConfig(mtu_payload=1024, ack_req_run=ack_req_run),
+    net = Net(seed=seed, config=HostConfig(mtu_payload=1024),
               imp=Impairments(loss=loss, dup=loss / 2, trim=loss, jitter=20e-6))
     net.log_tx = True
     qa, _qb = connect(net, 0, 1, recvs=400, attrs={"max_imm_outstanding": 3})
@@ -86,45 +84,6 @@ def test_small_writes_in_runs_send_what_one_at_a_time_sends(seed: int, loss: flo
     # every write completed once, in order, successfully
     assert [c.wr_id for c in wcs] == list(range(len(wcs)))
     assert all(c.status is WCStatus.SUCCESS for c in wcs)
-
-
-@pytest.mark.parametrize(("seed", "loss"), [(7, 0.0), (8, 0.03)])
-def test_ack_req_run_asks_once_per_path_and_completes_the_same(seed: int, loss: float) -> None:
-    """With ``ack_req_run`` the writes complete as without it (the same completions,
-    the same bytes landed, through losses), fewer data packets ask for an ACK and the
-    peer sends fewer SACKs; every first transmission of a plain write that does not ask
-    is followed on its own path by one that does."""
-    frames, wcs, landed, in_runs = _run(True, seed, loss, True, ack_req_run=True)
-    frames0, wcs0, landed0, _ = _run(True, seed, loss, True)
-    assert in_runs > 50
-    assert [(c.wr_id, c.status, c.byte_len) for c in wcs] == \
-        [(c.wr_id, c.status, c.byte_len) for c in wcs0]
-    assert landed == landed0
-    assert all(c.status is WCStatus.SUCCESS for c in wcs)
-
-    def data(fs: list[Any], src: str) -> list[Any]:
-        out = []
-        for _t, s, _p, f in fs:
-            fr = parse_frame(f)
-            if s == src and fr.is_data:
-                out.append(fr)
-        return out
-
-    sent, sent0 = data(frames, "h0"), data(frames0, "h0")
-    asked = sum(f.bth.ack_req for f in sent)
-    assert asked < 0.9 * sum(f.bth.ack_req for f in sent0)
-    assert len(data(frames, "h1")) == 0  # (h1 only acknowledges)
-    sacks = sum(1 for _t, s, _p, _f in frames if s == "h1")
-    sacks0 = sum(1 for _t, s, _p, _f in frames0 if s == "h1")
-    assert sacks < sacks0
-    # every plain WRITE_ONLY sent without AckReq: a later packet on its path asks
-    ends = {int(Opcode.WRITE_ONLY_IMM), int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_IMM)}
-    for i, f in enumerate(sent):
-        if f.bth.opcode == Opcode.WRITE_ONLY and not f.bth.ack_req and not f.bth.rtx:
-            path = f.ev >> EV_PATH_SHIFT
-            assert any(g.bth.ack_req for g in sent[i + 1:] if g.ev >> EV_PATH_SHIFT == path)
-        if f.bth.opcode in ends:  # (a message's end other than a plain small write asks)
-            assert f.bth.ack_req
 
 
 def test_sender_batches_by_default() -> None:
