@@ -10,9 +10,10 @@ recovery queued go first. Immediates in flight are bounded by the QP's static
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
-from itertools import islice, repeat
+from itertools import accumulate, islice, repeat
 from operator import add, attrgetter, is_, itemgetter
 from typing import Any, Protocol
 
@@ -294,15 +295,19 @@ class Sender:
         if n < 2:
             return False
         # The common case without a Python step per write: every one of the first n is
-        # a single packet, their immediates fit, and the window takes the last of them
-        # (then it takes every one before it: the check is monotonic in the bytes).
+        # a single packet and their immediates fit; then the window's check (write k
+        # goes if nothing is in flight or cwnd - bytes in flight leaves a whole mtu) is
+        # monotonic in k: the first write it stops is found by bisection on the bytes'
+        # running sums.
         head = list(islice(sq, n))
-        if list(map(_NPKTS, head)).count(1) == n:
-            lens = list(map(_LEN, head))
-            last = infl + sum(lens) - lens[-1]
-            fits = not (ninfl + n - 1 and int((cwnd - last) // mtu) <= 0)
-            if not (fits and n - list(map(_IMM, head)).count(None) <= imms):
-                n = self._msgs_room(head, ninfl, infl, cwnd, imms)
+        if (list(map(_NPKTS, head)).count(1) == n
+                and n - list(map(_IMM, head)).count(None) <= imms):
+            sums = list(accumulate(map(_LEN, head), initial=infl))  # in flight before k
+
+            def stops(k: int) -> bool:
+                return bool(ninfl + k) and int((cwnd - sums[k]) // mtu) <= 0
+
+            n = bisect_left(range(n), True, key=stops)
         else:
             n = self._msgs_room(head, ninfl, infl, cwnd, imms)
         if n < 2:
