@@ -28,7 +28,8 @@ Then a message-rate table (like ``ib_write_bw -s 64``), same fabric, same run:
   h0 to a receiver on h1's plane-0 address, per second received.
 
 The rate table also gives the CPU (user + system) per message of each mrcd
-(/proc/PID/stat) and of the sending mrc-perf (its own figure) in the mrc run. Runs in about 20-40 s.
+(/proc/PID/stat) and of the sending mrc-perf (its own figure) in the mrc run, and each
+mrcd's loop passes, doorbells and frames sent and read per message. Runs in about 20-40 s.
 Everything started is stopped by PID; the fabric is removed even on error.
 """
 
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_incast import Lab, default_prefix, fabric_mrcds
+from bench_incast import Lab, default_prefix, fabric_mrcds, host_counters
 
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=200mbit,mtu=9000"
 SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
@@ -320,6 +321,14 @@ def _loop_passes(sock: str) -> dict[str, int]:
                 "sys_us": round(cpu["system"] * 1e6)}
 
 
+def _counts(sock: str) -> dict[str, int]:
+    """An mrcd's loop passes and doorbells (:func:`_loop_passes`) and the frames it
+    sent and read so far."""
+    host = host_counters(sock)
+    return {**_loop_passes(sock), "tx_frames": host.get("tx_frames", 0),
+            "rx_frames": host.get("rx_frames", 0)}
+
+
 @dataclass
 class Rate:
     method: str
@@ -330,6 +339,10 @@ class Rate:
     #: mrc-perf (``client``: user + system as user, without its start-up), microseconds
     #: (mrc only)
     cpu_us: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: Per message, of each mrcd in the run (mrc only): its loop passes by what woke
+    #: them and the doorbells it rang (``loop_passes``), the frames it sent and read
+    #: (``tx_frames``, ``rx_frames``: data one way, SACKs the other)
+    per_msg: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _cpu(pid: int) -> tuple[float, float]:
@@ -351,6 +364,7 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
         assert server.stdout is not None
         server.stdout.readline()  # "waiting on service ..."
         pids = {h: m.proc.pid for h, m in lab.mrcds.items()}
+        counts0 = {h: _counts(lab.sock(h)) for h in pids}
         before = {h: _cpu(pid) for h, pid in pids.items()}
         r = lab.fab.exec("h0", [PERF, "--socket", lab.sock("h0"), "--service",
                                 str(RATE_SERVICE), "--timeout", "60", "client", "h1",
@@ -360,6 +374,7 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
         if r.returncode != 0:
             raise RuntimeError(f"mrc-perf --rate failed: {r.stderr.strip()[-2000:]}")
         after = {h: _cpu(pid) for h, pid in pids.items()}
+        counts1 = {h: _counts(lab.sock(h)) for h in pids}
         (row,) = [x for x in map(json.loads, r.stdout.splitlines())
                   if x.get("type") == "result"]
         server.wait(30)
@@ -373,7 +388,12 @@ def _rates(lab: Lab, h1_addr: str, seconds: float) -> list[Rate]:
     # mrc-perf's own CPU from its warm-up on (user and system together: its start-up,
     # ~0.4 s of imports, would count ~10 us per message in a 2 s run)
     cpu["client"] = (row.get("cpu_s", 0.0) * 1e6 / (row["iters"] + RATE_WARMUP), 0.0)
-    rows = [Rate("mrc", RATE_SIZE, row["mpps"] * 1e6, row["iters"], cpu)]
+    # (the counts, like the CPU, from before the warm-up: per message of the whole run)
+    msgs = row["iters"] + RATE_WARMUP
+    per_msg = {h: {k: round((v - counts0[h].get(k, 0)) / msgs, 4)
+                   for k, v in counts1[h].items() if k not in ("cpu_us", "sys_us")}
+               for h in pids}
+    rows = [Rate("mrc", RATE_SIZE, row["mpps"] * 1e6, row["iters"], cpu, per_msg)]
     with _server(lab, "h1", ["_udp_count", str(RATE_PORT)]) as sink:
         blast = lab.fab.exec("h0", [sys.executable, SELF, "_udp_blast", h1_addr,
                                     str(seconds)], capture_output=True, text=True,
@@ -465,6 +485,10 @@ def rate_table(rates: list[Rate]) -> str:
                         for h, (u, s_) in r.cpu_us.items())
         lines.append(f"{r.size:>6} {r.method:>10} {r.msgs_per_s:>12,.0f} {r.messages:>10} "
                      f"{ratio}  {cpu}")
+    for r in rates:
+        for h, counts in r.per_msg.items():
+            lines.append(f"  mrcd {h} per message: " + ", ".join(
+                f"{k} {v:.3f}" for k, v in counts.items()))
     return "\n".join(lines)
 
 

@@ -51,7 +51,7 @@ from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
-from mrcnet.core.sender import WorkRequest
+from mrcnet.core.sender import work_requests
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, QPState
 from mrcnet.core.verdicts import PathVerdicts
@@ -333,8 +333,9 @@ class Host:
             raise InvalidRequest(why)
         self._dirty.add(qpn)
         self._sendq.add(qpn)
-        qp.post_write(WorkRequest(wr_id, local_mr.view, offset, length, remote_addr, rkey, imm,
-                                  self.config.mtu_payload))
+        (wr,) = work_requests(local_mr.view, self.config.mtu_payload,
+                              ((wr_id, offset, length, remote_addr, rkey, imm),))
+        qp.post_write(wr)
 
     def post_writes(self, qpn: int, local_mr: MemoryRegion,
                     writes: Sequence[tuple[int, int, int, int, int, int | None]]) -> None:
@@ -351,10 +352,7 @@ class Host:
                 raise InvalidRequest(f"write {i} of {len(writes)}: {why}")
         self._dirty.add(qpn)
         self._sendq.add(qpn)
-        view, mtu = local_mr.view, self.config.mtu_payload
-        qp.snd.post_writes([WorkRequest(wr_id, view, offset, length, remote_addr, rkey, imm,
-                                        mtu)
-                            for wr_id, offset, length, remote_addr, rkey, imm in writes])
+        qp.snd.post_writes(work_requests(local_mr.view, self.config.mtu_payload, writes))
 
     def _postable(self, qpn: int) -> QueuePair:
         qp = self.qp(qpn)

@@ -10,8 +10,11 @@ recovery queued go first. Immediates in flight are bounded by the QP's static
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
-from operator import attrgetter, itemgetter
+from collections.abc import Sequence
+from itertools import accumulate, islice, repeat
+from operator import add, attrgetter, is_, itemgetter
 from typing import Any, Protocol
 
 from mrcnet.constants import (
@@ -42,11 +45,14 @@ _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
 _U64 = 1 << 64
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _RKEY, _VA = attrgetter("rkey"), attrgetter("remote_addr")
-_METH, _IMM = attrgetter("meth"), attrgetter("imm")
+_IMM, _NPKTS, _LEN = attrgetter("imm"), attrgetter("npkts"), attrgetter("length")
+_VIEW, _OFF = attrgetter("view"), attrgetter("offset")
 
 
 class WorkRequest:
-    """A posted RDMA WRITE (with or without immediate)."""
+    """A posted RDMA WRITE (with or without immediate); made by :func:`work_requests`.
+    ``meth``: its METH word (RQMSN << 16 | MSN), ``slot``: its slot in the QP's table of
+    packets in flight once started (-1 before)."""
 
     __slots__ = (
         "imm",
@@ -61,22 +67,57 @@ class WorkRequest:
         "view",
         "wr_id",
     )
+    wr_id: int
+    view: memoryview
+    offset: int
+    length: int
+    remote_addr: int
+    rkey: int
+    imm: int | None
+    meth: int
+    npkts: int
+    next_pkt: int
+    slot: int
 
-    def __init__(
-        self, wr_id: int, view: memoryview, offset: int, length: int,
-        remote_addr: int, rkey: int, imm: int | None, mtu: int,
-    ) -> None:
-        self.wr_id = wr_id
-        self.view = view
-        self.offset = offset
-        self.length = length
-        self.remote_addr = remote_addr
-        self.rkey = rkey
-        self.imm = imm
-        self.meth = 0  # METH word: RQMSN << 16 | MSN
-        self.npkts = max(1, -(-length // mtu))
-        self.next_pkt = 0
-        self.slot = -1  # its slot in the QP's table of packets in flight, once started
+
+#: A write to queue: (wr_id, offset, length, remote_addr, rkey, imm or None).
+WriteSpec = tuple[int, int, int, int, int, "int | None"]
+_new = object.__new__
+
+
+def work_requests(view: memoryview, mtu: int, writes: Sequence[WriteSpec]
+                  ) -> list[WorkRequest]:
+    """A :class:`WorkRequest` of each of ``writes`` from region ``view`` (cut into
+    packets of ``mtu`` bytes), unchecked (the caller checked them). No call per write:
+    a doorbell brings many small ones (measured 330 -> 190 ns each, against an
+    ``__init__``)."""
+    out: list[WorkRequest] = []
+    add = out.append
+    for wr_id, offset, length, remote_addr, rkey, imm in writes:
+        wr = _new(WorkRequest)
+        wr.wr_id = wr_id
+        wr.view = view
+        wr.offset = offset
+        wr.length = length
+        wr.remote_addr = remote_addr
+        wr.rkey = rkey
+        wr.imm = imm
+        wr.meth = wr.next_pkt = 0
+        wr.npkts = (length - 1) // mtu + 1 if length > mtu else 1
+        wr.slot = -1
+        add(wr)
+    return out
+
+
+def _payloads(batch: list[WorkRequest], lens: list[int]) -> bytes:
+    """The payloads of ``batch`` end to end: one slice when they lie end to end in one
+    region (a doorbell's writes from consecutive offsets), else one per write."""
+    view = batch[0].view
+    offs = list(map(_OFF, batch))
+    if all(map(is_, map(_VIEW, batch), repeat(view))) \
+            and list(map(add, offs[:-1], lens[:-1])) == offs[1:]:
+        return bytes(view[offs[0]:offs[-1] + lens[-1]])
+    return b"".join([wr.view[wr.offset:wr.offset + wr.length] for wr in batch])
 
 
 class SendGuard(Protocol):
@@ -248,22 +289,27 @@ class Sender:
         sq, txt, rec = self.sq, self.txt, self.rec
         mtu = self.cfg.mtu_payload
         ninfl, infl = txt.ninfl, txt.infl_bytes
-        seq = self.next_seq
-        room = rec.snd_una + win - seq
+        room = rec.snd_una + win - self.next_seq
         imms = self.attrs.max_imm_outstanding - self.imm_outstanding
-        n = 0
-        for wr in sq:  # (what the loop checks per packet, on the counts it would see)
-            if wr.npkts != 1 or n >= room:
-                break
-            if ninfl and int((cwnd - infl) // mtu) <= 0:
-                break
-            if wr.imm is not None:
-                if imms <= 0:
-                    break
-                imms -= 1
-            ninfl += 1
-            infl += wr.length
-            n += 1
+        n = min(len(sq), room)
+        if n < 2:
+            return False
+        # The common case without a Python step per write: every one of the first n is
+        # a single packet and their immediates fit; then the window's check (write k
+        # goes if nothing is in flight or cwnd - bytes in flight leaves a whole mtu) is
+        # monotonic in k: the first write it stops is found by bisection on the bytes'
+        # running sums.
+        head = list(islice(sq, n))
+        if (list(map(_NPKTS, head)).count(1) == n
+                and n - list(map(_IMM, head)).count(None) <= imms):
+            sums = list(accumulate(map(_LEN, head), initial=infl))  # in flight before k
+
+            def stops(k: int) -> bool:
+                return bool(ninfl + k) and int((cwnd - sums[k]) // mtu) <= 0
+
+            n = bisect_left(range(n), True, key=stops)
+        else:
+            n = self._msgs_room(head, ninfl, infl, cwnd, imms)
         if n < 2:
             return False
         # As n calls of take(1) would give them; fewer when one is not the plain round
@@ -274,47 +320,86 @@ class Sender:
         self._send_msgs(now, ts, evs, out, sendq)
         return True
 
+    def _msgs_room(self, head: list[WorkRequest], ninfl: int, infl: float, cwnd: float,
+                   imms: int) -> int:
+        """How many of ``head`` :meth:`emit`'s loop would send one at a time (what it
+        checks per packet, on the counts it would see)."""
+        mtu = self.cfg.mtu_payload
+        n = 0
+        for wr in head:
+            if wr.npkts != 1:
+                break
+            if ninfl and int((cwnd - infl) // mtu) <= 0:
+                break
+            if wr.imm is not None:
+                if imms <= 0:
+                    break
+                imms -= 1
+            ninfl += 1
+            infl += wr.length
+            n += 1
+        return n
+
     def _send_msgs(self, now: float, ts: int, evs: list[int], out: list[tuple[int, bytes]],
                    sendq: Any) -> None:
         """Send the next ``len(evs)`` work requests of the send queue (one packet each)
-        on ``evs``."""
-        sq, rec, started, wr_of = self.sq, self.rec, self.wrs, self.wr_of
+        on ``evs``: :meth:`_start_wr` of each, with the per-write lists made by C
+        iterators where they can be."""
+        sq, rec = self.sq, self.rec
         n = len(evs)
-        batch = [sq.popleft() for _ in range(n)]
-        ops, wrs, lens = [], [], []
-        # (_start_wr of each, its counters in locals)
-        ctr, msn, imms = self.wr_ctr, self.next_msn, 0
-        for wr in batch:
-            started.append(wr)
-            slot = wr.slot = ctr & 0xFFFFFFFF
-            ctr += 1
-            wr_of[slot] = wr
-            wr.meth = (msn & MSN_MASK) << 16 | (slot & MSN_MASK)
-            if wr.imm is None:
-                ops.append(_OP_ONLY)
-            else:
-                msn += 1
-                imms += 1
-                ops.append(_OP_ONLY_IMM)
+        if n == len(sq):
+            batch = list(sq)
+            sq.clear()
+        else:
+            batch = [sq.popleft() for _ in range(n)]
+        self.wrs.extend(batch)
+        ctr = self.wr_ctr
+        self.wr_ctr = ctr + n
+        if ctr + n <= 1 << 32:
+            slots = list(range(ctr, ctr + n))
+        else:
+            slots = [(ctr + i) & 0xFFFFFFFF for i in range(n)]
+        self.wr_of.update(zip(slots, batch, strict=True))
+        imms = list(map(_IMM, batch))
+        nimm = n - imms.count(None)
+        msn = self.next_msn
+        # METH: RQMSN (the immediates started before) << 16 | MSN, as _start_wr's
+        if not nimm:
+            ops = [_OP_ONLY] * n
+            hi = (msn & MSN_MASK) << 16
+            meths = [hi | slot & MSN_MASK for slot in slots]
+        else:
+            ops, meths = [], []
+            for slot, imm in zip(slots, imms, strict=True):
+                meths.append((msn & MSN_MASK) << 16 | (slot & MSN_MASK))
+                if imm is None:
+                    ops.append(_OP_ONLY)
+                else:
+                    msn += 1
+                    ops.append(_OP_ONLY_IMM)
+            self.next_msn = msn
+            self.imm_outstanding += nimm
+        for wr, slot, meth in zip(batch, slots, meths, strict=True):
+            wr.slot = slot
+            wr.meth = meth
             wr.next_pkt = 1
-            wrs.append(slot)
-            lens.append(wr.length)
-        self.wr_ctr, self.next_msn = ctr, msn
-        self.imm_outstanding += imms
+        lens = list(map(_LEN, batch))
         seq = self.next_seq
         self.next_seq = seq + n
-        self._msgs_frames(batch, seq, evs, ops, lens, ts, out, sendq)
-        self.txt.send_msgs(seq, evs, ops, wrs, lens, now, ts)
+        self._msgs_frames(batch, seq, evs, ops, lens, meths, imms, nimm, ts, out, sendq)
+        self.txt.send_msgs(seq, evs, ops, slots, lens, now, ts)
         if rec.rto_at == _INF:
             rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
         rec.arm_tlp(now)
         self.tx_packets += n
 
     def _msgs_frames(self, batch: list[WorkRequest], seq: int, evs: list[int],
-                     ops: list[int], lens: list[int], ts: int, out: list[tuple[int, bytes]],
-                     txq: Any) -> None:
+                     ops: list[int], lens: list[int], meths: list[int],
+                     imms: list[int | None], nimm: int, ts: int,
+                     out: list[tuple[int, bytes]], txq: Any) -> None:
         """The frames of single-packet work requests ``batch`` (PSNs ``seq ..``, one per
-        EV): one C call when every path has a run slot, else one at a time."""
+        EV; ``nimm`` of them with an immediate): one C call when every path has a run
+        slot, else one at a time."""
         rkeys = list(map(_RKEY, batch))
         if rkeys.count(rkeys[0]) == len(rkeys):
             at = self._run_slots(rkeys[0], evs)
@@ -327,19 +412,22 @@ class Sender:
             return
         n = len(batch)
         flags = [F_TS | F_ACKREQ] * n
-        exts = [DATA_EXT_TSETH if op == _OP_ONLY else DATA_EXT_TSETH | DATA_EXT_IMM
-                for op in ops]
-        payload = b"".join([wr.view[wr.offset:wr.offset + wr.length] for wr in batch])
+        if nimm:
+            exts = [DATA_EXT_TSETH if op == _OP_ONLY else DATA_EXT_TSETH | DATA_EXT_IMM
+                    for op in ops]
+            imm_words = [0 if imm is None else imm for imm in imms]
+        else:
+            exts, imm_words = [DATA_EXT_TSETH] * n, [0] * n
+        payload = _payloads(batch, lens)
         vas = list(map(_VA, batch))
-        meths = list(map(_METH, batch))
-        imms = [0 if imm is None else imm for imm in map(_IMM, batch)]
         slots = list(map(_SECOND, at))  # type: ignore[arg-type]
         if txq is not None:
             runs.msgs_queue(txq, list(map(_FIRST, at)), slots, evs, ops,  # type: ignore[arg-type]
-                            flags, exts, seq & PSN_MASK, vas, meths, imms, payload, lens, ts)
+                            flags, exts, seq & PSN_MASK, vas, meths, imm_words, payload,
+                            lens, ts)
             return
         frames = runs.msgs_frames(slots, evs, ops, flags, exts, seq & PSN_MASK, vas, meths,
-                                  imms, payload, lens, ts)
+                                  imm_words, payload, lens, ts)
         out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
 
     def _run_slots(self, rkey: int, evs: list[int]) -> list[tuple[int, int] | None]:

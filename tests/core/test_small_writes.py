@@ -16,9 +16,12 @@ from mrcnet.core.sender import Sender
 from .harness import Impairments, Net, connect
 
 
-def _run(batch: bool, seed: int, loss: float) -> tuple[list[Any], list[Any], bytes, int]:
+def _run(batch: bool, seed: int, loss: float, consecutive: bool = False
+         ) -> tuple[list[Any], list[Any], bytes, int]:
     """A burst of posts on h0 -> h1; returns what h0 sent, its completions, what landed on
-    h1 and how many packets went out in runs of several work requests."""
+    h1 and how many packets went out in runs of several work requests. ``consecutive``:
+    each write reads on where the one before it ended (as mrc-perf's do), so a run's
+    payloads lie end to end in the region."""
     net = Net(seed=seed, config=HostConfig(mtu_payload=1024),
               imp=Impairments(loss=loss, dup=loss / 2, trim=loss, jitter=20e-6))
     net.log_tx = True
@@ -41,12 +44,16 @@ def _run(batch: bool, seed: int, loss: float) -> tuple[list[Any], list[Any], byt
         send_msgs(now, ts, evs, *rest)
 
     snd._send_msgs = counting  # type: ignore[method-assign]
-    wr = 0
+    wr = nxt = 0
     for _burst in range(6):
         for _ in range(rng.randint(20, 120)):
             big = rng.random() < 0.05
             length = rng.randint(1025, 5000) if big else rng.choice([0, 1, 64, 1024])
             off = rng.randrange(0, (1 << 16) - length)
+            if consecutive:
+                off, nxt = nxt, nxt + length
+                if nxt > 1 << 16:  # wrap to the region's start
+                    off, nxt = 0, length
             md = m1 if rng.random() < 0.7 else m2
             imm = rng.randint(0, 1 << 31) if rng.random() < 0.1 else None
             ha.post_write(qa, wr, ms, off, length, md.addr + off, md.rkey, imm=imm)
@@ -62,10 +69,13 @@ def _run(batch: bool, seed: int, loss: float) -> tuple[list[Any], list[Any], byt
     return frames, got, bytes(dst1) + bytes(dst2), in_runs
 
 
-@pytest.mark.parametrize(("seed", "loss"), [(1, 0.0), (2, 0.0), (3, 0.02), (4, 0.05)])
-def test_small_writes_in_runs_send_what_one_at_a_time_sends(seed: int, loss: float) -> None:
-    frames, wcs, landed, in_runs = _run(True, seed, loss)
-    frames0, wcs0, landed0, in_runs0 = _run(False, seed, loss)
+@pytest.mark.parametrize(("seed", "loss", "consecutive"),
+                         [(1, 0.0, False), (2, 0.0, False), (3, 0.02, False),
+                          (4, 0.05, False), (5, 0.0, True), (6, 0.03, True)])
+def test_small_writes_in_runs_send_what_one_at_a_time_sends(seed: int, loss: float,
+                                                            consecutive: bool) -> None:
+    frames, wcs, landed, in_runs = _run(True, seed, loss, consecutive)
+    frames0, wcs0, landed0, in_runs0 = _run(False, seed, loss, consecutive)
     assert in_runs0 == 0 and in_runs > 50  # (the runs did happen)
     assert len(frames) == len(frames0)
     assert frames == frames0
