@@ -38,9 +38,22 @@ static uint32_t raw_table(uint32_t c, const uint8_t *p, size_t n)
 }
 
 #ifdef HAVE_X86_CLMUL
-/* Folds n bytes (n >= 64, a multiple of 16) into the raw state c. */
-__attribute__((target("pclmul,sse4.1")))
-static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
+/* A 16-byte block of the input at p + off, stored to dst + off as well when dst is set:
+ * the fold loads every block once, so a copy made here costs only the stores. */
+__attribute__((target("pclmul,sse4.1"), always_inline))
+static inline __m128i load_block(const uint8_t *p, uint8_t *dst, size_t off)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(p + off));
+    if (dst)
+        _mm_storeu_si128((__m128i *)(dst + off), x);
+    return x;
+}
+
+/* Folds n bytes (n >= 64, a multiple of 16) into the raw state c, copying them to dst on
+ * the way when dst is not NULL (inlined into the two callers below, so the copy-less one
+ * has no test per block). */
+__attribute__((target("pclmul,sse4.1"), always_inline))
+static inline uint32_t fold_clmul(uint32_t c, const uint8_t *p, uint8_t *dst, size_t n)
 {
     /* x^(4*128+64) mod P, x^(4*128) mod P (bit-reflected) ... from the paper's appendix. */
     const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
@@ -50,12 +63,13 @@ static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
     const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
     __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
 
-    x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
-    x2 = _mm_loadu_si128((const __m128i *)(p + 0x10));
-    x3 = _mm_loadu_si128((const __m128i *)(p + 0x20));
-    x4 = _mm_loadu_si128((const __m128i *)(p + 0x30));
+    x1 = load_block(p, dst, 0x00);
+    x2 = load_block(p, dst, 0x10);
+    x3 = load_block(p, dst, 0x20);
+    x4 = load_block(p, dst, 0x30);
     x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)c));
     p += 64;
+    dst = dst ? dst + 64 : dst;
     n -= 64;
 
     /* Four independent 128-bit lanes, each folded 512 bits forward per step. */
@@ -70,14 +84,15 @@ static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
         x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
         x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
         x1 = _mm_xor_si128(_mm_xor_si128(x1, x5),
-                           _mm_loadu_si128((const __m128i *)(p + 0x00)));
+                           load_block(p, dst, 0x00));
         x2 = _mm_xor_si128(_mm_xor_si128(x2, x6),
-                           _mm_loadu_si128((const __m128i *)(p + 0x10)));
+                           load_block(p, dst, 0x10));
         x3 = _mm_xor_si128(_mm_xor_si128(x3, x7),
-                           _mm_loadu_si128((const __m128i *)(p + 0x20)));
+                           load_block(p, dst, 0x20));
         x4 = _mm_xor_si128(_mm_xor_si128(x4, x8),
-                           _mm_loadu_si128((const __m128i *)(p + 0x30)));
+                           load_block(p, dst, 0x30));
         p += 64;
+        dst = dst ? dst + 64 : dst;
         n -= 64;
     }
 
@@ -93,11 +108,12 @@ static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
     x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
     x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
     while (n >= 16) {
-        x2 = _mm_loadu_si128((const __m128i *)p);
+        x2 = load_block(p, dst, 0);
         x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
         x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
         x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
         p += 16;
+        dst = dst ? dst + 16 : dst;
         n -= 16;
     }
 
@@ -114,6 +130,18 @@ static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
     x2 = _mm_clmulepi64_si128(x2, poly, 0x00);
     x1 = _mm_xor_si128(x1, x2);
     return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
+{
+    return fold_clmul(c, p, NULL, n);
+}
+
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t raw_clmul_copy(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n)
+{
+    return fold_clmul(c, src, dst, n);
 }
 #endif
 
@@ -155,6 +183,26 @@ uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n)
     }
 #endif
     return raw_table(c, p, n);
+}
+
+uint32_t mrc_crc32_copy_raw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n)
+{
+#ifdef HAVE_X86_CLMUL
+    if (use_clmul && n >= 64) {
+        size_t bulk = n & ~(size_t)15;
+        c = raw_clmul_copy(c, dst, src, bulk);
+        dst += bulk;
+        src += bulk;
+        n -= bulk;
+    }
+#endif
+    memcpy(dst, src, n);
+    return raw_table(c, dst, n);
+}
+
+uint32_t mrc_crc32_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t n)
+{
+    return ~mrc_crc32_copy_raw(~crc, dst, src, n);
 }
 
 uint32_t mrc_crc32(uint32_t crc, const uint8_t *p, size_t n)

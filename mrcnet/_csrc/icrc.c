@@ -39,6 +39,12 @@ uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
  * UDP checksum is left masked: the caller overwrites it next. */
 uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip)
 {
+    return mrc_icrc_in_place_copy(p, len, NULL, 0, has_ip);
+}
+
+uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size_t n,
+                                int has_ip)
+{
     size_t ip = has_ip ? IP6_LEN : 0;
     uint8_t saved[5];
     memcpy(saved, p, 4);
@@ -50,7 +56,10 @@ uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip)
     }
     p[ip + 6] = p[ip + 7] = 0xff;
     p[ip + UDP_LEN + 4] = 0xff;
-    uint32_t crc = ~mrc_crc32_raw(icrc_prefix(), p, len);
+    uint32_t c = mrc_crc32_raw(icrc_prefix(), p, len);
+    if (n)
+        c = mrc_crc32_copy_raw(c, p + len, src, n);
+    uint32_t crc = ~c;
     p[ip + UDP_LEN + 4] = bth_resv;
     memcpy(p, saved, 4);
     p[7] = saved[4];

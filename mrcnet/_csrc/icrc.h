@@ -12,6 +12,12 @@
  * mrc_crc32(c, p, n) == ~mrc_crc32_raw(~c, p, n). */
 uint32_t mrc_crc32(uint32_t crc, const uint8_t *p, size_t n);
 uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n);
+/* Copy n bytes from src to dst (not overlapping) and return the CRC-32 of them, as
+ * mrc_crc32(crc, dst, n) after the copy would: one pass over the bytes, where the copy and
+ * then the CRC were two (the data frames' payload). The _raw form on the uninverted
+ * state, as above. Twin: a copy and zlib.crc32 (tests/wire/test_crc_copy.py). */
+uint32_t mrc_crc32_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t n);
+uint32_t mrc_crc32_copy_raw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n);
 /* Select the CRC code: 1 = PCLMULQDQ if the CPU has it, 0 = table (tests use both).
  * Returns 1 if PCLMULQDQ is now in use. */
 int mrc_crc32_impl(int want);
@@ -29,5 +35,10 @@ uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
  * in place so one CRC pass covers the whole span, then put back, except the UDP
  * checksum, left masked (the caller overwrites it next). Returns zlib's value. */
 uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip);
+/* The same for a frame whose last n covered bytes are still to be copied from src: p[0:len]
+ * is written, src[0:n] is copied to p + len while the CRC covers it, and the ICRC is that
+ * of p[0:len + n] (template.c's data frames: the payload copy and its CRC in one pass). */
+uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size_t n,
+                                int has_ip);
 
 #endif

@@ -95,13 +95,13 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
         put32(e, imm);
         e += IMMDT_LEN;
     }
-    if (payload_len)
-        memcpy(e, payload, payload_len);
-
-    /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. */
+    /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. The
+     * payload is copied in by the CRC's own pass over it (the copy was a pass of its own,
+     * ~a third of the build's time on 8 KiB frames). */
     uint8_t *ic = out + total - 4;
     uint8_t *cov = out + (t->off_inner_ip ? t->off_inner_ip : t->off_udp);
-    uint32_t crc = mrc_icrc_in_place(cov, (size_t)(ic - cov), t->off_inner_ip != 0);
+    uint32_t crc = mrc_icrc_in_place_copy(cov, (size_t)(e - cov), payload, payload_len,
+                                          t->off_inner_ip != 0);
     if (t->icrc_le) { ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24; }
     else put32(ic, crc);
 
