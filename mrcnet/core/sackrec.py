@@ -159,7 +159,8 @@ class CRecovery(Recovery):
         if self._after(self.c, tab.c, txt.c, now, acked, bool(self.rtx_q),
                        cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor,
                        cfg.ack_delay if cfg.rack_hold is None else cfg.rack_hold,
-                       self.reo_scale, self.reo_learned, cfg.rack_tie_break, self.backoff(),
+                       self.reo_scale, self.reo_learned, cfg.rack_tie_break,
+                       self.backoff() if self.retries else 1.0,
                        self.attrs.ack_timeout_s, cfg.timeout_floor,
                        cfg.tail_probe and not self.tlp_sent, cfg.base_rtt_hint,
                        cfg.ack_delay, buf, cap, o):
