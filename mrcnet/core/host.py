@@ -189,6 +189,14 @@ class Host:
         """Is an event waiting (:meth:`next_event` would give one)?"""
         return bool(self._events or self.path_events)
 
+    def take_events(self) -> list[Event]:
+        """Every pending event, oldest first (:meth:`next_event` until None, in one
+        call), the queue emptied."""
+        self._flush_path_events()
+        evs = list(self._events)
+        self._events.clear()
+        return evs
+
     def next_event(self) -> Event | None:
         """The oldest pending event, or None."""
         self._flush_path_events()

@@ -190,8 +190,8 @@ class Receiver:
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
                     if marked != qp.qpn:
                         marked = qp.qpn
-                        self.host._dirty.add(marked)
-                        self.host._sendq.add(marked)
+                        host._dirty.add(marked)
+                        host._sendq.add(marked)
                 if st != RX_END:
                     if st == RX_SACK:
                         assert qp is not None

@@ -573,9 +573,9 @@ class HostNode:
         self.endpoint: Endpoint | None = None
         self.on_activity: Callable[[HostNode], None] | None = None
         #: None: ``on_activity`` runs after every input; else only after an input that
-        #: left one of these containers non-empty (a runner that waits for its stack's
-        #: events gives their queues: no call after the many inputs that make none)
-        self.activity_if: tuple[Sized, ...] | None = None
+        #: left one of these two containers non-empty (a runner that waits for its
+        #: stack's events gives their queues: no call after the many inputs that make none)
+        self.activity_if: tuple[Sized, Sized] | None = None
         self.counters = HostCounters()
         self._armed: float | None = None
         self._same_instant = 0
@@ -668,8 +668,8 @@ class HostNode:
             else:
                 self._transmit(out)
         self._arm(ep.next_timer())
-        if self.on_activity is not None and (self.activity_if is None
-                                             or any(self.activity_if)):
+        q = self.activity_if
+        if self.on_activity is not None and (q is None or q[0] or q[1]):
             self.on_activity(self)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
@@ -720,7 +720,7 @@ class HostNode:
         act = self.on_activity
         if act is not None:
             q = self.activity_if
-            if q is None or any(q):
+            if q is None or q[0] or q[1]:
                 act(self)
 
     def _timer(self, token: float) -> None:

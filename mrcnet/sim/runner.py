@@ -410,7 +410,7 @@ class SimRun:
         if not host._events and not host.path_events and self._pending > 0:
             return
         now = self.sim.now
-        while (ev := host.next_event()) is not None:
+        for ev in host.take_events():  # (nothing below makes a host event)
             if isinstance(ev, WriteCompleted):
                 fid = self._by_qp.get((node.index, ev.qpn))
                 if fid is not None and self.results[fid].finish is None:

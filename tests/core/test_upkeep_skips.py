@@ -131,3 +131,27 @@ def test_backoff_first_round_needs_no_retry_linear() -> None:
             k = retries - lin
             assert rec.backoff() == (1.0 if k <= 0 else float(1 << min(k, 30)))
     rec.retries = 0
+
+
+def test_take_events_gives_what_next_event_would() -> None:
+    """Host.take_events (the runner's drain in one call): the events next_event gives
+    until None, in the same order (path events flushed behind the queued ones), and
+    the queue empty after."""
+    from mrcnet.core.events import WriteCompleted
+
+    def queue(h: Any) -> None:
+        h.emit(WriteCompleted(1, 10, 100))
+        h.path_events.append("p1")
+        h.emit(WriteCompleted(2, 20, 200))
+        h.path_events.append("p2")
+
+    a, b = (_run(max_events=100).hosts[0] for _ in range(2))
+    for h in (a, b):
+        h.take_events()
+        queue(h)
+    one_by_one = []
+    while (ev := a.next_event()) is not None:
+        one_by_one.append(ev)
+    assert b.take_events() == one_by_one
+    assert [getattr(e, "qpn", e) for e in one_by_one] == [1, "p1", 2, "p2"]
+    assert not b.has_events() and b.take_events() == []
