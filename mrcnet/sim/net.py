@@ -668,8 +668,8 @@ class HostNode:
             else:
                 self._transmit(out)
         self._arm(ep.next_timer())
-        q = self.activity_if
-        if self.on_activity is not None and (q is None or q[0] or q[1]):
+        act_if = self.activity_if
+        if self.on_activity is not None and (act_if is None or act_if[0] or act_if[1]):
             self.on_activity(self)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
