@@ -255,6 +255,12 @@ class HostConfig:
     ev_order: str = "sport-low"
     dscp: dict[str, int] | None = None
 
+    def __post_init__(self) -> None:
+        # Recovery.backoff's first round is 1.0 without reading retry_linear, which only
+        # a negative retry_linear would make wrong (a QP's own is checked: check_qp_attrs)
+        if self.retry_linear < 0:
+            raise InvalidAttribute(f"retry_linear {self.retry_linear} must not be negative")
+
 
 #: HostConfig.ev_order's names of the EV orders (mrcnet.constants.EV_ORDER_*).
 EV_ORDERS: dict[str, int] = {"sport-low": EV_ORDER_SPORT_LOW, "sport-high": EV_ORDER_SPORT_HIGH}

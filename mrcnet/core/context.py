@@ -30,6 +30,9 @@ class HostContext:
     emit: Callable[[Event], None]  #: queue an event for the application
     path_events: list[PathStateChanged]  #: where EV managers report EV state changes
     port_of_plane: Callable[[int], int]  #: the local port index of a plane
+    #: the host's counters, the dict ``count`` bumps: a QP's counters bump it in place
+    #: (QueuePair.count, once per trimmed packet and NACK: no second call)
+    counters: dict[str, int]
 
 
 class QPView(Protocol):

@@ -61,6 +61,7 @@ from mrcnet.wire.erth import TokenERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
+_RTS = QPState.RTS  # (a module global: one lookup per QP in frames_to_send)
 _IMM_MAX = 0xFFFFFFFF
 
 
@@ -144,7 +145,7 @@ class Host:
         self.rx_frames = 0  # hot counter: a plain attribute, folded into counters()
         # what every QP here may see of this host
         self._qp_ctx = HostContext(self.name, self.config, self.memory, self.count, self.emit,
-                                   self.path_events, self.port_of_plane)
+                                   self.path_events, self.port_of_plane, self._counters)
         self._rx = Receiver(self)  # frames in (and the receive lane kept in step)
         #: ``receive_batch(frames, port, now, slots=None)``: frames from the network on
         #: local ``port``, all at ``now``: the same as :meth:`receive` of each in turn,
@@ -187,6 +188,14 @@ class Host:
     def has_events(self) -> bool:
         """Is an event waiting (:meth:`next_event` would give one)?"""
         return bool(self._events or self.path_events)
+
+    def take_events(self) -> list[Event]:
+        """Every pending event, oldest first (:meth:`next_event` until None, in one
+        call), the queue emptied."""
+        self._flush_path_events()
+        evs = list(self._events)
+        self._events.clear()
+        return evs
 
     def next_event(self) -> Event | None:
         """The oldest pending event, or None."""
@@ -686,9 +695,11 @@ class Host:
             qp = qps.get(qpn)
             if qp is None:
                 continue
-            if qp.sack_pending:
+            # (the QP's parts read directly: its properties of them cost a call each)
+            rec, resp = qp.rec, qp.resp
+            if rec.sack_pending:
                 qp.after_sacks(now)
-            rx = qp.rx  # (the responder's state record: its fields read and reset here)
+            rx = resp.rx  # (the responder's state record: its fields read and reset here)
             if rx.rx_burst:
                 # End of a receive burst: data that arrived with others in it is SACKed
                 # now rather than at the ACK-delay timer (a host that handles frames in
@@ -696,15 +707,15 @@ class Host:
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
                 if rx.since_ack and not cfg.sack_on_reorder and (
-                        rx.rx_burst > 1 or (cfg.ack_lone and not qp.resp.held)
+                        rx.rx_burst > 1 or (cfg.ack_lone and not resp.held)
                         or (cfg.ack_req_burst and rx.ack_at <= now)):
                     qp.send_sack(now, out)
                 rx.rx_burst = 0
-            if qp.state is QPState.RTS and (qp.sq or qp.rtx_q):
+            if qp.state is _RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
-                    qp.resp.note_answer(now)
-                if qp.since_ack and cfg.ack_with_data:
+                    resp.note_answer(now)
+                if rx.since_ack and cfg.ack_with_data:
                     self._emit_with_ack(qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)

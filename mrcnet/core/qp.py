@@ -13,6 +13,7 @@ see it only through :class:`~mrcnet.core.context.QPView`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
@@ -175,7 +176,15 @@ class QueuePair:
     def count(self, name: str, n: int = 1) -> None:
         """Bump a per-QP counter (and the host's)."""
         self.stats[name] = self.stats.get(name, 0) + n
-        self.ctx.count(name, n)
+        c = self.ctx.counters  # (ctx.count's dict: Host.count, inlined)
+        c[name] = c.get(name, 0) + n
+
+    def count_each(self, counts: Iterable[tuple[str, int]]) -> None:
+        """:meth:`count` of each (name, n) in turn, in one call."""
+        stats, c = self.stats, self.ctx.counters
+        for name, n in counts:
+            stats[name] = stats.get(name, 0) + n
+            c[name] = c.get(name, 0) + n
 
     def ready(self, paths: dict[int, list[Route]], peer_ips: frozenset[bytes]) -> None:
         """INIT -> RTR: the peer's paths are known; build the EV set and CC."""

@@ -87,6 +87,10 @@ class Receiver:
         # QP's "too early" floor then
         self._lane_seen = self._ack_seen = -1
         self._ack_floor = 0.0
+        # The ack QP's snd_una and next_seq last handed to the lane by ack_sync (-1: the
+        # lane's copy is not known to be theirs: paused, or not synced since a change),
+        # so that a batch whose window did not move skips the call
+        self._ack_una = self._ack_nxt = -1
         # The same for the SACK planes and templates the lane was given for its QP
         # (_sack_sync), and that QP's EV manager and usable planes then
         self._sack_seen = -1
@@ -103,6 +107,7 @@ class Receiver:
         self._lane_slots = isinstance(lane, CRxLane)
         self._lane_qp = self._ack_qp = None
         self._lane_seen = self._ack_seen = self._sack_seen = -1
+        self._ack_una = self._ack_nxt = -1
         if lane is not None:
             lane.verify = self.host.config.verify_checksums
 
@@ -152,10 +157,15 @@ class Receiver:
             rec = aq.rec  # (its parts' attributes: QueuePair's are properties)
             if (aq.setup_ver == self._ack_seen and not rec.lost_log and not rec.suspects
                     and not VERIFY_SETUP):
-                lane.ack_sync(rec.snd_una, aq.snd.next_seq, self._ack_floor)
+                una, nxt = rec.snd_una, aq.snd.next_seq
+                if una != self._ack_una or nxt != self._ack_nxt:  # (else the lane has them)
+                    self._ack_una, self._ack_nxt = una, nxt
+                    lane.ack_sync(una, nxt, self._ack_floor)
             else:
                 self._ack_sync()
         plane, run, ctrl = p.plane, lane.run, host._ctrl
+        if one:  # (CRxLane.run_one, inlined: its C entry straight from here)
+            run_one, buf = lane.one, lane.cdata_of
         marked = -1  # the lane's QP is in _dirty and _sendq (nothing clears them in here)
         i = 0
         qp = self._lane_qp  # (only _lane_frame changes it)
@@ -166,7 +176,8 @@ class Receiver:
                 self._sack_sync(qp)
         try:
             while i < n:
-                r = lane.run_one(f0, now, plane) if one else run(i, n, now, plane)
+                r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
+                     if one else run(i, n, now, plane))
                 k, st = r >> RX_POS_SHIFT, r & 3
                 # SACKs the lane took (for the ack QP): their decisions, before anything else
                 acks = self._ack_replay(now) if r & RX_ACKS else 0
@@ -179,8 +190,8 @@ class Receiver:
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
                     if marked != qp.qpn:
                         marked = qp.qpn
-                        self.host._dirty.add(marked)
-                        self.host._sendq.add(marked)
+                        host._dirty.add(marked)
+                        host._sendq.add(marked)
                 if st != RX_END:
                     if st == RX_SACK:
                         assert qp is not None
@@ -220,13 +231,10 @@ class Receiver:
         nacks = lane.nacks
         qp.resp.tx_sacks += len(built) - nacks  # (qp.tx_sacks: a property)
         if nacks:
-            qp.count("rx_trimmed", nacks)
             last = lane.nacks_last
-            if last:
-                qp.count("rx_trimmed_lasthop", last)
-            qp.count("tx_nack", nacks)
-            if last:
-                qp.count("tx_nack_lasthop", last)
+            qp.count_each((("rx_trimmed", nacks), ("rx_trimmed_lasthop", last),
+                           ("tx_nack", nacks), ("tx_nack_lasthop", last)) if last
+                          else (("rx_trimmed", nacks), ("tx_nack", nacks)))
         return int(nacks)
 
     def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
@@ -333,7 +341,7 @@ class Receiver:
     def _ack_use(self, qp: QueuePair) -> None:
         """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
         self._ack_qp = qp
-        self._ack_seen = -1
+        self._ack_seen = self._ack_una = self._ack_nxt = -1
         self._ack_txt, self._ack_peers = qp.txt, qp.peer_ips
         if not self._lane.set_ack(qp.qpn, qp.txt, qp.peer_ips, qp._txcap):
             self._ack_qp = None
@@ -346,12 +354,17 @@ class Receiver:
         qp = self._ack_qp
         assert qp is not None
         lane = self._lane
+        una, nxt = self._ack_una, self._ack_nxt
+        self._ack_una = self._ack_nxt = -1  # (set again below when the lane is synced)
         if qp.setup_ver == self._ack_seen:  # the checks below that do not need it passed
             if VERIFY_SETUP:
                 self._verify_ack(qp)
             if qp.lost_log or qp.suspects:
                 lane.ack_pause()
             else:
+                if VERIFY_SETUP and (una, nxt) == (qp.snd_una, qp.next_seq):
+                    self._verify_ack_sync(una, nxt)
+                self._ack_una, self._ack_nxt = qp.snd_una, qp.next_seq
                 lane.ack_sync(qp.snd_una, qp.next_seq, self._ack_floor)
             return
         if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
@@ -367,6 +380,7 @@ class Receiver:
             if self._ack_qp is None:
                 return
         self._ack_seen, self._ack_floor = qp.setup_ver, forged.early_floor(qp.cfg.ack_rtt_floor)
+        self._ack_una, self._ack_nxt = qp.snd_una, qp.next_seq
         lane.ack_sync(qp.snd_una, qp.next_seq, self._ack_floor)
 
     def _verify_ack(self, qp: QueuePair) -> None:
@@ -377,6 +391,16 @@ class Receiver:
                 and self._ack_floor == forged.early_floor(qp.cfg.ack_rtt_floor)):
             raise AssertionError(f"QP {qp.qpn}: the ack lane's setup changed and "
                                  "setup_ver did not move (a writer without changed())")
+
+    def _verify_ack_sync(self, una: int, nxt: int) -> None:
+        """(VERIFY_SETUP) The batch loop would skip ``ack_sync(una, nxt)`` (the window it
+        last handed over did not move): the lane must be taking SACKs with exactly that."""
+        state = getattr(self._lane, "ack_state", None)
+        if state is not None and state() != (una, nxt, self._ack_floor, True):
+            raise AssertionError(f"the ack lane holds {state()}, not the window "
+                                 f"{(una, nxt, self._ack_floor)} it was last given "
+                                 "(a change of the lane's ack setup without a reset of "
+                                 "_ack_una)")
 
     def _ack_replay(self, now: float) -> int:
         """on_sack's decisions for the SACKs the lane took (in order); returns how many."""

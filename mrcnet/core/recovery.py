@@ -187,7 +187,8 @@ class Recovery(TailLoss):
 
     def backoff(self) -> float:
         """Retry phase: ``retry_linear`` rounds at the base timeout, then doubling."""
-        k = self.retries - self.qp.retry_linear
+        # (no retry round: 1.0 without reading retry_linear, never negative: HostConfig)
+        k = self.retries and self.retries - self.qp.retry_linear
         return 1.0 if k <= 0 else float(1 << min(k, 30))
 
     def _arm_rto(self) -> None:

@@ -266,7 +266,11 @@ class CRxLane:
         self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
         self.parsed: Any = ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(C.mrc_rx_run, c)
-        self._one = functools.partial(C.mrc_rx_one, c)
+        #: :meth:`run_one` without its Python frame, for the receive loop: the frame as
+        #: bytes or a cdata of it (``ffi.from_buffer``), its length, now, the plane
+        self.one: Callable[[Any, int, float, int], int] = functools.partial(C.mrc_rx_one, c)
+        #: ``ffi.from_buffer``: a bytearray as :attr:`one` takes it
+        self.cdata_of: Callable[[Any], Any] = ffi.from_buffer
 
     def _grow(self, cap: int) -> None:
         self._ptr = ffi.new("const uint8_t *[]", cap)
@@ -391,8 +395,8 @@ class CRxLane:
     def run_one(self, frame: bytes | bytearray, now: float, plane: int) -> int:
         """``run(0, 1, now, plane)`` of the one frame ``frame``, without :meth:`load`
         and :meth:`release` (``mrc_rx_one``: the lane keeps no pointer to it after)."""
-        return int(self._one(frame if type(frame) is bytes else ffi.from_buffer(frame),
-                             len(frame), now, plane))
+        return int(self.one(frame if type(frame) is bytes else ffi.from_buffer(frame),
+                            len(frame), now, plane))
 
     def release(self) -> None:
         """Let go of the loaded frames' buffers (a memoryview with an export left would
@@ -454,6 +458,12 @@ class CRxLane:
             a = self._ack
             a.una, a.next_seq, a.early = una, next_seq, early
             self._c.ack = a
+
+    def ack_state(self) -> tuple[int, int, float, bool]:
+        """What the last :meth:`ack_sync` left (una, next_seq, early) and whether the lane
+        takes SACKs now (none after :meth:`ack_pause` or a refused :meth:`set_ack`)."""
+        a = self._ack
+        return (a.una, a.next_seq, a.early, self._c.ack != ffi.NULL)
 
     def ack_pause(self) -> None:
         """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""

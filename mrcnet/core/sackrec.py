@@ -95,18 +95,13 @@ class CRecovery(Recovery):
         """:meth:`Recovery.on_sack_records`, the common records in C."""
         self._c_records(ints, sents, len(sents), now)
 
-    def on_lane_records(self, recs: Any, sents: Any, n: int, now: float) -> None:
-        """:meth:`Recovery.on_lane_records`: the lane's arrays go to C as they are (no
-        lists made and converted back); only records Python makes are unpacked."""
-        self._c_records(recs, sents, n, now)
-
-    def _c_records(self, ints: Any, sents: Any, n: int, now: float) -> None:
-        """The records ``0 .. n`` of ``ints``/``sents`` (lists, or the lane's C arrays),
+    def _c_records(self, recs: Any, sents: Any, n: int, now: float) -> None:
+        """The records ``0 .. n`` of ``recs``/``sents`` (lists, or the lane's C arrays),
         C making the common ones, :meth:`Recovery.on_sack_records` the rest."""
         evm, cc = self.evm, self.cc
         tab = evm.tab if evm is not None else None
         if tab is None or not isinstance(cc, CNSCC) or n > SACK_INDEX:
-            Recovery.on_sack_records(self, *_lists(ints, sents, 0, n), now)
+            Recovery.on_sack_records(self, *_lists(recs, sents, 0, n), now)
             return
         if n > len(self._skip):
             self._skip = ffi.new("uint32_t[]", n)
@@ -114,9 +109,9 @@ class CRecovery(Recovery):
         out, i = self._out, 0
         while i < n:
             if self.lost_log or self.suspects:  # (a decision in Python left some)
-                Recovery.on_sack_records(self, *_lists(ints, sents, i, n), now)
+                Recovery.on_sack_records(self, *_lists(recs, sents, i, n), now)
                 return
-            r = self._records(self.c, tab.c, cc._c, ints, sents, i, n, now, self.snd_una,
+            r = self._records(self.c, tab.c, cc._c, recs, sents, i, n, now, self.snd_una,
                               self.retries, self.reo_scale, self.reo_clean,
                               self.reo_learned, self.reo_last, out)
             k = r & SACK_INDEX
@@ -139,8 +134,13 @@ class CRecovery(Recovery):
             if k == n:
                 return
             # record k is not the common case: Python's decisions
-            Recovery.on_sack_records(self, *_lists(ints, sents, k, k + 1), now)
+            Recovery.on_sack_records(self, *_lists(recs, sents, k, k + 1), now)
             i = k + 1
+
+    #: :meth:`Recovery.on_lane_records`: the lane's arrays go to C as they are (no lists
+    #: made and converted back); only records Python makes are unpacked. (The method
+    #: itself, not a hop to it: once per batch of SACKs the lane took.)
+    on_lane_records = _c_records
 
     def after_sacks(self, now: float) -> None:
         """:meth:`Recovery.after_sacks`, its common case in C (``mrc_sack_after``: RACK
@@ -159,7 +159,8 @@ class CRecovery(Recovery):
         if self._after(self.c, tab.c, txt.c, now, acked, bool(self.rtx_q),
                        cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor,
                        cfg.ack_delay if cfg.rack_hold is None else cfg.rack_hold,
-                       self.reo_scale, self.reo_learned, cfg.rack_tie_break, self.backoff(),
+                       self.reo_scale, self.reo_learned, cfg.rack_tie_break,
+                       self.backoff() if self.retries else 1.0,
                        self.attrs.ack_timeout_s, cfg.timeout_floor,
                        cfg.tail_probe and not self.tlp_sent, cfg.base_rtt_hint,
                        cfg.ack_delay, buf, cap, o):

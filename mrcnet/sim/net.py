@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from heapq import heappush
 from typing import Any, Protocol
@@ -572,6 +572,10 @@ class HostNode:
         self.addresses: list[bytes] = []  #: per port (a plane's unicast address)
         self.endpoint: Endpoint | None = None
         self.on_activity: Callable[[HostNode], None] | None = None
+        #: None: ``on_activity`` runs after every input; else only after an input that
+        #: left one of these two containers non-empty (a runner that waits for its
+        #: stack's events gives their queues: no call after the many inputs that make none)
+        self.activity_if: tuple[Sized, Sized] | None = None
         self.counters = HostCounters()
         self._armed: float | None = None
         self._same_instant = 0
@@ -664,7 +668,8 @@ class HostNode:
             else:
                 self._transmit(out)
         self._arm(ep.next_timer())
-        if self.on_activity is not None:
+        act_if = self.activity_if
+        if self.on_activity is not None and (act_if is None or act_if[0] or act_if[1]):
             self.on_activity(self)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
@@ -712,8 +717,11 @@ class HostNode:
         if t is not None and t != self._armed:
             self._armed = t
             self.sim.at(t, self._timer, t)
-        if self.on_activity is not None:
-            self.on_activity(self)
+        act = self.on_activity
+        if act is not None:
+            q = self.activity_if
+            if q is None or q[0] or q[1]:
+                act(self)
 
     def _timer(self, token: float) -> None:
         # Stale wake-ups (the stack moved its timer since) are ignored, not cancelled:

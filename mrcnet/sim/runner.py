@@ -364,6 +364,8 @@ class SimRun:
             self.sim.at(f.start, self._start_flow, f)
         for node, host in zip(self.fabric.hosts, self.hosts, strict=True):
             node.on_activity = self._drain_events
+            if self._pending > 0:  # (_drain_events returns at once while both are empty)
+                node.activity_if = (host._events, host.path_events)
             node.attach(host)
             # A NIC reports carrier changes to its driver: the core stops using the plane
             # and tells its peers (PORT_STATUS); a switch-side failure it must discover.
@@ -408,7 +410,7 @@ class SimRun:
         if not host._events and not host.path_events and self._pending > 0:
             return
         now = self.sim.now
-        while (ev := host.next_event()) is not None:
+        for ev in host.take_events():  # (nothing below makes a host event)
             if isinstance(ev, WriteCompleted):
                 fid = self._by_qp.get((node.index, ev.qpn))
                 if fid is not None and self.results[fid].finish is None:
@@ -423,6 +425,8 @@ class SimRun:
             elif isinstance(ev, PathStateChanged):
                 self.path_events.append((now, host.name, ev))
         if self._pending <= 0:
+            for n in self.fabric.hosts:  # (from now on it stops the run at every input)
+                n.activity_if = None
             if self.samples and self.samples[-1][0] < now:
                 self._sample(None)  # the last interval ends when the last flow does
             self.sim.stop()

@@ -504,14 +504,14 @@ def test_one_frame_a_call_runs_the_lane_without_loading_it() -> None:
     for kind in (bytearray, bytes):
         _net, (_qa, _qb, _ms, md, _src), hb = _setup("c", 0, kw, 600_000)
         runs = [0]
-        run_one = hb._lane.run_one
+        one = hb._lane.one  # (run_one's C entry, which the receive loop calls)
 
-        def counted(frame: Any, now: float, plane: int, runs: list[int] = runs,
-                    run_one: Any = run_one) -> int:
+        def counted(buf: Any, n: int, now: float, plane: int, runs: list[int] = runs,
+                    one: Any = one) -> int:
             runs[0] += 1
-            return run_one(frame, now, plane)  # type: ignore[no-any-return]
+            return one(buf, n, now, plane)  # type: ignore[no-any-return]
 
-        hb._lane.run_one = counted
+        hb._lane.one = counted
         out: list[tuple[int, int, bytes]] = []
         now = 1.0
         for b, batch in enumerate(batches):
