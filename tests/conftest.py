@@ -5,6 +5,12 @@ skip every fixture's teardown, leaving its namespaces and the mrcds inside them 
 Here SIGTERM ends the run as Ctrl-C does: pytest stops, runs every pending teardown (the
 fabrics, mrcds and ranks the tests started, each removed by name or PID), reports, and
 exits with status 2.
+
+A run started in the background by a non-interactive shell (``.ci/run &``, nohup) inherits
+SIGINT ignored, and so would every process the tests start: the tests that stop mrc-coll
+or ``mrc-fabric status --watch`` with Ctrl-C would wait for an exit that never comes.
+The session restores SIGINT's default (KeyboardInterrupt here; the default disposition in
+what it starts).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ def _teardown_in_progress(signum: int, frame: FrameType | None) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
