@@ -46,6 +46,16 @@ class NackRecovery:
     def _silence_over(self, now: float) -> None:
         raise NotImplementedError
 
+    def _trim_signal(self, evm: EVManager, ev: int, lasthop: bool) -> None:
+        """What a trim says about the path of ``ev``: nothing when it was at the last hop
+        (incast at the receiver's port), else its EV is skipped once. (The one rule for
+        both recoveries: this one and :class:`mrcnet.core.sackrec.CRecovery`.)"""
+        if lasthop:
+            self.qp.count("rx_nack_lasthop")
+        else:
+            evm.skip(ev, "trim")
+            self.qp.count("ev_skip_trim")
+
     def on_nack(self, n: PyParsed, now: float) -> None:
         """A NACK: trimmed packets are retransmitted at once; an access error is fatal once
         the evidence is consistent (:class:`mrcnet.core.forged.AccessRefusals`)."""
@@ -64,11 +74,7 @@ class NackRecovery:
             # silence, not congestion (the resend waits for the window like new data).
             if self.retries:
                 self._silence_over(now)
-            if lasthop:  # incast at the receiver's port: not a path signal
-                self.qp.count("rx_nack_lasthop")
-            else:
-                self.evm.skip(e[E_EV], "trim")
-                self.qp.count("ev_skip_trim")
+            self._trim_signal(self.evm, e[E_EV], lasthop)
             self.cc.on_trim(now, lasthop)
             if not e[E_FLAGS] & PEND:
                 self._mark_lost(seq, now, "trim")
