@@ -53,7 +53,7 @@ class NackRecovery:
         if lasthop:
             self.qp.count("rx_nack_lasthop")
         else:
-            evm.skip(ev, "trim")
+            evm.skip_all((ev,), "trim")  # (skip's decisions, without its _set call)
             self.qp.count("ev_skip_trim")
 
     def on_nack(self, n: PyParsed, now: float) -> None:
