@@ -134,6 +134,10 @@ class Recovery(NackRecovery, TailLoss):
         self.sack_acked = 0  # ... and what they acknowledged
         self.refusals = AccessRefusals()  # remote access error NACKs, per PSN
 
+    def set_evm(self, evm: EVManager | None) -> None:
+        """Use ``evm``, the QP's EV manager (shared with the sender; None: none yet)."""
+        self.evm = evm
+
     @property
     def rack_sent(self) -> float:
         """Newest send time of any packet acknowledged (RACK; -1 before the first)."""

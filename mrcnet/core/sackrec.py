@@ -70,6 +70,7 @@ class CRecovery(Recovery):
         self._records, self._rto = C.mrc_sack_records, C.mrc_sack_rto
         self._after, self._trim = C.mrc_sack_after, C.mrc_sack_trim
         self._timers = ffi.new("struct mrc_sack_timers *")
+        self._tab: evs.EVTable | None = None
         super().__init__(qp)
 
     srtt = c_field("srtt", float)
@@ -86,12 +87,11 @@ class CRecovery(Recovery):
     def rack_tie(self, tie: tuple[float, int]) -> None:
         self.c.tie_sent, self.c.tie_seq = tie
 
-    @property
-    def _tab(self) -> evs.EVTable | None:
-        """The EV manager's table of the EVs' numbers in C (None: no EV manager yet, or
-        a pure-Python one)."""
-        evm = self.evm
-        return evm.tab if evm is not None else None
+    def set_evm(self, evm: evs.EVManager | None) -> None:
+        """:meth:`Recovery.set_evm`, and ``_tab``: its table of the EVs' numbers in C
+        (None: no EV manager, or a pure-Python one), an attribute read per frame."""
+        self.evm = evm
+        self._tab = evm.tab if evm is not None else None
 
     @property
     def c_records(self) -> int:

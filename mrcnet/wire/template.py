@@ -417,6 +417,10 @@ class CTemplate:
         self._check = check_data_args
         self._null = ffi.NULL
         self._hdr_len = len(hdr)
+        # frame()'s buffer, reused and never zeroed (every byte of a frame is written):
+        # a fresh zeroed bytearray per frame cost more than building the frame in it
+        self._scratch: Any = None
+        self._scratch_len = 0
 
     def path(self, *, usid: bytes | None = None, segments: Sequence[bytes] | None = None,
              usid_srh: bytes | None = None) -> PathSpec:
@@ -483,8 +487,8 @@ class CTemplate:
               meth: int | None, imm: int | None, timestamp: int | None, rtx: bool,
               ack_req: bool) -> bytes:
         """One data frame as ``bytes``, every field positional: the core's per-packet
-        call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into a
-        buffer of exactly the frame's size, so the only copy is ``bytes()``'s."""
+        call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into
+        the template's own buffer (not zeroed: C writes every byte), and copied out once."""
         if (imm is None and opcode in _PLAIN_DATA_OPS
                 and (meth is None or 0 <= meth <= 0xFFFFFFFF)
                 and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX
@@ -505,13 +509,15 @@ class CTemplate:
         da, segs, pd = _path_args(path, self._null)
         if type(payload) is not bytes:
             payload = ffi.from_buffer(payload)
-        buf = bytearray(n)
-        if not C.mrc_patch_data(ffi.from_buffer(buf), n, self._t, opcode, flags, psn, ev, da,
-                                 segs, pd, va, ext, meth or 0, imm or 0, timestamp, payload,
-                                 len(payload)):
+        buf = self._scratch
+        if n > self._scratch_len:
+            buf = self._scratch = _RAW_ALLOC("uint8_t[]", n)
+            self._scratch_len = n
+        if not C.mrc_patch_data(buf, n, self._t, opcode, flags, psn, ev, da, segs, pd, va,
+                                 ext, meth or 0, imm or 0, timestamp, payload, len(payload)):
             raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
                              "IPv6 length field")
-        return bytes(buf)
+        return bytes(ffi.buffer(buf, n))
 
     def build(self, **fields: Any) -> bytes:
         """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
