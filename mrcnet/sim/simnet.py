@@ -98,19 +98,22 @@ class NativeSimulator(Simulator):
         step = C.simnet_run
         # (the stop codes as locals: a cffi lib attribute costs more than a local)
         HOST, PY, LIMIT = C.SIMNET_HOST, C.SIMNET_PY, C.SIMNET_LIMIT
+        WHY, HPORT, HPORT_MASK, HOST_SHIFT = (C.SIMNET_WHY_MASK, C.SIMNET_HPORT_SHIFT,
+                                              C.SIMNET_HPORT_MAX - 1, C.SIMNET_HOST_SHIFT)
         limit = math.inf if until is None else until
         budget = -1 if max_events is None else max_events
-        n = 0
+        ran0 = out.total  # (the events run are read once, at the end, without a budget)
         start = time.perf_counter()
         cpu_start = time.process_time()
         try:
             while True:
-                why = step(net, limit, budget - n if budget >= 0 else -1, cbuf, _FRAME_BUF,
-                           out)
-                n += out.events
-                self.now = out.t
-                if why == HOST:
-                    hosts[out.host].arrive(buf[: out.len], out.hport, self.now)
+                r = step(net, limit, budget - (out.total - ran0) if budget >= 0 else -1,
+                         cbuf, _FRAME_BUF, out)
+                why = r & WHY
+                self.now = t = out.t
+                if why == HOST:  # (the host and its port in the return value)
+                    hosts[r >> HOST_SHIFT].arrive(buf[: out.len], (r >> HPORT) & HPORT_MASK,
+                                                  t)
                 elif why == PY:
                     fn, arg = items.pop(out.key)
                     fn(arg)
@@ -129,7 +132,7 @@ class NativeSimulator(Simulator):
             if until is not None and self.now < until and not C.simnet_pending(net):
                 self.now = until
         finally:
-            self.events += n
+            self.events += out.total - ran0
             self.wall_seconds += time.perf_counter() - start
             self.cpu_seconds += time.process_time() - cpu_start
 
@@ -167,6 +170,10 @@ class NativeSimulator(Simulator):
             if isinstance(dst, Switch):
                 C.simnet_connect(net, p._cid, 0, dst._cid, p.dst_port)
             elif isinstance(dst, HostNode):
+                if dst.index >= C.SIMNET_HOST_MAX or p.dst_port >= C.SIMNET_HPORT_MAX:
+                    raise SimError(f"port {p.name}: the C network hands frames to at most "
+                                   f"{C.SIMNET_HOST_MAX} hosts of {C.SIMNET_HPORT_MAX} "
+                                   "ports each")
                 C.simnet_connect(net, p._cid, 1, dst.index, p.dst_port)
             else:
                 raise SimError(f"port {p.name}: the C network connects switches and hosts")
