@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -417,10 +418,6 @@ class CTemplate:
         self._check = check_data_args
         self._null = ffi.NULL
         self._hdr_len = len(hdr)
-        # frame()'s buffer, reused and never zeroed (every byte of a frame is written):
-        # a fresh zeroed bytearray per frame cost more than building the frame in it
-        self._scratch: Any = None
-        self._scratch_len = 0
 
     def path(self, *, usid: bytes | None = None, segments: Sequence[bytes] | None = None,
              usid_srh: bytes | None = None) -> PathSpec:
@@ -488,7 +485,8 @@ class CTemplate:
               ack_req: bool) -> bytes:
         """One data frame as ``bytes``, every field positional: the core's per-packet
         call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into
-        the template's own buffer (not zeroed: C writes every byte), and copied out once."""
+        a buffer reused by every template (not zeroed: C writes every byte) and copied
+        out once."""
         if (imm is None and opcode in _PLAIN_DATA_OPS
                 and (meth is None or 0 <= meth <= 0xFFFFFFFF)
                 and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX
@@ -509,10 +507,10 @@ class CTemplate:
         da, segs, pd = _path_args(path, self._null)
         if type(payload) is not bytes:
             payload = ffi.from_buffer(payload)
-        buf = self._scratch
-        if n > self._scratch_len:
-            buf = self._scratch = _RAW_ALLOC("uint8_t[]", n)
-            self._scratch_len = n
+        sc = _SCRATCH
+        buf = getattr(sc, "buf", None)
+        if buf is None or n > len(buf):
+            buf = sc.buf = _RAW_ALLOC("uint8_t[]", max(n, 1 << 14))
         if not C.mrc_patch_data(buf, n, self._t, opcode, flags, psn, ev, da, segs, pd, va,
                                  ext, meth or 0, imm or 0, timestamp, payload, len(payload)):
             raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
@@ -523,6 +521,12 @@ class CTemplate:
         """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
         buf = bytearray(self.max_frame_len(len(fields.get("payload", b""))))
         return bytes(buf[: self.patch(buf, **fields)])
+
+
+# CTemplate.frame's buffer (``buf``), one per thread (cffi lets go of the GIL inside the
+# C call): a zeroed bytearray per frame cost more than building the frame, and a buffer
+# per template as much memory as the templates themselves.
+_SCRATCH = threading.local()
 
 
 class RunQueue(Protocol):
