@@ -507,10 +507,9 @@ class CTemplate:
         da, segs, pd = _path_args(path, self._null)
         if type(payload) is not bytes:
             payload = ffi.from_buffer(payload)
-        sc = _SCRATCH
-        buf = getattr(sc, "buf", None)
+        buf = _SCRATCH.buf
         if buf is None or n > len(buf):
-            buf = sc.buf = _RAW_ALLOC("uint8_t[]", max(n, 1 << 14))
+            buf = _SCRATCH.buf = _RAW_ALLOC("uint8_t[]", max(n, 1 << 14))
         if not C.mrc_patch_data(buf, n, self._t, opcode, flags, psn, ev, da, segs, pd, va,
                                  ext, meth or 0, imm or 0, timestamp, payload, len(payload)):
             raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
@@ -526,7 +525,11 @@ class CTemplate:
 # CTemplate.frame's buffer (``buf``), one per thread (cffi lets go of the GIL inside the
 # C call): a zeroed bytearray per frame cost more than building the frame, and a buffer
 # per template as much memory as the templates themselves.
-_SCRATCH = threading.local()
+class _Scratch(threading.local):
+    buf: Any = None  # (each thread's starts as None: a class attribute)
+
+
+_SCRATCH = _Scratch()
 
 
 class RunQueue(Protocol):
