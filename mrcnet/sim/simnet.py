@@ -59,7 +59,7 @@ def native_ok(actions: Iterable[str] = ()) -> bool:
 class NativeSimulator(Simulator):
     """A :class:`Simulator` whose event queue and network are in C (see the module)."""
 
-    __slots__ = ("_buf", "_cbuf", "_hosts", "_items", "_net", "_out")
+    __slots__ = ("_buf", "_cbuf", "_fbuf", "_hosts", "_items", "_net", "_out")
 
     def __init__(self, seed: int = 1) -> None:
         if not HAVE_C:
@@ -73,6 +73,9 @@ class NativeSimulator(Simulator):
         self._out = ffi.new("struct simnet_out *")
         self._buf = bytearray(_FRAME_BUF)
         self._cbuf = ffi.from_buffer(self._buf)
+        # a frame reaching a host is a slice of this: bytes, which the host's receive
+        # lane takes as they are (a bytearray needs an ffi.from_buffer per frame)
+        self._fbuf = ffi.buffer(self._cbuf)
         self._hosts: Sequence[HostNode] = ()
 
     def at(self, when: float, fn: Callback, arg: Any = None) -> None:
@@ -93,7 +96,7 @@ class NativeSimulator(Simulator):
         """As :meth:`Simulator.run`: the C loop runs the network's events and hands back
         each Python event and each frame reaching a host, in order."""
         self._stopped = False
-        net, out, buf, cbuf, items, hosts = (self._net, self._out, self._buf, self._cbuf,
+        net, out, buf, cbuf, items, hosts = (self._net, self._out, self._fbuf, self._cbuf,
                                              self._items, self._hosts)
         step = C.simnet_run
         # (the stop codes as locals: a cffi lib attribute costs more than a local)
