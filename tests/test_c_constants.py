@@ -176,7 +176,8 @@ C_ONLY = {
     ("simnet.c", "SET_LEN"),  # marks an address-set entry in the route table
     # what stopped simnet_run (read back through cffi by mrcnet/sim/simnet.py)
     *(("simnet.h", f"SIMNET_{n}")
-      for n in ("EMPTY", "PY", "HOST", "LIMIT", "BUDGET", "ERROR", "NOMEM")),
+      for n in ("EMPTY", "PY", "HOST", "LIMIT", "BUDGET", "ERROR", "NOMEM", "WHY_MASK",
+                "HPORT_SHIFT", "HPORT_MAX", "HOST_SHIFT", "HOST_MAX")),
 }
 
 

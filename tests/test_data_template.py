@@ -136,8 +136,10 @@ def impls(t: DataTemplate) -> list[tuple[str, Any]]:
 def check_flow(flow: Flow, pkts: list[tuple[dict[str, Any], Route]]) -> None:
     t = DataTemplate.for_route(flow.route, dest_qp=flow.dest_qp, rkey=flow.rkey,
                                dscp=flow.dscp, ecn=flow.ecn)
-    # One reused buffer per implementation, never cleared: stale bytes must not leak.
-    bufs = {name: bytearray(os.urandom(10_000)) for name, _ in impls(t)}
+    # One reused buffer per implementation, never cleared: stale bytes must not leak (nor
+    # from CTemplate.frame's own buffer, reused over the packets of different sizes).
+    both = impls(t)
+    bufs = {name: bytearray(os.urandom(10_000)) for name, _ in both}
     for fields, route in pkts:
         fields = dict(fields)
         path_args = fields.pop("path_args", None)
@@ -150,7 +152,7 @@ def check_flow(flow: Flow, pkts: list[tuple[dict[str, Any], Route]]) -> None:
         meth = tf.pop("rqmsn", 0) << 16 | tf.pop("msn", 0)
         if meth or "imm" in tf:
             tf["meth"] = meth
-        for name, impl in impls(t):
+        for name, impl in both:
             path = impl.path(**path_args) if path_args else None
             n = impl.patch(bufs[name], path=path, **tf)
             assert bytes(bufs[name][:n]) == want, (name, fields["opcode"], len(want))

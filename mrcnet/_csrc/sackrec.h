@@ -118,7 +118,7 @@ int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const str
                    int64_t reo_scale, double reo_learned, int tie_break, double backoff,
                    double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
                    double ack_delay, uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o);
-/* Recovery.on_nack's trimmed case (a retry round's end aside: the caller's) for packet
+/* NackRecovery.on_nack's trimmed case (a retry round's end aside: the caller's) for packet
  * seq reported on ev: NSCC.on_trim, and the packet declared lost (out of flight, its
  * EV's trimmed count) unless it already waits for a retransmission. Returns -1 if the
  * table holds no such transmission (stale: nothing done), 1 if declared lost now (the

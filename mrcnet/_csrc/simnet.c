@@ -84,6 +84,7 @@ struct simnet {
     size_t nsws, csws;
     struct route *routes;
     size_t nroutes, croutes; /* croutes: a power of two */
+    uint64_t ran;            /* events run (simnet_out.total) */
 };
 
 static int grow(void **p, size_t *cap, size_t need, size_t size)
@@ -650,12 +651,14 @@ int simnet_run(simnet *n, double until, int64_t budget, uint8_t *buf, uint32_t c
         out->host = p->dst;
         out->hport = p->dst_port;
         free(f);
-        why = SIMNET_HOST;
+        why = SIMNET_HOST | p->dst_port << SIMNET_HPORT_SHIFT | p->dst << SIMNET_HOST_SHIFT;
         break;
     }
     if (n->nomem)
         why = SIMNET_NOMEM;
     out->t = n->now;
     out->events = ran;
+    n->ran += ran;
+    out->total = n->ran;
     return why;
 }

@@ -24,6 +24,13 @@
 #define SIMNET_BUDGET 4 /* ``budget`` events ran */
 #define SIMNET_ERROR 5  /* a frame larger than buf: out->len is its size */
 #define SIMNET_NOMEM 6  /* out of memory: an event or a frame was lost, the run is void */
+/* simnet_run's return value: the above in its low bits; with SIMNET_HOST, the host's port
+ * and the host above them (out->hport, out->host: read without a struct field each) */
+#define SIMNET_WHY_MASK 0xF
+#define SIMNET_HPORT_SHIFT 4   /* (SIMNET_HPORT_MAX ports a host at most) */
+#define SIMNET_HPORT_MAX 256
+#define SIMNET_HOST_SHIFT 12   /* (SIMNET_HOST_MAX hosts at most) */
+#define SIMNET_HOST_MAX 524288
 
 typedef struct simnet simnet;
 
@@ -34,6 +41,7 @@ struct simnet_out {
     int32_t hport;
     uint32_t len;    /* SIMNET_HOST: bytes written to buf (the frame, zeros restored) */
     uint64_t events; /* events this call ran (the one handed back included) */
+    uint64_t total;  /* events every call so far ran */
 };
 
 struct simnet_port_counters {
@@ -88,7 +96,8 @@ void simnet_switch_counters(simnet *n, int sw, struct simnet_switch_counters *ou
 
 /* Run events in (time, sequence) order until one is Python's, a frame reaches a host,
  * the next is later than ``until``, ``budget`` events ran (< 0: no budget) or none is
- * left. */
+ * left. Returns what stopped it (SIMNET_WHY_MASK; with SIMNET_HOST the host and its port
+ * too: SIMNET_HOST_SHIFT, SIMNET_HPORT_SHIFT). */
 int simnet_run(simnet *n, double until, int64_t budget, uint8_t *buf, uint32_t cap,
                struct simnet_out *out);
 /* cffi: end */

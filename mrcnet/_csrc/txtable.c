@@ -129,6 +129,23 @@ int mrc_tx_resend(struct mrc_txq *t, int64_t seq, uint32_t ev, double now, uint1
     return 1;
 }
 
+int mrc_tx_get(const struct mrc_txq *t, int64_t seq, int64_t *ints, double *sent)
+{
+    const struct mrc_txpkt *p = seq < 0 ? 0 : entry(t, seq);
+    if (!p)
+        return 0;
+    ints[0] = p->ev;
+    ints[1] = p->ts;
+    ints[2] = p->tx;
+    ints[3] = p->len;
+    ints[4] = p->off;
+    ints[5] = p->opcode;
+    ints[6] = p->wr;
+    ints[7] = p->flags;
+    *sent = p->sent;
+    return 1;
+}
+
 int mrc_tx_lose(struct mrc_txq *t, int64_t seq)
 {
     struct mrc_txpkt *p = entry(t, seq);

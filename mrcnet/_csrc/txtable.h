@@ -83,6 +83,10 @@ void mrc_tx_send_msgs(struct mrc_txq *t, uint64_t seq0, unsigned n, const uint32
                       double now, uint16_t ts);
 /* A retransmission of ``seq`` on ``ev``, now (back on the list, at its end). */
 int mrc_tx_resend(struct mrc_txq *t, int64_t seq, uint32_t ev, double now, uint16_t ts);
+/* The entry of an unacknowledged ``seq`` (CTxTable.get's fields, in its order, the send
+ * time apart): ints = ev, ts, tx, len, off, opcode, wr, flags; *sent. 0 if the table does
+ * not hold it (nothing written). */
+int mrc_tx_get(const struct mrc_txq *t, int64_t seq, int64_t *ints, double *sent);
 /* ``seq`` is declared lost: off the list, waiting for a retransmission. */
 int mrc_tx_lose(struct mrc_txq *t, int64_t seq);
 /* A SACK: cumulative point ``cack`` (the walk starts at ``snd_una``), and a bitmap

@@ -129,7 +129,8 @@ class QueuePair:
     @evm.setter
     def evm(self, evm: EVManager | None) -> None:
         self.changed()
-        self._evm = self.snd.evm = self.rec.evm = self.resp.evm = evm
+        self._evm = self.snd.evm = self.resp.evm = evm
+        self.rec.set_evm(evm)
 
     @property
     def cc(self) -> CongestionControl | None:

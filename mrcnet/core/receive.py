@@ -252,6 +252,14 @@ class Receiver:
         f = lane.parsed
         try:
             dest_qp = f.dest_qp
+            if f.has_neth and dest_qp != ENDPOINT_QPN:
+                # (a NACK, the lane's most common stop: Host._dispatch's own branch,
+                # without its port check, which receive_batch made)
+                qp = self._ready_qp(f, frame)
+                if qp is not None:
+                    qp.on_nack(f, now)
+                self._lane_check()
+                return
             if not (f.is_data or f.has_seth) or dest_qp == ENDPOINT_QPN:
                 self.host._dispatch(f, frame, port, now)
                 self._lane_check()
@@ -359,13 +367,17 @@ class Receiver:
         if qp.setup_ver == self._ack_seen:  # the checks below that do not need it passed
             if VERIFY_SETUP:
                 self._verify_ack(qp)
-            if qp.lost_log or qp.suspects:
+            rec = qp.rec  # (its parts' attributes: QueuePair's are properties)
+            if rec.lost_log or rec.suspects:
                 lane.ack_pause()
-            else:
-                if VERIFY_SETUP and (una, nxt) == (qp.snd_una, qp.next_seq):
-                    self._verify_ack_sync(una, nxt)
-                self._ack_una, self._ack_nxt = qp.snd_una, qp.next_seq
-                lane.ack_sync(qp.snd_una, qp.next_seq, self._ack_floor)
+                return
+            now_una, now_nxt = rec.snd_una, qp.snd.next_seq
+            self._ack_una, self._ack_nxt = now_una, now_nxt
+            if una == now_una and nxt == now_nxt:  # the lane has them (as the batch loop)
+                if not VERIFY_SETUP:
+                    return
+                self._verify_ack_sync(una, nxt)
+            lane.ack_sync(now_una, now_nxt, self._ack_floor)
             return
         if (qp.state is not QPState.RTS or qp.lost_log or qp.suspects or qp.evm is None
                 or qp.cc is None):

@@ -15,19 +15,20 @@ import math
 from collections import deque
 from typing import Any
 
-from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, NackReason, SackMode
+from mrcnet.constants import EV_PATH_SHIFT, PSN_MASK, SackMode
 from mrcnet.core import forged
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.events import WCOpcode, WCStatus, WriteCompleted
 from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.forged import AccessRefusals, sack_verdict
+from mrcnet.core.nackrec import NackRecovery
 from mrcnet.core.rxlane import RX_ACK_INTS
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
 from mrcnet.core.states import EVState, QPState
 from mrcnet.core.tailloss import TailLoss
-from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_SENT, E_TS, E_TX, E_WR, PEND, TxTable
+from mrcnet.core.txtable import E_EV, E_SENT, E_TS, TxTable
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
@@ -62,7 +63,7 @@ def retry_cnt_for(base: float, linear: int, stall: float) -> int:
     return n
 
 
-class Recovery(TailLoss):
+class Recovery(NackRecovery, TailLoss):
     """The requester's acknowledgement and loss side of one QP (see the module
     docstring). Its sender ``snd`` (set by the QP that composes both) holds the work
     requests and the send sequence space."""
@@ -132,6 +133,10 @@ class Recovery(TailLoss):
         self.sack_pending = False  # SACKs handled since the host's last frames_to_send
         self.sack_acked = 0  # ... and what they acknowledged
         self.refusals = AccessRefusals()  # remote access error NACKs, per PSN
+
+    def set_evm(self, evm: EVManager | None) -> None:
+        """Use ``evm``, the QP's EV manager (shared with the sender; None: none yet)."""
+        self.evm = evm
 
     @property
     def rack_sent(self) -> float:
@@ -748,53 +753,3 @@ class Recovery(TailLoss):
             push((ok, wr.wr_id, op, wr.length, wr.imm, qpn))  # (a Completion's fields)
             if events:
                 self.qp.ctx.emit(WriteCompleted(qpn, wr.wr_id, wr.length))
-
-    def on_nack(self, n: PyParsed, now: float) -> None:
-        """A NACK: trimmed packets are retransmitted at once; an access error is fatal once
-        the evidence is consistent (:class:`mrcnet.core.forged.AccessRefusals`)."""
-        if self.qp.state is not QPState.RTS or self.evm is None or self.cc is None:
-            return
-        seq = unwrap(n.nack_psn, self.snd_una)
-        e = self.txt.get(seq)
-        if e is None or e[E_EV] != n.nack_ev:
-            # Not about the latest transmission of an outstanding packet: stale or forged.
-            self.qp.count("rx_nack_stale")
-            return
-        reason = n.nack_reason
-        if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
-            lasthop = reason == NackReason.TRIMMED_LASTHOP
-            # A trim proves the path and the peer alive: the timeout retry budget is for
-            # silence, not congestion (the resend waits for the window like new data).
-            if self.retries:
-                self._silence_over(now)
-            if lasthop:  # incast at the receiver's port: not a path signal
-                self.qp.count("rx_nack_lasthop")
-            else:
-                self.evm.skip(e[E_EV], "trim")
-                self.qp.count("ev_skip_trim")
-            self.cc.on_trim(now, lasthop)
-            if not e[E_FLAGS] & PEND:
-                self._mark_lost(seq, now, "trim")
-        elif reason == NackReason.UNEXP_EVENT:
-            npaths = len({i.ev >> EV_PATH_SHIFT for lst in self.evm.active.values()
-                          for i in lst})
-            if not self.refusals.refused(seq, e[E_EV], e[E_TX], npaths):
-                # Not yet consistent evidence (forged.AccessRefusals): resend it.
-                self.qp.count("rx_nack_access_unconfirmed")
-                if not e[E_FLAGS] & PEND:
-                    self._mark_lost(seq, now, "access")
-                return
-            wr = self.snd.wr_of[e[E_WR]]
-            self.qp.fail(
-                WCStatus.REM_ACCESS_ERR,
-                f"remote access error: {self.attrs.peer} refused the write of wr_id "
-                f"{wr.wr_id} (rkey {wr.rkey:#x}, address {wr.remote_addr + e[E_OFF]:#x}): "
-                "check the rkey and that the range lies inside the peer's memory region",
-            )
-        elif reason == NackReason.NO_RESOURCE:
-            # No receive posted for an immediate (RNR): resend it, no path blame.
-            if not e[8] & PEND:
-                self._mark_lost(seq, now, "rnr")
-        else:
-            # Resource shortage or window: let the timer resend it later (no path blame).
-            self.qp.count("rx_nack_other")

@@ -70,6 +70,7 @@ class CRecovery(Recovery):
         self._records, self._rto = C.mrc_sack_records, C.mrc_sack_rto
         self._after, self._trim = C.mrc_sack_after, C.mrc_sack_trim
         self._timers = ffi.new("struct mrc_sack_timers *")
+        self._tab: evs.EVTable | None = None
         super().__init__(qp)
 
     srtt = c_field("srtt", float)
@@ -86,6 +87,12 @@ class CRecovery(Recovery):
     def rack_tie(self, tie: tuple[float, int]) -> None:
         self.c.tie_sent, self.c.tie_seq = tie
 
+    def set_evm(self, evm: evs.EVManager | None) -> None:
+        """:meth:`Recovery.set_evm`, and ``_tab``: its table of the EVs' numbers in C
+        (None: no EV manager, or a pure-Python one), an attribute read per frame."""
+        self.evm = evm
+        self._tab = evm.tab if evm is not None else None
+
     @property
     def c_records(self) -> int:
         """How many SACK records C made (tests: the comparison is not vacuous)."""
@@ -98,8 +105,7 @@ class CRecovery(Recovery):
     def _c_records(self, recs: Any, sents: Any, n: int, now: float) -> None:
         """The records ``0 .. n`` of ``recs``/``sents`` (lists, or the lane's C arrays),
         C making the common ones, :meth:`Recovery.on_sack_records` the rest."""
-        evm, cc = self.evm, self.cc
-        tab = evm.tab if evm is not None else None
+        evm, cc, tab = self.evm, self.cc, self._tab
         if tab is None or not isinstance(cc, CNSCC) or n > SACK_INDEX:
             Recovery.on_sack_records(self, *_lists(recs, sents, 0, n), now)
             return
@@ -146,8 +152,7 @@ class CRecovery(Recovery):
         """:meth:`Recovery.after_sacks`, its common case in C (``mrc_sack_after``: RACK
         and its tie pass finding nothing lost, the retransmission timer, the tail-loss
         probe); with a loss found, Python's (which declares it)."""
-        evm, txt, cfg = self.evm, self.txt, self.cfg
-        tab = evm.tab if evm is not None else None
+        txt, cfg, tab = self.txt, self.cfg, self._tab
         if (tab is None or not isinstance(txt, CTxTable) or self.cc is None
                 or self.qp.state is not QPState.RTS):
             Recovery.after_sacks(self, now)
@@ -175,8 +180,7 @@ class CRecovery(Recovery):
     def on_nack(self, n: PyParsed, now: float) -> None:
         """:meth:`Recovery.on_nack`, a trimmed packet's table and CC work in C
         (``mrc_sack_trim``); other NACKs, and a trim that ends retry rounds, Python's."""
-        evm, cc, txt = self.evm, self.cc, self.txt
-        tab = evm.tab if evm is not None else None
+        evm, cc, txt, tab = self.evm, self.cc, self.txt, self._tab
         reason = n.nack_reason
         if (reason not in _TRIMS or tab is None or not isinstance(cc, CNSCC)
                 or not isinstance(txt, CTxTable) or self.retries
@@ -190,19 +194,14 @@ class CRecovery(Recovery):
         if r < 0:
             count("rx_nack_stale")  # not the latest transmission of a packet in flight
             return
-        if reason == NackReason.TRIMMED_LASTHOP:
-            count("rx_nack_lasthop")  # incast at the receiver's port: not a path signal
-        else:
-            evm.skip_all((ev,), "trim")  # type: ignore[union-attr]
-            count("ev_skip_trim")
+        self._trim_signal(evm, ev, reason == NackReason.TRIMMED_LASTHOP)  # type: ignore[arg-type]
         if r:
             self.rtx_q.appendleft(seq)
             count("lost_trim")
 
     def rto(self, ev: int) -> float:
         """:meth:`Recovery.rto` over the numbers in C (``mrc_sack_rto``)."""
-        evm = self.evm
-        tab = evm.tab if evm is not None else None
+        tab = self._tab
         if tab is None:
             return super().rto(ev)
         return float(self._rto(self.c, tab.c, ev, self.attrs.ack_timeout_s,
@@ -213,8 +212,7 @@ class CRecovery(Recovery):
         packets are lost and when the next is due do not depend on the losses declared
         before them in the pass (declaring one moves no EV's RTT estimate, no path's
         newest acknowledgement), so C finds them all and Python declares them, in order."""
-        evm, txt = self.evm, self.txt
-        tab = evm.tab if evm is not None else None
+        txt, tab = self.txt, self._tab
         if tab is None or not isinstance(txt, CTxTable):
             super()._detect_tied(limit, tie_seq, wait, now)
             return
@@ -230,8 +228,7 @@ class CRecovery(Recovery):
 
     def _path_srtt(self, ev: int, paths: dict[int, float] | None = None) -> float:
         """:meth:`TailLoss._path_srtt` over the EVs' numbers in C (the same answers)."""
-        evm = self.evm
-        tab = evm.tab if evm is not None else None
+        tab = self._tab
         if tab is None:
             return super()._path_srtt(ev, paths)
         r = tab.path_srtt(ev)

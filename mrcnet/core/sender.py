@@ -524,7 +524,9 @@ class Sender:
         start = wr.offset + off
         imm = opcode in IMM_OPCODES
         payload = wr.view[start : start + length]
-        tp = self._data_path(ev, wr.rkey) if self.cfg.use_templates else None
+        tp = None
+        if self.cfg.use_templates:  # (_data_path's cache hit read here: a call less)
+            tp = self._tmpl_ev.get((ev >> EV_PATH_SHIFT, wr.rkey)) or self._data_path(ev, wr.rkey)
         if tp is not None:
             port, tmpl, spec = tp
             frame = tmpl.frame(

@@ -619,14 +619,14 @@ class HostNode:
         ep.receive(frame, port, self.sim.now)
         self.kick()
 
-    def arrive(self, frame: bytearray, port: int, now: float) -> None:
+    def arrive(self, frame: bytes, port: int, now: float) -> None:
         """:meth:`receive` then :meth:`kick` in one call, for the C network's frames
-        (plain bytearrays, at ``now``, the simulator's time): the same calls into the
+        (whole, as bytes, at ``now``, the simulator's time): the same calls into the
         stack in the same order, without the hops between them (once per frame that
         reaches a host, the most common Python event of a large run)."""
         rx, ep = self._rx_batch, self.endpoint
         if rx is None or ep is None or ep is not self._rx_of or self.jitter is not None:
-            self.receive(frame, port)
+            self.receive(bytearray(frame), port)
             return
         self.counters.rx_frames += 1
         rx((frame,), port, now)

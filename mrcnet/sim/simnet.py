@@ -59,7 +59,7 @@ def native_ok(actions: Iterable[str] = ()) -> bool:
 class NativeSimulator(Simulator):
     """A :class:`Simulator` whose event queue and network are in C (see the module)."""
 
-    __slots__ = ("_buf", "_cbuf", "_hosts", "_items", "_net", "_out")
+    __slots__ = ("_buf", "_cbuf", "_fbuf", "_hosts", "_items", "_net", "_out")
 
     def __init__(self, seed: int = 1) -> None:
         if not HAVE_C:
@@ -73,6 +73,9 @@ class NativeSimulator(Simulator):
         self._out = ffi.new("struct simnet_out *")
         self._buf = bytearray(_FRAME_BUF)
         self._cbuf = ffi.from_buffer(self._buf)
+        # a frame reaching a host is a slice of this: bytes, which the host's receive
+        # lane takes as they are (a bytearray needs an ffi.from_buffer per frame)
+        self._fbuf = ffi.buffer(self._cbuf)
         self._hosts: Sequence[HostNode] = ()
 
     def at(self, when: float, fn: Callback, arg: Any = None) -> None:
@@ -93,24 +96,27 @@ class NativeSimulator(Simulator):
         """As :meth:`Simulator.run`: the C loop runs the network's events and hands back
         each Python event and each frame reaching a host, in order."""
         self._stopped = False
-        net, out, buf, cbuf, items, hosts = (self._net, self._out, self._buf, self._cbuf,
+        net, out, buf, cbuf, items, hosts = (self._net, self._out, self._fbuf, self._cbuf,
                                              self._items, self._hosts)
         step = C.simnet_run
         # (the stop codes as locals: a cffi lib attribute costs more than a local)
         HOST, PY, LIMIT = C.SIMNET_HOST, C.SIMNET_PY, C.SIMNET_LIMIT
+        WHY, HPORT, HPORT_MASK, HOST_SHIFT = (C.SIMNET_WHY_MASK, C.SIMNET_HPORT_SHIFT,
+                                              C.SIMNET_HPORT_MAX - 1, C.SIMNET_HOST_SHIFT)
         limit = math.inf if until is None else until
         budget = -1 if max_events is None else max_events
-        n = 0
+        ran0 = out.total  # (the events run are read once, at the end, without a budget)
         start = time.perf_counter()
         cpu_start = time.process_time()
         try:
             while True:
-                why = step(net, limit, budget - n if budget >= 0 else -1, cbuf, _FRAME_BUF,
-                           out)
-                n += out.events
-                self.now = out.t
-                if why == HOST:
-                    hosts[out.host].arrive(buf[: out.len], out.hport, self.now)
+                r = step(net, limit, budget - (out.total - ran0) if budget >= 0 else -1,
+                         cbuf, _FRAME_BUF, out)
+                why = r & WHY
+                self.now = t = out.t
+                if why == HOST:  # (the host and its port in the return value)
+                    hosts[r >> HOST_SHIFT].arrive(buf[: out.len], (r >> HPORT) & HPORT_MASK,
+                                                  t)
                 elif why == PY:
                     fn, arg = items.pop(out.key)
                     fn(arg)
@@ -129,7 +135,7 @@ class NativeSimulator(Simulator):
             if until is not None and self.now < until and not C.simnet_pending(net):
                 self.now = until
         finally:
-            self.events += n
+            self.events += out.total - ran0
             self.wall_seconds += time.perf_counter() - start
             self.cpu_seconds += time.process_time() - cpu_start
 
@@ -167,6 +173,10 @@ class NativeSimulator(Simulator):
             if isinstance(dst, Switch):
                 C.simnet_connect(net, p._cid, 0, dst._cid, p.dst_port)
             elif isinstance(dst, HostNode):
+                if dst.index >= C.SIMNET_HOST_MAX or p.dst_port >= C.SIMNET_HPORT_MAX:
+                    raise SimError(f"port {p.name}: the C network hands frames to at most "
+                                   f"{C.SIMNET_HOST_MAX} hosts of {C.SIMNET_HPORT_MAX} "
+                                   "ports each")
                 C.simnet_connect(net, p._cid, 1, dst.index, p.dst_port)
             else:
                 raise SimError(f"port {p.name}: the C network connects switches and hosts")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -483,8 +484,9 @@ class CTemplate:
               meth: int | None, imm: int | None, timestamp: int | None, rtx: bool,
               ack_req: bool) -> bytes:
         """One data frame as ``bytes``, every field positional: the core's per-packet
-        call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into a
-        buffer of exactly the frame's size, so the only copy is ``bytes()``'s."""
+        call. Same bytes as :meth:`patch` (and :meth:`DataTemplate.frame`), written into
+        a buffer reused by every template (not zeroed: C writes every byte) and copied
+        out once."""
         if (imm is None and opcode in _PLAIN_DATA_OPS
                 and (meth is None or 0 <= meth <= 0xFFFFFFFF)
                 and 0 <= psn <= PSN_MASK and 0 <= ev <= 0xFFFFFFFF and 0 <= va <= _U64_MAX
@@ -505,18 +507,29 @@ class CTemplate:
         da, segs, pd = _path_args(path, self._null)
         if type(payload) is not bytes:
             payload = ffi.from_buffer(payload)
-        buf = bytearray(n)
-        if not C.mrc_patch_data(ffi.from_buffer(buf), n, self._t, opcode, flags, psn, ev, da,
-                                 segs, pd, va, ext, meth or 0, imm or 0, timestamp, payload,
-                                 len(payload)):
+        buf = _SCRATCH.buf
+        if buf is None or n > len(buf):
+            buf = _SCRATCH.buf = _RAW_ALLOC("uint8_t[]", max(n, 1 << 14))
+        if not C.mrc_patch_data(buf, n, self._t, opcode, flags, psn, ev, da, segs, pd, va,
+                                 ext, meth or 0, imm or 0, timestamp, payload, len(payload)):
             raise ValueError(f"a frame with {len(payload)} payload bytes does not fit an "
                              "IPv6 length field")
-        return bytes(buf)
+        return bytes(ffi.buffer(buf, n))
 
     def build(self, **fields: Any) -> bytes:
         """One frame as ``bytes`` (allocates; prefer ``patch`` into a reused buffer)."""
         buf = bytearray(self.max_frame_len(len(fields.get("payload", b""))))
         return bytes(buf[: self.patch(buf, **fields)])
+
+
+# CTemplate.frame's buffer (``buf``), one per thread (cffi lets go of the GIL inside the
+# C call): a zeroed bytearray per frame cost more than building the frame, and a buffer
+# per template as much memory as the templates themselves.
+class _Scratch(threading.local):
+    buf: Any = None  # (each thread's starts as None: a class attribute)
+
+
+_SCRATCH = _Scratch()
 
 
 class RunQueue(Protocol):
