@@ -524,9 +524,18 @@ class RunQueue(Protocol):
     (:class:`mrcnet.io.batch.SendQueue`). The core sees them only through this one call,
     so it never imports the I/O side."""
 
+    #: The ports' queues as C sees them (``struct mrc_sendq[]``) and how many: for a
+    #: C call that queues frames itself (mrcnet/_csrc/sender.h), then :meth:`queued`.
+    queues: Any
+    nports: int
+
     def add_run(self, buf: Any, lens: Any, ports: list[int]) -> None:
         """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port
         ``ports[i]``."""
+        ...
+
+    def queued(self, buf: Any, n: int, k: int) -> None:
+        """C queued ``k`` of the ``n`` frames in ``buf`` (keep it while they wait)."""
         ...
 
 
@@ -604,15 +613,25 @@ class RunPatcher:
                                 imm, timestamp)
         sendq.add_run(buf, lens, ports)
 
+    @property
+    def paths(self) -> Any:
+        """The registered paths as C takes them (``struct mrc_path[]``)."""
+        return self._paths
+
+    @staticmethod
+    def buffer(n: int, payload_len: int) -> tuple[Any, Any, int]:
+        """A buffer for ``n`` frames carrying ``payload_len`` payload bytes in all, their
+        lengths' array and the buffer's size."""
+        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
+                   + ICRC_LEN) + payload_len
+        return _RAW_ALLOC("uint8_t[]", cap), ffi.new("uint32_t[]", n), cap
+
     def _build(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
                exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
                seg: int, meth: int, imm: int, timestamp: int) -> tuple[Any, Any]:
         """The run's frames back to back in a buffer of their own, and their lengths."""
         n = len(slots)
-        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
-                   + ICRC_LEN) + len(payload)
-        buf = _RAW_ALLOC("uint8_t[]", cap)
-        lens = ffi.new("uint32_t[]", n)
+        buf, lens, cap = self.buffer(n, len(payload))
         pl = payload if type(payload) is bytes else ffi.from_buffer(payload)
         if not C.mrc_patch_run(buf, cap, n, self._paths, slots, evs, ops, flags, exts, psn0,
                                 va0, pl, len(payload), seg, meth, imm, timestamp, lens):
@@ -647,10 +666,7 @@ class RunPatcher:
                     meths: list[int], imms: list[int], payload: bytes, plens: list[int],
                     timestamp: int) -> tuple[Any, Any]:
         n = len(slots)
-        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
-                   + ICRC_LEN) + len(payload)
-        buf = _RAW_ALLOC("uint8_t[]", cap)
-        lens = ffi.new("uint32_t[]", n)
+        buf, lens, cap = self.buffer(n, len(payload))
         if sum(plens) != len(payload):
             raise ValueError(f"{len(payload)} payload bytes for messages of {sum(plens)}")
         if not C.mrc_patch_msgs(buf, cap, n, self._paths, slots, evs, ops, flags, exts,
