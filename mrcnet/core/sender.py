@@ -32,10 +32,17 @@ from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_LEN, E_OFF, E_OP, E_WR, PEND, Entry, TxTable
-from mrcnet.native import C, as_ptr, ffi
+from mrcnet.native import C, ffi
 from mrcnet.wire import build_data
 from mrcnet.wire.bth import F_ACKREQ, F_TS
-from mrcnet.wire.template import DataTemplate, RunPatcher, make_template, run_patcher
+from mrcnet.wire.template import (
+    ALLOC_FRAMES,
+    FRAME_ROOM,
+    DataTemplate,
+    RunPatcher,
+    make_template,
+    run_patcher,
+)
 
 _INF = float("inf")
 # Opcodes as plain ints for the per-packet path (an enum member lookup costs more)
@@ -95,6 +102,9 @@ def _opbits() -> Any:
 
 _OPBITS = _opbits()
 _SEND_MAX: int = C.MRC_SEND_MAX if C is not None else 0
+# The frames' lengths of one fused call: read by C during the call only (the queues keep
+# their own copies), so one array serves every call.
+_LENS = ffi.new("uint32_t[]", _SEND_MAX) if ffi is not None else None
 
 #: A write to queue: (wr_id, offset, length, remote_addr, rkey, imm or None).
 WriteSpec = tuple[int, int, int, int, int, "int | None"]
@@ -255,12 +265,15 @@ class Sender:
         mtu = self.cfg.mtu_payload
         win = min(self.tx_window, self._txcap)
         ts = ts16(now)
+        # The counts read straight from the C table's struct (its properties cost a
+        # Python call each per run); the Python table has the same names.
+        tq = getattr(txt, "c", txt)
         while sq:
             # Packets the window takes: each new one needs inflight + mtu <= cwnd unless
             # nothing is in flight (inside a run every packet but a message's last is a
             # whole mtu, and the last ends the run).
-            ninfl = txt.ninfl
-            k = int((cwnd - txt.infl_bytes) // mtu) if ninfl else max(1, int(cwnd // mtu))
+            ninfl = tq.ninfl
+            k = int((cwnd - tq.infl_bytes) // mtu) if ninfl else max(1, int(cwnd // mtu))
             seq = self.next_seq
             wr = sq[0]
             idx = wr.next_pkt
@@ -308,7 +321,8 @@ class Sender:
         build for all. False when it sent nothing (the loop's own path decides then)."""
         sq, txt, rec = self.sq, self.txt, self.rec
         mtu = self.cfg.mtu_payload
-        ninfl, infl = txt.ninfl, txt.infl_bytes
+        tq = getattr(txt, "c", txt)  # (as emit reads them)
+        ninfl, infl = tq.ninfl, tq.infl_bytes
         room = rec.snd_una + win - self.next_seq
         imms = self.attrs.max_imm_outstanding - self.imm_outstanding
         n = min(len(sq), room)
@@ -422,7 +436,7 @@ class Sender:
         """The frames of single-packet work requests ``batch`` (PSNs ``seq ..``, one per
         EV; ``nimm`` of them with an immediate; table slots ``wrs``): one C call when
         every path has a run slot, else one at a time. True when that call also
-        recorded them in the table (:meth:`_fused`)."""
+        recorded them in the table (as :meth:`_run_frames`)."""
         rkeys = list(map(_RKEY, batch))
         if rkeys.count(rkeys[0]) == len(rkeys):
             at = self._run_slots(rkeys[0], evs)
@@ -439,12 +453,15 @@ class Sender:
         vas = list(map(_VA, batch))
         slots = list(map(_SECOND, at))  # type: ignore[arg-type]
         ports = list(map(_FIRST, at))  # type: ignore[arg-type]
-        tab = self._fused(txq, n)
+        # (the fused call's checks inline, as in _run_frames: a call less per run)
+        tab = getattr(self.txt, "c", None) if txq is not None and self.fused \
+            and n <= _SEND_MAX else None
         if tab is not None:
-            buf, flen, cap = runs.buffer(n, len(payload))
+            cap = n * FRAME_ROOM + len(payload)
+            buf = ALLOC_FRAMES("uint8_t[]", cap)
             k = C.mrc_send_msgs(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports,
                                 slots, n, seq, evs, ops, wrs, vas, meths, imm_words,
-                                payload, len(payload), lens, now, ts, buf, cap, flen)
+                                payload, len(payload), lens, now, ts, buf, cap, _LENS)
             if k >= 0:
                 txq.queued(buf, n, k)
                 return True
@@ -462,15 +479,6 @@ class Sender:
                                   imm_words, payload, lens, ts)
         out.extend(zip(ports, frames, strict=True))  # type: ignore[arg-type]
         return False
-
-    def _fused(self, txq: Any, n: int) -> Any:
-        """The C table (``struct mrc_txq *``) for one C call that records, builds and
-        queues ``n`` new packets (mrcnet/_csrc/sender.c), or None: no send queues (the
-        frames come back in a list), a Python table, too many packets, or ``fused``
-        off."""
-        if txq is None or not self.fused or n > _SEND_MAX:
-            return None
-        return getattr(self.txt, "c", None)
 
     def _run_slots(self, rkey: int, evs: list[int]) -> list[tuple[int, int] | None]:
         """(port, run slot) of each EV's path for frames with ``rkey``."""
@@ -491,7 +499,7 @@ class Sender:
         """Append the frames of new packets ``seq ..`` (packets ``idx ..`` of ``wr``, one
         per EV): one C call when every path has a run slot, else one at a time. With the
         send queues ``txq`` a run built in C goes into them instead of ``out``; True
-        when that call also recorded the packets in the table (:meth:`_fused`)."""
+        when that call also recorded the packets in the table."""
         mtu = self.cfg.mtu_payload
         at = self._run_slots(wr.rkey, evs)
         n = len(evs)
@@ -508,14 +516,18 @@ class Sender:
         end = wr.offset + min(wr.length, off0 + n * mtu)
         imm = wr.imm if wr.imm is not None else 0
         ports, slots = list(map(_FIRST, at)), list(map(_SECOND, at))  # type: ignore[arg-type]
-        tab = self._fused(txq, n)
+        # One C call records, builds and queues the run (mrcnet/_csrc/sender.c) when the
+        # frames go to send queues, the table is C's (``c``: its struct) and ``fused``.
+        tab = getattr(self.txt, "c", None) if txq is not None and self.fused \
+            and n <= _SEND_MAX else None
         if tab is not None:
-            payload = wr.view[start:end]
-            buf, lens, cap = runs.buffer(n, len(payload))
+            plen = end - start
+            cap = n * FRAME_ROOM + plen
+            buf = ALLOC_FRAMES("uint8_t[]", cap)
             k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots,
                                n, seq, evs, ops, wr.slot, off0, wr.length, va,
-                               as_ptr(payload), len(payload), mtu, wr.meth, imm, now, ts,
-                               buf, cap, lens)
+                               ffi.from_buffer(wr.view[start:end]), plen, mtu, wr.meth, imm,
+                               now, ts, buf, cap, _LENS)
             if k >= 0:
                 txq.queued(buf, n, k)
                 return True
