@@ -38,10 +38,11 @@ from mrcnet.native import HAVE_C, C, ffi
 
 __all__ = ["Posts", "SlotScan"]
 
-#: Slots in a doorbell from which the C scan pays (its fixed cost, ~3 us, is the row
-#: loop's for a few slots: measured 3.1-3.9 against 5.0-7.0 us per write with 4-slot
-#: doorbells; 0.7-0.8 against 0.6-0.7 with 48).
-SCAN_MIN: Final = 8
+#: Slots in a doorbell from which the C scan pays: its fixed cost (~4 us: the call's
+#: arguments, the columns' unpacking and zip) is more than the row loop's for a few
+#: slots (measured, a doorbell of 64 B writes: 1 slot 3.1 against 7.4 us, 8 slots 8.2
+#: against 9.4-10.0, 16 slots 13.2-14.7 against 12.3, 48 slots 36.0 against 23.1-27.3).
+SCAN_MIN: Final = 16
 #: A slot's op, qpn and lkey (the start of :data:`WORK_REQUEST`): which run it begins.
 _HEAD = struct.Struct("<B3xI8xI")
 _WriteRow = tuple[int, int, int, int, int, "int | None"]
