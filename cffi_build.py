@@ -18,10 +18,10 @@ CSRC = HERE / "mrcnet" / "_csrc"
 
 # In dependency order: a header's declarations may use those of the ones before it
 # (rxlane.h uses buffers.h, parsed.h and txtable.h; batch.h uses buffers.h; sackrec.h
-# uses cc.h).
+# uses cc.h; sender.h uses batch.h, template.h and txtable.h).
 HEADERS = ("checksum.h", "icrc.h", "template.h", "parsed.h", "buffers.h", "batch.h",
-           "spray.h", "txtable.h", "rxlane.h", "cc.h", "sackrec.h", "shmring.h",
-           "simnet.h")
+           "spray.h", "txtable.h", "rxlane.h", "cc.h", "sackrec.h", "shmring.h", "posts.h",
+           "sender.h", "simnet.h")
 
 ffibuilder = FFI()
 

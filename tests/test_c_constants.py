@@ -171,6 +171,7 @@ PYTHON: dict[tuple[str, str], float] = {
 C_ONLY = {
     ("template.h", "MRC_TMPL_HDR_MAX"),  # a template's header bytes (checked at use)
     ("txtable.h", "MRC_TX_NO_PATH"),  # "no path" key of the table's path slots
+    ("sender.h", "MRC_SEND_MAX"),  # packets per mrc_send_run / mrc_send_msgs call
     ("checksum.c", "HAVE_X86_AVX2"),
     ("crc32.c", "HAVE_X86_CLMUL"),
     ("simnet.c", "SET_LEN"),  # marks an address-set entry in the route table

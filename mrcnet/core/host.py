@@ -347,13 +347,17 @@ class Host:
         qp.post_write(wr)
 
     def post_writes(self, qpn: int, local_mr: MemoryRegion,
-                    writes: Sequence[tuple[int, int, int, int, int, int | None]]) -> None:
+                    writes: Sequence[tuple[int, int, int, int, int, int | None]],
+                    checked: bool = False) -> None:
         """:meth:`post_write` of each ``(wr_id, offset, length, remote_addr, rkey, imm)``
         in order, all from ``local_mr``: all or none (InvalidRequest, naming the first
-        that would be refused, and nothing is posted)."""
+        that would be refused, and nothing is posted). ``checked``: the caller already
+        checked each against the region, and its other fields cannot be refused (mrcd's
+        send-queue slots: unsigned 32- and 64-bit fields)."""
         qp = self._postable(qpn)
         size = local_mr.length
-        for i, (_, offset, length, remote_addr, rkey, imm) in enumerate(writes):
+        for i, (_, offset, length, remote_addr, rkey, imm) in enumerate(
+                () if checked else writes):
             if not (offset >= 0 and length >= 0 and offset + length <= size
                     and 0 <= remote_addr < 1 << 64 and 0 <= rkey <= _IMM_MAX
                     and (imm is None or 0 <= imm <= _IMM_MAX)):  # (_refused_write, inline)

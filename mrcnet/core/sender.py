@@ -32,9 +32,17 @@ from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_LEN, E_OFF, E_OP, E_WR, PEND, Entry, TxTable
+from mrcnet.native import C, ffi
 from mrcnet.wire import build_data
 from mrcnet.wire.bth import F_ACKREQ, F_TS
-from mrcnet.wire.template import DataTemplate, RunPatcher, make_template, run_patcher
+from mrcnet.wire.template import (
+    ALLOC_FRAMES,
+    FRAME_ROOM,
+    DataTemplate,
+    RunPatcher,
+    make_template,
+    run_patcher,
+)
 
 _INF = float("inf")
 # Opcodes as plain ints for the per-packet path (an enum member lookup costs more)
@@ -79,6 +87,24 @@ class WorkRequest:
     next_pkt: int
     slot: int
 
+
+def _opbits() -> Any:
+    """How mrcnet/_csrc/sender.c derives a new packet's BTH flags and extensions from
+    its opcode, as :meth:`Sender._run_frames` does (None without the C module)."""
+    if ffi is None:
+        return None
+    bits = ffi.new("struct mrc_opbits *")
+    for op in range(256):
+        bits.flags[op] = F_TS | F_ACKREQ if op in LAST_OPCODES else F_TS
+        bits.ext[op] = DATA_EXT_TSETH | DATA_EXT_IMM if op in IMM_OPCODES else DATA_EXT_TSETH
+    return bits
+
+
+_OPBITS = _opbits()
+_SEND_MAX: int = C.MRC_SEND_MAX if C is not None else 0
+# The frames' lengths of one fused call: read by C during the call only (the queues keep
+# their own copies), so one array serves every call.
+_LENS = ffi.new("uint32_t[]", _SEND_MAX) if ffi is not None else None
 
 #: A write to queue: (wr_id, offset, length, remote_addr, rkey, imm or None).
 WriteSpec = tuple[int, int, int, int, int, "int | None"]
@@ -167,6 +193,10 @@ class Sender:
         #: Single-packet work requests queued together go out as one run
         #: (:meth:`_emit_msgs`; off only to compare with one at a time, same results).
         self.batch_msgs = True
+        #: A run going to mrcd's send queues is recorded in a C table, built and queued
+        #: in one C call (mrcnet/_csrc/sender.c; off only to compare: the same frames
+        #: and table as the three calls it replaces).
+        self.fused = True
         self.reset()
 
     def reset(self) -> None:
@@ -235,12 +265,15 @@ class Sender:
         mtu = self.cfg.mtu_payload
         win = min(self.tx_window, self._txcap)
         ts = ts16(now)
+        # The counts read straight from the C table's struct (its properties cost a
+        # Python call each per run); the Python table has the same names.
+        tq = getattr(txt, "c", txt)
         while sq:
             # Packets the window takes: each new one needs inflight + mtu <= cwnd unless
             # nothing is in flight (inside a run every packet but a message's last is a
             # whole mtu, and the last ends the run).
-            ninfl = txt.ninfl
-            k = int((cwnd - txt.infl_bytes) // mtu) if ninfl else max(1, int(cwnd // mtu))
+            ninfl = tq.ninfl
+            k = int((cwnd - tq.infl_bytes) // mtu) if ninfl else max(1, int(cwnd // mtu))
             seq = self.next_seq
             wr = sq[0]
             idx = wr.next_pkt
@@ -272,8 +305,8 @@ class Sender:
                     ops[-1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
             wr.next_pkt = end
             self.next_seq = seq + k
-            self._run_frames(wr, seq, idx, evs, ops, ts, out, sendq)
-            txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
+            if not self._run_frames(wr, seq, idx, evs, ops, ts, out, sendq, now):
+                txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
             if rec.rto_at == _INF:
                 rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
             rec.arm_tlp(now)
@@ -288,7 +321,8 @@ class Sender:
         build for all. False when it sent nothing (the loop's own path decides then)."""
         sq, txt, rec = self.sq, self.txt, self.rec
         mtu = self.cfg.mtu_payload
-        ninfl, infl = txt.ninfl, txt.infl_bytes
+        tq = getattr(txt, "c", txt)  # (as emit reads them)
+        ninfl, infl = tq.ninfl, tq.infl_bytes
         room = rec.snd_una + win - self.next_seq
         imms = self.attrs.max_imm_outstanding - self.imm_outstanding
         n = min(len(sq), room)
@@ -386,8 +420,9 @@ class Sender:
         lens = list(map(_LEN, batch))
         seq = self.next_seq
         self.next_seq = seq + n
-        self._msgs_frames(batch, seq, evs, ops, lens, meths, imms, nimm, ts, out, sendq)
-        self.txt.send_msgs(seq, evs, ops, slots, lens, now, ts)
+        if not self._msgs_frames(batch, seq, evs, ops, lens, meths, imms, nimm, ts, out,
+                                 sendq, slots, now):
+            self.txt.send_msgs(seq, evs, ops, slots, lens, now, ts)
         if rec.rto_at == _INF:
             rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
         rec.arm_tlp(now)
@@ -396,10 +431,12 @@ class Sender:
     def _msgs_frames(self, batch: list[WorkRequest], seq: int, evs: list[int],
                      ops: list[int], lens: list[int], meths: list[int],
                      imms: list[int | None], nimm: int, ts: int,
-                     out: list[tuple[int, bytes]], txq: Any) -> None:
+                     out: list[tuple[int, bytes]], txq: Any, wrs: list[int],
+                     now: float) -> bool:
         """The frames of single-packet work requests ``batch`` (PSNs ``seq ..``, one per
-        EV; ``nimm`` of them with an immediate): one C call when every path has a run
-        slot, else one at a time."""
+        EV; ``nimm`` of them with an immediate; table slots ``wrs``): one C call when
+        every path has a run slot, else one at a time. True when that call also
+        recorded them in the table (as :meth:`_run_frames`)."""
         rkeys = list(map(_RKEY, batch))
         if rkeys.count(rkeys[0]) == len(rkeys):
             at = self._run_slots(rkeys[0], evs)
@@ -409,26 +446,39 @@ class Sender:
         if runs is None or None in at:
             for i, wr in enumerate(batch):
                 out.append(self._frame(seq + i, wr, 0, wr.length, ops[i], evs[i], ts, False))
-            return
+            return False
         n = len(batch)
+        imm_words = [0 if imm is None else imm for imm in imms] if nimm else [0] * n
+        payload = _payloads(batch, lens)
+        vas = list(map(_VA, batch))
+        slots = list(map(_SECOND, at))  # type: ignore[arg-type]
+        ports = list(map(_FIRST, at))  # type: ignore[arg-type]
+        # (the fused call's checks inline, as in _run_frames: a call less per run)
+        tab = getattr(self.txt, "c", None) if txq is not None and self.fused \
+            and n <= _SEND_MAX else None
+        if tab is not None:
+            cap = n * FRAME_ROOM + len(payload)
+            buf = ALLOC_FRAMES("uint8_t[]", cap)
+            k = C.mrc_send_msgs(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports,
+                                slots, n, seq, evs, ops, wrs, vas, meths, imm_words,
+                                payload, len(payload), lens, now, ts, buf, cap, _LENS)
+            if k >= 0:
+                txq.queued(buf, n, k)
+                return True
         flags = [F_TS | F_ACKREQ] * n
         if nimm:
             exts = [DATA_EXT_TSETH if op == _OP_ONLY else DATA_EXT_TSETH | DATA_EXT_IMM
                     for op in ops]
-            imm_words = [0 if imm is None else imm for imm in imms]
         else:
-            exts, imm_words = [DATA_EXT_TSETH] * n, [0] * n
-        payload = _payloads(batch, lens)
-        vas = list(map(_VA, batch))
-        slots = list(map(_SECOND, at))  # type: ignore[arg-type]
+            exts = [DATA_EXT_TSETH] * n
         if txq is not None:
-            runs.msgs_queue(txq, list(map(_FIRST, at)), slots, evs, ops,  # type: ignore[arg-type]
-                            flags, exts, seq & PSN_MASK, vas, meths, imm_words, payload,
-                            lens, ts)
-            return
+            runs.msgs_queue(txq, ports, slots, evs, ops, flags, exts, seq & PSN_MASK, vas,
+                            meths, imm_words, payload, lens, ts)
+            return False
         frames = runs.msgs_frames(slots, evs, ops, flags, exts, seq & PSN_MASK, vas, meths,
                                   imm_words, payload, lens, ts)
-        out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
+        out.extend(zip(ports, frames, strict=True))  # type: ignore[arg-type]
+        return False
 
     def _run_slots(self, rkey: int, evs: list[int]) -> list[tuple[int, int] | None]:
         """(port, run slot) of each EV's path for frames with ``rkey``."""
@@ -445,10 +495,11 @@ class Sender:
             return list(map(by_ev.__getitem__, evs))
 
     def _run_frames(self, wr: WorkRequest, seq: int, idx: int, evs: list[int], ops: list[int],
-                    ts: int, out: list[tuple[int, bytes]], txq: Any) -> None:
+                    ts: int, out: list[tuple[int, bytes]], txq: Any, now: float) -> bool:
         """Append the frames of new packets ``seq ..`` (packets ``idx ..`` of ``wr``, one
         per EV): one C call when every path has a run slot, else one at a time. With the
-        send queues ``txq`` a run built in C goes into them instead of ``out``."""
+        send queues ``txq`` a run built in C goes into them instead of ``out``; True
+        when that call also recorded the packets in the table."""
         mtu = self.cfg.mtu_payload
         at = self._run_slots(wr.rkey, evs)
         n = len(evs)
@@ -460,7 +511,26 @@ class Sender:
                 off = off0 + i * mtu
                 out.append(self._frame(seq + i, wr, off, min(mtu, wr.length - off), ops[i],
                                        evs[i], ts, False))
-            return
+            return False
+        start = wr.offset + off0
+        end = wr.offset + min(wr.length, off0 + n * mtu)
+        imm = wr.imm if wr.imm is not None else 0
+        ports, slots = list(map(_FIRST, at)), list(map(_SECOND, at))  # type: ignore[arg-type]
+        # One C call records, builds and queues the run (mrcnet/_csrc/sender.c) when the
+        # frames go to send queues, the table is C's (``c``: its struct) and ``fused``.
+        tab = getattr(self.txt, "c", None) if txq is not None and self.fused \
+            and n <= _SEND_MAX else None
+        if tab is not None:
+            plen = end - start
+            cap = n * FRAME_ROOM + plen
+            buf = ALLOC_FRAMES("uint8_t[]", cap)
+            k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots,
+                               n, seq, evs, ops, wr.slot, off0, wr.length, va,
+                               ffi.from_buffer(wr.view[start:end]), plen, mtu, wr.meth, imm,
+                               now, ts, buf, cap, _LENS)
+            if k >= 0:
+                txq.queued(buf, n, k)
+                return True
         # Inside a run of one work request every packet but the first and the last is a
         # WRITE_MIDDLE, which carries no AckReq and no immediate.
         flags, exts = [F_TS] * n, [DATA_EXT_TSETH] * n
@@ -470,21 +540,16 @@ class Sender:
                 flags[i] = F_TS | F_ACKREQ
             if op in IMM_OPCODES:
                 exts[i] = DATA_EXT_TSETH | DATA_EXT_IMM
-        start = wr.offset + off0
-        end = wr.offset + min(wr.length, off0 + n * mtu)
         if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
-            runs.queue(txq, list(map(_FIRST, at)), list(map(_SECOND, at)),  # type: ignore[arg-type]
-                       evs, ops, flags, exts, seq & PSN_MASK, va, wr.view[start:end], mtu,
-                       wr.meth, wr.imm if wr.imm is not None else 0, ts)
-            return
-        frames = runs.frames(
-            list(map(_SECOND, at)), evs, ops, flags, exts,  # type: ignore[arg-type]
-            seq & PSN_MASK, va,
-            wr.view[start:end], mtu, wr.meth,
-            wr.imm if wr.imm is not None else 0, ts)
+            runs.queue(txq, ports, slots, evs, ops, flags, exts, seq & PSN_MASK, va,
+                       wr.view[start:end], mtu, wr.meth, imm, ts)
+            return False
+        frames = runs.frames(slots, evs, ops, flags, exts, seq & PSN_MASK, va,
+                             wr.view[start:end], mtu, wr.meth, imm, ts)
         # (read-only views, not bytes: every taker of frames_to_send's frames, the
         # ports' batch send and the simulator, takes any buffer)
-        out.extend(zip(map(_FIRST, at), frames, strict=True))  # type: ignore[arg-type,misc]
+        out.extend(zip(ports, frames, strict=True))  # type: ignore[arg-type]
+        return False
 
     def _imm_allowed(self, now: float) -> bool:
         # The QP's static limit (the applications agree on it from the receives each side

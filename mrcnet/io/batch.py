@@ -278,7 +278,9 @@ class SendQueue:
         self._iov = [ffi.new("struct iovec[]", cap) for _ in range(nports)]
         for q, iov in zip(self._q, self._iov, strict=True):
             q.iov, q.cap = iov, cap
-        self._n = nports
+        self._n = self.nports = nports
+        #: The queues as C takes them (mrcnet/_csrc/sender.h queues a run itself).
+        self.queues = self._q
         self._keep: list[Any] = []  # buffers with frames still queued
         self._err = ffi.new("int *")
         self._calls = ffi.new("unsigned *")
@@ -294,7 +296,11 @@ class SendQueue:
         """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port
         ``ports[i]``."""
         n = len(ports)
-        k = C.mrc_sendq_add_run(self._q, self._n, buf, lens, ports, n)
+        self.queued(buf, n, C.mrc_sendq_add_run(self._q, self._n, buf, lens, ports, n))
+
+    def queued(self, buf: Any, n: int, k: int) -> None:
+        """``k`` of the ``n`` frames in ``buf`` were queued (the rest did not fit): keep
+        ``buf`` while they wait."""
         if k:
             self._keep.append(buf)
         self.waiting += k

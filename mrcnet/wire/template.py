@@ -537,9 +537,18 @@ class RunQueue(Protocol):
     (:class:`mrcnet.io.batch.SendQueue`). The core sees them only through this one call,
     so it never imports the I/O side."""
 
+    #: The ports' queues as C sees them (``struct mrc_sendq[]``) and how many: for a
+    #: C call that queues frames itself (mrcnet/_csrc/sender.h), then :meth:`queued`.
+    queues: Any
+    nports: int
+
     def add_run(self, buf: Any, lens: Any, ports: list[int]) -> None:
         """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port
         ``ports[i]``."""
+        ...
+
+    def queued(self, buf: Any, n: int, k: int) -> None:
+        """C queued ``k`` of the ``n`` frames in ``buf`` (keep it while they wait)."""
         ...
 
 
@@ -548,6 +557,12 @@ class RunQueue(Protocol):
 # written, and zeroing it first would cost as much as copying the frames out.
 _RAW_ALLOC: Any = (ffi.new_allocator(should_clear_after_alloc=False)
                    if ffi is not None else None)
+#: That allocator, for a caller that builds frames in C itself (mrcnet/core/sender.py),
+#: and the most bytes a frame takes beyond its payload (a buffer of ``n`` frames carrying
+#: ``p`` payload bytes in all: ``n * FRAME_ROOM + p``).
+ALLOC_FRAMES: Any = _RAW_ALLOC
+FRAME_ROOM: Final = ((C.MRC_TMPL_HDR_MAX if C is not None else 512) + _BASE_EXT_LEN
+                     + _IMM_EXT_LEN + _TSETH_EXT_LEN + ICRC_LEN)
 
 
 
@@ -562,10 +577,11 @@ class RunPatcher:
     C only: :func:`run_patcher` gives None without it.
     """
 
-    __slots__ = ("_keep", "_paths", "_size", "n")
+    __slots__ = ("_keep", "_size", "n", "paths")
 
     def __init__(self, size: int = 64) -> None:
-        self._paths = ffi.new("struct mrc_path[]", size)
+        #: The registered paths as C takes them (``struct mrc_path[]``).
+        self.paths = ffi.new("struct mrc_path[]", size)
         self._size = size
         self._keep: list[Any] = []  # owners of the pointers stored in the table
         #: Paths registered so far (the next slot).
@@ -575,10 +591,10 @@ class RunPatcher:
         """Register a (template, path) pair; returns its slot."""
         if self.n == self._size:  # grow: a fresh table, the old entries copied over
             bigger = ffi.new("struct mrc_path[]", 2 * self._size)
-            ffi.memmove(bigger, self._paths, ffi.sizeof("struct mrc_path") * self._size)
-            self._keep.append(self._paths)
-            self._paths, self._size = bigger, 2 * self._size
-        e = self._paths[self.n]
+            ffi.memmove(bigger, self.paths, ffi.sizeof("struct mrc_path") * self._size)
+            self._keep.append(self.paths)
+            self.paths, self._size = bigger, 2 * self._size
+        e = self.paths[self.n]
         e.tmpl = tmpl._t
         self._keep.append(tmpl)
         null = ffi.NULL
@@ -617,17 +633,21 @@ class RunPatcher:
                                 imm, timestamp)
         sendq.add_run(buf, lens, ports)
 
+    @staticmethod
+    def buffer(n: int, payload_len: int) -> tuple[Any, Any, int]:
+        """A buffer for ``n`` frames carrying ``payload_len`` payload bytes in all, their
+        lengths' array and the buffer's size."""
+        cap = n * FRAME_ROOM + payload_len
+        return _RAW_ALLOC("uint8_t[]", cap), ffi.new("uint32_t[]", n), cap
+
     def _build(self, slots: list[int], evs: list[int], ops: list[int], flags: list[int],
                exts: list[int], psn0: int, va0: int, payload: bytes | bytearray | memoryview,
                seg: int, meth: int, imm: int, timestamp: int) -> tuple[Any, Any]:
         """The run's frames back to back in a buffer of their own, and their lengths."""
         n = len(slots)
-        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
-                   + ICRC_LEN) + len(payload)
-        buf = _RAW_ALLOC("uint8_t[]", cap)
-        lens = ffi.new("uint32_t[]", n)
+        buf, lens, cap = self.buffer(n, len(payload))
         pl = payload if type(payload) is bytes else ffi.from_buffer(payload)
-        if not C.mrc_patch_run(buf, cap, n, self._paths, slots, evs, ops, flags, exts, psn0,
+        if not C.mrc_patch_run(buf, cap, n, self.paths, slots, evs, ops, flags, exts, psn0,
                                 va0, pl, len(payload), seg, meth, imm, timestamp, lens):
             raise ValueError(f"a run of {n} frames with {len(payload)} payload bytes does "
                              "not fit an IPv6 length field")
@@ -660,13 +680,10 @@ class RunPatcher:
                     meths: list[int], imms: list[int], payload: bytes, plens: list[int],
                     timestamp: int) -> tuple[Any, Any]:
         n = len(slots)
-        cap = n * (C.MRC_TMPL_HDR_MAX + _BASE_EXT_LEN + _IMM_EXT_LEN + _TSETH_EXT_LEN
-                   + ICRC_LEN) + len(payload)
-        buf = _RAW_ALLOC("uint8_t[]", cap)
-        lens = ffi.new("uint32_t[]", n)
+        buf, lens, cap = self.buffer(n, len(payload))
         if sum(plens) != len(payload):
             raise ValueError(f"{len(payload)} payload bytes for messages of {sum(plens)}")
-        if not C.mrc_patch_msgs(buf, cap, n, self._paths, slots, evs, ops, flags, exts,
+        if not C.mrc_patch_msgs(buf, cap, n, self.paths, slots, evs, ops, flags, exts,
                                  psn0, vas, meths, imms, payload, plens, timestamp, lens):
             raise ValueError(f"one of {n} messages does not fit an IPv6 length field")
         return buf, lens
