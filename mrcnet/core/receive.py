@@ -111,9 +111,17 @@ class Receiver:
         if lane is not None:
             lane.verify = self.host.config.verify_checksums
 
+    @property
+    def c_lane(self) -> CRxLane | None:
+        """The C receive lane, for a reader that points it at the frames it receives
+        (mrcnet/io/batch.py ``lane_reader``); None without one."""
+        return self._lane if self._lane_slots else None
+
     def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                      now: float, slots: Any = None) -> None:
-        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments). Never raises.
+                      now: float, slots: Any = None, loaded: Any = None) -> None:
+        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments; ``loaded``: the
+        lane that ``slots``' receive pointed at ``frames`` already, as
+        :func:`mrcnet.io.batch.lane_reader` does). Never raises.
 
         The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
         common case of data for the QP it serves on its own; each frame it stops at
@@ -137,7 +145,8 @@ class Receiver:
         if one:
             pass
         elif slots is not None and self._lane_slots:
-            lane.load_slots(slots, n)
+            if loaded is not lane:  # (else the read pointed the lane at them)
+                lane.load_slots(slots, n)
         else:
             loaded = lane.load(frames)
             if loaded is None:  # a buffer the lane cannot read: frame by frame

@@ -405,6 +405,14 @@ class CRxLane:
             ffi.release(b)
         self._keep = []
 
+    def fit(self, k: int) -> Any:
+        """Room for batches of ``k`` frames; returns the lane's context (``struct
+        mrc_rx_ctx *``) for a reader that loads it (rxread.c ``mrc_rx_recv``), valid as
+        long as this lane."""
+        if k > self._cap:
+            self._grow(k)
+        return self._c
+
     def load_slots(self, io: BatchSlots, k: int) -> None:
         """Point the lane at the ``k`` frames ``io``'s last receive kept, where they are
         (no copy, no per-frame Python): they are the frames ``io.recv_views`` returned."""

@@ -244,6 +244,15 @@ class PacketPort:
             self.stats.rx_batches += 1
         return got
 
+    def recv_failed(self, err: int) -> int:
+        """A C read of the port (:attr:`rx_batch`'s) failed with errno ``err``: 0 when
+        the carrier dropped (counted ``rx_link_down``, as :meth:`recv_slots` does), else
+        OSError."""
+        if err not in (errno.ENETDOWN, errno.ENXIO):
+            raise OSError(err, os.strerror(err))
+        self.stats.rx_link_down += 1
+        return 0
+
     def recv(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
         """Frames queued on the port (up to one batch), without blocking unless ``wait``.
 
