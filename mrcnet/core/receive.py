@@ -118,8 +118,8 @@ class Receiver:
         return self._lane if self._lane_slots else None
 
     def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                      now: float, slots: Any = None, loaded: Any = None) -> None:
-        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments; ``loaded``: the
+                      now: float, slots: Any = None, in_lane: Any = None) -> None:
+        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments; ``in_lane``: the
         lane that ``slots``' receive pointed at ``frames`` already, as
         :func:`mrcnet.io.batch.lane_reader` does). Never raises.
 
@@ -145,7 +145,7 @@ class Receiver:
         if one:
             pass
         elif slots is not None and self._lane_slots:
-            if loaded is not lane:  # (else the read pointed the lane at them)
+            if in_lane is not lane:  # (else the read pointed the lane at them)
                 lane.load_slots(slots, n)
         else:
             loaded = lane.load(frames)

@@ -49,10 +49,17 @@ def _run(frames: list[tuple[int, bytes]], use_reader: bool, max_batch: int
 
 
 @pytest.mark.parametrize("max_batch", [4, 8, 64])
-def test_reader_is_recv_slots_then_load(max_batch: int) -> None:
+def test_reader_is_recv_slots_then_load(max_batch: int,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    loads = []
+    real = CRxLane.load_slots
+    monkeypatch.setattr(CRxLane, "load_slots",
+                        lambda self, io, k: (loads.append(k), real(self, io, k))[1])
     frames = _generate(0, {})
     got = _run(frames, True, max_batch)
+    assert not loads  # the reader's read is the lane's load
     assert got == _run(frames, False, max_batch)
+    assert sum(loads) == len(frames)
     reads, counters = got[0], got[1]
     assert sum(reads) == len(frames) and max(reads) <= max_batch
     assert counters["rx_data"] == len(frames)
