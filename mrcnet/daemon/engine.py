@@ -31,6 +31,7 @@ from mrcnet.daemon.control import (
 from mrcnet.daemon.deadline import LazyTimer
 from mrcnet.daemon.heap import settle_gc
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
+from mrcnet.daemon.sched import use_batch_policy
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
@@ -266,6 +267,9 @@ class Daemon:
         """Serve until :meth:`stop`; always cleans up."""
         loop = self._loop = asyncio.get_running_loop()
         assert self.host is not None
+        why = use_batch_policy(self.cfg.sched_batch)
+        if why is not None:
+            self.log.warning("sched_batch: SCHED_BATCH not set", error=why)
         self._timer = LazyTimer(loop, self._next_deadline, self._on_timer,
                                 near=KEEP_EARLY_TIMER)
         self._want = self._timer.want
