@@ -207,8 +207,9 @@ class DaemonConfig:
     #: the loop (0: never; it holds the loop: only for latency on an idle host).
     busy_poll_us: int = 0
     #: Run under SCHED_BATCH: woken by a frame, mrcd does not preempt the process that
-    #: sent it mid-batch (mrcnet/daemon/sched.py).
-    sched_batch: bool = True
+    #: sent it mid-batch; for mrcds that share CPUs with each other, as on a single-host
+    #: netns fabric (mrcnet/daemon/sched.py says when it helps and when it hurts).
+    sched_batch: bool = False
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -341,7 +342,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         core=core,
         metrics_listen=metrics_listen,
         busy_poll_us=_busy_poll(data, source),
-        sched_batch=_want(data, "sched_batch", bool, source, True),
+        sched_batch=_want(data, "sched_batch", bool, source, False),
         source=source,
     )
 

@@ -25,7 +25,7 @@ def test_good_config_and_defaults() -> None:
     assert cfg.socket == "/run/mrcd/h0.sock" and cfg.socket_mode == 0o660
     assert cfg.peers["h1"].addresses == ("fd00::b",)
     assert cfg.ev_profile == "spray" and cfg.kernel_drop
-    assert cfg.sched_batch and not parse_config({**GOOD, "sched_batch": False}).sched_batch
+    assert not cfg.sched_batch and parse_config({**GOOD, "sched_batch": True}).sched_batch
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -232,12 +232,11 @@ def test_round_trips_with_mrcd_busy_polling(veth: VethPair, tmp_path: Path) -> N
         _ping_pong(socks, 30)
 
 
-def test_mrcd_runs_under_sched_batch_unless_told_not_to(veth: VethPair,
-                                                        tmp_path: Path) -> None:
-    """sched_batch (default on): the mrcd process runs under SCHED_BATCH, and with
-    ``sched_batch = false`` under the policy it was started with; round trips between
-    the two work the same."""
-    with _two_mrcds(veth, tmp_path, "", "sched_batch = false") as (socks, (ma, mb)):
+def test_mrcd_runs_under_sched_batch_when_told_to(veth: VethPair,
+                                                  tmp_path: Path) -> None:
+    """``sched_batch = true``: the mrcd process runs under SCHED_BATCH; by default
+    under the policy it was started with; round trips between the two work the same."""
+    with _two_mrcds(veth, tmp_path, "sched_batch = true", "") as (socks, (ma, mb)):
         assert os.sched_getscheduler(ma.proc.pid) == os.SCHED_BATCH
         assert os.sched_getscheduler(mb.proc.pid) == os.sched_getscheduler(0)
         assert os.sched_getscheduler(0) != os.SCHED_BATCH
