@@ -78,8 +78,11 @@ def test_reader_grows_the_lane_to_its_batch() -> None:
             a.send(bytes([i]) * 20)
         assert read() == 200
         assert [bytes(v) for v in SlotFrames(io, 200)] == [bytes([i]) * 20 for i in range(200)]
-        hb.receive_batch(SlotFrames(io, 200), 0, 1.0, io, lane)  # (garbage: counted)
-        assert hb.counters()["rx_frames"] == 200
+        hb.receive_batch(SlotFrames(io, 200), 0, 1.0, io, lane)
+        c = hb.counters()  # garbage: each one counted as malformed and dropped
+        assert c["rx_frames"] == 200
+        assert sum(v for k, v in c.items() if k.startswith("rx_malformed_")) == 200
+        assert hb.frames_to_send(1.1) == []
 
 
 def test_reader_reports_errno() -> None:
