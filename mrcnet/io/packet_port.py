@@ -237,8 +237,7 @@ class PacketPort:
         except OSError as e:
             if e.errno not in (errno.ENETDOWN, errno.ENXIO):
                 raise
-            self.stats.rx_link_down += 1  # (see recv)
-            return 0
+            return self.recv_failed(e.errno)  # (the carrier dropped: see recv)
         if got:
             self.stats.rx_frames += got
             self.stats.rx_batches += 1
