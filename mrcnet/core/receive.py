@@ -23,9 +23,11 @@ from mrcnet.core.qp import QueuePair
 from mrcnet.core.rxlane import (
     RX_ACKS,
     RX_END,
+    RX_IMM,
     RX_POS_SHIFT,
     RX_SACK,
     RX_SACKS,
+    RX_STOP,
     WHY_MR_MISS,
     WHY_PARSE,
     CRxLane,
@@ -183,6 +185,8 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
+            if self._lane_slots:  # (the C lane completes writes-with-immediate)
+                qp.resp.lane_imm_setup(lane)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -192,8 +196,15 @@ class Receiver:
                 acks = self._ack_replay(now) if r & RX_ACKS else 0
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
+                if r & RX_IMM:  # frame k, a write-with-immediate: its completion, here
+                    assert qp is not None
+                    total, imm, flags = lane.imm_record()
+                    qp.resp.lane_completed(total, imm, flags, now)
+                    if acks:  # (what the replay decided may pause the ack lane)
+                        self._ack_sync()
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
-                got = k - i + (st == RX_SACK) - acks
+                # (frame k too after RX_SACK and RX_DONE: the odd results)
+                got = k - i + (st & 1) - acks
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
@@ -210,11 +221,13 @@ class Receiver:
                         except Exception as e:  # never crash on network input; count it
                             self.host.last_internal_error = e
                             self.host.count("rx_internal_error")
-                    else:
+                    elif st == RX_STOP:
                         self._lane_frame(lane, frames[k], port, plane, now)
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
                             self._sack_sync(qp)
+                            if self._lane_slots:
+                                qp.resp.lane_imm_setup(lane)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1
