@@ -1,20 +1,20 @@
 """The responder's receive lane, and the responder state record it shares with Python.
 
 Like TCP header prediction. :meth:`mrcnet.core.host.Host.receive_batch` hands each batch
-to the lane (:class:`CRxLane`, the C function ``mrc_rx_run`` of ``mrcnet/_csrc/rxlane.c``),
-which parses the frames one after the other and handles, on its own, every data frame of
-the QP it is set to that needs nothing unusual: from the QP's peer, in the receive window,
-not a duplicate, untrimmed, without an immediate, for a registered region that allows
-remote writes and holds the range; and a single-packet write-with-immediate in order
-(nothing out of order, the RQ MSN expected, a receive posted for it), after which it
-returns for the caller's Python to push the completion
+to the lane (:class:`CRxLane`, the C function ``mrc_rx_run`` of
+``mrcnet/_csrc/rxlane.c``), which parses the frames one after the other and handles, on
+its own, every data frame of the QP it is set to that needs nothing unusual: from the
+QP's peer, in the receive window, not a duplicate, untrimmed, without an immediate, for a
+registered region that allows remote writes and holds the range; and a single-packet
+write-with-immediate in order (nothing out of order, the RQ MSN expected, a receive
+posted for it), after which it returns for the caller's Python to push the completion
 (:meth:`mrcnet.core.responder.Responder.lane_completed`). It places the payload and moves
-the responder's state exactly as :meth:`mrcnet.core.responder.Responder.on_data` would. It stops and hands back
-to Python at any other frame (which then takes the full path, the frame's parse done) and
-whenever a SACK is due that it cannot build itself (which Python builds, at the very
-point ``on_data`` would). It also takes the SACKs of one sending QP to that QP's table of
-packets in flight (:class:`mrcnet.core.txtable.CTxTable`), leaving a record per SACK for
-:meth:`mrcnet.core.recovery.Recovery.on_sack_records`.
+the responder's state exactly as :meth:`mrcnet.core.responder.Responder.on_data` would.
+It stops and hands back to Python at any other frame (which then takes the full path, the
+frame's parse done) and whenever a SACK is due that it cannot build itself (which Python
+builds, at the very point ``on_data`` would). It also takes the SACKs of one sending QP
+to that QP's table of packets in flight (:class:`mrcnet.core.txtable.CTxTable`), leaving
+a record per SACK for :meth:`mrcnet.core.recovery.Recovery.on_sack_records`.
 
 The lane and the Python core share one responder state record (the fields of ``struct
 mrc_rx_qp``, mrcnet/_csrc/rxlane.h), so neither copies anything back. Without the C
