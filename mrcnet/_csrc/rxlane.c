@@ -261,7 +261,8 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
 }
 
 #define RESULT(pos, r) ((int)((pos) << MRC_RX_POS_SHIFT | (c->nsout ? MRC_RX_SACKS : 0) | \
-                                (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | (r)))
+                                (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | \
+                                (c->imm_n ? MRC_RX_IMM : 0) | (r)))
 #define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
 
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
@@ -279,6 +280,11 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         /* Host._lane_frame: a SACK (SETH, no data) of the ack QP */
         if (!f->is_data && f->has_seth && c->ack && f->dest_qp == c->ack->qpn &&
             f->dest_qp != ENDPOINT_QPN) {
+            if (c->imm_n) {  /* its record after the completions': they go first */
+                c->pos = k - 1;  /* (k > i: a completion of this run's) */
+                c->why = MRC_RX_WHY_NONE;
+                return RESULT(k - 1, MRC_RX_DONE);
+            }
             if (ack_take(c->ack, f, buf, blen, now))
                 continue;
             STOP(MRC_RX_WHY_ACK);
@@ -319,7 +325,7 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         if (f->has_imm || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
                            op != OP_WRITE_LAST && op != OP_WRITE_ONLY)) {
             imm = op == OP_WRITE_ONLY_IMM && f->has_imm && d == 0 && !q->ooo_n &&
-                  c->imm_credit && f->rqmsn == c->imm_msn;
+                  c->imm_credit && f->rqmsn == c->imm_msn && c->imm_n < c->imm_max;
             if (!imm)
                 STOP(MRC_RX_WHY_IMM);
         }
@@ -365,11 +371,11 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
                     now_sack = 1;
             }
         }
+        int64_t ilen = 0;
         if (d == 0) {
-            if (imm) {  /* _deliver: the message's bytes and the completion's record */
-                c->imm_len = q->rx_msg_bytes + len;
+            if (imm) {  /* _deliver: the message's bytes, the credit and the MSN */
+                ilen = q->rx_msg_bytes + len;
                 q->rx_msg_bytes = 0;
-                c->imm_val = f->imm;
                 c->imm_msn = (c->imm_msn + 1) & MSN_MASK;
                 c->imm_credit--;
             } else {
@@ -441,11 +447,16 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         } else if (isinf(q->ack_at)) {
             q->ack_at = now + c->ack_delay;
         }
-        if (imm || r == MRC_RX_SACK) {
-            c->imm_flags = flags;
+        if (imm) {
+            uint32_t j = c->imm_n++;
+            c->imm_len[j] = ilen;
+            c->imm_val[j] = f->imm;
+            c->imm_flags[j] = flags;
+        }
+        if (r == MRC_RX_SACK || (imm && c->imm_n >= c->imm_max)) {
             c->pos = k;
             c->why = MRC_RX_WHY_NONE;
-            return RESULT(k, r) | (imm ? MRC_RX_IMM : 0);
+            return RESULT(k, r);
         }
     }
     c->pos = n;

@@ -110,12 +110,12 @@ struct mrc_rx_plane {
 /* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest, from bit
  * MRC_RX_POS_SHIFT); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting
  * (nsout), bit 3 (MRC_RX_ACKS) that records of SACKs it took are (ack->n), bit 4
- * (MRC_RX_IMM) that frame `pos` was a write-with-immediate the lane completed (its
- * completion in imm_len, imm_val, imm_flags). */
+ * (MRC_RX_IMM) that records of writes-with-immediate it completed are (imm_n). */
 #define MRC_RX_END   0  /* every frame handled */
 #define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
 #define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
-#define MRC_RX_DONE  3  /* frame `pos` handled, nothing due: returned for its completion */
+#define MRC_RX_DONE  3  /* frame `pos` handled, nothing due: returned for the completions
+                           (their records full, or a SACK record would follow them) */
 #define MRC_RX_SACKS 4
 #define MRC_RX_ACKS  8
 #define MRC_RX_IMM   16
@@ -198,22 +198,25 @@ struct mrc_rx_ctx {
     /* Write-with-immediate, Responder.on_data and _deliver's common case: a WRITE_ONLY_IMM
      * in order with nothing out of order, carrying the RQ MSN expected, for which a
      * receive is posted (imm_credit > 0), with a TSETH. It is placed, consumes the
-     * credit, moves the MSN, and is acknowledged (held-ACK rules included) here; the run
-     * then returns right after it (MRC_RX_IMM) so that the caller's Python pops the
-     * posted receive's wr_id and pushes the completion in its place among the rest (the
-     * SACK records before it, the frames after it). mrc_rx_imm_set() gives the lane the
-     * responder's copy before a run; imm_credit 0: every immediate stops (WHY_IMM). */
+     * credit, moves the MSN, and is acknowledged (held-ACK rules included) here, and
+     * leaves a record (its message's bytes, immediate, MRC_RX_IMM_* flags) from which
+     * the caller's Python pops the posted receive's wr_id and pushes the completion,
+     * before anything else: a run returns before a SACK record would follow a
+     * completion's (the two may go to one CQ, in the order the frames came), and at a
+     * SACK it leaves to Python. mrc_rx_imm_set() gives the lane the responder's copy
+     * before a run; imm_credit 0: every immediate stops (WHY_IMM). */
     int32_t  ack_with_data;    /* HostConfig.ack_with_data */
     int32_t  pingpong;         /* Responder.pingpong */
     uint32_t imm_msn;          /* the RQ MSN expected: Responder.imm_done's low 16 bits */
     uint32_t imm_credit;       /* immediates the lane may complete (posted receives left) */
-    int64_t  imm_len;          /* the completion the run returned for: message bytes, */
-    uint32_t imm_val, imm_flags;  /* ... immediate, MRC_RX_IMM_* */
+    int64_t  *imm_len;         /* the completions' records: message bytes, */
+    uint32_t *imm_val, *imm_flags;  /* ... immediate, MRC_RX_IMM_* */
+    uint32_t imm_n, imm_max;   /* records waiting, room */
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
  * pos << MRC_RX_POS_SHIFT | MRC_RX_SACKS if SACKs wait | MRC_RX_ACKS if SACK records wait
- * | MRC_RX_IMM if frame pos was completed | MRC_RX_END/SACK/STOP/DONE (pos: where it stopped;
+ * | MRC_RX_IMM if completion records wait | MRC_RX_END/SACK/STOP/DONE (pos: where it stopped;
  * n after MRC_RX_END); also in c->pos, c->why. */
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
 

@@ -196,10 +196,10 @@ class Receiver:
                 acks = self._ack_replay(now) if r & RX_ACKS else 0
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
-                if r & RX_IMM:  # frame k, a write-with-immediate: its completion, here
+                if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
                     assert qp is not None
-                    total, imm, flags = lane.imm_record()
-                    qp.resp.lane_completed(total, imm, flags, now)
+                    lens, imms, flags = lane.take_imms()
+                    qp.resp.lane_completed(lens, imms, flags, now)
                     if acks:  # (what the replay decided may pause the ack lane)
                         self._ack_sync()
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included

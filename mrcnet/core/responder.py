@@ -330,25 +330,30 @@ class Responder:
         lane.imm_set(self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
                      self.cfg.ack_with_data)
 
-    def lane_completed(self, total: int, imm: int, flags: int, now: float) -> None:
-        """The receive lane placed and acknowledged a write-with-immediate of ``total``
-        bytes (on_data's common case, rxlane.h MRC_RX_IMM): what on_data and _deliver
-        do besides, with the held-ACK decision the lane took (``flags``,
-        ``RX_IMM_*``): the posted receive's completion."""
-        if flags & RX_IMM_HELD:
-            self.held = True
-            self.qp.count("ack_held")
-        elif flags & RX_IMM_ALONE:
-            self.alone_at = now
-        self.msgs_done += 1
-        self.imm_done += 1
-        wr_id = self.recv_wrs.popleft() if self.recv_wrs else -1
-        self.rcq.push_row((WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm,
-                           self.qpn))
-        if self.cfg.completion_events:
-            self.qp.ctx.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
-        if flags & RX_IMM_SACKED:  # (send_sack's)
-            self.held = False
+    def lane_completed(self, lens: list[int], imms: list[int], flags: list[int],
+                       now: float) -> None:
+        """The receive lane placed and acknowledged writes-with-immediate (on_data's
+        common case, rxlane.h MRC_RX_IMM), of ``lens`` bytes with immediates ``imms``:
+        what on_data and _deliver do besides, in order, with the held-ACK decision the
+        lane took for each (``flags``, ``RX_IMM_*``): the posted receives' completions."""
+        wrs, push, qpn = self.recv_wrs, self.rcq.push_row, self.qpn
+        events = self.cfg.completion_events
+        ok, op = WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM
+        n = len(lens)
+        self.msgs_done += n
+        self.imm_done += n
+        for total, imm, fl in zip(lens, imms, flags, strict=True):
+            if fl & RX_IMM_HELD:
+                self.held = True
+                self.qp.count("ack_held")
+            elif fl & RX_IMM_ALONE:
+                self.alone_at = now
+            wr_id = wrs.popleft() if wrs else -1
+            push((ok, wr_id, op, total, imm, qpn))
+            if events:
+                self.qp.ctx.emit(ImmediateReceived(qpn, wr_id, imm, total))
+            if fl & RX_IMM_SACKED:  # (send_sack's)
+                self.held = False
 
     def _note_ack(self, seq: int, ev: int, ts: int, ce: bool, plane: int) -> None:
         rx = self.rx

@@ -7,7 +7,7 @@ its own, every data frame of the QP it is set to that needs nothing unusual: fro
 QP's peer, in the receive window, not a duplicate, untrimmed, without an immediate, for a
 registered region that allows remote writes and holds the range; and a single-packet
 write-with-immediate in order (nothing out of order, the RQ MSN expected, a receive
-posted for it), after which it returns for the caller's Python to push the completion
+posted for it), leaving a record from which the caller's Python pushes the completion
 (:meth:`mrcnet.core.responder.Responder.lane_completed`). It places the payload and moves
 the responder's state exactly as :meth:`mrcnet.core.responder.Responder.on_data` would.
 It stops and hands back to Python at any other frame (which then takes the full path, the
@@ -60,6 +60,7 @@ RX_IMM_HELD, RX_IMM_ALONE, RX_IMM_SACKED = 1, 2, 4
  WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT, WHY_ACK) = range(14)
 RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
+RX_IMM_MAX = 64  # completion records a lane holds (a run returns when they are full)
 #: rxlane.c RX_LATE_WINDOW: how long after its arrival a reported retransmission's send
 #: stamp is compared with later arrivals' (ack_late): a quarter of the 16-bit microsecond
 #: stamp's wrap, so that two stamps compare without wrapping
@@ -232,9 +233,9 @@ class CRxLane:
     lane's context (no Python frame per call): it handles frames ``i .. n-1``, received
     at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
     (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
-    records of SACKs it took wait in :meth:`take_acks`, | RX_IMM when frame ``pos`` was a
-    write-with-immediate it completed: :meth:`imm_record`): RX_END (all done, pos n),
-    RX_DONE (frame ``pos`` done, returned for its completion),
+    records of SACKs it took wait in :meth:`take_acks`, | RX_IMM when records of the
+    writes-with-immediate it completed wait in :meth:`take_imms`): RX_END (all done, pos
+    n), RX_DONE (frame ``pos`` done, returned for those completions),
     RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
     ``parsed`` holds it, ``why`` says why)."""
 
@@ -284,6 +285,12 @@ class CRxLane:
         #: expected, posted receives left, pingpong, ack_with_data), before a run
         self.imm_set: Callable[[int, int, int, int], None] = functools.partial(
             C.mrc_rx_imm_set, c)
+        # the completion records of the writes-with-immediate the lane completes
+        self._imm_len = ffi.new("int64_t[]", RX_IMM_MAX)
+        self._imm_val = ffi.new("uint32_t[]", RX_IMM_MAX)
+        self._imm_flags = ffi.new("uint32_t[]", RX_IMM_MAX)
+        c.imm_len, c.imm_val, c.imm_flags = self._imm_len, self._imm_val, self._imm_flags
+        c.imm_n, c.imm_max = 0, RX_IMM_MAX
 
     def _grow(self, cap: int) -> None:
         self._ptr = ffi.new("const uint8_t *[]", cap)
@@ -593,11 +600,14 @@ class CRxLane:
             o += ln
         return out
 
-    def imm_record(self) -> tuple[int, int, int]:
-        """The write-with-immediate the last run returned for (RX_IMM): the message's
-        bytes, its immediate, and ``RX_IMM_*`` flags."""
+    def take_imms(self) -> tuple[list[int], list[int], list[int]]:
+        """The records of the writes-with-immediate completed since the last call
+        (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags."""
         c = self._c
-        return int(c.imm_len), int(c.imm_val), int(c.imm_flags)
+        n = c.imm_n
+        c.imm_n = 0
+        return (ffi.unpack(self._imm_len, n), ffi.unpack(self._imm_val, n),
+                ffi.unpack(self._imm_flags, n))
 
     @property
     def plane(self) -> int:

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from mrcnet.core import HostConfig
+from mrcnet.core.rxlane import RX_DONE, RX_IMM, RX_POS_SHIFT
 from mrcnet.native import HAVE_C
 from mrcnet.wire.parsed import py_parse
 
 from .harness import Impairments, Net, connect
+from .test_hotpath_batch import BatchNet
 from .test_rxlane import _batches, feed
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
@@ -72,9 +74,9 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], kw: dict[str, Any
         assert hb._lane is not None
         done = resp.lane_completed
 
-        def counting(*a: Any) -> None:
-            completed[0] += 1
-            done(*a)
+        def counting(lens: list[int], *a: Any) -> None:
+            completed[0] += len(lens)
+            done(lens, *a)
 
         resp.lane_completed = counting  # type: ignore[method-assign]
     else:
@@ -187,3 +189,83 @@ def test_no_posted_receive() -> None:
     res = _compare(_in_order(frames, random.Random(11)), kw, recvs=0)
     assert res["c"]["completed"] == 0
     assert res["ref"]["counters"].get("rx_no_recv_credit", 0) == len(frames)
+
+
+@pytest.mark.parametrize("kw", [{}, {"ack_with_data": True}])
+def test_both_ways_in_batches(kw: dict[str, Any]) -> None:
+    """Two hosts writing to each other in bursts, every frame due at one instant handed
+    over as one batch (BatchNet): the C lane's completions (several per batch, among the
+    SACKs for the host's own writes, whose send completions share the CQ) against the
+    same run without a lane, every frame sent and every CQ entry in order."""
+    res = {m: _both_ways(kw, lane) for m, lane in (("c", True), ("ref", False))}
+    c, ref = res["c"], res["ref"]
+    assert c["tx"] == ref["tx"]
+    assert c["cq"] == ref["cq"]
+    assert c["counters"] == ref["counters"]
+    assert c["multi"] > 0  # runs that completed several
+    assert c["early"] > 0  # ... and returned before a SACK's record would follow them
+    assert c["completed"] > WRITES  # most of both hosts' in the lane
+    assert len(ref["cq"][0]) == len(ref["cq"][1]) == 2 * 4 * 16  # sends and receives
+
+
+class _DataFirst(BatchNet):
+    """BatchNet whose batches carry their data frames before their SACKs (frames due at
+    one instant, as two spines may deliver them): completions of writes-with-immediate,
+    then SACKs completing the host's own writes, in one batch."""
+
+    def _hand_over(self) -> None:
+        self._run.sort(key=lambda f: not py_parse(f, False).is_data)
+        super()._hand_over()
+
+
+def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
+    net = _DataFirst(n_hosts=2, planes=1, spines=2, config=_config(**kw), seed=3)
+    qa, qb = connect(net, 0, 1, recvs=4 * 16)
+    ha, hb = net.h(0), net.h(1)
+    regions = []
+    for h in (ha, hb):
+        if not lane:
+            h._lane = None
+        regions.append((h.register_mr(bytearray(random.Random(7).randbytes(SIZE * 16))),
+                        h.register_mr(bytearray(SIZE * 16))))
+    counts = {"completed": 0, "multi": 0, "early": 0}
+    for h, q in ((ha, qa), (hb, qb)):
+        if lane:  # runs that returned before a SACK for the completions before it
+            run = h._lane.run
+
+            def counting_run(i: int, n: int, now: float, plane: int, run: Any = run) -> int:
+                r = run(i, n, now, plane)
+                if r & 3 == RX_DONE and r & RX_IMM and (r >> RX_POS_SHIFT) + 1 < n:
+                    counts["early"] += 1
+                return r
+
+            h._lane.run = counting_run
+        resp = h.qp(q).resp
+        done = resp.lane_completed
+
+        def counting(lens: list[int], *a: Any, done: Any = done) -> None:
+            counts["completed"] += len(lens)
+            counts["multi"] += len(lens) > 1
+            done(lens, *a)
+
+        resp.lane_completed = counting  # type: ignore[method-assign]
+    net.log_tx = True
+    pairs = ((ha, qa, regions[0][0], regions[1][1]), (hb, qb, regions[1][0], regions[0][1]))
+    for burst in range(4):
+        # a burst each way, each answering the other's as soon as it is in (with
+        # ack_with_data, the ACK then leaves behind the answer: data, then a SACK)
+        for s, (h, q, src, dst) in enumerate(pairs):
+            for k in range(16):
+                h.post_write(q, burst * 100 + k, src, k * SIZE, SIZE, dst.addr + k * SIZE,
+                             dst.rkey, imm=burst * 100 + k)
+            peer, pq = pairs[1 - s][:2]
+            want = 16 * (burst + 1)
+            net.run(until=lambda peer=peer, pq=pq, want=want: peer.qp(pq).imm_done >= want,
+                    max_time=net.now + 5.0)
+            assert peer.qp(pq).imm_done >= want
+    net.run(until=lambda: all(len(h.qp(q).cq) >= 2 * 16 * 4 for h, q, _s, _d in pairs),
+            max_time=net.now + 5.0)
+    cqs = [[(e.status, e.wr_id, e.opcode, e.byte_len, e.imm) for e in h.qp(q).cq.poll(1000)]
+           for h, q in ((ha, qa), (hb, qb))]
+    return {"tx": [(s, p, bytes(f)) for _, s, p, f in net.tx_log], "cq": cqs,
+            "counters": [h.counters() for h in (ha, hb)], **counts}
