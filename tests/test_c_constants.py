@@ -18,6 +18,7 @@ from mrcnet import constants as K
 from mrcnet.api import shmring
 from mrcnet.core import cc, evs, laneplane, recovery, responder, rxlane, sackrec, txtable
 from mrcnet.core.ctrl import NO_TS
+from mrcnet.core.seqnum import MSN_MASK
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
 from mrcnet.sim import net as sim_net
@@ -105,6 +106,13 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.h", "MRC_RX_STOP"): rxlane.RX_STOP,
     ("rxlane.h", "MRC_RX_SACKS"): rxlane.RX_SACKS,
     ("rxlane.h", "MRC_RX_ACKS"): rxlane.RX_ACKS,
+    ("rxlane.h", "MRC_RX_DONE"): rxlane.RX_DONE,
+    ("rxlane.h", "MRC_RX_IMM"): rxlane.RX_IMM,
+    ("rxlane.h", "MRC_RX_POS_SHIFT"): rxlane.RX_POS_SHIFT,
+    ("rxlane.h", "MRC_RX_IMM_HELD"): rxlane.RX_IMM_HELD,
+    ("rxlane.h", "MRC_RX_IMM_ALONE"): rxlane.RX_IMM_ALONE,
+    ("rxlane.h", "MRC_RX_IMM_SACKED"): rxlane.RX_IMM_SACKED,
+    ("rxlane.c", "MSN_MASK"): MSN_MASK,
     ("rxlane.h", "MRC_RX_ACK_INTS"): rxlane.RX_ACK_INTS,
     ("rxlane.h", "MRC_RX_SACK_MAX"): rxlane.RX_SOUT_BYTES // rxlane.RX_SOUT_MAX,
     **{("rxlane.h", f"MRC_RX_WHY_{n}"): getattr(rxlane, f"WHY_{n}")

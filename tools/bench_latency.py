@@ -412,13 +412,16 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
                 rates: list[Rate] | None = None,
                 rate_seconds: float = RATE_SECONDS,
                 passes: dict[str, dict[str, float]] | None = None,
-                profile: Path | None = None, prefix: str | None = None) -> list[Row]:
+                profile: Path | None = None, prefix: str | None = None,
+                sched_batch: bool = False) -> list[Row]:
     """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
     ``[core]`` overrides. ``rates``: filled with the message-rate table (same fabric,
     after the round trips). ``passes``: filled with each mrcd's loop passes per verbs
     round trip, by what woke them (its ``loop_passes`` stats; h0 is the pinging side).
     ``profile``: a directory where each mrcd writes its cProfile statistics; ``prefix``:
-    the fabric's name prefix (default ``$MRC_E2E_PREFIX`` or ``ic``)."""
+    the fabric's name prefix (default ``$MRC_E2E_PREFIX`` or ``ic``); ``sched_batch``:
+    both mrcds under SCHED_BATCH (set from here, whatever their configuration says: so
+    that trees without mrcd's ``sched_batch`` compare the same way)."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
@@ -427,6 +430,9 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
         if os.environ.get(PIN_ENV):  # each host's mrcd on its application's CPU
             for cpu, h in enumerate(("h0", "h1")):
                 os.sched_setaffinity(lab.mrcds[h].proc.pid, {cpu})
+        if sched_batch:
+            for m in lab.mrcds.values():
+                os.sched_setscheduler(m.proc.pid, os.SCHED_BATCH, os.sched_param(0))
         h1_addr = str(lab.fab.description.host("h1").port(0).address)
         timeout = 30 + (iters + warmup) * len(sizes) * 0.05
         results: dict[str, dict[str, Any]] = {}
@@ -541,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "
                     "likewise (the message rate: mrcds pinned, mrc-perf and the blaster "
                     "not)")
+    ap.add_argument("--sched-batch", action="store_true",
+                    help="both mrcds under SCHED_BATCH (mrcd's sched_batch, set from here "
+                    "so that any tree runs the same way)")
     ap.add_argument("--prefix", default=default_prefix(),
                     help="fabric name prefix, a few letters (default $MRC_E2E_PREFIX or ic)")
     ap.add_argument("--json", action="store_true")
@@ -565,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         passes: dict[str, dict[str, float]] = {}
         rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None,
                            rates, a.rate_seconds, passes,
-                           a.profile.resolve() if a.profile else None, a.prefix)
+                           a.profile.resolve() if a.profile else None, a.prefix,
+                           a.sched_batch)
         took = time.monotonic() - t0
     if a.json:
         print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows],

@@ -39,8 +39,9 @@
 
 enum {
     OP_WRITE_FIRST = 0xc6, OP_WRITE_MIDDLE = 0xc7, OP_WRITE_LAST = 0xc8,
-    OP_WRITE_ONLY = 0xca,
+    OP_WRITE_ONLY = 0xca, OP_WRITE_ONLY_IMM = 0xcb,
 };
+#define MSN_MASK 0xffffu  /* METH's RQMSN: 16 bits */
 
 void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k)
 {
@@ -259,8 +260,9 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
     return 1;
 }
 
-#define RESULT(pos, r) ((int)((pos) << 4 | (c->nsout ? MRC_RX_SACKS : 0) | \
-                                (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | (r)))
+#define RESULT(pos, r) ((int)((pos) << MRC_RX_POS_SHIFT | (c->nsout ? MRC_RX_SACKS : 0) | \
+                                (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | \
+                                (c->imm_n ? MRC_RX_IMM : 0) | (r)))
 #define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
 
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
@@ -278,6 +280,11 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         /* Host._lane_frame: a SACK (SETH, no data) of the ack QP */
         if (!f->is_data && f->has_seth && c->ack && f->dest_qp == c->ack->qpn &&
             f->dest_qp != ENDPOINT_QPN) {
+            if (c->imm_n) {  /* its record after the completions': they go first */
+                c->pos = k - 1;  /* (k > i: a completion of this run's) */
+                c->why = MRC_RX_WHY_NONE;
+                return RESULT(k - 1, MRC_RX_DONE);
+            }
             if (ack_take(c->ack, f, buf, blen, now))
                 continue;
             STOP(MRC_RX_WHY_ACK);
@@ -311,9 +318,19 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             STOP(MRC_RX_WHY_TRIMMED);
         }
         uint32_t op = f->opcode;
+        /* A write-with-immediate only in on_data's common case (the ctx's imm_* fields):
+         * in order with nothing out of order (it completes now, nothing else does), the
+         * MSN expected (no rx_msn_mismatch) and a receive posted for it (no NACK) */
+        int imm = 0;
+        if (f->has_imm || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
+                           op != OP_WRITE_LAST && op != OP_WRITE_ONLY)) {
+            imm = op == OP_WRITE_ONLY_IMM && f->has_imm && d == 0 && !q->ooo_n &&
+                  c->imm_credit && f->rqmsn == c->imm_msn && c->imm_n < c->imm_max;
+            if (!imm)
+                STOP(MRC_RX_WHY_IMM);
+        }
         /* (without a TSETH the answer may be an ACK: Python decides) */
-        if (f->has_imm || !f->has_tseth || (op != OP_WRITE_FIRST && op != OP_WRITE_MIDDLE &&
-                                            op != OP_WRITE_LAST && op != OP_WRITE_ONLY))
+        if (!f->has_tseth)
             STOP(MRC_RX_WHY_IMM);
         if ((uint64_t)d >= q->ooo_cap || q->unrep_n >= MRC_RX_UNREP_MAX)
             STOP(MRC_RX_WHY_FULL);
@@ -329,8 +346,20 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         q->rcvd_bytes += len;
         q->rx_burst++;
         int ce = f->ce != 0;
-        int defer = f->ack_req && c->ack_req_burst;  /* answered at the burst's end */
-        int now_sack = (f->ack_req && !defer) || ce || f->rtx ||
+        int ack_req = f->ack_req != 0;
+        uint32_t flags = 0;
+        if (imm && ack_req && c->ack_with_data) {
+            /* (in order, nothing missing: the imm test) a message the application may
+             * answer: while this QP answers, the ACK waits to leave with the answer */
+            if (c->pingpong) {
+                ack_req = 0;
+                flags = MRC_RX_IMM_HELD;
+            } else {
+                flags = MRC_RX_IMM_ALONE;
+            }
+        }
+        int defer = ack_req && c->ack_req_burst;  /* answered at the burst's end */
+        int now_sack = (ack_req && !defer) || ce || f->rtx ||
                        (d != 0 && c->sack_on_reorder);
         if (c->ack_late) {
             if (f->rtx)
@@ -342,8 +371,16 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
                     now_sack = 1;
             }
         }
+        int64_t ilen = 0;
         if (d == 0) {
-            deliver_plain(q, len, op);
+            if (imm) {  /* _deliver: the message's bytes, the credit and the MSN */
+                ilen = q->rx_msg_bytes + len;
+                q->rx_msg_bytes = 0;
+                c->imm_msn = (c->imm_msn + 1) & MSN_MASK;
+                c->imm_credit--;
+            } else {
+                deliver_plain(q, len, op);
+            }
             int64_t nxt = seq + 1;
             if (q->ooo_n) {
                 int late_end = 0;  /* a message whose end came first completes now */
@@ -395,24 +432,45 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         q->ack_ts = f->timestamp;
         q->ack_ce = ce;
         q->ack_plane = c->plane;
+        int r = MRC_RX_DONE;
         if (now_sack || since >= (int64_t)c->ack_every ||
             q->unrep[0] < seq - SACK_BITMAP_BITS / 2) {
-            if (c->sack_ok && lane_sack(c, q))
+            if (!c->sack_ok || !lane_sack(c, q))
+                r = MRC_RX_SACK;  /* Python builds it */
+            else if (!imm)
                 continue;  /* built here, exactly as send_sack would */
-            c->pos = k;
-            c->why = MRC_RX_WHY_NONE;
-            return RESULT(k, MRC_RX_SACK);
-        }
-        if (defer) {
+            else
+                flags |= MRC_RX_IMM_SACKED;
+        } else if (defer) {
             if (q->ack_at > now)
                 q->ack_at = now;  /* due: the burst's end sends it */
         } else if (isinf(q->ack_at)) {
             q->ack_at = now + c->ack_delay;
         }
+        if (imm) {
+            uint32_t j = c->imm_n++;
+            c->imm_len[j] = ilen;
+            c->imm_val[j] = f->imm;
+            c->imm_flags[j] = flags;
+        }
+        if (r == MRC_RX_SACK || (imm && c->imm_n >= c->imm_max)) {
+            c->pos = k;
+            c->why = MRC_RX_WHY_NONE;
+            return RESULT(k, r);
+        }
     }
     c->pos = n;
     c->why = MRC_RX_WHY_NONE;
     return RESULT(n, MRC_RX_END);
+}
+
+void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t pingpong,
+                    int32_t ack_with_data)
+{
+    c->imm_msn = msn & MSN_MASK;
+    c->imm_credit = credit;
+    c->pingpong = pingpong;
+    c->ack_with_data = ack_with_data;
 }
 
 int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,

@@ -2,7 +2,8 @@
  *
  * Like TCP header prediction: the common case of receiving data (a data frame of the QP
  * the lane is set to, from its peer, in the receive window, new, untrimmed, without an
- * immediate, for a registered region that allows remote writes and holds the range)
+ * immediate, for a registered region that allows remote writes and holds the range;
+ * and a single-packet write-with-immediate in order: struct mrc_rx_ctx's imm_* fields)
  * is parsed, placed and accounted for in C, one call per run of a receive batch.
  * Anything else stops the lane and goes through the Python core (mrcnet/core/qp.py
  * QueuePair.on_data and the host's dispatch), which reads and writes the very same
@@ -107,13 +108,24 @@ struct mrc_rx_plane {
                                    window, or no room for its record) */
 
 /* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest, from bit
- * 4); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting (nsout), bit 3
- * (MRC_RX_ACKS) that records of SACKs it took are (ack->n). */
+ * MRC_RX_POS_SHIFT); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting
+ * (nsout), bit 3 (MRC_RX_ACKS) that records of SACKs it took are (ack->n), bit 4
+ * (MRC_RX_IMM) that records of writes-with-immediate it completed are (imm_n). */
 #define MRC_RX_END   0  /* every frame handled */
 #define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
 #define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
+#define MRC_RX_DONE  3  /* frame `pos` handled, nothing due: returned for the completions
+                           (their records full, or a SACK record would follow them) */
 #define MRC_RX_SACKS 4
 #define MRC_RX_ACKS  8
+#define MRC_RX_IMM   16
+#define MRC_RX_POS_SHIFT 5
+/* imm_flags: the held-ACK decision Responder.on_data takes for an AckReq (ack_with_data),
+ * and whether the lane sent the SACK the frame made due (Responder.send_sack's reset of
+ * `held`) */
+#define MRC_RX_IMM_HELD   1  /* ping-pong: the ACK waits for the answer (held, ack_held) */
+#define MRC_RX_IMM_ALONE  2  /* not a ping-pong: acknowledged at once (alone_at = now) */
+#define MRC_RX_IMM_SACKED 4  /* the lane built the SACK this frame made due */
 
 /* The requester half of one QP whose SACKs the lane takes (like TCP's ACK prediction):
  * a SACK for it, from its peer, with a cumulative point in the send window, goes to its
@@ -183,13 +195,36 @@ struct mrc_rx_ctx {
      * when its path is usable and its plane has a NACK template): how many, and how
      * many of those TRIMMED_LASTHOP; the caller counts them when it takes the frames */
     uint32_t nnack, nnack_last;
+    /* Write-with-immediate, Responder.on_data and _deliver's common case: a WRITE_ONLY_IMM
+     * in order with nothing out of order, carrying the RQ MSN expected, for which a
+     * receive is posted (imm_credit > 0), with a TSETH. It is placed, consumes the
+     * credit, moves the MSN, and is acknowledged (held-ACK rules included) here, and
+     * leaves a record (its message's bytes, immediate, MRC_RX_IMM_* flags) from which
+     * the caller's Python pops the posted receive's wr_id and pushes the completion,
+     * before anything else: a run returns before a SACK record would follow a
+     * completion's (the two may go to one CQ, in the order the frames came), and at a
+     * SACK it leaves to Python. mrc_rx_imm_set() gives the lane the responder's copy
+     * before a run; imm_credit 0: every immediate stops (WHY_IMM). */
+    int32_t  ack_with_data;    /* HostConfig.ack_with_data */
+    int32_t  pingpong;         /* Responder.pingpong */
+    uint32_t imm_msn;          /* the RQ MSN expected: Responder.imm_done's low 16 bits */
+    uint32_t imm_credit;       /* immediates the lane may complete (posted receives left) */
+    int64_t  *imm_len;         /* the completions' records: message bytes, */
+    uint32_t *imm_val, *imm_flags;  /* ... immediate, MRC_RX_IMM_* */
+    uint32_t imm_n, imm_max;   /* records waiting, room */
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
- * pos << 4 | MRC_RX_SACKS if SACKs wait | MRC_RX_ACKS if SACK records wait |
- * MRC_RX_END/SACK/STOP (pos: where it stopped;
+ * pos << MRC_RX_POS_SHIFT | MRC_RX_SACKS if SACKs wait | MRC_RX_ACKS if SACK records wait
+ * | MRC_RX_IMM if completion records wait | MRC_RX_END/SACK/STOP/DONE (pos: where it stopped;
  * n after MRC_RX_END); also in c->pos, c->why. */
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane);
+
+/* The responder's write-with-immediate state for the lane's QP (struct mrc_rx_ctx's
+ * imm_* fields): the RQ MSN expected, posted receives left, Responder.pingpong and
+ * HostConfig.ack_with_data. */
+void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t pingpong,
+                    int32_t ack_with_data);
 
 /* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the
  * caller loading it into ptr / len first (mrc-sim's hosts get a frame per call); the lane

@@ -23,9 +23,11 @@ from mrcnet.core.qp import QueuePair
 from mrcnet.core.rxlane import (
     RX_ACKS,
     RX_END,
+    RX_IMM,
     RX_POS_SHIFT,
     RX_SACK,
     RX_SACKS,
+    RX_STOP,
     WHY_MR_MISS,
     WHY_PARSE,
     CRxLane,
@@ -111,9 +113,17 @@ class Receiver:
         if lane is not None:
             lane.verify = self.host.config.verify_checksums
 
+    @property
+    def c_lane(self) -> CRxLane | None:
+        """The C receive lane, for a reader that points it at the frames it receives
+        (mrcnet/io/batch.py ``lane_reader``); None without one."""
+        return self._lane if self._lane_slots else None
+
     def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                      now: float, slots: Any = None) -> None:
-        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments). Never raises.
+                      now: float, slots: Any = None, in_lane: Any = None) -> None:
+        """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments; ``in_lane``: the
+        lane that ``slots``' receive pointed at ``frames`` already, as
+        :func:`mrcnet.io.batch.lane_reader` does). Never raises.
 
         The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
         common case of data for the QP it serves on its own; each frame it stops at
@@ -137,7 +147,8 @@ class Receiver:
         if one:
             pass
         elif slots is not None and self._lane_slots:
-            lane.load_slots(slots, n)
+            if in_lane is not lane:  # (else the read pointed the lane at them)
+                lane.load_slots(slots, n)
         else:
             loaded = lane.load(frames)
             if loaded is None:  # a buffer the lane cannot read: frame by frame
@@ -174,6 +185,8 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
+            if self._lane_slots:  # (the C lane completes writes-with-immediate)
+                qp.resp.lane_imm_setup(lane)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -183,8 +196,15 @@ class Receiver:
                 acks = self._ack_replay(now) if r & RX_ACKS else 0
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
+                if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
+                    assert qp is not None
+                    lens, imms, flags = lane.take_imms()
+                    qp.resp.lane_completed(lens, imms, flags, now)
+                    if acks:  # (what the replay decided may pause the ack lane)
+                        self._ack_sync()
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
-                got = k - i + (st == RX_SACK) - acks
+                # (frame k too after RX_SACK and RX_DONE: the odd results)
+                got = k - i + (st & 1) - acks
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
@@ -201,11 +221,13 @@ class Receiver:
                         except Exception as e:  # never crash on network input; count it
                             self.host.last_internal_error = e
                             self.host.count("rx_internal_error")
-                    else:
+                    elif st == RX_STOP:
                         self._lane_frame(lane, frames[k], port, plane, now)
                         qp = self._lane_qp
                         if qp is not None:  # (its planes or credit may have changed)
                             self._sack_sync(qp)
+                            if self._lane_slots:
+                                qp.resp.lane_imm_setup(lane)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1

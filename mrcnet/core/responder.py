@@ -34,6 +34,9 @@ from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager
 from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.rxlane import (
+    RX_IMM_ALONE,
+    RX_IMM_HELD,
+    RX_IMM_SACKED,
     RX_UNREP_MAX,
     lane_class,
     note_rtx,
@@ -314,6 +317,43 @@ class Responder:
                     WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm, self.qpn))
                 if self.cfg.completion_events:
                     self.qp.ctx.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
+
+    def lane_imm_setup(self, lane: Any) -> None:
+        """Give the host's C receive ``lane`` (this QP's) what on_data's common case of a
+        write-with-immediate reads besides the state record: the RQ MSN expected, the
+        immediates it may complete (posted receives left; none while max_wimm_dest is 0),
+        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields)."""
+        credit = self.recv_posted - self.imm_done
+        mw = self.attrs.max_wimm_dest
+        if credit < 0 or (mw is not None and mw <= 0):
+            credit = 0
+        lane.imm_set(self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
+                     self.cfg.ack_with_data)
+
+    def lane_completed(self, lens: list[int], imms: list[int], flags: list[int],
+                       now: float) -> None:
+        """The receive lane placed and acknowledged writes-with-immediate (on_data's
+        common case, rxlane.h MRC_RX_IMM), of ``lens`` bytes with immediates ``imms``:
+        what on_data and _deliver do besides, in order, with the held-ACK decision the
+        lane took for each (``flags``, ``RX_IMM_*``): the posted receives' completions."""
+        wrs, push, qpn = self.recv_wrs, self.rcq.push_row, self.qpn
+        events = self.cfg.completion_events
+        ok, op = WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM
+        n = len(lens)
+        self.msgs_done += n
+        self.imm_done += n
+        for total, imm, fl in zip(lens, imms, flags, strict=True):
+            if fl & RX_IMM_HELD:
+                self.held = True
+                self.qp.count("ack_held")
+            elif fl & RX_IMM_ALONE:
+                self.alone_at = now
+            wr_id = wrs.popleft() if wrs else -1
+            push((ok, wr_id, op, total, imm, qpn))
+            if events:
+                self.qp.ctx.emit(ImmediateReceived(qpn, wr_id, imm, total))
+            if fl & RX_IMM_SACKED:  # (send_sack's)
+                self.held = False
 
     def _note_ack(self, seq: int, ev: int, ts: int, ce: bool, plane: int) -> None:
         rx = self.rx

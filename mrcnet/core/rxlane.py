@@ -1,17 +1,20 @@
 """The responder's receive lane, and the responder state record it shares with Python.
 
 Like TCP header prediction. :meth:`mrcnet.core.host.Host.receive_batch` hands each batch
-to the lane (:class:`CRxLane`, the C function ``mrc_rx_run`` of ``mrcnet/_csrc/rxlane.c``),
-which parses the frames one after the other and handles, on its own, every data frame of
-the QP it is set to that needs nothing unusual: from the QP's peer, in the receive window,
-not a duplicate, untrimmed, without an immediate, for a registered region that allows
-remote writes and holds the range. It places the payload and moves the responder's state
-exactly as :meth:`mrcnet.core.responder.Responder.on_data` would. It stops and hands back
-to Python at any other frame (which then takes the full path, the frame's parse done) and
-whenever a SACK is due that it cannot build itself (which Python builds, at the very
-point ``on_data`` would). It also takes the SACKs of one sending QP to that QP's table of
-packets in flight (:class:`mrcnet.core.txtable.CTxTable`), leaving a record per SACK for
-:meth:`mrcnet.core.recovery.Recovery.on_sack_records`.
+to the lane (:class:`CRxLane`, the C function ``mrc_rx_run`` of
+``mrcnet/_csrc/rxlane.c``), which parses the frames one after the other and handles, on
+its own, every data frame of the QP it is set to that needs nothing unusual: from the
+QP's peer, in the receive window, not a duplicate, untrimmed, without an immediate, for a
+registered region that allows remote writes and holds the range; and a single-packet
+write-with-immediate in order (nothing out of order, the RQ MSN expected, a receive
+posted for it), leaving a record from which the caller's Python pushes the completion
+(:meth:`mrcnet.core.responder.Responder.lane_completed`). It places the payload and moves
+the responder's state exactly as :meth:`mrcnet.core.responder.Responder.on_data` would.
+It stops and hands back to Python at any other frame (which then takes the full path, the
+frame's parse done) and whenever a SACK is due that it cannot build itself (which Python
+builds, at the very point ``on_data`` would). It also takes the SACKs of one sending QP
+to that QP's table of packets in flight (:class:`mrcnet.core.txtable.CTxTable`), leaving
+a record per SACK for :meth:`mrcnet.core.recovery.Recovery.on_sack_records`.
 
 The lane and the Python core share one responder state record (the fields of ``struct
 mrc_rx_qp``, mrcnet/_csrc/rxlane.h), so neither copies anything back. Without the C
@@ -46,13 +49,18 @@ RX_MRS_MAX = 256  # regions a lane's table holds (more: their frames take the fu
 RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
 RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
-# mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting) and why it stopped
-RX_END, RX_SACK, RX_STOP, RX_SACKS, RX_ACKS = 0, 1, 2, 4, 8
-RX_POS_SHIFT = 4  # run()'s result: pos << RX_POS_SHIFT | flags | result
+# mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting, bit 3: SACK records
+# waiting, bit 4: frame pos a write-with-immediate the lane completed) and why it stopped
+RX_END, RX_SACK, RX_STOP, RX_DONE, RX_SACKS, RX_ACKS, RX_IMM = 0, 1, 2, 3, 4, 8, 16
+RX_POS_SHIFT = 5  # run()'s result: pos << RX_POS_SHIFT | flags | result
+# the held-ACK decision of a write-with-immediate the lane completed (rxlane.h
+# MRC_RX_IMM_*): held for the answer, acknowledged at once, the lane sent its SACK
+RX_IMM_HELD, RX_IMM_ALONE, RX_IMM_SACKED = 1, 2, 4
 (WHY_NONE, WHY_PARSE, WHY_OTHER, WHY_PEER, WHY_WINDOW, WHY_MR_MISS, WHY_MR_BAD, WHY_DUP,
  WHY_TRIMMED, WHY_IMM, WHY_FULL, WHY_DELIVER, WHY_SHORT, WHY_ACK) = range(14)
 RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
+RX_IMM_MAX = 64  # completion records a lane holds (a run returns when they are full)
 #: rxlane.c RX_LATE_WINDOW: how long after its arrival a reported retransmission's send
 #: stamp is compared with later arrivals' (ack_late): a quarter of the 16-bit microsecond
 #: stamp's wrap, so that two stamps compare without wrapping
@@ -225,7 +233,9 @@ class CRxLane:
     lane's context (no Python frame per call): it handles frames ``i .. n-1``, received
     at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
     (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
-    records of SACKs it took wait in :meth:`take_acks`): RX_END (all done, pos n),
+    records of SACKs it took wait in :meth:`take_acks`, | RX_IMM when records of the
+    writes-with-immediate it completed wait in :meth:`take_imms`): RX_END (all done, pos
+    n), RX_DONE (frame ``pos`` done, returned for those completions),
     RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
     ``parsed`` holds it, ``why`` says why)."""
 
@@ -271,6 +281,16 @@ class CRxLane:
         self.one: Callable[[Any, int, float, int], int] = functools.partial(C.mrc_rx_one, c)
         #: ``ffi.from_buffer``: a bytearray as :attr:`one` takes it
         self.cdata_of: Callable[[Any], Any] = ffi.from_buffer
+        #: ``mrc_rx_imm_set``: the lane's QP's write-with-immediate state (the RQ MSN
+        #: expected, posted receives left, pingpong, ack_with_data), before a run
+        self.imm_set: Callable[[int, int, int, int], None] = functools.partial(
+            C.mrc_rx_imm_set, c)
+        # the completion records of the writes-with-immediate the lane completes
+        self._imm_len = ffi.new("int64_t[]", RX_IMM_MAX)
+        self._imm_val = ffi.new("uint32_t[]", RX_IMM_MAX)
+        self._imm_flags = ffi.new("uint32_t[]", RX_IMM_MAX)
+        c.imm_len, c.imm_val, c.imm_flags = self._imm_len, self._imm_val, self._imm_flags
+        c.imm_n, c.imm_max = 0, RX_IMM_MAX
 
     def _grow(self, cap: int) -> None:
         self._ptr = ffi.new("const uint8_t *[]", cap)
@@ -405,6 +425,14 @@ class CRxLane:
             ffi.release(b)
         self._keep = []
 
+    def fit(self, k: int) -> Any:
+        """Room for batches of ``k`` frames; returns the lane's context (``struct
+        mrc_rx_ctx *``) for a reader that loads it (rxread.c ``mrc_rx_recv``), valid as
+        long as this lane."""
+        if k > self._cap:
+            self._grow(k)
+        return self._c
+
     def load_slots(self, io: BatchSlots, k: int) -> None:
         """Point the lane at the ``k`` frames ``io``'s last receive kept, where they are
         (no copy, no per-frame Python): they are the frames ``io.recv_views`` returned."""
@@ -429,6 +457,7 @@ class CRxLane:
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.ack_late = int(ack_late)
+        c.imm_credit = 0  # (no immediate until the caller's imm_set)
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -491,6 +520,7 @@ class CRxLane:
         """Serve no QP: every data frame stops."""
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
+        c.imm_credit = 0
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -569,6 +599,15 @@ class CRxLane:
             out.append((p, data[o : o + ln]))
             o += ln
         return out
+
+    def take_imms(self) -> tuple[list[int], list[int], list[int]]:
+        """The records of the writes-with-immediate completed since the last call
+        (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags."""
+        c = self._c
+        n = c.imm_n
+        c.imm_n = 0
+        return (ffi.unpack(self._imm_len, n), ffi.unpack(self._imm_val, n),
+                ffi.unpack(self._imm_flags, n))
 
     @property
     def plane(self) -> int:

@@ -206,6 +206,10 @@ class DaemonConfig:
     #: After taking a client's posts, look again for this long (us) before going back to
     #: the loop (0: never; it holds the loop: only for latency on an idle host).
     busy_poll_us: int = 0
+    #: Run under SCHED_BATCH: woken by a frame, mrcd does not preempt the process that
+    #: sent it mid-batch; for mrcds that share CPUs with each other, as on a single-host
+    #: netns fabric (mrcnet/daemon/sched.py says when it helps and when it hurts).
+    sched_batch: bool = False
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -237,7 +241,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
              "log_level", "port", "peers", "core", "limits", "metrics_listen",
-             "busy_poll_us"}
+             "busy_poll_us", "sched_batch"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -338,6 +342,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         core=core,
         metrics_listen=metrics_listen,
         busy_poll_us=_busy_poll(data, source),
+        sched_batch=_want(data, "sched_batch", bool, source, False),
         source=source,
     )
 

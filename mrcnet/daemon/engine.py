@@ -31,6 +31,7 @@ from mrcnet.daemon.control import (
 from mrcnet.daemon.deadline import LazyTimer
 from mrcnet.daemon.heap import settle_gc
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
+from mrcnet.daemon.sched import use_batch_policy
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
@@ -115,8 +116,8 @@ class Daemon:
         self._links: LinkWatch | None = None
         self.tx_queues: batch_io.SendQueue | None = None
         #: Per port index: the ports in the order a pass it woke reads them (open()).
-        self._rx_orders: list[list[tuple[int, PacketPort, batch_io.CBatchIO | None,
-                                         int]]] = []
+        self._rx_orders: list[list[tuple[int, PacketPort, batch_io.CBatchIO | None, int,
+                                         Callable[[], int] | None]]] = []
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -217,7 +218,13 @@ class Daemon:
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
         self.tx_queues = batch_io.send_queue(len(self.ports))
-        ports = [(i, p, p.rx_batch, p.max_batch) for i, p in enumerate(self.ports)]
+        # A port with a C batch is read straight into the core's C lane, one C call per
+        # read (batch_io.lane_reader); the lane stays alive with the host.
+        lane = self.host.rx_lane
+        ports = [(i, p, p.rx_batch, p.max_batch,
+                  batch_io.lane_reader(b, lane) if b is not None and lane is not None
+                  else None)
+                 for i, p in enumerate(self.ports) for b in (p.rx_batch,)]
         self._rx_orders = [ports[i:] + ports[:i] for i in range(len(ports))]
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
                       payload=hc.mtu_payload, kernel_drop=self.kdrop.table if self.kdrop
@@ -260,6 +267,9 @@ class Daemon:
         """Serve until :meth:`stop`; always cleans up."""
         loop = self._loop = asyncio.get_running_loop()
         assert self.host is not None
+        why = use_batch_policy(self.cfg.sched_batch)
+        if why is not None:
+            self.log.warning("sched_batch: SCHED_BATCH not set", error=why)
         self._timer = LazyTimer(loop, self._next_deadline, self._on_timer,
                                 near=KEEP_EARLY_TIMER)
         self._want = self._timer.want
@@ -378,17 +388,28 @@ class Daemon:
         host = self.host
         assert host is not None
         now = time.monotonic()
-        receive = host.receive_batch
-        # (index, port, its C batch or None, frames per batch) per port from ``index``
-        # on, made once: a pass read them through three properties per port.
+        receive, lane = host.receive_batch, host.rx_lane
+        # (index, port, its C batch or None, frames per batch, its reader into the
+        # core's C lane or None) per port from ``index`` on, made once: a pass read them
+        # through three properties per port.
         order = self._rx_orders[index]
         for _ in range(RX_BATCHES_PER_WAKEUP):
             full = []  # ports that gave a whole batch: maybe more queued
             for entry in order:
-                i, port, rxb, most = entry
+                i, port, rxb, most, read = entry
                 if port.closed:
                     continue
-                if rxb is not None:  # the core's lane reads them in the port's buffers
+                if read is not None:  # received and handed to the lane in one C call
+                    k = read()
+                    if k > 0:
+                        assert rxb is not None  # (a reader reads into the port's batch)
+                        st = port.stats  # (PacketPort.recv_slots' counts, inlined)
+                        st.rx_frames += k
+                        st.rx_batches += 1
+                        receive(buffers.SlotFrames(rxb, k), i, now, rxb, lane)
+                    elif k:
+                        k = port.recv_failed(-k)
+                elif rxb is not None:  # the core's lane reads them in the port's buffers
                     k = port.recv_slots()
                     if k:
                         receive(buffers.SlotFrames(rxb, k), i, now, rxb)

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import errno as _errno
 import fcntl
+import functools
 import os
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from mrcnet.buffers import BatchSlots
@@ -38,6 +39,7 @@ __all__ = [
     "PyBatchIO",
     "Received",
     "SendQueue",
+    "lane_reader",
     "recv_batch",
     "recv_slots",
     "send_batch",
@@ -258,6 +260,17 @@ def recv_slots(io: CBatchIO, max_frames: int | None = None) -> int:
     if k < 0:
         raise OSError(-k, os.strerror(-k))
     return k
+
+
+def lane_reader(io: CBatchIO, lane: Any) -> Callable[[], int]:
+    """:func:`recv_slots` and the receive lane's ``load_slots`` in one C call
+    (rxread.c ``mrc_rx_recv``): a callable without arguments that receives what ``io``'s
+    socket holds into ``io`` and points ``lane`` (a
+    :class:`mrcnet.core.rxlane.CRxLane`, kept alive by the caller) at the frames kept;
+    it returns how many (0: none queued) or -errno. ``Host.receive_batch(SlotFrames(io,
+    k), port, now, io, lane)`` then runs the lane over them where they lie."""
+    return functools.partial(C.mrc_rx_recv, lane.fit(io.max_batch), io.fd, io._b,
+                             io.max_batch, io._nrecv)
 
 
 #: Frames a port's send queue holds (mrcnet.io.packet_port.MAX_BACKLOG's role).

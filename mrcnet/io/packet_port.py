@@ -237,12 +237,20 @@ class PacketPort:
         except OSError as e:
             if e.errno not in (errno.ENETDOWN, errno.ENXIO):
                 raise
-            self.stats.rx_link_down += 1  # (see recv)
-            return 0
+            return self.recv_failed(e.errno)  # (the carrier dropped: see recv)
         if got:
             self.stats.rx_frames += got
             self.stats.rx_batches += 1
         return got
+
+    def recv_failed(self, err: int) -> int:
+        """A C read of the port (:attr:`rx_batch`'s) failed with errno ``err``: 0 when
+        the carrier dropped (counted ``rx_link_down``, as :meth:`recv_slots` does), else
+        OSError."""
+        if err not in (errno.ENETDOWN, errno.ENXIO):
+            raise OSError(err, os.strerror(err))
+        self.stats.rx_link_down += 1
+        return 0
 
     def recv(self, max_frames: int | None = None, *, wait: bool = False) -> list[memoryview]:
         """Frames queued on the port (up to one batch), without blocking unless ``wait``.

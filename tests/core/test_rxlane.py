@@ -95,18 +95,7 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], psn: int,
             hb.deregister_mr(md)
             frozen = bytes(md.view)
         now += 7e-6
-        if mode == "ref":
-            for port, f in batch:
-                _reference_receive(hb, f, port, now)
-        else:
-            i = 0
-            while i < len(batch):  # runs of one port, in order
-                port = batch[i][0]
-                j = i
-                while j < len(batch) and batch[j][0] == port:
-                    j += 1
-                hb.receive_batch([memoryview(f) for _, f in batch[i:j]], port, now)
-                i = j
+        feed(hb, batch, now, mode == "ref")
         t = hb.next_timer()
         if t is not None and t <= now:
             hb.handle_timer(now)
@@ -123,6 +112,23 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], psn: int,
         "placed": hb._lane.placed if hb._lane is not None else 0,
         "lane_sacks": built[0],
     }
+
+
+def feed(hb: Any, batch: list[tuple[int, bytes]], now: float, ref: bool) -> None:
+    """Hand ``batch`` ((port, frame) each) to host ``hb`` at ``now``: frame by frame
+    through the reference path (``ref``), else to receive_batch in runs of one port."""
+    if ref:
+        for port, f in batch:
+            _reference_receive(hb, f, port, now)
+        return
+    i = 0
+    while i < len(batch):  # runs of one port, in order
+        port = batch[i][0]
+        j = i
+        while j < len(batch) and batch[j][0] == port:
+            j += 1
+        hb.receive_batch([memoryview(f) for _, f in batch[i:j]], port, now)
+        i = j
 
 
 def _batches(frames: list[tuple[int, bytes]], rng: random.Random, *, reorder: int = 6,

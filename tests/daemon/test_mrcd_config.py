@@ -25,6 +25,7 @@ def test_good_config_and_defaults() -> None:
     assert cfg.socket == "/run/mrcd/h0.sock" and cfg.socket_mode == 0o660
     assert cfg.peers["h1"].addresses == ("fd00::b",)
     assert cfg.ev_profile == "spray" and cfg.kernel_drop
+    assert not cfg.sched_batch and parse_config({**GOOD, "sched_batch": True}).sched_batch
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -37,6 +38,7 @@ def test_good_config_and_defaults() -> None:
     ({"control_port": 70000}, "is not a TCP port"),
     ({"ev_profile": "random"}, "expected one of spray, ecmp"),
     ({"socket_mode": "rw"}, "is not octal"),
+    ({"sched_batch": 1}, "sched_batch must be bool"),
     ({"peers": {"h1": {"control": "nope", "addresses": []}}}, "is not an IPv6 address"),
     ({"peers": None}, "give a fabric description"),
 ])

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from mdnsutil import MrcdPair, VethPair, needs_root, start_mrcd, write_config
+from mdnsutil import Mrcd, MrcdPair, VethPair, needs_root, start_mrcd, write_config
 
 from mrcnet.api import ApiError, Context, InvalidArgument, InvalidQP
 from mrcnet.api.client import CompletionQueue, MemoryRegion, QueuePair, WorkCompletion
@@ -185,37 +185,62 @@ def _drain_until_recv_keeping(cq: CompletionQueue, other: list[WorkCompletion]
     raise AssertionError("no write-with-immediate arrived")
 
 
+@contextmanager
+def _two_mrcds(veth: VethPair, tmp_path: Path, extra_a: str, extra_b: str
+               ) -> Iterator[tuple[dict[str, str], list[Mrcd]]]:
+    """mrcd "ha" and "hb" on ``veth``, each with its extra configuration lines: their
+    sockets by name, and the mrcds (stopped by PID afterwards)."""
+    socks = {}
+    started: list[Mrcd] = []
+    try:
+        for name, ns, ifname, ip, other, oip, extra in (
+                ("ha", veth.ns_a, veth.if_a, veth.ip_a, "hb", veth.ip_b, extra_a),
+                ("hb", veth.ns_b, veth.if_b, veth.ip_b, "ha", veth.ip_a, extra_b)):
+            cfg, sock = str(tmp_path / f"{name}.toml"), str(tmp_path / f"{name}.sock")
+            write_config(cfg, name, ifname, ip, sock, {other: oip}, extra=extra)
+            started.append(start_mrcd(name, ns, cfg, sock, str(tmp_path)))
+            socks[name] = sock
+        yield socks, started
+    finally:
+        for m in started:
+            m.stop()
+
+
+def _ping_pong(socks: dict[str, str], trips: int) -> None:
+    """``trips`` write-with-immediate round trips ha -> hb -> ha, each answer checked."""
+    with Context(socks["ha"], busy_poll_us=0) as ca, \
+            Context(socks["hb"], busy_poll_us=0) as cb:
+        mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 13)
+        assert qp_a.peer is not None and qp_b.peer is not None
+        qp_b.post_recv(wr_id=0)
+        qp_a.post_recv(wr_id=0)
+        for i in range(trips):
+            qp_a.post_write(mr_a, 0, 16, qp_a.peer.regions[0], imm=i)
+            (w,) = _drain_until_recv(cq_b)
+            qp_b.post_recv(wr_id=0)
+            qp_b.post_write(mr_b, 0, 16, qp_b.peer.regions[0], imm=w.imm)
+            (w,) = _drain_until_recv(cq_a)
+            qp_a.post_recv(wr_id=0)
+            assert w.imm == i
+
+
 def test_round_trips_with_mrcd_busy_polling(veth: VethPair, tmp_path: Path) -> None:
     """mrcd's own busy-poll (busy_poll_us) on both sides: after each pass it looks at the
     client's send queue a while (without a doorbell), then arms it again; nothing is lost
     or late either way."""
-    socks = {}
-    started = []
-    try:
-        for name, ns, ifname, ip, other, oip in (
-                ("ha", veth.ns_a, veth.if_a, veth.ip_a, "hb", veth.ip_b),
-                ("hb", veth.ns_b, veth.if_b, veth.ip_b, "ha", veth.ip_a)):
-            cfg, sock = str(tmp_path / f"{name}.toml"), str(tmp_path / f"{name}.sock")
-            write_config(cfg, name, ifname, ip, sock, {other: oip}, extra="busy_poll_us = 300")
-            started.append(start_mrcd(name, ns, cfg, sock, str(tmp_path)))
-            socks[name] = sock
-        with Context(socks["ha"], busy_poll_us=0) as ca, \
-                Context(socks["hb"], busy_poll_us=0) as cb:
-            mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 13)
-            assert qp_a.peer is not None and qp_b.peer is not None
-            qp_b.post_recv(wr_id=0)
-            qp_a.post_recv(wr_id=0)
-            for i in range(30):
-                qp_a.post_write(mr_a, 0, 16, qp_a.peer.regions[0], imm=i)
-                (w,) = _drain_until_recv(cq_b)
-                qp_b.post_recv(wr_id=0)
-                qp_b.post_write(mr_b, 0, 16, qp_b.peer.regions[0], imm=w.imm)
-                (w,) = _drain_until_recv(cq_a)
-                qp_a.post_recv(wr_id=0)
-                assert w.imm == i
-    finally:
-        for m in started:
-            m.stop()
+    with _two_mrcds(veth, tmp_path, "busy_poll_us = 300", "busy_poll_us = 300") as (socks, _):
+        _ping_pong(socks, 30)
+
+
+def test_mrcd_runs_under_sched_batch_when_told_to(veth: VethPair,
+                                                  tmp_path: Path) -> None:
+    """``sched_batch = true``: the mrcd process runs under SCHED_BATCH; by default
+    under the policy it was started with; round trips between the two work the same."""
+    with _two_mrcds(veth, tmp_path, "sched_batch = true", "") as (socks, (ma, mb)):
+        assert os.sched_getscheduler(ma.proc.pid) == os.SCHED_BATCH
+        assert os.sched_getscheduler(mb.proc.pid) == os.sched_getscheduler(0)
+        assert os.sched_getscheduler(0) != os.SCHED_BATCH
+        _ping_pong(socks, 20)
 
 
 def _drain_until_recv(cq: CompletionQueue) -> list[WorkCompletion]:

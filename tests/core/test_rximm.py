@@ -1,0 +1,271 @@
+"""The C receive lane's write-with-immediate (rxlane.h MRC_RX_IMM: a WRITE_ONLY_IMM in
+order, a receive posted for it) against the pure-Python responder, frame by frame: the
+same frames sent, memory written, completions (wr_id, bytes, immediate, in order),
+counters and responder state (credit, MSN, held-ACK state), record by record, for
+traffic in order, reordered, with duplicates and retransmissions, with the receive
+credit running out (and posted again), without any posted receive, and with the
+receiver answering (ack_with_data's ping-pong: the ACK held for the answer)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from mrcnet.core import HostConfig
+from mrcnet.core.rxlane import RX_DONE, RX_IMM, RX_POS_SHIFT
+from mrcnet.native import HAVE_C
+from mrcnet.wire.parsed import py_parse
+
+from .harness import Impairments, Net, connect
+from .test_hotpath_batch import BatchNet
+from .test_rxlane import _batches, feed
+
+pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
+
+SIZE = 64  # bytes per write: one packet each
+WRITES = 48
+_OP_WRITE_ONLY_IMM = 0xCB
+
+
+def _config(**kw: Any) -> HostConfig:
+    return HostConfig(**{"ack_every": 8, **kw})
+
+
+def _setup(kw: dict[str, Any], recvs: int, seed: int = 1,
+           imp: Impairments | None = None) -> tuple[Net, Any]:
+    net = Net(n_hosts=2, planes=2, spines=2, config=_config(**kw), imp=imp, seed=seed)
+    qa, qb = connect(net, 0, 1, recvs=recvs)
+    ha, hb = net.h(0), net.h(1)
+    src = bytearray(random.Random(7).randbytes(SIZE * WRITES))
+    ms, md = ha.register_mr(src), hb.register_mr(bytearray(SIZE * WRITES))
+    back = hb.register_mr(bytearray(random.Random(8).randbytes(SIZE)))  # the answers'
+    return net, (qa, qb, ms, md, back)
+
+
+def _generate(kw: dict[str, Any], loss: float = 0.0) -> list[tuple[int, bytes]]:
+    """The data frames h0 sends for WRITES single-packet writes with an immediate (with
+    ``loss``, its retransmissions too), as sent."""
+    imp = Impairments(loss=loss) if loss else None
+    net, (qa, _qb, ms, md, _back) = _setup(kw, recvs=WRITES, imp=imp)
+    net.log_tx = True
+    ha = net.h(0)
+    for k in range(WRITES):
+        ha.post_write(qa, k, ms, k * SIZE, SIZE, md.addr + k * SIZE, md.rkey, imm=1000 + k)
+    net.run(until=lambda: len(ha.qp(qa).cq) >= WRITES, max_time=5.0)
+    assert len(ha.qp(qa).cq) >= WRITES
+    frames = [(p, bytes(f)) for _, s, p, f in net.tx_log if s == "h0"]
+    return [(p, f) for p, f in frames if py_parse(f, False).is_data]
+
+
+def _replay(mode: str, batches: list[list[tuple[int, bytes]]], kw: dict[str, Any],
+            recvs: int, answer_every: int = 0, post_at: int | None = None
+            ) -> dict[str, Any]:
+    """Feed ``batches`` to a fresh receiver (``mode`` "c": the C lane; "ref": frame by
+    frame through the Python responder) and record everything it does, after each
+    batch. ``answer_every``: the receiver writes back after every so many batches (a
+    ping-pong); ``post_at``: before that batch, WRITES more receives are posted."""
+    net, (_qa, qb, ms, md, back) = _setup(kw, recvs)
+    hb = net.h(1)
+    resp = hb.qp(qb).resp
+    completed = [0]  # writes-with-immediate the lane completed
+    if mode == "c":
+        assert hb._lane is not None
+        done = resp.lane_completed
+
+        def counting(lens: list[int], *a: Any) -> None:
+            completed[0] += len(lens)
+            done(lens, *a)
+
+        resp.lane_completed = counting  # type: ignore[method-assign]
+    else:
+        hb._lane = None  # (no lane at all: the pure-Python responder)
+    steps: list[Any] = []
+    now = 1.0
+    for b, batch in enumerate(batches):
+        if b == post_at:
+            for i in range(WRITES):
+                hb.post_recv(qb, 20_000 + i)
+        now += 7e-6
+        feed(hb, batch, now, mode == "ref")
+        if answer_every and b % answer_every == answer_every - 1:
+            hb.post_write(qb, 30_000 + b, back, 0, SIZE, ms.addr, ms.rkey, imm=b)
+        t = hb.next_timer()
+        if t is not None and t <= now:
+            hb.handle_timer(now)
+        out = [bytes(f) for _p, f in hb.frames_to_send(now)]
+        cq = [(c.status, c.wr_id, c.opcode, c.byte_len, c.imm) for c in resp.rcq.poll(100)]
+        rx = resp.rx
+        steps.append((b, out, cq, resp.imm_done, resp.msgs_done, resp.recv_posted,
+                      list(resp.recv_wrs), resp.held, resp.pingpong, resp.alone_at,
+                      rx.rcv_nxt, rx.rx_msg_bytes, rx.since_ack, rx.ack_at, rx.unrep_n,
+                      rx.rcvd_bytes, rx.ack_seq))
+    return {"steps": steps, "counters": hb.counters(), "dst": bytes(md.view),
+            "completed": completed[0]}
+
+
+def _compare(batches: list[list[tuple[int, bytes]]], kw: dict[str, Any], recvs: int,
+             **extra: Any) -> dict[str, dict[str, Any]]:
+    res = {m: _replay(m, batches, kw, recvs, **extra) for m in ("c", "ref")}
+    c, ref = res["c"], res["ref"]
+    for sc, sr in zip(c["steps"], ref["steps"], strict=True):
+        assert sc == sr, f"batch {sr[0]}"
+    assert c["counters"] == ref["counters"]
+    assert c["dst"] == ref["dst"]
+    return res
+
+
+def _in_order(frames: list[tuple[int, bytes]], rng: random.Random
+              ) -> list[list[tuple[int, bytes]]]:
+    res, i = [], 0
+    while i < len(frames):
+        k = rng.randrange(1, 8)
+        res.append(frames[i : i + k])
+        i += k
+    return res
+
+
+@pytest.mark.parametrize("kw", [{}, {"ack_with_data": True}, {"ack_req_burst": True},
+                                {"ack_with_data": True, "completion_events": True},
+                                # (a held ACK that ack_every sends anyway, in the lane)
+                                {"ack_with_data": True, "ack_every": 2}])
+@pytest.mark.parametrize("answer_every", [0, 1, 3])
+def test_in_order_the_lane_completes_them(kw: dict[str, Any], answer_every: int) -> None:
+    frames = _generate(kw)
+    assert all(py_parse(f, False).opcode == _OP_WRITE_ONLY_IMM for _, f in frames)
+    res = _compare(_in_order(frames, random.Random(3)), kw, recvs=WRITES,
+                   answer_every=answer_every)
+    # every one in the lane but the first two: the lane serves no QP until a data frame
+    # took the full path, and meets the region at the next one (WHY_MR_MISS)
+    assert res["c"]["completed"] == WRITES - 2
+    ref = res["ref"]
+    assert sum(len(s[2]) for s in ref["steps"]) == WRITES
+    if kw.get("ack_with_data") and answer_every == 1:
+        assert ref["counters"].get("ack_held", 0) > 0  # the held ACK was exercised
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kw", [{}, {"ack_with_data": True}])
+def test_reordered_duplicated_trimmed(seed: int, kw: dict[str, Any]) -> None:
+    frames = _generate(kw)
+    rng = random.Random(seed)
+    res = _compare(_batches(frames, rng, dup=0.15, trim_p=0.05), kw, recvs=WRITES,
+                   answer_every=2)
+    c = res["ref"]["counters"]
+    assert c.get("rx_duplicate", 0) > 0
+    # (a write-with-immediate that finds anything out of order takes the Python path)
+    assert res["c"]["completed"] < WRITES
+
+
+def test_retransmissions() -> None:
+    """Frames of a sender that lost some (its retransmissions, RTX set, among them)."""
+    kw: dict[str, Any] = {"ack_with_data": True}
+    frames = _generate(kw, loss=0.15)
+    assert any(py_parse(f, False).rtx for _, f in frames)
+    res = _compare(_in_order(frames, random.Random(5)), kw, recvs=WRITES, answer_every=1)
+    assert res["ref"]["counters"].get("rx_duplicate", 0) > 0
+    assert res["c"]["completed"] > 0
+
+
+def test_credit_runs_out_and_comes_back() -> None:
+    """Ten receives for 48 writes: the rest are NACKed NO_RESOURCE (by Python) until
+    more are posted; then the lane completes them again."""
+    kw: dict[str, Any] = {}
+    frames = _generate(kw)
+    batches = _in_order(frames, random.Random(9))
+    # all of them, then (more receives posted) all of them again, as the sender resends
+    res = _compare(batches + batches, kw, recvs=10, post_at=len(batches))
+    ref = res["ref"]
+    assert ref["counters"].get("rx_no_recv_credit", 0) > 0
+    assert ref["counters"].get("tx_nack", 0) > 0
+    assert sum(len(s[2]) for s in ref["steps"]) == WRITES
+    assert res["c"]["completed"] > 10  # after the new receives too
+
+
+def test_no_posted_receive() -> None:
+    kw: dict[str, Any] = {"ack_with_data": True}
+    frames = _generate(kw)
+    res = _compare(_in_order(frames, random.Random(11)), kw, recvs=0)
+    assert res["c"]["completed"] == 0
+    assert res["ref"]["counters"].get("rx_no_recv_credit", 0) == len(frames)
+
+
+@pytest.mark.parametrize("kw", [{}, {"ack_with_data": True}])
+def test_both_ways_in_batches(kw: dict[str, Any]) -> None:
+    """Two hosts writing to each other in bursts, every frame due at one instant handed
+    over as one batch (BatchNet): the C lane's completions (several per batch, among the
+    SACKs for the host's own writes, whose send completions share the CQ) against the
+    same run without a lane, every frame sent and every CQ entry in order."""
+    res = {m: _both_ways(kw, lane) for m, lane in (("c", True), ("ref", False))}
+    c, ref = res["c"], res["ref"]
+    assert c["tx"] == ref["tx"]
+    assert c["cq"] == ref["cq"]
+    assert c["counters"] == ref["counters"]
+    assert c["multi"] > 0  # runs that completed several
+    assert c["early"] > 0  # ... and returned before a SACK's record would follow them
+    assert c["completed"] > WRITES  # most of both hosts' in the lane
+    assert len(ref["cq"][0]) == len(ref["cq"][1]) == 2 * 4 * 16  # sends and receives
+
+
+class _DataFirst(BatchNet):
+    """BatchNet whose batches carry their data frames before their SACKs (frames due at
+    one instant, as two spines may deliver them): completions of writes-with-immediate,
+    then SACKs completing the host's own writes, in one batch."""
+
+    def _hand_over(self) -> None:
+        self._run.sort(key=lambda f: not py_parse(f, False).is_data)
+        super()._hand_over()
+
+
+def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
+    net = _DataFirst(n_hosts=2, planes=1, spines=2, config=_config(**kw), seed=3)
+    qa, qb = connect(net, 0, 1, recvs=4 * 16)
+    ha, hb = net.h(0), net.h(1)
+    regions = []
+    for h in (ha, hb):
+        if not lane:
+            h._lane = None
+        regions.append((h.register_mr(bytearray(random.Random(7).randbytes(SIZE * 16))),
+                        h.register_mr(bytearray(SIZE * 16))))
+    counts = {"completed": 0, "multi": 0, "early": 0}
+    for h, q in ((ha, qa), (hb, qb)):
+        if lane:  # runs that returned before a SACK for the completions before it
+            run = h._lane.run
+
+            def counting_run(i: int, n: int, now: float, plane: int, run: Any = run) -> int:
+                r = run(i, n, now, plane)
+                if r & 3 == RX_DONE and r & RX_IMM and (r >> RX_POS_SHIFT) + 1 < n:
+                    counts["early"] += 1
+                return r
+
+            h._lane.run = counting_run
+        resp = h.qp(q).resp
+        done = resp.lane_completed
+
+        def counting(lens: list[int], *a: Any, done: Any = done) -> None:
+            counts["completed"] += len(lens)
+            counts["multi"] += len(lens) > 1
+            done(lens, *a)
+
+        resp.lane_completed = counting  # type: ignore[method-assign]
+    net.log_tx = True
+    pairs = ((ha, qa, regions[0][0], regions[1][1]), (hb, qb, regions[1][0], regions[0][1]))
+    for burst in range(4):
+        # a burst each way, each answering the other's as soon as it is in (with
+        # ack_with_data, the ACK then leaves behind the answer: data, then a SACK)
+        for s, (h, q, src, dst) in enumerate(pairs):
+            for k in range(16):
+                h.post_write(q, burst * 100 + k, src, k * SIZE, SIZE, dst.addr + k * SIZE,
+                             dst.rkey, imm=burst * 100 + k)
+            peer, pq = pairs[1 - s][:2]
+            want = 16 * (burst + 1)
+            net.run(until=lambda peer=peer, pq=pq, want=want: peer.qp(pq).imm_done >= want,
+                    max_time=net.now + 5.0)
+            assert peer.qp(pq).imm_done >= want
+    net.run(until=lambda: all(len(h.qp(q).cq) >= 2 * 16 * 4 for h, q, _s, _d in pairs),
+            max_time=net.now + 5.0)
+    cqs = [[(e.status, e.wr_id, e.opcode, e.byte_len, e.imm) for e in h.qp(q).cq.poll(1000)]
+           for h, q in ((ha, qa), (hb, qb))]
+    return {"tx": [(s, p, bytes(f)) for _, s, p, f in net.tx_log], "cq": cqs,
+            "counters": [h.counters() for h in (ha, hb)], **counts}
