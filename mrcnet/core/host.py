@@ -777,7 +777,7 @@ class Host:
             self._dirty.add(qpn)
             self._sendq.add(qpn)
             qp.on_timer(now, self._ctrl)
-            if qp.evm is not None and qp.state is QPState.RTS:
+            if qp.evm is not None and qp.state is _RTS:
                 due = qp.evm.probes_due(now, qp.probe_timeout())
                 if due:
                     self._send_probes(qp, due, now)

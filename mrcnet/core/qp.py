@@ -281,7 +281,7 @@ class QueuePair:
         """Run whatever timers are due."""
         if self.resp.rx.ack_at <= now:
             self.resp.ack_timer(now, out)
-        if self.state is not QPState.RTS:
+        if self.state is not _RTS:
             return
         self.rec.on_timer(now)
 
