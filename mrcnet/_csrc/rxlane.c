@@ -678,3 +678,11 @@ static int lane_nack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q, const struct mrc
     c->nnack_last += (uint32_t)last;
     return 1;
 }
+
+uint64_t mrc_rx_take(struct mrc_rx_ctx *c)
+{
+    uint64_t r = (uint64_t)c->sout_len | (uint64_t)c->nsout << 32 |
+                 (uint64_t)c->nnack << 42 | (uint64_t)c->nnack_last << 52;
+    c->sout_len = c->nsout = c->nnack = c->nnack_last = 0;
+    return r;
+}

@@ -232,6 +232,12 @@ void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t
 int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
                int32_t plane);
 
+/* The SACK/NACK frames built since the last take, in one call (each count is a struct
+ * read from Python otherwise): sout_len | nsout << 32 | nnack << 42 | nnack_last << 52
+ * (sout_max < 1024); the counts are then zero, the frames stay in sout / sport / slen
+ * until the next one is built. */
+uint64_t mrc_rx_take(struct mrc_rx_ctx *c);
+
 /* Point ptr/len 0..k-1 at the k frames a mrc_recv_batch() kept (k <= cap). */
 void mrc_rx_slots(struct mrc_rx_ctx *c, const struct mrc_batch *b, unsigned k);
 

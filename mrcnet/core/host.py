@@ -707,22 +707,25 @@ class Host:
             if rec.sack_pending:
                 qp.after_sacks(now)
             rx = resp.rx  # (the responder's state record: its fields read and reset here)
-            if rx.rx_burst:
+            burst = rx.rx_burst
+            if burst:
                 # End of a receive burst: data that arrived with others in it is SACKed
                 # now rather than at the ACK-delay timer (a host that handles frames in
                 # batches would otherwise hold a batch's tail for a whole timer tick,
                 # which the peer's reorder allowance does not cover). A lone packet per
                 # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                if rx.since_ack and not cfg.sack_on_reorder and (
-                        rx.rx_burst > 1 or (cfg.ack_lone and not resp.held)
-                        or (cfg.ack_req_burst and rx.ack_at <= now)):
+                # (The record's fields last: each read of the C lane's record is a
+                # struct read, and a lone packet with the default config needs none.)
+                if not cfg.sack_on_reorder and (
+                        burst > 1 or (cfg.ack_lone and not resp.held)
+                        or (cfg.ack_req_burst and rx.ack_at <= now)) and rx.since_ack:
                     qp.send_sack(now, out)
                 rx.rx_burst = 0
             if qp.state is _RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
                     resp.note_answer(now)
-                if rx.since_ack and cfg.ack_with_data:
+                if cfg.ack_with_data and rx.since_ack:
                     self._emit_with_ack(qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)
@@ -781,7 +784,7 @@ class Host:
             self._dirty.add(qpn)
             self._sendq.add(qpn)
             qp.on_timer(now, self._ctrl)
-            if qp.evm is not None and qp.state is QPState.RTS:
+            if qp.evm is not None and qp.state is _RTS:
                 due = qp.evm.probes_due(now, qp.probe_timeout())
                 if due:
                     self._send_probes(qp, due, now)

@@ -25,6 +25,8 @@ from mrcnet.core.states import QPState
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_TX, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
 
+_RTS = QPState.RTS  # (a module global: cheaper than the enum's class attribute, per NACK)
+
 
 class NackRecovery:
     """The requester's NACK handling, mixed into ``Recovery``: the parts of ``Recovery``
@@ -59,7 +61,7 @@ class NackRecovery:
     def on_nack(self, n: PyParsed, now: float) -> None:
         """A NACK: trimmed packets are retransmitted at once; an access error is fatal once
         the evidence is consistent (:class:`mrcnet.core.forged.AccessRefusals`)."""
-        if self.qp.state is not QPState.RTS or self.evm is None or self.cc is None:
+        if self.qp.state is not _RTS or self.evm is None or self.cc is None:
             return
         seq = unwrap(n.nack_psn, self.snd_una)
         e = self.txt.get(seq)

@@ -36,6 +36,7 @@ from mrcnet.wire import Route
 __all__ = ["QueuePair", "WorkRequest", "retry_schedule", "ts16", "unwrap"]
 
 _INF = float("inf")
+_RTS = QPState.RTS  # (a module global: read in deadline, once per QP per frame)
 
 
 def _part_field(path: str, doc: str, settable: bool = True) -> Any:
@@ -269,15 +270,18 @@ class QueuePair:
         rec = self.rec
         t = min(rec.rto_at, rec.rack_at, float(self.resp.rx.ack_at), rec.suspect_at,
                 rec.rnr_at, rec.tlp_at)
-        if self._evm is not None and self.state is QPState.RTS:
-            t = min(t, self._evm.next_probe)
+        evm = self._evm
+        if evm is not None and self.state is _RTS:
+            p = evm.next_probe  # (min(t, p) without the call: once per QP per frame)
+            if p < t:
+                t = p
         return t
 
     def on_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """Run whatever timers are due."""
         if self.resp.rx.ack_at <= now:
             self.resp.ack_timer(now, out)
-        if self.state is not QPState.RTS:
+        if self.state is not _RTS:
             return
         self.rec.on_timer(now)
 

@@ -49,6 +49,7 @@ RX_MRS_MAX = 256  # regions a lane's table holds (more: their frames take the fu
 RX_PATHS_MAX = 64  # SACK paths (templates) a lane holds
 RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
+_TAKE_MASK = 0x3FF  # mrc_rx_take()'s 10-bit counts (nsout, nnack, nnack_last: <= 64)
 # mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting, bit 3: SACK records
 # waiting, bit 4: frame pos a write-with-immediate the lane completed) and why it stopped
 RX_END, RX_SACK, RX_STOP, RX_DONE, RX_SACKS, RX_ACKS, RX_IMM = 0, 1, 2, 3, 4, 8, 16
@@ -291,6 +292,7 @@ class CRxLane:
         self._imm_flags = ffi.new("uint32_t[]", RX_IMM_MAX)
         c.imm_len, c.imm_val, c.imm_flags = self._imm_len, self._imm_val, self._imm_flags
         c.imm_n, c.imm_max = 0, RX_IMM_MAX
+        self._take: Callable[[Any], int] = C.mrc_rx_take
 
     def _grow(self, cap: int) -> None:
         self._ptr = ffi.new("const uint8_t *[]", cap)
@@ -579,21 +581,17 @@ class CRxLane:
         """The SACK (and NACK) frames the lane built since the last call: (port, frame),
         in order; ``nacks`` and ``nacks_last`` say how many of them are NACKs and how
         many of those TRIMMED_LASTHOP (zero after a call that returns no frame)."""
-        c = self._c
-        self.nacks = self.nacks_last = 0
-        n = c.nsout
+        r = self._take(self._c)  # (the counts in one C call: mrc_rx_take's layout)
+        n = (r >> 32) & _TAKE_MASK
         if not n:
+            self.nacks = self.nacks_last = 0
             return []
-        self.nacks, self.nacks_last = c.nnack, c.nnack_last
-        if self.nacks:
-            c.nnack = c.nnack_last = 0
-        data = ffi.unpack(self._sout, c.sout_len)
+        self.nacks, self.nacks_last = (r >> 42) & _TAKE_MASK, r >> 52
+        data = ffi.unpack(self._sout, r & 0xFFFFFFFF)
         ports = ffi.unpack(self._sport, n)
         if n == 1:
-            c.nsout = c.sout_len = 0
             return [(ports[0], data)]
         lens = ffi.unpack(self._slen, n)
-        c.nsout = c.sout_len = 0
         out, o = [], 0
         for p, ln in zip(ports, lens, strict=True):
             out.append((p, data[o : o + ln]))
