@@ -111,7 +111,7 @@ struct mrc_sack_timers {
  * tie_break), then, if nothing is lost, the retransmission timer (the oldest packet in
  * flight: its EV's timeout x backoff) and the tail-loss probe (probe: tail_probe is on
  * and no probe went; rtx: retransmissions are queued; its timeout tlp_srtts x srtt, or
- * the hint before a sample, + tlp_hold, 0 if prompt (HostConfig.rack_prompt: 1, or 2
+ * the hint before a sample, + tlp_hold, 0 if prompt (HostConfig.tlp_prompt: 1, or 2
  * without ack_with_data) and the newest packet in flight is a retransmission or a
  * message's end: TailLoss.pto) written to o. Returns 0 then;
  * 1, with nothing written, if RACK finds a packet lost (the caller's Python declares it:

@@ -194,8 +194,13 @@ class HostConfig:
       a message's last packet, a packet whose arrival completes a message whose later
       packets were all acknowledged: the peer's AckReq and ``ack_gap_fill`` rules, taken
       to be this host's), and its reorder window follows the RTT samples' variation (4
-      rttvar, at least min_RTT / 4, at most the floor's). Sender-only; docs/CORE.md,
+      rttvar, at least min_RTT / 2, at most the floor's). Sender-only; docs/CORE.md,
       "Session 11".
+    - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
+      hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
+      message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
+      reports then often come after the probe (a collective's tails queue at the
+      receiver), docs/CORE.md, "Session 11".
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -264,6 +269,7 @@ class HostConfig:
     rack_floor: float | None = None
     rack_hold: float | None = None
     rack_prompt: bool = False
+    tlp_prompt: bool = False
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

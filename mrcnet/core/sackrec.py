@@ -174,7 +174,7 @@ class CRecovery(Recovery):
                        self.attrs.ack_timeout_s, cfg.timeout_floor,
                        cfg.tail_probe and not self.tlp_sent, cfg.base_rtt_hint,
                        cfg.tlp_srtts, cfg.ack_delay if cfg.tlp_hold is None else cfg.tlp_hold,
-                       (1 + (not cfg.ack_with_data)) if cfg.rack_prompt else 0, buf, cap, o):
+                       (1 + (not cfg.ack_with_data)) if cfg.tlp_prompt else 0, buf, cap, o):
             Recovery.after_sacks(self, now)  # a loss found: Python declares it
             return
         self.sack_pending = False
