@@ -193,9 +193,9 @@ class HostConfig:
       of the wait of a packet whose arrival the peer reports at once (a retransmission,
       a message's last packet, a packet whose arrival completes a message whose later
       packets were all acknowledged: the peer's AckReq and ``ack_gap_fill`` rules, taken
-      to be this host's), and its reorder window follows the RTT samples' variation (4
-      rttvar, at least min_RTT / 2, at most the floor's). Sender-only; docs/CORE.md,
-      "Session 11".
+      to be this host's), and its reorder window follows the queues the RTT samples
+      show (4 rttvar or srtt - min_RTT, at least min_RTT / 2, at most the floor's).
+      Sender-only; docs/CORE.md, "Session 11".
     - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
       hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'

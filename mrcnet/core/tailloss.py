@@ -197,13 +197,16 @@ class TailLoss:
         tie_sent, tie_seq = self.rack_tie
         tied = tie_sent == limit and self.cfg.rack_tie_break
         # Their report is not held: the window need only cover the paths' reordering,
-        # measured by the RTT samples' variation (4 rttvar, as an RTO allows for it) but
-        # at least half the minimum RTT (a quarter, RFC 8985's, blamed a queue on the
-        # ring of tests/sim/test_coll_detection.py after a failure), up to RACK's floor;
-        # after a spurious loss, RACK's window as widened.
+        # which queues make: the RTT samples' variation (4 rttvar, as an RTO allows for
+        # it) and the queueing the smoothed RTT shows (srtt - min_RTT: one packet may
+        # meet it, the next not; a 64-host all-to-all's incast paid one spurious loss
+        # per QP without it), at least half the minimum RTT (a quarter, RFC 8985's,
+        # blamed a queue on tests/sim/test_coll_detection.py's ring after the failure),
+        # up to RACK's floor; after a spurious loss, RACK's window as widened.
         window = wait - txt.rack_rtt - self._rack_hold()
         if self.reo_scale == 1 and not self.reo_learned:
-            window = min(window, max(self.min_rtt / 2, 4 * self.rttvar))
+            window = min(window, max(self.min_rtt / 2, 4 * self.rttvar,
+                                     self.srtt - self.min_rtt))
         at = _INF
         srtts: dict[int, float] = {}  # _path_srtt's answers for this pass
         for seq in txt.inflight():
