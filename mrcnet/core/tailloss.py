@@ -199,10 +199,10 @@ class TailLoss:
         # Their report is not held: the window need only cover the paths' reordering,
         # which queues make: the RTT samples' variation (4 rttvar, as an RTO allows for
         # it) and the queueing the smoothed RTT shows (srtt - min_RTT: one packet may
-        # meet it, the next not; a 64-host all-to-all's incast paid one spurious loss
-        # per QP without it), at least half the minimum RTT (a quarter, RFC 8985's,
+        # meet it, the next not), at least half the minimum RTT (a quarter, RFC 8985's,
         # blamed a queue on tests/sim/test_coll_detection.py's ring after the failure),
-        # up to RACK's floor; after a spurious loss, RACK's window as widened.
+        # up to RACK's floor (under an incast the queues reorder past it: docs/CORE.md,
+        # "Session 11"); after a spurious loss, RACK's window as widened.
         window = wait - txt.rack_rtt - self._rack_hold()
         if self.reo_scale == 1 and not self.reo_learned:
             window = min(window, max(self.min_rtt / 2, 4 * self.rttvar,
