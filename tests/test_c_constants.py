@@ -148,6 +148,10 @@ PYTHON: dict[tuple[str, str], float] = {
     # The sender's SACK decisions (sackrec.c; mrcnet/core/recovery.py, evs.py)
     ("sackrec.c", "EV_PATH_SHIFT"): K.EV_PATH_SHIFT,
     ("sackrec.c", "SACK_ALWAYS_SKIP"): K.SackMode.ALWAYS_SKIP,
+    ("sackrec.c", "OP_WRITE_LAST"): K.Opcode.WRITE_LAST,
+    ("sackrec.c", "OP_WRITE_LAST_IMM"): K.Opcode.WRITE_LAST_IMM,
+    ("sackrec.c", "OP_WRITE_ONLY"): K.Opcode.WRITE_ONLY,
+    ("sackrec.c", "OP_WRITE_ONLY_IMM"): K.Opcode.WRITE_ONLY_IMM,
     ("sackrec.c", "RTT_ALPHA"): evs.RTT_ALPHA,
     ("sackrec.c", "RTT_BETA"): evs.RTT_BETA,
     ("sackrec.c", "REO_DECAY_BYTES"): recovery.REO_DECAY_BYTES,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from typing import Any
@@ -62,11 +63,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="what releases a ring's next write: the data's arrival at the "
                     "receiver (default, as mrc-coll) or the sender's completion (the "
                     "model before)")
+    ap.add_argument("--seeds", default="1", metavar="S[,S...]",
+                    help="the failure runs' seeds (default 1): each is the simulation's "
+                    "random seed and the draw of the failure's instant, the mid-run "
+                    "instant plus a fraction of a step drawn from the seed (none for 1). "
+                    "These runs have no random loss or jitter, so the instant (which "
+                    "packets the link takes down with it) is what a seed draws; the run "
+                    "without failure is made once (seed 1), the yardstick of every seed")
     ap.add_argument("--chain", action="store_true",
                     help="per timed step, its critical chain: hops, median hop and the "
                     "slow ones (ring step, sender -> receiver, hop, the sender's window)")
     a = ap.parse_args(argv)
     host_config = _parse_set(a.set)
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+        if any(s < 1 for s in seeds):
+            raise ValueError
+    except ValueError:
+        print(f"bench_sim_coll: --seeds {a.seeds!r}: give positive integers, e.g. 1,2,3",
+              file=sys.stderr)
+        return 2
     topo = a.topology or default_topology(a.hosts)
     size = parse_bytes(a.size)
     if not a.json:
@@ -79,12 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     for op in a.ops.split(","):
         for transport in a.transports.split(","):
             base: dict[str, Any] | None = None
-            for with_fail in (False, True):
+            for seed in [0, *seeds]:
+                with_fail = seed > 0
                 fail: tuple[str, ...] = ()
                 if with_fail:
                     if base is None or not base["p50_s"]:
                         continue
-                    at = (a.warmup + a.iters / 2) * base["p50_s"]
+                    shift = 0.0 if seed == 1 else random.Random(seed).random()
+                    at = (a.warmup + a.iters / 2 + shift) * base["p50_s"]
                     when = a.fail_at or f"{at * 1e6:.3f}us"
                     fail = (f"link:{LINK}@{when}:down",)
                 opts = CollOptions(op, (size,), a.iters, a.warmup, fail)
@@ -92,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     res = run_collective(topo, opts, transport,
                                          ranks=a.hosts if a.topology else None,
+                                         seed=max(1, seed),
                                          host_config=host_config, signal=a.signal,
                                          trace=a.chain)
                 except SpecError as e:  # a user's mistake (an unknown transport...)
@@ -104,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                          if with_fail and base and res["p100_s"] and base["p100_s"] else None)
                 counters = res["rows"][-1]["counters"]
                 sacks = counters.get("tx_sack", 0) / max(1, counters.get("tx_data", 0))
-                row = {"op": op, "transport": transport, "signal": a.signal,
+                row = {"op": op, "transport": transport, "signal": a.signal, "seed": max(1, seed),
                        "failure": fail[0] if fail else None,
                        "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
                        "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],

@@ -90,19 +90,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", metavar="FILE", help="compare with digests saved earlier")
     ap.add_argument("--only", metavar="NAME", action="append",
                     help="run only this scenario (repeatable)")
+    ap.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                    help="a protocol-core HostConfig field for every scenario, as mrc-sim "
+                    "run's (repeatable): a policy that is not the default, C against pure "
+                    "Python")
     args = ap.parse_args(argv)
+    sets = [x for kv in args.set for x in ("--set", kv)]
     digests: dict[str, str] = {}
+    mismatch: list[str] = []  # scenarios whose C and pure-Python runs decided apart
     with tempfile.TemporaryDirectory() as tmp:
         for name, topo, matrix, extra in SCENARIOS:
             if args.only and name not in args.only:
                 continue
             for no_c in (False, True):
                 key = f"{name}{'/py' if no_c else '/c'}"
-                digest, summary = run_scenario(name, topo, matrix, extra, no_c, Path(tmp))
+                digest, summary = run_scenario(name, topo, matrix, [*extra, *sets], no_c,
+                                               Path(tmp))
                 digests[key] = digest
+                if no_c and digests[f"{name}/c"] != digest:
+                    mismatch.append(name)
                 print(f"{key:26} {digest}  completed {summary['completed']}/{summary['flows']}"
                       f"  p100 {summary['p100_slowdown']:.4f}  events {summary['events']}",
                       flush=True)
+    if mismatch:
+        print(f"C and pure Python DIFFER in: {', '.join(mismatch)}")
     if args.save:
         Path(args.save).write_text(json.dumps(digests, indent=1) + "\n")
     if args.compare:
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"DIFFERENT from {args.compare}: {', '.join(diff)}")
             return 1
         print(f"identical to {args.compare} ({len(digests)} runs)")
-    return 0
+    return 1 if mismatch else 0
 
 
 if __name__ == "__main__":

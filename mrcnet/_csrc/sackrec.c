@@ -11,6 +11,10 @@
 
 #define EV_PATH_SHIFT 12       /* EV >> 12: plane and path (constants.EV_PATH_SHIFT) */
 #define SACK_ALWAYS_SKIP 2     /* SETH M: ALWAYS_SKIP (constants.SackMode) */
+#define OP_WRITE_LAST 0xc8     /* constants.Opcode: a message's end ... */
+#define OP_WRITE_LAST_IMM 0xc9
+#define OP_WRITE_ONLY 0xca
+#define OP_WRITE_ONLY_IMM 0xcb /* ... (the AckReq ones: constants.LAST_OPCODES) */
 #define RTT_ALPHA 0.125        /* evs.RTT_ALPHA (and Recovery._rtt_sample's) */
 #define RTT_BETA 0.25          /* evs.RTT_BETA */
 #define REO_DECAY_BYTES (4 << 20)  /* recovery.REO_DECAY_BYTES */
@@ -255,11 +259,20 @@ static double allowance(const struct mrc_snd *s, double rack_floor, double hold,
     return pymax(base, reo_learned) + hold;
 }
 
+/* TailLoss._prompt_end: a retransmission or a message's end (WRITE_LAST / WRITE_ONLY;
+ * with an immediate too when prompt is 2: the peer holds no ACK for an answer) */
+static int prompt_end(const struct mrc_txpkt *p, int prompt)
+{
+    return p->tx > 1 || p->opcode == OP_WRITE_LAST || p->opcode == OP_WRITE_ONLY ||
+           (prompt > 1 && (p->opcode == OP_WRITE_LAST_IMM || p->opcode == OP_WRITE_ONLY_IMM));
+}
+
 int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const struct mrc_txq *q,
                    double now, int64_t acked, int rtx, double rack_floor, double hold,
                    int64_t reo_scale, double reo_learned, int tie_break, double backoff,
                    double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
-                   double ack_delay, uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o)
+                   double tlp_srtts, double tlp_hold, int prompt, uint64_t *lost,
+                   uint32_t cap, struct mrc_sack_timers *o)
 {
     /* _detect_losses */
     double rack_at = o->rack_at, limit = q->rack_sent;
@@ -283,7 +296,10 @@ int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const str
         }
         if (q->ninfl || rtx) {
             if (probe) {  /* arm_tlp: pto from now, unless the timeout comes first */
-                double at = now + (2 * (s->srtt != 0.0 ? s->srtt : base_rtt_hint) + ack_delay);
+                if (prompt && q->tail >= 0 && prompt_end(&q->pk[q->tail], prompt))
+                    tlp_hold = 0.0;  /* (TailLoss.pto: reported at once, no hold) */
+                double at = now + (tlp_srtts * (s->srtt != 0.0 ? s->srtt : base_rtt_hint) +
+                                   tlp_hold);
                 o->tlp_at = at < o->rto_at ? at : INFINITY;
             }
         } else {

@@ -110,14 +110,18 @@ struct mrc_sack_timers {
  * HostConfig.rack_floor or reorder_floor, hold rack_hold or ack_delay; its tie pass if
  * tie_break), then, if nothing is lost, the retransmission timer (the oldest packet in
  * flight: its EV's timeout x backoff) and the tail-loss probe (probe: tail_probe is on
- * and no probe went; rtx: retransmissions are queued) written to o. Returns 0 then;
+ * and no probe went; rtx: retransmissions are queued; its timeout tlp_srtts x srtt, or
+ * the hint before a sample, + tlp_hold, 0 if prompt (HostConfig.tlp_prompt: 1, or 2
+ * without ack_with_data) and the newest packet in flight is a retransmission or a
+ * message's end: TailLoss.pto) written to o. Returns 0 then;
  * 1, with nothing written, if RACK finds a packet lost (the caller's Python declares it:
  * Recovery.after_sacks). The caller completes work requests. */
 int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const struct mrc_txq *q,
                    double now, int64_t acked, int rtx, double rack_floor, double hold,
                    int64_t reo_scale, double reo_learned, int tie_break, double backoff,
                    double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
-                   double ack_delay, uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o);
+                   double tlp_srtts, double tlp_hold, int prompt, uint64_t *lost,
+                   uint32_t cap, struct mrc_sack_timers *o);
 /* NackRecovery.on_nack's trimmed case (a retry round's end aside: the caller's) for packet
  * seq reported on ev: NSCC.on_trim, and the packet declared lost (out of flight, its
  * EV's trimmed count) unless it already waits for a retransmission. Returns -1 if the

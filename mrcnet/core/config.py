@@ -189,6 +189,24 @@ class HostConfig:
       while a later one was already reported: docs/CORE.md, "Session 9: loss detection
       time"); None (default): ``ack_delay``. 0: a held report shows as a spurious loss,
       and the allowance learns from it (measured: a regression, docs/CORE.md).
+    - ``rack_prompt``: False (default). True: RACK leaves the hold (``rack_hold``) out
+      of the wait of a packet whose arrival the peer reports at once (a retransmission,
+      a message's last packet, a packet whose arrival completes a message whose later
+      packets were all acknowledged: the peer's AckReq and ``ack_gap_fill`` rules, taken
+      to be this host's), and its reorder window follows the queues the RTT samples
+      show (4 rttvar or srtt - min_RTT, at least min_RTT / 2, at most the floor's).
+      Sender-only; docs/CORE.md, "Session 11".
+    - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
+      hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
+      message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
+      reports then often come after the probe (a collective's tails queue at the
+      receiver), docs/CORE.md, "Session 11".
+    - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
+      RFC 8985 section 7.2's 2 SRTT).
+    - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
+      newest packet in flight; None (default): ``ack_delay``. A collective step's tail is
+      its message's last packet, which asks for an ACK and is answered at once (the
+      responder's AckReq rule): nothing to allow for there (docs/CORE.md, "Session 11").
     - ``share_verdicts``: True (default): a path one QP retires for loss or a timeout is
       retired at once by every QP of the host whose route shares its links up to the
       destination leaf, and revived with it (:mod:`mrcnet.core.verdicts`).
@@ -250,6 +268,10 @@ class HostConfig:
     rack_tie_break: bool = True
     rack_floor: float | None = None
     rack_hold: float | None = None
+    rack_prompt: bool = False
+    tlp_prompt: bool = False
+    tlp_srtts: float = 2.0
+    tlp_hold: float | None = None
     share_verdicts: bool = True
     path_loss_cc: bool = False
     ev_order: str = "sport-low"
@@ -260,6 +282,8 @@ class HostConfig:
         # a negative retry_linear would make wrong (a QP's own is checked: check_qp_attrs)
         if self.retry_linear < 0:
             raise InvalidAttribute(f"retry_linear {self.retry_linear} must not be negative")
+        if not self.tlp_srtts > 0:
+            raise InvalidAttribute(f"tlp_srtts {self.tlp_srtts} must be positive")
 
 
 #: HostConfig.ev_order's names of the EV orders (mrcnet.constants.EV_ORDER_*).

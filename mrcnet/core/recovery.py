@@ -433,9 +433,8 @@ class Recovery(NackRecovery, TailLoss):
             self.reo_learned, REO_LEARN_MARGIN * (self._reorder_allowance() + late)))
 
     def _reorder_allowance(self) -> float:
-        """RACK's reorder window (RFC 8985 section 6.2: min_RTT / 4, here with a floor),
-        widened after spurious losses, plus the peer's ACK hold (``HostConfig.rack_floor``,
-        ``rack_hold``; docs/CORE.md, "Session 9: loss detection time")."""
+        """RACK's reorder window (RFC 8985 6.2: min_RTT / 4, with a floor ``rack_floor``),
+        widened after spurious losses, + the peer's ACK hold (CORE.md, "Session 9")."""
         cfg = self.cfg
         floor = max(cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor,
                     self.min_rtt / 4)
@@ -445,8 +444,7 @@ class Recovery(NackRecovery, TailLoss):
             # (unless measured lateness says more: reo_learned): a dead path must still
             # be noticed within a few RTTs.
             base = min(base, max(floor, REO_SCALED_CAP_RTTS * self.srtt))
-        return max(base, self.reo_learned) + (cfg.ack_delay if cfg.rack_hold is None
-                                               else cfg.rack_hold)
+        return max(base, self.reo_learned) + self._rack_hold()
 
     def _detect_losses(self, now: float) -> None:
         """RACK over sprayed paths: a packet sent before the most recently sent packet
@@ -458,12 +456,14 @@ class Recovery(NackRecovery, TailLoss):
             return
         # The allowance covers path skew and the peer's ACK coalescing delay.
         wait = txt.rack_rtt + self._reorder_allowance()
+        head_at = self._prompt_losses(limit, wait, now)  # (rack_prompt)
         lost, self.rack_at = txt.rack(limit, wait, now)
         for seq in lost:
             self._mark_lost(seq, now, "loss")
         tie_sent, tie_seq = self.rack_tie
         if self.rack_at == _INF and tie_sent == limit and txt.ninfl and self.cfg.rack_tie_break:
             self._detect_tied(limit, tie_seq, wait, now)
+        self.rack_at = min(self.rack_at, head_at)
 
     def _on_rto(self, now: float) -> None:
         """Timer backstop: every packet past its per-path RTO is lost (its EV retires);

@@ -54,6 +54,7 @@ SACK_SKIP = 0x20000
 SACK_STALE = 0x40000
 SACK_REO = 0x80000
 SACK_OOM = 0x100000
+_INF = float("inf")
 _RARE = SACK_STALE | SACK_REO | SACK_OOM
 _TRIMS = (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP)
 
@@ -157,6 +158,15 @@ class CRecovery(Recovery):
                 or self.qp.state is not QPState.RTS):
             Recovery.after_sacks(self, now)
             return
+        head_at = _INF
+        if cfg.rack_prompt and txt.rack_sent >= 0:
+            # (Recovery._detect_losses's first step, the same Python for both)
+            head_at = self._prompt_losses(txt.rack_sent,
+                                          txt.rack_rtt + self._reorder_allowance(), now,
+                                          declare=False)
+            if head_at <= now:
+                Recovery.after_sacks(self, now)  # a loss found: Python declares it
+                return
         acked = self.sack_acked
         o = self._timers
         o.rack_at, o.rto_at, o.tlp_at = self.rack_at, self.rto_at, self.tlp_at
@@ -168,12 +178,15 @@ class CRecovery(Recovery):
                        self.backoff() if self.retries else 1.0,
                        self.attrs.ack_timeout_s, cfg.timeout_floor,
                        cfg.tail_probe and not self.tlp_sent, cfg.base_rtt_hint,
-                       cfg.ack_delay, buf, cap, o):
+                       cfg.tlp_srtts, cfg.ack_delay if cfg.tlp_hold is None else cfg.tlp_hold,
+                       (1 + (not cfg.ack_with_data)) if cfg.tlp_prompt else 0, buf, cap, o):
             Recovery.after_sacks(self, now)  # a loss found: Python declares it
             return
         self.sack_pending = False
         self.sack_acked = 0
         self.rack_at, self.rto_at, self.tlp_at = o.rack_at, o.rto_at, o.tlp_at
+        if head_at < self.rack_at:
+            self.rack_at = head_at
         if acked:
             self._complete_wrs()
 

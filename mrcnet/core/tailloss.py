@@ -12,14 +12,19 @@ them through :class:`TailLoss`; docs/CORE.md "Tail losses and shared verdicts"):
 
 from __future__ import annotations
 
-from mrcnet.constants import EV_PATH_SHIFT
+from typing import Any
+
+from mrcnet.constants import EV_PATH_SHIFT, LAST_OPCODES, Opcode
 from mrcnet.core.cc import CongestionControl
 from mrcnet.core.config import HostConfig
 from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVManager
-from mrcnet.core.txtable import E_EV, E_SENT, TxTable
+from mrcnet.core.sender import Sender
+from mrcnet.core.txtable import E_EV, E_OP, E_SENT, E_TX, E_WR, TxTable
 
 _INF = float("inf")
+# a message's last packet without an immediate: its AckReq is answered at once
+_PLAIN_ENDS = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_ONLY})
 
 
 class TailLoss:
@@ -40,6 +45,12 @@ class TailLoss:
     tlp_at: float
     tlp_sent: bool
     tlp_log: dict[int, tuple[float, bool]]
+    snd: Sender
+    snd_una: int
+    reo_scale: int
+    reo_learned: float
+    rttvar: float
+    min_rtt: float
 
     def _mark_lost(self, seq: int, now: float, cause: str) -> None:
         raise NotImplementedError
@@ -56,10 +67,21 @@ class TailLoss:
     def _learn_reorder(self, late: float) -> None:
         raise NotImplementedError
 
-    def pto(self) -> float:
-        """Tail-loss probe timeout (RFC 8985 section 7.2): two smoothed RTTs (the hint
-        before a sample) plus the peer's ACK coalescing delay."""
-        return 2 * (self.srtt or self.cfg.base_rtt_hint) + self.cfg.ack_delay
+    def pto(self, newest: Any = None) -> float:
+        """Tail-loss probe timeout (RFC 8985 section 7.2): ``tlp_srtts`` (2) smoothed RTTs
+        (the hint before a sample) plus the peer's ACK hold (``tlp_hold``, else
+        ``ack_delay``), none with ``tlp_prompt`` if the newest packet in flight
+        (``newest``: its entry, else looked up) is reported at once (a retransmission or
+        a message's end: :meth:`_prompt_end`; RFC 8985 adds the delayed-ACK time only
+        where an ACK may be delayed)."""
+        cfg = self.cfg
+        hold = cfg.ack_delay if cfg.tlp_hold is None else cfg.tlp_hold
+        if cfg.tlp_prompt:
+            if newest is None and self.txt.ninfl:
+                newest = self.txt.get(self.txt.inflight()[-1])
+            if newest is not None and self._prompt_end(newest):
+                hold = 0.0
+        return cfg.tlp_srtts * (self.srtt or cfg.base_rtt_hint) + hold
 
     def arm_tlp(self, now: float) -> None:
         """Packets are in flight and new ones went or acknowledgements moved on: the
@@ -90,7 +112,7 @@ class TailLoss:
         e = txt.get(seq)
         if e is None:
             return
-        due = e[E_SENT] + self.pto()
+        due = e[E_SENT] + self.pto(e)
         if due > now:  # sent since the timer was armed: wait for its own turn
             self.tlp_at = due if due < self.rto_at else _INF
             return
@@ -155,6 +177,90 @@ class TailLoss:
             self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")
             srtts.clear()  # (what a loss changes, the next answers see)
+
+    def _rack_hold(self) -> float:
+        """How long RACK lets the peer hold a packet's report (``rack_hold``, else the
+        responder's ``ack_delay``)."""
+        cfg = self.cfg
+        return cfg.ack_delay if cfg.rack_hold is None else cfg.rack_hold
+
+    def _prompt_losses(self, limit: float, wait: float, now: float,
+                       declare: bool = True) -> float:
+        """``HostConfig.rack_prompt``: RACK's rule for the packets in flight whose arrival
+        the peer reports at once (:meth:`_prompt`), without the allowance for a held
+        report (``rack_hold``). Those whose time has passed are declared lost (with
+        ``declare``; else the answer is 0.0 if any has); returns when the next one will
+        be (inf: none)."""
+        if not self.cfg.rack_prompt:
+            return _INF
+        txt = self.txt
+        tie_sent, tie_seq = self.rack_tie
+        tied = tie_sent == limit and self.cfg.rack_tie_break
+        # Their report is not held: the window need only cover the paths' reordering,
+        # which queues make: the RTT samples' variation (4 rttvar, as an RTO allows for
+        # it) and the queueing the smoothed RTT shows (srtt - min_RTT: one packet may
+        # meet it, the next not), at least half the minimum RTT (a quarter, RFC 8985's,
+        # blamed a queue on tests/sim/test_coll_detection.py's ring after the failure),
+        # up to RACK's floor (under an incast the queues reorder past it: docs/CORE.md,
+        # "Session 11"); after a spurious loss, RACK's window as widened.
+        window = wait - txt.rack_rtt - self._rack_hold()
+        if self.reo_scale == 1 and not self.reo_learned:
+            window = min(window, max(self.min_rtt / 2, 4 * self.rttvar,
+                                     self.srtt - self.min_rtt))
+        at = _INF
+        srtts: dict[int, float] = {}  # _path_srtt's answers for this pass
+        for seq in txt.inflight():
+            e = txt.get(seq)
+            if e is None:
+                continue
+            sent = e[E_SENT]
+            if sent > limit or (sent == limit and (not tied or seq >= tie_seq)):
+                break
+            if not self._prompt(seq, e):
+                continue
+            rtt = txt.rack_rtt
+            if sent == limit:  # (the tie-break's bound: a slower path's own RTT, else
+                # the slowest measured one if the path has delivered before)
+                prtt = self._path_srtt(e[E_EV], srtts)
+                if not prtt:
+                    if txt.path_acked(e[E_EV] >> EV_PATH_SHIFT) < 0:
+                        continue  # a path never heard from is left alone
+                    prtt = max(srtts.values(), default=0.0)
+                    if not prtt:
+                        continue
+                rtt = max(rtt, prtt)
+            due = sent + rtt + window
+            if due > now:
+                at = min(at, due)
+            elif not declare:
+                return 0.0
+            else:
+                if sent == limit:
+                    self.qp.count("loss_rack_tie")
+                self._mark_lost(seq, now, "loss")
+                srtts.clear()
+        return at
+
+    def _prompt_end(self, e: Any) -> bool:
+        """:meth:`_prompt`'s first two cases: a retransmission, or a message's end."""
+        op = e[E_OP]
+        return bool(e[E_TX] > 1 or op in _PLAIN_ENDS
+                    or (op in LAST_OPCODES and not self.cfg.ack_with_data))
+
+    def _prompt(self, seq: int, e: Any) -> bool:
+        """Whether the peer reports this packet's arrival at once: a retransmission; a
+        message's last packet (it asks for an ACK; with an immediate, unless the peer
+        may hold the ACK for an answer, ``ack_with_data``); a packet at the cumulative
+        point whose work request's later packets are all sent and acknowledged (its
+        arrival completes a message whose end came first: the peer's ``ack_gap_fill``).
+        The peer is taken to run this host's configuration."""
+        if self._prompt_end(e):
+            return True
+        if seq != self.snd_una or not self.cfg.ack_gap_fill:
+            return False
+        wr = self.snd.wr_of.get(e[E_WR])
+        return (wr is not None and wr.next_pkt == wr.npkts
+                and self.txt.wr_unacked(e[E_WR]) == 1)
 
     def _path_srtt(self, ev: int, paths: dict[int, float] | None = None) -> float:
         """The smoothed RTT of ``ev``'s path: the EV's own, else the largest of the

@@ -47,7 +47,8 @@ def _state(rec: Recovery) -> tuple[Any, ...]:
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[Any],
-         fails: list[str], seed: int) -> list[tuple[Any, ...]]:
+         fails: list[str], seed: int,
+         host_config: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
     """One run; the state of each QP after each batch of records, in order."""
     log: list[tuple[Any, ...]] = []
     lane_batches: list[int] = []  # the lane's arrays handed over (the receive loop's way)
@@ -86,7 +87,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, native: bool, spec: str, flows: list[A
         m.setattr(cls, "on_nack", logged_nack)
         m.setattr(cls, "after_sacks", logged_after)
         run = SimRun(parse_topology(spec), flows, seed=seed,
-                     failures=[parse_failure(f) for f in fails])
+                     failures=[parse_failure(f) for f in fails], host_config=host_config)
         res = run.run()
         assert res.summary()["completed"] == len(flows)
         made = [q.rec for h in run.hosts for q in h._qps.values()]
@@ -120,6 +121,23 @@ def test_c_records_decide_as_python(monkeypatch: pytest.MonkeyPatch, spec: str,
     assert records > 300 and made_in_c == records
     # ... every one of them handed over as the lane's own arrays (take_ack_arrays)
     assert _run.lane_records == records  # type: ignore[attr-defined]
+
+
+def test_prompt_rack_decides_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HostConfig.rack_prompt`` (RACK's and the probe's shorter wait for a packet the
+    peer reports at once: Python's ``_prompt_losses`` before C's pass, the probe's hold
+    in ``mrc_sack_after``) decides as the pure-Python path, batch by batch, through a
+    dead link and 1 % loss; and it moves decisions (its losses come sooner)."""
+    spec = "leafspine:planes=2,spines=4,leaves=4,hosts=4"
+    flows = permutation(16, 1 << 20, seed=3)
+    fails = ["link:L0.1-S0.2@50us:down", "loss:*=1%"]
+    cfg = {"rack_prompt": True}
+    py = _run(monkeypatch, False, spec, flows, fails, 7, cfg)
+    c = _run(monkeypatch, True, spec, flows, fails, 7, cfg)
+    assert len(c) == len(py)
+    for k, (a, b) in enumerate(zip(c, py, strict=True)):
+        assert a == b, f"batch {k} of {len(py)} (time {b[0]}, QP {b[1]}) differs"
+    assert py != _run(monkeypatch, False, spec, flows, fails, 7)
 
 
 def _sending(monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[Net, Recovery]:
