@@ -53,7 +53,7 @@ from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
 from mrcnet.core.sender import work_requests
 from mrcnet.core.seqnum import ts16
-from mrcnet.core.states import QP_TRANSITIONS, QPState
+from mrcnet.core.states import QP_TRANSITIONS, RTS, QPState
 from mrcnet.core.verdicts import PathVerdicts
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.wire import Route, build_endpoint, set_ev_order
@@ -61,7 +61,6 @@ from mrcnet.wire.erth import TokenERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
-_RTS = QPState.RTS  # (a module global: one lookup per QP in frames_to_send)
 _IMM_MAX = 0xFFFFFFFF
 
 
@@ -721,7 +720,7 @@ class Host:
                         or (cfg.ack_req_burst and rx.ack_at <= now)) and rx.since_ack:
                     qp.send_sack(now, out)
                 rx.rx_burst = 0
-            if qp.state is _RTS and (qp.snd.sq or rec.rtx_q):
+            if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
                     resp.note_answer(now)
@@ -784,7 +783,7 @@ class Host:
             self._dirty.add(qpn)
             self._sendq.add(qpn)
             qp.on_timer(now, self._ctrl)
-            if qp.evm is not None and qp.state is _RTS:
+            if qp.evm is not None and qp.state is RTS:
                 due = qp.evm.probes_due(now, qp.probe_timeout())
                 if due:
                     self._send_probes(qp, due, now)

@@ -21,11 +21,9 @@ from mrcnet.core.evs import EVManager
 from mrcnet.core.forged import AccessRefusals
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
-from mrcnet.core.states import QPState
+from mrcnet.core.states import RTS
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_OFF, E_TX, E_WR, PEND, TxTable
 from mrcnet.wire.parsed import PyParsed
-
-_RTS = QPState.RTS  # (a module global: cheaper than the enum's class attribute, per NACK)
 
 
 class NackRecovery:
@@ -61,7 +59,7 @@ class NackRecovery:
     def on_nack(self, n: PyParsed, now: float) -> None:
         """A NACK: trimmed packets are retransmitted at once; an access error is fatal once
         the evidence is consistent (:class:`mrcnet.core.forged.AccessRefusals`)."""
-        if self.qp.state is not _RTS or self.evm is None or self.cc is None:
+        if self.qp.state is not RTS or self.evm is None or self.cc is None:
             return
         seq = unwrap(n.nack_psn, self.snd_una)
         e = self.txt.get(seq)

@@ -29,14 +29,13 @@ from mrcnet.core.responder import Responder
 from mrcnet.core.sackrec import new_recovery
 from mrcnet.core.sender import Sender, WorkRequest
 from mrcnet.core.seqnum import ts16, unwrap
-from mrcnet.core.states import QPState
+from mrcnet.core.states import RTS, QPState
 from mrcnet.core.txtable import new_tx_table
 from mrcnet.wire import Route
 
 __all__ = ["QueuePair", "WorkRequest", "retry_schedule", "ts16", "unwrap"]
 
 _INF = float("inf")
-_RTS = QPState.RTS  # (a module global: read in deadline, once per QP per frame)
 
 
 def _part_field(path: str, doc: str, settable: bool = True) -> Any:
@@ -271,7 +270,7 @@ class QueuePair:
         t = min(rec.rto_at, rec.rack_at, float(self.resp.rx.ack_at), rec.suspect_at,
                 rec.rnr_at, rec.tlp_at)
         evm = self._evm
-        if evm is not None and self.state is _RTS:
+        if evm is not None and self.state is RTS:
             p = evm.next_probe  # (min(t, p) without the call: once per QP per frame)
             if p < t:
                 t = p
@@ -281,7 +280,7 @@ class QueuePair:
         """Run whatever timers are due."""
         if self.resp.rx.ack_at <= now:
             self.resp.ack_timer(now, out)
-        if self.state is not _RTS:
+        if self.state is not RTS:
             return
         self.rec.on_timer(now)
 

@@ -33,13 +33,12 @@ from mrcnet.core.rxlane import (
     CRxLane,
     new_lane,
 )
-from mrcnet.core.states import QPState
+from mrcnet.core.states import RTR, RTS
 from mrcnet.errors import MalformedFrame
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 # (module globals: an enum member read through its class costs a metaclass lookup,
 # and these are read once per frame or per NACK)
-_RTS, _RTR = QPState.RTS, QPState.RTR
 
 #: Tests set this: every check that ``QueuePair.setup_ver`` lets the receive loop skip
 #: runs anyway, and raises AssertionError when it finds a change the version missed.
@@ -322,7 +321,7 @@ class Receiver:
         if qp is None:
             self.host.count("rx_unknown_qpn")
             return None
-        if qp.state is not _RTS and qp.state is not _RTR:
+        if qp.state is not RTS and qp.state is not RTR:
             self.host.count("rx_qp_not_ready")
             return None
         o = f.src_off
@@ -337,7 +336,7 @@ class Receiver:
         """The lane serves ``qp`` (a ready QP) from now on."""
         self._lane_seen = self._sack_seen = -1  # (set_qp and clear_qp reset the lane's)
         st = qp.state
-        if ((st is not _RTS and st is not _RTR)
+        if ((st is not RTS and st is not RTR)
                 or self.host._qps.get(qp.qpn) is not qp):
             self._lane.clear_qp()
             self._lane_qp = None
@@ -405,7 +404,7 @@ class Receiver:
                 self._verify_ack_sync(una, nxt)
             lane.ack_sync(now_una, now_nxt, self._ack_floor)
             return
-        if (qp.state is not _RTS or qp.lost_log or qp.suspects or qp.evm is None
+        if (qp.state is not RTS or qp.lost_log or qp.suspects or qp.evm is None
                 or qp.cc is None):
             lane.ack_pause()
             return
@@ -423,7 +422,7 @@ class Receiver:
 
     def _verify_ack(self, qp: QueuePair) -> None:
         """(VERIFY_SETUP) The ack QP's setup_ver did not move: neither did what it guards."""
-        if not (qp.state is _RTS and qp.evm is not None and qp.cc is not None
+        if not (qp.state is RTS and qp.evm is not None and qp.cc is not None
                 and self.host._qps.get(qp.qpn) is qp and qp.txt is self._ack_txt
                 and qp.peer_ips is self._ack_peers
                 and self._ack_floor == forged.early_floor(qp.cfg.ack_rtt_floor)):
@@ -469,7 +468,7 @@ class Receiver:
         mpr = qp.attrs.mpr_dest
         win = mpr * MPR_UNIT if mpr else self.host.config.rx_window
         st = qp.state
-        if ((st is not _RTS and st is not _RTR) or qp.rx is not self._lane.qp
+        if ((st is not RTS and st is not RTR) or qp.rx is not self._lane.qp
                 or qp.peer_ips is not self._lane_peers or win != self._lane_win
                 or self.host._qps.get(qp.qpn) is not qp):
             if seen:  # (VERIFY_SETUP)
@@ -488,7 +487,7 @@ class Receiver:
         p = self.host.ports.get(port)
         up = p is not None and self.host.port_up[port]
         plane, qps, ctrl = p.plane if p is not None else -1, self.host._qps, self.host._ctrl
-        rts, rtr = _RTS, _RTR
+        rts, rtr = RTS, RTR
         dirty, sendq = self.host._dirty, self.host._sendq
         last = -1  # the QP of the previous data or SACK frame
         marked = False  # ``last`` is in _dirty and _sendq (nothing clears them in here)

@@ -26,7 +26,7 @@ from mrcnet.core.nackrec import NackRecovery
 from mrcnet.core.rxlane import RX_ACK_INTS
 from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import unwrap
-from mrcnet.core.states import EVState, QPState
+from mrcnet.core.states import RTS, EVState
 from mrcnet.core.tailloss import TailLoss
 from mrcnet.core.txtable import E_EV, E_SENT, E_TS, TxTable
 from mrcnet.wire.parsed import PyParsed
@@ -532,7 +532,7 @@ class Recovery(NackRecovery, TailLoss):
             # An older SACK overtaken by a newer one: its bitmap may still be news.
             self.qp.count("rx_sack_stale")
         evm, cc = self.evm, self.cc
-        if evm is None or cc is None or self.qp.state is not QPState.RTS:
+        if evm is None or cc is None or self.qp.state is not RTS:
             return
         # The table acknowledges what the SACK reports (the per-packet work) and says
         # whether the SACK is about the latest transmission of the packet that
@@ -559,7 +559,7 @@ class Recovery(NackRecovery, TailLoss):
         if why is not None:
             self.qp.count(why.replace("rx_sack_", "rx_ack_"))
             return
-        if self.evm is None or self.cc is None or self.qp.state is not QPState.RTS:
+        if self.evm is None or self.cc is None or self.qp.state is not RTS:
             return
         acked = self.txt.sack(now, una, cack, self.snd.next_seq, cack + 1, 0, False, -1, 0, 0)
         if cack > una:
@@ -671,7 +671,7 @@ class Recovery(NackRecovery, TailLoss):
         complete work requests."""
         self.sack_pending = False
         acked, self.sack_acked = self.sack_acked, 0
-        if self.evm is None or self.cc is None or self.qp.state is not QPState.RTS:
+        if self.evm is None or self.cc is None or self.qp.state is not RTS:
             return
         self._detect_losses(now)
         if acked:

@@ -45,7 +45,7 @@ from mrcnet.core.rxlane import (
     sent_before_reported,
 )
 from mrcnet.core.seqnum import HALF, MSN_MASK, unwrap16
-from mrcnet.core.states import QPState
+from mrcnet.core.states import RTR, RTS
 from mrcnet.wire import Route, build_ack
 from mrcnet.wire.aeth import AETH
 from mrcnet.wire.parsed import PyParsed
@@ -491,7 +491,7 @@ class Responder:
         self.held = False
         evm = self.evm
         st = self.qp.state
-        if evm is None or (st is not QPState.RTR and st is not QPState.RTS):
+        if evm is None or (st is not RTR and st is not RTS):
             return
         # One SACK per window: the first always starts right after the cumulative point,
         # so every SACK repeats what is still missing before it (a lost SACK costs

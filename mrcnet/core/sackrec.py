@@ -38,7 +38,7 @@ from mrcnet.core.context import QPView
 from mrcnet.core.recovery import Recovery
 from mrcnet.core.rxlane import RX_ACK_INTS
 from mrcnet.core.seqnum import unwrap
-from mrcnet.core.states import QPState
+from mrcnet.core.states import RTS
 from mrcnet.core.txtable import CTxTable
 from mrcnet.native import C, c_field, ffi
 from mrcnet.wire.parsed import PyParsed
@@ -155,7 +155,7 @@ class CRecovery(Recovery):
         probe); with a loss found, Python's (which declares it)."""
         txt, cfg, tab = self.txt, self.cfg, self._tab
         if (tab is None or not isinstance(txt, CTxTable) or self.cc is None
-                or self.qp.state is not QPState.RTS):
+                or self.qp.state is not RTS):
             Recovery.after_sacks(self, now)
             return
         head_at = _INF
@@ -197,7 +197,7 @@ class CRecovery(Recovery):
         reason = n.nack_reason
         if (reason not in _TRIMS or tab is None or not isinstance(cc, CNSCC)
                 or not isinstance(txt, CTxTable) or self.retries
-                or self.qp.state is not QPState.RTS):
+                or self.qp.state is not RTS):
             Recovery.on_nack(self, n, now)
             return
         seq = unwrap(n.nack_psn, self.snd_una)

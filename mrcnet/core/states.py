@@ -29,6 +29,11 @@ class EVState(enum.Enum):
     DENIED = "DENIED"  # operator/controller said no: out of use until allowed
 
 
+#: The two working states as plain module globals: the per-frame paths compare a QP's
+#: state with these (a global's load is ~7 ns, the enum class's attribute ~74 ns).
+RTS: Final = QPState.RTS
+RTR: Final = QPState.RTR
+
 _S = QPState
 
 #: (from, to) -> (required attributes, optional attributes). Anything else is illegal.
