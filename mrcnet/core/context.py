@@ -46,6 +46,9 @@ class QPView(Protocol):
     cq: CompletionQueue
     rcq: CompletionQueue
     state: QPState
+    #: the timer version: bumped by every write of a timer ``deadline`` reads (the
+    #: host's timer heap re-reads a QP's deadline only when it moved: qptimers.py)
+    tv: int
 
     @property
     def srtt(self) -> float:

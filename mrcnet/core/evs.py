@@ -278,6 +278,9 @@ class EVManager:
         # Told whenever the active EVs of a plane, a state or the usable planes change.
         self.spray: Spray[EVInfo] = new_spray(self.active, self._skip_done)
         self.next_probe = float("inf")
+        #: bumped by every write of ``next_probe`` (QueuePair.deadline reads it; see
+        #: QPTimers.refresh)
+        self.tv = 0
         #: the host's shared verdicts (mrcnet.core.verdicts), when it shares them
         self.verdicts: Verdicts | None = None
         if not self.paths:
@@ -497,6 +500,7 @@ class EVManager:
         if g is None:
             g = self._groups[key] = _ProbeGroup(now + self.probe_interval, now)
             self.next_probe = min(self.next_probe, g.due)
+            self.tv += 1
         g.ok = 0  # fresh evidence against the path
         g.evs.append(info)
         info.probes_ok = 0
@@ -603,6 +607,7 @@ class EVManager:
                     due.append(info)
             nxt = min(nxt, g.due)
         self.next_probe = nxt
+        self.tv += 1
         return due
 
     def bad_ev_on(self, plane: int, path: int) -> int | None:
@@ -636,6 +641,7 @@ class EVManager:
             if due < g.due:
                 g.due = due
                 self.next_probe = min(self.next_probe, due)
+                self.tv += 1
         for i in g.evs:
             i.probes_ok = g.ok
         if g.ok >= self.probe_successes:

@@ -21,6 +21,7 @@ from mrcnet.constants import (
     EndpointOp,
 )
 from mrcnet.core import endpoint
+from mrcnet.core import receive as _receive
 from mrcnet.core.cc import CC_REGISTRY, create_cc
 from mrcnet.core.config import (
     EV_PROFILE_ECMP,
@@ -766,7 +767,7 @@ class Host:
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
         timers = self._timers
-        timers.refresh(self._dirty, self._qps)
+        timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
         t = timers.heap[0][0] if timers.heap else _INF  # (the earliest armed deadline)
         if self._port_status or self._ps_confirm:  # (else no endpoint timer)
             t = min(t, endpoint.next_due(self))
@@ -775,7 +776,7 @@ class Host:
     def handle_timer(self, now: float) -> None:
         """Run every timer that is due at ``now``."""
         self._last_now = now
-        self._timers.refresh(self._dirty, self._qps)
+        self._timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
         for qpn in self._timers.take_due(now):
             qp = self._qps.get(qpn)
             if qp is None:

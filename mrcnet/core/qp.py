@@ -46,6 +46,7 @@ def _part_field(path: str, doc: str, settable: bool = True) -> Any:
 
     def put(self: QueuePair, value: Any) -> None:
         setattr(get_obj(self), name, value)
+        self.tv += 1  # (a timer among them: QPTimers.refresh re-reads the deadline)
 
     return property(attrgetter(path), put if settable else None, doc=doc)
 
@@ -67,6 +68,15 @@ class QueuePair:
         #: its copy only when this moved (mrcnet/core/receive.py). Every writer of those
         #: calls :meth:`changed`; tests/core/test_setup_ver.py catches one that does not.
         self.setup_ver = 0
+        #: The timer version: bumped by every write of what :meth:`deadline` reads (the
+        #: parts' timers, the responder record's ``ack_at``, the state, the EV manager;
+        #: its ``next_probe`` has its own ``tv``), so that the host re-reads the deadline
+        #: only when it moved (QPTimers.refresh); under receive.VERIFY_SETUP a writer that
+        #: does not bump it is caught there.
+        self.tv = 0
+        #: ``ack_at`` as :meth:`deadline` last read it: the receive loop bumps ``tv`` when
+        #: the C lane moved it since (the lane's own writes cannot bump it)
+        self.ack_seen = _INF
         self.state = QPState.RESET
         self.error_reason: str | None = None
         self.peer_ips: frozenset[bytes] = frozenset()
@@ -98,8 +108,10 @@ class QueuePair:
     # --- life cycle -------------------------------------------------------------------
 
     def changed(self) -> None:
-        """What the receive lane was set up with for this QP changed (``setup_ver``)."""
+        """What the receive lane was set up with for this QP changed (``setup_ver``);
+        the state, EV manager or responder record among them: the deadline too (``tv``)."""
         self.setup_ver += 1
+        self.tv += 1
 
     def _reset_transport(self) -> None:
         self.changed()  # (a new responder state record and table)
@@ -129,6 +141,8 @@ class QueuePair:
     @evm.setter
     def evm(self, evm: EVManager | None) -> None:
         self.changed()
+        if self._evm is not None:  # (tv + evm.tv must still grow with another EVM's tv)
+            self.tv += self._evm.tv
         self._evm = self.snd.evm = self.resp.evm = evm
         self.rec.set_evm(evm)
 
@@ -259,6 +273,7 @@ class QueuePair:
         rec.rnr_q.clear()
         rec.rto_at = rec.rack_at = resp.rx.ack_at = rec.rnr_at = _INF
         rec.suspect_at = rec.tlp_at = _INF
+        self.tv += 1
         rec.suspects.clear()
         self.ctx.emit(QPError(self.qpn, reason))
 
@@ -267,8 +282,8 @@ class QueuePair:
     def deadline(self) -> float:
         """Earliest time this QP needs ``on_timer``."""
         rec = self.rec
-        t = min(rec.rto_at, rec.rack_at, float(self.resp.rx.ack_at), rec.suspect_at,
-                rec.rnr_at, rec.tlp_at)
+        self.ack_seen = a = float(self.resp.rx.ack_at)
+        t = min(rec.rto_at, rec.rack_at, a, rec.suspect_at, rec.rnr_at, rec.tlp_at)
         evm = self._evm
         if evm is not None and self.state is RTS:
             p = evm.next_probe  # (min(t, p) without the call: once per QP per frame)
@@ -354,6 +369,7 @@ class QueuePair:
     @ack_at.setter
     def ack_at(self, value: float) -> None:
         self.resp.rx.ack_at = value
+        self.tv += 1
 
     # --- stats ------------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ Deletion is lazy (a heap has no cheap delete): a QP whose deadline moved gets a 
 entry, and the old one stays until it reaches the top, where it is found stale (its
 deadline is not the armed one) and dropped. The host re-reads only the deadlines of the
 QPs touched since the last look (its "dirty" set), so a look costs O(touched), not
-O(QPs); and the top is checked for staleness only when an armed deadline moved since,
-which is the only way it can become stale.
+O(QPs); a touched QP whose timer version (``QueuePair.tv``, plus its EV manager's) did
+not move since its deadline was last read is not even re-read; and the top is checked
+for staleness only when an armed deadline moved since, which is the only way it can
+become stale.
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from typing import Protocol
 _INF = float("inf")
 
 
+class _Versioned(Protocol):
+    tv: int  #: bumped by every write of ``next_probe``
+
+
 class _Timed(Protocol):
+    tv: int  #: bumped by every write of what :meth:`deadline` reads (but the EVs')
+
+    @property
+    def _evm(self) -> _Versioned | None:
+        """The QP's EV manager (its ``next_probe`` is read by :meth:`deadline`)."""
+
     def deadline(self) -> float:
         """Earliest time the QP needs its timer."""
 
@@ -28,19 +40,33 @@ class QPTimers:
     def __init__(self) -> None:
         self.heap: list[tuple[float, int]] = []  #: (deadline, qpn), stale ones included
         self.armed: dict[int, float] = {}  #: qpn -> its armed deadline
+        #: qpn -> the timer version its armed deadline was read at (none: read it)
+        self.seen: dict[int, int] = {}
         #: an armed deadline moved (or a QP left, or timers were taken) since the top
         #: was last found live: only then can it be stale, or the heap need a rebuild
         self.moved = False
 
-    def refresh(self, dirty: set[int], qps: Mapping[int, _Timed]) -> None:
-        """Re-read the deadlines of the ``dirty`` QPs (then emptied); the top is then
-        the earliest armed deadline."""
+    def refresh(self, dirty: set[int], qps: Mapping[int, _Timed],
+                verify: bool = False) -> None:
+        """Re-read the deadlines of the ``dirty`` QPs (then emptied) whose timer version
+        moved; the top is then the earliest armed deadline. ``verify``: re-read the
+        others too, and raise if one moved (a writer that did not bump the version)."""
         if dirty:
-            heap, armed = self.heap, self.armed
+            heap, armed, seen = self.heap, self.armed, self.seen
             for qpn in dirty:
                 qp = qps.get(qpn)
                 if qp is None:
                     continue
+                evm = qp._evm
+                # (versions only grow: their sum moves whenever one does)
+                tv = qp.tv if evm is None else qp.tv + evm.tv
+                if seen.get(qpn) == tv:
+                    if verify and armed.get(qpn) != qp.deadline():
+                        raise AssertionError(
+                            f"QP {qpn}: its deadline moved and its timer version did not "
+                            "(a timer writer without tv += 1)")
+                    continue
+                seen[qpn] = tv
                 d = qp.deadline()
                 if armed.get(qpn) != d:
                     armed[qpn] = d
@@ -67,6 +93,7 @@ class QPTimers:
             d, qpn = heapq.heappop(heap)
             if armed.get(qpn) == d:
                 armed.pop(qpn, None)
+                self.seen.pop(qpn, None)  # (read its deadline again after its timer)
                 due.append(qpn)
         self.moved = True  # (what is left on top may be stale now)
         return due
@@ -74,4 +101,5 @@ class QPTimers:
     def forget(self, qpn: int) -> None:
         """QP ``qpn`` left the host."""
         self.armed.pop(qpn, None)
+        self.seen.pop(qpn, None)
         self.moved = True

@@ -211,6 +211,8 @@ class Receiver:
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
+                    if qp.resp.rx.ack_at != qp.ack_seen:  # the lane moved it (QPTimers.refresh)
+                        qp.tv += 1
                     if marked != qp.qpn:
                         marked = qp.qpn
                         host._dirty.add(marked)
@@ -253,6 +255,8 @@ class Receiver:
         assert qp is not None
         built = lane.take_sacks()
         ctrl += built
+        if qp.resp.rx.ack_at != qp.ack_seen:  # (a SACK built disarms the lane's ack_at)
+            qp.tv += 1
         nacks = lane.nacks
         qp.resp.tx_sacks += len(built) - nacks  # (qp.tx_sacks: a property)
         if nacks:

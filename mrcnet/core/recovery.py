@@ -87,6 +87,7 @@ class Recovery(NackRecovery, TailLoss):
         self.rnr_q: list[int] = []  # seqs refused for want of a posted receive (RNR) ...
         self.rnr_at = _INF  # ... resent then
         self.rto_at = _INF
+        self.qp.tv += 1
         self.retries = 0
         self.retries_peak = 0  # the deepest retry round reached (counter retries_peak)
         self.silent_since = 0.0  # send time of the oldest packet of the first round ...
@@ -147,6 +148,7 @@ class Recovery(NackRecovery, TailLoss):
         """Run the requester's timers that are due (the QP is in RTS)."""
         if self.rnr_at <= now:
             self.rnr_at = _INF
+            self.qp.tv += 1
             self.rtx_q.extend(self.rnr_q)
             self.rnr_q.clear()
         if self.rack_at <= now:
@@ -201,6 +203,7 @@ class Recovery(NackRecovery, TailLoss):
         seq = self.txt.oldest()
         e = self.txt.get(seq) if seq is not None else None
         self.rto_at = _INF if e is None else e[E_SENT] + self.rto(e[E_EV]) * self.backoff()
+        self.qp.tv += 1
 
     def _mark_lost(self, seq: int, now: float, cause: str) -> None:
         """Take packet ``seq`` out of flight and queue it for retransmission on another
@@ -226,6 +229,7 @@ class Recovery(NackRecovery, TailLoss):
             self.rnr_q.append(seq)
             if self.rnr_at == _INF:
                 self.rnr_at = now + self.base_timeout()
+                self.qp.tv += 1
         else:
             if info is not None:
                 info.lost += 1
@@ -280,6 +284,7 @@ class Recovery(NackRecovery, TailLoss):
         grace = SUSPECT_GRACE_RTTS * (self.srtt or self.cfg.base_rtt_hint)
         self.suspects[key] = (now + grace, sent, [ev], self.rack_sent)
         self.suspect_at = min(self.suspect_at, now + grace)
+        self.qp.tv += 1
 
     def _retire_suspects(self, now: float) -> None:
         evm = self.evm
@@ -298,6 +303,7 @@ class Recovery(NackRecovery, TailLoss):
             else:
                 nxt = min(nxt, due)
         self.suspect_at = nxt
+        self.qp.tv += 1
 
     def _retire_path(self, evs: list[int], now: float, cause: str = "loss") -> None:
         """EVs of one path share its fate: retire the path's other EVs with these (or
@@ -458,12 +464,14 @@ class Recovery(NackRecovery, TailLoss):
         wait = txt.rack_rtt + self._reorder_allowance()
         head_at = self._prompt_losses(limit, wait, now)  # (rack_prompt)
         lost, self.rack_at = txt.rack(limit, wait, now)
+        self.qp.tv += 1
         for seq in lost:
             self._mark_lost(seq, now, "loss")
         tie_sent, tie_seq = self.rack_tie
         if self.rack_at == _INF and tie_sent == limit and txt.ninfl and self.cfg.rack_tie_break:
             self._detect_tied(limit, tie_seq, wait, now)
         self.rack_at = min(self.rack_at, head_at)
+        self.qp.tv += 1
 
     def _on_rto(self, now: float) -> None:
         """Timer backstop: every packet past its per-path RTO is lost (its EV retires);
@@ -495,6 +503,7 @@ class Recovery(NackRecovery, TailLoss):
             self._mark_lost(seq, now, "timeout")
         self.qp.count("rto_rounds")
         self.rto_at = now + self.base_timeout() * self.backoff()
+        self.qp.tv += 1
 
     def _silence_over(self, now: float) -> None:
         """News from the peer after retry rounds: the count starts again. Counter
@@ -682,9 +691,11 @@ class Recovery(NackRecovery, TailLoss):
                 self.arm_tlp(now)
             else:
                 self.tlp_at = _INF
+                self.qp.tv += 1
             self._complete_wrs()
         elif not self.txt.ninfl and not self.rtx_q:
             self.rto_at = self.tlp_at = _INF
+            self.qp.tv += 1
 
     def _reo_quiet(self, now: float) -> bool:
         """Long enough without a spurious loss for the allowance to narrow (slowly: a

@@ -285,8 +285,10 @@ class Responder:
             self.send_sack(now, out)
         elif defer:
             rx.ack_at = min(rx.ack_at, now)  # due: the burst's end sends it
+            self.qp.tv += 1
         elif rx.ack_at == _INF:
             rx.ack_at = now + cfg.ack_delay
+            self.qp.tv += 1
 
     def _ooo_pop(self, j: int) -> tuple[int, int, int, int]:
         """Take slot ``j``'s packet out of the out-of-order set: (len, opcode, msn, imm)."""
@@ -487,6 +489,7 @@ class Responder:
         that is all there is to say (:meth:`_ack_only`)."""
         rx = self.rx
         rx.ack_at = _INF
+        self.qp.tv += 1
         rx.since_ack = 0
         self.held = False
         evm = self.evm

@@ -184,9 +184,13 @@ class CRecovery(Recovery):
             return
         self.sack_pending = False
         self.sack_acked = 0
-        self.rack_at, self.rto_at, self.tlp_at = o.rack_at, o.rto_at, o.tlp_at
+        ra, ro, tl = o.rack_at, o.rto_at, o.tlp_at
+        if ra != self.rack_at or ro != self.rto_at or tl != self.tlp_at:  # (C moved one)
+            self.rack_at, self.rto_at, self.tlp_at = ra, ro, tl
+            self.qp.tv += 1
         if head_at < self.rack_at:
             self.rack_at = head_at
+            self.qp.tv += 1
         if acked:
             self._complete_wrs()
 
@@ -235,6 +239,7 @@ class CRecovery(Recovery):
         n = C.mrc_rack_tied(txt.c, tab.c, limit, tie_seq, wait, now, buf, cap,
                             ffi.addressof(at, "rack_at"))
         lost, self.rack_at = ffi.unpack(buf, n), at.rack_at
+        self.qp.tv += 1
         for seq in lost:
             self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")

@@ -309,6 +309,7 @@ class Sender:
                 txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
             if rec.rto_at == _INF:
                 rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
+                self.qp.tv += 1
             rec.arm_tlp(now)
             self.tx_packets += k
 
@@ -425,6 +426,7 @@ class Sender:
             self.txt.send_msgs(seq, evs, ops, slots, lens, now, ts)
         if rec.rto_at == _INF:
             rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
+            self.qp.tv += 1
         rec.arm_tlp(now)
         self.tx_packets += n
 
@@ -579,6 +581,7 @@ class Sender:
         info.sent += 1
         if self.rec.rto_at == _INF:
             self.rec.rto_at = now + self.rec.rto(info.ev) * self.rec.backoff()
+            self.qp.tv += 1
         self.tx_packets += 1
         self.qp.count("tx_retransmit")
 

@@ -92,6 +92,7 @@ class TailLoss:
             return
         at = now + self.pto()
         self.tlp_at = at if at < self.rto_at else _INF
+        self.qp.tv += 1
 
     def _on_tlp(self, now: float) -> None:
         """Tail-loss probe (RFC 8985 section 7, for sprayed paths): ``pto`` without news,
@@ -105,6 +106,7 @@ class TailLoss:
         acknowledges nothing then, and blames nothing); if the original arrives after
         all, nothing is."""
         self.tlp_at = _INF
+        self.qp.tv += 1
         txt = self.txt
         if self.tlp_sent or self.retries or not txt.ninfl:
             return
@@ -115,6 +117,7 @@ class TailLoss:
         due = e[E_SENT] + self.pto(e)
         if due > now:  # sent since the timer was armed: wait for its own turn
             self.tlp_at = due if due < self.rto_at else _INF
+            self.qp.tv += 1
             return
         self.tlp_sent = True
         self._mark_lost(seq, now, "tlp")
@@ -173,6 +176,7 @@ class TailLoss:
             due = limit + max(wait, rtt + allowance)
             if due > now:
                 self.rack_at = min(self.rack_at, due)
+                self.qp.tv += 1
                 continue
             self.qp.count("loss_rack_tie")
             self._mark_lost(seq, now, "loss")

@@ -109,8 +109,8 @@ def test_timer_heap_kept_clean_between_refreshes(monkeypatch: pytest.MonkeyPatch
     refresh = QPTimers.refresh
     calls = [0]
 
-    def checked(self: QPTimers, dirty: set[int], qps: Any) -> None:
-        refresh(self, dirty, qps)
+    def checked(self: QPTimers, dirty: set[int], qps: Any, verify: bool = False) -> None:
+        refresh(self, dirty, qps, verify)
         heap, armed = self.heap, self.armed
         assert not heap or armed.get(heap[0][1]) == heap[0][0]
         assert len(heap) <= 4 * len(qps) + 64
