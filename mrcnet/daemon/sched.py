@@ -9,9 +9,8 @@ trip's answer and the acknowledgement that rides behind it (``ack_with_data``) r
 peer in two loop passes, not one (measured, tools/bench_latency.py: 1.6-1.8 port passes
 per verbs round trip on each mrcd, 1.00-1.06 under ``SCHED_BATCH`` with the CPUs lightly
 loaded, and a fifth less CPU per round trip; docs/PERFORMANCE.md, session 11). A
-``SCHED_BATCH`` thread does not
-preempt the running one when it wakes (sched(7)): the sender's batch is all delivered
-before the peer runs, or the peer runs on another CPU.
+``SCHED_BATCH`` thread does not preempt the running one when it wakes (sched(7)): the
+sender's batch is all delivered before the peer runs, or the peer runs on another CPU.
 
 Off by default: the same rule keeps mrcd waiting for the end of the running thread's
 time slice whenever every CPU is busy with other work (an application's compute
@@ -20,6 +19,7 @@ threads, or, here, other jobs): measured with the machine's other jobs at a load
 fall, though the 64-byte rate's CPU per write did (a fifth on the sending mrcd, two
 fifths on the receiving one). Between two hosts the peer is not woken by the sender's
 syscall at all.
+
 Any user may choose the policy for itself (nice value unchanged); threads started after
 inherit it.
 """
