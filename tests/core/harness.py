@@ -243,3 +243,14 @@ def connect(net: Net, a: int, b: int, *, psn_a: int = 0, psn_b: int = 0,
     ha.modify_qp(qa, QPState.RTS, sq_psn=psn_a, **rts)
     hb.modify_qp(qb, QPState.RTS, sq_psn=psn_b, **rts)
     return qa, qb
+
+
+def write_regions(net: Net, rng: random.Random, size: int = 1 << 16) -> tuple[
+        bytearray, bytearray, Any, Any, Any]:
+    """A random source region on host 0 and two empty destinations on host 1, registered
+    (the MRs hold their buffers): (dst1, dst2, the source's MR, the destinations' MRs),
+    for tests that post writes between them."""
+    src = bytearray(rng.randbytes(size))
+    dst1, dst2 = bytearray(size), bytearray(size)
+    return (dst1, dst2, net.h(0).register_mr(src), net.h(1).register_mr(dst1),
+            net.h(1).register_mr(dst2))

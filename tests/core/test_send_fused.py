@@ -20,7 +20,7 @@ from mrcnet.core import HostConfig, sender
 from mrcnet.io.batch import CBatchIO, SendQueue
 from mrcnet.native import HAVE_C
 
-from .harness import Impairments, Net, connect
+from .harness import Impairments, Net, connect, write_regions
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="the send queues are C")
 
@@ -103,12 +103,9 @@ def _run(queued: bool, fused: bool, seed: int, loss: float, jitter: float = 20e-
 
 def _burst(net: Net, seed: int, qa: int) -> tuple[Any, Any, bytes]:
     """The posts of :func:`_run`, run to their completions."""
-    ha, hb = net.h(0), net.h(1)
+    ha = net.h(0)
     rng = random.Random(seed)
-    src = bytearray(rng.randbytes(1 << 16))
-    dst1, dst2 = bytearray(1 << 16), bytearray(1 << 16)
-    ms = ha.register_mr(src)
-    m1, m2 = hb.register_mr(dst1), hb.register_mr(dst2)
+    dst1, dst2, ms, m1, m2 = write_regions(net, rng)
     wr = 0
     for _round in range(6):
         for _ in range(rng.randint(20, 120)):

@@ -13,7 +13,7 @@ import pytest
 from mrcnet.core import HostConfig, WCStatus
 from mrcnet.core.sender import Sender
 
-from .harness import Impairments, Net, connect
+from .harness import Impairments, Net, connect, write_regions
 
 
 def _run(batch: bool, seed: int, loss: float, consecutive: bool = False
@@ -26,12 +26,9 @@ def _run(batch: bool, seed: int, loss: float, consecutive: bool = False
               imp=Impairments(loss=loss, dup=loss / 2, trim=loss, jitter=20e-6))
     net.log_tx = True
     qa, _qb = connect(net, 0, 1, recvs=400, attrs={"max_imm_outstanding": 3})
-    ha, hb = net.h(0), net.h(1)
+    ha = net.h(0)
     rng = random.Random(seed)
-    src = bytearray(rng.randbytes(1 << 16))
-    dst1, dst2 = bytearray(1 << 16), bytearray(1 << 16)
-    ms = ha.register_mr(src)
-    m1, m2 = hb.register_mr(dst1), hb.register_mr(dst2)
+    dst1, dst2, ms, m1, m2 = write_regions(net, rng)
     snd = ha.qp(qa).snd
     snd.batch_msgs = batch
     in_runs = 0
