@@ -189,7 +189,7 @@ class Receiver:
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
             if self._lane_slots:  # (the C lane completes writes-with-immediate)
-                qp.resp.lane_imm_setup(lane)
+                qp.resp.lane_imm_setup(lane, VERIFY_SETUP)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -232,7 +232,7 @@ class Receiver:
                         if qp is not None:  # (its planes or credit may have changed)
                             self._sack_sync(qp)
                             if self._lane_slots:
-                                qp.resp.lane_imm_setup(lane)
+                                qp.resp.lane_imm_setup(lane, VERIFY_SETUP)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1

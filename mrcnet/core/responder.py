@@ -320,17 +320,27 @@ class Responder:
                 if self.cfg.completion_events:
                     self.qp.ctx.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
 
-    def lane_imm_setup(self, lane: Any) -> None:
+    def lane_imm_setup(self, lane: Any, verify: bool = False) -> None:
         """Give the host's C receive ``lane`` (this QP's) what on_data's common case of a
         write-with-immediate reads besides the state record: the RQ MSN expected, the
         immediates it may complete (posted receives left; none while max_wimm_dest is 0),
-        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields)."""
+        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields), unless it
+        has them (``lane.imm_given``). ``verify``: check that a lane it skips has them
+        (receive.VERIFY_SETUP)."""
         credit = self.recv_posted - self.imm_done
         mw = self.attrs.max_wimm_dest
         if credit < 0 or (mw is not None and mw <= 0):
             credit = 0
-        lane.imm_set(self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
-                     self.cfg.ack_with_data)
+        given = (self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
+                 self.cfg.ack_with_data)
+        # (once per receive batch, and seldom a change: the C call only for one. The lane
+        # moves its MSN and credit itself when it completes an immediate, exactly as
+        # lane_completed then moves imm_done: that comes out as a change, and is given.)
+        if given != lane.imm_given:
+            lane.imm_set(*given)
+            lane.imm_given = given
+        elif verify:
+            lane.check_imm(given)
 
     def lane_completed(self, lens: list[int], imms: list[int], flags: list[int],
                        now: float) -> None:

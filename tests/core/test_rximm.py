@@ -269,3 +269,38 @@ def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
            for h, q in ((ha, qa), (hb, qb))]
     return {"tx": [(s, p, bytes(f)) for _, s, p, f in net.tx_log], "cq": cqs,
             "counters": [h.counters() for h in (ha, hb)], **counts}
+
+
+def test_imm_state_given_on_change_only() -> None:
+    """The responder hands the lane its write-with-immediate state (imm_set) only when it
+    changed since it last did (the lane's ``imm_given``; set_qp and clear_qp clear the
+    lane's credit and that record); a change of the lane's copy behind its back is
+    caught when verified, and not seen otherwise."""
+    net, (_qa, qb, _ms, _md, _back) = _setup({}, recvs=4)
+    hb = net.h(1)
+    resp, lane = hb.qp(qb).resp, hb._lane
+    assert lane is not None
+    calls: list[tuple[Any, ...]] = []
+    imm_set = lane.imm_set
+
+    def counting(*a: Any) -> None:
+        calls.append(a)
+        imm_set(*a)
+
+    lane.imm_set = counting
+    lane.clear_qp()
+    resp.lane_imm_setup(lane, True)
+    resp.lane_imm_setup(lane, True)  # (verified: the lane holds it)
+    assert calls == [(resp.imm_done, 4, False, False)]
+    assert lane._c.imm_credit == 4
+    hb.post_recv(qb, 99)  # a receive more: a change, given
+    resp.lane_imm_setup(lane, True)
+    assert calls[-1] == (resp.imm_done, 5, False, False) and len(calls) == 2
+    lane._c.imm_credit = 3  # behind the responder's back
+    resp.lane_imm_setup(lane, False)
+    assert len(calls) == 2 and lane._c.imm_credit == 3  # unverified: not seen
+    with pytest.raises(AssertionError, match="imm_given"):
+        resp.lane_imm_setup(lane, True)
+    lane.clear_qp()  # (credit 0, nothing given): given again
+    resp.lane_imm_setup(lane, True)
+    assert len(calls) == 3 and lane._c.imm_credit == 5
