@@ -706,9 +706,12 @@ class Host:
             rec, resp = qp.rec, qp.resp
             if rec.sack_pending:
                 qp.after_sacks(now)
-            rx = resp.rx  # (the responder's state record: its fields read and reset here)
-            burst = rx.rx_burst
+            # data packets accepted since the last call (the receive burst), counted in a
+            # Python attribute: the C lane's record's fields cost a struct read each
+            n = resp.rx_packets
+            burst = n - resp.burst_from
             if burst:
+                resp.burst_from = n
                 # End of a receive burst: data that arrived with others in it is SACKed
                 # now rather than at the ACK-delay timer (a host that handles frames in
                 # batches would otherwise hold a batch's tail for a whole timer tick,
@@ -718,14 +721,14 @@ class Host:
                 # struct read, and a lone packet with the default config needs none.)
                 if not cfg.sack_on_reorder and (
                         burst > 1 or (cfg.ack_lone and not resp.held)
-                        or (cfg.ack_req_burst and rx.ack_at <= now)) and rx.since_ack:
+                        or (cfg.ack_req_burst and resp.rx.ack_at <= now)
+                ) and resp.rx.since_ack:
                     qp.send_sack(now, out)
-                rx.rx_burst = 0
             if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
                     resp.note_answer(now)
-                if cfg.ack_with_data and rx.since_ack:
+                if cfg.ack_with_data and resp.rx.since_ack:
                     self._emit_with_ack(qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)

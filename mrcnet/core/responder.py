@@ -102,6 +102,9 @@ class Responder:
         self.rx = self._rxk.new_state(ring_size(min(self.rx_window, _RING_START)))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
+        #: rx_packets at the host's last frames_to_send: the receive burst is the rest
+        #: (a Python attribute: a field of the record above costs a struct read)
+        self.burst_from = self.rx_packets
         #: An AckReq whose acknowledgement waits for this QP's next data (ack_with_data).
         self.held = False
         #: ack_with_data's mode: True while this QP answers what it receives (a ping-pong,
@@ -195,7 +198,6 @@ class Responder:
             mr.view[off : off + n] = memoryview(frame)[po : po + n]
         rx.rcvd_bytes += n
         self.rx_packets += 1
-        rx.rx_burst += 1
         # A retransmission is SACKed at once: its echo tells the sender the loss was real.
         ack_req = f.ack_req
         if ack_req and f.has_imm and d == 0 and not rx.ooo_n and cfg.ack_with_data:

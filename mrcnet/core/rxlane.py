@@ -83,12 +83,12 @@ class PyRxQP:
         "ack_at", "ack_ce", "ack_ev", "ack_plane", "ack_seq", "ack_ts", "hole_at",
         "hole_old", "ooo_cap", "ooo_imm", "ooo_len", "ooo_msn", "ooo_n", "ooo_nimm",
         "ooo_op", "ooo_seq", "penalty", "rcv_nxt", "rcvd_bytes", "rep_high", "rtx_at",
-        "rtx_ts", "rx_burst", "rx_high", "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
+        "rtx_ts", "rx_high", "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
     )
 
     def __init__(self, cap: int) -> None:
         self.rcv_nxt = self.rx_high = self.rx_msg_bytes = self.rcvd_bytes = 0
-        self.rx_burst = self.since_ack = 0
+        self.since_ack = 0
         self.hole_at = self.ack_at = _INF
         self.hole_old = self.ack_ce = 0
         self.ack_plane = -1
