@@ -309,6 +309,7 @@ class Host:
             qp.cc = None
             qp.recv_wrs.clear()  # RESET discards posted receives, as in verbs
             qp.recv_posted = 0
+            qp.resp.imm_ver += 1
             qp._reset_transport()
             return
         if to_state is QPState.RTR:

@@ -99,6 +99,9 @@ class Receiver:
         # The same for the SACK planes and templates the lane was given for its QP
         # (_sack_sync), and that QP's EV manager and usable planes then
         self._sack_seen = -1
+        # The imm_ver of the lane's QP's responder when the lane was last given its
+        # write-with-immediate state (-1: give it before the next batch)
+        self._imm_seen = -1
         self._sack_evm: Any = None
         self._sack_usable: Any = None
         self._lane_gen = host.memory.generation
@@ -111,7 +114,7 @@ class Receiver:
         self._lane = lane
         self._lane_slots = isinstance(lane, CRxLane)
         self._lane_qp = self._ack_qp = None
-        self._lane_seen = self._ack_seen = self._sack_seen = -1
+        self._lane_seen = self._ack_seen = self._sack_seen = self._imm_seen = -1
         self._ack_una = self._ack_nxt = -1
         if lane is not None:
             lane.verify = self.host.config.verify_checksums
@@ -188,8 +191,9 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            if self._lane_slots:  # (the C lane completes writes-with-immediate)
-                qp.resp.lane_imm_setup(lane, VERIFY_SETUP)
+            # (the C lane completes writes-with-immediate: _imm_sync's common case)
+            if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
+                self._imm_sync(qp)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -232,7 +236,7 @@ class Receiver:
                         if qp is not None:  # (its planes or credit may have changed)
                             self._sack_sync(qp)
                             if self._lane_slots:
-                                qp.resp.lane_imm_setup(lane, VERIFY_SETUP)
+                                self._imm_sync(qp)
                         if self._ack_qp is not None:  # (its window or losses may have)
                             self._ack_sync()
                         marked = -1
@@ -338,7 +342,8 @@ class Receiver:
 
     def _lane_use(self, qp: QueuePair) -> None:
         """The lane serves ``qp`` (a ready QP) from now on."""
-        self._lane_seen = self._sack_seen = -1  # (set_qp and clear_qp reset the lane's)
+        # (set_qp and clear_qp reset the lane's)
+        self._lane_seen = self._sack_seen = self._imm_seen = -1
         st = qp.state
         if ((st is not RTS and st is not RTR)
                 or self.host._qps.get(qp.qpn) is not qp):
@@ -374,6 +379,17 @@ class Receiver:
             return
         qp.lane_sack_setup(lane)
         self._sack_seen, self._sack_evm, self._sack_usable = qp.setup_ver, evm, usable
+
+    def _imm_sync(self, qp: QueuePair) -> None:
+        """The C lane's write-with-immediate state from its QP ``qp``'s responder
+        (``lane_imm_setup``), unless it did not move since the last call (its
+        ``imm_ver``, and the lane's QP: _lane_use)."""
+        resp = qp.resp
+        if resp.imm_ver != self._imm_seen:
+            resp.lane_imm_setup(self._lane)
+            self._imm_seen = resp.imm_ver
+        elif VERIFY_SETUP:
+            resp.lane_imm_setup(self._lane, True)  # (raises if it had to give anything)
 
     def _ack_use(self, qp: QueuePair) -> None:
         """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
@@ -479,8 +495,9 @@ class Receiver:
                 raise AssertionError(f"QP {qp.qpn}: the receive lane's setup changed and "
                                      "setup_ver did not move (a writer without changed())")
             self._lane_use(qp)
-        else:
-            self._lane_seen = qp.setup_ver
+        elif not seen:
+            # (its attributes may have moved too: max_wimm_dest, read by lane_imm_setup)
+            self._lane_seen, self._imm_seen = qp.setup_ver, -1
 
     def _receive_frames(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
                         now: float) -> None:

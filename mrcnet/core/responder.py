@@ -87,6 +87,9 @@ class Responder:
         self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
         self.recv_posted = 0  # receives ever posted
+        #: bumped by every write of what lane_imm_setup gives the lane (recv_posted,
+        #: imm_done, pingpong): the receive loop calls it only when this moved
+        self.imm_ver = 0
         self.reset()
 
     def reset(self) -> None:
@@ -114,6 +117,7 @@ class Responder:
         self.pingpong = False
         self.alone_at = -_INF
         self.imm_done = 0  # next RQMSN to complete
+        self.imm_ver += 1
         self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
 
@@ -316,6 +320,7 @@ class Responder:
                 if msn != self.imm_done & MSN_MASK:
                     self.qp.count("rx_msn_mismatch")
                 self.imm_done += 1
+                self.imm_ver += 1
                 wr_id = self.recv_wrs.popleft() if self.recv_wrs else -1
                 self.rcq.push(Completion(
                     WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm, self.qpn))
@@ -327,8 +332,9 @@ class Responder:
         write-with-immediate reads besides the state record: the RQ MSN expected, the
         immediates it may complete (posted receives left; none while max_wimm_dest is 0),
         pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields), unless it
-        has them (``lane.imm_given``). ``verify``: check that a lane it skips has them
-        (receive.VERIFY_SETUP)."""
+        has them (``lane.imm_given``). ``verify`` (receive.VERIFY_SETUP, where the caller
+        would skip the call: :attr:`imm_ver` did not move): raise AssertionError unless
+        the lane has them already."""
         credit = self.recv_posted - self.imm_done
         mw = self.attrs.max_wimm_dest
         if credit < 0 or (mw is not None and mw <= 0):
@@ -339,6 +345,10 @@ class Responder:
         # moves its MSN and credit itself when it completes an immediate, exactly as
         # lane_completed then moves imm_done: that comes out as a change, and is given.)
         if given != lane.imm_given:
+            if verify:
+                raise AssertionError(f"QP {self.qpn}: the write-with-immediate state the "
+                                     f"lane has, {lane.imm_given}, is not {given}, and "
+                                     "imm_ver did not move (a writer without imm_ver += 1)")
             lane.imm_set(*given)
             lane.imm_given = given
         elif verify:
@@ -356,6 +366,7 @@ class Responder:
         n = len(lens)
         self.msgs_done += n
         self.imm_done += n
+        self.imm_ver += 1
         for total, imm, fl in zip(lens, imms, flags, strict=True):
             if fl & RX_IMM_HELD:
                 self.held = True
@@ -483,12 +494,14 @@ class Responder:
         ``ack_delay`` before, the ACK could have ridden this data: hold the next ones."""
         if not self.pingpong and now - self.alone_at <= self.cfg.ack_delay:
             self.pingpong = True
+            self.imm_ver += 1
 
     def ack_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """The delayed acknowledgement is due. A held AckReq that no answer took: this QP
         does not answer (now), so acknowledge at once again until it does."""
         if self.held:
             self.pingpong = False
+            self.imm_ver += 1
             self.qp.count("ack_held_expired")
         self.send_sack(now, out)
 
@@ -591,3 +604,4 @@ class Responder:
         NO_RESOURCE and resent)."""
         self.recv_wrs.append(wr_id)
         self.recv_posted += 1
+        self.imm_ver += 1
