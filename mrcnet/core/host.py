@@ -155,6 +155,9 @@ class Host:
         #: it): the C lane then reads them where they are. Never raises. It is the
         #: receiver's own method (mrcnet/core/receive.py), bound here: no hop per batch.
         self.receive_batch = self._rx.receive_batch
+        #: ``receive_one(frame, port, now)``: ``receive_batch((frame,), port, now)`` for
+        #: one frame as bytes, with less Python (mrc-sim's hosts, a frame at a time)
+        self.receive_one = self._rx.receive_one
         #: The C receive lane (None without one), for mrcd's port readers
         #: (:func:`mrcnet.io.batch.lane_reader`: a read points it at its frames).
         self.rx_lane = self._rx.c_lane

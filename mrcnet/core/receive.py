@@ -205,10 +205,7 @@ class Receiver:
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
                 if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
                     assert qp is not None
-                    lens, imms, flags = lane.take_imms()
-                    qp.resp.lane_completed(lens, imms, flags, now)
-                    if acks:  # (what the replay decided may pause the ack lane)
-                        self._ack_sync()
+                    self._lane_imms(qp, now, acks)
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
                 # (frame k too after RX_SACK and RX_DONE: the odd results)
                 got = k - i + (st & 1) - acks
@@ -224,21 +221,9 @@ class Receiver:
                 if st != RX_END:
                     if st == RX_SACK:
                         assert qp is not None
-                        try:
-                            qp.send_sack(now, ctrl)
-                            self._sack_sync(qp)  # a new path
-                        except Exception as e:  # never crash on network input; count it
-                            self.host.last_internal_error = e
-                            self.host.count("rx_internal_error")
+                        self._sack_due(qp, now, ctrl)
                     elif st == RX_STOP:
-                        self._lane_frame(lane, frames[k], port, plane, now)
-                        qp = self._lane_qp
-                        if qp is not None:  # (its planes or credit may have changed)
-                            self._sack_sync(qp)
-                            if self._lane_slots:
-                                self._imm_sync(qp)
-                        if self._ack_qp is not None:  # (its window or losses may have)
-                            self._ack_sync()
+                        qp = self._lane_stop(lane, frames[k], port, plane, now)
                         marked = -1
                 i = k + 1
         except Exception as e:  # a bug (frames are handled above): count it loudly, and
@@ -250,6 +235,87 @@ class Receiver:
         finally:
             if loaded is not None:
                 lane.release()
+
+    def receive_one(self, frame: bytes, port: int, now: float) -> None:
+        """:meth:`receive_batch` of the one frame ``frame`` (bytes), for a host handed
+        one frame at a time (mrc-sim's): the same calls into the core in the same order,
+        without the batch's generality, when the C lane has nothing to be brought in
+        step first (its QP's and the ack QP's setup, planes and immediate state as last
+        given, the ack QP without lost records or suspect paths, the regions, the port
+        up); anything else is :meth:`receive_batch`'s. Never raises."""
+        host, qp, aq = self.host, self._lane_qp, self._ack_qp
+        p = host.ports.get(port)
+        if (qp is None or VERIFY_SETUP or not self._lane_slots or p is None
+                or qp.setup_ver != self._lane_seen or qp.setup_ver != self._sack_seen
+                or qp.resp.imm_ver != self._imm_seen
+                or not host.port_up[port] or host.memory.generation != self._lane_gen
+                or (aq is not None and (aq.setup_ver != self._ack_seen or aq.rec.lost_log
+                                        or aq.rec.suspects))
+                or (self._sack_evm is not None
+                    and self._sack_evm.usable_planes is not self._sack_usable)):
+            self.receive_batch((frame,), port, now)
+            return
+        host._last_now = now
+        host.rx_frames += 1
+        lane, ctrl, plane = self._lane, host._ctrl, p.plane
+        if aq is not None:
+            una, nxt = aq.rec.snd_una, aq.snd.next_seq
+            if una != self._ack_una or nxt != self._ack_nxt:  # (else the lane has them)
+                self._ack_una, self._ack_nxt = una, nxt
+                lane.ack_sync(una, nxt, self._ack_floor)
+        try:  # (receive_batch's loop body for its one frame)
+            r = lane.one(frame, len(frame), now, plane)
+            st = r & 3
+            acks = self._ack_replay(now) if r & RX_ACKS else 0
+            nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
+            if r & RX_IMM:
+                self._lane_imms(qp, now, acks)
+            if (r >> RX_POS_SHIFT) + (st & 1) - acks:  # a data frame of qp's, handled
+                resp = qp.resp
+                resp.rx_packets += 1 - nacks
+                if resp.rx.ack_at != qp.ack_seen:
+                    qp.tv += 1
+                host._dirty.add(qp.qpn)
+                host._sendq.add(qp.qpn)
+            if st == RX_SACK:
+                self._sack_due(qp, now, ctrl)
+            elif st == RX_STOP:
+                self._lane_stop(lane, frame, port, plane, now)
+        except Exception as e:  # (as receive_batch's)
+            host.last_internal_error = e
+            host.count("rx_internal_error")
+            self._take_built(lane, qp, ctrl)
+
+    def _lane_imms(self, qp: QueuePair, now: float, acks: int) -> None:
+        """The writes-with-immediate the lane completed (RX_IMM), after the SACKs it
+        took (``acks`` of them) were replayed."""
+        lens, imms, flags = self._lane.take_imms()
+        qp.resp.lane_completed(lens, imms, flags, now)
+        if acks:  # (what the replay decided may pause the ack lane)
+            self._ack_sync()
+
+    def _sack_due(self, qp: QueuePair, now: float, ctrl: list[tuple[int, bytes]]) -> None:
+        """The lane's QP ``qp`` owes a SACK now that the lane did not build (RX_SACK)."""
+        try:
+            qp.send_sack(now, ctrl)
+            self._sack_sync(qp)  # a new path
+        except Exception as e:  # never crash on network input; count it
+            self.host.last_internal_error = e
+            self.host.count("rx_internal_error")
+
+    def _lane_stop(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
+                   plane: int, now: float) -> QueuePair | None:
+        """A frame the lane stopped at (RX_STOP), through :meth:`_lane_frame`, and the
+        lane brought in step with what that changed; returns the lane's QP then."""
+        self._lane_frame(lane, frame, port, plane, now)
+        qp = self._lane_qp
+        if qp is not None:  # (its planes or credit may have changed)
+            self._sack_sync(qp)
+            if self._lane_slots:
+                self._imm_sync(qp)
+        if self._ack_qp is not None:  # (its window or losses may have)
+            self._ack_sync()
+        return qp
 
     @staticmethod
     def _take_built(lane: Any, qp: QueuePair | None, ctrl: list[tuple[int, bytes]]) -> int:
