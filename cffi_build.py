@@ -44,9 +44,22 @@ ffibuilder.cdef(
 )
 for _header in HEADERS:
     ffibuilder.cdef(_cdef_of(CSRC / _header))
+
+# Every call wrapper lets go of the GIL around its C call (cffi's Py_BEGIN_ALLOW_THREADS)
+# unless the simulator's loop asked it not to (simnet.h simnet_keep_gil): mrcd's calls
+# still let other threads run; the simulator's, a quarter of a million a 128-host run,
+# skip a release and a retake each.
+_GIL = """
+#undef Py_BEGIN_ALLOW_THREADS
+#undef Py_END_ALLOW_THREADS
+#define Py_BEGIN_ALLOW_THREADS { PyThreadState *_save = \\
+    __atomic_load_n(&simnet_gil_kept, __ATOMIC_RELAXED) > 0 ? NULL : PyEval_SaveThread();
+#define Py_END_ALLOW_THREADS if (_save) PyEval_RestoreThread(_save); }
+"""
+
 ffibuilder.set_source(
     "mrcnet._native",
-    "".join(f'#include "{h}"\n' for h in HEADERS),
+    "".join(f'#include "{h}"\n' for h in HEADERS) + _GIL,
     sources=[str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))],
     include_dirs=[str(CSRC.relative_to(HERE))],
     # (no fused multiply-add: the C twins' doubles must be Python's to the bit)

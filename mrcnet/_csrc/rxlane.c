@@ -344,7 +344,6 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         /* From here on the packet is accepted: the state moves exactly as in on_data. */
         c->placed++;
         q->rcvd_bytes += len;
-        q->rx_burst++;
         int ce = f->ce != 0;
         int ack_req = f->ack_req != 0;
         uint32_t flags = 0;

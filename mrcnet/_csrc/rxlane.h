@@ -30,7 +30,6 @@ struct mrc_rx_qp {
     int64_t  rx_high;        /* highest sequence number received out of order */
     int64_t  rx_msg_bytes;   /* bytes of the message being received, up to rcv_nxt */
     int64_t  rcvd_bytes;     /* payload bytes accepted (for the SACK's rcvd_bytes) */
-    int64_t  rx_burst;       /* data packets since the host's last frames_to_send */
     int64_t  since_ack;      /* data packets since the last SACK */
     double   hole_at;        /* since when a hole is at the cumulative point (inf: none) */
     double   ack_at;         /* delayed-SACK deadline (inf: none) */

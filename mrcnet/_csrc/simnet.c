@@ -189,6 +189,13 @@ uint64_t simnet_push_py(simnet *n, double t)
     return push(n, t, EV_PY, 0, NULL);
 }
 
+int simnet_gil_kept;
+
+int simnet_keep_gil(int delta)
+{
+    return __atomic_add_fetch(&simnet_gil_kept, delta, __ATOMIC_RELAXED);
+}
+
 size_t simnet_pending(simnet *n)
 {
     return n->n;

@@ -100,6 +100,13 @@ void simnet_switch_counters(simnet *n, int sw, struct simnet_switch_counters *ou
  * too: SIMNET_HOST_SHIFT, SIMNET_HPORT_SHIFT). */
 int simnet_run(simnet *n, double until, int64_t budget, uint8_t *buf, uint32_t cap,
                struct simnet_out *out);
+/* The module's C calls keep the GIL while this count is above zero (the simulator's
+ * loop, single-threaded, raises it for its run: a release and a retake per call cost
+ * more than most of its calls do): adds ``delta`` and returns the count. */
+int simnet_keep_gil(int delta);
 /* cffi: end */
+
+/* (read by the module's call wrappers: cffi_build.py) */
+extern int simnet_gil_kept;
 
 #endif

@@ -155,6 +155,9 @@ class Host:
         #: it): the C lane then reads them where they are. Never raises. It is the
         #: receiver's own method (mrcnet/core/receive.py), bound here: no hop per batch.
         self.receive_batch = self._rx.receive_batch
+        #: ``receive_one(frame, port, now)``: ``receive_batch((frame,), port, now)`` for
+        #: one frame as bytes, with less Python (mrc-sim's hosts, a frame at a time)
+        self.receive_one = self._rx.receive_one
         #: The C receive lane (None without one), for mrcd's port readers
         #: (:func:`mrcnet.io.batch.lane_reader`: a read points it at its frames).
         self.rx_lane = self._rx.c_lane
@@ -309,6 +312,7 @@ class Host:
             qp.cc = None
             qp.recv_wrs.clear()  # RESET discards posted receives, as in verbs
             qp.recv_posted = 0
+            qp.resp.imm_ver += 1
             qp._reset_transport()
             return
         if to_state is QPState.RTR:
@@ -706,9 +710,12 @@ class Host:
             rec, resp = qp.rec, qp.resp
             if rec.sack_pending:
                 qp.after_sacks(now)
-            rx = resp.rx  # (the responder's state record: its fields read and reset here)
-            burst = rx.rx_burst
+            # data packets accepted since the last call (the receive burst), counted in a
+            # Python attribute: the C lane's record's fields cost a struct read each
+            n = resp.rx_packets
+            burst = n - resp.burst_from
             if burst:
+                resp.burst_from = n
                 # End of a receive burst: data that arrived with others in it is SACKed
                 # now rather than at the ACK-delay timer (a host that handles frames in
                 # batches would otherwise hold a batch's tail for a whole timer tick,
@@ -718,14 +725,14 @@ class Host:
                 # struct read, and a lone packet with the default config needs none.)
                 if not cfg.sack_on_reorder and (
                         burst > 1 or (cfg.ack_lone and not resp.held)
-                        or (cfg.ack_req_burst and rx.ack_at <= now)) and rx.since_ack:
+                        or (cfg.ack_req_burst and resp.rx.ack_at <= now)
+                ) and resp.rx.since_ack:
                     qp.send_sack(now, out)
-                rx.rx_burst = 0
             if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
                 if cfg.ack_with_data:
                     resp.note_answer(now)
-                if cfg.ack_with_data and rx.since_ack:
+                if cfg.ack_with_data and resp.rx.since_ack:
                     self._emit_with_ack(qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)

@@ -345,8 +345,6 @@ class QueuePair:
     rx_msg_bytes = _part_field("resp.rx.rx_msg_bytes", "Bytes of the message being "
                                "received.")
     rcvd_bytes = _part_field("resp.rx.rcvd_bytes", "Payload bytes accepted.")
-    rx_burst = _part_field("resp.rx.rx_burst", "Data packets since the host's last "
-                           "frames_to_send.")
     since_ack = _part_field("resp.rx.since_ack", "Data packets since the last SACK.")
     hole_at = _part_field("resp.rx.hole_at", "Since when a hole is at the cumulative point "
                           "(inf: none).")

@@ -99,6 +99,9 @@ class Receiver:
         # The same for the SACK planes and templates the lane was given for its QP
         # (_sack_sync), and that QP's EV manager and usable planes then
         self._sack_seen = -1
+        # The imm_ver of the lane's QP's responder when the lane was last given its
+        # write-with-immediate state (-1: give it before the next batch)
+        self._imm_seen = -1
         self._sack_evm: Any = None
         self._sack_usable: Any = None
         self._lane_gen = host.memory.generation
@@ -111,7 +114,7 @@ class Receiver:
         self._lane = lane
         self._lane_slots = isinstance(lane, CRxLane)
         self._lane_qp = self._ack_qp = None
-        self._lane_seen = self._ack_seen = self._sack_seen = -1
+        self._lane_seen = self._ack_seen = self._sack_seen = self._imm_seen = -1
         self._ack_una = self._ack_nxt = -1
         if lane is not None:
             lane.verify = self.host.config.verify_checksums
@@ -188,8 +191,9 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            if self._lane_slots:  # (the C lane completes writes-with-immediate)
-                qp.resp.lane_imm_setup(lane)
+            # (the C lane completes writes-with-immediate: _imm_sync's common case)
+            if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
+                self._imm_sync(qp)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -201,10 +205,7 @@ class Receiver:
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
                 if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
                     assert qp is not None
-                    lens, imms, flags = lane.take_imms()
-                    qp.resp.lane_completed(lens, imms, flags, now)
-                    if acks:  # (what the replay decided may pause the ack lane)
-                        self._ack_sync()
+                    self._lane_imms(qp, now, acks)
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
                 # (frame k too after RX_SACK and RX_DONE: the odd results)
                 got = k - i + (st & 1) - acks
@@ -220,21 +221,9 @@ class Receiver:
                 if st != RX_END:
                     if st == RX_SACK:
                         assert qp is not None
-                        try:
-                            qp.send_sack(now, ctrl)
-                            self._sack_sync(qp)  # a new path
-                        except Exception as e:  # never crash on network input; count it
-                            self.host.last_internal_error = e
-                            self.host.count("rx_internal_error")
+                        self._sack_due(qp, now, ctrl)
                     elif st == RX_STOP:
-                        self._lane_frame(lane, frames[k], port, plane, now)
-                        qp = self._lane_qp
-                        if qp is not None:  # (its planes or credit may have changed)
-                            self._sack_sync(qp)
-                            if self._lane_slots:
-                                qp.resp.lane_imm_setup(lane)
-                        if self._ack_qp is not None:  # (its window or losses may have)
-                            self._ack_sync()
+                        qp = self._lane_stop(lane, frames[k], port, plane, now)
                         marked = -1
                 i = k + 1
         except Exception as e:  # a bug (frames are handled above): count it loudly, and
@@ -246,6 +235,87 @@ class Receiver:
         finally:
             if loaded is not None:
                 lane.release()
+
+    def receive_one(self, frame: bytes, port: int, now: float) -> None:
+        """:meth:`receive_batch` of the one frame ``frame`` (bytes), for a host handed
+        one frame at a time (mrc-sim's): the same calls into the core in the same order,
+        without the batch's generality, when the C lane has nothing to be brought in
+        step first (its QP's and the ack QP's setup, planes and immediate state as last
+        given, the ack QP without lost records or suspect paths, the regions, the port
+        up); anything else is :meth:`receive_batch`'s. Never raises."""
+        host, qp, aq = self.host, self._lane_qp, self._ack_qp
+        p = host.ports.get(port)
+        if (qp is None or VERIFY_SETUP or not self._lane_slots or p is None
+                or qp.setup_ver != self._lane_seen or qp.setup_ver != self._sack_seen
+                or qp.resp.imm_ver != self._imm_seen
+                or not host.port_up[port] or host.memory.generation != self._lane_gen
+                or (aq is not None and (aq.setup_ver != self._ack_seen or aq.rec.lost_log
+                                        or aq.rec.suspects))
+                or (self._sack_evm is not None
+                    and self._sack_evm.usable_planes is not self._sack_usable)):
+            self.receive_batch((frame,), port, now)
+            return
+        host._last_now = now
+        host.rx_frames += 1
+        lane, ctrl, plane = self._lane, host._ctrl, p.plane
+        if aq is not None:
+            una, nxt = aq.rec.snd_una, aq.snd.next_seq
+            if una != self._ack_una or nxt != self._ack_nxt:  # (else the lane has them)
+                self._ack_una, self._ack_nxt = una, nxt
+                lane.ack_sync(una, nxt, self._ack_floor)
+        try:  # (receive_batch's loop body for its one frame)
+            r = lane.one(frame, len(frame), now, plane)
+            st = r & 3
+            acks = self._ack_replay(now) if r & RX_ACKS else 0
+            nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
+            if r & RX_IMM:
+                self._lane_imms(qp, now, acks)
+            if (r >> RX_POS_SHIFT) + (st & 1) - acks:  # a data frame of qp's, handled
+                resp = qp.resp
+                resp.rx_packets += 1 - nacks
+                if resp.rx.ack_at != qp.ack_seen:
+                    qp.tv += 1
+                host._dirty.add(qp.qpn)
+                host._sendq.add(qp.qpn)
+            if st == RX_SACK:
+                self._sack_due(qp, now, ctrl)
+            elif st == RX_STOP:
+                self._lane_stop(lane, frame, port, plane, now)
+        except Exception as e:  # (as receive_batch's)
+            host.last_internal_error = e
+            host.count("rx_internal_error")
+            self._take_built(lane, qp, ctrl)
+
+    def _lane_imms(self, qp: QueuePair, now: float, acks: int) -> None:
+        """The writes-with-immediate the lane completed (RX_IMM), after the SACKs it
+        took (``acks`` of them) were replayed."""
+        lens, imms, flags = self._lane.take_imms()
+        qp.resp.lane_completed(lens, imms, flags, now)
+        if acks:  # (what the replay decided may pause the ack lane)
+            self._ack_sync()
+
+    def _sack_due(self, qp: QueuePair, now: float, ctrl: list[tuple[int, bytes]]) -> None:
+        """The lane's QP ``qp`` owes a SACK now that the lane did not build (RX_SACK)."""
+        try:
+            qp.send_sack(now, ctrl)
+            self._sack_sync(qp)  # a new path
+        except Exception as e:  # never crash on network input; count it
+            self.host.last_internal_error = e
+            self.host.count("rx_internal_error")
+
+    def _lane_stop(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
+                   plane: int, now: float) -> QueuePair | None:
+        """A frame the lane stopped at (RX_STOP), through :meth:`_lane_frame`, and the
+        lane brought in step with what that changed; returns the lane's QP then."""
+        self._lane_frame(lane, frame, port, plane, now)
+        qp = self._lane_qp
+        if qp is not None:  # (its planes or credit may have changed)
+            self._sack_sync(qp)
+            if self._lane_slots:
+                self._imm_sync(qp)
+        if self._ack_qp is not None:  # (its window or losses may have)
+            self._ack_sync()
+        return qp
 
     @staticmethod
     def _take_built(lane: Any, qp: QueuePair | None, ctrl: list[tuple[int, bytes]]) -> int:
@@ -338,7 +408,8 @@ class Receiver:
 
     def _lane_use(self, qp: QueuePair) -> None:
         """The lane serves ``qp`` (a ready QP) from now on."""
-        self._lane_seen = self._sack_seen = -1  # (set_qp and clear_qp reset the lane's)
+        # (set_qp and clear_qp reset the lane's)
+        self._lane_seen = self._sack_seen = self._imm_seen = -1
         st = qp.state
         if ((st is not RTS and st is not RTR)
                 or self.host._qps.get(qp.qpn) is not qp):
@@ -374,6 +445,17 @@ class Receiver:
             return
         qp.lane_sack_setup(lane)
         self._sack_seen, self._sack_evm, self._sack_usable = qp.setup_ver, evm, usable
+
+    def _imm_sync(self, qp: QueuePair) -> None:
+        """The C lane's write-with-immediate state from its QP ``qp``'s responder
+        (``lane_imm_setup``), unless it did not move since the last call (its
+        ``imm_ver``, and the lane's QP: _lane_use)."""
+        resp = qp.resp
+        if resp.imm_ver != self._imm_seen:
+            resp.lane_imm_setup(self._lane)
+            self._imm_seen = resp.imm_ver
+        elif VERIFY_SETUP:
+            resp.lane_imm_setup(self._lane, True)  # (raises if it had to give anything)
 
     def _ack_use(self, qp: QueuePair) -> None:
         """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
@@ -479,8 +561,9 @@ class Receiver:
                 raise AssertionError(f"QP {qp.qpn}: the receive lane's setup changed and "
                                      "setup_ver did not move (a writer without changed())")
             self._lane_use(qp)
-        else:
-            self._lane_seen = qp.setup_ver
+        elif not seen:
+            # (its attributes may have moved too: max_wimm_dest, read by lane_imm_setup)
+            self._lane_seen, self._imm_seen = qp.setup_ver, -1
 
     def _receive_frames(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
                         now: float) -> None:

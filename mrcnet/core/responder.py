@@ -87,6 +87,9 @@ class Responder:
         self.tx_sacks = 0
         self.recv_wrs: deque[int] = deque()
         self.recv_posted = 0  # receives ever posted
+        #: bumped by every write of what lane_imm_setup gives the lane (recv_posted,
+        #: imm_done, pingpong): the receive loop calls it only when this moved
+        self.imm_ver = 0
         self.reset()
 
     def reset(self) -> None:
@@ -102,6 +105,9 @@ class Responder:
         self.rx = self._rxk.new_state(ring_size(min(self.rx_window, _RING_START)))
         self.rx.rcv_nxt = self.rx.rx_high = self.attrs.rq_psn
         self._unrep_more: list[int] = []  # received since the last SACK, beyond rx.unrep
+        #: rx_packets at the host's last frames_to_send: the receive burst is the rest
+        #: (a Python attribute: a field of the record above costs a struct read)
+        self.burst_from = self.rx_packets
         #: An AckReq whose acknowledgement waits for this QP's next data (ack_with_data).
         self.held = False
         #: ack_with_data's mode: True while this QP answers what it receives (a ping-pong,
@@ -111,6 +117,7 @@ class Responder:
         self.pingpong = False
         self.alone_at = -_INF
         self.imm_done = 0  # next RQMSN to complete
+        self.imm_ver += 1
         self.msgs_done = 0  # messages completed (the ACK's AETH MSN)
         self.rx.penalty = 0.0
 
@@ -195,7 +202,6 @@ class Responder:
             mr.view[off : off + n] = memoryview(frame)[po : po + n]
         rx.rcvd_bytes += n
         self.rx_packets += 1
-        rx.rx_burst += 1
         # A retransmission is SACKed at once: its echo tells the sender the loss was real.
         ack_req = f.ack_req
         if ack_req and f.has_imm and d == 0 and not rx.ooo_n and cfg.ack_with_data:
@@ -314,23 +320,39 @@ class Responder:
                 if msn != self.imm_done & MSN_MASK:
                     self.qp.count("rx_msn_mismatch")
                 self.imm_done += 1
+                self.imm_ver += 1
                 wr_id = self.recv_wrs.popleft() if self.recv_wrs else -1
                 self.rcq.push(Completion(
                     WCStatus.SUCCESS, wr_id, WCOpcode.RECV_RDMA_WITH_IMM, total, imm, self.qpn))
                 if self.cfg.completion_events:
                     self.qp.ctx.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
 
-    def lane_imm_setup(self, lane: Any) -> None:
+    def lane_imm_setup(self, lane: Any, verify: bool = False) -> None:
         """Give the host's C receive ``lane`` (this QP's) what on_data's common case of a
         write-with-immediate reads besides the state record: the RQ MSN expected, the
         immediates it may complete (posted receives left; none while max_wimm_dest is 0),
-        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields)."""
+        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields), unless it
+        has them (``lane.imm_given``). ``verify`` (receive.VERIFY_SETUP, where the caller
+        would skip the call: :attr:`imm_ver` did not move): raise AssertionError unless
+        the lane has them already."""
         credit = self.recv_posted - self.imm_done
         mw = self.attrs.max_wimm_dest
         if credit < 0 or (mw is not None and mw <= 0):
             credit = 0
-        lane.imm_set(self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
-                     self.cfg.ack_with_data)
+        given = (self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
+                 self.cfg.ack_with_data)
+        # (once per receive batch, and seldom a change: the C call only for one. The lane
+        # moves its MSN and credit itself when it completes an immediate, exactly as
+        # lane_completed then moves imm_done: that comes out as a change, and is given.)
+        if given != lane.imm_given:
+            if verify:
+                raise AssertionError(f"QP {self.qpn}: the write-with-immediate state the "
+                                     f"lane has, {lane.imm_given}, is not {given}, and "
+                                     "imm_ver did not move (a writer without imm_ver += 1)")
+            lane.imm_set(*given)
+            lane.imm_given = given
+        elif verify:
+            lane.check_imm(given)
 
     def lane_completed(self, lens: list[int], imms: list[int], flags: list[int],
                        now: float) -> None:
@@ -344,6 +366,7 @@ class Responder:
         n = len(lens)
         self.msgs_done += n
         self.imm_done += n
+        self.imm_ver += 1
         for total, imm, fl in zip(lens, imms, flags, strict=True):
             if fl & RX_IMM_HELD:
                 self.held = True
@@ -471,12 +494,14 @@ class Responder:
         ``ack_delay`` before, the ACK could have ridden this data: hold the next ones."""
         if not self.pingpong and now - self.alone_at <= self.cfg.ack_delay:
             self.pingpong = True
+            self.imm_ver += 1
 
     def ack_timer(self, now: float, out: list[tuple[int, bytes]]) -> None:
         """The delayed acknowledgement is due. A held AckReq that no answer took: this QP
         does not answer (now), so acknowledge at once again until it does."""
         if self.held:
             self.pingpong = False
+            self.imm_ver += 1
             self.qp.count("ack_held_expired")
         self.send_sack(now, out)
 
@@ -579,3 +604,4 @@ class Responder:
         NO_RESOURCE and resent)."""
         self.recv_wrs.append(wr_id)
         self.recv_posted += 1
+        self.imm_ver += 1

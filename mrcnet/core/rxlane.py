@@ -83,12 +83,12 @@ class PyRxQP:
         "ack_at", "ack_ce", "ack_ev", "ack_plane", "ack_seq", "ack_ts", "hole_at",
         "hole_old", "ooo_cap", "ooo_imm", "ooo_len", "ooo_msn", "ooo_n", "ooo_nimm",
         "ooo_op", "ooo_seq", "penalty", "rcv_nxt", "rcvd_bytes", "rep_high", "rtx_at",
-        "rtx_ts", "rx_burst", "rx_high", "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
+        "rtx_ts", "rx_high", "rx_msg_bytes", "since_ack", "unrep", "unrep_n",
     )
 
     def __init__(self, cap: int) -> None:
         self.rcv_nxt = self.rx_high = self.rx_msg_bytes = self.rcvd_bytes = 0
-        self.rx_burst = self.since_ack = 0
+        self.since_ack = 0
         self.hole_at = self.ack_at = _INF
         self.hole_old = self.ack_ce = 0
         self.ack_plane = -1
@@ -286,6 +286,9 @@ class CRxLane:
         #: expected, posted receives left, pingpong, ack_with_data), before a run
         self.imm_set: Callable[[int, int, int, int], None] = functools.partial(
             C.mrc_rx_imm_set, c)
+        #: what imm_set was last given (None: nothing since set_qp or clear_qp, which
+        #: clear the credit): the responder calls it only for a change
+        self.imm_given: tuple[int, int, bool, bool] | None = None
         # the completion records of the writes-with-immediate the lane completes
         self._imm_len = ffi.new("int64_t[]", RX_IMM_MAX)
         self._imm_val = ffi.new("uint32_t[]", RX_IMM_MAX)
@@ -460,6 +463,7 @@ class CRxLane:
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.ack_late = int(ack_late)
         c.imm_credit = 0  # (no immediate until the caller's imm_set)
+        self.imm_given = None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -523,6 +527,7 @@ class CRxLane:
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.imm_credit = 0
+        self.imm_given = None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -606,6 +611,15 @@ class CRxLane:
         c.imm_n = 0
         return (ffi.unpack(self._imm_len, n), ffi.unpack(self._imm_val, n),
                 ffi.unpack(self._imm_flags, n))
+
+    def check_imm(self, given: tuple[int, int, bool, bool]) -> None:
+        """(receive.VERIFY_SETUP) The lane holds the write-with-immediate state ``given``
+        (:attr:`imm_given`): raise AssertionError if it does not."""
+        c = self._c
+        held = (c.imm_msn, c.imm_credit, bool(c.pingpong), bool(c.ack_with_data))
+        if held != (given[0], given[1], bool(given[2]), bool(given[3])):
+            raise AssertionError(f"the lane holds the immediate state {held}, not {given} "
+                                 "(a change of it without a reset of imm_given)")
 
     @property
     def plane(self) -> int:

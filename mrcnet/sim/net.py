@@ -592,16 +592,20 @@ class HostNode:
         #: the C network (mrcnet.sim.simnet) its NICs are in, and their indices there
         self._cnet: Any = None
         self._nic_ids: list[int] = []
-        #: the attached stack's batch entry (mrcnet.core.Host.receive_batch, whose
-        #: ``receive`` is one frame of it) for :meth:`arrive`, and that stack (an endpoint
-        #: put in its place later, a test's tap, gets ``receive``); None: frame by frame
-        self._rx_batch: Callable[..., None] | None = None
+        #: the attached stack's one-frame entry for :meth:`arrive`
+        #: (mrcnet.core.Host.receive_one, or a batch of one of its receive_batch: whose
+        #: ``receive`` is one frame of it), and that stack (an endpoint put in its place
+        #: later, a test's tap, gets ``receive``); None: frame by frame
+        self._rx_one: Callable[[bytes, int, float], None] | None = None
         self._rx_of: Endpoint | None = None
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
         self.endpoint = self._rx_of = endpoint
-        self._rx_batch = getattr(endpoint, "receive_batch", None)
+        self._rx_one = getattr(endpoint, "receive_one", None)
+        batch = getattr(endpoint, "receive_batch", None)
+        if self._rx_one is None and batch is not None:
+            self._rx_one = lambda frame, port, now: batch((frame,), port, now)
         self.sim.at(self.sim.now, self._kick_cb)
 
     def receive(self, frame: bytearray, port: int) -> None:
@@ -624,12 +628,12 @@ class HostNode:
         (whole, as bytes, at ``now``, the simulator's time): the same calls into the
         stack in the same order, without the hops between them (once per frame that
         reaches a host, the most common Python event of a large run)."""
-        rx, ep = self._rx_batch, self.endpoint
+        rx, ep = self._rx_one, self.endpoint
         if rx is None or ep is None or ep is not self._rx_of or self.jitter is not None:
             self.receive(bytearray(frame), port)
             return
         self.counters.rx_frames += 1
-        rx((frame,), port, now)
+        rx(frame, port, now)
         self._output(ep, now)
 
     # --- endpoint processing model (HostJitter) -----------------------------------------

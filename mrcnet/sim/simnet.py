@@ -108,6 +108,8 @@ class NativeSimulator(Simulator):
         ran0 = out.total  # (the events run are read once, at the end, without a budget)
         start = time.perf_counter()
         cpu_start = time.process_time()
+        # (no other thread runs while it does: every C call keeps the GIL meanwhile)
+        C.simnet_keep_gil(1)
         try:
             while True:
                 r = step(net, limit, budget - (out.total - ran0) if budget >= 0 else -1,
@@ -135,6 +137,7 @@ class NativeSimulator(Simulator):
             if until is not None and self.now < until and not C.simnet_pending(net):
                 self.now = until
         finally:
+            C.simnet_keep_gil(-1)
             self.events += out.total - ran0
             self.wall_seconds += time.perf_counter() - start
             self.cpu_seconds += time.process_time() - cpu_start

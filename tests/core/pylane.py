@@ -406,7 +406,6 @@ class PyRxLane(PyRxState):
                 mr.view[off : off + n_] = memoryview(buf)[po : po + n_]
             self.placed += 1
             q.rcvd_bytes += n_
-            q.rx_burst += 1
             ce = 1 if f.ce else 0
             defer = bool(f.ack_req and self.ack_req_burst)
             now_sack = bool((f.ack_req and not defer) or ce or f.rtx

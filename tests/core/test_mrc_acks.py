@@ -149,6 +149,27 @@ def test_a_lone_packet_is_acknowledged_in_its_pass_only_with_ack_lone() -> None:
             assert [f for f in _answers(net) if f.opcode in (Opcode.ACK, Opcode.SACK)]
 
 
+def test_a_burst_is_acknowledged_at_its_end_once() -> None:
+    """Data that arrived with others in one receive pass is acknowledged when the host
+    next sends (the burst counted from the responder's accepted packets), once: the
+    next pass without data sends nothing; a lone packet after it waits for ack_delay.
+    The same with the C receive lane and without it."""
+    for lane in (True, False):
+        net, _qa, qb, md = _world()
+        hb = net.h(1)
+        if not lane:
+            hb._lane = None
+        burst = [_data(net, qb, md, 1000 + i, ack_req=False, timestamp=5) for i in range(3)]
+        hb.receive_batch(burst, 0, 1e-6)
+        assert len(_ack_frames(hb.frames_to_send(1e-6))) == 1
+        assert not hb.frames_to_send(2e-6)  # (the burst was reset)
+        hb.receive_batch([_data(net, qb, md, 1003, ack_req=False, timestamp=5)], 0, 3e-6)
+        assert not _ack_frames(hb.frames_to_send(3e-6))
+        assert hb.qp(qb).resp.rx_packets == 4
+        if lane:
+            assert hb._lane is not None and hb._lane.placed > 0  # (not vacuous)
+
+
 def _ack_frames(frames: list[tuple[int, bytes]]) -> list[Any]:
     return [p for p in (parse_frame(f) for _, f in frames)
             if p.opcode in (Opcode.ACK, Opcode.SACK)]

@@ -269,3 +269,76 @@ def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
            for h, q in ((ha, qa), (hb, qb))]
     return {"tx": [(s, p, bytes(f)) for _, s, p, f in net.tx_log], "cq": cqs,
             "counters": [h.counters() for h in (ha, hb)], **counts}
+
+
+def test_imm_state_given_on_change_only() -> None:
+    """The responder hands the lane its write-with-immediate state (imm_set) only when it
+    changed since it last did (the lane's ``imm_given``; set_qp and clear_qp clear the
+    lane's credit and that record), and the receive loop asks only when the responder's
+    ``imm_ver`` moved; verified, a change of the lane's copy behind its back, or a
+    change without ``imm_ver``, is caught."""
+    net, (_qa, qb, _ms, _md, _back) = _setup({}, recvs=4)
+    hb = net.h(1)
+    resp, lane = hb.qp(qb).resp, hb._lane
+    assert lane is not None
+    calls: list[tuple[Any, ...]] = []
+    imm_set = lane.imm_set
+
+    def counting(*a: Any) -> None:
+        calls.append(a)
+        imm_set(*a)
+
+    lane.imm_set = counting
+    lane.clear_qp()
+    resp.lane_imm_setup(lane)
+    resp.lane_imm_setup(lane, True)  # (verified: the lane holds it)
+    assert calls == [(resp.imm_done, 4, False, False)]
+    assert lane._c.imm_credit == 4
+    ver = resp.imm_ver
+    hb.post_recv(qb, 99)  # a receive more: a change, given
+    assert resp.imm_ver > ver
+    resp.lane_imm_setup(lane)
+    assert calls[-1] == (resp.imm_done, 5, False, False) and len(calls) == 2
+    lane._c.imm_credit = 3  # behind the responder's back
+    resp.lane_imm_setup(lane)
+    assert len(calls) == 2 and lane._c.imm_credit == 3  # unverified: not seen
+    with pytest.raises(AssertionError, match="imm_given"):
+        resp.lane_imm_setup(lane, True)
+    lane.clear_qp()  # (credit 0, nothing given): given again
+    resp.lane_imm_setup(lane)
+    assert len(calls) == 3 and lane._c.imm_credit == 5
+    resp.recv_posted += 1  # a writer without imm_ver: caught where the loop would skip
+    with pytest.raises(AssertionError, match="imm_ver"):
+        resp.lane_imm_setup(lane, True)
+
+
+def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
+    """The receive loop calls lane_imm_setup for a batch only when the responder's
+    imm_ver moved since it last did (or the lane's QP changed); writes-with-immediate
+    still complete in the lane, as the comparisons above check frame by frame."""
+    kw: dict[str, Any] = {}
+    frames = _generate(kw)
+    net, (_qa, qb, _ms, _md, _back) = _setup(kw, recvs=WRITES)
+    hb = net.h(1)
+    resp = hb.qp(qb).resp
+    asked = [0]
+    setup = resp.lane_imm_setup
+
+    def counting(lane: Any, verify: bool = False) -> None:
+        asked[0] += not verify
+        setup(lane, verify)
+
+    resp.lane_imm_setup = counting  # type: ignore[method-assign]
+    batches = _in_order(frames, random.Random(3))
+    for b, batch in enumerate(batches):
+        feed(hb, batch, 1.0 + 7e-6 * b, False)
+        hb.frames_to_send(1.0 + 7e-6 * b)
+    assert resp.imm_done == WRITES and asked[0] > 0
+    feed(hb, batches[-1][-1:], 2.0, False)  # (the last completions moved it: asked)
+    before = asked[0]
+    for _ in range(3):  # duplicates: nothing of the state moved, not asked again
+        feed(hb, batches[-1][-1:], 2.0, False)
+    assert asked[0] == before
+    hb.post_recv(qb, 7)  # a receive posted: asked before the next batch
+    feed(hb, batches[-1][-1:], 2.1, False)
+    assert asked[0] == before + 1

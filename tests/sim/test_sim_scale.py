@@ -24,7 +24,7 @@ from mrcnet.sim.errors import SpecError
 from mrcnet.sim.failures import expand_failure, parse_failure
 from mrcnet.sim.matrix import format_matrix, incast, permutation
 from mrcnet.sim.net import EgressPort, ElidedFrame, elide_frame, restore_frame, wire_len
-from mrcnet.sim.runner import GC_YOUNG_THRESHOLD, SimRun
+from mrcnet.sim.runner import GC_MIDDLE_THRESHOLD, GC_YOUNG_THRESHOLD, SimRun
 from mrcnet.sim.topology import Fabric, parse_topology
 from mrcnet.wire import parse_frame
 from mrcnet.wire.template import DataTemplate, make_template
@@ -245,8 +245,9 @@ def test_the_c_fast_paths_and_pure_python_decide_the_same_run(tmp_path: Path) ->
 def test_set_up_and_run_collect_young_objects_less_often_and_restore_the_thresholds(
         ) -> None:
     """The collector's thresholds while a SimRun builds and runs (seen from inside: the
-    progress callback) and after: the young one raised to GC_YOUNG_THRESHOLD, the oldest
-    generation left alone, both given back; a collector switched off stays off."""
+    progress callback) and after: the young one raised to GC_YOUNG_THRESHOLD, the middle
+    one to GC_MIDDLE_THRESHOLD, the oldest generation left alone, all given back; a
+    collector switched off stays off."""
     spec = parse_topology("leafspine:planes=2,spines=2,leaves=2,hosts=2")
     flows = permutation(4, 64 << 10, seed=1)
     before = gc.get_threshold()
@@ -257,7 +258,8 @@ def test_set_up_and_run_collect_young_objects_less_often_and_restore_the_thresho
         assert gc.get_threshold() == (700, 10, 10)
         res = run.run(progress=lambda _: seen.append(gc.get_threshold()))
         assert res.summary()["completed"] == 4
-        assert seen and all(t == (GC_YOUNG_THRESHOLD, 10, 1 << 30) for t in seen)
+        assert seen and all(t == (GC_YOUNG_THRESHOLD, GC_MIDDLE_THRESHOLD, 1 << 30)
+                            for t in seen)
         assert gc.get_threshold() == (700, 10, 10)
         gc.set_threshold(0, 10, 10)  # (switched off)
         seen.clear()
