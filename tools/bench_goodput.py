@@ -19,8 +19,13 @@ CPU: user+system seconds of the processes of each measurement (mrcds from
 /proc/<pid>/stat, the tools from their rusage) per GB moved, and the whole machine's busy
 CPU seconds per GB (/proc/stat: includes the kernel forwarding in the switch namespaces,
 and other users of this shared machine). Prints min / median / max over ``--runs`` and the
-ratios mrc/raw and mrc/tcp (of the medians). ``--profile DIR`` runs the mrcds under
-cProfile (``mrcd --profile``) in the last run and prints their top functions.
+ratios mrc/raw and mrc/tcp (of the medians), then the path's CPU per GB process by
+process, MRC against raw side by side: each mrcd's user and system time, mrc-perf's
+client and server (the transfer: start-up excluded, as for raw-send and raw-sink), the
+tools' start-up, the machine's softirq time and the rest of the machine (other users of
+this shared machine included). ``--profile DIR`` runs the mrcds under cProfile (``mrcd
+--profile``) in the last run and prints their top functions; ``--sched-batch`` and
+``--mrcd KEY=VALUE`` set mrcd settings.
 Everything started is stopped by PID; the fabric is removed even on error.
 """
 
@@ -488,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
               f", system {_stats([r[h + '_sys'] / g for r, g in zip(mrc, gb, strict=True)])}")
     if "raw" in results:
         raw = [(r, r["bytes"] / 1e9) for r in results["raw"]]
-        print(f"raw sender s/GB: user {_stats([r['send_user'] / g for r, g in raw])}"
+        print("raw sender s/GB (its PID, start-up included): user "
+              f"{_stats([r['send_user'] / g for r, g in raw])}"
               f", system {_stats([r['send_sys'] / g for r, g in raw])}")
     print(f"CPU s/GB by process, median (min-max) of the runs; {'mrc':>16} {'raw':>16}"
           f" {'mrc - raw':>9}")
