@@ -57,6 +57,8 @@ CTL = os.path.join(BIN, "mrcctl")
 #: Host counters of each mrcd reported after an MRC run (SACK rate, losses, resends).
 COUNTERS = ("rx_frames", "tx_frames", "tx_retransmit", "lost_loss", "loss_rack_tie", "lost_trim",
             "lost_timeout", "loss_spurious", "rx_duplicate", "rx_sack_stale")
+#: Port counters summed over each mrcd's ports after an MRC run (frames per syscall).
+PORT_COUNTERS = ("rx_frames", "rx_batches", "tx_frames", "tx_batches")
 DEFAULT_SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=none,mtu=9000"
 RAW_PAYLOAD = 8192
 TICK = os.sysconf("SC_CLK_TCK")
@@ -302,8 +304,12 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
         for h, (_, sock) in socks.items():
             c = subprocess.run([*_ns(fab, h), CTL, "ports", "--socket", sock, "--json"],
                                capture_output=True, text=True, timeout=30, check=False)
-            host = json.loads(c.stdout).get("host", {}) if c.returncode == 0 else {}
+            doc = json.loads(c.stdout) if c.returncode == 0 else {}
+            host = doc.get("host", {})
             counters.update({f"{h}_{k}": host.get(k, 0) for k in COUNTERS})
+            # the ports' syscalls: frames per recvmmsg and per sendmmsg
+            for k in PORT_COUNTERS:
+                counters[f"{h}_port_{k}"] = sum(p.get(k, 0) for p in doc.get("ports", []))
             # Frames the kernel dropped at the packet sockets (receive buffer full):
             # sk_drops, the d<N> of ss's socket memory line.
             ss = subprocess.run([*_ns(fab, h), "ss", "-0", "-m", "-n"], capture_output=True,
@@ -486,6 +492,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{h}.{k} {last.get(f'{h}_{k}', 0):.0f}" for h in ("h0", "h1") for k in COUNTERS
         if last.get(f"{h}_{k}")) + "".join(
         f", {h}.sk_drops {last.get(f'{h}_sk_drops', 0)}" for h in ("h0", "h1")))
+    per_call = [(r["h1_port_rx_frames"] / max(1, r["h1_port_rx_batches"]),
+                  r["h1_port_tx_frames"] / max(1, r["h1_port_rx_frames"]),
+                  r["h1_port_tx_frames"] / max(1, r["h1_port_tx_batches"]),
+                  r["h0_port_tx_frames"] / max(1, r["h0_port_tx_batches"]),
+                  r["h0_port_rx_frames"] / max(1, r["h0_port_rx_batches"])) for r in mrc]
+    print(f"receiving mrcd: frames per recvmmsg {_stats([x[0] for x in per_call])}, SACKs "
+          f"per data frame {_stats([x[1] for x in per_call])}, per sendmmsg "
+          f"{_stats([x[2] for x in per_call])}")
+    print(f"sending mrcd: frames per sendmmsg {_stats([x[3] for x in per_call])}, SACKs per "
+          f"recvmmsg {_stats([x[4] for x in per_call])}")
     for h in ("h0", "h1"):
         role = "sender" if h == "h0" else "receiver"
         print(f"mrcd {h} ({role}) s/GB: user "
