@@ -307,6 +307,13 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
             doc = json.loads(c.stdout) if c.returncode == 0 else {}
             host = doc.get("host", {})
             counters.update({f"{h}_{k}": host.get(k, 0) for k in COUNTERS})
+            # the loop's passes by what woke them (and sched_batch = "bulk"'s changes)
+            with contextlib.suppress(Exception):  # (an mrcd without the stats request)
+                from mrcnet.api import Context
+
+                with Context(sock) as ctx:
+                    passes = ctx.stats().get("loop_passes", {})
+                counters.update({f"{h}_passes_{k}": v for k, v in passes.items()})
             # the ports' syscalls: frames per recvmmsg and per sendmmsg
             for k in PORT_COUNTERS:
                 counters[f"{h}_port_{k}"] = sum(p.get(k, 0) for p in doc.get("ports", []))
@@ -502,6 +509,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{_stats([x[2] for x in per_call])}")
     print(f"sending mrcd: frames per sendmmsg {_stats([x[3] for x in per_call])}, SACKs per "
           f"recvmmsg {_stats([x[4] for x in per_call])}")
+    for h in ("h0", "h1"):
+        port = [r.get(f"{h}_passes_port", 0) / g for r, g in zip(mrc, gb, strict=True)]
+        client = [r.get(f"{h}_passes_client", 0) / g for r, g in zip(mrc, gb, strict=True)]
+        changes = [r.get(f"{h}_passes_sched_batch_changes") for r in mrc]
+        print(f"mrcd {h} loop passes per GB: port {_stats(port)}, client {_stats(client)}"
+              + (f"; SCHED_BATCH changes {_stats([float(c or 0) for c in changes])}"
+                 if any(c is not None for c in changes) else ""))
     for h in ("h0", "h1"):
         role = "sender" if h == "h0" else "receiver"
         print(f"mrcd {h} ({role}) s/GB: user "

@@ -34,9 +34,11 @@ __all__ = ["BulkBatch", "use_batch_policy"]
 #: few passes) at which mrcd moves to SCHED_BATCH ...
 BULK_FRAMES = 8.0
 #: ... and back to SCHED_OTHER (a round trip's passes read one frame each).
-CALM_FRAMES = 2.0
-#: The average's weight of the newest pass.
-BULK_WEIGHT = 0.25
+CALM_FRAMES = 1.5
+#: The average's weight of the newest pass: 1/4 with a way back at 2 frames changed the
+#: policy 325 times in one 384 MiB transfer on the receiving side (its passes alternate
+#: between many frames and runs of one); 1/8 and 1.5: a few times (bench_goodput).
+BULK_WEIGHT = 0.125
 
 
 def use_batch_policy(on: bool) -> str | None:
