@@ -48,6 +48,7 @@ def raw_main(args: argparse.Namespace) -> int:
     except MrcError as e:
         print(f"mrc-perf: {e}", file=sys.stderr)
         return 1
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)  # (the transfer's CPU: from here)
     try:
         if args.mode == "raw-sink":
             print(f"mrc-perf raw-sink: listening on {', '.join(p.ifname for p in ports)}",
@@ -81,10 +82,13 @@ def raw_main(args: argparse.Namespace) -> int:
             p.close()
     what = "received" if args.mode == "raw-sink" else "sent"
     if args.json:
-        ru = resource.getrusage(resource.RUSAGE_SELF)  # (start-up included: small)
+        ru = resource.getrusage(resource.RUSAGE_SELF)  # (start-up included)
         print(json.dumps({"frames": r.frames, "bytes": r.nbytes, "seconds": r.seconds,
                           "kpps": r.kpps, "gbps": r.gbps, "trimmed": r.trimmed,
-                          "cpu_user": ru.ru_utime, "cpu_system": ru.ru_stime}))
+                          "cpu_user": ru.ru_utime, "cpu_system": ru.ru_stime,
+                          # without the start-up (imports, ports opened)
+                          "transfer_cpu_user": ru.ru_utime - ru0.ru_utime,
+                          "transfer_cpu_system": ru.ru_stime - ru0.ru_stime}))
     else:
         trims = f" ({r.trimmed} trimmed by switches)" if r.trimmed else ""
         print(f"raw {what}: {r.frames} frames{trims} in {r.seconds:.2f} s: "

@@ -19,8 +19,13 @@ CPU: user+system seconds of the processes of each measurement (mrcds from
 /proc/<pid>/stat, the tools from their rusage) per GB moved, and the whole machine's busy
 CPU seconds per GB (/proc/stat: includes the kernel forwarding in the switch namespaces,
 and other users of this shared machine). Prints min / median / max over ``--runs`` and the
-ratios mrc/raw and mrc/tcp (of the medians). ``--profile DIR`` runs the mrcds under
-cProfile (``mrcd --profile``) in the last run and prints their top functions.
+ratios mrc/raw and mrc/tcp (of the medians), then the path's CPU per GB process by
+process, MRC against raw side by side: each mrcd's user and system time, mrc-perf's
+client and server (the transfer: start-up excluded, as for raw-send and raw-sink), the
+tools' start-up, the machine's softirq time and the rest of the machine (other users of
+this shared machine included). ``--profile DIR`` runs the mrcds under cProfile (``mrcd
+--profile``) in the last run and prints their top functions; ``--sched-batch`` and
+``--mrcd KEY=VALUE`` set mrcd settings.
 Everything started is stopped by PID; the fabric is removed even on error.
 """
 
@@ -52,6 +57,8 @@ CTL = os.path.join(BIN, "mrcctl")
 #: Host counters of each mrcd reported after an MRC run (SACK rate, losses, resends).
 COUNTERS = ("rx_frames", "tx_frames", "tx_retransmit", "lost_loss", "loss_rack_tie", "lost_trim",
             "lost_timeout", "loss_spurious", "rx_duplicate", "rx_sack_stale")
+#: Port counters summed over each mrcd's ports after an MRC run (frames per syscall).
+PORT_COUNTERS = ("rx_frames", "rx_batches", "tx_frames", "tx_batches")
 DEFAULT_SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=none,mtu=9000"
 RAW_PAYLOAD = 8192
 TICK = os.sysconf("SC_CLK_TCK")
@@ -92,12 +99,48 @@ def _proc_cpu(pid: int) -> float:
     return sum(_proc_times(pid))
 
 
-def _machine_busy() -> float:
-    """Busy CPU seconds of the whole machine so far (all CPUs)."""
+#: /proc/stat's first line, the fields kept (guest time is inside user already)
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def _machine_stat() -> dict[str, float]:
+    """The whole machine's CPU seconds so far (all CPUs) by /proc/stat's kind."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
-    idle = v[3] + v[4]
-    return (sum(v[:8]) - idle) / TICK
+    return {k: n / TICK for k, n in zip(STAT_FIELDS, v, strict=False)}
+
+
+def _machine_busy() -> float:
+    """Busy CPU seconds of the whole machine so far (all CPUs)."""
+    st = _machine_stat()
+    return sum(st.values()) - st["idle"] - st["iowait"]
+
+
+def _reap(p: subprocess.Popen[str], timeout: float) -> resource.struct_rusage:
+    """Wait for ``p`` (by its PID, as Popen.wait would) and return its own rusage."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return ru
+        if time.monotonic() > deadline:
+            p.kill()
+            timeout = 5.0
+            deadline = time.monotonic() + timeout
+        time.sleep(0.01)
+
+
+def _run_rusage(cmd: list[str], timeout: float
+                ) -> tuple[subprocess.CompletedProcess[str], resource.struct_rusage]:
+    """subprocess.run(cmd, capture_output=True, text=True) that also gives the process's
+    own rusage (output through files: nothing to drain while it runs)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        ru = _reap(p, timeout)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read()), ru
 
 
 def _children_cpu() -> float:
@@ -117,6 +160,7 @@ class Meter:
 
     def __enter__(self) -> Meter:
         self.t0, self.c0, self.m0 = time.perf_counter(), _children_cpu(), _machine_busy()
+        self.s0 = _machine_stat()
         self.p0 = {p: _proc_times(p) for p in self.pids}
         return self
 
@@ -129,10 +173,16 @@ class Meter:
         self.children = _children_cpu() - self.c0  # tools started and reaped meanwhile
         self.proc = self.children + self.live
         self.machine = _machine_busy() - self.m0
+        #: the machine's CPU seconds meanwhile by kind (/proc/stat: user, system, softirq..)
+        self.stat = {k: v - self.s0[k] for k, v in _machine_stat().items()}
 
 
 #: --pin: host -> CPU for every process the bench starts in that host (taskset)
 PIN: dict[str, int] = {}
+#: --sched-batch: the hosts whose mrcd runs under SCHED_BATCH (mrcd's ``sched_batch``)
+SCHED_BATCH: set[str] = set()
+#: --mrcd: top-level mrcd settings (TOML lines) for both hosts
+MRCD_SETTINGS: list[str] = []
 
 
 def _ns(fab: Any, host: str) -> list[str]:
@@ -143,6 +193,8 @@ def _ns(fab: Any, host: str) -> list[str]:
 @contextlib.contextmanager
 def _mrcds(fab: Any, tmp: Path, profile: Path | None,
            core: list[str]) -> Iterator[dict[str, tuple[int, str]]]:
+    """mrcd on h0 and h1 (``SCHED_BATCH`` where --sched-batch set it), stopped by PID on
+    the way out; yields each host's (PID, socket path)."""
     started: dict[str, subprocess.Popen[bytes]] = {}
     socks: dict[str, tuple[int, str]] = {}
     try:
@@ -151,6 +203,8 @@ def _mrcds(fab: Any, tmp: Path, profile: Path | None,
             cfg = tmp / f"{h}.toml"
             cfg.write_text(f'host = "{h}"\nsocket = "{sock}"\n'
                            f'fabric = "{fab.description_path}"\nlog_level = "warning"\n'
+                           + ("sched_batch = true\n" if h in SCHED_BATCH else "")
+                           + "".join(f"{line}\n" for line in MRCD_SETTINGS)
                            + ("[core]\n" + "\n".join(core) + "\n" if core else ""))
             log = open(tmp / f"{h}.log", "wb")  # noqa: SIM115 (closed with the process)
             args = [MRCD, "--config", str(cfg)]
@@ -201,7 +255,12 @@ def run_raw(fab: Any, seconds: float) -> dict[str, float]:
             "proc_cpu": m.proc, "machine_cpu": m.machine,
             # the sending process alone (its frames: some did not fit the socket and
             # were dropped, offered load being the point; per byte that arrived)
-            "send_user": s["cpu_user"], "send_sys": s["cpu_system"]}
+            "send_user": s["cpu_user"], "send_sys": s["cpu_system"],
+            # the transfer alone (start-up excluded, as mrc-perf's rows are)
+            **{f"{who}_{k}": d.get(f"transfer_cpu_{kind}", d[f"cpu_{kind}"])
+               for who, d in (("sendx", s), ("sink", r))
+               for k, kind in (("user", "user"), ("sys", "system"))},
+            **{f"m_{k}": v for k, v in m.stat.items()}}
 
 
 def run_tcp(fab: Any, nbytes: int) -> dict[str, float]:
@@ -229,25 +288,35 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
             server = subprocess.Popen([*_ns(fab, "h1"), PERF, "--socket", socks["h1"][1],
                                                         "--timeout", "60", "server",
                                                         "--size", str(size)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       text=True)
             assert server.stdout is not None
             server.stdout.readline()  # waiting on service ...
-            r = subprocess.run([*_ns(fab, "h0"), PERF, "--socket", socks["h0"][1],
-                                                 "--timeout", "60", "client", "h1", "--size",
-                                                 str(size), "--iters", str(iters),
-                                                 "--tx-depth", str(depth), "--json",
-                                                 *(["--cc", cc] if cc else [])],
-                               capture_output=True, text=True, timeout=600, check=False)
-            sout, _ = server.communicate(timeout=60)
+            r, cru = _run_rusage([*_ns(fab, "h0"), PERF, "--socket", socks["h0"][1],
+                                  "--timeout", "60", "client", "h1", "--size", str(size),
+                                  "--iters", str(iters), "--tx-depth", str(depth), "--json",
+                                  *(["--cc", cc] if cc else [])], 600)
+            sout = server.stdout.read()
+            sru = _reap(server, 60)
         if r.returncode != 0:
             raise RuntimeError(f"mrc-perf client failed: {r.stderr}")
         counters = {}
         for h, (_, sock) in socks.items():
             c = subprocess.run([*_ns(fab, h), CTL, "ports", "--socket", sock, "--json"],
                                capture_output=True, text=True, timeout=30, check=False)
-            host = json.loads(c.stdout).get("host", {}) if c.returncode == 0 else {}
+            doc = json.loads(c.stdout) if c.returncode == 0 else {}
+            host = doc.get("host", {})
             counters.update({f"{h}_{k}": host.get(k, 0) for k in COUNTERS})
+            # the loop's passes by what woke them (and sched_batch = "bulk"'s changes)
+            with contextlib.suppress(Exception):  # (an mrcd without the stats request)
+                from mrcnet.api import Context
+
+                with Context(sock) as ctx:
+                    passes = ctx.stats().get("loop_passes", {})
+                counters.update({f"{h}_passes_{k}": v for k, v in passes.items()})
+            # the ports' syscalls: frames per recvmmsg and per sendmmsg
+            for k in PORT_COUNTERS:
+                counters[f"{h}_port_{k}"] = sum(p.get(k, 0) for p in doc.get("ports", []))
             # Frames the kernel dropped at the packet sockets (receive buffer full):
             # sk_drops, the d<N> of ss's socket memory line.
             ss = subprocess.run([*_ns(fab, h), "ss", "-0", "-m", "-n"], capture_output=True,
@@ -257,12 +326,17 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
     # mrc-perf's own CPU for the transfer (both sides report it; start-up excluded: a
     # Python process's imports are most of what its PID used for 256 MiB).
     m_cpu = re.search(r"server CPU ([0-9.]+) s", sout or "")
-    perf_cpu = float(row.get("cpu_s", 0.0)) + (float(m_cpu.group(1)) if m_cpu else 0.0)
+    client_cpu = float(row.get("cpu_s", 0.0))
+    server_cpu = float(m_cpu.group(1)) if m_cpu else 0.0
     # The warm-up writes (iters // 2) moved data too: count them in the CPU per GB.
     nbytes = size * (iters + iters // 2)
     return {"gbps": row["gbps"], "bytes": nbytes, "errors": row["errors"],
             "proc_cpu": m.proc, "machine_cpu": m.machine, "mrcd_cpu": m.live,
-            "tools_cpu": m.children, "perf_cpu": perf_cpu, **counters,
+            "tools_cpu": m.children, "perf_cpu": client_cpu + server_cpu,
+            "client_cpu": client_cpu, "server_cpu": server_cpu,
+            "client_pid_user": cru.ru_utime, "client_pid_sys": cru.ru_stime,
+            "server_pid_user": sru.ru_utime, "server_pid_sys": sru.ru_stime,
+            **{f"m_{k}": v for k, v in m.stat.items()}, **counters,
             **{f"{h}_{kind}": m.per_pid[pid][i] for h, pid in pids.items()
                for i, kind in enumerate(("user", "sys"))}}
 
@@ -276,6 +350,46 @@ def _profile_top(path: Path, n: int = 15) -> list[str]:
         where = f"{os.path.basename(fname)}:{line}({func})"
         out.append(f"  {tt / total * 100:5.1f}%  tottime {tt:6.2f}  cumtime {ct:6.2f}  "
                    f"calls {nc:>8}  {where}")
+    return out
+
+
+#: The per-process table's rows: (label, the MRC run's CPU seconds, the raw run's), each
+#: from a run's result dict (None: no such process in that run).
+_Row = tuple[str, Any, Any]
+PROCESS_ROWS: tuple[_Row, ...] = (
+    ("sender user (mrcd h0 / raw-send)", lambda r: r["h0_user"], lambda r: r["sendx_user"]),
+    ("sender system", lambda r: r["h0_sys"], lambda r: r["sendx_sys"]),
+    ("receiver user (mrcd h1 / raw-sink)", lambda r: r["h1_user"], lambda r: r["sink_user"]),
+    ("receiver system", lambda r: r["h1_sys"], lambda r: r["sink_sys"]),
+    ("mrc-perf client (transfer)", lambda r: r["client_cpu"], None),
+    ("mrc-perf server (transfer)", lambda r: r["server_cpu"], None),
+    ("the path's processes (the rows above)",
+     lambda r: r["h0_user"] + r["h0_sys"] + r["h1_user"] + r["h1_sys"] + r["client_cpu"]
+     + r["server_cpu"],
+     lambda r: r["sendx_user"] + r["sendx_sys"] + r["sink_user"] + r["sink_sys"]),
+    ("tools' start-up (PIDs - transfer)",
+     lambda r: r["tools_cpu"] - r["client_cpu"] - r["server_cpu"],
+     lambda r: r["proc_cpu"] - r["sendx_user"] - r["sendx_sys"] - r["sink_user"]
+     - r["sink_sys"]),
+    # (a softirq that ran in a process's context, as the fabric's forwarding inside a
+    # sendmmsg does, is in that process's system time too: this row overlaps those)
+    ("machine softirq (/proc/stat)", lambda r: r["m_softirq"], lambda r: r["m_softirq"]),
+    ("machine busy - the processes above",
+     lambda r: r["machine_cpu"] - r["proc_cpu"], lambda r: r["machine_cpu"] - r["proc_cpu"]),
+    ("machine busy (all of it)", lambda r: r["machine_cpu"], lambda r: r["machine_cpu"]),
+)
+
+
+def process_table(results: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """CPU seconds per GB, process by process, MRC against raw: per row the per-run
+    values of each (what each run moved: MRC bytes written, raw bytes that arrived)."""
+    out = []
+    for label, fm, fr in PROCESS_ROWS:
+        row: dict[str, Any] = {"row": label}
+        for k, f in (("mrc", fm), ("raw", fr)):
+            if f is not None and results.get(k):
+                row[k] = [f(r) / (r["bytes"] / 1e9) for r in results[k]]
+        out.append(row)
     return out
 
 
@@ -295,12 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cc", help="congestion control of the MRC QP (default: mrcd's)")
     ap.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
                     help="an mrcd [core] setting (TOML value), e.g. --core ack_every=8")
+    ap.add_argument("--mrcd", action="append", default=[], metavar="KEY=VALUE",
+                    help='a top-level mrcd setting (TOML value) for both hosts, e.g. '
+                         '--mrcd sched_batch=\'"bulk"\'')
     ap.add_argument("--skip", action="append", default=[], choices=["raw", "tcp"],
                     help="leave out a baseline (e.g. to try mrcd settings quickly)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile the mrcds of the last run")
     ap.add_argument("--pin", action="store_true",
                     help="pin each host's processes to a CPU of its own (h0: CPU 0, h1: "
                          "CPU 1): mrcd and the sending tool, mrcd and the receiving tool")
+    ap.add_argument("--sched-batch", nargs="?", const="h0,h1", default="", metavar="HOSTS",
+                    help="mrcd under SCHED_BATCH (mrcd's sched_batch) on these hosts "
+                         "(default both: h0,h1): woken by a frame, an mrcd does not "
+                         "preempt the sender mid-batch")
     ap.add_argument("--prefix", default="mf",
                     help="fabric name prefix (its netns are PREFIX<hex>-<node>; fabric "
                          "names are lowercase a-z0-9, at most 10 characters in all)")
@@ -312,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     from mrcnet.fabric.fabric import Fabric
 
     results: dict[str, list[dict[str, float]]] = {"raw": [], "tcp": [], "mrc": []}
+    SCHED_BATCH.update(h for h in args.sched_batch.split(",") if h)
+    MRCD_SETTINGS.extend(args.mrcd)
+    if SCHED_BATCH - {"h0", "h1"}:
+        ap.error(f"--sched-batch: hosts are h0 and h1, not {args.sched_batch!r}")
     if args.pin:
         PIN.update({"h0": 0, "h1": 1 % (os.cpu_count() or 1)})
     prof_dir = Path(args.profile) if args.profile else None
@@ -336,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {k: v for k, v in results.items() if v}
     med = {k: statistics.median(r["gbps"] for r in v) for k, v in results.items()}
     summary: dict[str, Any] = {"spec": args.spec, "runs": args.runs, "mib": args.mib,
-                               "cc": args.cc, "core": args.core}
+                               "cc": args.cc, "core": args.core,
+                               "sched_batch": args.sched_batch, "mrcd": args.mrcd}
     for k, v in results.items():
         summary[k] = {
             "gbps": [r["gbps"] for r in v],
@@ -344,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine_cpu_s_per_gb": [r["machine_cpu"] / (r["bytes"] / 1e9) for r in v],
             "detail": v,
         }
+    summary["processes"] = process_table(results)
     summary["ratio_mrc_raw"] = med["mrc"] / med["raw"] if med.get("raw") else 0.0
     summary["ratio_mrc_tcp"] = med["mrc"] / med["tcp"] if med.get("tcp") else 0.0
     if prof_dir:
@@ -372,6 +499,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{h}.{k} {last.get(f'{h}_{k}', 0):.0f}" for h in ("h0", "h1") for k in COUNTERS
         if last.get(f"{h}_{k}")) + "".join(
         f", {h}.sk_drops {last.get(f'{h}_sk_drops', 0)}" for h in ("h0", "h1")))
+    per_call = [(r["h1_port_rx_frames"] / max(1, r["h1_port_rx_batches"]),
+                  r["h1_port_tx_frames"] / max(1, r["h1_port_rx_frames"]),
+                  r["h1_port_tx_frames"] / max(1, r["h1_port_tx_batches"]),
+                  r["h0_port_tx_frames"] / max(1, r["h0_port_tx_batches"]),
+                  r["h0_port_rx_frames"] / max(1, r["h0_port_rx_batches"])) for r in mrc]
+    print(f"receiving mrcd: frames per recvmmsg {_stats([x[0] for x in per_call])}, SACKs "
+          f"per data frame {_stats([x[1] for x in per_call])}, per sendmmsg "
+          f"{_stats([x[2] for x in per_call])}")
+    print(f"sending mrcd: frames per sendmmsg {_stats([x[3] for x in per_call])}, SACKs per "
+          f"recvmmsg {_stats([x[4] for x in per_call])}")
+    for h in ("h0", "h1"):
+        port = [r.get(f"{h}_passes_port", 0) / g for r, g in zip(mrc, gb, strict=True)]
+        client = [r.get(f"{h}_passes_client", 0) / g for r, g in zip(mrc, gb, strict=True)]
+        changes = [r.get(f"{h}_passes_sched_batch_changes") for r in mrc]
+        print(f"mrcd {h} loop passes per GB: port {_stats(port)}, client {_stats(client)}"
+              + (f"; SCHED_BATCH changes {_stats([float(c or 0) for c in changes])}"
+                 if any(c is not None for c in changes) else ""))
     for h in ("h0", "h1"):
         role = "sender" if h == "h0" else "receiver"
         print(f"mrcd {h} ({role}) s/GB: user "
@@ -379,8 +523,17 @@ def main(argv: list[str] | None = None) -> int:
               f", system {_stats([r[h + '_sys'] / g for r, g in zip(mrc, gb, strict=True)])}")
     if "raw" in results:
         raw = [(r, r["bytes"] / 1e9) for r in results["raw"]]
-        print(f"raw sender s/GB: user {_stats([r['send_user'] / g for r, g in raw])}"
+        print("raw sender s/GB (its PID, start-up included): user "
+              f"{_stats([r['send_user'] / g for r, g in raw])}"
               f", system {_stats([r['send_sys'] / g for r, g in raw])}")
+    print(f"CPU s/GB by process, median (min-max) of the runs; {'mrc':>16} {'raw':>16}"
+          f" {'mrc - raw':>9}")
+    for row in summary["processes"]:
+        cells = [f"{statistics.median(row[k]):5.3f} ({min(row[k]):.2f}-{max(row[k]):.2f})"
+                 if k in row else "-" for k in ("mrc", "raw")]
+        diff = (f"{statistics.median(row['mrc']) - statistics.median(row['raw']):+9.3f}"
+                if "mrc" in row and "raw" in row else "")
+        print(f"  {row['row']:<42} {cells[0]:>16} {cells[1]:>16} {diff}")
     print(f"mrc / raw = {summary['ratio_mrc_raw']:.2f}   mrc / tcp = "
           f"{summary['ratio_mrc_tcp']:.2f}   (target: mrc >= 0.6 x raw)")
     for line in summary.get("profile", []):

@@ -209,7 +209,9 @@ class DaemonConfig:
     #: Run under SCHED_BATCH: woken by a frame, mrcd does not preempt the process that
     #: sent it mid-batch; for mrcds that share CPUs with each other, as on a single-host
     #: netns fabric (mrcnet/daemon/sched.py says when it helps and when it hurts).
-    sched_batch: bool = False
+    #: ``"bulk"``: only while its port passes read many frames (a transfer), not for a
+    #: round trip's (mrcnet/daemon/sched.py BulkBatch).
+    sched_batch: bool | str = False
     source: str = "<memory>"  #: the file it came from (for messages)
 
 
@@ -342,9 +344,18 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         core=core,
         metrics_listen=metrics_listen,
         busy_poll_us=_busy_poll(data, source),
-        sched_batch=_want(data, "sched_batch", bool, source, False),
+        sched_batch=_sched_batch(data, source),
         source=source,
     )
+
+
+def _sched_batch(data: dict[str, Any], source: str) -> bool | str:
+    value = data.get("sched_batch", False)
+    if isinstance(value, bool):
+        return value
+    if value == "bulk":
+        return "bulk"
+    raise ConfigError(f"{source}: sched_batch must be bool or \"bulk\", not {value!r}")
 
 
 #: The longest busy-poll mrcd takes (us): its loop serves every client and port.

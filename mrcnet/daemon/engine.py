@@ -31,7 +31,7 @@ from mrcnet.daemon.control import (
 from mrcnet.daemon.deadline import LazyTimer
 from mrcnet.daemon.heap import settle_gc
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
-from mrcnet.daemon.sched import use_batch_policy
+from mrcnet.daemon.sched import BulkBatch, use_batch_policy
 from mrcnet.daemon.verbs import Verbs
 from mrcnet.fabric.describe import FabricDescription, load
 from mrcnet.io import IOSetupError, KernelDrop, PacketPort, neighbour_mac
@@ -125,6 +125,8 @@ class Daemon:
         #: the timer (``timer_idle``: it found nothing due). A round trip's cost in
         #: wake-ups (tools/bench_latency.py prints them per round trip).
         self._passes = {"port": 0, "client": 0, "timer": 0}
+        #: ``sched_batch = "bulk"``: SCHED_BATCH while the port passes read bulk
+        self._bulk = BulkBatch() if cfg.sched_batch == "bulk" else None
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
         #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
@@ -138,8 +140,10 @@ class Daemon:
         pass); ``timer_arms``: loop timers made. A round trip's cost in wake-ups
         (tools/bench_latency.py prints them per round trip)."""
         t = self._timer
+        b = self._bulk
         return {**self._passes, "timer_idle": t.idle if t else 0,
-                "timer_arms": t.arms if t else 0}
+                "timer_arms": t.arms if t else 0,
+                **({"sched_batch_changes": b.changes} if b is not None else {})}
 
     def pump(self, now: float | None = None) -> None:
         """After a client request changed the core: send, deliver, re-arm."""
@@ -267,7 +271,7 @@ class Daemon:
         """Serve until :meth:`stop`; always cleans up."""
         loop = self._loop = asyncio.get_running_loop()
         assert self.host is not None
-        why = use_batch_policy(self.cfg.sched_batch)
+        why = use_batch_policy(self.cfg.sched_batch is True)
         if why is not None:
             self.log.warning("sched_batch: SCHED_BATCH not set", error=why)
         self._timer = LazyTimer(loop, self._next_deadline, self._on_timer,
@@ -393,6 +397,7 @@ class Daemon:
         # core's C lane or None) per port from ``index`` on, made once: a pass read them
         # through three properties per port.
         order = self._rx_orders[index]
+        total = 0  # frames this pass read (sched_batch = "bulk")
         for _ in range(RX_BATCHES_PER_WAKEUP):
             full = []  # ports that gave a whole batch: maybe more queued
             for entry in order:
@@ -420,6 +425,7 @@ class Daemon:
                         receive(frames, i, now)
                 if k >= most:
                     full.append(entry)
+                total += k
             order = full  # a short read drained the socket: epoll wakes us for more
             if not order:
                 break
@@ -427,6 +433,8 @@ class Daemon:
             # hundreds of frames inflate the RTT the peer's congestion control sees.
             self._send_out(now)
             now = time.monotonic()
+        if self._bulk is not None:
+            self._bulk.note(total)
         return now
 
     def _pump(self, now: float | None = None) -> None:

@@ -28,7 +28,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["use_batch_policy"]
+__all__ = ["BulkBatch", "use_batch_policy"]
+
+#: ``sched_batch = "bulk"``: the frames per port pass (a moving average over the last
+#: few passes) at which mrcd moves to SCHED_BATCH ...
+BULK_FRAMES = 8.0
+#: ... and back to SCHED_OTHER (a round trip's passes read one frame each).
+CALM_FRAMES = 1.5
+#: The average's weight of the newest pass: 1/4 with a way back at 2 frames changed the
+#: policy 325 times in one 384 MiB transfer on the receiving side (its passes alternate
+#: between many frames and runs of one); 1/8 and 1.5: 2 and 83 times in two such
+#: transfers (bench_goodput prints the count).
+BULK_WEIGHT = 0.125
 
 
 def use_batch_policy(on: bool) -> str | None:
@@ -45,3 +56,43 @@ def use_batch_policy(on: bool) -> str | None:
     except OSError as e:
         return str(e)
     return None
+
+
+class BulkBatch:
+    """``sched_batch = "bulk"``: SCHED_BATCH only while mrcd's port passes read bulk.
+
+    A stream of data frames reaches the receiving mrcd a few at a time when each frame
+    that wakes it lets it preempt the sender (a netns fabric forwards inside the
+    sender's ``sendmmsg``): many small passes, each with its Python and its SACK, and the
+    sender's own passes small too. Under SCHED_BATCH the passes grow (tools/bench_goodput.py,
+    docs/PERFORMANCE.md session 12); but a round trip's mrcd must not wait out another
+    thread's time slice (mrcnet/daemon/sched.py's module docstring). So: SCHED_BATCH while
+    the average of frames per pass is at least :data:`BULK_FRAMES`, SCHED_OTHER again
+    once it is at most :data:`CALM_FRAMES`. One ``sched_setscheduler`` per change."""
+
+    def __init__(self) -> None:
+        self.on = False  #: under SCHED_BATCH now
+        self.changes = 0  #: policy changes made
+        self.failed: str | None = None  #: why a change failed (then: no more tries)
+        self.average = 0.0  #: frames per pass, moving average
+
+    def note(self, frames: int) -> None:
+        """A port pass read ``frames`` frames."""
+        avg = self.average = self.average + BULK_WEIGHT * (frames - self.average)
+        if (avg >= BULK_FRAMES) if not self.on else (avg <= CALM_FRAMES):
+            self._set(not self.on)
+
+    def _set(self, on: bool) -> None:
+        if self.failed is not None:
+            return
+        policy = getattr(os, "SCHED_BATCH" if on else "SCHED_OTHER", None)
+        if policy is None:
+            self.failed = "this platform has no SCHED_BATCH"
+            return
+        try:
+            os.sched_setscheduler(0, policy, os.sched_param(0))
+        except OSError as e:
+            self.failed = str(e)
+            return
+        self.on = on
+        self.changes += 1
