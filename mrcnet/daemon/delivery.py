@@ -41,12 +41,22 @@ class Delivery:
         #: The earliest end of a moderated CQ's period or retry of a full ring (the
         #: engine's timer wakes for it).
         self.due = _INF
+        #: Every CQ's queue of waiting completions (the core's deques, truthy when not
+        #: empty): ``any(queues)`` tells a pass with nothing to deliver in one C call
+        #: (most of them: a port pass delivers before it sends and once more after).
+        self.queues: list[Any] = []
+
+    def add(self, handle: int, cq: core.CompletionQueue, owner: Session) -> None:
+        """Deliver CQ ``handle``'s completions to ``owner`` from now on."""
+        self.cqs[handle] = (cq, owner)
+        self.queues = [c.entries for c, _ in self.cqs.values()]
 
     def forget(self, handle: int) -> None:
         """CQ ``handle`` is gone."""
         self.cqs.pop(handle, None)
         self.mod.pop(handle, None)
         self.since.pop(handle, None)
+        self.queues = [c.entries for c, _ in self.cqs.values()]
 
     def events(self, host: core.Host, owners: dict[int, Session],
                sessions: dict[int, Session]) -> None:

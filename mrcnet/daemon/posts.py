@@ -154,6 +154,7 @@ class Posts:
         host = self.engine.host
         assert host is not None
         owners, mrs = self.owners, s.mrs
+        max_recvs = self.engine.cfg.limits.max_recvs
         writes: list[tuple[int, int, int, int, int, int | None]] = []
         kq = kl = -1  # the QP and lkey of ``writes``; -1: none (or refused)
         mr: Any = None
@@ -179,6 +180,16 @@ class Posts:
             if writes:
                 self._post_writes(s, kq, kl, mr, writes)
                 writes = []
+            if op == OP_RECV and s.recvs < max_recvs and owners.get(qpn) is s:
+                # (recv's common case inline: an owned QP, under the quota; a ping-pong
+                # posts one per round trip) The core refuses one only for its QP's
+                # state, before it changes anything: then recv says why.
+                try:
+                    host.post_recv(qpn, wr_id)
+                    s.recvs += 1
+                    continue
+                except core.InvalidRequest:
+                    pass
             self._post(s, row)
         if writes:
             self._post_writes(s, kq, kl, mr, writes)
