@@ -138,7 +138,9 @@ class Delivery:
         wake = False
         while True:
             n, rang = w.put(rows)
-            wake |= rang and n > 0  # (a full ring's client was rung for what fills it)
+            # (the put disarmed the ring when it found it armed: ring then, whatever it
+            # wrote, so that a disarmed ring always has a doorbell on its way)
+            wake |= rang
             if n == len(rows):
                 return wake
             rows = rows[n:]
