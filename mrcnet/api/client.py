@@ -545,7 +545,10 @@ class Context:
             for fd in fds:  # mrcd never sends fds; do not leak any
                 os.close(fd)
             if data == DOORBELL:
-                continue  # completions: the rings are read after the socket
+                # Completions: the rings are read next. Not another read for the EAGAIN
+                # behind it (a syscall and an exception per wake-up): whatever follows
+                # keeps the socket readable, and the next wait returns for it at once.
+                return
             try:
                 msg = decode(data)
             except ValueError as e:

@@ -207,6 +207,8 @@ class Sender:
     def reset(self) -> None:
         """Forget every work request and the send sequence space (QP reset)."""
         self.sq: deque[WorkRequest] = deque()  # not yet fully sent
+        # post_writes is the queue's own extend (no call of ours per doorbell)
+        self.post_writes = self.sq.extend  # type: ignore[method-assign,assignment]
         self.wrs: deque[WorkRequest] = deque()  # sent, not yet completed (in order)
         self.next_seq = self.attrs.sq_psn
         self.wr_ctr = 0  # work requests started (their table slots)

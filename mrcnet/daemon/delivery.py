@@ -15,6 +15,7 @@ from typing import Any, Final
 from mrcnet import core
 from mrcnet.api.messages import completions_push, event_push
 from mrcnet.api.shmring import RingCorrupt
+from mrcnet.core.cq import CompletionRow
 from mrcnet.daemon.apiserver import Session
 from mrcnet.daemon.rings import CompletionWriter
 
@@ -114,7 +115,15 @@ class Delivery:
                     session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))
                 continue
             try:
-                if self._fill(cq, w):
+                # As many as the ring takes (one C call); a full ring's rest stays in
+                # the CQ, first in line (_fill_rest)
+                rows = cq.poll_rows(len(cq.entries))
+                n, wake = w.put(rows)
+                if n < len(rows):
+                    wake = self._fill_rest(cq, w, rows[n:]) or wake
+                # (the put disarmed the ring when it found it armed: ring then, whatever
+                # it wrote, so that a disarmed ring always has a doorbell on its way)
+                if wake:
                     if ring is None:
                         ring = {}
                     ring[session] = None
@@ -131,19 +140,18 @@ class Delivery:
         return bad
 
     @staticmethod
-    def _fill(cq: core.CompletionQueue, w: CompletionWriter) -> bool:
-        """As many of ``cq``'s completions as ``w``'s ring takes (the rest stay in
-        ``cq``, first in line); True if the client must be rung."""
-        rows = cq.poll_rows(len(cq.entries))
+    def _fill_rest(cq: core.CompletionQueue, w: CompletionWriter,
+                   rows: list[CompletionRow]) -> bool:
+        """``rows``, the completions ``w``'s full ring did not take: as many as it takes
+        once the client made room meanwhile, the rest back in ``cq``, first in line;
+        True if the client must be rung."""
         wake = False
         while True:
+            if not w.ring.block():  # full: the client rings when it made room
+                cq.entries.extendleft(reversed(rows))
+                return wake
             n, rang = w.put(rows)
-            # (the put disarmed the ring when it found it armed: ring then, whatever it
-            # wrote, so that a disarmed ring always has a doorbell on its way)
             wake |= rang
             if n == len(rows):
                 return wake
             rows = rows[n:]
-            if not w.ring.block():  # full: the client rings when it made room
-                cq.entries.extendleft(reversed(rows))
-                return wake

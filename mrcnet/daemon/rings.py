@@ -99,12 +99,6 @@ class SessionQueues:
         data, _ = self.sq.take(TAKE_PER_PASS)  # (one C call: see Ring.take)
         return list(WORK_REQUEST_SLOT.iter_unpack(data)) if data else []
 
-    def take_slots(self) -> bytes | bytearray:
-        """:meth:`take`'s slots as they lie in the ring (end to end, a copy), not
-        decoded: :class:`mrcnet.daemon.posts.SlotScan` reads them in C."""
-        data, _ = self.sq.take(TAKE_PER_PASS)
-        return data
-
     def rest(self) -> bool:
         """Tell the client mrcd will sleep (its next post rings): True if a post
         arrived meanwhile (take it first)."""
