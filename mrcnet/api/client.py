@@ -545,10 +545,12 @@ class Context:
             for fd in fds:  # mrcd never sends fds; do not leak any
                 os.close(fd)
             if data == DOORBELL:
-                # Completions: the rings are read next. Not another read for the EAGAIN
-                # behind it (a syscall and an exception per wake-up): whatever follows
-                # keeps the socket readable, and the next wait returns for it at once.
-                return
+                # Completions: the rings are read after the socket. (Every doorbell
+                # queued is read here, up to the EAGAIN: stopping at the first left one
+                # behind per look while each look arms the rings again, and under a
+                # stream of completions the doorbells piled up in the socket, each
+                # waking the client for nothing: measured, half the goodput.)
+                continue
             try:
                 msg = decode(data)
             except ValueError as e:
