@@ -284,10 +284,7 @@ class Daemon:
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
                                             for lp in self.local], group=self._gid,
                                  limits=self.cfg.limits, attach=verbs.posts.attach,
-                                 take_posts=verbs.posts.take,
-                                 # (no call per client pass when mrcd does not busy-poll)
-                                 linger=verbs.posts.linger if self.cfg.busy_poll_us
-                                 else None)
+                                 take_posts=verbs.posts.take, linger=verbs.posts.linger)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
@@ -439,14 +436,8 @@ class Daemon:
         if now is None:
             now = time.monotonic()
         self._send_out(now)
-        verbs = self.verbs
-        verbs.deliver()
-        # (_rearm's _next_deadline, inline: two calls less per pass)
-        t = host.next_timer()
-        due = verbs.delivery.due
-        if due < _INF:
-            t = due if t is None else min(t, due)
-        self._want(t)
+        self.verbs.deliver()
+        self._want(self._next_deadline())  # (_rearm's, without its call per pass)
 
     def _send_out(self, now: float) -> None:
         """Drain the core's frames into the ports, one batch per port: the list's, then
@@ -470,12 +461,12 @@ class Daemon:
                 for idx, frames in by_port.items():
                     self._send(idx, frames)
         if sq is not None and sq.waiting:
-            ports, queues = self.ports, sq.queues
+            ports = self.ports
             for idx in first or range(len(ports)):
-                q = queues[idx]  # (sq.pending(idx), read from its C struct: no call)
-                if q.n != q.head and not ports[idx].closed:
-                    ports[idx].send_queue(sq, idx)
-                    if q.n != q.head:
+                port = ports[idx]
+                if sq.pending(idx) and not port.closed:
+                    port.send_queue(sq, idx)
+                    if sq.pending(idx):
                         self._want_writable(idx)
 
     def _behind_data(self, out: list[tuple[int, bytes]], sq: batch_io.SendQueue
