@@ -546,10 +546,10 @@ class Context:
                 os.close(fd)
             if data == DOORBELL:
                 # Completions: the rings are read after the socket. (Every doorbell
-                # queued is read here, up to the EAGAIN: stopping at the first left one
-                # behind per look while each look arms the rings again, and under a
-                # stream of completions the doorbells piled up in the socket, each
-                # waking the client for nothing: measured, half the goodput.)
+                # queued is read here, up to the EAGAIN: a look that stopped at the
+                # first would leave one behind while arming the rings again, once in
+                # the wait and once in the drain, so that under a stream of completions
+                # doorbells could pile up, each waking the client for nothing.)
                 continue
             try:
                 msg = decode(data)
