@@ -114,6 +114,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.h", "MRC_RX_IMM_SACKED"): rxlane.RX_IMM_SACKED,
     ("rxlane.c", "MSN_MASK"): MSN_MASK,
     ("rxlane.h", "MRC_RX_ACK_INTS"): rxlane.RX_ACK_INTS,
+    ("rxlane.h", "MRC_RX_IMM_INTS"): rxlane.RX_IMM_INTS,
     ("rxlane.h", "MRC_RX_SACK_MAX"): rxlane.RX_SOUT_BYTES // rxlane.RX_SOUT_MAX,
     **{("rxlane.h", f"MRC_RX_WHY_{n}"): getattr(rxlane, f"WHY_{n}")
        for n in ("NONE", "PARSE", "OTHER", "PEER", "WINDOW", "MR_MISS", "MR_BAD", "DUP",

@@ -60,6 +60,8 @@ METHODS = ("mrc", "mrc-verbs", "udp")
 SELF = os.path.abspath(__file__)
 #: Set (by --pin) in the environment of the processes this bench starts in the hosts.
 PIN_ENV = "BENCH_LATENCY_PIN"
+#: Set (by --profile) likewise: the verbs client and echo write their cProfile there too.
+PROFILE_ENV = "BENCH_LATENCY_PROFILE"
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
 #: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
 RATE_SIZE, RATE_BATCH, RATE_SECONDS, RATE_PORT, RATE_SERVICE = 64, 64, 2.0, 47998, 23
@@ -522,12 +524,21 @@ def main(argv: list[str] | None = None) -> int:
             _udp_blast(rest[0], float(rest[1]))
         elif role == "_udp_count":
             _udp_count(int(rest[0]))
-        elif role == "_verbs_echo":
+        prof_dir = os.environ.get(PROFILE_ENV)
+        prof = None
+        if prof_dir and (role == "_verbs_echo" or (role == "_client" and rest[0] == "verbs")):
+            import cProfile  # (the verbs round trip's application side, both hosts)
+            prof = cProfile.Profile(time.thread_time)
+            prof.enable()
+        if role == "_verbs_echo":
             _verbs_echo(rest[0], int(rest[1]), int(rest[2]))
         elif role == "_client":
             method, target, sizes, iters, warmup, mrcd = rest
             _client(method, target, [int(x) for x in sizes.split(",")], int(iters),
                     int(warmup), None if mrcd == "-" else mrcd)
+        if prof is not None and prof_dir:
+            prof.disable()
+            prof.dump_stats(os.path.join(prof_dir, f"app{role}.prof"))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--sizes", default="8,64,512,4096")
@@ -540,8 +551,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds of the UDP blaster (mrc: about 20,000 writes a second)")
     ap.add_argument("--no-rate", action="store_true", help="round trips only")
     ap.add_argument("--profile", metavar="DIR", type=Path,
-                    help="each mrcd writes cProfile statistics to DIR/HOST.prof (read "
-                    "them with python -m pstats)")
+                    help="each mrcd writes cProfile statistics to DIR/HOST.prof, the verbs "
+                    "client and echo to DIR/app_client.prof and app_verbs_echo.prof "
+                    "(read them with python -m pstats)")
     ap.add_argument("--pin", action="store_true",
                     help="round trips with each host's mrcd and application on one CPU "
                     "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "
@@ -568,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     size_list = [int(x) for x in a.sizes.split(",")]
     if a.profile:
         a.profile.mkdir(parents=True, exist_ok=True)
+        os.environ[PROFILE_ENV] = str(a.profile.resolve())  # (inherited, as --pin's)
     with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
         t0 = time.monotonic()
         rates: list[Rate] | None = None if a.no_rate else []

@@ -447,10 +447,10 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             q->ack_at = now + c->ack_delay;
         }
         if (imm) {
-            uint32_t j = c->imm_n++;
-            c->imm_len[j] = ilen;
-            c->imm_val[j] = f->imm;
-            c->imm_flags[j] = flags;
+            int64_t *rec = c->imm_rec + (size_t)c->imm_n++ * MRC_RX_IMM_INTS;
+            rec[0] = ilen;
+            rec[1] = f->imm;
+            rec[2] = flags;
         }
         if (r == MRC_RX_SACK || (imm && c->imm_n >= c->imm_max)) {
             c->pos = k;

@@ -125,6 +125,8 @@ struct mrc_rx_plane {
 #define MRC_RX_IMM_HELD   1  /* ping-pong: the ACK waits for the answer (held, ack_held) */
 #define MRC_RX_IMM_ALONE  2  /* not a ping-pong: acknowledged at once (alone_at = now) */
 #define MRC_RX_IMM_SACKED 4  /* the lane built the SACK this frame made due */
+#define MRC_RX_IMM_INTS   3  /* integers per completion record (imm_rec): one array, so
+                                 that Python takes a run's records in one call */
 
 /* The requester half of one QP whose SACKs the lane takes (like TCP's ACK prediction):
  * a SACK for it, from its peer, with a cumulative point in the send window, goes to its
@@ -208,8 +210,8 @@ struct mrc_rx_ctx {
     int32_t  pingpong;         /* Responder.pingpong */
     uint32_t imm_msn;          /* the RQ MSN expected: Responder.imm_done's low 16 bits */
     uint32_t imm_credit;       /* immediates the lane may complete (posted receives left) */
-    int64_t  *imm_len;         /* the completions' records: message bytes, */
-    uint32_t *imm_val, *imm_flags;  /* ... immediate, MRC_RX_IMM_* */
+    int64_t  *imm_rec;         /* the completions' records, MRC_RX_IMM_INTS integers
+                                  each: message bytes, immediate, MRC_RX_IMM_* flags */
     uint32_t imm_n, imm_max;   /* records waiting, room */
 };
 

@@ -545,7 +545,12 @@ class Context:
             for fd in fds:  # mrcd never sends fds; do not leak any
                 os.close(fd)
             if data == DOORBELL:
-                continue  # completions: the rings are read after the socket
+                # Completions: the rings are read after the socket. (Every doorbell
+                # queued is read here, up to the EAGAIN: a look that stopped at the
+                # first would leave one behind while arming the rings again, once in
+                # the wait and once in the drain, so that under a stream of completions
+                # doorbells could pile up, each waking the client for nothing.)
+                continue
             try:
                 msg = decode(data)
             except ValueError as e:

@@ -7,11 +7,17 @@ ways: whatever waits on the socket (a ``select``, an asyncio reader) wakes for a
 events and completions alike, and a doorbell never overtakes the control request posted
 before it. (Not eventfds: an eventfd passed to mrcd shares its file status flags with
 the client, which could make mrcd's read or write of it block; the socket's end mrcd
-reads is its own.) The completion rings stay *armed* (mrcd rings after every pass that
-wrote into them) except while this end busy-polls them, so waiters that do not know
-about the rings are never left asleep; a busy-poll disarms them, spins on the rings'
-indices for up to ``busy_poll_us`` (adapted: halved after a spin that found nothing,
-doubled back after one that did), then re-arms them with a fence before sleeping.
+reads is its own.) A completion ring is *armed* while this end may sleep on the socket
+without looking at it: mrcd rings the first pass that writes into an armed ring and
+disarms it (one doorbell until this end has looked again: a second completion while
+the client has not yet read the first doorbell costs no second doorbell and no second
+wake-up). Every look at the rings, :meth:`ClientQueues.drain`, which follows every read
+of the socket, ends by arming each ring again with a fence and taking what came
+meanwhile, so a waiter that does not know about the rings (a ``select`` on the
+context's socket) is never left asleep: a disarmed ring always has a doorbell on its
+way or a drain to come. A busy-poll disarms the rings too, spins on their indices for up
+to ``busy_poll_us`` (adapted: halved after a spin that found nothing, doubled back
+after one that did), then arms them with a fence before sleeping.
 """
 
 from __future__ import annotations
@@ -202,14 +208,19 @@ class ClientQueues:
 
     def drain(self, sink: Callable[[int, list[Row]], None]) -> None:
         """Give every CQ's new completions to ``sink(handle, rows)`` (after the socket
-        was read: a completion published later rings it again)."""
+        was read), each ring left armed: a completion published later rings again."""
         ring_mrcd = False
         try:
             for handle, cq in self.cqs.items():
-                rows, blocked = cq.take()
-                if rows:
-                    sink(handle, rows)
-                ring_mrcd |= blocked
+                while True:
+                    rows, blocked = cq.take()
+                    if rows:
+                        sink(handle, rows)
+                    ring_mrcd |= blocked
+                    # Armed again (mrcd disarmed it if it rang), with the fence: what it
+                    # published before seeing that is taken now (no lost wake-up).
+                    if not cq.ring.sleep():
+                        break
         except RingCorrupt as e:
             raise ProtocolError(f"completion ring corrupt: {e}") from None
         if ring_mrcd:

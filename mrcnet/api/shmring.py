@@ -266,7 +266,14 @@ class Ring:
     def sleep(self) -> bool:
         """The consumer is about to sleep on its doorbell: True if slots were published
         meanwhile (then do not sleep)."""
-        n = (self.store_load(OFF_ASLEEP, 1, OFF_TAIL) - self.head) & 0xFFFF_FFFF_FFFF_FFFF
+        ptr = self._ptr
+        tail: int
+        if ptr is not None:  # (store_load's C call without a call of ours: every sleep)
+            base = self.base
+            tail = C.mrc_shmring_store_load(ptr, base + OFF_ASLEEP, 1, base + OFF_TAIL)
+        else:
+            tail = self.store_load(OFF_ASLEEP, 1, OFF_TAIL)
+        n = (tail - self.head) & 0xFFFF_FFFF_FFFF_FFFF
         if n > self.nslots:  # (the tail loaded after the fence: as ready() checks it)
             raise RingCorrupt(f"ring tail is {n} slots ahead of its head "
                               f"({self.nslots} slots)")

@@ -128,10 +128,10 @@ class QueuePair:
         self.changed()
         # (the paths an EV can name: the peer's routes per plane, once known)
         paths = sum(len(r) for r in self._paths.values())
-        self.txt = self.snd.txt = self.rec.txt = new_tx_table(
-            self.tx_window, self._seen0, max(16, paths))
+        self.txt = self.rec.txt = new_tx_table(self.tx_window, self._seen0, max(16, paths))
         # (the table holds at least this many PSNs)
-        self._txcap = self.snd._txcap = self.rec._txcap = self.tx_window
+        self._txcap = self.rec._txcap = self.tx_window
+        self.snd.use_table(self.txt, self._txcap)
 
     @property
     def evm(self) -> EVManager | None:

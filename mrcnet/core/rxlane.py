@@ -62,6 +62,7 @@ RX_IMM_HELD, RX_IMM_ALONE, RX_IMM_SACKED = 1, 2, 4
 RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
 RX_IMM_MAX = 64  # completion records a lane holds (a run returns when they are full)
+RX_IMM_INTS = 3  # integers per completion record (rxlane.h MRC_RX_IMM_INTS)
 #: rxlane.c RX_LATE_WINDOW: how long after its arrival a reported retransmission's send
 #: stamp is compared with later arrivals' (ack_late): a quarter of the 16-bit microsecond
 #: stamp's wrap, so that two stamps compare without wrapping
@@ -290,10 +291,7 @@ class CRxLane:
         #: clear the credit): the responder calls it only for a change
         self.imm_given: tuple[int, int, bool, bool] | None = None
         # the completion records of the writes-with-immediate the lane completes
-        self._imm_len = ffi.new("int64_t[]", RX_IMM_MAX)
-        self._imm_val = ffi.new("uint32_t[]", RX_IMM_MAX)
-        self._imm_flags = ffi.new("uint32_t[]", RX_IMM_MAX)
-        c.imm_len, c.imm_val, c.imm_flags = self._imm_len, self._imm_val, self._imm_flags
+        self._imm_rec = c.imm_rec = ffi.new("int64_t[]", RX_IMM_MAX * RX_IMM_INTS)
         c.imm_n, c.imm_max = 0, RX_IMM_MAX
         self._take: Callable[[Any], int] = C.mrc_rx_take
 
@@ -605,12 +603,17 @@ class CRxLane:
 
     def take_imms(self) -> tuple[list[int], list[int], list[int]]:
         """The records of the writes-with-immediate completed since the last call
-        (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags."""
-        c = self._c
+        (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags.
+        (One array of RX_IMM_INTS integers per record: a round trip's one record read
+        in place, several in one unpack; three arrays cost a one-completion run three
+        unpacks.)"""
+        c, rec = self._c, self._imm_rec
         n = c.imm_n
         c.imm_n = 0
-        return (ffi.unpack(self._imm_len, n), ffi.unpack(self._imm_val, n),
-                ffi.unpack(self._imm_flags, n))
+        if n == 1:
+            return [rec[0]], [rec[1]], [rec[2]]
+        ints = ffi.unpack(rec, n * RX_IMM_INTS)
+        return ints[0::RX_IMM_INTS], ints[1::RX_IMM_INTS], ints[2::RX_IMM_INTS]
 
     def check_imm(self, given: tuple[int, int, bool, bool]) -> None:
         """(receive.VERIFY_SETUP) The lane holds the write-with-immediate state ``given``

@@ -179,6 +179,11 @@ class Sender:
         self.evm: EVManager | None = None
         self.cc: CongestionControl | None = None
         self.txt: TxTable
+        #: The table's counts (``ninfl``, ``infl_bytes``): its C struct when it is C's
+        #: (a property each costs a Python call per run), else the table itself; and
+        #: the C table, or None (:meth:`use_table`)
+        self.tq: Any = None
+        self.ctab: Any = None
         self._txcap = 0
         self._tmpl: dict[tuple[object, ...], Any] = {}
         self._tmpl_first: dict[int, DataTemplate] = {}  # rkey -> the first one built
@@ -202,6 +207,8 @@ class Sender:
     def reset(self) -> None:
         """Forget every work request and the send sequence space (QP reset)."""
         self.sq: deque[WorkRequest] = deque()  # not yet fully sent
+        # post_writes is the queue's own extend (no call of ours per doorbell)
+        self.post_writes = self.sq.extend  # type: ignore[method-assign,assignment]
         self.wrs: deque[WorkRequest] = deque()  # sent, not yet completed (in order)
         self.next_seq = self.attrs.sq_psn
         self.wr_ctr = 0  # work requests started (their table slots)
@@ -217,6 +224,14 @@ class Sender:
         self._run_slot.clear()
         self._run_slot_ev.clear()
         self._runs = None
+
+    def use_table(self, txt: TxTable, cap: int) -> None:
+        """Send through the table of packets in flight ``txt`` (a new one: the QP's
+        window is final, or it was reset), which holds at least ``cap`` PSNs."""
+        self.txt = txt
+        self._txcap = cap
+        self.ctab = getattr(txt, "c", None)
+        self.tq = txt if self.ctab is None else self.ctab
 
     @property
     def tx_window(self) -> int:
@@ -263,11 +278,10 @@ class Sender:
             rtx_q.popleft()
             self._resend(seq, e, now, out, evm.next_ev(avoid=e[E_EV]))
         mtu = self.cfg.mtu_payload
-        win = min(self.tx_window, self._txcap)
+        mpr = self.attrs.mpr  # (tx_window's, without the property's call per emit)
+        win = min(mpr * MPR_UNIT if mpr else self.cfg.rx_window, self._txcap)
         ts = ts16(now)
-        # The counts read straight from the C table's struct (its properties cost a
-        # Python call each per run); the Python table has the same names.
-        tq = getattr(txt, "c", txt)
+        tq = self.tq
         while sq:
             # Packets the window takes: each new one needs inflight + mtu <= cwnd unless
             # nothing is in flight (inside a run every packet but a message's last is a
@@ -284,9 +298,24 @@ class Sender:
                     now, ts, cwnd, win, out, sendq):
                 continue
             if idx == 0:
-                if wr.imm is not None and not self._imm_allowed(now):
+                # The QP's static limit (the applications agree on it from the receives
+                # each side posts); nothing about the peer's receives travels in MRC's
+                # headers.
+                if wr.imm is not None and \
+                        self.imm_outstanding >= self.attrs.max_imm_outstanding:
                     break
-                self._start_wr(wr)
+                # Started: its table slot and METH (_send_msgs does the same for a run
+                # of single-packet work requests). RQMSN numbers the immediates (a plain
+                # write carries the next one's), MSN every message (docs/DECISIONS.md
+                # "Wire format").
+                self.wrs.append(wr)
+                wr.slot = slot = self.wr_ctr & 0xFFFFFFFF
+                self.wr_ctr += 1
+                self.wr_of[slot] = wr
+                wr.meth = (self.next_msn & MSN_MASK) << 16 | (slot & MSN_MASK)
+                if wr.imm is not None:
+                    self.next_msn += 1
+                    self.imm_outstanding += 1
             evs = evm.take(k)
             if not evs:  # the next EV is not the plain round robin's: the full choice
                 info = evm.next_ev()
@@ -320,9 +349,9 @@ class Sender:
         with the same window checks, EVs, table entries and frames (each its own
         WRITE_ONLY[_IMM] with AckReq), but one EV choice, one table call and one frame
         build for all. False when it sent nothing (the loop's own path decides then)."""
-        sq, txt, rec = self.sq, self.txt, self.rec
+        sq, rec = self.sq, self.rec
         mtu = self.cfg.mtu_payload
-        tq = getattr(txt, "c", txt)  # (as emit reads them)
+        tq = self.tq  # (as emit reads them)
         ninfl, infl = tq.ninfl, tq.infl_bytes
         room = rec.snd_una + win - self.next_seq
         imms = self.attrs.max_imm_outstanding - self.imm_outstanding
@@ -378,7 +407,7 @@ class Sender:
     def _send_msgs(self, now: float, ts: int, evs: list[int], out: list[tuple[int, bytes]],
                    sendq: Any) -> None:
         """Send the next ``len(evs)`` work requests of the send queue (one packet each)
-        on ``evs``: :meth:`_start_wr` of each, with the per-write lists made by C
+        on ``evs``: each started as :meth:`emit` starts one, with the per-write lists made by C
         iterators where they can be."""
         sq, rec = self.sq, self.rec
         n = len(evs)
@@ -398,7 +427,7 @@ class Sender:
         imms = list(map(_IMM, batch))
         nimm = n - imms.count(None)
         msn = self.next_msn
-        # METH: RQMSN (the immediates started before) << 16 | MSN, as _start_wr's
+        # METH: RQMSN (the immediates started before) << 16 | MSN, as emit's
         if not nimm:
             ops = [_OP_ONLY] * n
             hi = (msn & MSN_MASK) << 16
@@ -456,8 +485,7 @@ class Sender:
         slots = list(map(_SECOND, at))  # type: ignore[arg-type]
         ports = list(map(_FIRST, at))  # type: ignore[arg-type]
         # (the fused call's checks inline, as in _run_frames: a call less per run)
-        tab = getattr(self.txt, "c", None) if txq is not None and self.fused \
-            and n <= _SEND_MAX else None
+        tab = self.ctab if txq is not None and self.fused and n <= _SEND_MAX else None
         if tab is not None:
             cap = n * FRAME_ROOM + len(payload)
             buf = ALLOC_FRAMES("uint8_t[]", cap)
@@ -503,7 +531,11 @@ class Sender:
         send queues ``txq`` a run built in C goes into them instead of ``out``; True
         when that call also recorded the packets in the table."""
         mtu = self.cfg.mtu_payload
-        at = self._run_slots(wr.rkey, evs)
+        by_ev = self._run_slot_ev.get(wr.rkey)
+        try:  # (_run_slots' common case, without its call per run)
+            at = list(map(by_ev.__getitem__, evs))  # type: ignore[union-attr,index]
+        except (AttributeError, KeyError):  # a new rkey or path
+            at = self._run_slots(wr.rkey, evs)
         n = len(evs)
         off0 = idx * mtu
         va = wr.remote_addr + off0
@@ -520,8 +552,7 @@ class Sender:
         ports, slots = list(map(_FIRST, at)), list(map(_SECOND, at))  # type: ignore[arg-type]
         # One C call records, builds and queues the run (mrcnet/_csrc/sender.c) when the
         # frames go to send queues, the table is C's (``c``: its struct) and ``fused``.
-        tab = getattr(self.txt, "c", None) if txq is not None and self.fused \
-            and n <= _SEND_MAX else None
+        tab = self.ctab if txq is not None and self.fused and n <= _SEND_MAX else None
         if tab is not None:
             plen = end - start
             cap = n * FRAME_ROOM + plen
@@ -552,24 +583,6 @@ class Sender:
         # ports' batch send and the simulator, takes any buffer)
         out.extend(zip(ports, frames, strict=True))  # type: ignore[arg-type]
         return False
-
-    def _imm_allowed(self, now: float) -> bool:
-        # The QP's static limit (the applications agree on it from the receives each side
-        # posts); nothing about the peer's receives travels in MRC's headers.
-        return self.imm_outstanding < self.attrs.max_imm_outstanding
-
-    def _start_wr(self, wr: WorkRequest) -> None:
-        # (_send_msgs does the same for a run of single-packet work requests)
-        self.wrs.append(wr)
-        wr.slot = self.wr_ctr & 0xFFFFFFFF
-        self.wr_ctr += 1
-        self.wr_of[wr.slot] = wr
-        # METH: RQMSN numbers the immediates (a plain write carries the next one's), MSN
-        # every message (docs/DECISIONS.md "Wire format").
-        wr.meth = (self.next_msn & MSN_MASK) << 16 | (wr.slot & MSN_MASK)
-        if wr.imm is not None:
-            self.next_msn += 1
-            self.imm_outstanding += 1
 
     def _resend(self, seq: int, e: Entry, now: float, out: list[tuple[int, bytes]],
                 info: EVInfo) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Final
 from mrcnet import core
 from mrcnet.api.messages import completions_push, event_push
 from mrcnet.api.shmring import RingCorrupt
+from mrcnet.core.cq import CompletionRow
 from mrcnet.daemon.apiserver import Session
 from mrcnet.daemon.rings import CompletionWriter
 
@@ -41,12 +42,22 @@ class Delivery:
         #: The earliest end of a moderated CQ's period or retry of a full ring (the
         #: engine's timer wakes for it).
         self.due = _INF
+        #: Every CQ's queue of waiting completions (the core's deques, truthy when not
+        #: empty): ``any(queues)`` tells a pass with nothing to deliver in one C call
+        #: (most of them: a port pass delivers before it sends and once more after).
+        self.queues: list[Any] = []
+
+    def add(self, handle: int, cq: core.CompletionQueue, owner: Session) -> None:
+        """Deliver CQ ``handle``'s completions to ``owner`` from now on."""
+        self.cqs[handle] = (cq, owner)
+        self.queues = [c.entries for c, _ in self.cqs.values()]
 
     def forget(self, handle: int) -> None:
         """CQ ``handle`` is gone."""
         self.cqs.pop(handle, None)
         self.mod.pop(handle, None)
         self.since.pop(handle, None)
+        self.queues = [c.entries for c, _ in self.cqs.values()]
 
     def events(self, host: core.Host, owners: dict[int, Session],
                sessions: dict[int, Session]) -> None:
@@ -104,7 +115,15 @@ class Delivery:
                     session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))
                 continue
             try:
-                if self._fill(cq, w):
+                # As many as the ring takes (one C call); a full ring's rest stays in
+                # the CQ, first in line (_fill_rest)
+                rows = cq.poll_rows(len(cq.entries))
+                n, wake = w.put(rows)
+                if n < len(rows):
+                    wake = self._fill_rest(cq, w, rows[n:]) or wake
+                # (the put disarmed the ring when it found it armed: ring then, whatever
+                # it wrote, so that a disarmed ring always has a doorbell on its way)
+                if wake:
                     if ring is None:
                         ring = {}
                     ring[session] = None
@@ -121,17 +140,18 @@ class Delivery:
         return bad
 
     @staticmethod
-    def _fill(cq: core.CompletionQueue, w: CompletionWriter) -> bool:
-        """As many of ``cq``'s completions as ``w``'s ring takes (the rest stay in
-        ``cq``, first in line); True if the client must be rung."""
-        rows = cq.poll_rows(len(cq.entries))
+    def _fill_rest(cq: core.CompletionQueue, w: CompletionWriter,
+                   rows: list[CompletionRow]) -> bool:
+        """``rows``, the completions ``w``'s full ring did not take: as many as it takes
+        once the client made room meanwhile, the rest back in ``cq``, first in line;
+        True if the client must be rung."""
         wake = False
         while True:
-            n, rang = w.put(rows)
-            wake |= rang and n > 0  # (a full ring's client was rung for what fills it)
-            if n == len(rows):
-                return wake
-            rows = rows[n:]
             if not w.ring.block():  # full: the client rings when it made room
                 cq.entries.extendleft(reversed(rows))
                 return wake
+            n, rang = w.put(rows)
+            wake |= rang
+            if n == len(rows):
+                return wake
+            rows = rows[n:]

@@ -445,7 +445,7 @@ class Daemon:
             now = time.monotonic()
         self._send_out(now)
         self.verbs.deliver()
-        self._rearm()
+        self._want(self._next_deadline())  # (_rearm's, without its call per pass)
 
     def _send_out(self, now: float) -> None:
         """Drain the core's frames into the ports, one batch per port: the list's, then

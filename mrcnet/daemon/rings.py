@@ -62,9 +62,10 @@ class CompletionWriter:
     def __init__(self, fd: int, nslots: object) -> None:
         n = _slots(nslots)
         self.map = _map_queue(fd, n, CQ_SLOT)
-        # The client stays armed while it does not busy-poll (any waiter on its socket
-        # must be woken): ring after every publish that finds it armed.
-        self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer", once=False)
+        # One doorbell per arming: the client arms the ring again after every look at
+        # it (mrcnet.api.shmclient), so a pass that finds it disarmed has a doorbell on
+        # its way or a drain to come, and a second ring would only wake the client twice.
+        self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer")
 
     def put(self, wcs: list[CompletionRow]) -> tuple[int, bool]:
         """Write as many of ``wcs`` as the ring has room for and publish them, in one C
@@ -97,12 +98,6 @@ class SessionQueues:
         value still to be checked); RingCorrupt if the client broke the tail."""
         data, _ = self.sq.take(TAKE_PER_PASS)  # (one C call: see Ring.take)
         return list(WORK_REQUEST_SLOT.iter_unpack(data)) if data else []
-
-    def take_slots(self) -> bytes | bytearray:
-        """:meth:`take`'s slots as they lie in the ring (end to end, a copy), not
-        decoded: :class:`mrcnet.daemon.posts.SlotScan` reads them in C."""
-        data, _ = self.sq.take(TAKE_PER_PASS)
-        return data
 
     def rest(self) -> bool:
         """Tell the client mrcd will sleep (its next post rings): True if a post

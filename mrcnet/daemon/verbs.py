@@ -77,6 +77,7 @@ PROBE_WAIT: Final = 1.0
 PROBE_HELLO_TIMEOUT: Final = 2.0
 #: How often the probe coroutine looks whether every answer is in (s).
 PROBE_POLL: Final = 0.005
+_INF: Final = float("inf")
 #: The largest backlog of a listen (connects waiting for the listener's next QP).
 MAX_BACKLOG: Final = 4096
 
@@ -238,7 +239,7 @@ class Verbs:
             cq.poll(len(cq))
         else:
             cq = self.engine.host.create_cq()
-        self._cqs[cq.handle] = (cq, s)
+        self.delivery.add(cq.handle, cq, s)
         if writer is not None:
             s.queues.cqs[cq.handle] = writer
         s.cqs.add(cq.handle)
@@ -752,9 +753,13 @@ class Verbs:
         client that read between the two messages)."""
         host = self.engine.host
         assert host is not None
-        api = self.engine.api
         if host.has_events():
+            api = self.engine.api
             self.delivery.events(host, self._qp_owner, api.sessions if api is not None
                                  else {})
-        for s in self.delivery.completions(host):
+        delivery = self.delivery
+        if not any(delivery.queues):  # (most passes: nothing waits, nothing is due)
+            delivery.due = _INF
+            return
+        for s in delivery.completions(host):
             self.posts.ring_broken(s, "its completion ring is corrupt")
