@@ -201,6 +201,13 @@ class HostConfig:
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
       reports then often come after the probe (a collective's tails queue at the
       receiver), docs/CORE.md, "Session 11".
+    - ``tail_path``: False (default). True: the last packet a QP sends before it has
+      nothing more to send (a message's end with the send queue empty: a collective
+      step's tail) goes on a path that has delivered a packet sent since one of the
+      QP's last few runs left, if the sprayed one has not (:meth:`mrcnet.core.
+      tailloss.TailLoss.tail_ev`): nothing sent after a tail lets RACK see it lost, so
+      a tail on a dead path waits for the tail-loss probe (docs/COLLECTIVES.md,
+      "session 12").
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -270,6 +277,7 @@ class HostConfig:
     rack_hold: float | None = None
     rack_prompt: bool = False
     tlp_prompt: bool = False
+    tail_path: bool = False
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True
