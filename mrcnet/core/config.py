@@ -208,6 +208,10 @@ class HostConfig:
       tailloss.TailLoss.tail_ev`): nothing sent after a tail lets RACK see it lost, so
       a tail on a dead path waits for the tail-loss probe (docs/COLLECTIVES.md,
       "session 12").
+    - ``retire_inflight``: False (default). True: a path retired as dead (a loss with
+      nothing sent on it later getting through, after the suspicion's grace; a probe's
+      or a timeout's verdict) takes its packets still in flight with it: they are lost
+      at once (``lost_path``), not each found by RACK, the probe or the timer.
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -278,6 +282,7 @@ class HostConfig:
     rack_prompt: bool = False
     tlp_prompt: bool = False
     tail_path: bool = False
+    retire_inflight: bool = False
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

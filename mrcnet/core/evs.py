@@ -74,6 +74,9 @@ class Verdicts(Protocol):
     def bad_paths(self, plane: int) -> set[int]:
         """Path indexes of ``plane`` the host holds failing."""
 
+    def failing(self) -> bool:
+        """Whether the host holds any route failing (this QP's or another's)."""
+
     def failed(self, plane: int, path: int, now: float) -> None:
         """This QP retired (plane, path) for loss or a timeout."""
 

@@ -299,19 +299,25 @@ class Recovery(NackRecovery, TailLoss):
                 self.qp.count("loss_suspect_extended")
             if due <= now:
                 del self.suspects[key]
-                self._retire_path(evs, now)
+                self._retire_path(evs, now, dead=True)
             else:
                 nxt = min(nxt, due)
         self.suspect_at = nxt
         self.qp.tv += 1
 
-    def _retire_path(self, evs: list[int], now: float, cause: str = "loss") -> None:
+    def _retire_path(self, evs: list[int], now: float, cause: str = "loss",
+                     dead: bool = False) -> None:
         """EVs of one path share its fate: retire the path's other EVs with these (or
-        each would have to lose a packet of its own first)."""
+        each would have to lose a packet of its own first). ``dead``: retired as a dead
+        path (nothing sent on it after a loss got through), not a lossy one: with
+        ``retire_inflight`` its packets in flight are lost with it
+        (:meth:`TailLoss._lose_path`)."""
         evm = self.evm
         assert evm is not None
         plane, path, _ = ev_path(evs[0])
         evm.retire_path(plane, path, now, cause, evs)
+        if dead and self.cfg.retire_inflight:
+            self._lose_path(evs[0] >> EV_PATH_SHIFT, now)
 
     def _confirmed_loss(self, ev: int, now: float) -> None:
         """The retransmission of a packet lost on ``ev`` got through while the original
@@ -372,7 +378,7 @@ class Recovery(NackRecovery, TailLoss):
         if cause == "timeout" and self.rack_sent <= sent:
             if self._silent_path(ev, key, sent, now):
                 self.qp.count("timeout_silent_path")
-                self._retire_path([ev], now, "timeout")
+                self._retire_path([ev], now, "timeout", dead=True)
                 return True
             # Nothing sent after it got through on *any* path: the peer (or this host's
             # own scheduling) stalled, or everything is down. No path to blame; the

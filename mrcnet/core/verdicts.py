@@ -93,6 +93,10 @@ class VerdictView:
             return set()
         return {path for path, key in enumerate(self.fates(plane)) if key in bad}
 
+    def failing(self) -> bool:
+        """Whether the host holds any route failing (this QP's or another's)."""
+        return bool(self.table.bad)
+
     def failed(self, plane: int, path: int, now: float) -> None:
         """This QP retired (plane, path) for loss or a timeout: tell the others."""
         key = self.key(plane, path)
