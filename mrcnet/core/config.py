@@ -212,6 +212,10 @@ class HostConfig:
       nothing sent on it later getting through, after the suspicion's grace; a probe's
       or a timeout's verdict) takes its packets still in flight with it: they are lost
       at once (``lost_path``), not each found by RACK, the probe or the timer.
+    - ``learn_at_declare``: False (default). True: a packet declared lost that arrives
+      after all widens RACK's allowance to what it needed from the allowance it was
+      declared lost with, not from the allowance now (which the burst's other late
+      packets already widened: compounding, up to the retransmission timeout's).
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -283,6 +287,7 @@ class HostConfig:
     tlp_prompt: bool = False
     tail_path: bool = False
     retire_inflight: bool = False
+    learn_at_declare: bool = False
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

@@ -70,7 +70,7 @@ class TailLoss:
     def _confirmed_loss(self, ev: int, now: float) -> None:
         raise NotImplementedError
 
-    def _learn_reorder(self, late: float) -> None:
+    def _learn_reorder(self, late: float, allowance: float) -> None:
         raise NotImplementedError
 
     def pto(self, newest: Any = None) -> float:
@@ -344,13 +344,14 @@ class TailLoss:
                         paths[k] = r
         return paths.get(key, 0.0)
 
-    def _late_arrival(self, seq: int, late: float) -> bool:
-        """A transmission declared lost arrived ``late`` s after that: learn the
+    def _late_arrival(self, seq: int, late: float, allowance: float) -> bool:
+        """A transmission declared lost (with RACK's ``allowance`` then) arrived
+        ``late`` s after that: learn the
         reordering (True), unless a tail-loss probe declared it (False): the probe fires
         on silence, not on reordering, and a late tail says nothing about the skew
         between paths."""
         if self.tlp_log.pop(seq, None) is not None:
             self.qp.count("tlp_spurious")
             return False
-        self._learn_reorder(late)
+        self._learn_reorder(late, allowance)
         return True

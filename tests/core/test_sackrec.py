@@ -179,7 +179,7 @@ def test_every_kind_of_record_decides_as_python(monkeypatch: pytest.MonkeyPatch)
             elif r < 0.08:
                 rec.retries = 1 - min(rec.retries, 1)
             elif r < 0.1:
-                rec.lost_log[rec.snd_una + 1] = (evlist[0], 7, now, True)
+                rec.lost_log[rec.snd_una + 1] = (evlist[0], 7, now, True, 40e-6)
             elif r < 0.3:
                 rec.lost_log.clear()
             elif r < 0.35:

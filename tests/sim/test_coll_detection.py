@@ -53,11 +53,11 @@ def _run(monkeypatch: pytest.MonkeyPatch, op: str, fail_at: str | None,
             by_key[(id(self), seq)] = d
         mark(self, seq, now, cause)
 
-    def arrived(self: Any, seq: int, lateness: float) -> bool:
+    def arrived(self: Any, seq: int, lateness: float, allowance: float) -> bool:
         d = by_key.get((id(self), seq))
         if d is not None:
             d["spurious"] = True
-        return late(self, seq, lateness)
+        return late(self, seq, lateness, allowance)
 
     with monkeypatch.context() as m:
         m.setattr(recmod.Recovery, "_mark_lost", marked)
