@@ -137,7 +137,7 @@ def test_prompt_rack_decides_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(c) == len(py)
     for k, (a, b) in enumerate(zip(c, py, strict=True)):
         assert a == b, f"batch {k} of {len(py)} (time {b[0]}, QP {b[1]}) differs"
-    assert py != _run(monkeypatch, False, spec, flows, fails, 7)
+    assert py != _run(monkeypatch, False, spec, flows, fails, 7, {"rack_prompt": False})
 
 
 def _sending(monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[Net, Recovery]:

@@ -152,7 +152,7 @@ def test_tail_avoids_a_path_not_proven_since_the_last_runs() -> None:
     left: 50 us); with the rule no tail goes on a path that has not delivered lately,
     and every write takes one round trip (10 us: 5 us each way)."""
     early = frozenset({(0, 1)})
-    off, c_off = _lone_writes(40, {(1, 2)}, 8, early)
+    off, c_off = _lone_writes(40, {(1, 2)}, 8, early, tail_path=False)
     assert c_off.get("lost_tlp", 0) >= 1 and "tail_path_moved" not in c_off
     assert max(off) > 4 * 10e-6
     on, c_on = _lone_writes(40, {(1, 2)}, 8, early, tail_path=True)
@@ -165,7 +165,7 @@ def test_tail_path_moves_nothing_while_every_path_delivers() -> None:
     """``tail_path`` must not fire while the host knows of no failing route (16 paths:
     each one's last use is older than the last eight runs, which would move every tail
     once a route is failing): the same paths, the same times as without it."""
-    off, c_off = _lone_writes(32, set(), 8)
+    off, c_off = _lone_writes(32, set(), 8, tail_path=False)
     on, c_on = _lone_writes(32, set(), 8, tail_path=True)
     assert "tail_path_moved" not in c_on
     assert on == off and c_on == c_off
