@@ -74,8 +74,8 @@ class Verdicts(Protocol):
     def bad_paths(self, plane: int) -> set[int]:
         """Path indexes of ``plane`` the host holds failing."""
 
-    def failing(self) -> bool:
-        """Whether the host holds any route failing (this QP's or another's)."""
+    def failing_since(self) -> float:
+        """When the host last learnt of a route failing; -1 when it holds none."""
 
     def failed(self, plane: int, path: int, now: float) -> None:
         """This QP retired (plane, path) for loss or a timeout."""

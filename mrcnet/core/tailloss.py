@@ -105,25 +105,26 @@ class TailLoss:
         sprayed onto ``ev``. Nothing sent after a tail lets RACK see it lost: on a dead
         path it waits for the probe (2 srtt + the hold; under an incast's queues, 100 us
         on the 64-host all-to-all, docs/COLLECTIVES.md "session 12"). While the host
-        knows of a failing route (its shared verdicts: a link is down somewhere near),
-        it keeps ``ev`` only if ``ev``'s path has delivered a packet sent since the
-        oldest of ``runs`` (the QP's last runs: their EVs and send times) left; else it
-        takes the EV of the newest run whose path has delivered a packet sent no earlier
-        than that run (a path proven alive since), if one is usable; else ``ev``.
-        (Without a failing route known it keeps ``ev``: moving every tail off the
-        spray's order made the 64-host all-to-all's first timed step 8 % slower.)"""
+        holds a route failing (its shared verdicts: a link is down somewhere near), it
+        keeps ``ev`` only if ``ev``'s path has delivered a packet sent since the host
+        last learnt of a failure; else it takes the newest EV of ``runs`` (the QP's last
+        runs: their EVs and send times) whose path has (alive since the failure), if
+        one is usable; else ``ev``. (Without a failing route known it keeps ``ev``:
+        moving every tail off the spray's order made the 64-host all-to-all's first
+        timed step 8 % slower; proven only since the run left, a path could have died
+        after, and tails went onto the dead link.)"""
         v = self.evm.verdicts  # type: ignore[union-attr]
-        if not runs or v is None or not v.failing():  # (no failing route known)
+        since = v.failing_since() if v is not None and runs else -1.0
+        if since < 0:  # (no failing route known)
             return ev
-        txt = self.txt
-        acked = txt.path_acked
-        if acked(ev >> EV_PATH_SHIFT) >= runs[0][1]:
+        acked = self.txt.path_acked
+        if acked(ev >> EV_PATH_SHIFT) >= since:
             return ev
         evs = self.evm.evs  # type: ignore[union-attr]
         usable = self.evm.usable_planes  # type: ignore[union-attr]
-        for run, sent in reversed(runs):
+        for run, _sent in reversed(runs):
             for cand in reversed(run):
-                if cand != ev and acked(cand >> EV_PATH_SHIFT) >= sent:
+                if cand != ev and acked(cand >> EV_PATH_SHIFT) >= since:
                     info = evs.get(cand)
                     if (info is not None and info.state is EVState.GOOD
                             and info.plane in usable):
