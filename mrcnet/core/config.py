@@ -203,13 +203,14 @@ class HostConfig:
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
       reports then often come after the probe (a collective's tails queue at the
       receiver), docs/CORE.md, "Session 11".
-    - ``tail_path``: True (default, since session 12). While the host holds a route
-      failing (shared verdicts), the last packet a QP sends before it has nothing more
-      to send (a message's end with the send queue empty: a collective step's tail)
-      goes on a path that has delivered a packet sent since the oldest of the QP's last
-      eight runs left, if the sprayed one has not (:meth:`mrcnet.core.tailloss.
-      TailLoss.tail_ev`): nothing sent after a tail lets RACK see it lost, so a tail on
-      a dead path waits for the tail-loss probe (docs/COLLECTIVES.md, "session 12").
+    - ``tail_path``: False (default). True: while the host holds a route failing
+      (shared verdicts), the last packet a QP sends before it has nothing more to send
+      (a message's end with the send queue empty: a collective step's tail) goes on a
+      path that has delivered a packet sent since the host learnt of the failure, if
+      the sprayed one has not (:meth:`mrcnet.core.tailloss.TailLoss.tail_ev`): nothing
+      sent after a tail lets RACK see it lost, so a tail on a dead path waits for the
+      tail-loss probe. Measured on the 64-host all-to-all: the failure's step slower
+      (240.9 against 189.4 us), so not the default (docs/COLLECTIVES.md, "session 12").
     - ``retire_inflight``: False (default). True: a path retired as dead (a loss with
       nothing sent on it later getting through, after the suspicion's grace; a probe's
       or a timeout's verdict) takes its packets still in flight with it: they are lost
@@ -291,7 +292,7 @@ class HostConfig:
     rack_hold: float | None = None
     rack_prompt: bool = True
     tlp_prompt: bool = False
-    tail_path: bool = True
+    tail_path: bool = False
     retire_inflight: bool = False
     learn_at_declare: bool = True
     tlp_srtts: float = 2.0
