@@ -120,9 +120,9 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
         recd.mark(self, seq, now, cause)
         orig_mark(self, seq, now, cause)
 
-    def late(self: Any, seq: int, lateness: float) -> bool:
+    def late(self: Any, seq: int, lateness: float, allowance: float) -> bool:
         recd.late(self, seq, lateness)
-        return orig_late(self, seq, lateness)
+        return orig_late(self, seq, lateness, allowance)
 
     orig_next = run._next_iteration
 

@@ -189,18 +189,40 @@ class HostConfig:
       while a later one was already reported: docs/CORE.md, "Session 9: loss detection
       time"); None (default): ``ack_delay``. 0: a held report shows as a spurious loss,
       and the allowance learns from it (measured: a regression, docs/CORE.md).
-    - ``rack_prompt``: False (default). True: RACK leaves the hold (``rack_hold``) out
-      of the wait of a packet whose arrival the peer reports at once (a retransmission,
-      a message's last packet, a packet whose arrival completes a message whose later
-      packets were all acknowledged: the peer's AckReq and ``ack_gap_fill`` rules, taken
-      to be this host's), and its reorder window follows the queues the RTT samples
-      show (4 rttvar or srtt - min_RTT, at least min_RTT / 2, at most the floor's).
-      Sender-only; docs/CORE.md, "Session 11".
+    - ``rack_prompt``: True (default, since session 12). RACK leaves the hold
+      (``rack_hold``) out of the wait of a packet whose arrival the peer reports at once
+      (a retransmission, a message's last packet, a packet whose arrival completes a
+      message whose later packets were all acknowledged: the peer's AckReq and
+      ``ack_gap_fill`` rules, taken to be this host's), and its reorder window follows
+      the queues the RTT samples show (4 rttvar or srtt - min_RTT, at least min_RTT /
+      2, at most RACK's whole allowance). False: every packet waits the allowance with
+      the hold. Sender-only; docs/CORE.md, "Session 11", docs/COLLECTIVES.md
+      "session 12".
     - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
       hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
       reports then often come after the probe (a collective's tails queue at the
       receiver), docs/CORE.md, "Session 11".
+    - ``tail_path``: False (default). True: while the host holds a route failing
+      (shared verdicts), the last packet a QP sends before it has nothing more to send
+      (a message's end with the send queue empty: a collective step's tail) goes on a
+      path that has delivered a packet sent since the host learnt of the failure, if
+      the sprayed one has not (:meth:`mrcnet.core.tailloss.TailLoss.tail_ev`): nothing
+      sent after a tail lets RACK see it lost, so a tail on a dead path waits for the
+      tail-loss probe. Measured on the 64-host all-to-all: the failure's step slower
+      (240.9 against 189.4 us), so not the default (docs/COLLECTIVES.md, "session 12").
+    - ``retire_inflight``: False (default). True: a path retired as dead (a loss with
+      nothing sent on it later getting through, after the suspicion's grace; a probe's
+      or a timeout's verdict) takes its packets still in flight with it: they are lost
+      at once (``lost_path``), not each found by RACK, the probe or the timer.
+      Measured (docs/COLLECTIVES.md, "session 12"): sim_digest's perm-linkdown-loss
+      better over twelve seeds, but a spine bottleneck's goodput through a failure
+      below tests/sim's 7/8 (0.875 against 0.897), so not the default.
+    - ``learn_at_declare``: True (default, since session 12): a packet declared lost
+      that arrives after all widens RACK's allowance to what it needed from the
+      allowance it was declared lost with. False: from the allowance now, which the
+      burst's other late packets already widened (compounding, up to the
+      retransmission timeout's: docs/COLLECTIVES.md, "session 12").
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -268,8 +290,11 @@ class HostConfig:
     rack_tie_break: bool = True
     rack_floor: float | None = None
     rack_hold: float | None = None
-    rack_prompt: bool = False
+    rack_prompt: bool = True
     tlp_prompt: bool = False
+    tail_path: bool = False
+    retire_inflight: bool = False
+    learn_at_declare: bool = True
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

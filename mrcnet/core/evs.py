@@ -74,6 +74,9 @@ class Verdicts(Protocol):
     def bad_paths(self, plane: int) -> set[int]:
         """Path indexes of ``plane`` the host holds failing."""
 
+    def failing_since(self) -> float:
+        """When the host last learnt of a route failing; -1 when it holds none."""
+
     def failed(self, plane: int, path: int, now: float) -> None:
         """This QP retired (plane, path) for loss or a timeout."""
 

@@ -108,7 +108,8 @@ class Recovery(NackRecovery, TailLoss):
         self.reo_learned = 0.0  # allowance (s) learned from how late "lost" packets came
         self.reo_last = -_INF  # time of the last spurious loss
         # seq -> (EV, TSETH stamp, time declared lost, by RACK) of transmissions declared lost
-        self.lost_log: dict[int, tuple[int, int, float, bool]] = {}
+        # (and RACK's allowance then)
+        self.lost_log: dict[int, tuple[int, int, float, bool, float]] = {}
         # path key (EV >> EV_PATH_SHIFT: plane and path) -> (count, window start) of its
         # ambiguous losses (the newest send time acknowledged per path is the table's:
         # path_acked)
@@ -242,7 +243,7 @@ class Recovery(NackRecovery, TailLoss):
                 # than this one got through (the peer was answering then): otherwise a
                 # stalled or late peer looks the same, and the probe only recovers.
                 blame = cause == "loss" or (cause == "tlp" and self.rack_sent >= sent)
-                log[seq] = (ev, e[E_TS], now, blame)
+                log[seq] = (ev, e[E_TS], now, blame, self._reorder_allowance())
                 txt.log(seq, True)
                 if cause == "tlp":
                     # No verdict yet: the probe's own answer decides (_tlp_answered).
@@ -299,19 +300,25 @@ class Recovery(NackRecovery, TailLoss):
                 self.qp.count("loss_suspect_extended")
             if due <= now:
                 del self.suspects[key]
-                self._retire_path(evs, now)
+                self._retire_path(evs, now, dead=True)
             else:
                 nxt = min(nxt, due)
         self.suspect_at = nxt
         self.qp.tv += 1
 
-    def _retire_path(self, evs: list[int], now: float, cause: str = "loss") -> None:
+    def _retire_path(self, evs: list[int], now: float, cause: str = "loss",
+                     dead: bool = False) -> None:
         """EVs of one path share its fate: retire the path's other EVs with these (or
-        each would have to lose a packet of its own first)."""
+        each would have to lose a packet of its own first). ``dead``: retired as a dead
+        path (nothing sent on it after a loss got through), not a lossy one: with
+        ``retire_inflight`` its packets in flight are lost with it
+        (:meth:`TailLoss._lose_path`)."""
         evm = self.evm
         assert evm is not None
         plane, path, _ = ev_path(evs[0])
         evm.retire_path(plane, path, now, cause, evs)
+        if dead and self.cfg.retire_inflight:
+            self._lose_path(evs[0] >> EV_PATH_SHIFT, now)
 
     def _confirmed_loss(self, ev: int, now: float) -> None:
         """The retransmission of a packet lost on ``ev`` got through while the original
@@ -372,7 +379,7 @@ class Recovery(NackRecovery, TailLoss):
         if cause == "timeout" and self.rack_sent <= sent:
             if self._silent_path(ev, key, sent, now):
                 self.qp.count("timeout_silent_path")
-                self._retire_path([ev], now, "timeout")
+                self._retire_path([ev], now, "timeout", dead=True)
                 return True
             # Nothing sent after it got through on *any* path: the peer (or this host's
             # own scheduling) stalled, or everything is down. No path to blame; the
@@ -431,12 +438,18 @@ class Recovery(NackRecovery, TailLoss):
         del self.path_tmo[key]
         return True
 
-    def _learn_reorder(self, late: float) -> None:
+    def _learn_reorder(self, late: float, allowance: float) -> None:
         """A packet declared lost arrived ``late`` seconds after that: widen the allowance
-        to cover it (with a margin), never beyond the retransmission timeout."""
+        to cover it (with a margin), never beyond the retransmission timeout. With
+        ``learn_at_declare`` the allowance it needed is ``allowance`` (what it was
+        declared lost with) + ``late``; else the allowance now + ``late``, which each
+        late packet of one burst widens again (four of them took it from 40 to 220 us
+        in sim_digest's perm-linkdown-loss: docs/COLLECTIVES.md, "session 12")."""
         cap = max(self.cfg.timeout_floor, self.srtt + 4 * self.rttvar)
+        if not self.cfg.learn_at_declare:
+            allowance = self._reorder_allowance()
         self.reo_learned = min(cap, max(
-            self.reo_learned, REO_LEARN_MARGIN * (self._reorder_allowance() + late)))
+            self.reo_learned, REO_LEARN_MARGIN * (allowance + late)))
 
     def _reorder_allowance(self) -> float:
         """RACK's reorder window (RFC 8985 6.2: min_RTT / 4, with a floor ``rack_floor``),
@@ -611,7 +624,7 @@ class Recovery(NackRecovery, TailLoss):
                 # The transmission we declared lost has arrived after all: learn how
                 # late it was, so the allowance covers it next time.
                 del self.lost_log[trig]
-                spurious = self._late_arrival(trig, now - rec[2])
+                spurious = self._late_arrival(trig, now - rec[2], rec[4])
         info = evm.evs.get(sack_ev)
         if tx:
             if tx > 1 and self.lost_log:
@@ -743,7 +756,7 @@ class Recovery(NackRecovery, TailLoss):
                         self.qp.count("loss_suspect_cleared")  # the "lost" packet came
                     # Acknowledged before its retransmission was sent, or sooner than any
                     # RTT ever measured: the transmission declared lost arrived after all.
-                    if self._late_arrival(seq, now - rec[2]):
+                    if self._late_arrival(seq, now - rec[2], rec[4]):
                         self._spurious_loss(now)
 
     def _complete_wrs(self) -> None:

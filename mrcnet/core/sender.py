@@ -50,6 +50,7 @@ _OP_FIRST, _OP_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
 _OP_LAST, _OP_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_IMM)
 _OP_ONLY, _OP_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_IMM)
 _TEMPLATE_CACHE_MAX = 1 << 14  # (EV, rkey) entries before the cache starts over
+TAIL_RUNS = 8  # runs whose paths a QP's tail may take (tail_path: TailLoss.tail_ev)
 _U64 = 1 << 64
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _RKEY, _VA = attrgetter("rkey"), attrgetter("remote_addr")
@@ -166,6 +167,10 @@ class SendGuard(Protocol):
     def base_timeout(self) -> float:
         """The QP's timeout (RTT based, never below the floor)."""
 
+    def tail_ev(self, ev: int, runs: deque[tuple[list[int], float]], now: float) -> int:
+        """The EV for a QP's last packet before it goes idle, sprayed onto ``ev``; ``runs``:
+        the QP's last runs (their EVs, sent when)."""
+
 
 class Sender:
     """The requester's send side of one QP (see the module docstring)."""
@@ -215,6 +220,9 @@ class Sender:
         self.wr_of: dict[int, WorkRequest] = {}  # slot -> started, not completed
         self.next_msn = 0  # the next RQMSN (write-with-immediate messages started)
         self.imm_outstanding = 0
+        # the last TAIL_RUNS runs' EVs and send times, for the tail's path (tail_path)
+        self.tail_runs: deque[tuple[list[int], float]] | None = (
+            deque(maxlen=TAIL_RUNS) if self.cfg.tail_path else None)
 
     def clear_templates(self) -> None:
         """Forget every frame template (the routes changed: INIT -> RTR)."""
@@ -328,6 +336,8 @@ class Sender:
             end = idx + k
             if end == wr.npkts:
                 sq.popleft()
+                if not sq and self.tail_runs is not None:  # (the QP's tail: tail_path)
+                    evs[-1] = rec.tail_ev(evs[-1], self.tail_runs, now)
                 if wr.imm is None:
                     ops[-1] = _OP_ONLY if end == 1 else _OP_LAST
                 else:
@@ -340,6 +350,8 @@ class Sender:
                 rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
                 self.qp.tv += 1
             rec.arm_tlp(now)
+            if self.tail_runs is not None:
+                self.tail_runs.append((evs, now))
             self.tx_packets += k
 
     def _emit_msgs(self, now: float, ts: int, cwnd: float, win: int,

@@ -93,6 +93,12 @@ class VerdictView:
             return set()
         return {path for path, key in enumerate(self.fates(plane)) if key in bad}
 
+    def failing_since(self) -> float:
+        """When the host last learnt of a route failing (this QP's or another's) among
+        those it holds failing; -1 when it holds none."""
+        bad = self.table.bad
+        return max(bad.values()) if bad else -1.0
+
     def failed(self, plane: int, path: int, now: float) -> None:
         """This QP retired (plane, path) for loss or a timeout: tell the others."""
         key = self.key(plane, path)

@@ -137,7 +137,7 @@ def test_prompt_rack_decides_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(c) == len(py)
     for k, (a, b) in enumerate(zip(c, py, strict=True)):
         assert a == b, f"batch {k} of {len(py)} (time {b[0]}, QP {b[1]}) differs"
-    assert py != _run(monkeypatch, False, spec, flows, fails, 7)
+    assert py != _run(monkeypatch, False, spec, flows, fails, 7, {"rack_prompt": False})
 
 
 def _sending(monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[Net, Recovery]:
@@ -179,7 +179,7 @@ def test_every_kind_of_record_decides_as_python(monkeypatch: pytest.MonkeyPatch)
             elif r < 0.08:
                 rec.retries = 1 - min(rec.retries, 1)
             elif r < 0.1:
-                rec.lost_log[rec.snd_una + 1] = (evlist[0], 7, now, True)
+                rec.lost_log[rec.snd_una + 1] = (evlist[0], 7, now, True, 40e-6)
             elif r < 0.3:
                 rec.lost_log.clear()
             elif r < 0.35:
