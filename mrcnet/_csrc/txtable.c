@@ -264,6 +264,32 @@ unsigned mrc_tx_inflight(const struct mrc_txq *t, uint64_t *out, unsigned cap)
     return n;
 }
 
+unsigned mrc_tx_prompt_scan(const struct mrc_txq *t, double limit, int tied,
+                            uint64_t tie_seq, uint64_t una, const char *ends, double rtt,
+                            double window, double now, double *at, uint64_t *out,
+                            unsigned cap)
+{
+    unsigned n = 0;
+    for (int32_t i = t->head; i >= 0 && n < cap; i = t->pk[i].next) {
+        const struct mrc_txpkt *p = &t->pk[i];
+        if (p->sent > limit || (p->sent == limit && (!tied || p->seq >= tie_seq)))
+            break;
+        int end = p->tx > 1 || ends[p->opcode];
+        if (end && p->sent < limit) {
+            double due = p->sent + rtt + window;
+            if (due <= now) {
+                *at = -1.0;  /* one is due: Python walks the flight itself */
+                return 0;
+            }
+            if (due < *at)
+                *at = due;
+        } else if (end || p->seq == una) {
+            out[n++] = p->seq;
+        }
+    }
+    return n;
+}
+
 int mrc_tx_log(struct mrc_txq *t, int64_t seq, int on)
 {
     struct mrc_txpkt *p = entry(t, seq);

@@ -106,6 +106,18 @@ int mrc_tx_log(struct mrc_txq *t, int64_t seq, int on);
 double mrc_tx_path_acked(const struct mrc_txq *t, uint32_t key);
 /* The packets in flight, oldest first (at most ``cap``). */
 unsigned mrc_tx_inflight(const struct mrc_txq *t, uint64_t *out, unsigned cap);
+/* RACK's walk for the packets the peer reports at once (core/tailloss.py
+ * _prompt_losses), its common case in C: over the packets in flight, oldest first, up to
+ * the first sent after ``limit`` (one sent at ``limit`` only if ``tied`` and its seq is
+ * below ``tie_seq``), a packet sent before ``limit`` and retransmitted or of an opcode
+ * ``ends`` marks (256 entries) is due at sent + ``rtt`` + ``window``: the earliest still
+ * to come lowers ``*at``; one due by ``now`` sets ``*at`` to -1 and ends the walk (0
+ * returned). The rest Python decides: such a packet sent at ``limit`` (the tie-break's
+ * bound) and ``una`` (a gap fill), named in ``out`` in the walk's order. */
+unsigned mrc_tx_prompt_scan(const struct mrc_txq *t, double limit, int tied,
+                            uint64_t tie_seq, uint64_t una, const char *ends, double rtt,
+                            double window, double now, double *at, uint64_t *out,
+                            unsigned cap);
 
 /* cffi: end */
 

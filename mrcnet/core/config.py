@@ -189,7 +189,7 @@ class HostConfig:
       while a later one was already reported: docs/CORE.md, "Session 9: loss detection
       time"); None (default): ``ack_delay``. 0: a held report shows as a spurious loss,
       and the allowance learns from it (measured: a regression, docs/CORE.md).
-    - ``rack_prompt``: True (default, since session 12). RACK leaves the hold
+    - ``rack_prompt``: False (default). True: RACK leaves the hold
       (``rack_hold``) out of the wait of a packet whose arrival the peer reports at once
       (a retransmission, a message's last packet, a packet whose arrival completes a
       message whose later packets were all acknowledged: the peer's AckReq and
@@ -197,7 +197,10 @@ class HostConfig:
       the queues the RTT samples show (4 rttvar or srtt - min_RTT, at least min_RTT /
       2, at most RACK's whole allowance). False: every packet waits the allowance with
       the hold. Sender-only; docs/CORE.md, "Session 11", docs/COLLECTIVES.md
-      "session 12".
+      "session 12": it meets the 64-host all-reduce's link-down point but makes the
+      all-to-all's failure steps slower (1.181 -> 1.345 of the no-failure P100 at one
+      failure instant) and costs the simulator ~9 % of its CPU per event, so it is not
+      the default.
     - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
       hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
@@ -290,7 +293,7 @@ class HostConfig:
     rack_tie_break: bool = True
     rack_floor: float | None = None
     rack_hold: float | None = None
-    rack_prompt: bool = True
+    rack_prompt: bool = False
     tlp_prompt: bool = False
     tail_path: bool = False
     retire_inflight: bool = False

@@ -32,6 +32,15 @@ _INF = float("inf")
 _PLAIN_ENDS = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_ONLY})
 
 
+def _ends_mask(ops: set[int]) -> bytes:
+    """A 256-entry opcode mask (``TxTable.prompt_scan``'s ``ends``)."""
+    return bytes(op in ops for op in range(256))
+
+
+# _prompt_end's message ends, by ``ack_with_data``
+_ENDS = {False: _ends_mask({*_PLAIN_ENDS, *LAST_OPCODES}), True: _ends_mask(set(_PLAIN_ENDS))}
+
+
 class TailLoss:
     """The tie-break and the tail-loss probe, mixed into ``Recovery``: its state
     (``rack_tie``, ``tlp_at``, ``tlp_sent``, ``tlp_log``, set by ``Recovery.reset``) and
@@ -265,9 +274,19 @@ class TailLoss:
                                      self.srtt - self.min_rtt))
         else:
             window -= self._rack_hold()
-        at = _INF
         srtts: dict[int, float] = {}  # _path_srtt's answers for this pass
-        for seq in txt.inflight():
+        # The table walks the flight (in C for the C table) and times the common case
+        # itself, a retransmission or a message's end sent before the bound; it leaves
+        # the tie-break's bound and the gap fill to the loop below. One already due:
+        # the loop walks the whole flight, declaring in the walk's order.
+        seqs, at = txt.prompt_scan(limit, tied, tie_seq if tied else 0, self.snd_una,
+                                   _ENDS[bool(self.cfg.ack_with_data)], txt.rack_rtt,
+                                   window, now)
+        if at < 0:
+            if not declare:
+                return 0.0
+            seqs, at = txt.inflight(), _INF
+        for seq in seqs:
             e = txt.get(seq)
             if e is None:
                 continue

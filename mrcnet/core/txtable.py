@@ -21,6 +21,8 @@ from typing import Any, Final, Protocol
 from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 
+_INF = float("inf")
+
 # Entry flags (mrcnet/_csrc/txtable.h MRC_TX_*)
 LIVE, INFL, PEND, LOGGED = 1, 2, 4, 8
 
@@ -67,6 +69,8 @@ class TxTable(Protocol):
     def specials(self) -> list[tuple[int, float, bool]]: ...
     def rack(self, limit: float, wait: float, now: float) -> tuple[list[int], float]: ...
     def inflight(self) -> list[int]: ...
+    def prompt_scan(self, limit: float, tied: bool, tie_seq: int, una: int, ends: bytes,
+                    rtt: float, window: float, now: float) -> tuple[list[int], float]: ...
     def oldest(self) -> int | None: ...
     def wr_unacked(self, wr: int) -> int: ...
     def path_acked(self, key: int) -> float: ...
@@ -247,6 +251,35 @@ class PyTxTable:
         """The packets in flight, oldest first."""
         return list(self._infl)
 
+    def prompt_scan(self, limit: float, tied: bool, tie_seq: int, una: int, ends: bytes,
+                    rtt: float, window: float, now: float) -> tuple[list[int], float]:
+        """RACK's walk for the packets the peer reports at once
+        (``TailLoss._prompt_losses``), its common case: over the packets in flight,
+        oldest first, up to the first sent after ``limit`` (one sent at ``limit`` only if
+        ``tied`` and below ``tie_seq``), a packet sent before ``limit`` that was
+        retransmitted or has an opcode ``ends`` marks (``ends[op]`` nonzero) is due at
+        sent + ``rtt`` + ``window``. Returns the packets left for the caller (such a
+        packet sent at ``limit``, and ``una``), in the walk's order, and the earliest
+        due time still to come (inf: none); -1.0 and no packets if one is due by
+        ``now``."""
+        out = []
+        at = _INF
+        pk = self._pk
+        for seq in self._infl:
+            e = pk[seq]
+            sent = e[E_SENT]
+            if sent > limit or (sent == limit and (not tied or seq >= tie_seq)):
+                break
+            end = e[E_TX] > 1 or ends[e[E_OP]]
+            if end and sent < limit:
+                due = sent + rtt + window
+                if due <= now:
+                    return [], -1.0
+                at = min(at, due)
+            elif end or seq == una:
+                out.append(seq)
+        return out, at
+
     def oldest(self) -> int | None:
         """The packet in flight longest, if any."""
         for seq in self._infl:
@@ -266,8 +299,8 @@ class CTxTable:
     """The requester's table of packets in flight in C (``mrcnet/_csrc/txtable.c``): the
     interface and results of :class:`PyTxTable`, which documents it."""
 
-    __slots__ = ("_cap", "_get", "_gi", "_gs", "_keep", "_lost", "_o", "_t", "_unpack", "_wr",
-                 "c", "scratch", "trig_sent", "trig_tx")
+    __slots__ = ("_at", "_cap", "_get", "_gi", "_gs", "_keep", "_lost", "_o", "_t", "_unpack",
+                 "_wr", "c", "scratch", "trig_sent", "trig_tx")
 
     def __init__(self, capacity: int, seq: int, paths: int = 16) -> None:
         if not HAVE_C:
@@ -299,6 +332,7 @@ class CTxTable:
         # get()'s C entry and its two out arrays
         self._get, self._unpack = C.mrc_tx_get, ffi.unpack
         self._gi, self._gs = ffi.new("int64_t[8]"), ffi.new("double[1]")
+        self._at = ffi.new("double[1]")  # (prompt_scan's earliest due time)
 
     @property
     def ninfl(self) -> int:
@@ -390,6 +424,15 @@ class CTxTable:
         """The packets in flight, oldest first."""
         n = C.mrc_tx_inflight(self._t, self._lost, self._cap)
         return ffi.unpack(self._lost, n)  # type: ignore[no-any-return]
+
+    def prompt_scan(self, limit: float, tied: bool, tie_seq: int, una: int, ends: bytes,
+                    rtt: float, window: float, now: float) -> tuple[list[int], float]:
+        """See :meth:`PyTxTable.prompt_scan` (one C walk, no entry read per packet)."""
+        at = self._at
+        at[0] = _INF
+        n = C.mrc_tx_prompt_scan(self._t, limit, tied, tie_seq, una, ends, rtt, window,
+                                 now, at, self._lost, self._cap)
+        return (ffi.unpack(self._lost, n) if n else []), at[0]
 
     def oldest(self) -> int | None:
         """The packet in flight longest, if any."""

@@ -97,6 +97,20 @@ def _run(seed: int, tables: list[TxTable], start: int) -> None:
             limit, wait = now - rnd.random() * 0.01, rnd.random() * 0.01
             res2 = [t.rack(limit, wait, now) for t in tables]
             assert all(r == res2[0] for r in res2)
+            # rack_prompt's walk: a bound at a packet's own send time (the tie-break's
+            # case) as often as not, some opcodes marked as ends, due times on both
+            # sides of now
+            infl = tables[0].inflight()
+            if infl and rnd.random() < 0.5:
+                entry = tables[0].get(rnd.choice(infl))
+                assert entry is not None
+                limit = entry[1]
+            ends = bytes(rnd.random() < 0.3 for _ in range(256))
+            tied, tie_seq = rnd.random() < 0.5, rnd.randrange(snd_una, next_seq + 2)
+            rtt, window = rnd.random() * 0.005, rnd.random() * 0.005
+            res3 = [t.prompt_scan(limit, tied, tie_seq, snd_una, ends, rtt, window, now)
+                    for t in tables]
+            assert all(r == res3[0] for r in res3), (res3, seed)
         states = [_state(t, snd_una, next_seq) for t in tables]
         assert all(s == states[0] for s in states), seed
         # Everything below the cumulative point is gone from the table.
