@@ -433,8 +433,9 @@ class Daemon:
             # hundreds of frames inflate the RTT the peer's congestion control sees.
             self._send_out(now)
             now = time.monotonic()
-        if self._bulk is not None:
-            self._bulk.note(total)
+        if self._bulk is not None and (why := self._bulk.note(total)) is not None:
+            self.log.warning("sched_batch bulk: policy not changed, no more tries",
+                             error=why)
         return now
 
     def _pump(self, now: float | None = None) -> None:

@@ -76,23 +76,26 @@ class BulkBatch:
         self.failed: str | None = None  #: why a change failed (then: no more tries)
         self.average = 0.0  #: frames per pass, moving average
 
-    def note(self, frames: int) -> None:
-        """A port pass read ``frames`` frames."""
+    def note(self, frames: int) -> str | None:
+        """A port pass read ``frames`` frames. Returns why a policy change failed, the
+        one time it does (no change is tried after that), for the caller to log."""
         avg = self.average = self.average + BULK_WEIGHT * (frames - self.average)
         if (avg >= BULK_FRAMES) if not self.on else (avg <= CALM_FRAMES):
-            self._set(not self.on)
+            return self._set(not self.on)
+        return None
 
-    def _set(self, on: bool) -> None:
+    def _set(self, on: bool) -> str | None:
         if self.failed is not None:
-            return
+            return None
         policy = getattr(os, "SCHED_BATCH" if on else "SCHED_OTHER", None)
         if policy is None:
             self.failed = "this platform has no SCHED_BATCH"
-            return
+            return self.failed
         try:
             os.sched_setscheduler(0, policy, os.sched_param(0))
         except OSError as e:
             self.failed = str(e)
-            return
+            return self.failed
         self.on = on
         self.changes += 1
+        return None

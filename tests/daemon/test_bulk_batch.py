@@ -83,3 +83,21 @@ def test_round_trips_under_bulk_keep_the_policy(veth: VethPair, tmp_path: Path) 
         _ping_pong(socks, 40)
         for m in mrcds:
             assert os.sched_getscheduler(m.proc.pid) == os.sched_getscheduler(0)
+
+
+def test_a_failed_change_is_reported_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy the kernel refuses: ``note`` returns why, once (mrcd logs it), and no
+    change is tried again."""
+    from mrcnet.daemon import sched
+
+    calls = []
+
+    def refuse(pid: int, policy: int, param: object) -> None:
+        calls.append(policy)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(sched.os, "sched_setscheduler", refuse)
+    b = sched.BulkBatch()
+    said = [b.note(64) for _ in range(40)]
+    assert [w for w in said if w is not None] == ["[Errno 1] Operation not permitted"]
+    assert len(calls) == 1 and not b.on and b.changes == 0
