@@ -25,8 +25,8 @@ struct mrc_opbits {
  * frames mrc_patch_run writes (payload bytes [off0 + i * seg ..) at payload[i * seg],
  * address va0 + i * seg, PSN (seq + i) mod 2^24) into buf (cap bytes, lens[i] each);
  * then, only if every frame fit, mrc_tx_send of them into table t at ``now`` / ``ts``
- * and each frame queued on qs[port[i]] (of nq). Returns the frames queued (*queued
- * gets them too), or -1 if a frame did not fit (nothing recorded or queued). */
+ * and each frame queued on qs[port[i]] (of nq). Returns the frames queued, or -1 if a
+ * frame did not fit (nothing recorded or queued). */
 int mrc_send_run(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
                  const struct mrc_path *paths, const struct mrc_opbits *bits,
                  const uint16_t *port, const uint16_t *slot, unsigned n, uint64_t seq,

@@ -37,9 +37,6 @@ from mrcnet.core.states import RTR, RTS
 from mrcnet.errors import MalformedFrame
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
-# (module globals: an enum member read through its class costs a metaclass lookup,
-# and these are read once per frame or per NACK)
-
 #: Tests set this: every check that ``QueuePair.setup_ver`` lets the receive loop skip
 #: runs anyway, and raises AssertionError when it finds a change the version missed.
 VERIFY_SETUP = False

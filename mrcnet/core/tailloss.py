@@ -366,10 +366,9 @@ class TailLoss:
 
     def _late_arrival(self, seq: int, late: float, allowance: float) -> bool:
         """A transmission declared lost (with RACK's ``allowance`` then) arrived
-        ``late`` s after that: learn the
-        reordering (True), unless a tail-loss probe declared it (False): the probe fires
-        on silence, not on reordering, and a late tail says nothing about the skew
-        between paths."""
+        ``late`` s after that: learn the reordering (True), unless a tail-loss probe
+        declared it (False): the probe fires on silence, not on reordering, and a late
+        tail says nothing about the skew between paths."""
         if self.tlp_log.pop(seq, None) is not None:
             self.qp.count("tlp_spurious")
             return False
