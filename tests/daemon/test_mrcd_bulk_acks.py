@@ -96,7 +96,8 @@ def fm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricMrcds]:
 def test_a_bulk_transfer_between_mrcds_is_verified_with_few_sacks(fm: FabricMrcds) -> None:
     """64 MiB in 1 MiB writes, 8 outstanding, h0 -> h1 on an unshaped fabric: every byte
     arrives, and the receiving mrcd sends fewer acknowledgements than one per 8 data
-    frames (a SACK per receive pass of a few frames was 0.14-0.19 per data frame)."""
+    frames (0.09-0.11 measured; with ``ack_lone`` tools/bench_goodput.py saw 0.15-0.18
+    on its 256 MiB runs, though a loaded machine's longer passes hide it in this one)."""
     conn = connect_mrcds(fm.sock("h0"), fm.sock("h1"), "h1", 300, 64 * MIB)
     try:
         assert conn.stream(64 * MIB, MIB, 8) == []
@@ -104,7 +105,6 @@ def test_a_bulk_transfer_between_mrcds_is_verified_with_few_sacks(fm: FabricMrcd
         q = conn.cb.stats(conn.qp_b)["qp"]["counters"]
         acks = q.get("tx_sack", 0) + q.get("tx_ack", 0)
         assert q["rx_data"] >= 64 * MIB // 9000
-        print(f"acknowledgements per data frame {acks / q['rx_data']:.3f}")
         assert acks / q["rx_data"] < 1 / 8, q
     finally:
         conn.close()
