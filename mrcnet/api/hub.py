@@ -190,14 +190,19 @@ class Hub:
                 continue
             self._pumping = True
             try:
-                fd = self.ctx.fileno()
+                # (the rings armed under the lock: another thread's pump may look at
+                # them meanwhile, and arms them again while this one sleeps)
+                ready_now = self.ctx._before_sleep()
+                fd = self.ctx._fd()
                 self.cond.release()
                 try:
-                    select.select([fd], [], [], max(0.0, left))
+                    if not ready_now:
+                        select.select([fd], [], [], max(0.0, left))
                 except (OSError, ValueError):
                     pass  # closed meanwhile: the pump below finds out
                 finally:
                     self.cond.acquire()
+                    self.ctx._after_sleep()
             finally:
                 self._pumping = False
             self.pump()
