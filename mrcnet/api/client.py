@@ -562,6 +562,21 @@ class Context:
         if q is not None:
             q.drain(self._on_rows)
 
+    def _look(self, sock: bool = True) -> None:
+        """Take what came, without waiting: the socket (``sock``; always without the
+        rings), then the rings (for the socket API's hub, which sleeps by itself)."""
+        if self._sock.fileno() < 0:
+            raise DaemonNotRunning(f"the context on mrcd at {self.path} is closed")
+        q = self._q
+        if sock or q is None:
+            self._drain_socket()
+        if q is not None:
+            q.drain(self._on_rows)
+
+    def _next_event(self) -> Event | None:
+        """The next asynchronous event already read, or None (no I/O)."""
+        return self._events.popleft().event if self._events else None
+
     def _before_sleep(self) -> bool:
         """For a waiter of the library that sleeps on the socket itself (the socket
         API's hub, whose lock this is called under: another thread may look at the
