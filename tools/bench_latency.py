@@ -60,7 +60,8 @@ METHODS = ("mrc", "mrc-verbs", "udp")
 SELF = os.path.abspath(__file__)
 #: Set (by --pin) in the environment of the processes this bench starts in the hosts.
 PIN_ENV = "BENCH_LATENCY_PIN"
-#: Set (by --profile) likewise: the verbs client and echo write their cProfile there too.
+#: Set (by --profile) likewise: the clients and echoes of the verbs and the socket API
+#: write their cProfile there too.
 PROFILE_ENV = "BENCH_LATENCY_PROFILE"
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
 #: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
@@ -518,19 +519,20 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, {0 if role == "_client" else 1})
         if role == "_udp_echo":
             _udp_echo(int(rest[0]))
-        elif role == "_mrc_echo":
-            _mrc_echo(rest[0], int(rest[1]))
         elif role == "_udp_blast":
             _udp_blast(rest[0], float(rest[1]))
         elif role == "_udp_count":
             _udp_count(int(rest[0]))
         prof_dir = os.environ.get(PROFILE_ENV)
         prof = None
-        if prof_dir and (role == "_verbs_echo" or (role == "_client" and rest[0] == "verbs")):
-            import cProfile  # (the verbs round trip's application side, both hosts)
+        if prof_dir and (role in ("_verbs_echo", "_mrc_echo")
+                         or (role == "_client" and rest[0] in ("verbs", "mrc"))):
+            import cProfile  # (the round trip's application side, both hosts)
             prof = cProfile.Profile(time.thread_time)
             prof.enable()
-        if role == "_verbs_echo":
+        if role == "_mrc_echo":
+            _mrc_echo(rest[0], int(rest[1]))
+        elif role == "_verbs_echo":
             _verbs_echo(rest[0], int(rest[1]), int(rest[2]))
         elif role == "_client":
             method, target, sizes, iters, warmup, mrcd = rest
@@ -538,7 +540,9 @@ def main(argv: list[str] | None = None) -> int:
                     int(warmup), None if mrcd == "-" else mrcd)
         if prof is not None and prof_dir:
             prof.disable()
-            prof.dump_stats(os.path.join(prof_dir, f"app{role}.prof"))
+            # (app_client.prof: the verbs client's; app_client_mrc.prof: the socket API's)
+            name = role + ("_mrc" if role == "_client" and rest[0] == "mrc" else "")
+            prof.dump_stats(os.path.join(prof_dir, f"app{name}.prof"))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--sizes", default="8,64,512,4096")
@@ -552,8 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-rate", action="store_true", help="round trips only")
     ap.add_argument("--profile", metavar="DIR", type=Path,
                     help="each mrcd writes cProfile statistics to DIR/HOST.prof, the verbs "
-                    "client and echo to DIR/app_client.prof and app_verbs_echo.prof "
-                    "(read them with python -m pstats)")
+                    "client and echo to DIR/app_client.prof and app_verbs_echo.prof, the "
+                    "socket API's to app_client_mrc.prof and app_mrc_echo.prof (read them "
+                    "with python -m pstats)")
     ap.add_argument("--pin", action="store_true",
                     help="round trips with each host's mrcd and application on one CPU "
                     "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "

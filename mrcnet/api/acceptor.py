@@ -67,8 +67,8 @@ class Acceptor:
     def check(self) -> None:
         """Called by the hub's pump: did the listening QP get connected?"""
         ch = self.pending
-        if ch is None or self.closed:
-            return
+        if ch is None or self.closed or ch.qp.qpn not in self.hub.ctx._connected:
+            return  # (the common case without accept's TimeoutError)
         try:
             peer = ch.qp.accept(timeout=0)  # never blocks: mrcd's push is queued already
         except TimeoutError:

@@ -30,8 +30,8 @@ import select
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
 
 from mrcnet.api.errors import (
     AccessDenied,
@@ -162,6 +162,10 @@ class MemoryRegion:
         self._map.close()
 
 
+#: WorkCompletion's fields in order (a row's: :data:`~mrcnet.api.shmclient.Row`).
+_WC_FIELDS: Final = tuple(f.name for f in fields(WorkCompletion))
+
+
 class CompletionQueue:
     """Completions pushed by mrcd, polled here (no round trip per poll)."""
 
@@ -172,8 +176,14 @@ class CompletionQueue:
         self._wcs: collections.deque[WorkCompletion] = collections.deque()
 
     def _add(self, rows: list[Row]) -> None:
-        wc = WorkCompletion
-        self._wcs.extend(wc(*r) for r in rows)
+        # (Each WorkCompletion made with its fields in one update of its __dict__: the
+        # frozen dataclass's __init__ sets them one object.__setattr__ at a time, twice
+        # the time, and this is every completion's path. Equal to one made by __init__.)
+        new, wc, keys, append = object.__new__, WorkCompletion, _WC_FIELDS, self._wcs.append
+        for r in rows:
+            o = new(wc)
+            o.__dict__.update(zip(keys, r, strict=True))
+            append(o)
 
     def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
         """Completions available now (never blocks)."""
@@ -182,7 +192,12 @@ class CompletionQueue:
         return self._take(max_entries)
 
     def _take(self, n: int) -> list[WorkCompletion]:
-        return [self._wcs.popleft() for _ in range(min(n, len(self._wcs)))]
+        wcs = self._wcs
+        if len(wcs) <= n:  # (all of them: the common case, one copy)
+            out = list(wcs)
+            wcs.clear()
+            return out
+        return [wcs.popleft() for _ in range(n)]
 
     def pending(self) -> int:
         """Completions already received from mrcd and not yet polled (no I/O)."""
@@ -207,7 +222,7 @@ class CompletionQueue:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return []
-            self.ctx._pump(block=True, timeout=left)
+            self.ctx._pump(block=True, timeout=left, completions=True)
             self.ctx._raise_deferred()
         return self._take(max_entries)
 
@@ -272,9 +287,11 @@ class QueuePair:
                    remote_offset: int = 0, *, imm: int | None = None, wr_id: int = 0) -> None:
         """RDMA WRITE ``mr[offset:offset+length]`` to ``remote`` at ``remote_offset``;
         with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive)."""
-        if mr.ctx is not self.ctx or mr.lkey not in self.ctx._mrs:
+        ctx = self.ctx
+        if mr.ctx is not ctx or mr.lkey not in ctx._mrs:
             raise BadLkey(f"lkey {mr.lkey:#x} is not a registered region of this context")
-        mr.check(offset, length)
+        if offset < 0 or length < 0 or offset + length > mr.length:
+            mr.check(offset, length)  # (its error)
         if remote_offset < 0 or remote_offset + length > remote.length:
             raise OutOfBounds(f"[{remote_offset}, {remote_offset + length}) is outside the "
                               f"remote region of {remote.length} bytes")
@@ -282,28 +299,35 @@ class QueuePair:
             raise InvalidArgument(f"immediate {imm} is not a 32-bit value")
         if length >= 1 << 32:
             raise InvalidArgument(f"a write of {length} bytes: at most 4 GiB - 1 at once")
-        ctx = self.ctx
-        ctx._raise_deferred()
-        if ctx._q is None:  # no shared queues (see Context): a JSON request
-            ctx._post("post_write", qpn=self.qpn, wr_id=_wr_id(wr_id), lkey=mr.lkey,
+        if not 0 <= wr_id < 1 << 64:
+            _wr_id(wr_id)  # (its error)
+        if ctx._deferred:
+            ctx._raise_deferred()
+        q = ctx._q
+        if q is None:  # no shared queues (see Context): a JSON request
+            ctx._post("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
                       addr=mr.addr + offset, length=length,
                       remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
             return
         try:
-            ctx._q.post_write(self.qpn, _wr_id(wr_id), mr.lkey, mr.addr + offset, length,
-                              remote.addr + remote_offset, remote.rkey, imm, ctx.timeout)
+            q.post_write(self.qpn, wr_id, mr.lkey, mr.addr + offset, length,
+                         remote.addr + remote_offset, remote.rkey, imm, ctx.timeout)
         except OSError as e:
             raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
 
     def post_recv(self, wr_id: int = 0) -> None:
         """Post a receive: one incoming write-with-immediate completes it."""
         ctx = self.ctx
-        ctx._raise_deferred()
-        if ctx._q is None:
-            ctx._post("post_recv", qpn=self.qpn, wr_id=_wr_id(wr_id))
+        if not 0 <= wr_id < 1 << 64:
+            _wr_id(wr_id)  # (its error)
+        if ctx._deferred:
+            ctx._raise_deferred()
+        q = ctx._q
+        if q is None:
+            ctx._post("post_recv", qpn=self.qpn, wr_id=wr_id)
             return
         try:
-            ctx._q.post_recv(self.qpn, _wr_id(wr_id), ctx.timeout)
+            q.post_recv(self.qpn, wr_id, ctx.timeout)
         except OSError as e:
             raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
 
@@ -402,7 +426,12 @@ class Context:
     # --- plumbing -----------------------------------------------------------------------
     def fileno(self) -> int:
         """The socket's fd (readable when mrcd answered, pushed an event or rang for
-        completions)."""
+        completions). A context whose fd was asked for keeps its completion rings armed
+        after every look (mrcnet.api.shmclient), so that a ``select`` on it never
+        sleeps through a completion; one waited on only through this library arms them
+        just before it sleeps, and mrcd rings less."""
+        if self._q is not None:
+            self._q.outside_waiters()
         return self._sock.fileno()
 
     def close(self) -> None:
@@ -510,26 +539,72 @@ class Context:
         ok: Message = resp.get("ok", {})
         return ok
 
-    def _pump(self, *, block: bool, timeout: float | None = None) -> None:
-        """Read what mrcd sent: responses, events, completions (at most one wait)."""
+    def _pump(self, *, block: bool, timeout: float | None = None,
+              completions: bool = False) -> None:
+        """Read what mrcd sent: responses, events, completions (at most one wait).
+        ``completions``: the caller waits for completions only: the socket is read only
+        when the wait slept and it became readable, and then up to its first doorbell
+        (the rings armed once per sleep: one doorbell per CQ at most)."""
         if self._sock.fileno() < 0:
             raise DaemonNotRunning(f"the context on mrcd at {self.path} is closed")
         q = self._q
         if block:
             if q is not None:
-                q.wait(timeout)
+                if not q.wait(timeout) and completions:
+                    # (the rings had completions, or the wait timed out: no doorbell
+                    # to read; a push waits for the next read of the socket)
+                    q.drain(self._on_rows)
+                    return
             else:
                 select.select([self._sock], [], [], timeout)
-        self._drain_socket()
+        self._drain_socket(completions and q is not None and len(q.cqs) == 1
+                           and not q.arm_on_drain)
         if q is not None:
             q.drain(self._on_rows)
+
+    def _look(self, sock: bool = True) -> None:
+        """Take what came, without waiting: the socket (``sock``; always without the
+        rings), then the rings (for the socket API's hub, which sleeps by itself)."""
+        if self._sock.fileno() < 0:
+            raise DaemonNotRunning(f"the context on mrcd at {self.path} is closed")
+        q = self._q
+        if sock or q is None:
+            self._drain_socket()
+        if q is not None:
+            q.drain(self._on_rows)
+
+    def _next_event(self) -> Event | None:
+        """The next asynchronous event already read, or None (no I/O)."""
+        return self._events.popleft().event if self._events else None
+
+    def _before_sleep(self) -> bool:
+        """For a waiter of the library that sleeps on the socket itself (the socket
+        API's hub, whose lock this is called under: another thread may look at the
+        rings while it sleeps): count it as a sleeper and arm the rings; True if one had
+        completions already (then do not sleep). :meth:`_after_sleep` when it woke."""
+        q = self._q
+        if q is None:
+            return False
+        q.sleepers += 1
+        return q.arm()
+
+    def _after_sleep(self) -> None:
+        """The sleeper of :meth:`_before_sleep` woke (under the same lock)."""
+        if self._q is not None:
+            self._q.sleepers -= 1
+
+    def _fd(self) -> int:
+        """The socket's fd, for the library's own waits (see :meth:`fileno`)."""
+        return self._sock.fileno()
 
     def _on_rows(self, handle: int, rows: list[Row]) -> None:
         cq = self._cqs.get(handle)
         if cq is not None:
             cq._add(rows)
 
-    def _drain_socket(self) -> None:
+    def _drain_socket(self, first_doorbell: bool = False) -> None:
+        """Read the socket up to EAGAIN (``first_doorbell``: or up to and with the
+        first doorbell)."""
         while True:
             try:
                 got = recv_raw(self._sock, MAX_MESSAGE, socket.MSG_DONTWAIT)
@@ -546,10 +621,13 @@ class Context:
                 os.close(fd)
             if data == DOORBELL:
                 # Completions: the rings are read after the socket. (Every doorbell
-                # queued is read here, up to the EAGAIN: a look that stopped at the
-                # first would leave one behind while arming the rings again, once in
-                # the wait and once in the drain, so that under a stream of completions
-                # doorbells could pile up, each waking the client for nothing.)
+                # queued is read here, up to the EAGAIN, unless the rings are armed only
+                # before the library sleeps, one ring: then there is at most one per
+                # sleep. Rings armed after every look, as for waiters outside the
+                # library, could pile doorbells up under a stream of completions, each
+                # waking the client for nothing, if a look stopped at the first.)
+                if first_doorbell:
+                    return
                 continue
             try:
                 msg = decode(data)
@@ -584,18 +662,30 @@ class Context:
             raise ProtocolError(f"unknown push {push!r} from mrcd")
 
     async def _readable(self) -> None:
+        """Wait (asyncio) until the socket is readable, or return at once if a
+        completion ring has something (the rings armed first: see ``_sleep``)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        fd = self.fileno()
+        fd = self._fd()
+        q = self._q
+
         def wake() -> None:
             if not fut.done():
                 fut.set_result(None)
 
-        loop.add_reader(fd, wake)
+        if q is not None:
+            q.sleepers += 1  # (a look by another task meanwhile arms again)
         try:
-            await fut
+            if q is not None and q.arm():
+                return
+            loop.add_reader(fd, wake)
+            try:
+                await fut
+            finally:
+                loop.remove_reader(fd)
         finally:
-            loop.remove_reader(fd)
+            if q is not None:
+                q.sleepers -= 1
 
     # --- verbs --------------------------------------------------------------------------
     def alloc_mr(self, length: int,

@@ -118,35 +118,39 @@ class Hub:
             self.error = MrcdNotRunning(self.path, f"mrcd at {self.path} went away ({e})")
         return self.error
 
-    def pump(self) -> None:
+    def pump(self, sock: bool = True) -> None:
         """Take what mrcd pushed: completions to channels, QP errors to channels,
-        connected listens to acceptors. Never blocks (lock held)."""
+        connected listens to acceptors. Never blocks (lock held). ``sock`` False: the
+        completion rings only, not the socket (a syscall, and an exception when empty):
+        for a look that a wait follows, whose sleep wakes for anything on the socket."""
         if self.error is not None or self.closed:
             return
+        ctx = self.ctx
         try:
-            # Reading async events reads the context's socket, which may queue more
-            # completions on the CQ: go round until both are drained, or a waiter would
-            # sleep on an empty socket with a completion already queued (a lost wakeup).
+            # One look at the socket and the rings, then only what it queued here: no
+            # more I/O, so nothing can arrive behind it unseen (what comes later wakes
+            # the next sleep).
+            ctx._look(sock)
             while True:
                 try:
-                    wcs = self.cq.poll(256)
+                    ctx._raise_deferred()
+                    break
                 except ApiError as e:
                     if isinstance(e, DaemonNotRunning) or not self._route_deferred(e):
                         raise
-                    continue
+            while True:
+                wcs = self.cq._take(256)
                 for wc in wcs:
                     ch = self.channels.get(wc.qpn)
                     if ch is not None:
                         ch.on_wc(wc)
-                if len(wcs) == 256:
-                    continue
-                while (ev := self.ctx.get_async_event(timeout=0)) is not None:
-                    if isinstance(ev, QPError):
-                        ch = self.channels.get(ev.qpn)
-                        if ch is not None:
-                            ch.fail(ev.reason)
-                if not self.cq.pending():
+                if len(wcs) < 256:
                     break
+            while (ev := ctx._next_event()) is not None:
+                if isinstance(ev, QPError):
+                    ch = self.channels.get(ev.qpn)
+                    if ch is not None:
+                        ch.fail(ev.reason)
             for acc in list(self.acceptors):
                 acc.check()
         except DaemonNotRunning as e:
@@ -163,12 +167,16 @@ class Hub:
         """Pump and judge: ``(result, 0)`` when the wait is over (``ready()``, the
         deadline passed, or the context is dead or closed), else ``(None, left)`` after
         ``idle(now)``: sleep at most ``left`` s and go round again."""
-        self.pump()
+        # The rings only (a sleep below wakes for the socket). Also right after the
+        # pump that followed a sleep: this second look costs a C call and catches what
+        # came meanwhile (measured: 0.3 fewer sleeps per socket-API round trip).
+        self.pump(False)
         if ready():
             return True, 0.0
         now = time.monotonic()
         if deadline is not None and now >= deadline:
-            return False, 0.0
+            self.pump()  # (no sleep follows: the socket too, for a push waiting there)
+            return ready(), 0.0
         if self.error is not None or self.closed:
             return ready(), 0.0
         if idle is not None:
@@ -190,17 +198,22 @@ class Hub:
                 continue
             self._pumping = True
             try:
-                fd = self.ctx.fileno()
+                # (the rings armed under the lock: another thread's pump may look at
+                # them meanwhile, and arms them again while this one sleeps)
+                readable = not self.ctx._before_sleep()
+                fd = self.ctx._fd()
                 self.cond.release()
                 try:
-                    select.select([fd], [], [], max(0.0, left))
+                    if readable:
+                        readable = bool(select.select([fd], [], [], max(0.0, left))[0])
                 except (OSError, ValueError):
                     pass  # closed meanwhile: the pump below finds out
                 finally:
                     self.cond.acquire()
+                    self.ctx._after_sleep()
             finally:
                 self._pumping = False
-            self.pump()
+            self.pump(readable)
             self.cond.notify_all()
 
     # -- asyncio wait --

@@ -9,15 +9,29 @@ before it. (Not eventfds: an eventfd passed to mrcd shares its file status flags
 the client, which could make mrcd's read or write of it block; the socket's end mrcd
 reads is its own.) A completion ring is *armed* while this end may sleep on the socket
 without looking at it: mrcd rings the first pass that writes into an armed ring and
-disarms it (one doorbell until this end has looked again: a second completion while
-the client has not yet read the first doorbell costs no second doorbell and no second
-wake-up). Every look at the rings, :meth:`ClientQueues.drain`, which follows every read
-of the socket, ends by arming each ring again with a fence and taking what came
-meanwhile, so a waiter that does not know about the rings (a ``select`` on the
-context's socket) is never left asleep: a disarmed ring always has a doorbell on its
-way or a drain to come. A busy-poll disarms the rings too, spins on their indices for up
-to ``busy_poll_us`` (adapted: halved after a spin that found nothing, doubled back
-after one that did), then arms them with a fence before sleeping.
+disarms it (one doorbell per arming: a second completion while the client has not yet
+read the first doorbell costs no second doorbell and no second wake-up).
+
+When the rings are armed depends on who may wait on the socket:
+
+- *only the library* (the default): the rings are armed just before the library sleeps
+  (:meth:`ClientQueues.wait` stores the flag, fences, then looks at each ring's tail
+  once more: the producer publishes, fences, then loads the flag, so one of the two
+  sees the other: no lost wake-up), and disarmed by the next look
+  (:meth:`ClientQueues.drain`). A completion that comes while the application runs
+  between two waits costs no doorbell (no ``send`` in mrcd, no ``recvmsg`` here): the
+  next wait finds it in the ring before it arms;
+- *a waiter outside the library* (anything that sleeps on the context's socket without
+  calling :meth:`ClientQueues.wait`: a ``select`` on ``Context.fileno()``, an asyncio
+  reader): once :meth:`ClientQueues.outside_waiters` was called (``Context.fileno()``
+  calls it), every look at the rings ends by arming each again with a fence and taking
+  what came meanwhile, so such a waiter is never left asleep: a disarmed ring always
+  has a doorbell on its way or a drain to come. (The rule of every release before this
+  one, kept for such waiters.)
+
+A busy-poll spins on the disarmed rings' indices for up to ``busy_poll_us`` (adapted:
+halved after a spin that found nothing, doubled back after one that did), then arms
+them with a fence before sleeping.
 """
 
 from __future__ import annotations
@@ -29,7 +43,6 @@ import select
 import socket
 import time
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any, Final
 
 from mrcnet.api.errors import ProtocolError
@@ -67,7 +80,6 @@ Row = tuple[str, int, str, int, "int | None", int]
 
 _STATUS_VALUES: Final = tuple(s.value for s in STATUSES)
 _OPCODE_VALUES: Final = tuple(o.value for o in OPCODES)
-_STATUS_OF, _OPCODE_OF = itemgetter(0), itemgetter(1)
 
 
 def busy_poll_default() -> int:
@@ -110,15 +122,17 @@ class CompletionRing:
         data, wake = self.ring.take(self.nslots)
         if not data:
             return [], False
-        slots = list(COMPLETION_SLOT.iter_unpack(data))
-        if max(map(_STATUS_OF, slots)) >= len(STATUSES) or \
-                max(map(_OPCODE_OF, slots)) >= len(OPCODES):
-            bad = next(x for x in slots if x[0] >= len(STATUSES) or x[1] >= len(OPCODES))
-            raise ProtocolError(f"malformed completion from mrcd (status {bad[0]}, "
-                                f"opcode {bad[1]})")
         sv, ov = _STATUS_VALUES, _OPCODE_VALUES
-        rows: list[Row] = [(sv[st], wr_id, ov[op], byte_len, imm if flags & F_IMM else None,
-                            qpn) for st, op, flags, qpn, wr_id, byte_len, imm in slots]
+        try:  # (an index out of the tables is a malformed slot: unsigned, never < 0)
+            rows: list[Row] = [(sv[st], wr_id, ov[op], byte_len,
+                                imm if flags & F_IMM else None, qpn)
+                               for st, op, flags, qpn, wr_id, byte_len, imm
+                               in COMPLETION_SLOT.iter_unpack(data)]
+        except IndexError:
+            bad = next(x for x in COMPLETION_SLOT.iter_unpack(data)
+                       if x[0] >= len(STATUSES) or x[1] >= len(OPCODES))
+            raise ProtocolError(f"malformed completion from mrcd (status {bad[0]}, "
+                                f"opcode {bad[1]})") from None
         return rows, wake
 
     def close(self) -> None:
@@ -140,6 +154,29 @@ class ClientQueues:
         self.cqs: dict[int, CompletionRing] = {}
         self.busy_poll_us = busy_poll_default() if busy_poll_us is None else busy_poll_us
         self._spin = self.busy_poll_us / 1e6
+        #: Arm the rings after every look, not only before the library sleeps: something
+        #: outside the library may sleep on the socket (see the module).
+        self.arm_on_drain = False
+        #: The rings may be armed (this end stored the flag since it last cleared it).
+        self._armed = False
+        #: Waits in progress (:meth:`wait`, or an asyncio reader between :meth:`arm` and
+        #: its wake-up): while one sleeps, a look by another thread or task arms again.
+        self.sleepers = 0
+
+    def outside_waiters(self) -> None:
+        """Something outside the library may sleep on the socket from now on (a
+        ``select`` on the context's fd): arm the rings after every look (see the
+        module), beginning now."""
+        if not self.arm_on_drain:
+            self.arm_on_drain = True
+            self.arm()
+
+    def arm(self) -> bool:
+        """Arm every ring (flag, fence, tail) before sleeping on the socket: True if one
+        had completions meanwhile (then do not sleep). A sleeper outside :meth:`wait`
+        counts itself in :attr:`sleepers` first (and out after)."""
+        self._armed = True
+        return any([cq.ring.sleep() for cq in self.cqs.values()])  # (all of them armed)
 
     def fds(self) -> list[int]:
         """What goes to mrcd with ``hello``: the send queue's memfd."""
@@ -190,26 +227,53 @@ class ClientQueues:
     def post_write(self, qpn: int, wr_id: int, lkey: int, addr: int, length: int,
                    remote_addr: int, rkey: int, imm: int | None, timeout: float) -> None:
         """Queue an RDMA WRITE (checked by the caller) and ring mrcd if it sleeps."""
-        WORK_REQUEST.pack_into(self.map, self._slot(timeout), OP_WRITE,
-                               0 if imm is None else F_IMM, qpn, wr_id, lkey, length,
-                               addr, remote_addr, rkey, 0 if imm is None else imm)
-        self._publish()
+        sq = self.sq
+        if self._room > 0:  # (_slot's common case inline: once per post)
+            self._room -= 1
+            off = sq.slots + (sq.tail & sq.mask) * SQ_SLOT
+        else:
+            off = self._slot(timeout)
+        WORK_REQUEST.pack_into(self.map, off, OP_WRITE, 0 if imm is None else F_IMM, qpn,
+                               wr_id, lkey, length, addr, remote_addr, rkey,
+                               0 if imm is None else imm)
+        if sq.publish():
+            self.ring_mrcd()
 
     def post_recv(self, qpn: int, wr_id: int, timeout: float) -> None:
         """Queue a receive and ring mrcd if it sleeps."""
-        WORK_REQUEST.pack_into(self.map, self._slot(timeout), OP_RECV, 0, qpn, wr_id,
-                               0, 0, 0, 0, 0, 0)
-        self._publish()
+        sq = self.sq
+        if self._room > 0:
+            self._room -= 1
+            off = sq.slots + (sq.tail & sq.mask) * SQ_SLOT
+        else:
+            off = self._slot(timeout)
+        WORK_REQUEST.pack_into(self.map, off, OP_RECV, 0, qpn, wr_id, 0, 0, 0, 0, 0, 0)
+        if sq.publish():
+            self.ring_mrcd()
 
     # -- completions --
     def add_cq(self, handle: int, ring: CompletionRing) -> None:
-        """Drain ``ring`` for CQ ``handle`` from now on."""
+        """Drain ``ring`` for CQ ``handle`` from now on (it comes armed)."""
         self.cqs[handle] = ring
+        self._armed = True
 
     def drain(self, sink: Callable[[int, list[Row]], None]) -> None:
         """Give every CQ's new completions to ``sink(handle, rows)`` (after the socket
-        was read), each ring left armed: a completion published later rings again."""
+        was read): each ring left disarmed (the next :meth:`wait` arms it), or, with
+        :attr:`arm_on_drain`, armed again (a completion published later rings)."""
         ring_mrcd = False
+        arm = self.arm_on_drain or self.sleepers > 0
+        # (Disarmed before the take: a completion published after it is found by the
+        # next wait, which looks at the tail after it arms.)
+        if self._armed and not arm:
+            self._armed = False
+            for cq in self.cqs.values():
+                cq.ring.wake()
+            # A wait that began meanwhile (another thread) may have armed before the
+            # stores above: then arm again (below, with the fence), as it needs.
+            arm = self.sleepers > 0
+        if arm:
+            self._armed = True
         try:
             for handle, cq in self.cqs.items():
                 while True:
@@ -219,7 +283,7 @@ class ClientQueues:
                     ring_mrcd |= blocked
                     # Armed again (mrcd disarmed it if it rang), with the fence: what it
                     # published before seeing that is taken now (no lost wake-up).
-                    if not cq.ring.sleep():
+                    if not arm or not cq.ring.sleep():
                         break
         except RingCorrupt as e:
             raise ProtocolError(f"completion ring corrupt: {e}") from None
@@ -229,32 +293,47 @@ class ClientQueues:
     def _any_ready(self) -> bool:
         return any(cq.ring.ready() for cq in self.cqs.values())
 
-    def wait(self, timeout: float | None) -> None:
-        """Wait until the socket is readable (mrcd rang or answered) or ``timeout`` (None:
-        forever): first a busy-poll of the rings, then armed, asleep on the socket."""
-        spin = self._spin
-        if spin > 0.0 and self.cqs:
-            now = t0 = time.perf_counter()
-            end = t0 + (spin if timeout is None else min(spin, timeout))
-            found = False
-            try:
-                for cq in self.cqs.values():
-                    cq.ring.wake()
-                while now < end:
-                    if self._any_ready():
-                        found = True
-                        break
-                    now = time.perf_counter()
-            finally:
-                # Armed again whatever happened: other waiters rely on mrcd's doorbell.
-                armed = [cq.ring.sleep() for cq in self.cqs.values()]
-            top = self.busy_poll_us / 1e6
-            self._spin = min(top, spin * 2) if found else max(top / 16, spin / 2)
-            if found or any(armed):
-                return
-            if timeout is not None:
-                timeout = max(0.0, timeout - (now - t0))
-        select.select([self.sock], [], [], timeout)
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until a ring has completions, the socket is readable (mrcd rang or
+        answered) or ``timeout`` (None: forever): first a busy-poll of the rings, then
+        armed, asleep on the socket. True when it slept and the socket is readable (read
+        it), False when it did not sleep (the rings had completions) or timed out."""
+        self.sleepers += 1
+        try:
+            spin = self._spin
+            if spin > 0.0 and self.cqs:
+                now = t0 = time.perf_counter()
+                end = t0 + (spin if timeout is None else min(spin, timeout))
+                found = False
+                # (armed throughout while another thread or task waits: it relies on
+                # mrcd's doorbell)
+                keep = self.sleepers > 1
+                try:
+                    if self._armed and not keep:  # (spinning: mrcd need not ring)
+                        self._armed = False
+                        for cq in self.cqs.values():
+                            cq.ring.wake()
+                    while now < end:
+                        if self._any_ready():
+                            found = True
+                            break
+                        now = time.perf_counter()
+                finally:
+                    # Armed before sleeping, and whatever happened for waiters outside
+                    # the library and the other waits above.
+                    armed = self.arm() if not found or keep or self.arm_on_drain else False
+                top = self.busy_poll_us / 1e6
+                self._spin = min(top, spin * 2) if found else max(top / 16, spin / 2)
+                if found or armed:
+                    return False
+                if timeout is not None:
+                    timeout = max(0.0, timeout - (now - t0))
+            elif not self._armed and self.arm():
+                return False
+            r, _, _ = select.select([self.sock], [], [], timeout)
+            return bool(r)
+        finally:
+            self.sleepers -= 1
 
     def info(self) -> dict[str, Any]:
         """What ``hello`` tells mrcd about the send queue."""

@@ -187,7 +187,10 @@ class Ring:
                                               base + OFF_ASLEEP)
         if asleep:
             if self.once:
-                self.store(OFF_ASLEEP, 0)
+                if ptr is not None:  # (store's C call without a call of ours)
+                    C.mrc_shmring_store(ptr, self.base + OFF_ASLEEP, 0)
+                else:
+                    self.store(OFF_ASLEEP, 0)
             return True
         return False
 
@@ -280,6 +283,10 @@ class Ring:
         return n > 0
 
     def wake(self) -> None:
-        """The consumer is awake (busy-polling): producers need not ring."""
-        if PRECISE:
+        """The consumer is awake (busy-polling, or looking at the ring): producers need
+        not ring."""
+        ptr = self._ptr
+        if ptr is not None:  # (store's C call without a call of ours: every look)
+            C.mrc_shmring_store(ptr, self.base + OFF_ASLEEP, 0)
+        elif PRECISE:
             self.store(OFF_ASLEEP, 0)

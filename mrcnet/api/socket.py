@@ -194,7 +194,7 @@ class MrcSocket(SocketBase[threading.Lock]):
             deadline = self._deadline()
             sent = 0
             while True:
-                self._hub.pump()  # credits that arrived meanwhile
+                self._hub.pump(False)  # credits that arrived meanwhile (the rings)
                 sent += ch.write_some(mv[sent:], message_end=message)
                 if sent >= len(mv) or (sent and not all_):
                     return sent

@@ -1,7 +1,9 @@
-"""The completion rings' doorbell: mrcd rings an armed ring once and disarms it, the
-client's every look at the rings arms them again (mrcnet.api.shmclient). Real parts: the
-client's ClientQueues and CompletionRing (a sealed memfd), mrcd's CompletionWriter
-mapping the same memfd, doorbells on a real Unix socket pair; the producer in a thread.
+"""The completion rings' doorbell: mrcd rings an armed ring once and disarms it; the
+client arms its rings just before the library sleeps, or, once something outside the
+library may wait on its socket (``outside_waiters``: ``Context.fileno()``), after every
+look (mrcnet.api.shmclient). Real parts: the client's ClientQueues and CompletionRing (a
+sealed memfd), mrcd's CompletionWriter mapping the same memfd, doorbells on a real Unix
+socket pair; the producer in a thread.
 
 A lost wake-up shows as a waiter asleep on the socket while a completion waits in its
 ring: every wait here is bounded and a timeout fails the test."""
@@ -53,15 +55,19 @@ class _Pair:
                 return
             time.sleep(50e-6)  # full: the client makes room
 
-    def read_socket(self) -> None:
-        """The client's read of its socket (every doorbell waiting), as Context does
-        before it drains the rings."""
+    def read_socket(self, first: bool = False) -> int:
+        """The client's read of its socket (every doorbell waiting; ``first``: up to the
+        first), as Context does before it drains the rings; how many it read."""
+        n = 0
         while True:
             try:
                 data = self.client_sock.recv(16, socket.MSG_DONTWAIT)
             except BlockingIOError:
-                return
+                return n
             assert data == DOORBELL
+            n += 1
+            if first:
+                return n
 
     def drain(self) -> None:
         def sink(handle: int, rows: list[Row]) -> None:
@@ -89,9 +95,11 @@ def pair() -> Iterator[Callable[[int], _Pair]]:
 
 
 def test_one_doorbell_until_the_client_looks(pair: Callable[[int], _Pair]) -> None:
-    """Ten completions while the client does not look: one doorbell; its look (read the
-    socket, drain) takes all ten and arms the ring again: the next one rings."""
+    """With a waiter outside the library: ten completions while the client does not
+    look: one doorbell; its look (read the socket, drain) takes all ten and arms the ring
+    again: the next one rings."""
     p = pair(0)
+    p.q.outside_waiters()
     for i in range(10):
         p.put(i)
     assert p.doorbells == 1
@@ -127,28 +135,113 @@ def _produce(p: _Pair, seed: int) -> threading.Thread:
     return t
 
 
+def test_no_doorbell_while_the_library_does_not_sleep(pair: Callable[[int], _Pair]) -> None:
+    """Only the library waits: a completion that comes after a look and before the next
+    wait rings nothing (the ring is disarmed); that wait finds it without sleeping. A
+    wait that finds nothing arms the ring and sleeps: the next completion rings once,
+    and the wait says the socket is readable."""
+    p = pair(0)
+    p.put(0)  # (a new ring comes armed)
+    assert p.doorbells == 1
+    assert p.q.wait(WAIT_MAX) is True
+    assert p.read_socket(first=True) == 1
+    p.drain()
+    for i in range(1, 4):  # the application runs: no doorbell
+        p.put(i)
+    assert p.doorbells == 1
+    t0 = time.monotonic()
+    assert p.q.wait(WAIT_MAX) is False  # (found in the ring: no sleep, nothing to read)
+    assert time.monotonic() - t0 < WAIT_MAX / 2
+    p.drain()
+    assert [r[1] for r in p.rows] == [0, 1, 2, 3]
+    assert p.read_socket() == 0
+    threading.Timer(0.05, p.put, (4,)).start()  # while the client sleeps
+    assert p.q.wait(WAIT_MAX) is True
+    assert p.doorbells == 2
+    assert p.read_socket(first=True) == 1
+    p.drain()
+    assert [r[1] for r in p.rows] == [0, 1, 2, 3, 4]
+    p.put(5)  # (after the look: disarmed again)
+    assert p.doorbells == 2
+
+
+@pytest.mark.parametrize("outside", [False, True], ids=["library", "outside"])
 @pytest.mark.parametrize("busy_poll_us", [0, 50])
-def test_no_lost_wake_up_with_wait(pair: Callable[[int], _Pair], busy_poll_us: int) -> None:
+def test_no_lost_wake_up_with_wait(pair: Callable[[int], _Pair], busy_poll_us: int,
+                                   outside: bool) -> None:
     """The library's own wait (busy-poll off and on), then the socket and the rings, as
-    Context._pump: every completion arrives, in order, and no wait sleeps through one."""
+    Context._pump for a CQ's wait: the socket read only when the wait slept, up to its
+    first doorbell. Every completion arrives, in order, no wait sleeps through one, and
+    doorbells do not pile up in the socket. Rings armed before sleeping only, and after
+    every look (a waiter outside the library)."""
     p = pair(busy_poll_us)
-    t = _produce(p, 1 + busy_poll_us)
+    if outside:
+        p.q.outside_waiters()
+    t = _produce(p, 1 + busy_poll_us + outside)
     while len(p.rows) < N:
         t0 = time.monotonic()
-        p.q.wait(WAIT_MAX)
+        slept = p.q.wait(WAIT_MAX)
         assert time.monotonic() - t0 < WAIT_MAX, f"asleep with {len(p.rows)} of {N}"
-        p.read_socket()
+        if slept:
+            p.read_socket(first=not outside)
         p.drain()
     t.join(10)
     assert [r[1] for r in p.rows] == list(range(N))
     assert 0 < p.doorbells <= N
+    assert p.read_socket() <= 1  # (left behind: one at most)
+
+
+def test_no_lost_wake_up_with_a_look_from_another_thread(
+        pair: Callable[[int], _Pair]) -> None:
+    """Only the library waits, in one thread, as the socket API's hub does (a sleeper
+    counted and the rings armed under its lock, asleep on the socket outside it), while
+    another thread looks at the rings now and then under the same lock (a send pumps
+    while a receive sleeps): a look while one sleeps arms again, so the sleeper is never
+    left asleep with completions in the ring."""
+    p = pair(0)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def other() -> None:
+        rng = random.Random(5)
+        while not stop.is_set():
+            with lock:
+                p.drain()
+            time.sleep(rng.choice((0, 10e-6, 100e-6, 1e-3)))
+    looker = threading.Thread(target=other, daemon=True)
+    t = _produce(p, 4)
+    looker.start()
+    try:
+        while True:
+            with lock:  # (judged under the lock: the other thread takes rows too)
+                if len(p.rows) >= N:
+                    break
+                p.q.sleepers += 1
+                ready = p.q.arm()
+            t0 = time.monotonic()
+            r = [] if ready else select.select([p.client_sock], [], [], WAIT_MAX)[0]
+            waited = time.monotonic() - t0
+            with lock:
+                p.q.sleepers -= 1
+                assert waited < WAIT_MAX, f"asleep with {len(p.rows)} of {N}"
+                if r:
+                    p.read_socket(first=True)
+                p.drain()
+            if len(p.rows) >= N // 2:
+                stop.set()  # (the rest is the waiter's alone)
+    finally:
+        stop.set()
+        looker.join(10)
+    t.join(10)
+    assert [r[1] for r in p.rows] == list(range(N))
 
 
 def test_no_lost_wake_up_for_a_waiter_on_the_socket(pair: Callable[[int], _Pair]) -> None:
     """A waiter that knows nothing of the rings (a select on the context's socket, as an
-    application on ctx.fileno()), looking at them only when the socket is readable: the
-    socket always becomes readable while completions wait."""
+    application on ctx.fileno(), which calls outside_waiters), looking at them only when
+    the socket is readable: the socket always becomes readable while completions wait."""
     p = pair(0)
+    p.q.outside_waiters()
     t = _produce(p, 3)
     while len(p.rows) < N:
         r, _, _ = select.select([p.client_sock], [], [], WAIT_MAX)
