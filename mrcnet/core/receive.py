@@ -21,6 +21,7 @@ from mrcnet.core.config import HostConfig, Port
 from mrcnet.core.memory import MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.rxlane import (
+    RX_ACKAT,
     RX_ACKS,
     RX_END,
     RX_IMM,
@@ -209,7 +210,7 @@ class Receiver:
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
-                    if qp.resp.rx.ack_at != qp.ack_seen:  # the lane moved it (QPTimers.refresh)
+                    if r & RX_ACKAT:  # the lane moved ack_at (QPTimers.refresh)
                         qp.tv += 1
                     if marked != qp.qpn:
                         marked = qp.qpn
@@ -229,6 +230,7 @@ class Receiver:
             self.host.count("rx_internal_error")
             if qp is not None:
                 self._take_built(lane, qp, ctrl)
+                self._ack_check(qp)
         finally:
             if loaded is not None:
                 lane.release()
@@ -268,9 +270,8 @@ class Receiver:
             if r & RX_IMM:
                 self._lane_imms(qp, now, acks)
             if (r >> RX_POS_SHIFT) + (st & 1) - acks:  # a data frame of qp's, handled
-                resp = qp.resp
-                resp.rx_packets += 1 - nacks
-                if resp.rx.ack_at != qp.ack_seen:
+                qp.resp.rx_packets += 1 - nacks
+                if r & RX_ACKAT:  # (a SACK it built disarmed it, or the frame armed it)
                     qp.tv += 1
                 host._dirty.add(qp.qpn)
                 host._sendq.add(qp.qpn)
@@ -282,6 +283,7 @@ class Receiver:
             host.last_internal_error = e
             host.count("rx_internal_error")
             self._take_built(lane, qp, ctrl)
+            self._ack_check(qp)
 
     def _lane_imms(self, qp: QueuePair, now: float, acks: int) -> None:
         """The writes-with-immediate the lane completed (RX_IMM), after the SACKs it
@@ -322,8 +324,7 @@ class Receiver:
         assert qp is not None
         built = lane.take_sacks()
         ctrl += built
-        if qp.resp.rx.ack_at != qp.ack_seen:  # (a SACK built disarms the lane's ack_at)
-            qp.tv += 1
+        # (a SACK built disarmed the lane's ack_at: the run says so, RX_ACKAT)
         nacks = lane.nacks
         qp.resp.tx_sacks += len(built) - nacks  # (qp.tx_sacks: a property)
         if nacks:
@@ -332,6 +333,13 @@ class Receiver:
                            ("tx_nack", nacks), ("tx_nack_lasthop", last)) if last
                           else (("rx_trimmed", nacks), ("tx_nack", nacks)))
         return int(nacks)
+
+    @staticmethod
+    def _ack_check(qp: QueuePair) -> None:
+        """After a run that raised (its RX_ACKAT unknown): the QP's timer version moved
+        if the lane's ``ack_at`` differs from the one its deadline last read."""
+        if qp.resp.rx.ack_at != qp.ack_seen:
+            qp.tv += 1
 
     def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
                     plane: int, now: float) -> None:
