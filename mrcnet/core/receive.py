@@ -242,6 +242,14 @@ class Receiver:
         step first (its QP's and the ack QP's setup, planes and immediate state as last
         given, the ack QP without lost records or suspect paths, the regions, the port
         up); anything else is :meth:`receive_batch`'s. Never raises."""
+        self.receive_at(frame, len(frame), port, now, None)
+
+    def receive_at(self, frame: Any, size: int, port: int, now: float, buf: Any) -> None:
+        """:meth:`receive_one` of the ``size``-byte frame at ``frame``: its bytes (``buf``
+        None), or a ``uint8_t *`` into ``buf``, a cffi buffer of the same memory (mrc-sim's
+        C network's, where the frame arrived), which the C lane reads in place: the frame
+        is copied out of it (``buf[:size]``, bytes) only for a path that keeps it, a
+        frame the lane stops at or :meth:`receive_batch`'s. Never raises."""
         host, qp, aq = self.host, self._lane_qp, self._ack_qp
         p = host.ports.get(port)
         if (qp is None or VERIFY_SETUP or not self._lane_slots or p is None
@@ -252,7 +260,7 @@ class Receiver:
                                         or aq.rec.suspects))
                 or (self._sack_evm is not None
                     and self._sack_evm.usable_planes is not self._sack_usable)):
-            self.receive_batch((frame,), port, now)
+            self.receive_batch((frame if buf is None else buf[:size],), port, now)
             return
         host._last_now = now
         host.rx_frames += 1
@@ -263,7 +271,7 @@ class Receiver:
                 self._ack_una, self._ack_nxt = una, nxt
                 lane.ack_sync(una, nxt, self._ack_floor)
         try:  # (receive_batch's loop body for its one frame)
-            r = lane.one(frame, len(frame), now, plane)
+            r = lane.one(frame, size, now, plane)
             st = r & 3
             acks = self._ack_replay(now) if r & RX_ACKS else 0
             nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
@@ -278,7 +286,7 @@ class Receiver:
             if st == RX_SACK:
                 self._sack_due(qp, now, ctrl)
             elif st == RX_STOP:
-                self._lane_stop(lane, frame, port, plane, now)
+                self._lane_stop(lane, frame if buf is None else buf[:size], port, plane, now)
         except Exception as e:  # (as receive_batch's)
             host.last_internal_error = e
             host.count("rx_internal_error")
