@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.constants import NackReason, Opcode
+from mrcnet.core import PathStateChanged, WriteCompleted
 from mrcnet.core.ctrl import NackTemplate, SackTemplate
 from mrcnet.native import HAVE_C
 from mrcnet.sim.cli import main
@@ -268,3 +270,36 @@ def test_set_up_and_run_collect_young_objects_less_often_and_restore_the_thresho
         assert gc.get_threshold() == (0, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_path_events_recorded_as_take_events_gives_them(monkeypatch: Any) -> None:
+    """The runner records a host's path events alone (an ECN echo's or a trim's skip,
+    most of its drains) without ``take_events``: the same list, times and order as
+    draining every event through ``take_events``, through trims, ECN and a failure."""
+    def once(reference: bool) -> list[Any]:
+        spec = parse_topology("leafspine:planes=2,spines=4,leaves=2,hosts=4")
+        flows = incast(range(1, 8), 0, 1 << 20)
+        run = SimRun(spec, flows, seed=3, failures=[parse_failure("link:L0.1-S0.2@40us:down")])
+        if reference:
+            def drain(node: Any) -> None:
+                host = run.hosts[node.index]
+                for ev in host.take_events():
+                    if isinstance(ev, PathStateChanged):
+                        run.path_events.append((run.sim.now, host.name, ev))
+                    elif isinstance(ev, WriteCompleted):
+                        fid = run._by_qp.get((node.index, ev.qpn))
+                        if fid is not None and run.results[fid].finish is None:
+                            run.results[fid].finish = run.sim.now
+                            run._pending -= 1
+                if run._pending <= 0:
+                    run.sim.stop()
+            monkeypatch.setattr(run, "_drain_events", drain)
+            for n in run.fabric.hosts:
+                n.on_activity = drain
+        run.run()
+        assert all(r.finish is not None for r in run.results.values())
+        return run.path_events
+
+    got, want = once(False), once(True)
+    assert len(want) > 50 and {e.cause for _, _, e in want} >= {"trim", "ecn"}
+    assert got == want
