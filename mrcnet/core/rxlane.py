@@ -594,9 +594,9 @@ class CRxLane:
             return []
         self.nacks, self.nacks_last = (r >> 42) & _TAKE_MASK, r >> 52
         data = ffi.unpack(self._sout, r & 0xFFFFFFFF)
+        if n == 1:  # (most calls: its port read in place, no list)
+            return [(self._sport[0], data)]
         ports = ffi.unpack(self._sport, n)
-        if n == 1:
-            return [(ports[0], data)]
         lens = ffi.unpack(self._slen, n)
         out, o = [], 0
         for p, ln in zip(ports, lens, strict=True):
