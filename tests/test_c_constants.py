@@ -108,6 +108,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("rxlane.h", "MRC_RX_ACKS"): rxlane.RX_ACKS,
     ("rxlane.h", "MRC_RX_DONE"): rxlane.RX_DONE,
     ("rxlane.h", "MRC_RX_IMM"): rxlane.RX_IMM,
+    ("rxlane.h", "MRC_RX_ACKAT"): rxlane.RX_ACKAT,
     ("rxlane.h", "MRC_RX_POS_SHIFT"): rxlane.RX_POS_SHIFT,
     ("rxlane.h", "MRC_RX_IMM_HELD"): rxlane.RX_IMM_HELD,
     ("rxlane.h", "MRC_RX_IMM_ALONE"): rxlane.RX_IMM_ALONE,

@@ -262,12 +262,14 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
 
 #define RESULT(pos, r) ((int)((pos) << MRC_RX_POS_SHIFT | (c->nsout ? MRC_RX_SACKS : 0) | \
                                 (c->ack && c->ack->n ? MRC_RX_ACKS : 0) | \
-                                (c->imm_n ? MRC_RX_IMM : 0) | (r)))
+                                (c->imm_n ? MRC_RX_IMM : 0) | \
+                                (c->ack_moved ? MRC_RX_ACKAT : 0) | (r)))
 #define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
 
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
 {
     c->plane = plane;
+    c->ack_moved = 0;
     struct mrc_parsed *f = &c->parsed;
     struct mrc_rx_qp *q = c->qp;
     if (n > c->cap)
@@ -441,10 +443,13 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             else
                 flags |= MRC_RX_IMM_SACKED;
         } else if (defer) {
-            if (q->ack_at > now)
+            if (q->ack_at > now) {
                 q->ack_at = now;  /* due: the burst's end sends it */
+                c->ack_moved = 1;
+            }
         } else if (isinf(q->ack_at)) {
             q->ack_at = now + c->ack_delay;
+            c->ack_moved = 1;
         }
         if (imm) {
             int64_t *rec = c->imm_rec + (size_t)c->imm_n++ * MRC_RX_IMM_INTS;
@@ -611,6 +616,8 @@ static int lane_sack(struct mrc_rx_ctx *c, struct mrc_rx_qp *q)
         return 0;
     if (pen != 0)
         q->penalty = pen * 0.5;
+    if (q->ack_at != INFINITY)
+        c->ack_moved = 1;
     q->ack_at = INFINITY;
     q->since_ack = 0;
     for (int i = 0; i < n; i++) {

@@ -109,7 +109,9 @@ struct mrc_rx_plane {
 /* mrc_rx_run() results: the low 2 bits of its return value (pos is the rest, from bit
  * MRC_RX_POS_SHIFT); bit 2 (MRC_RX_SACKS) says SACK frames the lane built are waiting
  * (nsout), bit 3 (MRC_RX_ACKS) that records of SACKs it took are (ack->n), bit 4
- * (MRC_RX_IMM) that records of writes-with-immediate it completed are (imm_n). */
+ * (MRC_RX_IMM) that records of writes-with-immediate it completed are (imm_n), bit 5
+ * (MRC_RX_ACKAT) that it moved its QP's delayed-SACK deadline (ack_at) since the run
+ * began, so that the caller need not read the field back after every run. */
 #define MRC_RX_END   0  /* every frame handled */
 #define MRC_RX_SACK  1  /* frame `pos` handled, and a SACK is due now */
 #define MRC_RX_STOP  2  /* frame `pos` not handled: parsed holds it (why: MRC_RX_WHY_*) */
@@ -118,7 +120,8 @@ struct mrc_rx_plane {
 #define MRC_RX_SACKS 4
 #define MRC_RX_ACKS  8
 #define MRC_RX_IMM   16
-#define MRC_RX_POS_SHIFT 5
+#define MRC_RX_ACKAT 32  /* the run moved its QP's ack_at (the caller's timer version) */
+#define MRC_RX_POS_SHIFT 6
 /* imm_flags: the held-ACK decision Responder.on_data takes for an AckReq (ack_with_data),
  * and whether the lane sent the SACK the frame made due (Responder.send_sack's reset of
  * `held`) */
@@ -175,6 +178,7 @@ struct mrc_rx_ctx {
     struct mrc_rx_mr *mrs;
     uint32_t nmrs;
     uint32_t pos, why;         /* where and why the last run stopped */
+    uint32_t ack_moved;        /* the run moved qp->ack_at (MRC_RX_ACKAT) */
     uint64_t placed;           /* data frames the lane handled, ever */
     /* SACKs the lane builds itself (QueuePair.send_sack's common case: back on the
      * triggering packet's path, whose plane is usable and has routes, with a template

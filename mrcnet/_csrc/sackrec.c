@@ -268,19 +268,18 @@ static int prompt_end(const struct mrc_txpkt *p, int prompt)
 }
 
 int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const struct mrc_txq *q,
-                   double now, int64_t acked, int rtx, double rack_floor, double hold,
-                   int64_t reo_scale, double reo_learned, int tie_break, double backoff,
-                   double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
-                   double tlp_srtts, double tlp_hold, int prompt, uint64_t *lost,
-                   uint32_t cap, struct mrc_sack_timers *o)
+                   const struct mrc_sack_cfg *k, double now, int64_t acked, int rtx,
+                   int64_t reo_scale, double reo_learned, double backoff, int tlp_sent,
+                   uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o)
 {
     /* _detect_losses */
     double rack_at = o->rack_at, limit = q->rack_sent;
     if (limit >= 0) {
-        double wait = q->rack_rtt + allowance(s, rack_floor, hold, reo_scale, reo_learned);
+        double wait = q->rack_rtt + allowance(s, k->rack_floor, k->hold, reo_scale,
+                                              reo_learned);
         if (mrc_tx_rack(q, limit, wait, now, lost, cap, &rack_at))
             return 1;
-        if (rack_at == INFINITY && s->tie_sent == limit && q->ninfl && tie_break &&
+        if (rack_at == INFINITY && s->tie_sent == limit && q->ninfl && k->tie_break &&
             mrc_rack_tied(q, t, limit, s->tie_seq, wait, now, lost, cap, &rack_at))
             return 1;
     }
@@ -289,17 +288,19 @@ int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const str
         /* _arm_rto: the oldest packet in flight */
         if (q->head >= 0) {
             const struct mrc_txpkt *p = &q->pk[q->head];
-            o->rto_at = p->sent + mrc_sack_rto(s, t, p->ev, ack_timeout, timeout_floor) *
-                                  backoff;
+            o->rto_at = p->sent + mrc_sack_rto(s, t, p->ev, k->ack_timeout,
+                                               k->timeout_floor) * backoff;
         } else {
             o->rto_at = INFINITY;
         }
         if (q->ninfl || rtx) {
-            if (probe) {  /* arm_tlp: pto from now, unless the timeout comes first */
-                if (prompt && q->tail >= 0 && prompt_end(&q->pk[q->tail], prompt))
-                    tlp_hold = 0.0;  /* (TailLoss.pto: reported at once, no hold) */
-                double at = now + (tlp_srtts * (s->srtt != 0.0 ? s->srtt : base_rtt_hint) +
-                                   tlp_hold);
+            if (k->tail_probe && !tlp_sent) {  /* arm_tlp: pto from now, unless the
+                                                    timeout comes first */
+                double hold = k->tlp_hold;
+                if (k->prompt && q->tail >= 0 && prompt_end(&q->pk[q->tail], k->prompt))
+                    hold = 0.0;  /* (TailLoss.pto: reported at once, no hold) */
+                double at = now + (k->tlp_srtts * (s->srtt != 0.0 ? s->srtt : k->base_rtt_hint)
+                                   + hold);
                 o->tlp_at = at < o->rto_at ? at : INFINITY;
             }
         } else {

@@ -105,23 +105,33 @@ uint32_t mrc_rack_tied(const struct mrc_txq *q, const struct mrc_evtab *t, doubl
 struct mrc_sack_timers {
     double rack_at, rto_at, tlp_at;
 };
+/* mrc_sack_after()'s inputs from the host's config and the QP's attributes, filled by
+ * the caller once per QP (CRecovery._after_config) and again only when one of them
+ * changes: rack_floor is HostConfig.rack_floor or reorder_floor, hold rack_hold or
+ * ack_delay, tie_break rack_tie_break, ack_timeout the QP's attribute, timeout_floor,
+ * tail_probe, base_rtt_hint and tlp_srtts HostConfig's, tlp_hold its tlp_hold or
+ * ack_delay, prompt its tlp_prompt (1, or 2 without ack_with_data; 0: off). A new input
+ * of this kind is a new field here. */
+struct mrc_sack_cfg {
+    double   rack_floor, hold;
+    double   ack_timeout, timeout_floor;
+    double   base_rtt_hint, tlp_srtts, tlp_hold;
+    int32_t  tie_break, tail_probe, prompt;
+};
 /* Recovery.after_sacks's common case, after the caller took sack_acked (`acked`): RACK
- * (the reorder allowance from Recovery._reorder_allowance's inputs: rack_floor is
- * HostConfig.rack_floor or reorder_floor, hold rack_hold or ack_delay; its tie pass if
- * tie_break), then, if nothing is lost, the retransmission timer (the oldest packet in
- * flight: its EV's timeout x backoff) and the tail-loss probe (probe: tail_probe is on
- * and no probe went; rtx: retransmissions are queued; its timeout tlp_srtts x srtt, or
- * the hint before a sample, + tlp_hold, 0 if prompt (HostConfig.tlp_prompt: 1, or 2
- * without ack_with_data) and the newest packet in flight is a retransmission or a
- * message's end: TailLoss.pto) written to o. Returns 0 then;
+ * (the reorder allowance from Recovery._reorder_allowance's inputs, the config's and
+ * reo_scale, reo_learned; its tie pass if tie_break), then, if nothing is lost, the
+ * retransmission timer (the oldest packet in flight: its EV's timeout x backoff) and the
+ * tail-loss probe (if tail_probe is on and no probe went, tlp_sent 0; rtx: retransmissions
+ * are queued; its timeout tlp_srtts x srtt, or the hint before a sample, + tlp_hold, 0 if
+ * prompt and the newest packet in flight is a retransmission or a message's end:
+ * TailLoss.pto) written to o. Returns 0 then;
  * 1, with nothing written, if RACK finds a packet lost (the caller's Python declares it:
  * Recovery.after_sacks). The caller completes work requests. */
 int mrc_sack_after(const struct mrc_snd *s, const struct mrc_evtab *t, const struct mrc_txq *q,
-                   double now, int64_t acked, int rtx, double rack_floor, double hold,
-                   int64_t reo_scale, double reo_learned, int tie_break, double backoff,
-                   double ack_timeout, double timeout_floor, int probe, double base_rtt_hint,
-                   double tlp_srtts, double tlp_hold, int prompt, uint64_t *lost,
-                   uint32_t cap, struct mrc_sack_timers *o);
+                   const struct mrc_sack_cfg *k, double now, int64_t acked, int rtx,
+                   int64_t reo_scale, double reo_learned, double backoff, int tlp_sent,
+                   uint64_t *lost, uint32_t cap, struct mrc_sack_timers *o);
 /* NackRecovery.on_nack's trimmed case (a retry round's end aside: the caller's) for packet
  * seq reported on ev: NSCC.on_trim, and the packet declared lost (out of flight, its
  * EV's trimmed count) unless it already waits for a retransmission. Returns -1 if the

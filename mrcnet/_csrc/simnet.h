@@ -97,7 +97,9 @@ void simnet_switch_counters(simnet *n, int sw, struct simnet_switch_counters *ou
 /* Run events in (time, sequence) order until one is Python's, a frame reaches a host,
  * the next is later than ``until``, ``budget`` events ran (< 0: no budget) or none is
  * left. Returns what stopped it (SIMNET_WHY_MASK; with SIMNET_HOST the host and its port
- * too: SIMNET_HOST_SHIFT, SIMNET_HPORT_SHIFT). */
+ * too: SIMNET_HOST_SHIFT, SIMNET_HPORT_SHIFT). A host's frame goes to ``buf`` (``cap``
+ * bytes), which is the network's between calls: it keeps the buffer zero but for the
+ * last frame (nothing else may write into it). */
 int simnet_run(simnet *n, double until, int64_t budget, uint8_t *buf, uint32_t cap,
                struct simnet_out *out);
 /* The module's C calls keep the GIL while this count is above zero (the simulator's

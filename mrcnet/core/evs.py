@@ -40,6 +40,13 @@ from mrcnet.native import HAVE_C, C, c_field, ffi
 # a dead or lossy route; not the receiver's ALWAYS_SKIP, nor a shared verdict itself).
 _SHARED_CAUSES = frozenset({"loss", "timeout"})
 _GOOD, _SKIP = EVState.GOOD, EVState.SKIP  # (global loads in skip_all's loop)
+# skip_all's events made field by field through the slots' descriptors: the frozen
+# dataclass's own __init__ goes through object.__setattr__ per field (~3x the time; one
+# event per ECN echo or trim, ~5 % of a permutation's run). The same objects: equal,
+# hashed and shown alike (tests/core/test_evs.py).
+_new_event = object.__new__
+_set_qpn, _set_ev, _set_old, _set_new, _set_cause = (
+    PathStateChanged.__dict__[f].__set__ for f in ("qpn", "ev", "old", "new", "cause"))
 RTT_ALPHA = 0.125  # RFC 6298 smoothing
 RTT_BETA = 0.25
 #: Whether new EV managers keep their EVs' numbers in C (:class:`CEVInfo`, :class:`EVTable`:
@@ -485,7 +492,13 @@ class EVManager:
             info.skip_plane = plane
             info.state = _SKIP
             spray.changed()
-            events.append(PathStateChanged(qpn, ev, _GOOD, _SKIP, cause))
+            e = _new_event(PathStateChanged)  # PathStateChanged(qpn, ev, _GOOD, _SKIP, cause)
+            _set_qpn(e, qpn)
+            _set_ev(e, ev)
+            _set_old(e, _GOOD)
+            _set_new(e, _SKIP)
+            _set_cause(e, cause)
+            events.append(e)
 
     def assume_bad(self, ev: int, now: float, cause: str) -> None:
         """Loss or timeout on this EV: stop using it at once, refill, start probing."""

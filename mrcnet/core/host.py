@@ -152,12 +152,12 @@ class Host:
         #: with less Python per frame (mrcd hands over each batch its socket gives).
         #: ``slots``: the C batch (:class:`mrcnet.buffers.BatchSlots`) whose last receive
         #: gave ``frames`` (its ``recv_views``, or a :class:`mrcnet.buffers.SlotFrames` of
-        #: it): the C lane then reads them where they are. Never raises. It is the
-        #: receiver's own method (mrcnet/core/receive.py), bound here: no hop per batch.
+        #: it): the C lane then reads them where they are. Never raises. The receiver's
+        #: methods (mrcnet/core/receive.py), bound here: no hop per call.
         self.receive_batch = self._rx.receive_batch
-        #: ``receive_one(frame, port, now)``: ``receive_batch((frame,), port, now)`` for
-        #: one frame as bytes, with less Python (mrc-sim's hosts, a frame at a time)
-        self.receive_one = self._rx.receive_one
+        #: ``receive_one(frame, port, now)``: ``receive_batch((frame,), port, now)`` with
+        #: less Python (mrc-sim's hosts); ``receive_at``: a frame left where it arrived
+        self.receive_one, self.receive_at = self._rx.receive_one, self._rx.receive_at
         #: The C receive lane (None without one), for mrcd's port readers
         #: (:func:`mrcnet.io.batch.lane_reader`: a read points it at its frames).
         self.rx_lane = self._rx.c_lane

@@ -21,6 +21,7 @@ from mrcnet.core.config import HostConfig, Port
 from mrcnet.core.memory import MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.rxlane import (
+    RX_ACKAT,
     RX_ACKS,
     RX_END,
     RX_IMM,
@@ -209,7 +210,7 @@ class Receiver:
                 if got:  # (then the lane has a QP)
                     assert qp is not None
                     qp.resp.rx_packets += got - nacks  # (qp.rx_packets: a property)
-                    if qp.resp.rx.ack_at != qp.ack_seen:  # the lane moved it (QPTimers.refresh)
+                    if r & RX_ACKAT:  # the lane moved ack_at (QPTimers.refresh)
                         qp.tv += 1
                     if marked != qp.qpn:
                         marked = qp.qpn
@@ -229,6 +230,7 @@ class Receiver:
             self.host.count("rx_internal_error")
             if qp is not None:
                 self._take_built(lane, qp, ctrl)
+                self._ack_check(qp)
         finally:
             if loaded is not None:
                 lane.release()
@@ -240,6 +242,14 @@ class Receiver:
         step first (its QP's and the ack QP's setup, planes and immediate state as last
         given, the ack QP without lost records or suspect paths, the regions, the port
         up); anything else is :meth:`receive_batch`'s. Never raises."""
+        self.receive_at(frame, len(frame), port, now, None)
+
+    def receive_at(self, frame: Any, size: int, port: int, now: float, buf: Any) -> None:
+        """:meth:`receive_one` of the ``size``-byte frame at ``frame``: its bytes (``buf``
+        None), or a ``uint8_t *`` into ``buf``, a cffi buffer of the same memory (mrc-sim's
+        C network's, where the frame arrived), which the C lane reads in place: the frame
+        is copied out of it (``buf[:size]``, bytes) only for a path that keeps it, a
+        frame the lane stops at or :meth:`receive_batch`'s. Never raises."""
         host, qp, aq = self.host, self._lane_qp, self._ack_qp
         p = host.ports.get(port)
         if (qp is None or VERIFY_SETUP or not self._lane_slots or p is None
@@ -250,7 +260,7 @@ class Receiver:
                                         or aq.rec.suspects))
                 or (self._sack_evm is not None
                     and self._sack_evm.usable_planes is not self._sack_usable)):
-            self.receive_batch((frame,), port, now)
+            self.receive_batch((frame if buf is None else buf[:size],), port, now)
             return
         host._last_now = now
         host.rx_frames += 1
@@ -261,27 +271,27 @@ class Receiver:
                 self._ack_una, self._ack_nxt = una, nxt
                 lane.ack_sync(una, nxt, self._ack_floor)
         try:  # (receive_batch's loop body for its one frame)
-            r = lane.one(frame, len(frame), now, plane)
+            r = lane.one(frame, size, now, plane)
             st = r & 3
             acks = self._ack_replay(now) if r & RX_ACKS else 0
             nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
             if r & RX_IMM:
                 self._lane_imms(qp, now, acks)
             if (r >> RX_POS_SHIFT) + (st & 1) - acks:  # a data frame of qp's, handled
-                resp = qp.resp
-                resp.rx_packets += 1 - nacks
-                if resp.rx.ack_at != qp.ack_seen:
+                qp.resp.rx_packets += 1 - nacks
+                if r & RX_ACKAT:  # (a SACK it built disarmed it, or the frame armed it)
                     qp.tv += 1
                 host._dirty.add(qp.qpn)
                 host._sendq.add(qp.qpn)
             if st == RX_SACK:
                 self._sack_due(qp, now, ctrl)
             elif st == RX_STOP:
-                self._lane_stop(lane, frame, port, plane, now)
+                self._lane_stop(lane, frame if buf is None else buf[:size], port, plane, now)
         except Exception as e:  # (as receive_batch's)
             host.last_internal_error = e
             host.count("rx_internal_error")
             self._take_built(lane, qp, ctrl)
+            self._ack_check(qp)
 
     def _lane_imms(self, qp: QueuePair, now: float, acks: int) -> None:
         """The writes-with-immediate the lane completed (RX_IMM), after the SACKs it
@@ -322,8 +332,7 @@ class Receiver:
         assert qp is not None
         built = lane.take_sacks()
         ctrl += built
-        if qp.resp.rx.ack_at != qp.ack_seen:  # (a SACK built disarms the lane's ack_at)
-            qp.tv += 1
+        # (a SACK built disarmed the lane's ack_at: the run says so, RX_ACKAT)
         nacks = lane.nacks
         qp.resp.tx_sacks += len(built) - nacks  # (qp.tx_sacks: a property)
         if nacks:
@@ -332,6 +341,13 @@ class Receiver:
                            ("tx_nack", nacks), ("tx_nack_lasthop", last)) if last
                           else (("rx_trimmed", nacks), ("tx_nack", nacks)))
         return int(nacks)
+
+    @staticmethod
+    def _ack_check(qp: QueuePair) -> None:
+        """After a run that raised (its RX_ACKAT unknown): the QP's timer version moved
+        if the lane's ``ack_at`` differs from the one its deadline last read."""
+        if qp.resp.rx.ack_at != qp.ack_seen:
+            qp.tv += 1
 
     def _lane_frame(self, lane: Any, frame: bytes | bytearray | memoryview, port: int,
                     plane: int, now: float) -> None:

@@ -51,9 +51,11 @@ RX_SOUT_MAX = 64  # SACK frames a lane builds before the caller takes them
 RX_SOUT_BYTES = 64 * 512  # ... and their bytes (MRC_RX_SACK_MAX each)
 _TAKE_MASK = 0x3FF  # mrc_rx_take()'s 10-bit counts (nsout, nnack, nnack_last: <= 64)
 # mrc_rx_run() results (low 2 bits; bit 2: SACKs built and waiting, bit 3: SACK records
-# waiting, bit 4: frame pos a write-with-immediate the lane completed) and why it stopped
+# waiting, bit 4: frame pos a write-with-immediate the lane completed, bit 5: the run
+# moved its QP's ack_at, the delayed-SACK deadline) and why it stopped
 RX_END, RX_SACK, RX_STOP, RX_DONE, RX_SACKS, RX_ACKS, RX_IMM = 0, 1, 2, 3, 4, 8, 16
-RX_POS_SHIFT = 5  # run()'s result: pos << RX_POS_SHIFT | flags | result
+RX_ACKAT = 32
+RX_POS_SHIFT = 6  # run()'s result: pos << RX_POS_SHIFT | flags | result
 # the held-ACK decision of a write-with-immediate the lane completed (rxlane.h
 # MRC_RX_IMM_*): held for the answer, acknowledged at once, the lane sent its SACK
 RX_IMM_HELD, RX_IMM_ALONE, RX_IMM_SACKED = 1, 2, 4
@@ -236,7 +238,8 @@ class CRxLane:
     at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
     (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
     records of SACKs it took wait in :meth:`take_acks`, | RX_IMM when records of the
-    writes-with-immediate it completed wait in :meth:`take_imms`): RX_END (all done, pos
+    writes-with-immediate it completed wait in :meth:`take_imms`, | RX_ACKAT when it
+    moved its QP's ``ack_at``): RX_END (all done, pos
     n), RX_DONE (frame ``pos`` done, returned for those completions),
     RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
     ``parsed`` holds it, ``why`` says why)."""
@@ -591,9 +594,9 @@ class CRxLane:
             return []
         self.nacks, self.nacks_last = (r >> 42) & _TAKE_MASK, r >> 52
         data = ffi.unpack(self._sout, r & 0xFFFFFFFF)
+        if n == 1:  # (most calls: its port read in place, no list)
+            return [(self._sport[0], data)]
         ports = ffi.unpack(self._sport, n)
-        if n == 1:
-            return [(ports[0], data)]
         lens = ffi.unpack(self._slen, n)
         out, o = [], 0
         for p, ln in zip(ports, lens, strict=True):

@@ -71,6 +71,10 @@ class CRecovery(Recovery):
         self._records, self._rto = C.mrc_sack_records, C.mrc_sack_rto
         self._after, self._trim = C.mrc_sack_after, C.mrc_sack_trim
         self._timers = ffi.new("struct mrc_sack_timers *")
+        #: mrc_sack_after's config inputs, and what they were filled from (the config
+        #: object and the QP's ack timeout exponent): _after_config
+        self._acfg = ffi.new("struct mrc_sack_cfg *")
+        self._acfg_of: tuple[object, int] | None = None
         self._tab: evs.EVTable | None = None
         super().__init__(qp)
 
@@ -171,15 +175,12 @@ class CRecovery(Recovery):
         o = self._timers
         o.rack_at, o.rto_at, o.tlp_at = self.rack_at, self.rto_at, self.tlp_at
         buf, cap = txt.scratch
-        if self._after(self.c, tab.c, txt.c, now, acked, bool(self.rtx_q),
-                       cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor,
-                       cfg.ack_delay if cfg.rack_hold is None else cfg.rack_hold,
-                       self.reo_scale, self.reo_learned, cfg.rack_tie_break,
-                       self.backoff() if self.retries else 1.0,
-                       self.attrs.ack_timeout_s, cfg.timeout_floor,
-                       cfg.tail_probe and not self.tlp_sent, cfg.base_rtt_hint,
-                       cfg.tlp_srtts, cfg.ack_delay if cfg.tlp_hold is None else cfg.tlp_hold,
-                       (1 + (not cfg.ack_with_data)) if cfg.tlp_prompt else 0, buf, cap, o):
+        of = self._acfg_of
+        if of is None or of[0] is not cfg or of[1] != self.attrs.timeout:
+            self._after_config()
+        if self._after(self.c, tab.c, txt.c, self._acfg, now, acked, bool(self.rtx_q),
+                       self.reo_scale, self.reo_learned,
+                       self.backoff() if self.retries else 1.0, self.tlp_sent, buf, cap, o):
             Recovery.after_sacks(self, now)  # a loss found: Python declares it
             return
         self.sack_pending = False
@@ -193,6 +194,24 @@ class CRecovery(Recovery):
             self.qp.tv += 1
         if acked:
             self._complete_wrs()
+
+    def _after_config(self) -> None:
+        """Fill ``mrc_sack_after``'s config inputs (``struct mrc_sack_cfg``) from the
+        host's config and the QP's ack timeout: once, and again when the QP's timeout
+        exponent changes (modify_qp) or it has another config object (a host's config is
+        not changed in place once it runs: the receive lane copies it too)."""
+        cfg, k, attrs = self.cfg, self._acfg, self.attrs
+        k.rack_floor = cfg.reorder_floor if cfg.rack_floor is None else cfg.rack_floor
+        k.hold = cfg.ack_delay if cfg.rack_hold is None else cfg.rack_hold
+        k.ack_timeout = attrs.ack_timeout_s
+        k.timeout_floor = cfg.timeout_floor
+        k.base_rtt_hint = cfg.base_rtt_hint
+        k.tlp_srtts = cfg.tlp_srtts
+        k.tlp_hold = cfg.ack_delay if cfg.tlp_hold is None else cfg.tlp_hold
+        k.tie_break = cfg.rack_tie_break
+        k.tail_probe = cfg.tail_probe
+        k.prompt = (1 + (not cfg.ack_with_data)) if cfg.tlp_prompt else 0
+        self._acfg_of = (cfg, attrs.timeout)
 
     def on_nack(self, n: PyParsed, now: float) -> None:
         """:meth:`Recovery.on_nack`, a trimmed packet's table and CC work in C

@@ -597,12 +597,16 @@ class HostNode:
         #: ``receive`` is one frame of it), and that stack (an endpoint put in its place
         #: later, a test's tap, gets ``receive``); None: frame by frame
         self._rx_one: Callable[[bytes, int, float], None] | None = None
+        #: its entry for a frame left in the C network's buffer (Host.receive_at), for
+        #: :meth:`arrive_at`; None: :meth:`arrive` of the frame's bytes
+        self._rx_at: Callable[[Any, int, int, float, Any], None] | None = None
         self._rx_of: Endpoint | None = None
 
     def attach(self, endpoint: Endpoint) -> None:
         """Plug a stack into this host and let it send whatever it has ready."""
         self.endpoint = self._rx_of = endpoint
         self._rx_one = getattr(endpoint, "receive_one", None)
+        self._rx_at = getattr(endpoint, "receive_at", None)
         batch = getattr(endpoint, "receive_batch", None)
         if self._rx_one is None and batch is not None:
             self._rx_one = lambda frame, port, now: batch((frame,), port, now)
@@ -634,6 +638,19 @@ class HostNode:
             return
         self.counters.rx_frames += 1
         rx(frame, port, now)
+        self._output(ep, now)
+
+    def arrive_at(self, ptr: Any, size: int, buf: Any, port: int, now: float) -> None:
+        """:meth:`arrive` of the ``size``-byte frame the C network left at ``ptr`` (a
+        ``uint8_t *`` into its buffer, ``buf`` the same memory as a cffi buffer): the
+        stack's lane reads it there (Host.receive_at), and a copy (``buf[:size]``) is made
+        only for a path that keeps the frame."""
+        rx, ep = self._rx_at, self.endpoint
+        if rx is None or ep is None or ep is not self._rx_of or self.jitter is not None:
+            self.arrive(buf[:size], port, now)
+            return
+        self.counters.rx_frames += 1
+        rx(ptr, size, port, now, buf)
         self._output(ep, now)
 
     # --- endpoint processing model (HostJitter) -----------------------------------------

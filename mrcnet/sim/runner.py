@@ -423,8 +423,15 @@ class SimRun:
 
     def _drain_events(self, node: HostNode) -> None:
         host = self.hosts[node.index]
-        # (after most frames a host has no event: nothing to drain, no flow finished)
-        if not host._events and not host.path_events and self._pending > 0:
+        if not host._events and self._pending > 0:
+            # (after most frames a host has no event: nothing to drain, no flow finished;
+            # else mostly path events alone, an ECN echo's or a trim's skip: recorded in
+            # take_events' order without its calls and the type tests below)
+            pev = host.path_events
+            if pev:
+                now, name = self.sim.now, host.name
+                self.path_events += [(now, name, ev) for ev in pev]
+                pev.clear()
             return
         now = self.sim.now
         for ev in host.take_events():  # (nothing below makes a host event)

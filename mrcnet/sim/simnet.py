@@ -116,9 +116,10 @@ class NativeSimulator(Simulator):
                          cbuf, _FRAME_BUF, out)
                 why = r & WHY
                 self.now = t = out.t
-                if why == HOST:  # (the host and its port in the return value)
-                    hosts[r >> HOST_SHIFT].arrive(buf[: out.len], (r >> HPORT) & HPORT_MASK,
-                                                  t)
+                if why == HOST:  # (the host and its port in the return value; the
+                    # frame left in cbuf, copied out only where it is kept)
+                    hosts[r >> HOST_SHIFT].arrive_at(cbuf, out.len, buf,
+                                                     (r >> HPORT) & HPORT_MASK, t)
                 elif why == PY:
                     fn, arg = items.pop(out.key)
                     fn(arg)

@@ -33,6 +33,7 @@ from mrcnet.core.memory import MemoryRegion
 from mrcnet.core.responder import _PENALTY_PER_LASTHOP_TRIM
 from mrcnet.core.rxlane import (
     RX_ACK_MAX,
+    RX_ACKAT,
     RX_ACKS,
     RX_END,
     RX_MRS_MAX,
@@ -93,6 +94,7 @@ class PyRxLane(PyRxState):
         self.sack_on_reorder = False
         self.ack_delay = self.reorder_floor = 0.0
         self.plane = -1
+        self.ack_moved = False  # the last run moved its QP's ack_at (RX_ACKAT)
         self.verify = True
         self.mrs: dict[int, MemoryRegion] = {}
         self.pos = 0
@@ -250,7 +252,8 @@ class PyRxLane(PyRxState):
         return True
 
     def _flags(self) -> int:
-        return (RX_SACKS if self.sout else 0) | (RX_ACKS if self.ack_sent else 0)
+        return ((RX_SACKS if self.sout else 0) | (RX_ACKS if self.ack_sent else 0)
+                | (RX_ACKAT if self.ack_moved else 0))
 
     def take_sacks(self) -> list[tuple[int, bytes]]:
         """The SACK (and NACK) frames the lane built since the last call: (port, frame),
@@ -315,6 +318,8 @@ class PyRxLane(PyRxState):
         frames = PyRxState.sack(q, tmpl, ev, int(pen) if pen else 0, -1, bases)
         if pen:
             q.penalty = pen * 0.5
+        if q.ack_at != _INF:
+            self.ack_moved = True
         q.ack_at = _INF
         q.since_ack = 0
         self.sout += [(port, f) for f in frames]
@@ -352,6 +357,7 @@ class PyRxLane(PyRxState):
         ``mrc_rx_run``, line for line."""
         frames, q, verify = self.frames, self.qp, self.verify
         self.plane = plane
+        self.ack_moved = False
         for k in range(i, n):
             buf = frames[k]
             try:
@@ -470,9 +476,12 @@ class PyRxLane(PyRxState):
                 self.pos, self.why = k, WHY_NONE
                 return k << RX_POS_SHIFT | self._flags() | RX_SACK
             if defer:
-                q.ack_at = min(q.ack_at, now)  # due: the burst's end sends it
+                if q.ack_at > now:
+                    q.ack_at = now  # due: the burst's end sends it
+                    self.ack_moved = True
             elif q.ack_at == _INF:
                 q.ack_at = now + self.ack_delay
+                self.ack_moved = True
         self.pos, self.why = n, WHY_NONE
         return n << RX_POS_SHIFT | self._flags() | RX_END
 

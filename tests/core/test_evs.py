@@ -7,6 +7,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -559,3 +560,27 @@ def test_skip_all_decides_as_skip_one_by_one() -> None:
             assert [a.next_ev().ev for _ in range(5)] == [b.next_ev().ev for _ in range(5)]
             assert a.events == b.events
         assert sum(isinstance(e, PathStateChanged) and e.cause == "ecn" for e in a.events) > 10
+
+
+def test_skip_all_events_are_the_dataclass_s_own() -> None:
+    """``skip_all`` makes its events field by field (the slots' descriptors, not the
+    frozen dataclass's ``__init__``): the same class, equal, hashed, shown and frozen
+    alike to ``PathStateChanged(...)``; a field added to the event fails here first."""
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(PathStateChanged)] == [
+        "qpn", "ev", "old", "new", "cause"]
+    m = EVManager(7, {0: 4, 1: 4}, evs_per_qp=16)
+    evs = list(m.evs)
+    m.events.clear()
+    m.skip_all(evs[:3], "trim")
+    m.skip_all(evs[3:5], "ecn")
+    want = [PathStateChanged(7, ev, EVState.GOOD, EVState.SKIP, c)
+            for ev, c in zip(evs[:5], ["trim"] * 3 + ["ecn"] * 2, strict=True)]
+    got = m.events
+    assert got == want
+    assert [type(e) for e in got] == [PathStateChanged] * 5
+    assert [repr(e) for e in got] == [repr(e) for e in want]
+    assert [hash(e) for e in got] == [hash(e) for e in want]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].cause = "ecn"  # type: ignore[misc]

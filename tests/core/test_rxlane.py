@@ -309,7 +309,7 @@ def test_constants_match_the_header() -> None:
             lib.MRC_RX_ACKS) == (rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP,
                                  rxlane.RX_SACKS, rxlane.RX_ACKS)
     assert max(rxlane.RX_END, rxlane.RX_SACK, rxlane.RX_STOP) | rxlane.RX_SACKS | \
-        rxlane.RX_ACKS < 1 << rxlane.RX_POS_SHIFT
+        rxlane.RX_ACKS | rxlane.RX_IMM | rxlane.RX_ACKAT < 1 << rxlane.RX_POS_SHIFT
     assert lib.MRC_RX_ACK_INTS == rxlane.RX_ACK_INTS
     names = ["NONE", "PARSE", "OTHER", "PEER", "WINDOW", "MR_MISS", "MR_BAD", "DUP",
              "TRIMMED", "IMM", "FULL", "DELIVER", "SHORT", "ACK"]

@@ -223,3 +223,36 @@ def test_tie_pass_decides_as_python(monkeypatch: pytest.MonkeyPatch, ack_every: 
             out.append(_write_losing(0, 4, ack_every=ack_every))
     assert out[0] == out[1]
     assert out[1][1].get("loss_rack_tie") == 1
+
+
+def test_after_config_decides_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mrc_sack_after``'s config inputs, filled once per QP (``struct mrc_sack_cfg``,
+    ``CRecovery._after_config``) with values other than the defaults, decide as the
+    pure-Python path batch by batch through a dead link and 1 % loss; the struct holds
+    the config's values, and a new ack timeout (modify_qp's) is taken at the next call."""
+    spec = "leafspine:planes=2,spines=4,leaves=4,hosts=4"
+    flows = permutation(16, 1 << 20, seed=3)
+    fails = ["link:L0.1-S0.2@50us:down", "loss:*=1%"]
+    cfg = {"rack_floor": 7e-6, "rack_hold": 3e-6, "tlp_hold": 2e-6, "tlp_srtts": 3.0,
+           "tlp_prompt": True, "rack_tie_break": False}
+    py = _run(monkeypatch, False, spec, flows, fails, 7, cfg)
+    c = _run(monkeypatch, True, spec, flows, fails, 7, cfg)
+    assert len(c) == len(py)
+    for k, (a, b) in enumerate(zip(c, py, strict=True)):
+        assert a == b, f"batch {k} of {len(py)} (time {b[0]}, QP {b[1]}) differs"
+    assert py != _run(monkeypatch, False, spec, flows, fails, 7)  # (the values matter)
+
+    monkeypatch.setattr(evs, "NATIVE", True)
+    run = SimRun(parse_topology(spec), flows, seed=7, host_config=cfg)
+    run.run()
+    recs = [q.rec for h in run.hosts for q in h._qps.values()
+            if isinstance(q.rec, CRecovery) and q.rec._acfg_of is not None]
+    assert recs
+    r = recs[0]
+    k = r._acfg
+    assert (k.rack_floor, k.hold, k.tlp_hold, k.tlp_srtts, k.prompt, k.tie_break,
+            k.tail_probe) == (7e-6, 3e-6, 2e-6, 3.0, 2, 0, 1)
+    assert k.ack_timeout == r.attrs.ack_timeout_s
+    r.attrs.timeout += 1  # (as modify_qp sets it)
+    r.after_sacks(run.sim.now)
+    assert k.ack_timeout == r.attrs.ack_timeout_s

@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from simtraffic import Blaster, Sink, data_frame
 
 from mrcnet.constants import NackReason, Opcode
+from mrcnet.core import PathStateChanged, WriteCompleted
 from mrcnet.core.ctrl import NackTemplate, SackTemplate
 from mrcnet.native import HAVE_C
 from mrcnet.sim.cli import main
@@ -268,3 +270,68 @@ def test_set_up_and_run_collect_young_objects_less_often_and_restore_the_thresho
         assert gc.get_threshold() == (0, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_path_events_recorded_as_take_events_gives_them(monkeypatch: Any) -> None:
+    """The runner records a host's path events alone (an ECN echo's or a trim's skip,
+    most of its drains) without ``take_events``: the same list, times and order as
+    draining every event through ``take_events``, through trims, ECN and a failure."""
+    def once(reference: bool) -> list[Any]:
+        spec = parse_topology("leafspine:planes=2,spines=4,leaves=2,hosts=4")
+        flows = incast(range(1, 8), 0, 1 << 20)
+        run = SimRun(spec, flows, seed=3, failures=[parse_failure("link:L0.1-S0.2@40us:down")])
+        if reference:
+            def drain(node: Any) -> None:
+                host = run.hosts[node.index]
+                for ev in host.take_events():
+                    if isinstance(ev, PathStateChanged):
+                        run.path_events.append((run.sim.now, host.name, ev))
+                    elif isinstance(ev, WriteCompleted):
+                        fid = run._by_qp.get((node.index, ev.qpn))
+                        if fid is not None and run.results[fid].finish is None:
+                            run.results[fid].finish = run.sim.now
+                            run._pending -= 1
+                if run._pending <= 0:
+                    run.sim.stop()
+            monkeypatch.setattr(run, "_drain_events", drain)
+            for n in run.fabric.hosts:
+                n.on_activity = drain
+        run.run()
+        assert all(r.finish is not None for r in run.results.values())
+        return run.path_events
+
+    got, want = once(False), once(True)
+    assert len(want) > 50 and {e.cause for _, _, e in want} >= {"trim", "ecn"}
+    assert got == want
+
+
+@pytest.mark.skipif(not HAVE_C, reason="the C network needs the C module")
+def test_an_elided_frame_after_a_whole_one_comes_back_byte_for_byte() -> None:
+    """The C network keeps its host frame buffer zero but for the last frame's bytes (an
+    elided frame's zeros are not written again): a whole frame with a payload that is
+    not zero, longer than the elided frames' headers, does not show through them; the
+    host gets what it gets on the Python network."""
+    from mrcnet.sim.simnet import NativeSimulator
+    from mrcnet.wire.frame import build_data
+
+    class Once(Sink):
+        def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+            out, self.raw = [(0, b) for b in self.raw], []
+            return out
+
+    def got(sim: Simulator) -> list[bytes]:
+        fab = Fabric(sim, parse_topology("leafspine:planes=1,spines=1,leaves=2,hosts=2"))
+        whole = build_data(fab.route(0, 3, 0, 0), ev=1, opcode=Opcode.WRITE_ONLY,
+                           dest_qp=7, psn=1, va=0x1000, rkey=0x55, payload=b"\xab" * 6000)
+        fab.hosts[0].elide = 0
+        fab.hosts[1].elide = 256
+        sink = Sink()
+        fab.hosts[3].attach(sink)
+        fab.hosts[0].attach(Once(raw=[whole]))
+        fab.hosts[1].attach(Blaster(fab, 1, 3, 3, payload_len=4000, start=50e-6))
+        fab.sim.run()
+        return sink.raw
+
+    c = got(NativeSimulator(seed=3))
+    assert len(c) == 4 and b"\xab" * 6000 in c[0] and b"\xab" not in b"".join(c[1:])
+    assert c == got(Simulator(seed=3))
