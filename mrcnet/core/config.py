@@ -221,6 +221,16 @@ class HostConfig:
       Measured (docs/COLLECTIVES.md, "session 12"): sim_digest's perm-linkdown-loss
       better over twelve seeds, but a spine bottleneck's goodput through a failure
       below tests/sim's 7/8 (0.875 against 0.897), so not the default.
+    - ``tlp_fail_rtt``: False (default). True: while the host holds a route failing
+      (shared verdicts), the tail-loss probe's timeout counts in the newest RTT sample
+      (RACK's: the newest packet acknowledged) when it is below the smoothed RTT, which
+      an incast's queues inflate while a step's tail leaves after they drained
+      (:meth:`mrcnet.core.tailloss.TailLoss.pto`; docs/COLLECTIVES.md "session 13").
+    - ``tlp_fail_path``: False (default). True: while the host holds a route failing,
+      the probe's resend goes on a path that has delivered a packet sent since the host
+      learnt of the failure (the newest so proven), if the sprayed one has not
+      (:meth:`mrcnet.core.tailloss.TailLoss.probe_ev`): a resend onto the dead link
+      waits for the next probe.
     - ``learn_at_declare``: True (default, since session 12): a packet declared lost
       that arrives after all widens RACK's allowance to what it needed from the
       allowance it was declared lost with. False: from the allowance now, which the
@@ -298,6 +308,8 @@ class HostConfig:
     tail_path: bool = False
     retire_inflight: bool = False
     learn_at_declare: bool = True
+    tlp_fail_rtt: bool = False
+    tlp_fail_path: bool = False
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

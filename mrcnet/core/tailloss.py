@@ -96,7 +96,48 @@ class TailLoss:
                 newest = self.txt.get(self.txt.inflight()[-1])
             if newest is not None and self._prompt_end(newest):
                 hold = 0.0
-        return cfg.tlp_srtts * (self.srtt or cfg.base_rtt_hint) + hold
+        rtt = self.srtt or cfg.base_rtt_hint
+        if cfg.tlp_fail_rtt:
+            last = self.txt.rack_rtt
+            if 0.0 < last < rtt and self._failing_since() >= 0:
+                rtt = last
+        return cfg.tlp_srtts * rtt + hold
+
+    def _failing_since(self) -> float:
+        """When the host last learnt of a route failing among those it holds failing
+        (its shared verdicts); -1 when it holds none or shares none."""
+        evm = self.evm
+        v = evm.verdicts if evm is not None else None
+        return v.failing_since() if v is not None else -1.0
+
+    def probe_ev(self, info: Any, avoid: int) -> Any:
+        """``HostConfig.tlp_fail_path``: the EV for a probe's resend, sprayed onto
+        ``info`` (an :class:`~mrcnet.core.evs.EVInfo` on another path than ``avoid``, the
+        original's EV). While the host holds a route failing it keeps ``info`` only if
+        its path has delivered a packet sent since the host learnt of the failure; else
+        the usable EV of the path most recently so proven, if any (not ``avoid``'s
+        path). A probe's resend that lands on the dead link too waits for the next
+        probe (docs/COLLECTIVES.md, "session 12": the all-to-all's failure steps)."""
+        since = self._failing_since()
+        if since < 0:
+            return info
+        acked = self.txt.path_acked
+        if acked(info.ev >> EV_PATH_SHIFT) >= since:
+            return info
+        evm = self.evm
+        assert evm is not None
+        usable, skip = evm.usable_planes, avoid >> EV_PATH_SHIFT
+        best, newest = info, since
+        for cand in evm.evs.values():
+            key = cand.ev >> EV_PATH_SHIFT
+            if key == skip or cand.state is not EVState.GOOD or cand.plane not in usable:
+                continue
+            t = acked(key)
+            if t >= newest and (best is info or t > newest):
+                best, newest = cand, t
+        if best is not info:
+            self.qp.count("tlp_path_moved")
+        return best
 
     def arm_tlp(self, now: float) -> None:
         """Packets are in flight and new ones went or acknowledgements moved on: the
