@@ -224,8 +224,10 @@ class HostConfig:
     - ``tlp_fail_rtt``: False (default). True: while the host holds a route failing
       (shared verdicts), the tail-loss probe's timeout counts in the newest RTT sample
       (RACK's: the newest packet acknowledged) when it is below the smoothed RTT, which
-      an incast's queues inflate while a step's tail leaves after they drained
-      (:meth:`mrcnet.core.tailloss.TailLoss.pto`; docs/COLLECTIVES.md "session 13").
+      an incast's queues inflate while a step's tail leaves after they drained, and
+      runs from the newest packet's send time, not from the latest acknowledgement
+      (at least half a timeout from it: :meth:`mrcnet.core.tailloss.TailLoss.pto`,
+      ``arm_tlp``; docs/COLLECTIVES.md "session 13").
     - ``tlp_fail_path``: False (default). True: while the host holds a route failing,
       the probe's resend goes on a path that has delivered a packet sent since the host
       learnt of the failure (the newest so proven), if the sprayed one has not

@@ -143,10 +143,21 @@ class TailLoss:
         """Packets are in flight and new ones went or acknowledgements moved on: the
         probe fires ``pto`` from now (RFC 8985 re-arms it on each), unless the
         retransmission timer comes first, and at most once until acknowledgements move
-        again."""
+        again. With ``tlp_fail_rtt`` while the host holds a route failing: ``pto`` from
+        the newest packet in flight's send time, at least half of it from now (a
+        step's tail leaves when a window opens, and its siblings' acknowledgements keep
+        re-arming the probe from later instants for as long as they come: 20 us of
+        the 64-host all-to-all's 100, docs/COLLECTIVES.md "session 13"; half a ``pto``,
+        a newest RTT, after the latest news lets a long flight's queue drain)."""
         if self.tlp_sent or not self.cfg.tail_probe:
             return
-        at = now + self.pto()
+        pto = self.pto()
+        at = now + pto
+        txt = self.txt
+        if self.cfg.tlp_fail_rtt and txt.ninfl and self._failing_since() >= 0:
+            e = txt.get(txt.inflight()[-1])
+            if e is not None:
+                at = max(e[E_SENT] + pto, now + pto / 2)
         self.tlp_at = at if at < self.rto_at else _INF
         self.qp.tv += 1
 
