@@ -233,6 +233,10 @@ class HostConfig:
       learnt of the failure (the newest so proven), if the sprayed one has not
       (:meth:`mrcnet.core.tailloss.TailLoss.probe_ev`): a resend onto the dead link
       waits for the next probe.
+    - ``tlp_fail_window``: 0.0 (default): ``tlp_fail_rtt`` and ``tlp_fail_path`` act
+      while the host holds any route failing. > 0: only within this many seconds of
+      the newest such verdict (a route held failing since a cold start's spurious
+      retirement is not news of a failure).
     - ``learn_at_declare``: True (default, since session 12): a packet declared lost
       that arrives after all widens RACK's allowance to what it needed from the
       allowance it was declared lost with. False: from the allowance now, which the
@@ -312,6 +316,7 @@ class HostConfig:
     learn_at_declare: bool = True
     tlp_fail_rtt: bool = False
     tlp_fail_path: bool = False
+    tlp_fail_window: float = 0.0
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

@@ -172,7 +172,7 @@ class SendGuard(Protocol):
         """The EV for a QP's last packet before it goes idle, sprayed onto ``ev``; ``runs``:
         the QP's last runs (their EVs, sent when)."""
 
-    def probe_ev(self, info: EVInfo, avoid: int) -> EVInfo:
+    def probe_ev(self, info: EVInfo, avoid: int, now: float) -> EVInfo:
         """The EV for a tail-loss probe's resend, sprayed onto ``info``, not on the
         path of ``avoid`` (the original's EV)."""
 
@@ -291,7 +291,7 @@ class Sender:
             rtx_q.popleft()
             info = evm.next_ev(avoid=e[E_EV])
             if self.cfg.tlp_fail_path and seq in rec.tlp_log:  # (a probe's resend)
-                info = rec.probe_ev(info, e[E_EV])
+                info = rec.probe_ev(info, e[E_EV], now)
             self._resend(seq, e, now, out, info)
         mtu = self.cfg.mtu_payload
         mpr = self.attrs.mpr  # (tx_window's, without the property's call per emit)

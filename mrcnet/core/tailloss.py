@@ -82,7 +82,7 @@ class TailLoss:
     def _learn_reorder(self, late: float, allowance: float) -> None:
         raise NotImplementedError
 
-    def pto(self, newest: Any = None) -> float:
+    def pto(self, newest: Any = None, now: float = 0.0) -> float:
         """Tail-loss probe timeout (RFC 8985 section 7.2): ``tlp_srtts`` (2) smoothed RTTs
         (the hint before a sample) plus the peer's ACK hold (``tlp_hold``, else
         ``ack_delay``), none with ``tlp_prompt`` if the newest packet in flight
@@ -99,18 +99,21 @@ class TailLoss:
         rtt = self.srtt or cfg.base_rtt_hint
         if cfg.tlp_fail_rtt:
             last = self.txt.rack_rtt
-            if 0.0 < last < rtt and self._failing_since() >= 0:
+            if 0.0 < last < rtt and self._failing_since(now) >= 0:
                 rtt = last
         return cfg.tlp_srtts * rtt + hold
 
-    def _failing_since(self) -> float:
+    def _failing_since(self, now: float) -> float:
         """When the host last learnt of a route failing among those it holds failing
-        (its shared verdicts); -1 when it holds none or shares none."""
+        (its shared verdicts); -1 when it holds none or shares none, or (with
+        ``tlp_fail_window``) learnt it longer ago than that before ``now``."""
         evm = self.evm
         v = evm.verdicts if evm is not None else None
-        return v.failing_since() if v is not None else -1.0
+        since = v.failing_since() if v is not None else -1.0
+        win = self.cfg.tlp_fail_window
+        return since if not win or now - since <= win else -1.0
 
-    def probe_ev(self, info: Any, avoid: int) -> Any:
+    def probe_ev(self, info: Any, avoid: int, now: float) -> Any:
         """``HostConfig.tlp_fail_path``: the EV for a probe's resend, sprayed onto
         ``info`` (an :class:`~mrcnet.core.evs.EVInfo` on another path than ``avoid``, the
         original's EV). While the host holds a route failing it keeps ``info`` only if
@@ -118,7 +121,7 @@ class TailLoss:
         the usable EV of the path most recently so proven, if any (not ``avoid``'s
         path). A probe's resend that lands on the dead link too waits for the next
         probe (docs/COLLECTIVES.md, "session 12": the all-to-all's failure steps)."""
-        since = self._failing_since()
+        since = self._failing_since(now)
         if since < 0:
             return info
         acked = self.txt.path_acked
@@ -151,10 +154,10 @@ class TailLoss:
         a newest RTT, after the latest news lets a long flight's queue drain)."""
         if self.tlp_sent or not self.cfg.tail_probe:
             return
-        pto = self.pto()
+        pto = self.pto(None, now)
         at = now + pto
         txt = self.txt
-        if self.cfg.tlp_fail_rtt and txt.ninfl and self._failing_since() >= 0:
+        if self.cfg.tlp_fail_rtt and txt.ninfl and self._failing_since(now) >= 0:
             e = txt.get(txt.inflight()[-1])
             if e is not None:
                 at = max(e[E_SENT] + pto, now + pto / 2)
@@ -225,7 +228,7 @@ class TailLoss:
         e = txt.get(seq)
         if e is None:
             return
-        due = e[E_SENT] + self.pto(e)
+        due = e[E_SENT] + self.pto(e, now)
         if due > now:  # sent since the timer was armed: wait for its own turn
             self.tlp_at = due if due < self.rto_at else _INF
             self.qp.tv += 1

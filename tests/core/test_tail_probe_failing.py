@@ -118,3 +118,15 @@ def test_probe_resend_goes_on_a_path_proven_since_the_failure() -> None:
     assert c_on.get("lost_tlp", 0) >= len(dead) and c_on.get("tlp_path_moved", 0) >= 1
     assert "rto_rounds" not in c_on and "lost_timeout" not in c_on
     assert max(on) <= 2 * 10e-6 + HOLD + 10e-6 + 1e-9
+
+
+def test_probe_rules_wait_for_a_recent_verdict_with_a_window() -> None:
+    """``tlp_fail_window``: the rules act only within the window of the newest failing
+    verdict. The dark path's verdict is 10 us old when the tail's probe is armed: a
+    5 us window leaves the probe as without the rules, a 1 ms one lets them act."""
+    early = frozenset({(0, 1)})
+    off, c_off, _ = _tail_after_queues(4, early)
+    old, c_old, _ = _tail_after_queues(4, early, tlp_fail_rtt=True, tlp_fail_window=5e-6)
+    assert old == off and c_old == c_off
+    new, _, _ = _tail_after_queues(4, early, tlp_fail_rtt=True, tlp_fail_window=1e-3)
+    assert new < off - 50e-6
