@@ -237,6 +237,8 @@ class HostConfig:
       while the host holds any route failing. > 0: only within this many seconds of
       the newest such verdict (a route held failing since a cold start's spurious
       retirement is not news of a failure).
+    - ``tlp_fail_gate``: True (default). False: ``tlp_fail_rtt`` acts on every probe,
+      a failing route known or not (measured in docs/COLLECTIVES.md, "session 13").
     - ``learn_at_declare``: True (default, since session 12): a packet declared lost
       that arrives after all widens RACK's allowance to what it needed from the
       allowance it was declared lost with. False: from the allowance now, which the
@@ -317,6 +319,7 @@ class HostConfig:
     tlp_fail_rtt: bool = False
     tlp_fail_path: bool = False
     tlp_fail_window: float = 0.0
+    tlp_fail_gate: bool = True
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

@@ -99,7 +99,7 @@ class TailLoss:
         rtt = self.srtt or cfg.base_rtt_hint
         if cfg.tlp_fail_rtt:
             last = self.txt.rack_rtt
-            if 0.0 < last < rtt and self._failing_since(now) >= 0:
+            if 0.0 < last < rtt and self._fail_rtt_on(now):
                 rtt = last
         return cfg.tlp_srtts * rtt + hold
 
@@ -112,6 +112,11 @@ class TailLoss:
         since = v.failing_since() if v is not None else -1.0
         win = self.cfg.tlp_fail_window
         return since if not win or now - since <= win else -1.0
+
+    def _fail_rtt_on(self, now: float) -> bool:
+        """Whether ``tlp_fail_rtt`` acts now: while the host holds a route failing
+        (:meth:`_failing_since`), or always without ``tlp_fail_gate``."""
+        return not self.cfg.tlp_fail_gate or self._failing_since(now) >= 0
 
     def probe_ev(self, info: Any, avoid: int, now: float) -> Any:
         """``HostConfig.tlp_fail_path``: the EV for a probe's resend, sprayed onto
@@ -157,7 +162,7 @@ class TailLoss:
         pto = self.pto(None, now)
         at = now + pto
         txt = self.txt
-        if self.cfg.tlp_fail_rtt and txt.ninfl and self._failing_since(now) >= 0:
+        if self.cfg.tlp_fail_rtt and txt.ninfl and self._fail_rtt_on(now):
             e = txt.get(txt.inflight()[-1])
             if e is not None:
                 at = max(e[E_SENT] + pto, now + pto / 2)

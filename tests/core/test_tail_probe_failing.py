@@ -130,3 +130,13 @@ def test_probe_rules_wait_for_a_recent_verdict_with_a_window() -> None:
     assert old == off and c_old == c_off
     new, _, _ = _tail_after_queues(4, early, tlp_fail_rtt=True, tlp_fail_window=1e-3)
     assert new < off - 50e-6
+
+
+def test_newest_rtt_rule_acts_without_a_failing_route_when_ungated() -> None:
+    """``tlp_fail_gate=False``: ``tlp_fail_rtt`` acts on every probe, so the tail lost
+    with every route alive is found as soon as with a route failing (2 x 10 us + the
+    hold after it left), over 50 us before the gated rule finds it."""
+    gated, _, _ = _tail_after_queues(4, frozenset(), tlp_fail_rtt=True)
+    ungated, c, _ = _tail_after_queues(4, frozenset(), tlp_fail_rtt=True, tlp_fail_gate=False)
+    assert c.get("lost_tlp") == 1 and "rto_rounds" not in c
+    assert ungated <= 3 * 10e-6 + HOLD + 1e-9 < gated - 50e-6
