@@ -221,6 +221,24 @@ class HostConfig:
       Measured (docs/COLLECTIVES.md, "session 12"): sim_digest's perm-linkdown-loss
       better over twelve seeds, but a spine bottleneck's goodput through a failure
       below tests/sim's 7/8 (0.875 against 0.897), so not the default.
+    - ``tlp_fail_rtt``: False (default). True: while the host holds a route failing
+      (shared verdicts), the tail-loss probe's timeout counts in the newest RTT sample
+      (RACK's: the newest packet acknowledged) when it is below the smoothed RTT, which
+      an incast's queues inflate while a step's tail leaves after they drained, and
+      runs from the newest packet's send time, not from the latest acknowledgement
+      (at least half a timeout from it: :meth:`mrcnet.core.tailloss.TailLoss.pto`,
+      ``arm_tlp``; docs/COLLECTIVES.md "session 13").
+    - ``tlp_fail_path``: False (default). True: while the host holds a route failing,
+      the probe's resend goes on a path that has delivered a packet sent since the host
+      learnt of the failure (the newest so proven), if the sprayed one has not
+      (:meth:`mrcnet.core.tailloss.TailLoss.probe_ev`): a resend onto the dead link
+      waits for the next probe.
+    - ``tlp_fail_window``: 0.0 (default): ``tlp_fail_rtt`` and ``tlp_fail_path`` act
+      while the host holds any route failing. > 0: only within this many seconds of
+      the newest such verdict (a route held failing since a cold start's spurious
+      retirement is not news of a failure).
+    - ``tlp_fail_gate``: True (default). False: ``tlp_fail_rtt`` acts on every probe,
+      a failing route known or not (measured in docs/COLLECTIVES.md, "session 13").
     - ``learn_at_declare``: True (default, since session 12): a packet declared lost
       that arrives after all widens RACK's allowance to what it needed from the
       allowance it was declared lost with. False: from the allowance now, which the
@@ -298,6 +316,10 @@ class HostConfig:
     tail_path: bool = False
     retire_inflight: bool = False
     learn_at_declare: bool = True
+    tlp_fail_rtt: bool = False
+    tlp_fail_path: bool = False
+    tlp_fail_window: float = 0.0
+    tlp_fail_gate: bool = True
     tlp_srtts: float = 2.0
     tlp_hold: float | None = None
     share_verdicts: bool = True

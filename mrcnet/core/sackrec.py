@@ -192,6 +192,9 @@ class CRecovery(Recovery):
         if head_at < self.rack_at:
             self.rack_at = head_at
             self.qp.tv += 1
+        if acked and cfg.tlp_fail_rtt and self._fail_rtt_on(now) and (
+                txt.ninfl or self.rtx_q):
+            self.arm_tlp(now)  # (the probe's timeout from the newest RTT: TailLoss.pto's)
         if acked:
             self._complete_wrs()
 

@@ -154,6 +154,7 @@ class SendGuard(Protocol):
     snd_una: int
     rtx_q: deque[int]
     rto_at: float
+    tlp_log: dict[int, tuple[float, bool]]
 
     def rto(self, ev: int) -> float:
         """Per-path timeout of a packet on ``ev``."""
@@ -170,6 +171,10 @@ class SendGuard(Protocol):
     def tail_ev(self, ev: int, runs: deque[tuple[list[int], float]], now: float) -> int:
         """The EV for a QP's last packet before it goes idle, sprayed onto ``ev``; ``runs``:
         the QP's last runs (their EVs, sent when)."""
+
+    def probe_ev(self, info: EVInfo, avoid: int, now: float) -> EVInfo:
+        """The EV for a tail-loss probe's resend, sprayed onto ``info``, not on the
+        path of ``avoid`` (the original's EV)."""
 
 
 class Sender:
@@ -284,7 +289,10 @@ class Sender:
             if txt.ninfl and txt.infl_bytes + e[E_LEN] > cwnd:
                 return
             rtx_q.popleft()
-            self._resend(seq, e, now, out, evm.next_ev(avoid=e[E_EV]))
+            info = evm.next_ev(avoid=e[E_EV])
+            if self.cfg.tlp_fail_path and seq in rec.tlp_log:  # (a probe's resend)
+                info = rec.probe_ev(info, e[E_EV], now)
+            self._resend(seq, e, now, out, info)
         mtu = self.cfg.mtu_payload
         mpr = self.attrs.mpr  # (tx_window's, without the property's call per emit)
         win = min(mpr * MPR_UNIT if mpr else self.cfg.rx_window, self._txcap)

@@ -82,7 +82,7 @@ class TailLoss:
     def _learn_reorder(self, late: float, allowance: float) -> None:
         raise NotImplementedError
 
-    def pto(self, newest: Any = None) -> float:
+    def pto(self, newest: Any = None, now: float = 0.0) -> float:
         """Tail-loss probe timeout (RFC 8985 section 7.2): ``tlp_srtts`` (2) smoothed RTTs
         (the hint before a sample) plus the peer's ACK hold (``tlp_hold``, else
         ``ack_delay``), none with ``tlp_prompt`` if the newest packet in flight
@@ -96,16 +96,76 @@ class TailLoss:
                 newest = self.txt.get(self.txt.inflight()[-1])
             if newest is not None and self._prompt_end(newest):
                 hold = 0.0
-        return cfg.tlp_srtts * (self.srtt or cfg.base_rtt_hint) + hold
+        rtt = self.srtt or cfg.base_rtt_hint
+        if cfg.tlp_fail_rtt:
+            last = self.txt.rack_rtt
+            if 0.0 < last < rtt and self._fail_rtt_on(now):
+                rtt = last
+        return cfg.tlp_srtts * rtt + hold
+
+    def _failing_since(self, now: float) -> float:
+        """When the host last learnt of a route failing among those it holds failing
+        (its shared verdicts); -1 when it holds none or shares none, or (with
+        ``tlp_fail_window``) learnt it longer ago than that before ``now``."""
+        evm = self.evm
+        v = evm.verdicts if evm is not None else None
+        since = v.failing_since() if v is not None else -1.0
+        win = self.cfg.tlp_fail_window
+        return since if not win or now - since <= win else -1.0
+
+    def _fail_rtt_on(self, now: float) -> bool:
+        """Whether ``tlp_fail_rtt`` acts now: while the host holds a route failing
+        (:meth:`_failing_since`), or always without ``tlp_fail_gate``."""
+        return not self.cfg.tlp_fail_gate or self._failing_since(now) >= 0
+
+    def probe_ev(self, info: Any, avoid: int, now: float) -> Any:
+        """``HostConfig.tlp_fail_path``: the EV for a probe's resend, sprayed onto
+        ``info`` (an :class:`~mrcnet.core.evs.EVInfo` on another path than ``avoid``, the
+        original's EV). While the host holds a route failing it keeps ``info`` only if
+        its path has delivered a packet sent since the host learnt of the failure; else
+        the usable EV of the path most recently so proven, if any (not ``avoid``'s
+        path). A probe's resend that lands on the dead link too waits for the next
+        probe (docs/COLLECTIVES.md, "session 12": the all-to-all's failure steps)."""
+        since = self._failing_since(now)
+        if since < 0:
+            return info
+        acked = self.txt.path_acked
+        if acked(info.ev >> EV_PATH_SHIFT) >= since:
+            return info
+        evm = self.evm
+        assert evm is not None
+        usable, skip = evm.usable_planes, avoid >> EV_PATH_SHIFT
+        best, newest = info, since
+        for cand in evm.evs.values():
+            key = cand.ev >> EV_PATH_SHIFT
+            if key == skip or cand.state is not EVState.GOOD or cand.plane not in usable:
+                continue
+            t = acked(key)
+            if t >= newest and (best is info or t > newest):
+                best, newest = cand, t
+        if best is not info:
+            self.qp.count("tlp_path_moved")
+        return best
 
     def arm_tlp(self, now: float) -> None:
         """Packets are in flight and new ones went or acknowledgements moved on: the
         probe fires ``pto`` from now (RFC 8985 re-arms it on each), unless the
         retransmission timer comes first, and at most once until acknowledgements move
-        again."""
+        again. With ``tlp_fail_rtt`` while the host holds a route failing: ``pto`` from
+        the newest packet in flight's send time, at least half of it from now (a
+        step's tail leaves when a window opens, and its siblings' acknowledgements keep
+        re-arming the probe from later instants for as long as they come: 20 us of
+        the 64-host all-to-all's 100, docs/COLLECTIVES.md "session 13"; half a ``pto``,
+        a newest RTT, after the latest news lets a long flight's queue drain)."""
         if self.tlp_sent or not self.cfg.tail_probe:
             return
-        at = now + self.pto()
+        pto = self.pto(None, now)
+        at = now + pto
+        txt = self.txt
+        if self.cfg.tlp_fail_rtt and txt.ninfl and self._fail_rtt_on(now):
+            e = txt.get(txt.inflight()[-1])
+            if e is not None:
+                at = max(e[E_SENT] + pto, now + pto / 2)
         self.tlp_at = at if at < self.rto_at else _INF
         self.qp.tv += 1
 
@@ -173,7 +233,7 @@ class TailLoss:
         e = txt.get(seq)
         if e is None:
             return
-        due = e[E_SENT] + self.pto(e)
+        due = e[E_SENT] + self.pto(e, now)
         if due > now:  # sent since the timer was armed: wait for its own turn
             self.tlp_at = due if due < self.rto_at else _INF
             self.qp.tv += 1
