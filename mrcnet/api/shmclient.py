@@ -220,10 +220,6 @@ class ClientQueues:
         self._room -= 1
         return sq.offset_of(sq.tail)
 
-    def _publish(self) -> None:
-        if self.sq.publish():
-            self.ring_mrcd()
-
     def post_write(self, qpn: int, wr_id: int, lkey: int, addr: int, length: int,
                    remote_addr: int, rkey: int, imm: int | None, timeout: float) -> None:
         """Queue an RDMA WRITE (checked by the caller) and ring mrcd if it sleeps."""
