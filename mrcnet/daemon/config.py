@@ -108,6 +108,11 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # 0.21 -> 0.13, goodput +5 %, mrcds -7 % CPU per GB (two sets of interleaved pairs,
     # docs/PERFORMANCE.md).
     "ack_every": 16,
+    # ... and once the PSNs received since the last SACK span the bitmap's width (64),
+    # not half of it (the core's 32): a sprayed flow read a port's batch at a time spans
+    # twice the frames read, which fired a SACK every ~16 frames whatever ack_every was
+    # (docs/PERFORMANCE.md, session 14).
+    "ack_span": 64,
     # No genuine SACK comes back sooner than the peer mrcd can answer (its event loop
     # alone takes more; smallest RTT measured on netns fabrics: see docs/SECURITY.md): a
     # SACK sooner than this is forged (forged.early_floor).
