@@ -101,20 +101,16 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     "cc_target_floor": 0.001,
     "cc_rtt_floor": 0.0015,
     "cc_delay_filter": 0.5,
-    # A SACK every 32 data packets (256 KiB at MTU 9000), not 4: each costs both mrcds
+    # A SACK every 16 data packets (128 KiB at MTU 9000), not 4: each costs both mrcds
     # Python and the kernel a frame; on a busy endpoint the ACK clock is the batch anyway
     # (every burst's tail is SACKed at its end). 4 -> 8: 0.29 -> 0.17 SACKs per data
     # packet, mrcds 5.4-5.7 -> 4.2-4.5 CPU s/GB; 8 -> 16, once the SACK side was in C:
     # 0.21 -> 0.13, goodput +5 %, mrcds -7 % CPU per GB (two sets of interleaved pairs,
-    # docs/PERFORMANCE.md). 16 -> 32 with ack_span 64 below (session 14): 0.088 -> 0.051
-    # SACKs per data frame; the path's CPU per GB and goodput did not move beyond the
-    # runs' spread (load 6-9).
-    "ack_every": 32,
-    # ... and once the PSNs received since the last SACK span the bitmap's width (64),
-    # not half of it (the core's 32): a sprayed flow read a port's batch at a time spans
-    # twice the frames read, which fired a SACK every ~16 frames whatever ack_every was
-    # (ack_every 32 alone did not halve them, session 13; docs/PERFORMANCE.md).
-    "ack_span": 64,
+    # docs/PERFORMANCE.md). Not 32 with ack_span 64 (session 14): 0.088 -> 0.051 SACKs
+    # per data frame, but no CPU per GB or goodput gain beyond the runs' spread, and a
+    # 64 MiB transfer through 1 % loss on two links slower in 9 of 10 pairs (median
+    # +12 %). ack_span stays the core's 32: at ack_every 16 a span of 64 changes nothing.
+    "ack_every": 16,
     # No genuine SACK comes back sooner than the peer mrcd can answer (its event loop
     # alone takes more; smallest RTT measured on netns fabrics: see docs/SECURITY.md): a
     # SACK sooner than this is forged (forged.early_floor).
