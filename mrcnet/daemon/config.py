@@ -115,14 +115,14 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # alone takes more; smallest RTT measured on netns fabrics: see docs/SECURITY.md): a
     # SACK sooner than this is forged (forged.early_floor).
     "ack_rtt_floor": 20e-6,
-    # No ack_lone: a lone small message (a ping, a request) asks for an ACK, which
-    # ack_req_burst below answers in the pass that received it anyway; ack_lone added a
-    # SACK for every pass of a bulk flow that read a frame or two (0.16-0.19 -> 0.08-0.11
-    # SACKs per data frame, tools/bench_goodput.py; docs/PERFORMANCE.md, session 13). A
-    # flow slow enough to arrive a frame per pass (a shaped link) is SACKed by ack_delay
-    # then, which paces its sender at the ACK clock rather than into the link's queue
-    # (measured: docs/PERFORMANCE.md, session 14).
-    "ack_lone": False,
+    # A lone small message (a latency ping, a request) is acknowledged in the pass that
+    # received it: its sender's completion does not wait for ack_delay (issue 15). On a
+    # bulk flow it also SACKs every pass that read a frame (0.113 SACKs per data frame
+    # against 0.090 without, tools/bench_goodput.py), yet without it 21 interleaved pairs
+    # showed no CPU or goodput gain (the path's CPU per GB 1.36 -> 1.49, mrc / raw 0.65
+    # -> 0.59, medians within the spread), a window's last frame read alone waiting for
+    # the delayed-ACK timer (docs/PERFORMANCE.md, session 14).
+    "ack_lone": True,
     # ... and the AckReq of a write-with-immediate waits for the answer its application
     # may post, to leave with it (at most ack_delay): the requester's mrcd then wakes
     # once for both, not for the ACK and again for the answer (issue 15).

@@ -22,8 +22,9 @@ SPEC = ("leafspine:planes=1,spines=1,leaves=2,hosts=1,rate=50mbit,mtu=9000,trim=
 #: The sender's window made to overrun the link, so that it queues and trims whatever
 #: the receiver's acknowledgements do. With mrcd's own cc_rtt_floor (1.5 ms) NSCC's
 #: window is at most 1.5 x 50 Mbit/s x 1.5 ms = 14 KB, under two 8 KiB frames: one frame
-#: in flight, clocked by its SACK. Without ack_lone the receiving mrcd reads a frame per
-#: pass and SACKs it at ack_delay (held ~1.15 ms on its 1 ms timer), a frame per 1.41 ms
+#: in flight, clocked by its SACK. With ack_lone each frame is SACKed in its pass (~80 us)
+#: and the frames outrun the link's rate (trims); without it the receiving mrcd SACKs a
+#: frame read alone at ack_delay (held ~1.15 ms on its 1 ms timer), a frame per 1.41 ms
 #: against the link's 1.33 ms: no queue, no trim (measured, docs/PERFORMANCE.md session
 #: 14). A 4 ms floor allows ~4.6 frames in flight: the two-frame queue overflows.
 CORE = "[core]\ncc_rtt_floor = 0.004\n"
