@@ -175,8 +175,10 @@ class HostConfig:
       SACK bitmap), so that one SACK's bitmap reports them all. A sprayed flow read a
       port's batch at a time spans about twice a batch's count (the planes' batches
       interleave their PSNs), so the rule fires after ~16 frames whatever ``ack_every``
-      is; 64 (the bitmap's width, mrcd's) halves those SACKs; past 64 a SACK can need a
-      second frame (a second bitmap window) when the cumulative point lags.
+      is; 64 (the bitmap's width) with ``ack_every`` 32 halves those SACKs (measured on
+      mrcd, not kept there: no CPU or goodput gain, a transfer through loss slower;
+      docs/PERFORMANCE.md, session 14); past 64 a SACK can need a second frame (a second
+      bitmap window) when the cumulative point lags.
     - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
       smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
       newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
