@@ -42,6 +42,7 @@ from mrcnet.api.errors import (
     LimitExceeded,
     OutOfBounds,
     ProtocolError,
+    QueueFull,
     error_from,
 )
 from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
@@ -58,7 +59,7 @@ from mrcnet.api.protocol import (
     send_raw,
 )
 from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
-from mrcnet.api.shmqueues import sealed_memfd
+from mrcnet.api.shmqueues import F_UNSIGNALED, ring_slots, sealed_memfd
 from mrcnet.api.shmring import PRECISE as SHARED_QUEUES
 from mrcnet.core.events import Completion, Event
 
@@ -236,13 +237,22 @@ class CompletionQueue:
 
 
 class QueuePair:
-    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate)."""
+    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate).
 
-    def __init__(self, ctx: Context, qpn: int, cq: CompletionQueue) -> None:
+    ``sq_sig_all`` (verbs' ``ibv_qp_init_attr.sq_sig_all``, given to
+    :meth:`Context.create_qp`): True, every write completes on the CQ; False, a write
+    completes only when posted with ``signaled=True`` or when it fails (an error
+    completion is never suppressed). See :meth:`post_write`."""
+
+    def __init__(self, ctx: Context, qpn: int, cq: CompletionQueue,
+                 sq_sig_all: bool = True) -> None:
         self.ctx = ctx
         self.qpn = qpn
         self.cq = cq
         self.peer: PeerInfo | None = None
+        self.sq_sig_all = sq_sig_all
+        #: Writes posted unsignalled since the last signalled one (sq_sig_all False).
+        self.unsignaled_run = 0
 
     def connect(self, peer: str, service: int, *, expose: Sequence[MemoryRegion] = (),
                 private: Any = None, timeout: float = 10.0) -> PeerInfo:
@@ -284,9 +294,22 @@ class QueuePair:
         return self.peer
 
     def post_write(self, mr: MemoryRegion, offset: int, length: int, remote: RemoteRegion,
-                   remote_offset: int = 0, *, imm: int | None = None, wr_id: int = 0) -> None:
+                   remote_offset: int = 0, *, imm: int | None = None, wr_id: int = 0,
+                   signaled: bool = False) -> None:
         """RDMA WRITE ``mr[offset:offset+length]`` to ``remote`` at ``remote_offset``;
-        with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive)."""
+        with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive).
+
+        ``signaled`` (verbs' ``IBV_SEND_SIGNALED``) counts only on a QP made with
+        ``sq_sig_all=False``: there a write posted without it completes on the CQ only if
+        it fails. It still retires in post order: mrcd lets go of it (its place among
+        the QP's writes in flight, its immediate's count against ``max_imm_outstanding``)
+        once the peer acknowledged it, as a signalled one; the application knows it
+        retired (and may reuse its source bytes) once a later signalled write of the QP
+        completed, since a QP's writes complete in post order, which is when verbs frees
+        an unsignalled request's send-queue slot. A run of unsignalled writes as long as
+        the context's send queue (``Context(sq_depth=)``) would stall a verbs QP (its
+        send queue full of requests none of which completes): the write that would make
+        it raises :class:`~mrcnet.api.errors.QueueFull` and is not posted."""
         ctx = self.ctx
         if mr.ctx is not ctx or mr.lkey not in ctx._mrs:
             raise BadLkey(f"lkey {mr.lkey:#x} is not a registered region of this context")
@@ -301,19 +324,40 @@ class QueuePair:
             raise InvalidArgument(f"a write of {length} bytes: at most 4 GiB - 1 at once")
         if not 0 <= wr_id < 1 << 64:
             _wr_id(wr_id)  # (its error)
+        if self.sq_sig_all or signaled:
+            flags = run = 0
+        else:
+            run = self.unsignaled_run + 1
+            if run >= ctx._sq_slots:
+                self._too_many_unsignaled()
+            flags = F_UNSIGNALED
         if ctx._deferred:
             ctx._raise_deferred()
         q = ctx._q
         if q is None:  # no shared queues (see Context): a JSON request
+            extra: dict[str, Any] = {"signaled": False} if flags else {}
             ctx._post("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
                       addr=mr.addr + offset, length=length,
-                      remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
+                      remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm,
+                      **extra)
+            self.unsignaled_run = run
             return
         try:
             q.post_write(self.qpn, wr_id, mr.lkey, mr.addr + offset, length,
-                         remote.addr + remote_offset, remote.rkey, imm, ctx.timeout)
+                         remote.addr + remote_offset, remote.rkey, imm, ctx.timeout, flags)
         except OSError as e:
             raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
+        self.unsignaled_run = run
+
+    def _too_many_unsignaled(self) -> None:
+        n = self.ctx._sq_slots
+        raise QueueFull(
+            f"QP {self.qpn} (sq_sig_all=False): the last {n - 1} writes were posted "
+            f"unsignalled, and one more would make a run as long as the send queue ({n} "
+            "work requests, Context(sq_depth=)). A verbs QP stalls there: its send queue "
+            "full of requests none of which completes, so none is ever freed. Post at "
+            f"least one write in every {n} with signaled=True (and wait for its "
+            "completion before reusing the earlier writes' source bytes).")
 
     def post_recv(self, wr_id: int = 0) -> None:
         """Post a receive: one incoming write-with-immediate completes it."""
@@ -385,6 +429,8 @@ class Context:
         # loads of an 8-byte index can tear); without it posts and completions go as
         # JSON on the socket (protocol v1's way), as with an mrcd that has no C either.
         self._q: ClientQueues | None = None
+        #: The send queue's work requests (a run of unsignalled writes stays shorter).
+        self._sq_slots = ring_slots(sq_depth)
         if SHARED_QUEUES:
             try:
                 self._q = ClientQueues(sock, busy_poll_us, sq_depth)
@@ -736,14 +782,24 @@ class Context:
 
     def create_qp(self, cq: CompletionQueue, *, ev_profile: str | None = None,
                   cc_profile: str | None = None,
-                  max_imm_outstanding: int | None = None) -> QueuePair:
+                  max_imm_outstanding: int | None = None,
+                  sq_sig_all: bool = True) -> QueuePair:
         """A QP in INIT, ready to :meth:`QueuePair.connect` or be given to :meth:`listen`.
 
         One CQ takes both its send completions and its receive (immediate) completions.
+        ``sq_sig_all`` False: selective signalling (verbs' ``sq_sig_all``): a write
+        completes only when posted with ``signaled=True``, or when it fails (see
+        :meth:`QueuePair.post_write`); receives always complete.
         """
+        extra: dict[str, Any] = {} if sq_sig_all else {"sq_sig_all": False}
         r = self._call("create_qp", cq=cq.handle, ev_profile=ev_profile,
-                       cc_profile=cc_profile, max_imm=max_imm_outstanding)
-        return QueuePair(self, r["qpn"], cq)
+                       cc_profile=cc_profile, max_imm=max_imm_outstanding, **extra)
+        if not sq_sig_all and r.get("sq_sig_all") is not False:
+            # (an mrcd without selective signalling would complete every write)
+            self._call("destroy_qp", qpn=r["qpn"])
+            raise ApiError(f"mrcd at {self.path} does not support sq_sig_all=False "
+                           "(selective signalling): upgrade it")
+        return QueuePair(self, r["qpn"], cq, sq_sig_all)
 
     def listen(self, service: int, qp: QueuePair, *, expose: Sequence[MemoryRegion] = (),
                private: Any = None, backlog: int = 0) -> None:

@@ -221,17 +221,19 @@ class ClientQueues:
         return sq.offset_of(sq.tail)
 
     def post_write(self, qpn: int, wr_id: int, lkey: int, addr: int, length: int,
-                   remote_addr: int, rkey: int, imm: int | None, timeout: float) -> None:
-        """Queue an RDMA WRITE (checked by the caller) and ring mrcd if it sleeps."""
+                   remote_addr: int, rkey: int, imm: int | None, timeout: float,
+                   flags: int = 0) -> None:
+        """Queue an RDMA WRITE (checked by the caller) and ring mrcd if it sleeps.
+        ``flags``: the slot's flags besides :data:`F_IMM` (:data:`F_UNSIGNALED`)."""
         sq = self.sq
         if self._room > 0:  # (_slot's common case inline: once per post)
             self._room -= 1
             off = sq.slots + (sq.tail & sq.mask) * SQ_SLOT
         else:
             off = self._slot(timeout)
-        WORK_REQUEST.pack_into(self.map, off, OP_WRITE, 0 if imm is None else F_IMM, qpn,
-                               wr_id, lkey, length, addr, remote_addr, rkey,
-                               0 if imm is None else imm)
+        WORK_REQUEST.pack_into(self.map, off, OP_WRITE,
+                               flags if imm is None else flags | F_IMM, qpn, wr_id, lkey,
+                               length, addr, remote_addr, rkey, 0 if imm is None else imm)
         if sq.publish():
             self.ring_mrcd()
 
