@@ -634,6 +634,15 @@ class Context:
         q.sleepers += 1
         return q.arm()
 
+    def _spin(self, limit: float | None) -> bool:
+        """For a waiter of the library that sleeps by itself (the socket API's hub):
+        the busy-poll on the completion rings before it arms them and sleeps (the
+        context's ``busy_poll_us``, adapted; at most ``limit`` s); True if a ring had
+        completions (look at them instead of sleeping). Needs no lock: it only reads
+        the rings' indices."""
+        q = self._q
+        return q is not None and q.spin(limit)
+
     def _after_sleep(self) -> None:
         """The sleeper of :meth:`_before_sleep` woke (under the same lock)."""
         if self._q is not None:
