@@ -213,7 +213,9 @@ class Hub:
                 finally:
                     self.cond.acquire()
                     self._end_spin()
-                if found and not self.closed:
+                if self.closed:
+                    continue  # (closed meanwhile: the next round ends the wait)
+                if found:
                     self.pump(False)
                     self.cond.notify_all()
                     continue
