@@ -30,8 +30,8 @@ import select
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any
 
 from mrcnet.api.errors import (
     AccessDenied,
@@ -45,7 +45,16 @@ from mrcnet.api.errors import (
     QueueFull,
     error_from,
 )
-from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
+from mrcnet.api.messages import (
+    WC_FIELDS,
+    PeerInfo,
+    RemoteRegion,
+    StampedEvent,
+    WorkCompletion,
+    decode_completions,
+    peer_info,
+    stamped_event,
+)
 from mrcnet.api.protocol import (
     MAX_MESSAGE,
     PROTOCOL_VERSION,
@@ -61,7 +70,7 @@ from mrcnet.api.protocol import (
 from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
 from mrcnet.api.shmqueues import F_UNSIGNALED, ring_slots, sealed_memfd
 from mrcnet.api.shmring import PRECISE as SHARED_QUEUES
-from mrcnet.core.events import Completion, Event
+from mrcnet.core.events import Event
 
 __all__ = [
     "Access",
@@ -89,48 +98,6 @@ class Access(enum.IntFlag):
 
     LOCAL_WRITE = 1
     REMOTE_WRITE = 2
-
-
-@dataclass(frozen=True)
-class RemoteRegion:
-    """A peer's memory region this QP may write into (learnt when connecting)."""
-
-    addr: int
-    length: int
-    rkey: int
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    """The other end of a connected QP."""
-
-    host: str
-    qpn: int
-    regions: tuple[RemoteRegion, ...]
-    private: Any
-    max_imm_outstanding: int
-
-
-@dataclass(frozen=True)
-class WorkCompletion:
-    """One completion (verbs ``ibv_wc``): ``status`` is ``"SUCCESS"`` or an error name."""
-
-    status: str
-    wr_id: int
-    opcode: str  #: "RDMA_WRITE" (requester) or "RECV_RDMA_WITH_IMM" (responder)
-    byte_len: int
-    imm: int | None
-    qpn: int
-
-    @property
-    def ok(self) -> bool:
-        """True for a successful completion."""
-        return self.status == "SUCCESS"
-
-    @classmethod
-    def of(cls, c: Completion) -> WorkCompletion:
-        """The core's completion as the application sees it (status and opcode by name)."""
-        return cls(c.status.value, c.wr_id, c.opcode.value, c.byte_len, c.imm, c.qpn)
 
 
 @dataclass
@@ -163,9 +130,6 @@ class MemoryRegion:
         self._map.close()
 
 
-#: WorkCompletion's fields in order (a row's: :data:`~mrcnet.api.shmclient.Row`).
-_WC_FIELDS: Final = tuple(f.name for f in fields(WorkCompletion))
-
 
 class CompletionQueue:
     """Completions pushed by mrcd, polled here (no round trip per poll)."""
@@ -180,7 +144,7 @@ class CompletionQueue:
         # (Each WorkCompletion made with its fields in one update of its __dict__: the
         # frozen dataclass's __init__ sets them one object.__setattr__ at a time, twice
         # the time, and this is every completion's path. Equal to one made by __init__.)
-        new, wc, keys, append = object.__new__, WorkCompletion, _WC_FIELDS, self._wcs.append
+        new, wc, keys, append = object.__new__, WorkCompletion, WC_FIELDS, self._wcs.append
         for r in rows:
             o = new(wc)
             o.__dict__.update(zip(keys, r, strict=True))
@@ -237,12 +201,8 @@ class CompletionQueue:
 
 
 class QueuePair:
-    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate).
-
-    ``sq_sig_all`` (verbs' ``ibv_qp_init_attr.sq_sig_all``, given to
-    :meth:`Context.create_qp`): True, every write completes on the CQ; False, a write
-    completes only when posted with ``signaled=True`` or when it fails (an error
-    completion is never suppressed). See :meth:`post_write`."""
+    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate);
+    ``sq_sig_all``: as given to :meth:`Context.create_qp`."""
 
     def __init__(self, ctx: Context, qpn: int, cq: CompletionQueue,
                  sq_sig_all: bool = True) -> None:
@@ -260,7 +220,7 @@ class QueuePair:
         QP attributes with the peer's mrcd. ``expose``: regions the peer may write."""
         r = self.ctx._call("connect", timeout=timeout, qpn=self.qpn, peer=peer,
                            service=service, mrs=[m.lkey for m in expose], private=private)
-        self.peer = _peer_info(r)
+        self.peer = peer_info(r)
         return self.peer
 
     async def connect_async(self, peer: str, service: int, *,
@@ -270,7 +230,7 @@ class QueuePair:
         r = await self.ctx._call_async("connect", timeout=timeout, qpn=self.qpn, peer=peer,
                                        service=service, mrs=[m.lkey for m in expose],
                                        private=private)
-        self.peer = _peer_info(r)
+        self.peer = peer_info(r)
         return self.peer
 
     def accept(self, timeout: float | None = None) -> PeerInfo:
@@ -299,17 +259,9 @@ class QueuePair:
         """RDMA WRITE ``mr[offset:offset+length]`` to ``remote`` at ``remote_offset``;
         with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive).
 
-        ``signaled`` (verbs' ``IBV_SEND_SIGNALED``) counts only on a QP made with
-        ``sq_sig_all=False``: there a write posted without it completes on the CQ only if
-        it fails. It still retires in post order: mrcd lets go of it (its place among
-        the QP's writes in flight, its immediate's count against ``max_imm_outstanding``)
-        once the peer acknowledged it, as a signalled one; the application knows it
-        retired (and may reuse its source bytes) once a later signalled write of the QP
-        completed, since a QP's writes complete in post order, which is when verbs frees
-        an unsignalled request's send-queue slot. A run of unsignalled writes as long as
-        the context's send queue (``Context(sq_depth=)``) would stall a verbs QP (its
-        send queue full of requests none of which completes): the write that would make
-        it raises :class:`~mrcnet.api.errors.QueueFull` and is not posted."""
+        ``signaled`` (``IBV_SEND_SIGNALED``) counts on a QP made with ``sq_sig_all=False``
+        only: there a write posted without it completes only if it fails, and retires in
+        post order all the same (docs/MRCD.md: when; and when it raises QueueFull)."""
         ctx = self.ctx
         if mr.ctx is not ctx or mr.lkey not in ctx._mrs:
             raise BadLkey(f"lkey {mr.lkey:#x} is not a registered region of this context")
@@ -384,14 +336,6 @@ def _wr_id(wr_id: int) -> int:
     if not 0 <= wr_id < 1 << 64:
         raise InvalidArgument(f"work request id {wr_id} is not a 64-bit unsigned value")
     return wr_id
-
-
-def _peer_info(r: Message) -> PeerInfo:
-    return PeerInfo(
-        host=r["peer"], qpn=r["peer_qpn"],
-        regions=tuple(RemoteRegion(m["addr"], m["length"], m["rkey"]) for m in r["mrs"]),
-        private=r.get("private"), max_imm_outstanding=r.get("max_imm", 0),
-    )
 
 
 class Context:
@@ -635,11 +579,9 @@ class Context:
         return q.arm()
 
     def _spin(self, limit: float | None) -> bool:
-        """For a waiter of the library that sleeps by itself (the socket API's hub):
-        the busy-poll on the completion rings before it arms them and sleeps (the
-        context's ``busy_poll_us``, adapted; at most ``limit`` s); True if a ring had
-        completions (look at them instead of sleeping). Needs no lock: it only reads
-        the rings' indices."""
+        """For a waiter that sleeps by itself (the socket API's hub): the busy-poll
+        before it arms the rings (``busy_poll_us``, adapted; at most ``limit`` s); True
+        if a ring had completions. Only reads the rings' indices (no lock needed)."""
         q = self._q
         return q is not None and q.spin(limit)
 
@@ -710,7 +652,7 @@ class Context:
         elif push == "post_error":
             self._deferred.append({**msg.get("error", {}), "op": msg.get("op", "post")})
         elif push == "connected":
-            self._connected[msg["qpn"]] = _peer_info(msg)
+            self._connected[msg["qpn"]] = peer_info(msg)
         elif push == "event":
             self._events.append(stamped_event(msg))
         else:
@@ -796,9 +738,8 @@ class Context:
         """A QP in INIT, ready to :meth:`QueuePair.connect` or be given to :meth:`listen`.
 
         One CQ takes both its send completions and its receive (immediate) completions.
-        ``sq_sig_all`` False: selective signalling (verbs' ``sq_sig_all``): a write
-        completes only when posted with ``signaled=True``, or when it fails (see
-        :meth:`QueuePair.post_write`); receives always complete.
+        ``sq_sig_all`` False (verbs' selective signalling): a write completes only when
+        posted with ``signaled=True`` or when it fails; receives always complete.
         """
         extra: dict[str, Any] = {} if sq_sig_all else {"sq_sig_all": False}
         r = self._call("create_qp", cq=cq.handle, ev_profile=ev_profile,
