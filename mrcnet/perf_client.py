@@ -27,6 +27,7 @@ from mrcnet.perf_proto import (
     RECV_DEPTH,
     REPORT,
     REPORT_AT,
+    SIGNAL_EVERY,
     VERDICT_FLAG,
     VERDICT_UNCHECKED,
     Amount,
@@ -437,11 +438,13 @@ def _one_size(run: _Run, size: int, amount: Amount, warmup: int, tx_depth: int,
 
 def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, service: int,
                 timeout: float, cc_profile: str | None = None) -> list[Latency]:
-    """Ping-pong writes-with-immediate (like ib_write_lat): one :class:`Latency` per size."""
+    """Ping-pong writes-with-immediate (like ib_write_lat): one :class:`Latency` per size.
+    The pings are posted unsignalled (but every :data:`SIGNAL_EVERY`-th): the pong's
+    receive says the ping arrived, and the pinger does not wake for its own write."""
     biggest = max(sizes)
     mr = ctx.alloc_mr(biggest)
     cq = ctx.create_cq()
-    qp = ctx.create_qp(cq, cc_profile=cc_profile)
+    qp = ctx.create_qp(cq, cc_profile=cc_profile, sq_sig_all=False)
     info = qp.connect(peer, service, expose=[mr])  # the server writes its pongs here
     theirs = info.private.get("qps") if isinstance(info.private, dict) else None
     if theirs not in (None, 1):
@@ -456,7 +459,8 @@ def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, servi
         samples = []
         for _ in range(iters):
             t0 = time.perf_counter()
-            qp.post_write(mr, 0, size, remote, imm=PING_FLAG | size)
+            qp.post_write(mr, 0, size, remote, imm=PING_FLAG | size,
+                          signaled=qp.unsignaled_run >= SIGNAL_EVERY - 1)
             # Behind the ping, not before it: mrcd takes both in the pass the ping's
             # doorbell wakes (posted first, the receive rang it once and the ping again).
             for wr_id in used:
@@ -470,7 +474,7 @@ def run_latency(ctx: Context, peer: str, sizes: Sequence[int], iters: int, servi
         rows.append(latency_row(size, samples))
     for wr_id in used:
         qp.post_recv(wr_id=wr_id)
-    qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=END_WR)
+    qp.post_write(mr, 0, 0, remote, imm=END_IMM, wr_id=END_WR, signaled=True)
     while not any(w.wr_id == END_WR for w in _wait(cq, timeout)):
         pass
     return rows

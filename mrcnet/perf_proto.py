@@ -20,6 +20,11 @@ END_IMM = 0xFFFFFFFF  # the last write: done
 END_TCP_IMM = 0xFFFFFFFE  # the last write: done, a TCP baseline stream follows
 PING_FLAG = 0x80000000  # latency mode: imm = PING_FLAG | size, the server writes it back
 RECV_DEPTH = 64
+#: Latency mode: the pings and pongs are posted unsignalled (their QPs made with
+#: sq_sig_all=False: each side learns of the other's write by its receive, not of its
+#: own by a completion, and neither wakes for it), every SIGNAL_EVERY-th signalled: a
+#: run of unsignalled writes must stay shorter than the send queue (QueueFull).
+SIGNAL_EVERY = 64
 VERDICT_FLAG = 0x40000000  # the server's answer to a size's last write: flag | verdict
 VERDICT_BAD = 1  # ... the bytes differ from the client's pattern
 VERDICT_UNCHECKED = 2  # ... the server runs with --no-verify

@@ -30,6 +30,7 @@ from mrcnet.perf_proto import (
     RECV_DEPTH,
     REPORT,
     REPORT_AT,
+    SIGNAL_EVERY,
     VERDICT_BAD,
     VERDICT_FLAG,
     VERDICT_UNCHECKED,
@@ -108,7 +109,9 @@ def run_server(ctx: Context, size: int, service: int, verify: bool, timeout: flo
     (a QP failed, the client went silent, or it runs with another ``--qps``)."""
     cq = ctx.create_cq(depth=4096)
     mrs = [ctx.alloc_mr(size) for _ in range(qps)]
-    qplist = [ctx.create_qp(cq) for _ in range(qps)]
+    # (sq_sig_all=False: the latency mode's pongs go unsignalled; every other write of
+    # the server is posted signalled)
+    qplist = [ctx.create_qp(cq, sq_sig_all=False) for _ in range(qps)]
     # A kernel TCP sink on this host's plain address, for the client's side-by-side
     # baseline (--tcp); its address travels in the connection's private data.
     tcp = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
@@ -173,14 +176,15 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
         if not peer.regions:
             return
         if not back:
-            qp.post_write(mrs[i], 0, 0, peer.regions[0], imm=VERDICT_FLAG | verdict)
+            qp.post_write(mrs[i], 0, 0, peer.regions[0], imm=VERDICT_FLAG | verdict,
+                          signaled=True)
             return
         b = back[i]
         b.t1 = time.perf_counter()
         at = REPORT_AT + REPORT.size * i
         REPORT.pack_into(report.buf, at, b.nbytes, int((b.t1 - b.t0) * 1e9))
         qp.post_write(report, at, REPORT.size, peer.regions[0], at,
-                      imm=VERDICT_FLAG | verdict)
+                      imm=VERDICT_FLAG | verdict, signaled=True)
         b.index, b.nbytes, b.verdict = b.index + 1, 0, None
         if b.cycle:
             b.index %= len(b.sizes)
@@ -191,7 +195,8 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
         b = back[i]
         n = b.sizes[b.index]
         while b.outstanding < b.depth:
-            qplist[i].post_write(source, 0, n, peers[i].regions[1], wr_id=BACK_WR | i)
+            qplist[i].post_write(source, 0, n, peers[i].regions[1], wr_id=BACK_WR | i,
+                                 signaled=True)
             b.outstanding += 1
 
     while True:
@@ -215,7 +220,9 @@ def _serve(ctx: Context, qplist: list[QueuePair], cq: CompletionQueue,
             qp, mr, peer = qplist[i], mrs[i], peers[i]
             if wc.imm & PING_FLAG and peer.regions and wc.imm not in (END_IMM, END_TCP_IMM):
                 n = wc.imm & ~PING_FLAG  # ping: write the same size back, same immediate
-                qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm)
+                # (unsignalled: the next ping says it arrived; see SIGNAL_EVERY)
+                qp.post_write(mr, 0, n, peer.regions[0], imm=wc.imm,
+                              signaled=qp.unsignaled_run >= SIGNAL_EVERY - 1)
                 # (the receive behind the pong: one doorbell, one mrcd pass for both)
                 qp.post_recv(wr_id=wc.wr_id)
                 continue

@@ -13,7 +13,11 @@ process inside h0 against an echo process inside h1:
   echoed by a ``create_server`` process on h1 (RDMA WRITE-with-immediate each way,
   through both mrcds, sprayed over the planes and spines);
 - **mrc-verbs**: the verbs API directly: a write-with-immediate into the peer's region,
-  answered by one back (like ``mrc-perf --lat``; no socket-layer copy or credits);
+  answered by one back (like ``mrc-perf --lat``; no socket-layer copy or credits). Both
+  sides post their writes unsignalled (QPs made with ``sq_sig_all=False``, every
+  ``SIGNAL_EVERY``-th write signalled), as ib_write_lat does: each learns of the other's
+  write by its receive, and neither it nor its mrcd wakes for its own write's
+  completion; ``--signal-all``: every write signalled (the way before session 14);
 - **udp**: a kernel UDP datagram to an echo socket on h1's plane-0 address (plain IPv6
   through the same fabric, spine 0), ``recvfrom`` of the answer.
 
@@ -63,6 +67,11 @@ PIN_ENV = "BENCH_LATENCY_PIN"
 #: Set (by --profile) likewise: the clients and echoes of the verbs and the socket API
 #: write their cProfile there too.
 PROFILE_ENV = "BENCH_LATENCY_PROFILE"
+#: Set (by --signal-all) likewise: the verbs client and echo signal every write.
+SIGNAL_ALL_ENV = "BENCH_LATENCY_SIGNAL_ALL"
+#: The verbs round trips' unsignalled writes: every SIGNAL_EVERY-th is signalled (a run
+#: of unsignalled writes must stay shorter than the send queue, as on a verbs QP).
+SIGNAL_EVERY = 64
 PERF = os.path.join(os.path.dirname(sys.executable), "mrc-perf")
 #: The message-rate table: bytes per message, datagrams per sendmmsg call, seconds.
 RATE_SIZE, RATE_BATCH, RATE_SECONDS, RATE_PORT, RATE_SERVICE = 64, 64, 2.0, 47998, 23
@@ -165,7 +174,7 @@ def _verbs_echo(mrcd: str, service: int, biggest: int) -> None:
     with Context(mrcd) as ctx:
         mr = ctx.alloc_mr(biggest)
         cq = ctx.create_cq()
-        qp = ctx.create_qp(cq)
+        qp = ctx.create_qp(cq, sq_sig_all=bool(os.environ.get(SIGNAL_ALL_ENV)))
         ctx.listen(service, qp, expose=[mr])
         for i in range(16):
             qp.post_recv(wr_id=i)
@@ -178,9 +187,11 @@ def _verbs_echo(mrcd: str, service: int, biggest: int) -> None:
                 if w.imm == 0:
                     return
                 n = w.byte_len
-                # the pong: the same bytes back into the client's region; the receive
-                # again behind it (one doorbell: mrcd takes both in one pass)
-                qp.post_write(mr, 0, n, peer.regions[0], imm=n)
+                # the pong: the same bytes back into the client's region (unsignalled:
+                # the next ping says it arrived); the receive again behind it (one
+                # doorbell: mrcd takes both in one pass)
+                qp.post_write(mr, 0, n, peer.regions[0], imm=n,
+                              signaled=qp.unsignaled_run >= SIGNAL_EVERY - 1)
                 qp.post_recv(wr_id=w.wr_id)
 
 
@@ -219,7 +230,7 @@ def _client(method: str, target: str, sizes: list[int], iters: int, warmup: int,
         ping = ctx.alloc_mr(biggest)  # source of the pings
         pong = ctx.alloc_mr(biggest)  # exposed: the echo writes the pongs here
         cq = ctx.create_cq()
-        qp = ctx.create_qp(cq)
+        qp = ctx.create_qp(cq, sq_sig_all=bool(os.environ.get(SIGNAL_ALL_ENV)))
         peer = qp.connect(host, int(svc), expose=[pong])
         for i in range(16):
             qp.post_recv(wr_id=i)
@@ -229,7 +240,9 @@ def _client(method: str, target: str, sizes: list[int], iters: int, warmup: int,
             nonlocal used
             n = len(data)
             ping.buf[:n] = data
-            qp.post_write(ping, 0, n, peer.regions[0], imm=n)
+            # (unsignalled: the pong's receive says it arrived)
+            qp.post_write(ping, 0, n, peer.regions[0], imm=n,
+                          signaled=qp.unsignaled_run >= SIGNAL_EVERY - 1)
             # Behind the ping (like mrc-perf --lat): mrcd takes both in one pass.
             for wr_id in used:
                 qp.post_recv(wr_id=wr_id)
@@ -242,7 +255,7 @@ def _client(method: str, target: str, sizes: list[int], iters: int, warmup: int,
         def done() -> None:
             # Closed before mrcd sent it, the last write would be flushed, not sent (and
             # the echo wait for it): wait for its own completion, not just any.
-            qp.post_write(ping, 0, 0, peer.regions[0], imm=0, wr_id=END_WR)
+            qp.post_write(ping, 0, 0, peer.regions[0], imm=0, wr_id=END_WR, signaled=True)
             end = time.monotonic() + 5
             with contextlib.suppress(Exception):
                 while time.monotonic() < end and not any(
@@ -564,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
                     "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "
                     "likewise (the message rate: mrcds pinned, mrc-perf and the blaster "
                     "not)")
+    ap.add_argument("--signal-all", action="store_true",
+                    help="the verbs round trips with every write signalled (each side "
+                    "then wakes for its own write's completion too: the way before "
+                    "selective signalling)")
     ap.add_argument("--sched-batch", action="store_true",
                     help="both mrcds under SCHED_BATCH (mrcd's sched_batch, set from here "
                     "so that any tree runs the same way)")
@@ -575,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--prefix takes 1-4 lower-case letters or digits (the name adds 6 hex)")
     if a.pin:
         os.environ[PIN_ENV] = "1"  # (inherited by every process started in the hosts)
+    if a.signal_all:
+        os.environ[SIGNAL_ALL_ENV] = "1"  # (likewise)
     try:
         core = {k: _knob(v) for k, v in (kv.split("=", 1) for kv in a.core)}
     except ValueError:

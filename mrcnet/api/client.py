@@ -30,8 +30,8 @@ import select
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any
 
 from mrcnet.api.errors import (
     AccessDenied,
@@ -42,9 +42,19 @@ from mrcnet.api.errors import (
     LimitExceeded,
     OutOfBounds,
     ProtocolError,
+    QueueFull,
     error_from,
 )
-from mrcnet.api.messages import StampedEvent, decode_completions, stamped_event
+from mrcnet.api.messages import (
+    WC_FIELDS,
+    PeerInfo,
+    RemoteRegion,
+    StampedEvent,
+    WorkCompletion,
+    decode_completions,
+    peer_info,
+    stamped_event,
+)
 from mrcnet.api.protocol import (
     MAX_MESSAGE,
     PROTOCOL_VERSION,
@@ -58,9 +68,9 @@ from mrcnet.api.protocol import (
     send_raw,
 )
 from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
-from mrcnet.api.shmqueues import sealed_memfd
+from mrcnet.api.shmqueues import F_UNSIGNALED, ring_slots, sealed_memfd
 from mrcnet.api.shmring import PRECISE as SHARED_QUEUES
-from mrcnet.core.events import Completion, Event
+from mrcnet.core.events import Event
 
 __all__ = [
     "Access",
@@ -88,48 +98,6 @@ class Access(enum.IntFlag):
 
     LOCAL_WRITE = 1
     REMOTE_WRITE = 2
-
-
-@dataclass(frozen=True)
-class RemoteRegion:
-    """A peer's memory region this QP may write into (learnt when connecting)."""
-
-    addr: int
-    length: int
-    rkey: int
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    """The other end of a connected QP."""
-
-    host: str
-    qpn: int
-    regions: tuple[RemoteRegion, ...]
-    private: Any
-    max_imm_outstanding: int
-
-
-@dataclass(frozen=True)
-class WorkCompletion:
-    """One completion (verbs ``ibv_wc``): ``status`` is ``"SUCCESS"`` or an error name."""
-
-    status: str
-    wr_id: int
-    opcode: str  #: "RDMA_WRITE" (requester) or "RECV_RDMA_WITH_IMM" (responder)
-    byte_len: int
-    imm: int | None
-    qpn: int
-
-    @property
-    def ok(self) -> bool:
-        """True for a successful completion."""
-        return self.status == "SUCCESS"
-
-    @classmethod
-    def of(cls, c: Completion) -> WorkCompletion:
-        """The core's completion as the application sees it (status and opcode by name)."""
-        return cls(c.status.value, c.wr_id, c.opcode.value, c.byte_len, c.imm, c.qpn)
 
 
 @dataclass
@@ -162,9 +130,6 @@ class MemoryRegion:
         self._map.close()
 
 
-#: WorkCompletion's fields in order (a row's: :data:`~mrcnet.api.shmclient.Row`).
-_WC_FIELDS: Final = tuple(f.name for f in fields(WorkCompletion))
-
 
 class CompletionQueue:
     """Completions pushed by mrcd, polled here (no round trip per poll)."""
@@ -179,7 +144,7 @@ class CompletionQueue:
         # (Each WorkCompletion made with its fields in one update of its __dict__: the
         # frozen dataclass's __init__ sets them one object.__setattr__ at a time, twice
         # the time, and this is every completion's path. Equal to one made by __init__.)
-        new, wc, keys, append = object.__new__, WorkCompletion, _WC_FIELDS, self._wcs.append
+        new, wc, keys, append = object.__new__, WorkCompletion, WC_FIELDS, self._wcs.append
         for r in rows:
             o = new(wc)
             o.__dict__.update(zip(keys, r, strict=True))
@@ -236,13 +201,18 @@ class CompletionQueue:
 
 
 class QueuePair:
-    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate)."""
+    """A reliable connection to one peer QP (RDMA WRITE and WRITE-with-immediate);
+    ``sq_sig_all``: as given to :meth:`Context.create_qp`."""
 
-    def __init__(self, ctx: Context, qpn: int, cq: CompletionQueue) -> None:
+    def __init__(self, ctx: Context, qpn: int, cq: CompletionQueue,
+                 sq_sig_all: bool = True) -> None:
         self.ctx = ctx
         self.qpn = qpn
         self.cq = cq
         self.peer: PeerInfo | None = None
+        self.sq_sig_all = sq_sig_all
+        #: Writes posted unsignalled since the last signalled one (sq_sig_all False).
+        self.unsignaled_run = 0
 
     def connect(self, peer: str, service: int, *, expose: Sequence[MemoryRegion] = (),
                 private: Any = None, timeout: float = 10.0) -> PeerInfo:
@@ -250,7 +220,7 @@ class QueuePair:
         QP attributes with the peer's mrcd. ``expose``: regions the peer may write."""
         r = self.ctx._call("connect", timeout=timeout, qpn=self.qpn, peer=peer,
                            service=service, mrs=[m.lkey for m in expose], private=private)
-        self.peer = _peer_info(r)
+        self.peer = peer_info(r)
         return self.peer
 
     async def connect_async(self, peer: str, service: int, *,
@@ -260,7 +230,7 @@ class QueuePair:
         r = await self.ctx._call_async("connect", timeout=timeout, qpn=self.qpn, peer=peer,
                                        service=service, mrs=[m.lkey for m in expose],
                                        private=private)
-        self.peer = _peer_info(r)
+        self.peer = peer_info(r)
         return self.peer
 
     def accept(self, timeout: float | None = None) -> PeerInfo:
@@ -284,9 +254,14 @@ class QueuePair:
         return self.peer
 
     def post_write(self, mr: MemoryRegion, offset: int, length: int, remote: RemoteRegion,
-                   remote_offset: int = 0, *, imm: int | None = None, wr_id: int = 0) -> None:
+                   remote_offset: int = 0, *, imm: int | None = None, wr_id: int = 0,
+                   signaled: bool = False) -> None:
         """RDMA WRITE ``mr[offset:offset+length]`` to ``remote`` at ``remote_offset``;
-        with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive)."""
+        with ``imm`` a WRITE-with-immediate (the peer consumes a posted receive).
+
+        ``signaled`` (``IBV_SEND_SIGNALED``) counts on a QP made with ``sq_sig_all=False``
+        only: there a write posted without it completes only if it fails, and retires in
+        post order all the same (docs/MRCD.md: when; and when it raises QueueFull)."""
         ctx = self.ctx
         if mr.ctx is not ctx or mr.lkey not in ctx._mrs:
             raise BadLkey(f"lkey {mr.lkey:#x} is not a registered region of this context")
@@ -301,19 +276,40 @@ class QueuePair:
             raise InvalidArgument(f"a write of {length} bytes: at most 4 GiB - 1 at once")
         if not 0 <= wr_id < 1 << 64:
             _wr_id(wr_id)  # (its error)
+        if self.sq_sig_all or signaled:
+            flags = run = 0
+        else:
+            run = self.unsignaled_run + 1
+            if run >= ctx._sq_slots:
+                self._too_many_unsignaled()
+            flags = F_UNSIGNALED
         if ctx._deferred:
             ctx._raise_deferred()
         q = ctx._q
         if q is None:  # no shared queues (see Context): a JSON request
+            extra: dict[str, Any] = {"signaled": False} if flags else {}
             ctx._post("post_write", qpn=self.qpn, wr_id=wr_id, lkey=mr.lkey,
                       addr=mr.addr + offset, length=length,
-                      remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm)
+                      remote_addr=remote.addr + remote_offset, rkey=remote.rkey, imm=imm,
+                      **extra)
+            self.unsignaled_run = run
             return
         try:
             q.post_write(self.qpn, wr_id, mr.lkey, mr.addr + offset, length,
-                         remote.addr + remote_offset, remote.rkey, imm, ctx.timeout)
+                         remote.addr + remote_offset, remote.rkey, imm, ctx.timeout, flags)
         except OSError as e:
             raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
+        self.unsignaled_run = run
+
+    def _too_many_unsignaled(self) -> None:
+        n = self.ctx._sq_slots
+        raise QueueFull(
+            f"QP {self.qpn} (sq_sig_all=False): the last {n - 1} writes were posted "
+            f"unsignalled, and one more would make a run as long as the send queue ({n} "
+            "work requests, Context(sq_depth=)). A verbs QP stalls there: its send queue "
+            "full of requests none of which completes, so none is ever freed. Post at "
+            f"least one write in every {n} with signaled=True (and wait for its "
+            "completion before reusing the earlier writes' source bytes).")
 
     def post_recv(self, wr_id: int = 0) -> None:
         """Post a receive: one incoming write-with-immediate completes it."""
@@ -340,14 +336,6 @@ def _wr_id(wr_id: int) -> int:
     if not 0 <= wr_id < 1 << 64:
         raise InvalidArgument(f"work request id {wr_id} is not a 64-bit unsigned value")
     return wr_id
-
-
-def _peer_info(r: Message) -> PeerInfo:
-    return PeerInfo(
-        host=r["peer"], qpn=r["peer_qpn"],
-        regions=tuple(RemoteRegion(m["addr"], m["length"], m["rkey"]) for m in r["mrs"]),
-        private=r.get("private"), max_imm_outstanding=r.get("max_imm", 0),
-    )
 
 
 class Context:
@@ -385,6 +373,8 @@ class Context:
         # loads of an 8-byte index can tear); without it posts and completions go as
         # JSON on the socket (protocol v1's way), as with an mrcd that has no C either.
         self._q: ClientQueues | None = None
+        #: The send queue's work requests (a run of unsignalled writes stays shorter).
+        self._sq_slots = ring_slots(sq_depth)
         if SHARED_QUEUES:
             try:
                 self._q = ClientQueues(sock, busy_poll_us, sq_depth)
@@ -588,6 +578,13 @@ class Context:
         q.sleepers += 1
         return q.arm()
 
+    def _spin(self, limit: float | None) -> bool:
+        """For a waiter that sleeps by itself (the socket API's hub): the busy-poll
+        before it arms the rings (``busy_poll_us``, adapted; at most ``limit`` s); True
+        if a ring had completions. Only reads the rings' indices (no lock needed)."""
+        q = self._q
+        return q is not None and q.spin(limit)
+
     def _after_sleep(self) -> None:
         """The sleeper of :meth:`_before_sleep` woke (under the same lock)."""
         if self._q is not None:
@@ -655,7 +652,7 @@ class Context:
         elif push == "post_error":
             self._deferred.append({**msg.get("error", {}), "op": msg.get("op", "post")})
         elif push == "connected":
-            self._connected[msg["qpn"]] = _peer_info(msg)
+            self._connected[msg["qpn"]] = peer_info(msg)
         elif push == "event":
             self._events.append(stamped_event(msg))
         else:
@@ -736,14 +733,23 @@ class Context:
 
     def create_qp(self, cq: CompletionQueue, *, ev_profile: str | None = None,
                   cc_profile: str | None = None,
-                  max_imm_outstanding: int | None = None) -> QueuePair:
+                  max_imm_outstanding: int | None = None,
+                  sq_sig_all: bool = True) -> QueuePair:
         """A QP in INIT, ready to :meth:`QueuePair.connect` or be given to :meth:`listen`.
 
         One CQ takes both its send completions and its receive (immediate) completions.
+        ``sq_sig_all`` False (verbs' selective signalling): a write completes only when
+        posted with ``signaled=True`` or when it fails; receives always complete.
         """
+        extra: dict[str, Any] = {} if sq_sig_all else {"sq_sig_all": False}
         r = self._call("create_qp", cq=cq.handle, ev_profile=ev_profile,
-                       cc_profile=cc_profile, max_imm=max_imm_outstanding)
-        return QueuePair(self, r["qpn"], cq)
+                       cc_profile=cc_profile, max_imm=max_imm_outstanding, **extra)
+        if not sq_sig_all and r.get("sq_sig_all") is not False:
+            # (an mrcd without selective signalling would complete every write)
+            self._call("destroy_qp", qpn=r["qpn"])
+            raise ApiError(f"mrcd at {self.path} does not support sq_sig_all=False "
+                           "(selective signalling): upgrade it")
+        return QueuePair(self, r["qpn"], cq, sq_sig_all)
 
     def listen(self, service: int, qp: QueuePair, *, expose: Sequence[MemoryRegion] = (),
                private: Any = None, backlog: int = 0) -> None:

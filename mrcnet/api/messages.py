@@ -29,8 +29,9 @@ from mrcnet.api.errors import ProtocolError
 from mrcnet.core import events
 from mrcnet.core.events import Completion, Event
 
-__all__ = ["TYPES", "StampedEvent", "completions_push", "decode", "decode_completions",
-           "encode", "event_push", "stamped_event"]
+__all__ = ["TYPES", "WC_FIELDS", "PeerInfo", "RemoteRegion", "StampedEvent", "WorkCompletion",
+           "completions_push", "decode", "decode_completions", "encode", "event_push",
+           "peer_info", "stamped_event"]
 
 #: Every dataclass that travels from mrcd to a client, by the name that travels with it.
 TYPES: Final[dict[str, type]] = {cls.__name__: cls for cls in (
@@ -145,3 +146,61 @@ def decode_completions(rows: Iterable[Iterable[Any]],
         return [build(decode_values(row)) for row in rows]
     except (TypeError, ValueError) as e:
         raise ProtocolError(f"malformed completion from mrcd: {e}") from None
+
+
+# --- what the verbs client library (mrcnet.api.client) hands the application ------
+
+@dataclass(frozen=True)
+class RemoteRegion:
+    """A peer's memory region this QP may write into (learnt when connecting)."""
+
+    addr: int
+    length: int
+    rkey: int
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """The other end of a connected QP."""
+
+    host: str
+    qpn: int
+    regions: tuple[RemoteRegion, ...]
+    private: Any
+    max_imm_outstanding: int
+
+
+@dataclass(frozen=True)
+class WorkCompletion:
+    """One completion (verbs ``ibv_wc``): ``status`` is ``"SUCCESS"`` or an error name."""
+
+    status: str
+    wr_id: int
+    opcode: str  #: "RDMA_WRITE" (requester) or "RECV_RDMA_WITH_IMM" (responder)
+    byte_len: int
+    imm: int | None
+    qpn: int
+
+    @property
+    def ok(self) -> bool:
+        """True for a successful completion."""
+        return self.status == "SUCCESS"
+
+    @classmethod
+    def of(cls, c: Completion) -> WorkCompletion:
+        """The core's completion as the application sees it (status and opcode by name)."""
+        return cls(c.status.value, c.wr_id, c.opcode.value, c.byte_len, c.imm, c.qpn)
+
+
+
+#: WorkCompletion's fields in order (a row's: :data:`~mrcnet.api.shmclient.Row`).
+WC_FIELDS: Final = tuple(f.name for f in dataclasses.fields(WorkCompletion))
+
+
+def peer_info(r: dict[str, Any]) -> PeerInfo:
+    """The peer of a ``connect`` answer or a ``connected`` push."""
+    return PeerInfo(
+        host=r["peer"], qpn=r["peer_qpn"],
+        regions=tuple(RemoteRegion(m["addr"], m["length"], m["rkey"]) for m in r["mrs"]),
+        private=r.get("private"), max_imm_outstanding=r.get("max_imm", 0),
+    )

@@ -12,8 +12,8 @@ later call of the context, as before).
 Slots are little-endian ``struct`` records:
 
 - work request (64 bytes): ``op`` (:data:`OP_WRITE`, :data:`OP_RECV`), ``flags``
-  (:data:`F_IMM`), ``qpn``, ``wr_id``, ``lkey``, ``length``, ``addr``, ``remote_addr``,
-  ``rkey``, ``imm``;
+  (:data:`F_IMM`, :data:`F_UNSIGNALED`), ``qpn``, ``wr_id``, ``lkey``, ``length``,
+  ``addr``, ``remote_addr``, ``rkey``, ``imm``;
 - completion (32 bytes): the index of its status in :data:`STATUSES` and of its opcode
   in :data:`OPCODES`, ``flags`` (:data:`F_IMM`), ``qpn``, ``wr_id``, ``byte_len``,
   ``imm``.
@@ -31,8 +31,8 @@ from mrcnet.api.shmring import ring_bytes
 from mrcnet.core.cq import CompletionRow
 from mrcnet.core.events import Completion, WCOpcode, WCStatus
 
-__all__ = ["COMPLETION", "COMPLETION_SLOT", "CQ_SLOT", "F_IMM", "MAX_SLOTS", "OPCODES",
-           "OP_RECV", "OP_WRITE", "SQ_SLOT", "SQ_SLOTS", "STATUSES", "WORK_REQUEST",
+__all__ = ["COMPLETION", "COMPLETION_SLOT", "CQ_SLOT", "F_IMM", "F_UNSIGNALED", "MAX_SLOTS",
+           "OPCODES", "OP_RECV", "OP_WRITE", "SQ_SLOT", "SQ_SLOTS", "STATUSES", "WORK_REQUEST",
            "WORK_REQUEST_SLOT", "encode_completion", "encode_completions", "ring_slots",
            "sealed_memfd"]
 
@@ -41,6 +41,10 @@ OP_WRITE: Final = 1
 OP_RECV: Final = 2
 #: The request or completion carries an immediate.
 F_IMM: Final = 1
+#: A write posted unsignalled (verbs: without IBV_SEND_SIGNALED on a QP made with
+#: ``sq_sig_all`` false): mrcd writes its completion only if it fails. mrcd honours it
+#: only on a QP created with ``sq_sig_all`` false (and ignores it on any other).
+F_UNSIGNALED: Final = 2
 
 WORK_REQUEST: Final = struct.Struct("<BB2xIQIIQQII")
 SQ_SLOT: Final = 64

@@ -4,6 +4,7 @@ application polls them."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from mrcnet.core.events import Completion, WCOpcode, WCStatus
@@ -39,6 +40,22 @@ class CompletionQueue:
     def push_row(self, row: CompletionRow) -> None:
         """Add one completion given as its fields, in :class:`Completion`'s order."""
         self.entries.append(row)
+
+    def keep_rows(self, keep: Callable[[CompletionRow], bool]) -> None:
+        """From now on :meth:`push_row` adds a row only when ``keep(row)`` is true: mrcd
+        drops a write's successful completion there when the write was posted
+        unsignalled (mrcnet/daemon/signalling.py), before it counts for moderation or
+        wakes anyone. :meth:`push` (what a QP's failure flushes) is unaffected. Once per
+        CQ (a second call with the same ``keep`` changes nothing)."""
+        if getattr(self, "_keep", None) is keep:
+            return
+        self._keep = keep
+        append = self.entries.append
+
+        def push_row(row: CompletionRow) -> None:
+            if keep(row):
+                append(row)
+        self.push_row = push_row  # type: ignore[method-assign]
 
     def _take(self, max_entries: int) -> list[Any]:
         """Up to ``max_entries`` entries, oldest first, out of the queue (all of them,

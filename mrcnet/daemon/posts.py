@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from mrcnet import core
@@ -23,6 +24,7 @@ from mrcnet.api.errors import (
 from mrcnet.api.protocol import Message
 from mrcnet.api.shmqueues import (
     F_IMM,
+    F_UNSIGNALED,
     OP_RECV,
     OP_WRITE,
     SQ_SLOT,
@@ -34,6 +36,7 @@ from mrcnet.daemon.apiserver import ApiServer, Session
 from mrcnet.daemon.config import DaemonConfig
 from mrcnet.daemon.guard import over_limit
 from mrcnet.daemon.rings import TAKE_PER_PASS, SessionQueues, WorkRequest
+from mrcnet.daemon.signalling import Signalling
 from mrcnet.native import HAVE_C, C, ffi
 
 __all__ = ["Posts", "SlotScan"]
@@ -108,12 +111,16 @@ class Engine(Protocol):
 
 class Posts:
     """Posts of every client into the engine's core; ``owners``: which session owns
-    which QP (mrcd's table, kept by :class:`mrcnet.daemon.verbs.Verbs`)."""
+    which QP (mrcd's table, kept by :class:`mrcnet.daemon.verbs.Verbs`);
+    ``signalling``: the QPs made with ``sq_sig_all`` false, told the flags of every write
+    the core accepts on them."""
 
     def __init__(self, engine: Engine, owners: dict[int, Session],
-                 native: bool | None = None) -> None:
+                 native: bool | None = None, signalling: Signalling | None = None) -> None:
         self.engine = engine
         self.owners = owners
+        self.signalling = Signalling() if signalling is None else signalling
+        self._unsig = self.signalling.flags  # (qpn -> its writes' flags: one test a run)
         #: The doorbell's slots read in C (None: row by row, :meth:`_post_rows`, the
         #: reference; ``native`` False asks for it)
         self.scan = SlotScan() if (HAVE_C if native is None else native) else None
@@ -158,6 +165,7 @@ class Posts:
         owners, mrs = self.owners, s.mrs
         max_recvs = self.engine.cfg.limits.max_recvs
         writes: list[tuple[int, int, int, int, int, int | None]] = []
+        wflags: list[int] = []  # (their slots' flags, for selective signalling)
         kq = kl = -1  # the QP and lkey of ``writes``; -1: none (or refused)
         mr: Any = None
         base = size = 0  # mr's
@@ -166,8 +174,8 @@ class Posts:
             if op == OP_WRITE:
                 if qpn != kq or lkey != kl:
                     if writes:
-                        self._post_writes(s, kq, kl, mr, writes)
-                        writes = []
+                        self._post_writes(s, kq, kl, mr, writes, flags=wflags)
+                        writes, wflags = [], []
                     kq, kl, mr = qpn, lkey, mrs.get(lkey)
                     if owners.get(qpn) is not s or mr is None:
                         kq = kl = -1  # (refused below, with the reason)
@@ -178,10 +186,11 @@ class Posts:
                     if offset >= 0 and offset + length <= size:  # (length: unsigned)
                         writes.append((wr_id, offset, length, raddr, rkey,
                                        imm if flags & F_IMM else None))
+                        wflags.append(flags)
                         continue
             if writes:
-                self._post_writes(s, kq, kl, mr, writes)
-                writes = []
+                self._post_writes(s, kq, kl, mr, writes, flags=wflags)
+                writes, wflags = [], []
             if op == OP_RECV and s.recvs < max_recvs and owners.get(qpn) is s:
                 # (recv's common case inline: an owned QP, under the quota; a ping-pong
                 # posts one per round trip) The core refuses one only for its QP's
@@ -194,7 +203,7 @@ class Posts:
                     pass
             self._post(s, row)
         if writes:
-            self._post_writes(s, kq, kl, mr, writes)
+            self._post_writes(s, kq, kl, mr, writes, flags=wflags)
 
     def _post_slots(self, s: Session, data: bytes | bytearray) -> None:
         """:meth:`_post_rows` of a doorbell's slots as they lie in ``data``: each run of
@@ -213,27 +222,37 @@ class Posts:
             if op == OP_WRITE and mr is not None and owners.get(qpn) is s:
                 writes = scan.writes(ptr + at, n - i, qpn, lkey, mr.addr, mr.length)
                 if writes:
-                    self._post_writes(s, qpn, lkey, mr, writes, checked=True)
-                    i += len(writes)
+                    k = len(writes)
+                    # (the slots' flags bytes in one slice, for a QP that signals
+                    # selectively; the scan does not read that bit)
+                    flags = (data[at + 1:at + k * SQ_SLOT:SQ_SLOT] if qpn in self._unsig
+                             else None)
+                    self._post_writes(s, qpn, lkey, mr, writes, checked=True, flags=flags)
+                    i += k
                     continue
             self._post(s, WORK_REQUEST.unpack_from(data, at))
             i += 1
 
     def _post_writes(self, s: Session, qpn: int, lkey: int, mr: core.MemoryRegion,
                      writes: list[tuple[int, int, int, int, int, int | None]],
-                     checked: bool = False) -> None:
+                     checked: bool = False, flags: Sequence[int] | None = None) -> None:
         """Checked writes of region ``mr`` (``lkey``) on QP ``qpn`` into the core
         together (``checked``: by :class:`SlotScan`, whose fields are the slot's
-        fixed-width ones); if the core refuses them (the QP's state), each on its own
-        for its own error."""
+        fixed-width ones; ``flags``: their slots' flags, needed for a QP that signals
+        selectively); if the core refuses them (the QP's state), each on its own for its
+        own error."""
         host = self.engine.host
         assert host is not None
         try:
             host.post_writes(qpn, mr, writes, checked=checked)
         except Exception:  # refused (or a bug) and nothing posted: each for its own error
-            for wr_id, offset, length, raddr, rkey, imm in writes:
-                self._post(s, (OP_WRITE, 0 if imm is None else F_IMM, qpn, wr_id, lkey,
-                               length, mr.addr + offset, raddr, rkey, imm or 0))
+            for k, (wr_id, offset, length, raddr, rkey, imm) in enumerate(writes):
+                f = flags[k] & F_UNSIGNALED if flags is not None else 0
+                self._post(s, (OP_WRITE, f if imm is None else f | F_IMM, qpn, wr_id,
+                               lkey, length, mr.addr + offset, raddr, rkey, imm or 0))
+            return
+        if qpn in self._unsig and flags is not None:
+            self._unsig[qpn].extend(flags)
 
     def linger(self, s: Session) -> bool:
         """After a pass that took ``s``'s posts and sent them: busy-poll its send queue
@@ -269,7 +288,7 @@ class Posts:
         try:
             try:
                 if op == OP_WRITE:
-                    self.write(s, qpn, wr_id, lkey, addr, length, raddr, rkey, imm)
+                    self.write(s, qpn, wr_id, lkey, addr, length, raddr, rkey, imm, flags)
                 elif op == OP_RECV:
                     self.recv(s, qpn, wr_id)
                 else:
@@ -289,8 +308,9 @@ class Posts:
             raise InvalidQP(f"no QP {qpn} in this context")
 
     def write(self, s: Session, qpn: int, wr_id: int, lkey: int, addr: int, length: int,
-              raddr: int, rkey: int, imm: int | None) -> None:
-        """RDMA WRITE (with immediate) of the client's region ``lkey`` at ``addr``."""
+              raddr: int, rkey: int, imm: int | None, flags: int = 0) -> None:
+        """RDMA WRITE (with immediate) of the client's region ``lkey`` at ``addr``
+        (``flags``: its slot's, :data:`~mrcnet.api.shmqueues.F_UNSIGNALED` counts)."""
         host = self.engine.host
         assert host is not None
         self._owned(s, qpn)
@@ -301,6 +321,8 @@ class Posts:
         if offset < 0 or length < 0 or offset + length > mr.length:
             raise OutOfBounds(f"[{addr:#x}, +{length}) is outside region lkey {lkey:#x}")
         host.post_write(qpn, wr_id, mr, offset, length, raddr, rkey, imm)
+        if qpn in self._unsig:
+            self._unsig[qpn].append(flags)
 
     def recv(self, s: Session, qpn: int, wr_id: int) -> None:
         """A receive for one incoming write-with-immediate (within the client's quota)."""

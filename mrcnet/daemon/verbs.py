@@ -32,6 +32,7 @@ from mrcnet.api.errors import (
     InvalidQP,
 )
 from mrcnet.api.protocol import Message, map_region, moderation_error
+from mrcnet.api.shmqueues import F_UNSIGNALED
 from mrcnet.constants import PSN_MASK
 from mrcnet.core import Access, EVState, QPState
 from mrcnet.core.endpoint import PathProbe
@@ -51,6 +52,7 @@ from mrcnet.daemon.listens import Listen, Listens
 from mrcnet.daemon.paths import FabricPaths, StaticPaths, UnknownPeer
 from mrcnet.daemon.posts import Posts
 from mrcnet.daemon.rings import CompletionWriter
+from mrcnet.daemon.signalling import Signalling
 from mrcnet.io import IOSetupError, PacketPort
 
 __all__ = ["PROBE_SERVICE", "Engine", "Verbs"]
@@ -136,8 +138,10 @@ class Verbs:
         self.delivery = Delivery(engine.log)
         self._cqs = self.delivery.cqs
         self._qp_owner: dict[int, Session] = {}
+        #: The QPs created with sq_sig_all false (selective signalling).
+        self.signalling = Signalling()
         #: Work requests into the core (shared send queues and JSON posts).
-        self.posts = Posts(engine, self._qp_owner)
+        self.posts = Posts(engine, self._qp_owner, signalling=self.signalling)
         self._mr_by_lkey: dict[int, tuple[core.MemoryRegion, mmap.mmap, Session]] = {}
         self.listens = Listens(engine.cfg.host)
         #: CQs of clients that are gone (the core has no destroy_cq), for new clients.
@@ -286,6 +290,9 @@ class Verbs:
         except core.InvalidAttribute as e:
             self._destroy_qp(qpn)
             raise InvalidArgument(str(e)) from None
+        if msg.get("sq_sig_all", True) is False:  # (the answer says it was honoured)
+            self.signalling.add_qp(qpn, entry[0])
+            return {"qpn": qpn, "sq_sig_all": False}
         return {"qpn": qpn}
 
     def _destroy_qp(self, qpn: int) -> None:
@@ -294,6 +301,7 @@ class Verbs:
         if s is not None:
             s.qps.discard(qpn)
         self.listens.drop_qp(qpn)
+        self.signalling.forget(qpn)
         with contextlib.suppress(core.InvalidRequest):
             self.engine.host.destroy_qp(qpn)
 
@@ -364,6 +372,7 @@ class Verbs:
         try:
             if self.engine.host.qp(qpn).state is not QPState.INIT:
                 self.engine.host.modify_qp(qpn, QPState.RESET)
+                self.signalling.reset(qpn)
                 self.engine.host.modify_qp(qpn, QPState.INIT, ev_profile=ev, cc_profile=cc,
                                     max_imm_outstanding=max_imm)
         except (core.InvalidAttribute, core.IllegalTransition, core.InvalidRequest) as e:
@@ -465,7 +474,8 @@ class Verbs:
         imm = msg.get("imm")
         self.posts.write(s, int(msg["qpn"]), int(msg.get("wr_id", 0)), int(msg["lkey"]),
                          int(msg["addr"]), int(msg["length"]), int(msg["remote_addr"]),
-                         int(msg["rkey"]), None if imm is None else int(imm))
+                         int(msg["rkey"]), None if imm is None else int(imm),
+                         0 if msg.get("signaled", True) else F_UNSIGNALED)
         return {}
 
     def _op_post_recv(self, s: Session, msg: Message) -> Message:

@@ -68,13 +68,13 @@ def test_perf_latency(mrcd_pair: MrcdPair) -> None:
         assert server.stdout is not None
         assert "waiting on service" in server.stdout.readline()
         r = subprocess.run([PERF, "--socket", mrcd_pair.a.socket, "--timeout", "60",
-                            "client", "hb", "--lat", "--size", "4096", "--iters", "20",
-                            "--json"],
+                            "client", "hb", "--lat", "--size", "4096", "--iters", "150",
+                            "--json"],  # (150: past SIGNAL_EVERY twice, a signalled ping)
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr
         (row,) = [x for x in map(json.loads, r.stdout.splitlines())
                   if x["type"] == "latency"]
-        assert row["size"] == 4096 and row["iters"] == 20
+        assert row["size"] == 4096 and row["iters"] == 150
         assert 0 < row["t_min"] <= row["t_typical"] <= row["t_99"] <= row["t_max"]
         assert row["t_99"] <= row["t_999"] <= row["t_max"] and row["t_stdev"] >= 0
         assert server.wait(timeout=60) == 0

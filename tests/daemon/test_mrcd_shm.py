@@ -21,8 +21,15 @@ from pathlib import Path
 import pytest
 from mdnsutil import Mrcd, MrcdPair, VethPair, needs_root, start_mrcd, write_config
 
-from mrcnet.api import ApiError, Context, InvalidArgument, InvalidQP
-from mrcnet.api.client import CompletionQueue, MemoryRegion, QueuePair, WorkCompletion
+from mrcnet.api import ApiError, Context, InvalidArgument, InvalidQP, QueueFull
+from mrcnet.api import client as api_client
+from mrcnet.api.client import (
+    CompletionQueue,
+    MemoryRegion,
+    QueuePair,
+    RemoteRegion,
+    WorkCompletion,
+)
 from mrcnet.api.protocol import PROTOCOL_VERSION
 from mrcnet.api.shmqueues import OP_WRITE, SQ_SLOT, WORK_REQUEST, queue_bytes, sealed_memfd
 from mrcnet.api.shmring import HEADER, OFF_TAIL, PRECISE
@@ -40,14 +47,16 @@ def _drain(cq: CompletionQueue, want: int, timeout: float = 20.0) -> list[WorkCo
 
 
 def _connect(ca: Context, cb: Context, service: int, size: int = 1 << 16, *,
-             depth: int = 1024) -> tuple[MemoryRegion, CompletionQueue, QueuePair,
-                                         MemoryRegion, CompletionQueue, QueuePair]:
-    """A QP of ``ca`` (on ha) connected to one of ``cb`` (on hb) that exposes a region."""
+             depth: int = 1024, sq_sig_all: bool = True
+             ) -> tuple[MemoryRegion, CompletionQueue, QueuePair,
+                        MemoryRegion, CompletionQueue, QueuePair]:
+    """A QP of ``ca`` (on ha) connected to one of ``cb`` (on hb) that exposes a region
+    (both QPs made with ``sq_sig_all``)."""
     mr_b, cq_b = cb.alloc_mr(size), cb.create_cq(depth)
-    qp_b = cb.create_qp(cq_b)
+    qp_b = cb.create_qp(cq_b, sq_sig_all=sq_sig_all)
     cb.listen(service, qp_b, expose=[mr_b])
     mr_a, cq_a = ca.alloc_mr(size), ca.create_cq(depth)
-    qp_a = ca.create_qp(cq_a)
+    qp_a = ca.create_qp(cq_a, sq_sig_all=sq_sig_all)
     qp_a.connect("hb", service, expose=[mr_a])
     qp_b.accept(timeout=10)
     return mr_a, cq_a, qp_a, mr_b, cq_b, qp_b
@@ -500,3 +509,108 @@ def test_refused_posts_in_the_middle_of_a_batch(mrcd_pair: MrcdPair) -> None:
             errors.append(type(raised.value).__name__)
         assert errors == list(bad.values())
         assert "host" in ca.stats()
+
+
+# --- selective signalling (verbs' sq_sig_all false and IBV_SEND_SIGNALED) ---
+
+@pytest.mark.parametrize("queues", [pytest.param(True, id="rings"),
+                                    pytest.param(False, id="json")])
+def test_unsignalled_writes_complete_only_when_signalled_or_failed(
+        mrcd_pair: MrcdPair, monkeypatch: pytest.MonkeyPatch, queues: bool) -> None:
+    """QPs made with sq_sig_all=False: of 30 writes only the two posted signalled
+    complete (every byte lands); a ping-pong of unsignalled writes-with-immediate shows
+    each side its receives only; an unsignalled write that fails completes with its
+    error. Through the shared rings and through JSON posts (a client without them)."""
+    if not queues:
+        monkeypatch.setattr(api_client, "SHARED_QUEUES", False)
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        assert (ca._q is not None) == (queues and PRECISE)
+        mr_a, cq_a, qp_a, mr_b, cq_b, qp_b = _connect(ca, cb, 40, sq_sig_all=False)
+        assert qp_a.peer is not None and qp_b.peer is not None
+        assert not qp_a.sq_sig_all and not qp_b.sq_sig_all
+        remote = qp_a.peer.regions[0]
+        mr_a.buf[: 30 * 64] = os.urandom(30 * 64)
+        for i in range(30):
+            qp_a.post_write(mr_a, i * 64, 64, remote, i * 64, wr_id=i, signaled=i in (9, 29))
+        assert [(w.wr_id, w.status) for w in _drain(cq_a, 2)] == [(9, "SUCCESS"),
+                                                                   (29, "SUCCESS")]
+        assert cq_a.wait(timeout=0.3) == []
+        assert bytes(mr_b.buf[: 30 * 64]) == bytes(mr_a.buf[: 30 * 64])
+        for i in range(4):
+            qp_a.post_recv(wr_id=i)
+            qp_b.post_recv(wr_id=i)
+        for i in range(20):
+            qp_a.post_write(mr_a, 0, 8, remote, imm=i, wr_id=100 + i)
+            (w,) = cq_b.wait(timeout=10)
+            assert (w.opcode, w.imm) == ("RECV_RDMA_WITH_IMM", i)
+            qp_b.post_recv(wr_id=w.wr_id)
+            qp_b.post_write(mr_b, 0, 8, qp_b.peer.regions[0], imm=i, wr_id=200 + i)
+            (w,) = cq_a.wait(timeout=10)
+            assert (w.opcode, w.imm) == ("RECV_RDMA_WITH_IMM", i)
+            qp_a.post_recv(wr_id=w.wr_id)
+        time.sleep(0.1)  # (the last writes' ACKs)
+        assert cq_a.poll() == [] and cq_b.poll() == []
+        qp_a.post_write(mr_a, 0, 16, RemoteRegion(remote.addr, 16, remote.rkey ^ 0x5A5A),
+                        wr_id=77)
+        writes: list[WorkCompletion] = []
+        deadline = time.monotonic() + 10
+        while not writes:
+            assert time.monotonic() < deadline, "no error completion"
+            writes = [w for w in cq_a.wait(timeout=1.0) if w.opcode == "RDMA_WRITE"]
+        assert [(w.wr_id, w.status) for w in writes] == [(77, "REM_ACCESS_ERR")]
+
+
+def test_every_write_completes_on_a_qp_made_with_sq_sig_all(mrcd_pair: MrcdPair) -> None:
+    """The default (every write signalled) is unchanged: ``signaled=False`` means
+    nothing there, and mrcd ignores the slot's unsignalled flag on such a QP."""
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, _mr_b, _cq_b, _qp_b = _connect(ca, cb, 41)
+        assert qp_a.peer is not None and qp_a.sq_sig_all
+        for i in range(5):
+            qp_a.post_write(mr_a, 0, 64, qp_a.peer.regions[0], wr_id=i, signaled=False)
+        assert [w.wr_id for w in _drain(cq_a, 5)] == list(range(5))
+        qp_a.sq_sig_all = False  # (this end only: its slots carry the flag from now on)
+        for i in range(5, 10):
+            qp_a.post_write(mr_a, 0, 64, qp_a.peer.regions[0], wr_id=i)
+        assert [w.wr_id for w in _drain(cq_a, 5)] == list(range(5, 10))
+
+
+def test_a_run_of_unsignalled_writes_as_long_as_the_send_queue_is_refused(
+        mrcd_pair: MrcdPair) -> None:
+    """A 16-slot send queue: 15 unsignalled writes in a row pass, the 16th (it would
+    stall a verbs QP) raises QueueFull and is not posted; a signalled write then
+    completes, and the next run may be 15 long again."""
+    with Context(mrcd_pair.a.socket, sq_depth=16) as ca, \
+            Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, _mr_b, _cq_b, _qp_b = _connect(ca, cb, 42, sq_sig_all=False)
+        assert qp_a.peer is not None and ca._q is not None
+        remote = qp_a.peer.regions[0]
+        for _ in range(2):
+            for i in range(15):
+                qp_a.post_write(mr_a, 0, 64, remote, wr_id=i)
+            tail = ca._q.sq.tail
+            with pytest.raises(QueueFull, match="signaled=True"):
+                qp_a.post_write(mr_a, 0, 64, remote, wr_id=15)
+            assert ca._q.sq.tail == tail  # nothing posted
+            qp_a.post_write(mr_a, 0, 64, remote, wr_id=99, signaled=True)
+            assert [w.wr_id for w in _drain(cq_a, 1)] == [99]
+        assert cq_a.wait(timeout=0.2) == []
+
+
+def test_an_unsignalled_write_rings_no_doorbell(mrcd_pair: MrcdPair) -> None:
+    """The point of it: a client asleep on its CQ is not woken for an unsignalled write
+    (mrcd writes nothing into the ring and rings nothing); a signalled one rings."""
+    with Context(mrcd_pair.a.socket, busy_poll_us=0) as ca, \
+            Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, mr_b, _cq_b, _qp_b = _connect(ca, cb, 43, sq_sig_all=False)
+        assert qp_a.peer is not None
+        remote = qp_a.peer.regions[0]
+        mr_a.buf[:8] = b"unsigned"
+        before = int(ca.stats()["doorbells"])
+        qp_a.post_write(mr_a, 0, 8, remote, wr_id=1)
+        assert cq_a.wait(timeout=0.5) == []  # asleep, armed: nothing came
+        assert bytes(mr_b.buf[:8]) == b"unsigned"
+        assert int(ca.stats()["doorbells"]) == before
+        qp_a.post_write(mr_a, 0, 8, remote, wr_id=2, signaled=True)
+        assert [w.wr_id for w in cq_a.wait(timeout=5)] == [2]
+        assert int(ca.stats()["doorbells"]) == before + 1
