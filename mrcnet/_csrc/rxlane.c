@@ -435,7 +435,7 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
         q->ack_plane = c->plane;
         int r = MRC_RX_DONE;
         if (now_sack || since >= (int64_t)c->ack_every ||
-            q->unrep[0] < seq - SACK_BITMAP_BITS / 2) {
+            q->unrep[0] < seq - (int64_t)c->ack_span) {
             if (!c->sack_ok || !lane_sack(c, q))
                 r = MRC_RX_SACK;  /* Python builds it */
             else if (!imm)

@@ -168,6 +168,8 @@ struct mrc_rx_ctx {
     uint8_t  peers[MRC_RX_PEERS_MAX * 16];
     int64_t  win;              /* receive window (PSNs either side of rcv_nxt) */
     uint32_t ack_every;
+    uint32_t ack_span;         /* SACK once a PSN lies more than this past the first
+                                  unreported one (HostConfig.ack_span) */
     int32_t  sack_on_reorder;
     int32_t  ack_req_burst;    /* an AckReq waits for its burst's end (HostConfig) */
     int32_t  ack_gap_fill;     /* a message completed by a gap's filling: SACK (HostConfig) */

@@ -20,6 +20,7 @@ from mrcnet.constants import (
     PSN_MASK,
     RETRY_EXP_INFINITE,
     RETRY_LINEAR_MAX,
+    SACK_BITMAP_BITS,
 )
 from mrcnet.errors import InvalidAttribute
 from mrcnet.wire import Route
@@ -169,6 +170,15 @@ class HostConfig:
       RACK waits for, and TCP's receiver acknowledges every out-of-order segment and
       gap fill at once (RFC 5681 section 4.2), which is why RFC 8985 leaves the ACK
       delay out of its reorder window (docs/CORE.md, "Session 10").
+    - ``ack_span``: in-order or not, a SACK goes once a packet arrives more than this
+      many PSNs past the first one received since the last SACK: 32 (default, half the
+      SACK bitmap), so that one SACK's bitmap reports them all. A sprayed flow read a
+      port's batch at a time spans about twice a batch's count (the planes' batches
+      interleave their PSNs), so the rule fires after ~16 frames whatever ``ack_every``
+      is; 64 (the bitmap's width) with ``ack_every`` 32 halves those SACKs (measured on
+      mrcd, not kept there: no CPU or goodput gain, a transfer through loss slower;
+      docs/PERFORMANCE.md, session 14); past 64 a SACK can need a second frame (a second
+      bitmap window) when the cumulative point lags.
     - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
       smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
       newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
@@ -307,6 +317,7 @@ class HostConfig:
     ack_req_burst: bool = False
     ack_gap_fill: bool = True
     ack_late: bool = False
+    ack_span: int = SACK_BITMAP_BITS // 2
     tail_probe: bool = True
     rack_tie_break: bool = True
     rack_floor: float | None = None
@@ -334,6 +345,8 @@ class HostConfig:
             raise InvalidAttribute(f"retry_linear {self.retry_linear} must not be negative")
         if not self.tlp_srtts > 0:
             raise InvalidAttribute(f"tlp_srtts {self.tlp_srtts} must be positive")
+        if self.ack_span < 0:  # (the C lane holds it unsigned)
+            raise InvalidAttribute(f"ack_span {self.ack_span} must not be negative")
 
 
 #: HostConfig.ev_order's names of the EV orders (mrcnet.constants.EV_ORDER_*).

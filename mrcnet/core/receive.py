@@ -433,7 +433,7 @@ class Receiver:
         win = mpr * MPR_UNIT if mpr else cfg.rx_window
         if self._lane.set_qp(qp.qpn, qp.rx, qp.peer_ips, win, cfg.ack_every, cfg.ack_delay,
                              cfg.reorder_floor, cfg.sack_on_reorder, cfg.ack_req_burst,
-                             cfg.ack_gap_fill, cfg.ack_late):
+                             cfg.ack_gap_fill, cfg.ack_late, cfg.ack_span):
             self._lane_qp, self._lane_peers, self._lane_win = qp, qp.peer_ips, win
             self._lane_seen = qp.setup_ver
         else:

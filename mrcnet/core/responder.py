@@ -23,7 +23,6 @@ from mrcnet.constants import (
     MPR_MAX,
     MPR_UNIT,
     PSN_MASK,
-    SACK_BITMAP_BITS,
     WINDOW_PENALTY_MAX,
     NackReason,
     Opcode,
@@ -287,7 +286,7 @@ class Responder:
         rx.ack_ce = ce
         rx.ack_plane = plane
         if (now_sack or since >= cfg.ack_every
-                or rx.unrep[0] < seq - SACK_BITMAP_BITS // 2):
+                or rx.unrep[0] < seq - cfg.ack_span):
             self.send_sack(now, out)
         elif defer:
             rx.ack_at = min(rx.ack_at, now)  # due: the burst's end sends it

@@ -449,9 +449,10 @@ class CRxLane:
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
                ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
                ack_req_burst: bool = False, ack_gap_fill: bool = False,
-               ack_late: bool = False) -> bool:
+               ack_late: bool = False, ack_span: int = SACK_BITMAP_BITS // 2) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
-        QP) if the lane cannot check its peers."""
+        QP) if the lane cannot check its peers. The acknowledgement knobs are
+        :class:`~mrcnet.core.config.HostConfig`'s of the same names."""
         c = self._c
         if len(peers) > RX_PEERS_MAX:
             self.clear_qp()
@@ -459,7 +460,7 @@ class CRxLane:
         for i, ip in enumerate(peers):
             ffi.memmove(c.peers + 16 * i, ip, 16)
         c.npeers, c.qpn, c.qp, self.qp = len(peers), qpn, rx, rx
-        c.win, c.ack_every, c.ack_delay = win, ack_every, ack_delay
+        c.win, c.ack_every, c.ack_delay, c.ack_span = win, ack_every, ack_delay, ack_span
         c.reorder_floor, c.sack_on_reorder = reorder_floor, int(sack_on_reorder)
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.ack_late = int(ack_late)

@@ -106,14 +106,22 @@ DAEMON_CORE: Final[dict[str, Any]] = {
     # (every burst's tail is SACKed at its end). 4 -> 8: 0.29 -> 0.17 SACKs per data
     # packet, mrcds 5.4-5.7 -> 4.2-4.5 CPU s/GB; 8 -> 16, once the SACK side was in C:
     # 0.21 -> 0.13, goodput +5 %, mrcds -7 % CPU per GB (two sets of interleaved pairs,
-    # docs/PERFORMANCE.md).
+    # docs/PERFORMANCE.md). Not 32 with ack_span 64 (session 14): 0.088 -> 0.051 SACKs
+    # per data frame, but no CPU per GB or goodput gain beyond the runs' spread, and a
+    # 64 MiB transfer through 1 % loss on two links slower in 9 of 10 pairs (median
+    # +12 %). ack_span stays the core's 32: at ack_every 16 a span of 64 changes nothing.
     "ack_every": 16,
     # No genuine SACK comes back sooner than the peer mrcd can answer (its event loop
     # alone takes more; smallest RTT measured on netns fabrics: see docs/SECURITY.md): a
     # SACK sooner than this is forged (forged.early_floor).
     "ack_rtt_floor": 20e-6,
     # A lone small message (a latency ping, a request) is acknowledged in the pass that
-    # received it: its sender's completion does not wait for ack_delay (issue 15).
+    # received it: its sender's completion does not wait for ack_delay (issue 15). On a
+    # bulk flow it also SACKs every pass that read a frame (0.113 SACKs per data frame
+    # against 0.090 without, tools/bench_goodput.py), yet without it 21 interleaved pairs
+    # showed no CPU or goodput gain (the path's CPU per GB 1.36 -> 1.49, mrc / raw 0.65
+    # -> 0.59, medians within the spread), a window's last frame read alone waiting for
+    # the delayed-ACK timer (docs/PERFORMANCE.md, session 14).
     "ack_lone": True,
     # ... and the AckReq of a write-with-immediate waits for the answer its application
     # may post, to leave with it (at most ack_delay): the requester's mrcd then wakes

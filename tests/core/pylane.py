@@ -74,7 +74,6 @@ _INF = float("inf")
 _OP_FIRST, _OP_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
 _OP_LAST, _OP_ONLY = int(Opcode.WRITE_LAST), int(Opcode.WRITE_ONLY)
 _PLAIN = frozenset((_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_ONLY))
-_HALF_BITS = SACK_BITMAP_BITS // 2
 _EV_PLANE_SHIFT, _EV_PLANE_MASK, _EV_PATH_SHIFT = EV_PLANE_SHIFT, EV_PLANE_MASK, EV_PATH_SHIFT
 
 
@@ -90,6 +89,7 @@ class PyRxLane(PyRxState):
         self.peers: frozenset[bytes] = frozenset()
         self.win = 0
         self.ack_every = 1
+        self.ack_span = SACK_BITMAP_BITS // 2
         self.ack_req_burst = self.ack_gap_fill = self.ack_late = False
         self.sack_on_reorder = False
         self.ack_delay = self.reorder_floor = 0.0
@@ -138,7 +138,7 @@ class PyRxLane(PyRxState):
     def set_qp(self, qpn: int, rx: Any, peers: frozenset[bytes], win: int, ack_every: int,
                ack_delay: float, reorder_floor: float, sack_on_reorder: bool,
                ack_req_burst: bool = False, ack_gap_fill: bool = False,
-               ack_late: bool = False) -> bool:
+               ack_late: bool = False, ack_span: int = SACK_BITMAP_BITS // 2) -> bool:
         """Serve QP ``qpn`` (a ready one) with state ``rx`` from now on; False (and no
         QP) if the lane cannot check its peers."""
         if len(peers) > RX_PEERS_MAX:
@@ -148,7 +148,7 @@ class PyRxLane(PyRxState):
         self.win, self.ack_every, self.ack_delay = win, ack_every, ack_delay
         self.reorder_floor, self.sack_on_reorder = reorder_floor, sack_on_reorder
         self.ack_req_burst, self.ack_gap_fill = ack_req_burst, ack_gap_fill
-        self.ack_late = ack_late
+        self.ack_late, self.ack_span = ack_late, ack_span
         self.paths, self.sack_ok = {}, False
         self.set_planes({})
         return True
@@ -470,7 +470,7 @@ class PyRxLane(PyRxState):
             q.ack_seq, q.ack_ev, q.ack_ts, q.ack_ce, q.ack_plane = (
                 seq, f.ev, f.timestamp, ce, self.plane)
             if (now_sack or q.since_ack >= self.ack_every
-                    or q.unrep[0] < seq - _HALF_BITS):
+                    or q.unrep[0] < seq - self.ack_span):
                 if self.sack_ok and self._lane_sack(q):
                     continue  # built here, exactly as send_sack would
                 self.pos, self.why = k, WHY_NONE

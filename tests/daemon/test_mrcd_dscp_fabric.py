@@ -19,11 +19,22 @@ CLASSES = DscpClasses(trimmable=20, trimmable_retx=22, trimmed=10, trimmed_lasth
                       no_trim=4, control=48)
 SPEC = ("leafspine:planes=1,spines=1,leaves=2,hosts=1,rate=50mbit,mtu=9000,trim=2pkt,"
         "dscp=" + "/".join(f"{k}:{v}" for k, v in CLASSES.to_dict().items()))
+#: The sender's window made to overrun the link, so that it queues and trims whatever
+#: the receiver's acknowledgements do. With mrcd's own cc_rtt_floor (1.5 ms) NSCC's
+#: window is at most 1.5 x 50 Mbit/s x 1.5 ms = 14 KB, under two 8 KiB frames: one frame
+#: in flight, clocked by its SACK. With ack_lone each frame is SACKed in its pass (~80 us)
+#: and the frames outrun the link's rate (trims); without it the receiving mrcd SACKs a
+#: frame read alone at ack_delay (held ~1.15 ms on its 1 ms timer), a frame per 1.41 ms
+#: against the link's 1.33 ms: no queue, no trim (measured, docs/PERFORMANCE.md session
+#: 14). A 4 ms floor allows ~4.6 frames in flight: the two-frame queue overflows.
+CORE = "[core]\ncc_rtt_floor = 0.004\n"
+#: Namespace prefix (another run's may be told apart by it).
+PREFIX = os.environ.get("MRC_E2E_PREFIX", "dq")
 
 
 @needs_root
 def test_trims_marked_and_read_with_the_fabric_classes(tmp_path: Path) -> None:
-    with fabric_with_mrcds(tmp_path, SPEC, prefix="dq") as fm:
+    with fabric_with_mrcds(tmp_path, SPEC, extra=CORE, prefix=PREFIX) as fm:
         desc = fm.fab.description
         assert DscpClasses.from_dict(desc.options["dscp"]) == CLASSES
         with Context(fm.sock("h1")) as cb, Context(fm.sock("h0")) as ca:
