@@ -244,6 +244,19 @@ class HostConfig:
       allowance it was declared lost with. False: from the allowance now, which the
       burst's other late packets already widened (compounding, up to the
       retransmission timeout's: docs/COLLECTIVES.md, "session 12").
+    - ``verdict_inflight``: False (default). True: when another QP's verdict retires a
+      route this QP shares (shared verdicts), this QP's packets still in flight on it
+      are lost at once (cause ``path``: no blame, nothing learnt, no congestion signal)
+      and resent on another path, instead of each waiting for RACK or, for a tail with
+      nothing sent after it, the tail-loss probe
+      (:meth:`mrcnet.core.tailloss.TailLoss._shared_retired`; docs/COLLECTIVES.md,
+      "session 14").
+    - ``learn_hold_once``: False (default). True: a late arrival widens RACK's
+      reorder window to the allowance it was declared lost with *less* the peer's ACK
+      hold (``rack_hold``), plus its lateness (with the margin); the allowance then adds
+      the hold once. False: the hold is learnt into the window and added again on top
+      (one packet 12 us late takes the allowance 40 -> 85 us; docs/COLLECTIVES.md,
+      "session 14").
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -316,6 +329,8 @@ class HostConfig:
     tail_path: bool = False
     retire_inflight: bool = False
     learn_at_declare: bool = True
+    learn_hold_once: bool = False
+    verdict_inflight: bool = False
     tlp_fail_rtt: bool = False
     tlp_fail_path: bool = False
     tlp_fail_window: float = 0.0

@@ -145,7 +145,8 @@ class Host:
         self.rx_frames = 0  # hot counter: a plain attribute, folded into counters()
         # what every QP here may see of this host
         self._qp_ctx = HostContext(self.name, self.config, self.memory, self.count, self.emit,
-                                   self.path_events, self.port_of_plane, self._counters)
+                                   self.path_events, self.port_of_plane, self._counters,
+                                   self._wake)
         self._rx = Receiver(self)  # frames in (and the receive lane kept in step)
         #: ``receive_batch(frames, port, now, slots=None)``: frames from the network on
         #: local ``port``, all at ``now``: the same as :meth:`receive` of each in turn,
@@ -687,6 +688,11 @@ class Host:
             qp = qps.get(qpn)
             if qp is not None and qp.sack_pending:
                 qp.after_sacks(now)
+
+    def _wake(self, qpn: int) -> None:
+        """QP ``qpn`` changed outside its own frames and timers (HostContext.wake)."""
+        self._dirty.add(qpn)
+        self._sendq.add(qpn)
 
     def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
         """Every frame ready to go now: (local port index, frame bytes).

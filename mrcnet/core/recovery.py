@@ -137,8 +137,12 @@ class Recovery(NackRecovery, TailLoss):
         self.refusals = AccessRefusals()  # remote access error NACKs, per PSN
 
     def set_evm(self, evm: EVManager | None) -> None:
-        """Use ``evm``, the QP's EV manager (shared with the sender; None: none yet)."""
+        """Use ``evm``, the QP's EV manager (shared with the sender; None: none yet).
+        With ``verdict_inflight`` it tells this QP when another QP's verdict retires one
+        of its paths (:meth:`TailLoss._shared_retired`)."""
         self.evm = evm
+        if evm is not None and self.cfg.verdict_inflight:
+            evm.on_shared = self._shared_retired
 
     @property
     def rack_sent(self) -> float:
@@ -444,10 +448,17 @@ class Recovery(NackRecovery, TailLoss):
         ``learn_at_declare`` the allowance it needed is ``allowance`` (what it was
         declared lost with) + ``late``; else the allowance now + ``late``, which each
         late packet of one burst widens again (four of them took it from 40 to 220 us
-        in sim_digest's perm-linkdown-loss: docs/COLLECTIVES.md, "session 12")."""
-        cap = max(self.cfg.timeout_floor, self.srtt + 4 * self.rttvar)
-        if not self.cfg.learn_at_declare:
+        in sim_digest's perm-linkdown-loss: docs/COLLECTIVES.md, "session 12").
+        With ``learn_hold_once`` the peer's ACK hold, which ``allowance`` includes and
+        :meth:`_reorder_allowance` adds again on top of what is learnt, is counted once:
+        without it one packet 12 us late took a QP's allowance 40 -> 85 us in the 64-host
+        all-to-all (docs/COLLECTIVES.md, "session 14")."""
+        cfg = self.cfg
+        cap = max(cfg.timeout_floor, self.srtt + 4 * self.rttvar)
+        if not cfg.learn_at_declare:
             allowance = self._reorder_allowance()
+        if cfg.learn_hold_once:
+            allowance -= self._rack_hold()
         self.reo_learned = min(cap, max(
             self.reo_learned, REO_LEARN_MARGIN * (allowance + late)))
 
