@@ -201,6 +201,11 @@ class HostConfig:
       all-to-all's failure steps slower (1.181 -> 1.345 of the no-failure P100 at one
       failure instant) and costs the simulator ~9 % of its CPU per event, so it is not
       the default.
+    - ``rack_prompt_queue``: 0.0 (default: off). > 0: ``rack_prompt`` acts only while
+      the QP's RTT samples show less queueing than this many seconds (4 rttvar and
+      srtt - min_RTT both below it); a QP whose samples show more waits RACK's whole
+      allowance as without ``rack_prompt`` (an incast's queues reorder past the shorter
+      wait: docs/COLLECTIVES.md, "session 14").
     - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
       hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
@@ -325,6 +330,7 @@ class HostConfig:
     rack_floor: float | None = None
     rack_hold: float | None = None
     rack_prompt: bool = False
+    rack_prompt_queue: float = 0.0
     tlp_prompt: bool = False
     tail_path: bool = False
     retire_inflight: bool = False
