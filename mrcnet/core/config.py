@@ -256,6 +256,12 @@ class HostConfig:
       nothing sent after it, the tail-loss probe
       (:meth:`mrcnet.core.tailloss.TailLoss._shared_retired`; docs/COLLECTIVES.md,
       "session 14").
+    - ``verdict_uplink``: 0 (default: off). N: once the host holds routes to N
+      destination leaves failing that share one leaf-to-spine hop of a plane, it holds
+      every route through that hop failing (:class:`mrcnet.core.verdicts.PathVerdicts`):
+      a link down between the host's leaf and a spine fails them all, and a sprayed QP
+      sends too few packets on its own route to learn it before its tail takes it
+      (docs/COLLECTIVES.md, "session 14").
     - ``learn_hold_once``: False (default). True: a late arrival widens RACK's
       reorder window to the allowance it was declared lost with *less* the peer's ACK
       hold (``rack_hold``), plus its lateness (with the margin); the allowance then adds
@@ -337,6 +343,7 @@ class HostConfig:
     learn_at_declare: bool = True
     learn_hold_once: bool = False
     verdict_inflight: bool = False
+    verdict_uplink: int = 0
     tlp_fail_rtt: bool = False
     tlp_fail_path: bool = False
     tlp_fail_window: float = 0.0

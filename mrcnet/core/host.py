@@ -129,7 +129,8 @@ class Host:
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._path_probes: dict[int, PathProbe] = {}  # standalone probes awaiting answers
         self._ep_tokens: dict[str, frozenset[int] | None] = {}  # endpoint.peer_tokens
-        self.verdicts = PathVerdicts()  # one QP's dead route is every QP's (verdicts.py)
+        # one QP's dead route is every QP's (verdicts.py)
+        self.verdicts = PathVerdicts(self.config.verdict_uplink)
         # peer -> (planes it claims live, when to decide, probes of the planes in use)
         self._ps_confirm: dict[str, tuple[set[int], float, list[PathProbe]]] = {}
         self._last_now = 0.0
