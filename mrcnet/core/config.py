@@ -262,12 +262,6 @@ class HostConfig:
       a link down between the host's leaf and a spine fails them all, and a sprayed QP
       sends too few packets on its own route to learn it before its tail takes it
       (docs/COLLECTIVES.md, "session 14").
-    - ``learn_hold_once``: False (default). True: a late arrival widens RACK's
-      reorder window to the allowance it was declared lost with *less* the peer's ACK
-      hold (``rack_hold``), plus its lateness (with the margin); the allowance then adds
-      the hold once. False: the hold is learnt into the window and added again on top
-      (one packet 12 us late takes the allowance 40 -> 85 us; docs/COLLECTIVES.md,
-      "session 14").
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -341,7 +335,6 @@ class HostConfig:
     tail_path: bool = False
     retire_inflight: bool = False
     learn_at_declare: bool = True
-    learn_hold_once: bool = False
     verdict_inflight: bool = False
     verdict_uplink: int = 0
     tlp_fail_rtt: bool = False

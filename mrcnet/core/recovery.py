@@ -448,17 +448,10 @@ class Recovery(NackRecovery, TailLoss):
         ``learn_at_declare`` the allowance it needed is ``allowance`` (what it was
         declared lost with) + ``late``; else the allowance now + ``late``, which each
         late packet of one burst widens again (four of them took it from 40 to 220 us
-        in sim_digest's perm-linkdown-loss: docs/COLLECTIVES.md, "session 12").
-        With ``learn_hold_once`` the peer's ACK hold, which ``allowance`` includes and
-        :meth:`_reorder_allowance` adds again on top of what is learnt, is counted once:
-        without it one packet 12 us late took a QP's allowance 40 -> 85 us in the 64-host
-        all-to-all (docs/COLLECTIVES.md, "session 14")."""
-        cfg = self.cfg
-        cap = max(cfg.timeout_floor, self.srtt + 4 * self.rttvar)
-        if not cfg.learn_at_declare:
+        in sim_digest's perm-linkdown-loss: docs/COLLECTIVES.md, "session 12")."""
+        cap = max(self.cfg.timeout_floor, self.srtt + 4 * self.rttvar)
+        if not self.cfg.learn_at_declare:
             allowance = self._reorder_allowance()
-        if cfg.learn_hold_once:
-            allowance -= self._rack_hold()
         self.reo_learned = min(cap, max(
             self.reo_learned, REO_LEARN_MARGIN * (allowance + late)))
 
