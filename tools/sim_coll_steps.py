@@ -10,15 +10,16 @@ prints, per step (warm-up steps included, numbered from the first timed one as 0
   arrived) or spurious (it arrived after it was declared lost: queue reordering);
 - for losses of packets that crossed the dead link, the detection wait (declared lost
   minus sent) and the shortest and longest;
-- the step's last write to arrive: its QP, when it was posted and arrived, and the losses
-  of that QP in the step (sent, found after, how), so a step's extra time reads as
-  detection wait, the retransmission's trip and what came before;
+- the step's last write to arrive: its QP, when it was posted and arrived, when its
+  host first held a route across the dead link failing (a shared verdict after the
+  failure), and the losses of that QP in the step (sent, found after, how), so a step's
+  extra time reads as detection wait, the retransmission's trip and what came before;
 - over the run: how late spurious losses arrived after they were declared (what a
   shorter RACK wait would have blamed) against the detection waits of real ones.
 
-It wraps ``Recovery._mark_lost`` and ``TailLoss._late_arrival`` (the records the
-core's counters summarise); the simulation itself is unchanged (virtual time, so the
-figures repeat for a seed).
+It wraps ``Recovery._mark_lost``, ``TailLoss._late_arrival`` and ``PathVerdicts.failed``
+(the records the core's counters summarise); the simulation itself is unchanged
+(virtual time, so the figures repeat for a seed).
 
     .venv/bin/python tools/sim_coll_steps.py --op alltoall --fail-at 2692.673us --iters 12
     .venv/bin/python tools/sim_coll_steps.py --op allreduce --fail-at none --json
