@@ -24,7 +24,7 @@ from mrcnet.core.config import HostConfig
 from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.sender import Sender
-from mrcnet.core.states import EVState
+from mrcnet.core.states import EVState, QPState
 from mrcnet.core.txtable import E_EV, E_OP, E_SENT, E_TX, E_WR, TxTable
 
 _INF = float("inf")
@@ -223,8 +223,8 @@ class TailLoss:
         all-to-all, though another QP's RACK may name its route dead well before
         (docs/COLLECTIVES.md, "session 14")."""
         txt = self.txt
-        if not txt.ninfl:
-            return
+        if not txt.ninfl or self.qp.state is not QPState.RTS:
+            return  # (only a QP that sends resends)
         lost = [seq for seq in txt.inflight()
                 if (e := txt.get(seq)) is not None and ev_path(e[E_EV])[:2] == (plane, path)]
         if not lost:
