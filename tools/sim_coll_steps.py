@@ -10,15 +10,16 @@ prints, per step (warm-up steps included, numbered from the first timed one as 0
   arrived) or spurious (it arrived after it was declared lost: queue reordering);
 - for losses of packets that crossed the dead link, the detection wait (declared lost
   minus sent) and the shortest and longest;
-- the step's last write to arrive: its QP, when it was posted and arrived, and the losses
-  of that QP in the step (sent, found after, how), so a step's extra time reads as
-  detection wait, the retransmission's trip and what came before;
+- the step's last write to arrive: its QP, when it was posted and arrived, when its
+  host first held a route across the dead link failing (a shared verdict after the
+  failure), and the losses of that QP in the step (sent, found after, how), so a step's
+  extra time reads as detection wait, the retransmission's trip and what came before;
 - over the run: how late spurious losses arrived after they were declared (what a
   shorter RACK wait would have blamed) against the detection waits of real ones.
 
-It wraps ``Recovery._mark_lost`` and ``TailLoss._late_arrival`` (the records the
-core's counters summarise); the simulation itself is unchanged (virtual time, so the
-figures repeat for a seed).
+It wraps ``Recovery._mark_lost``, ``TailLoss._late_arrival`` and ``PathVerdicts.failed``
+(the records the core's counters summarise); the simulation itself is unchanged
+(virtual time, so the figures repeat for a seed).
 
     .venv/bin/python tools/sim_coll_steps.py --op alltoall --fail-at 2692.673us --iters 12
     .venv/bin/python tools/sim_coll_steps.py --op allreduce --fail-at none --json
@@ -36,6 +37,7 @@ from typing import Any
 
 from mrcnet.core import recovery as recmod
 from mrcnet.core import tailloss as tlmod
+from mrcnet.core import verdicts as vmod
 from mrcnet.core.evs import ev_path
 from mrcnet.sim.cli import _parse_set
 from mrcnet.sim.collective import CollectiveRun, default_topology
@@ -60,8 +62,13 @@ class Recorder:
         self.losses: list[dict[str, Any]] = []
         self.open: dict[tuple[int, int], dict[str, Any]] = {}
         self.qp_pair: dict[int, tuple[int, int]] = {}
+        self.evm_pair: dict[int, tuple[int, int]] = {}
         for (src, dst), fid in run._pair.items():
-            self.qp_pair[id(run.hosts[src].qp(run.qps[fid][0]))] = (src, dst)
+            qp = run.hosts[src].qp(run.qps[fid][0])
+            self.qp_pair[id(qp)] = (src, dst)
+            self.evm_pair[id(qp.evm)] = (src, dst)
+        # a host's shared verdicts on routes across the dead link: (when, src, dst)
+        self.verdicts: list[tuple[float, int, int]] = []
         self.snaps: list[tuple[float, collections.Counter[str]]] = []
 
     def crosses(self, src: int, dst: int, ev: int) -> bool:
@@ -85,6 +92,21 @@ class Recorder:
              "rack_rtt": rec.txt.rack_rtt, "allow": rec._reorder_allowance()}
         self.losses.append(d)
         self.open[(id(rec), seq)] = d
+
+    def verdict(self, key: Any, by: Any, now: float) -> None:
+        """Before ``PathVerdicts.failed``: a host learns a route failing; note it if the
+        route crosses the dead link (its QP, by the view's EV manager)."""
+        if key in by.table.bad:
+            return
+        src, dst = self.evm_pair.get(id(by.evm), (-1, -1))
+        at = by.last_with(key)
+        if at is not None and at[0] == self.dead_plane and at[1] == self.dead_spine and (
+                self.dead_leaf in (src // self.per_leaf, dst // self.per_leaf)):
+            self.verdicts.append((now, src, dst))
+
+    def learnt(self, host: int, after: float) -> float | None:
+        """When ``host`` first held a route across the dead link failing after ``after``."""
+        return min((t for t, s, _ in self.verdicts if s == host and t >= after), default=None)
 
     def late(self, rec: Any, seq: int, late: float) -> None:
         """Before ``TailLoss._late_arrival``: the transmission declared lost came."""
@@ -115,6 +137,11 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
                         host_config=_parse_set(a.set) or None, trace=True)
     recd = Recorder(run, DEAD, spec.hosts)
     orig_mark, orig_late = recmod.Recovery._mark_lost, tlmod.TailLoss._late_arrival
+    orig_failed = vmod.PathVerdicts.failed
+
+    def failed(self: Any, key: Any, by: Any, now: float) -> None:
+        recd.verdict(key, by, now)
+        orig_failed(self, key, by, now)
 
     def mark(self: Any, seq: int, now: float, cause: str) -> None:
         recd.mark(self, seq, now, cause)
@@ -132,6 +159,7 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
 
     recmod.Recovery._mark_lost = mark  # type: ignore[method-assign]
     tlmod.TailLoss._late_arrival = late  # type: ignore[method-assign]
+    vmod.PathVerdicts.failed = failed  # type: ignore[method-assign]
     run._next_iteration = nxt  # type: ignore[method-assign]
     t0 = time.process_time()
     try:
@@ -139,6 +167,7 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
     finally:
         recmod.Recovery._mark_lost = orig_mark  # type: ignore[method-assign]
         tlmod.TailLoss._late_arrival = orig_late  # type: ignore[method-assign]
+        vmod.PathVerdicts.failed = orig_failed  # type: ignore[method-assign]
     steps: list[dict[str, Any]] = []
     snaps = recd.snaps
     for i in range(1, len(snaps)):
@@ -163,7 +192,9 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
             w = max(tr, key=lambda j: tr[j][1])
             wr = run.writes[w]
             mine = [x for x in ls if x["src"] == wr.src and x["dst"] == wr.dst]
+            knew = recd.learnt(wr.src, fail_t) if fail_t is not None else None
             st["last"] = {"src": wr.src, "dst": wr.dst, "posted_us": (tr[w][0] - t_a) * 1e6,
+                          "src_learnt_us": None if knew is None else (knew - t_a) * 1e6,
                           "arrived_us": (tr[w][1] - t_a) * 1e6,
                           "losses": [{"cause": x["cause"], "sent_us": (x["sent"] - t_a) * 1e6,
                                       "found_after_us": x["wait"] * 1e6,
@@ -185,6 +216,8 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
     spur_need = [(x["wait"] + x["spurious"] - x["rack_rtt"]) * 1e6 for x in recd.losses
                  if x["spurious"] is not None and x["cause"] == "loss"]
     return {"op": a.op, "seed": a.seed, "fail_at_s": fail_t, "set": a.set,
+            "first_verdict_us": (None if not recd.verdicts or fail_t is None
+                                 else (min(recd.verdicts)[0] - fail_t) * 1e6),
             "steps_us": [round(s * 1e6, 1) for s in run.steps], "error": run.error,
             "cpu_s": time.process_time() - t0, "per_step": steps,
             "dead_link_rack_wait_us": {"n": len(real), "min": min(real, default=None),
@@ -208,7 +241,8 @@ def _print(r: dict[str, Any]) -> None:
         last = st.get("last")
         if last:
             print(f"      last write h{last['src']}->h{last['dst']} posted "
-                  f"{last['posted_us']:.1f} arrived {last['arrived_us']:.1f} us")
+                  f"{last['posted_us']:.1f} arrived {last['arrived_us']:.1f} us; its host "
+                  f"first held a dead-link route failing at {last['src_learnt_us']} us")
             for x in last["losses"]:
                 print(f"        {x['cause']:<7} sent {x['sent_us']:7.1f} found after "
                       f"{x['found_after_us']:6.1f} (rack_rtt {x['rack_rtt_us']:.1f}, "
@@ -218,6 +252,7 @@ def _print(r: dict[str, Any]) -> None:
             print(f"      chain hop h{h['src']}->h{h['dst']} {h['hop_us']:.1f} us (median "
                   f"{h['median_us']:.2f}); its losses found after {h['found_after_us']} us")
     print("dead-link RACK waits us", r["dead_link_rack_wait_us"])
+    print("first dead-link verdict, us after the failure", r["first_verdict_us"])
     print("spurious", r["spurious"])
 
 

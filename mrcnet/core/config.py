@@ -211,6 +211,11 @@ class HostConfig:
       all-to-all's failure steps slower (1.181 -> 1.345 of the no-failure P100 at one
       failure instant) and costs the simulator ~9 % of its CPU per event, so it is not
       the default.
+    - ``rack_prompt_queue``: 0.0 (default: off). > 0: ``rack_prompt`` acts only while
+      the QP's RTT samples show less queueing than this many seconds (4 rttvar and
+      srtt - min_RTT both below it); a QP whose samples show more waits RACK's whole
+      allowance as without ``rack_prompt`` (an incast's queues reorder past the shorter
+      wait: docs/COLLECTIVES.md, "session 14").
     - ``tlp_prompt``: False (default). True: the tail-loss probe's timeout allows no
       hold (``tlp_hold``) when the newest packet in flight is a retransmission or a
       message's end (reported at once, as for ``rack_prompt``). Measured: the tails'
@@ -254,6 +259,19 @@ class HostConfig:
       allowance it was declared lost with. False: from the allowance now, which the
       burst's other late packets already widened (compounding, up to the
       retransmission timeout's: docs/COLLECTIVES.md, "session 12").
+    - ``verdict_inflight``: False (default). True: when another QP's verdict retires a
+      route this QP shares (shared verdicts), this QP's packets still in flight on it
+      are lost at once (cause ``path``: no blame, nothing learnt, no congestion signal)
+      and resent on another path, instead of each waiting for RACK or, for a tail with
+      nothing sent after it, the tail-loss probe
+      (:meth:`mrcnet.core.tailloss.TailLoss._shared_retired`; docs/COLLECTIVES.md,
+      "session 14").
+    - ``verdict_uplink``: 0 (default: off). N: once the host holds routes to N
+      destination leaves failing that share one leaf-to-spine hop of a plane, it holds
+      every route through that hop failing (:class:`mrcnet.core.verdicts.PathVerdicts`):
+      a link down between the host's leaf and a spine fails them all, and a sprayed QP
+      sends too few packets on its own route to learn it before its tail takes it
+      (docs/COLLECTIVES.md, "session 14").
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
@@ -323,10 +341,13 @@ class HostConfig:
     rack_floor: float | None = None
     rack_hold: float | None = None
     rack_prompt: bool = False
+    rack_prompt_queue: float = 0.0
     tlp_prompt: bool = False
     tail_path: bool = False
     retire_inflight: bool = False
     learn_at_declare: bool = True
+    verdict_inflight: bool = False
+    verdict_uplink: int = 0
     tlp_fail_rtt: bool = False
     tlp_fail_path: bool = False
     tlp_fail_window: float = 0.0

@@ -33,6 +33,9 @@ class HostContext:
     #: the host's counters, the dict ``count`` bumps: a QP's counters bump it in place
     #: (QueuePair.count, once per trimmed packet and NACK: no second call)
     counters: dict[str, int]
+    #: have the host look at QP ``qpn``'s timers and send queue (a QP acted on from
+    #: outside its own frames and timers: ``HostConfig.verdict_inflight``)
+    wake: Callable[[int], None] | None = None
 
 
 class QPView(Protocol):

@@ -20,7 +20,7 @@ EVs. In the ``ecmp`` profile it holds one EV, chosen by a hash, that never retir
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from mrcnet.constants import (
@@ -293,6 +293,9 @@ class EVManager:
         self.tv = 0
         #: the host's shared verdicts (mrcnet.core.verdicts), when it shares them
         self.verdicts: Verdicts | None = None
+        #: told (plane, path, now) when another QP's verdict retired one of this QP's
+        #: paths (``HostConfig.verdict_inflight``: the QP's recovery, TailLoss)
+        self.on_shared: Callable[[int, int, float], None] | None = None
         if not self.paths:
             return
         self.target = 1
@@ -538,7 +541,11 @@ class EVManager:
         before = len(self._bad)
         for ev in (*evs, *mine):
             self.assume_bad(ev, now, cause)
-        return len(self._bad) > before
+        if len(self._bad) == before:
+            return False
+        if cause == "shared" and self.on_shared is not None:
+            self.on_shared(plane, path, now)
+        return True
 
     def revive_path(self, plane: int, path: int, now: float) -> bool:
         """Another QP's probes revived (plane, path): so do its bad EVs here (cause

@@ -129,7 +129,8 @@ class Host:
         self._port_status: dict[str, tuple[int, int, float]] = {}  # peer -> (id, tries, due)
         self._path_probes: dict[int, PathProbe] = {}  # standalone probes awaiting answers
         self._ep_tokens: dict[str, frozenset[int] | None] = {}  # endpoint.peer_tokens
-        self.verdicts = PathVerdicts()  # one QP's dead route is every QP's (verdicts.py)
+        # one QP's dead route is every QP's (verdicts.py)
+        self.verdicts = PathVerdicts(self.config.verdict_uplink)
         # peer -> (planes it claims live, when to decide, probes of the planes in use)
         self._ps_confirm: dict[str, tuple[set[int], float, list[PathProbe]]] = {}
         self._last_now = 0.0
@@ -145,7 +146,8 @@ class Host:
         self.rx_frames = 0  # hot counter: a plain attribute, folded into counters()
         # what every QP here may see of this host
         self._qp_ctx = HostContext(self.name, self.config, self.memory, self.count, self.emit,
-                                   self.path_events, self.port_of_plane, self._counters)
+                                   self.path_events, self.port_of_plane, self._counters,
+                                   self._wake)
         self._rx = Receiver(self)  # frames in (and the receive lane kept in step)
         #: ``receive_batch(frames, port, now, slots=None)``: frames from the network on
         #: local ``port``, all at ``now``: the same as :meth:`receive` of each in turn,
@@ -687,6 +689,11 @@ class Host:
             qp = qps.get(qpn)
             if qp is not None and qp.sack_pending:
                 qp.after_sacks(now)
+
+    def _wake(self, qpn: int) -> None:
+        """QP ``qpn`` changed outside its own frames and timers (HostContext.wake)."""
+        self._dirty.add(qpn)
+        self._sendq.add(qpn)
 
     def frames_to_send(self, now: float, sendq: Any = None) -> list[tuple[int, bytes]]:
         """Every frame ready to go now: (local port index, frame bytes).

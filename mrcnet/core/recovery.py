@@ -137,8 +137,12 @@ class Recovery(NackRecovery, TailLoss):
         self.refusals = AccessRefusals()  # remote access error NACKs, per PSN
 
     def set_evm(self, evm: EVManager | None) -> None:
-        """Use ``evm``, the QP's EV manager (shared with the sender; None: none yet)."""
+        """Use ``evm``, the QP's EV manager (shared with the sender; None: none yet).
+        With ``verdict_inflight`` it tells this QP when another QP's verdict retires one
+        of its paths (:meth:`TailLoss._shared_retired`)."""
         self.evm = evm
+        if evm is not None and self.cfg.verdict_inflight:
+            evm.on_shared = self._shared_retired
 
     @property
     def rack_sent(self) -> float:

@@ -95,7 +95,7 @@ class CRecovery(Recovery):
     def set_evm(self, evm: evs.EVManager | None) -> None:
         """:meth:`Recovery.set_evm`, and ``_tab``: its table of the EVs' numbers in C
         (None: no EV manager, or a pure-Python one), an attribute read per frame."""
-        self.evm = evm
+        super().set_evm(evm)
         self._tab = evm.tab if evm is not None else None
 
     @property

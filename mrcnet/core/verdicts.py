@@ -122,10 +122,28 @@ class VerdictView:
         return found
 
 
-class PathVerdicts:
-    """A host's shared path verdicts (see the module docstring)."""
+def _uplink(key: FateKey) -> tuple[int, object, tuple[int, ...]] | None:
+    """A uSID fate key's plane, block and hops without the last (the destination leaf):
+    the links from this host's leaf up to the spine; None for another kind of key."""
+    plane, fate = key
+    if (isinstance(fate, tuple) and len(fate) == 2 and isinstance(fate[1], tuple)
+            and len(fate[1]) >= 3):
+        return plane, fate[0], fate[1][:-1]
+    return None
 
-    def __init__(self) -> None:
+
+class PathVerdicts:
+    """A host's shared path verdicts (see the module docstring).
+
+    ``uplink`` (``HostConfig.verdict_uplink``; 0: off): once routes to this many
+    destination leaves through one leaf-to-spine hop of a plane are held failing, every
+    route through that hop is (what fails them all is the hop: a link down between
+    this host's leaf and the spine). Without it a QP learns such a route failing only
+    from a loss on a route to its own destination leaf, which a sprayed all-to-all
+    sends few packets on (docs/COLLECTIVES.md, "session 14")."""
+
+    def __init__(self, uplink: int = 0) -> None:
+        self.uplink = uplink
         self.bad: dict[FateKey, float] = {}  #: failing fate key -> when it was reported
         self._views: dict[int, VerdictView] = {}
         self.shared = 0  #: paths retired in other QPs by a shared verdict
@@ -173,6 +191,25 @@ class PathVerdicts:
         for view, plane, path in self._others(key, by):
             if view.evm.retire_path(plane, path, now, "shared"):
                 self.shared += 1
+        if self.uplink:
+            self._failed_uplink(key, now)
+
+    def _failed_uplink(self, key: FateKey, now: float) -> None:
+        """``uplink``: if ``key``'s leaf-to-spine hop now has routes to ``uplink``
+        destination leaves failing, hold every route through it failing, and every QP
+        with one retires it (cause ``shared``)."""
+        up = _uplink(key)
+        if up is None or sum(1 for k in self.bad if _uplink(k) == up) < self.uplink:
+            return
+        plane, views = up[0], list(self._views.values())
+        new = {k for view in views for k in view.fates(plane)
+               if k not in self.bad and _uplink(k) == up}
+        for k in new:
+            self.bad[k] = now
+        for view in views:
+            for path, k in enumerate(view.fates(plane)):
+                if k in new and view.evm.retire_path(plane, path, now, "shared"):
+                    self.shared += 1
 
     def revived(self, key: FateKey, by: VerdictView, now: float) -> None:
         """``by``'s probes revived a path with fate ``key``: every member revives it."""
