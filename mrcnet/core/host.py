@@ -52,7 +52,7 @@ from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
-from mrcnet.core.sender import work_requests
+from mrcnet.core.sender import refused_write, work_requests
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, RTS, QPState
 from mrcnet.core.verdicts import PathVerdicts
@@ -63,19 +63,6 @@ from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
 _IMM_MAX = 0xFFFFFFFF
-
-
-def _refused_write(offset: int, length: int, size: int, remote_addr: int, rkey: int,
-                   imm: int | None) -> str:
-    """Why a write of ``local[offset:+length]`` (a region of ``size`` bytes) is refused
-    ("" when it is not)."""
-    if offset < 0 or length < 0 or offset + length > size:
-        return f"local range {offset}+{length} outside the region ({size} bytes)"
-    if imm is not None and not 0 <= imm <= _IMM_MAX:
-        return f"immediate {imm} is not a 32-bit value"
-    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _IMM_MAX:
-        return "remote address must be 64-bit and rkey 32-bit"
-    return ""
 
 
 _ID_MASK = 0xFFFF  # endpoint request ids: mrc.h req_id, carried in BTH.PSN
@@ -346,7 +333,7 @@ class Host:
         """Post an RDMA WRITE (with immediate if ``imm`` is given) of ``length`` bytes
         from ``local_mr[offset:]`` to (``remote_addr``, ``rkey``) on the peer."""
         qp = self._postable(qpn)
-        why = _refused_write(offset, length, local_mr.length, remote_addr, rkey, imm)
+        why = refused_write(offset, length, local_mr.length, remote_addr, rkey, imm)
         if why:
             raise InvalidRequest(why)
         self._dirty.add(qpn)
@@ -369,8 +356,8 @@ class Host:
                 () if checked else writes):
             if not (offset >= 0 and length >= 0 and offset + length <= size
                     and 0 <= remote_addr < 1 << 64 and 0 <= rkey <= _IMM_MAX
-                    and (imm is None or 0 <= imm <= _IMM_MAX)):  # (_refused_write, inline)
-                why = _refused_write(offset, length, size, remote_addr, rkey, imm)
+                    and (imm is None or 0 <= imm <= _IMM_MAX)):  # (refused_write, inline)
+                why = refused_write(offset, length, size, remote_addr, rkey, imm)
                 raise InvalidRequest(f"write {i} of {len(writes)}: {why}")
         self._dirty.add(qpn)
         self._sendq.add(qpn)
