@@ -213,9 +213,7 @@ class Hub:
                 finally:
                     self.cond.acquire()
                     self._end_spin()
-                if self.closed:
-                    continue  # (closed meanwhile: the next round ends the wait)
-                if found:
+                if found and not self.closed:
                     self.pump(False)
                     self.cond.notify_all()
                     continue
