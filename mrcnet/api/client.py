@@ -578,13 +578,6 @@ class Context:
         q.sleepers += 1
         return q.arm()
 
-    def _spin(self, limit: float | None) -> bool:
-        """For a waiter that sleeps by itself (the socket API's hub): the busy-poll
-        before it arms the rings (``busy_poll_us``, adapted; at most ``limit`` s); True
-        if a ring had completions. Only reads the rings' indices (no lock needed)."""
-        q = self._q
-        return q is not None and q.spin(limit)
-
     def _after_sleep(self) -> None:
         """The sleeper of :meth:`_before_sleep` woke (under the same lock)."""
         if self._q is not None:

@@ -70,10 +70,6 @@ class Hub:
         self.error: SocketError | None = None
         self.closed = False
         self._pumping = False
-        #: The leader busy-polls the rings, the lock released: the context's close
-        #: (which unmaps them) waits for it (:meth:`release`, :meth:`_end_spin`).
-        self._spinning = False
-        self._close_after_spin = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Future[None]] = set()
 
@@ -202,21 +198,6 @@ class Hub:
                 continue
             self._pumping = True
             try:
-                # The library's busy-poll first (the context's busy_poll_us, as a CQ
-                # wait spins: a completion on its way is caught without arming, a
-                # doorbell and a wake-up), the lock released: the other threads may
-                # post and look meanwhile.
-                self._spinning = True
-                self.cond.release()
-                try:
-                    found = self.ctx._spin(left)
-                finally:
-                    self.cond.acquire()
-                    self._end_spin()
-                if found and not self.closed:
-                    self.pump(False)
-                    self.cond.notify_all()
-                    continue
                 # (the rings armed under the lock: another thread's pump may look at
                 # them meanwhile, and arms them again while this one sleeps)
                 readable = not self.ctx._before_sleep()
@@ -285,24 +266,11 @@ class Hub:
         self.users += 1
 
     def release(self) -> None:
-        """One user fewer; the last one closes the context (mrcd frees what is left).
-        While the leader busy-polls the rings (outside the lock) the close waits for it
-        to end: it unmaps them."""
+        """One user fewer; the last one closes the context (mrcd frees what is left)."""
         self.users -= 1
         if self.users <= 0 and not self.closed:
             self.closed = True
             self._detach()
-            if self._spinning:
-                self._close_after_spin = True
-            else:
-                with contextlib.suppress(Exception):
-                    self.ctx.close()
-            self.cond.notify_all()
-
-    def _end_spin(self) -> None:
-        """The leader's busy-poll ended (lock held): a close that waited for it now."""
-        self._spinning = False
-        if self._close_after_spin:
-            self._close_after_spin = False
             with contextlib.suppress(Exception):
                 self.ctx.close()
+            self.cond.notify_all()

@@ -61,7 +61,7 @@ from mrcnet.api.shmqueues import (
     ring_slots,
     sealed_memfd,
 )
-from mrcnet.api.shmring import OFF_TAIL, Ring, RingCorrupt
+from mrcnet.api.shmring import Ring, RingCorrupt
 
 __all__ = ["BUSY_POLL_ENV", "DOORBELL", "ClientQueues", "CompletionRing"]
 
@@ -290,34 +290,6 @@ class ClientQueues:
 
     def _any_ready(self) -> bool:
         return any(cq.ring.ready() for cq in self.cqs.values())
-
-    def spin(self, limit: float | None) -> bool:
-        """:meth:`wait`'s busy-poll alone, for a waiter that sleeps by itself (the socket
-        API's hub, its lock released meanwhile): look at the rings' indices for up to the
-        adapted busy-poll (at most ``limit`` s; adapted as in :meth:`wait`); True when
-        one had completions. It arms nothing and disarms nothing: the look before it
-        left the rings disarmed (unless a sleeper or a waiter outside the library keeps
-        them armed: then mrcd may ring meanwhile, as it would anyway), and the waiter
-        arms them (flag, fence, tail) before it sleeps."""
-        spin = self._spin
-        if spin <= 0.0 or not self.cqs:
-            return False
-        now = t0 = time.perf_counter()
-        end = t0 + (spin if limit is None else min(spin, limit))
-        found = False
-        rings = [cq.ring for cq in self.cqs.values()]
-        while now < end:
-            # (Not Ring.ready: another thread may take meanwhile, under the waiter's
-            # lock, and a head read after the tail could pass it: a false "corrupt".
-            # The head first, then the tail: a tail that moved is news, or a corrupt
-            # ring, which the look that follows (under the lock) raises.)
-            if any([r.head != r.load(OFF_TAIL) for r in rings]):
-                found = True
-                break
-            now = time.perf_counter()
-        top = self.busy_poll_us / 1e6
-        self._spin = min(top, spin * 2) if found else max(top / 16, spin / 2)
-        return found
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until a ring has completions, the socket is readable (mrcd rang or
