@@ -274,6 +274,16 @@ class HostConfig:
       (docs/COLLECTIVES.md, "session 14").
     - ``tlp_srtts``: the tail-loss probe's timeout in smoothed RTTs (2.0, default:
       RFC 8985 section 7.2's 2 SRTT).
+    - ``tlp_srtts_queued``: 0.0 (default: off). > 0: the tail-loss probe's timeout in
+      smoothed RTTs for a QP whose RTT samples show queueing (4 rttvar or srtt -
+      min_RTT at least ``tlp_queue``), ``tlp_srtts`` otherwise. An incast's tails gain
+      from a shorter probe (the 64-host all-to-all through a link down), while on a
+      ring's queue-free hops it pre-empts ``rack_prompt``'s RACK rule, which finds the
+      loss sooner without a resend on spec (docs/COLLECTIVES.md, "session 14").
+    - ``tlp_queue``: the queueing bound for ``tlp_srtts_queued``, in seconds; 0.0
+      (default): ``rack_prompt_queue``'s, so that a QP takes either ``rack_prompt``'s
+      shorter RACK wait or the shorter probe, not both (with both 0: always the
+      shorter probe).
     - ``tlp_hold``: how long the probe's timeout lets the peer hold the report of the
       newest packet in flight; None (default): ``ack_delay``. A collective step's tail is
       its message's last packet, which asks for an ACK and is answered at once (the
@@ -353,6 +363,8 @@ class HostConfig:
     tlp_fail_window: float = 0.0
     tlp_fail_gate: bool = True
     tlp_srtts: float = 2.0
+    tlp_srtts_queued: float = 0.0
+    tlp_queue: float = 0.0
     tlp_hold: float | None = None
     share_verdicts: bool = True
     path_loss_cc: bool = False
@@ -366,6 +378,8 @@ class HostConfig:
             raise InvalidAttribute(f"retry_linear {self.retry_linear} must not be negative")
         if not self.tlp_srtts > 0:
             raise InvalidAttribute(f"tlp_srtts {self.tlp_srtts} must be positive")
+        if self.tlp_srtts_queued < 0 or self.tlp_queue < 0:
+            raise InvalidAttribute("tlp_srtts_queued and tlp_queue must not be negative")
         if self.ack_span < 0:  # (the C lane holds it unsigned)
             raise InvalidAttribute(f"ack_span {self.ack_span} must not be negative")
 

@@ -192,9 +192,11 @@ class CRecovery(Recovery):
         if head_at < self.rack_at:
             self.rack_at = head_at
             self.qp.tv += 1
-        if acked and cfg.tlp_fail_rtt and self._fail_rtt_on(now) and (
-                txt.ninfl or self.rtx_q):
-            self.arm_tlp(now)  # (the probe's timeout from the newest RTT: TailLoss.pto's)
+        if acked and (cfg.tlp_srtts_queued or (cfg.tlp_fail_rtt and self._fail_rtt_on(now))
+                      ) and (txt.ninfl or self.rtx_q):
+            # (the probe's timeout from the newest RTT or by the QP's queueing:
+            # TailLoss.pto's, which C's does not compute; re-armed as Python's would)
+            self.arm_tlp(now)
         if acked:
             self._complete_wrs()
 

@@ -84,7 +84,8 @@ class TailLoss:
 
     def pto(self, newest: Any = None, now: float = 0.0) -> float:
         """Tail-loss probe timeout (RFC 8985 section 7.2): ``tlp_srtts`` (2) smoothed RTTs
-        (the hint before a sample) plus the peer's ACK hold (``tlp_hold``, else
+        (``tlp_srtts_queued`` while the QP's samples show queueing: :meth:`_queued`;
+        the hint before a sample) plus the peer's ACK hold (``tlp_hold``, else
         ``ack_delay``), none with ``tlp_prompt`` if the newest packet in flight
         (``newest``: its entry, else looked up) is reported at once (a retransmission or
         a message's end: :meth:`_prompt_end`; RFC 8985 adds the delayed-ACK time only
@@ -101,7 +102,19 @@ class TailLoss:
             last = self.txt.rack_rtt
             if 0.0 < last < rtt and self._fail_rtt_on(now):
                 rtt = last
-        return cfg.tlp_srtts * rtt + hold
+        mult = cfg.tlp_srtts
+        if cfg.tlp_srtts_queued and self._queued():
+            mult = cfg.tlp_srtts_queued
+        return mult * rtt + hold
+
+    def _queued(self) -> bool:
+        """``HostConfig.tlp_srtts_queued``: whether the QP's RTT samples show queueing
+        (4 rttvar or srtt - min_RTT at least ``tlp_queue``, else ``rack_prompt_queue``:
+        :meth:`_prompt_losses`'s measure, so that a QP under an incast takes the shorter
+        probe and a ring's queue-free hop keeps ``rack_prompt``'s RACK rule)."""
+        cfg = self.cfg
+        bound = cfg.tlp_queue or cfg.rack_prompt_queue
+        return max(4 * self.rttvar, self.srtt - self.min_rtt) >= bound
 
     def _failing_since(self, now: float) -> float:
         """When the host last learnt of a route failing among those it holds failing
