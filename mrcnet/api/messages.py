@@ -192,7 +192,6 @@ class WorkCompletion:
         return cls(c.status.value, c.wr_id, c.opcode.value, c.byte_len, c.imm, c.qpn)
 
 
-
 #: WorkCompletion's fields in order (a row's: :data:`~mrcnet.api.shmclient.Row`).
 WC_FIELDS: Final = tuple(f.name for f in dataclasses.fields(WorkCompletion))
 

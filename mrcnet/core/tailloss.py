@@ -113,8 +113,12 @@ class TailLoss:
         :meth:`_prompt_losses`'s measure, so that a QP under an incast takes the shorter
         probe and a ring's queue-free hop keeps ``rack_prompt``'s RACK rule)."""
         cfg = self.cfg
-        bound = cfg.tlp_queue or cfg.rack_prompt_queue
-        return max(4 * self.rttvar, self.srtt - self.min_rtt) >= bound
+        return self._queueing() >= (cfg.tlp_queue or cfg.rack_prompt_queue)
+
+    def _queueing(self) -> float:
+        """The queueing the QP's RTT samples show: 4 rttvar or srtt - min_RTT, the larger
+        (``rack_prompt_queue``'s and ``tlp_srtts_queued``'s measure)."""
+        return max(4 * self.rttvar, self.srtt - self.min_rtt)
 
     def _failing_since(self, now: float) -> float:
         """When the host last learnt of a route failing among those it holds failing
@@ -358,7 +362,7 @@ class TailLoss:
         if not cfg.rack_prompt:
             return _INF
         quiet = cfg.rack_prompt_queue
-        if quiet and max(4 * self.rttvar, self.srtt - self.min_rtt) >= quiet:
+        if quiet and self._queueing() >= quiet:
             return _INF
         txt = self.txt
         tie_sent, tie_seq = self.rack_tie

@@ -251,8 +251,8 @@ class Posts:
                 self._post(s, (OP_WRITE, f if imm is None else f | F_IMM, qpn, wr_id,
                                lkey, length, mr.addr + offset, raddr, rkey, imm or 0))
             return
-        if qpn in self._unsig and flags is not None:
-            self._unsig[qpn].extend(flags)
+        if flags is not None and qpn in self._unsig:
+            self.signalling.posted(qpn, flags)
 
     def linger(self, s: Session) -> bool:
         """After a pass that took ``s``'s posts and sent them: busy-poll its send queue
@@ -322,7 +322,7 @@ class Posts:
             raise OutOfBounds(f"[{addr:#x}, +{length}) is outside region lkey {lkey:#x}")
         host.post_write(qpn, wr_id, mr, offset, length, raddr, rkey, imm)
         if qpn in self._unsig:
-            self._unsig[qpn].append(flags)
+            self.signalling.posted(qpn, (flags,))
 
     def recv(self, s: Session, qpn: int, wr_id: int) -> None:
         """A receive for one incoming write-with-immediate (within the client's quota)."""

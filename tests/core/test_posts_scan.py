@@ -12,35 +12,14 @@ from typing import Any
 import pytest
 
 from mrcnet.api.shmqueues import F_IMM, OP_RECV, OP_WRITE, WORK_REQUEST_SLOT
-from mrcnet.core import Host, HostConfig
-from mrcnet.daemon.apiserver import Session
-from mrcnet.daemon.config import DaemonConfig
+from mrcnet.core import HostConfig
 from mrcnet.daemon.posts import Posts
 from mrcnet.native import HAVE_C
 
 from .harness import Net, connect
+from .posts_fakes import FakeEngine, OutboxSession
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="the slot scan is C")
-
-
-class _Engine:
-    """What Posts reads of mrcd's engine: a real core, a configuration, no logging."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.cfg = DaemonConfig(host="h0", ports=[], socket="/nonexistent")
-        self.api = None
-        self.log = None
-
-    def guarded(self, what: str) -> None:
-        raise AssertionError(f"internal error in {what}")
-
-
-class _Session(Session):
-    """A session whose messages stay in its outbox (no socket to flush them to)."""
-
-    def _flush(self) -> None:
-        pass
 
 
 def _slots(rng: random.Random, qps: list[int], other_qp: int, mrs: list[Any]) -> bytes:
@@ -85,14 +64,14 @@ def _run(native: bool, seed: int) -> tuple[list[Any], list[Any], list[Any]]:
     qb, _ = connect(net, 0, 1, recvs=0)
     qc, _ = connect(net, 0, 1, recvs=0)
     host = net.h(0)
-    s = _Session(None, None, 1)  # type: ignore[arg-type]
+    s = OutboxSession(None, None, 1)  # type: ignore[arg-type]
     bufs = [bytearray(1 << 16), bytearray(5000)]
     regs = [host.register_mr(buf) for buf in bufs]
     s.mrs = {m.lkey: m for m in regs}
     s.qps = {qa, qb}
-    other = _Session(None, None, 2)  # type: ignore[arg-type]
+    other = OutboxSession(None, None, 2)  # type: ignore[arg-type]
     owners = {qa: s, qb: s, qc: other}
-    posts = Posts(_Engine(host), owners, native=native)  # type: ignore[arg-type]
+    posts = Posts(FakeEngine(host), owners, native=native)  # type: ignore[arg-type]
     groups: list[Any] = []
     post_writes = host.post_writes
 

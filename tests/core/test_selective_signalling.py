@@ -15,39 +15,18 @@ from typing import Any
 import pytest
 
 from mrcnet.api.shmqueues import F_IMM, F_UNSIGNALED, OP_WRITE, WORK_REQUEST_SLOT
-from mrcnet.core import Host, HostConfig
+from mrcnet.core import HostConfig
 from mrcnet.core.events import WCOpcode, WCStatus
-from mrcnet.daemon.apiserver import Session
-from mrcnet.daemon.config import DaemonConfig
 from mrcnet.daemon.posts import Posts
 from mrcnet.daemon.signalling import Signalling
 from mrcnet.native import HAVE_C
 
 from .harness import Net, connect, write_regions
+from .posts_fakes import FakeEngine, OutboxSession
 
 #: The slot scan is C; without it only the row loop runs.
 PATHS = [pytest.param(True, id="scan", marks=pytest.mark.skipif(not HAVE_C, reason="C")),
          pytest.param(False, id="rows")]
-
-
-class _Engine:
-    """What Posts reads of mrcd's engine: a real core, a configuration, no logging."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.cfg = DaemonConfig(host="h0", ports=[], socket="/nonexistent")
-        self.api = None
-        self.log = None
-
-    def guarded(self, what: str) -> None:
-        raise AssertionError(f"internal error in {what}")
-
-
-class _Session(Session):
-    """A session whose messages stay in its outbox (no socket to flush them to)."""
-
-    def _flush(self) -> None:
-        pass
 
 
 class _Lab:
@@ -64,10 +43,10 @@ class _Lab:
         self.sig = Signalling()
         if selective:
             self.sig.add_qp(self.qa, self.cq)
-        self.s = _Session(None, None, 1)  # type: ignore[arg-type]
+        self.s = OutboxSession(None, None, 1)  # type: ignore[arg-type]
         self.s.mrs = {self.src.lkey: self.src}
         self.s.qps = {self.qa}
-        engine: Any = _Engine(host)
+        engine: Any = FakeEngine(host)
         self.posts = Posts(engine, {self.qa: self.s}, native=native, signalling=self.sig)
         self.native = native
 
