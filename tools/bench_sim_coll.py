@@ -34,8 +34,9 @@ import time
 from typing import Any
 
 from mrcnet.coll.options import CollOptions
-from mrcnet.sim.cli import _parse_set
+from mrcnet.core.config import TUNINGS
 from mrcnet.sim.collective import SIGNALS, default_topology, run_collective
+from mrcnet.sim.overrides import parse_set
 from mrcnet.topology.errors import SpecError
 from mrcnet.topology.units import parse_bytes
 
@@ -54,9 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5,
                     help="untimed steps first (default 5, as nccl-tests' -w)")
     ap.add_argument("--json", action="store_true", help="one JSON line per run")
+    ap.add_argument("--tuning", choices=sorted(TUNINGS), default="collective",
+                    help="the protocol core's named settings, as mrc-sim collective's "
+                    "(default collective; default: the host defaults)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a protocol-core HostConfig field, as mrc-sim run's "
-                    "(e.g. share_verdicts=false, tail_probe=false; repeatable)")
+                    help="override a protocol-core HostConfig field on top of the tuning, "
+                    "as mrc-sim run's (e.g. share_verdicts=false, tail_probe=false; "
+                    "repeatable)")
     ap.add_argument("--fail-at", metavar="TIME",
                     help="when the link goes down (default: mid-run, from the first P50)")
     ap.add_argument("--signal", choices=SIGNALS, default="arrival",
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="per timed step, its critical chain: hops, median hop and the "
                     "slow ones (ring step, sender -> receiver, hop, the sender's window)")
     a = ap.parse_args(argv)
-    host_config = _parse_set(a.set)
+    host_config = parse_set(a.set)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
         if any(s < 1 for s in seeds):
@@ -111,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                     res = run_collective(topo, opts, transport,
                                          ranks=a.hosts if a.topology else None,
                                          seed=max(1, seed),
-                                         host_config=host_config, signal=a.signal,
+                                         host_config=host_config, tuning=a.tuning,
+                                         signal=a.signal,
                                          trace=a.chain)
                 except SpecError as e:  # a user's mistake (an unknown transport...)
                     print(f"bench_sim_coll: {e}", file=sys.stderr)
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 counters = res["rows"][-1]["counters"]
                 sacks = counters.get("tx_sack", 0) / max(1, counters.get("tx_data", 0))
                 row = {"op": op, "transport": transport, "signal": a.signal, "seed": max(1, seed),
+                       "tuning": a.tuning,
                        "failure": fail[0] if fail else None,
                        "p50_s": res["p50_s"], "p99_s": res["p99_s"], "p100_s": res["p100_s"],
                        "p100_over_p50": res["p100_over_p50"], "busbw_gbps": res["busbw_gbps"],

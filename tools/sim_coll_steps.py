@@ -38,10 +38,11 @@ from typing import Any
 from mrcnet.core import recovery as recmod
 from mrcnet.core import tailloss as tlmod
 from mrcnet.core import verdicts as vmod
+from mrcnet.core.config import TUNINGS, tuning_overrides
 from mrcnet.core.evs import ev_path
-from mrcnet.sim.cli import _parse_set
 from mrcnet.sim.collective import CollectiveRun, default_topology
 from mrcnet.sim.failures import parse_failure
+from mrcnet.sim.overrides import parse_set
 from mrcnet.sim.topology import parse_topology
 from mrcnet.topology.errors import SpecError
 from mrcnet.topology.units import parse_bytes, parse_time
@@ -134,7 +135,8 @@ def analyse(a: argparse.Namespace) -> dict[str, Any]:
     fail_t = None if a.fail_at == "none" else parse_time(a.fail_at)
     run = CollectiveRun(spec, a.op, parse_bytes(a.size), iters=a.iters, warmup=a.warmup,
                         transport="mrc", failures=fails, seed=a.seed,
-                        host_config=_parse_set(a.set) or None, trace=True)
+                        host_config=tuning_overrides(a.tuning, parse_set(a.set)),
+                        trace=True)
     recd = Recorder(run, DEAD, spec.hosts)
     orig_mark, orig_late = recmod.Recovery._mark_lost, tlmod.TailLoss._late_arrival
     orig_failed = vmod.PathVerdicts.failed
@@ -267,8 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fail-at", default="2692.673us",
                     help=f"when {LINK} goes down ('none': no failure)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tuning", choices=sorted(TUNINGS), default="collective",
+                    help="the protocol core's named settings, as mrc-sim collective's "
+                    "(default collective; default: the host defaults)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a protocol-core HostConfig field (repeatable)")
+                    help="override a protocol-core HostConfig field on top of the tuning "
+                    "(repeatable)")
     ap.add_argument("--json", action="store_true", help="one JSON object")
     a = ap.parse_args(argv)
     try:

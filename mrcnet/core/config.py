@@ -384,6 +384,42 @@ class HostConfig:
             raise InvalidAttribute(f"ack_span {self.ack_span} must not be negative")
 
 
+#: Named sets of :class:`HostConfig` overrides, for a workload rather than a host.
+#:
+#: ``collective``: lockstep collectives (all-to-all, all-reduce), judged by the P100 of a
+#: step. A failed link's last packets, sent before any QP knew, are found by the
+#: tail-loss probe; these rules let one QP's verdict on a route act for the host's other
+#: QPs at once (``verdict_inflight``, ``verdict_uplink``), probe sooner while a route
+#: fails (``tlp_fail_*``) or while the QP's RTTs show queueing (``tlp_srtts_queued``),
+#: and mark a late tail lost by RACK where queues are short (``rack_prompt`` with
+#: ``rack_prompt_queue``). With it, one spine link going down costs a 64-host x 8-plane
+#: simulated collective at most ~5 % of its no-failure P100 (docs/COLLECTIVES.md, session
+#: 15). Not the host default: it sends ~185 spurious probes per all-to-all step without
+#: any failure, and ``rack_prompt`` costs a single lossy flow's tail
+#: (``tools/sim_digest.py``'s perm-linkdown-loss 2.14 -> 2.35 of ideal); docs/DECISIONS.md.
+TUNINGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "collective": {
+        "tlp_fail_rtt": True,
+        "tlp_fail_path": True,
+        "tlp_fail_gate": False,
+        "verdict_inflight": True,
+        "verdict_uplink": 2,
+        "rack_prompt": True,
+        "rack_prompt_queue": 30e-6,
+        "tlp_srtts_queued": 1.5,
+    },
+}
+
+
+def tuning_overrides(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The HostConfig overrides of the tuning ``name`` (:data:`TUNINGS`), with
+    ``overrides`` on top (an explicit setting wins); InvalidAttribute if unknown."""
+    if name not in TUNINGS:
+        raise InvalidAttribute(f"tuning {name!r} unknown: use one of {', '.join(TUNINGS)}")
+    return {**TUNINGS[name], **(overrides or {})}
+
+
 #: HostConfig.ev_order's names of the EV orders (mrcnet.constants.EV_ORDER_*).
 EV_ORDERS: dict[str, int] = {"sport-low": EV_ORDER_SPORT_LOW, "sport-high": EV_ORDER_SPORT_HIGH}
 

@@ -26,6 +26,7 @@ default to every port the description gives this host)::
     [core]                            # protocol knobs: any HostConfig field (see
     timeout_floor = 0.01              # mrcnet/core/config.py); mrcd's defaults suit a
                                       # Python event loop (ms timers), see DAEMON_CORE
+    # tuning = "collective"           # a named set of them first (core.config.TUNINGS)
 
     [limits]                          # per client (each connection to the socket);
     max_qps = 1024                    # going over one is a LimitExceeded error naming
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from mrcnet.core.config import HostConfig
+from mrcnet.core.config import TUNINGS, HostConfig
 from mrcnet.core.recovery import retry_cnt_for
 from mrcnet.errors import MrcError
 from mrcnet.wire.dscp import DscpClasses
@@ -311,7 +312,13 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         parse_listen(metrics_listen, f"{source}: metrics_listen")
     core = dict(DAEMON_CORE)
     fields = HostConfig.__dataclass_fields__
-    for key, value in _want(data, "core", dict, source, {}).items():
+    core_table = dict(_want(data, "core", dict, source, {}))
+    tuning = core_table.pop("tuning", "default")
+    if not isinstance(tuning, str) or tuning not in TUNINGS:
+        raise ConfigError(f"{source}: core.tuning {tuning!r} unknown: use one of "
+                          f"{', '.join(TUNINGS)}")
+    core.update(TUNINGS[tuning])  # a named set first; the table's own keys override it
+    for key, value in core_table.items():
         where = f"{source}: core.{key}"
         if key in ("ev_profile", "cc_profile", "completion_events", "mtu_payload"):
             raise ConfigError(f"{where}: set by mrcd itself (use the top-level key, or the "

@@ -28,6 +28,7 @@ from mrcnet.sim.matrix import (
     permutation,
 )
 from mrcnet.sim.net import HostJitter
+from mrcnet.sim.overrides import parse_set
 from mrcnet.sim.sweep import add_parser as sweep_parser
 from mrcnet.sim.topology import SPEC_HELP, parse_topology, with_options
 from mrcnet.topology.units import format_time, parse_bool, parse_bytes, parse_time
@@ -40,30 +41,6 @@ examples:
   mrc-sim matrix incast --senders 1-8 --receiver 0 --size 4m > incast.cm
   mrc-sim specs     (topology, failure and matrix grammars)
 """
-
-
-def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    """``--set key=value`` for HostConfig fields: numbers, booleans or strings."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, eq, raw = item.partition("=")
-        if not eq:
-            raise SimError(f"bad --set {item!r}: expected key=value (e.g. probe_interval=250us)")
-        value: Any = raw
-        low = raw.lower()
-        if low in ("true", "false", "on", "off", "yes", "no"):
-            value = parse_bool(low)
-        else:
-            try:
-                value = int(raw)
-            except ValueError:
-                try:
-                    value = float(raw)
-                except ValueError:
-                    if raw[-1:] == "s" and raw[:1].isdigit():
-                        value = parse_time(raw)
-        out[key.strip()] = value
-    return out
 
 
 #: ``--host-jitter mrcd``: mrcd's event loop as measured on the netns fabrics.
@@ -207,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     failures = [parse_failure(f) for f in args.fail]
     sample = parse_time(args.sample) if args.sample else None
     run = SimRun(spec, flows, transport=args.transport, failures=failures, seed=args.seed,
-                 host_config=_parse_set(args.set), sample_interval=sample,
+                 host_config=parse_set(args.set), sample_interval=sample,
                  host_jitter=parse_host_jitter(args.host_jitter) if args.host_jitter else None)
     until = parse_time(args.until) if args.until else None
 

@@ -37,10 +37,13 @@ from mrcnet.coll.errors import CollError
 from mrcnet.coll.options import CollOptions, add_collective_options, collective_options
 from mrcnet.coll.report import Row
 from mrcnet.core import ImmediateReceived, PathStateChanged, QPError, WriteCompleted
+from mrcnet.core.config import TUNINGS, tuning_overrides
+from mrcnet.errors import InvalidAttribute
 from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.failures import parse_failure
 from mrcnet.sim.matrix import Flow
 from mrcnet.sim.net import HostNode
+from mrcnet.sim.overrides import parse_set
 from mrcnet.sim.runner import SimRun
 from mrcnet.sim.topology import LeafSpineSpec, parse_topology
 
@@ -249,16 +252,22 @@ def default_topology(hosts: int) -> str:
 def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
                    ranks: int | None = None, seed: int = 1,
                    until: float | None = None,
-                   host_config: dict[str, Any] | None = None,
+                   host_config: dict[str, Any] | None = None, tuning: str = "collective",
                    signal: str = "arrival", trace: bool = False) -> dict[str, Any]:
     """One collective run per size of ``opts``; mrc-coll's JSON shape plus the
     simulator's figures (``counters``: the core's, summed over the hosts).
-    ``host_config`` overrides :class:`mrcnet.core.HostConfig` fields; ``signal``: see
+    ``tuning`` names the :data:`mrcnet.core.config.TUNINGS` set the hosts run with
+    (``collective`` by default, ``default`` for the host defaults); ``host_config``
+    overrides :class:`mrcnet.core.HostConfig` fields on top of it; ``signal``: see
     :class:`CollectiveRun`. With ``trace`` each row has ``chains``: per timed step, its
     critical chain's length, median hop and slow hops (over twice the median: ring
     step, sender, receiver, hop seconds, the sender's window in bytes at the post)."""
     spec = parse_topology(topology)
     failures = [parse_failure(f) for f in opts.fail]
+    try:
+        host_config = tuning_overrides(tuning, host_config)
+    except InvalidAttribute as e:
+        raise SimError(str(e)) from None
     rows: list[Row] = []
     extra: list[dict[str, Any]] = []
     cpu0 = time.process_time()
@@ -290,6 +299,7 @@ def run_collective(topology: str, opts: CollOptions, transport: str = "mrc", *,
     last = out_rows[-1]
     return {
         "op": opts.op, "transport": transport, "topology": spec.to_line(), "signal": signal,
+        "tuning": tuning, "host_config": host_config,
         "ranks": rows[-1].ranks, "failures": [f.describe() for f in failures],
         "ideal_gbps": ideal, "bus_factor": bus_factor(opts.op, rows[-1].ranks),
         "rows": out_rows,
@@ -313,7 +323,8 @@ def _chain_summary(chain: list[tuple[int, int, int, float, float]]) -> dict[str,
 
 def _fmt(res: dict[str, Any]) -> str:
     lines = [f"# {res['op']} over {res['transport']} on {res['ranks']} ranks, "
-             f"{res['topology']} (ideal {res['ideal_gbps']:.0f} Gb/s per host)"]
+             f"{res['topology']} (ideal {res['ideal_gbps']:.0f} Gb/s per host), "
+             f"tuning {res['tuning']}"]
     lines += [f"# failure {f}" for f in res["failures"]]
     lines.append(f"{'size(B)':>12} {'time(us)':>10} {'algbw(Gb/s)':>12} {'busbw(Gb/s)':>12} "
                  f"{'/ideal':>7} {'p50(us)':>10} {'p99(us)':>10} {'p100(us)':>10} "
@@ -343,7 +354,8 @@ def cmd_collective(a: argparse.Namespace) -> int:
     for transport in a.transport.split(","):
         if transport not in ("mrc", "ecmp"):
             raise SimError(f"unknown transport {transport!r}: mrc, ecmp or mrc,ecmp")
-        res = run_collective(topology, opts, transport, ranks=ranks, seed=a.seed)
+        res = run_collective(topology, opts, transport, ranks=ranks, seed=a.seed,
+                             host_config=parse_set(a.set), tuning=a.tuning)
         results.append(res)
         if not a.json:
             print(_fmt(res), flush=True)
@@ -365,6 +377,14 @@ def add_collective_parser(sub: Any) -> None:
     c.add_argument("--transport", default="mrc", metavar="mrc|ecmp|mrc,ecmp",
                    help="mrc (spray, default), ecmp (one path per QP), or both in turn")
     c.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    c.add_argument("--tuning", choices=sorted(TUNINGS), default="collective",
+                   help="the protocol core's settings: collective (default: the rules that "
+                   "keep a failure's step near the P100 without one, at the cost of spurious "
+                   "tail probes; docs/COLLECTIVES.md) or default (the host defaults, as "
+                   "mrc-sim run and mrcd use); the same applies to both transports")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a protocol-core HostConfig field on top of the tuning, "
+                   "as mrc-sim run's (repeatable)")
     c.add_argument("--json", action="store_true", help="one JSON object (a list for both)")
     c.set_defaults(fn=cmd_collective)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mdnsutil import MRCD, VethPair, needs_root, write_config
 
+from mrcnet.core.config import TUNINGS, HostConfig
 from mrcnet.daemon.config import ConfigError, load_config, parse_config
 
 GOOD = {
@@ -48,6 +49,21 @@ def test_bad_config_says_what(change: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as exc:
         parse_config(data, "x.toml")
     assert message in str(exc.value) and str(exc.value).startswith("x.toml")
+
+
+def test_core_tuning_names_a_set_and_keys_override_it() -> None:
+    plain = parse_config(GOOD).core
+    assert "verdict_inflight" not in plain  # the host defaults: no tuning
+    cfg = parse_config({**GOOD, "core": {"tuning": "collective", "verdict_uplink": 3}})
+    for key, value in TUNINGS["collective"].items():
+        if key != "verdict_uplink":
+            assert cfg.core[key] == value, key
+    assert cfg.core["verdict_uplink"] == 3  # the table's own key wins over the set
+    assert cfg.core["timeout_floor"] == plain["timeout_floor"]  # mrcd's own defaults stay
+    assert "tuning" not in cfg.core  # a name, not a HostConfig field
+    HostConfig(**cfg.core)  # and what it leaves builds a host's configuration
+    with pytest.raises(ConfigError, match="core.tuning 'fast' unknown: use one of default"):
+        parse_config({**GOOD, "core": {"tuning": "fast"}}, "x.toml")
 
 
 def test_fabric_config_may_omit_ports() -> None:

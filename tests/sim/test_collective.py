@@ -11,7 +11,7 @@ import pytest
 from mrcnet.coll.options import CollOptions
 from mrcnet.sim.cli import main as sim_main
 from mrcnet.sim.collective import CollectiveRun, default_topology, plan, run_collective
-from mrcnet.sim.errors import SpecError
+from mrcnet.sim.errors import SimError, SpecError
 from mrcnet.sim.topology import parse_topology
 
 SMALL = "leafspine:planes=2,spines=2,leaves=2,hosts=2"
@@ -119,6 +119,28 @@ def test_spray_rides_out_a_spine_link_down() -> None:
     assert len(res["steps_s"]) == 6
 
 
+@pytest.mark.parametrize(("tuning", "overrides", "resends"), [
+    ("collective", None, True),
+    ("default", None, False),
+    ("collective", {"verdict_inflight": False}, False),  # a --set on top of the tuning
+])
+def test_collective_tuning_reaches_the_hosts(tuning: str, overrides: dict[str, object] | None,
+                                             resends: bool) -> None:
+    # The all-to-all's QPs share the dead link's routes: with the collective tuning one
+    # QP's verdict resends the others' packets in flight there at once (verdict_inflight)
+    opts = CollOptions("alltoall", (256 << 10,), iters=6, warmup=1,
+                       fail=("link:L0.0-S0.1@30us:down",))
+    res = run_collective(SMALL, opts, "mrc", tuning=tuning, host_config=overrides)
+    assert res["completed"] and res["tuning"] == tuning
+    assert (res["rows"][-1]["counters"].get("verdict_inflight", 0) > 0) is resends
+    assert res["host_config"].get("rack_prompt", False) is (tuning == "collective")
+
+
+def test_unknown_tuning_is_a_sim_error() -> None:
+    with pytest.raises(SimError, match="tuning 'fast' unknown: use one of default, collective"):
+        run_collective(SMALL, CollOptions("allreduce", (4096,), 1, 0, ()), tuning="fast")
+
+
 def test_default_topology_is_eight_planes() -> None:
     spec = parse_topology(default_topology(64))
     assert (spec.planes, spec.n_hosts) == (8, 64)
@@ -133,6 +155,7 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["ranks"] == 4 and out["completed"] is True
     assert len(out["steps_s"]) == 2 and out["p100_s"] >= out["p50_s"] > 0
     assert "busbw_gbps" in out and "algbw_gbps" in out
+    assert out["tuning"] == "collective" and out["host_config"]["verdict_inflight"] is True
 
 
 def test_cli_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
