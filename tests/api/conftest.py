@@ -27,6 +27,7 @@ from mdnsutil import (
     NsRegistry,
     make_veth_pair,
     mrcd_pair_on,
+    ns_prefix,
     start_mrcd,
 )
 
@@ -39,7 +40,7 @@ def mrcd_pair(tmp_path: Path) -> Iterator[MrcdPair]:
     """Two mrcds on two namespaces (``sa<hex>a``, ``sa<hex>b``) and one veth."""
     if os.geteuid() != 0:
         pytest.skip("needs root (netns, raw sockets)")
-    nss = NsRegistry(prefix="sa")
+    nss = NsRegistry(prefix=ns_prefix("sa"))
     try:
         veth = make_veth_pair(nss)
         with mrcd_pair_on(veth, tmp_path, log_level="info",
@@ -70,7 +71,7 @@ def fabric_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fab
     monkeypatch.setenv("MRC_FABRIC_STATE_DIR", str(tmp_path / "fabrics"))
     started: list[Mrcd] = []
     with Fabric.up("leafspine:planes=2,spines=2,leaves=2,hosts=1,mtu=9000",
-                   name="sa" + secrets.token_hex(2)) as fab:
+                   name=ns_prefix("sa") + secrets.token_hex(2)) as fab:
         try:
             for h in fab.description.hosts[:2]:
                 sock = f"{tmp_path}/{h.name}.sock"

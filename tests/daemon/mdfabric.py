@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mdnsutil import Mrcd, start_mrcd
+from mdnsutil import Mrcd, ns_prefix, start_mrcd
 
 from mrcnet.api import Context, MemoryRegion, QueuePair
 from mrcnet.api.client import CompletionQueue, PeerInfo
@@ -49,9 +49,11 @@ def write_fabric_config(tmp: Path, host: str, fabric_path: str, extra: str = "")
 
 @contextlib.contextmanager
 def fabric_with_mrcds(tmp: Path, spec: str, hosts: int | None = None,
-                      extra: str = "", prefix: str = "mf") -> Iterator[FabricMrcds]:
-    """Bring up a fabric ``<prefix><hex>`` (state under ``tmp``) and an mrcd on its
-    first ``hosts`` hosts; stop them (by PID) and remove the fabric afterwards."""
+                      extra: str = "", prefix: str | None = None) -> Iterator[FabricMrcds]:
+    """Bring up a fabric ``<prefix><hex>`` (state under ``tmp``; ``prefix`` by default
+    ``$MRC_E2E_PREFIX``, else ``mf``) and an mrcd on its first ``hosts`` hosts; stop them
+    (by PID) and remove the fabric afterwards."""
+    prefix = prefix or ns_prefix("mf")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MRC_FABRIC_STATE_DIR", str(tmp / "fabrics"))
         fab = Fabric.up(spec, name=prefix + secrets.token_hex(3))

@@ -48,6 +48,12 @@ def in_netns(name: str) -> Iterator[None]:
                 raise OSError(ctypes.get_errno(), "setns back")
 
 
+def ns_prefix(default: str) -> str:
+    """The first letters of the namespaces and fabrics a test makes: ``$MRC_E2E_PREFIX``
+    when set (a run that shares the machine names its own), else ``default``."""
+    return os.environ.get("MRC_E2E_PREFIX") or default
+
+
 @dataclass
 class NsRegistry:
     """The namespaces one test made; :meth:`cleanup` removes exactly those. Names are
@@ -55,7 +61,7 @@ class NsRegistry:
 
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
     made: list[str] = field(default_factory=list)
-    prefix: str = "md"
+    prefix: str = field(default_factory=lambda: ns_prefix("md"))
 
     def netns(self, role: str) -> str:
         name = f"{self.prefix}{self.tag}{role}"

@@ -62,7 +62,7 @@ def test_core_tuning_names_a_set_and_keys_override_it() -> None:
     assert cfg.core["timeout_floor"] == plain["timeout_floor"]  # mrcd's own defaults stay
     assert "tuning" not in cfg.core  # a name, not a HostConfig field
     HostConfig(**cfg.core)  # and what it leaves builds a host's configuration
-    with pytest.raises(ConfigError, match="core.tuning 'fast' unknown: use one of default"):
+    with pytest.raises(ConfigError, match=r"core\.tuning 'fast' unknown: use one of default"):
         parse_config({**GOOD, "core": {"tuning": "fast"}}, "x.toml")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mdnsutil import Mrcd, needs_root, start_mrcd
+from mdnsutil import Mrcd, needs_root, ns_prefix, start_mrcd
 
 from mrcnet.api import Context
 from mrcnet.fabric.fabric import Fabric
@@ -22,7 +22,7 @@ def fabric(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fabric]:
     # named "<fabric name>-<node>", so "md<random>-h0" etc.
     monkeypatch.setenv("MRC_FABRIC_STATE_DIR", str(tmp_path / "fabrics"))
     with Fabric.up("leafspine:planes=2,spines=2,leaves=2,hosts=1,mtu=9000",
-                   name="md" + secrets.token_hex(2)) as fab:
+                   name=ns_prefix("md") + secrets.token_hex(2)) as fab:
         yield fab
 
 
