@@ -370,16 +370,17 @@ class TailLoss:
         # Their report is not held: the window need only cover the paths' reordering,
         # which queues make: the RTT samples' variation (4 rttvar, as an RTO allows for
         # it) and the queueing the smoothed RTT shows (srtt - min_RTT: one packet may
-        # meet it, the next not), at least half the minimum RTT (a quarter, RFC 8985's,
-        # blamed a queue on tests/sim/test_coll_detection.py's ring after the failure),
+        # meet it, the next not), at least half the minimum RTT by default
+        # (``rack_prompt_floor``; a quarter, RFC 8985's, blamed a queue on
+        # tests/sim/test_coll_detection.py's ring after the failure),
         # up to RACK's whole allowance, the hold included (under an incast the queues
         # reorder past the floor, and the hold covered that: capped at the floor, the
         # 64-host all-to-all declared 1,767 spurious losses against 247; docs/
         # COLLECTIVES.md, "session 12"); after a spurious loss, RACK's window as widened.
         window = wait - txt.rack_rtt
         if self.reo_scale == 1 and not self.reo_learned:
-            window = min(window, max(self.min_rtt / 2, 4 * self.rttvar,
-                                     self.srtt - self.min_rtt))
+            window = min(window, max(self.min_rtt * self.cfg.rack_prompt_floor,
+                                     4 * self.rttvar, self.srtt - self.min_rtt))
         else:
             window -= self._rack_hold()
         srtts: dict[int, float] = {}  # _path_srtt's answers for this pass
