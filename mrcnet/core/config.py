@@ -399,8 +399,9 @@ class HostConfig:
 #: QPs at once (``verdict_inflight``, ``verdict_uplink``), probe sooner while a route
 #: fails (``tlp_fail_*``) or while the QP's RTTs show queueing (``tlp_srtts_queued``),
 #: and mark a late tail lost by RACK where queues are short (``rack_prompt`` with
-#: ``rack_prompt_queue``). With it, one spine link going down costs a 64-host x 8-plane
-#: simulated collective at most ~5 % of its no-failure P100 (docs/COLLECTIVES.md, session
+#: ``rack_prompt_queue``, its window's floor RFC 8985's min_RTT / 4). With it one spine
+#: link going down costs a 64-host x 8-plane simulated all-to-all or all-reduce at most
+#: 5 % of its no-failure P100 at nine failure instants (docs/COLLECTIVES.md, session
 #: 15). Not the host default: it sends ~185 spurious probes per all-to-all step without
 #: any failure, and ``rack_prompt`` costs a single lossy flow's tail
 #: (``tools/sim_digest.py``'s perm-linkdown-loss 2.14 -> 2.35 of ideal); docs/DECISIONS.md.
@@ -414,6 +415,7 @@ TUNINGS: dict[str, dict[str, Any]] = {
         "verdict_uplink": 2,
         "rack_prompt": True,
         "rack_prompt_queue": 30e-6,
+        "rack_prompt_floor": 0.25,
         "tlp_srtts_queued": 1.5,
     },
 }
