@@ -184,6 +184,12 @@ class Host:
         """Is an event waiting (:meth:`next_event` would give one)?"""
         return bool(self._events or self.path_events)
 
+    @property
+    def event_queues(self) -> tuple[deque[Event], list[PathStateChanged]]:
+        """Where events wait (either truthy: one does), for a caller that tests them
+        with other queues in one ``any`` (mrcd's delivery)."""
+        return self._events, self.path_events
+
     def take_events(self) -> list[Event]:
         """Every pending event, oldest first (:meth:`next_event` until None, in one
         call), the queue emptied."""

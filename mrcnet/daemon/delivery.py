@@ -10,6 +10,7 @@ again at least every :data:`FULL_RETRY` seconds meanwhile.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 from mrcnet import core
@@ -43,21 +44,34 @@ class Delivery:
         #: engine's timer wakes for it).
         self.due = _INF
         #: Every CQ's queue of waiting completions (the core's deques, truthy when not
-        #: empty): ``any(queues)`` tells a pass with nothing to deliver in one C call
-        #: (most of them: a port pass delivers before it sends and once more after).
+        #: empty), after the queues given to :meth:`watch`: ``any(queues)`` tells a
+        #: pass with nothing to deliver in one C call (most of them: a port pass
+        #: delivers before it sends and once more after).
         self.queues: list[Any] = []
+        #: Other queues that ``queues`` holds first (:meth:`watch`: the core's events).
+        self._watched: list[Any] = []
+
+    def watch(self, queues: Sequence[Any]) -> None:
+        """Hold ``queues`` (the core's events, :attr:`core.Host.event_queues`) in
+        :attr:`queues` too: then ``not any(queues)`` says a pass has nothing at all to
+        deliver, events included, in one C call (mrcd's engine)."""
+        self._watched = list(queues)
+        self._requeue()
 
     def add(self, handle: int, cq: core.CompletionQueue, owner: Session) -> None:
         """Deliver CQ ``handle``'s completions to ``owner`` from now on."""
         self.cqs[handle] = (cq, owner)
-        self.queues = [c.entries for c, _ in self.cqs.values()]
+        self._requeue()
 
     def forget(self, handle: int) -> None:
         """CQ ``handle`` is gone."""
         self.cqs.pop(handle, None)
         self.mod.pop(handle, None)
         self.since.pop(handle, None)
-        self.queues = [c.entries for c, _ in self.cqs.values()]
+        self._requeue()
+
+    def _requeue(self) -> None:
+        self.queues = self._watched + [c.entries for c, _ in self.cqs.values()]
 
     def events(self, host: core.Host, owners: dict[int, Session],
                sessions: dict[int, Session]) -> None:
