@@ -194,3 +194,18 @@ uint32_t mrc_sendq_flush(struct mrc_sendq *qs, unsigned nq, const int *fds,
     }
     return done;
 }
+
+void mrc_sendq_mark(const struct mrc_sendq *qs, unsigned nq, uint32_t *marks)
+{
+    for (unsigned i = 0; i < nq; i++)
+        marks[i] = qs[i].n - qs[i].head;
+}
+
+uint32_t mrc_sendq_grown(const struct mrc_sendq *qs, unsigned nq, const uint32_t *marks)
+{
+    uint32_t grown = 0;
+    for (unsigned i = 0; i < nq && i < 32; i++)
+        if (qs[i].n - qs[i].head > marks[i])
+            grown |= 1u << i;
+    return grown;
+}

@@ -55,6 +55,13 @@ unsigned mrc_sendq_send(int fd, struct mrc_batch *b, struct mrc_sendq *q, int *e
 /* Bit i set for each of the nq (at most 32) queues qs[i] with frames waiting. */
 uint32_t mrc_sendq_busy(const struct mrc_sendq *qs, unsigned nq);
 
+/* marks[i] = the frames waiting on queue i, for each of the nq queues. */
+void mrc_sendq_mark(const struct mrc_sendq *qs, unsigned nq, uint32_t *marks);
+
+/* Bit i set for each of the nq (at most 32) queues with more frames waiting than
+ * marks[i] (mrc_sendq_mark's): the ports a run since went to. */
+uint32_t mrc_sendq_grown(const struct mrc_sendq *qs, unsigned nq, const uint32_t *marks);
+
 /* mrc_sendq_send of every one of the nq (at most 32) queues with frames waiting, on port
  * i's socket fds[i] through its batch bs[i] (fd < 0: a closed port, skipped): first the
  * queues whose bit is set in `first`, then the others, each in index order. For each

@@ -22,6 +22,7 @@ from mrcnet.constants import (
 )
 from mrcnet.core import endpoint
 from mrcnet.core import receive as _receive
+from mrcnet.core.answer import emit_with_ack
 from mrcnet.core.cc import CC_REGISTRY, create_cc
 from mrcnet.core.config import (
     EV_PROFILE_ECMP,
@@ -733,7 +734,7 @@ class Host:
                 if cfg.ack_with_data:
                     resp.note_answer(now)
                 if cfg.ack_with_data and resp.rx.since_ack:
-                    self._emit_with_ack(qp, now, out, sendq)
+                    emit_with_ack(self.ports, qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)
         self._sendq.clear()
@@ -759,17 +760,6 @@ class Host:
         c = self._counters  # (count(), inlined: once per call)
         c["tx_frames"] = c.get("tx_frames", 0) + len(out) + queued
         return out
-
-    def _emit_with_ack(self, qp: QueuePair, now: float, out: list[tuple[int, bytes]],
-                       sendq: Any) -> None:
-        """ack_with_data: the QP's data, then the acknowledgement it owes (a held AckReq)
-        on the plane that data took, so that one batch of one port carries both."""
-        before = len(out)
-        had = {i: sendq.pending(i) for i in self.ports} if sendq is not None else {}
-        qp.emit(now, out, sendq)
-        port = out[-1][0] if len(out) > before else next(
-            (i for i, n in had.items() if sendq.pending(i) > n), -1)
-        qp.send_sack(now, out, plane=self.ports[port].plane if port in self.ports else -1)
 
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from mrcnet import core
 from mrcnet.api.messages import completions_push, event_push
+from mrcnet.api.shmqueues import encode_completions
 from mrcnet.api.shmring import RingCorrupt
 from mrcnet.core.cq import CompletionRow
 from mrcnet.daemon.apiserver import Session
@@ -132,7 +133,7 @@ class Delivery:
                 # As many as the ring takes (one C call); a full ring's rest stays in
                 # the CQ, first in line (_fill_rest)
                 rows = cq.poll_rows(len(cq.entries))
-                n, wake = w.put(rows)
+                n, wake = w.ring.put(encode_completions(rows))  # (w.put's, inline)
                 if n < len(rows):
                     wake = self._fill_rest(cq, w, rows[n:]) or wake
                 # (the put disarmed the ring when it found it armed: ring then, whatever

@@ -313,6 +313,16 @@ class SendQueue:
         self.flushed_calls = ffi.new("unsigned[]", nports)
         self.flushed_errs = ffi.new("int[]", nports)
         self._total = ffi.new("unsigned *")
+        self._marks = ffi.new("uint32_t[]", nports)
+
+    def mark(self) -> None:
+        """Note how many frames wait on each port, for :meth:`grown`."""
+        C.mrc_sendq_mark(self._q, self._n, self._marks)
+
+    def grown(self) -> int:
+        """The ports with more frames waiting than at the last :meth:`mark`, as bits
+        (port i: bit i; at most 32 ports): where what was queued since went."""
+        return int(C.mrc_sendq_grown(self._q, self._n, self._marks))
 
     def bind(self, port: int, io: CBatchIO | None) -> None:
         """:meth:`flush` sends ``port``'s queue through ``io`` (None: it does not: the

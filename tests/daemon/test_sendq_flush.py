@@ -1,7 +1,8 @@
 """SendQueue.flush (mrcd's pass sends every port's queue in one C call) against the
 per-port sends it replaces: the same frames on each socket in the same order, the ports
 asked for first sent first, the same counts, a full socket's rest left queued, an
-unbound (closed) port skipped."""
+unbound (closed) port skipped; and ``mark`` / ``grown`` (where a run went, for an
+answer's acknowledgement) against each queue's ``pending``."""
 
 from __future__ import annotations
 
@@ -83,7 +84,11 @@ def test_flush_sends_as_the_per_port_loop(seed: int) -> None:
             state = rng.getstate()
             _fill(rng, ref, nports, keep)
             rng.setstate(state)
+            had = [new.pending(i) for i in range(nports)]
+            new.mark()
             _fill(rng, new, nports, keep)
+            assert new.grown() == sum(1 << i for i in range(nports)
+                                      if new.pending(i) > had[i])
             assert new.busy() == sum(1 << i for i in range(nports) if new.pending(i))
             first = rng.randrange(1 << nports)
             want = _per_port(ref, ios_ref, first)
