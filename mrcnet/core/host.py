@@ -371,14 +371,14 @@ class Host:
         qp.snd.post_writes(work_requests(local_mr.view, self.config.mtu_payload, writes))
 
     def _postable(self, qpn: int) -> QueuePair:
-        qp = self.qp(qpn)
+        qp = self._qps.get(qpn) or self.qp(qpn)  # (the call only for its error)
         if qp.state not in (QPState.INIT, QPState.RTR, QPState.RTS):
             raise InvalidRequest(f"QP {qpn} is {qp.state.value}: post in INIT, RTR or RTS")
         return qp
 
     def post_recv(self, qpn: int, wr_id: int, now: float = 0.0) -> None:
         """Post a receive for one incoming write-with-immediate."""
-        qp = self.qp(qpn)
+        qp = self._qps.get(qpn) or self.qp(qpn)  # (the call only for its error)
         if qp.state is QPState.ERROR:
             raise InvalidRequest(f"QP {qpn} is in ERROR")
         qp.post_recv(wr_id)
@@ -741,7 +741,7 @@ class Host:
         sq = sendq
         queued = 0
         if sq is not None:
-            queued = sq.take_added()
+            queued, sq.added = sq.added, 0  # (sq.take_added(), inline: once per call)
             if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
                 self.count("tx_sendq_full", sq.overflow)
                 sq.overflow = 0
@@ -763,9 +763,8 @@ class Host:
 
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
-        timers = self._timers
-        timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
-        t = timers.heap[0][0] if timers.heap else _INF  # (the earliest armed deadline)
+        # (the earliest armed deadline)
+        t = self._timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
         if self._port_status or self._ps_confirm:  # (else no endpoint timer)
             t = min(t, endpoint.next_due(self))
         return None if t == _INF else t

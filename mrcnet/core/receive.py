@@ -193,9 +193,15 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            # (the C lane completes writes-with-immediate: _imm_sync's common case)
-            if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
-                self._imm_sync(qp)
+            # (the C lane completes writes-with-immediate: _imm_sync, inline; a round
+            # trip's receive moves imm_ver, so its batches give the lane its state)
+            if self._lane_slots:
+                resp = qp.resp
+                if resp.imm_ver != self._imm_seen:
+                    resp.lane_imm_setup(lane)
+                    self._imm_seen = resp.imm_ver
+                elif VERIFY_SETUP:
+                    self._imm_sync(qp)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
