@@ -39,7 +39,6 @@ from mrcnet.io import batch as batch_io
 from mrcnet.io.kernel_drop import remove_stale_tables
 from mrcnet.io.linkwatch import LinkWatch
 from mrcnet.io.packet_port import interface_running
-from mrcnet.native import ffi
 from mrcnet.wire import mac_to_bytes
 
 __all__ = ["Daemon"]
@@ -543,9 +542,7 @@ class Daemon:
         another right after it: either way the requester's mrcd, woken by the response,
         finds the ACK in the same pass (sent first, the ACK woke it on its own and the
         response a second time)."""
-        first = sq.busy()
-        for idx, frame in out:
-            sq.add_run(ffi.from_buffer(frame), [len(frame)], [idx])
+        first = sq.add_behind(out)
         sq.added -= len(out)  # (the host counted them in tx_frames already)
         return first
 

@@ -315,6 +315,21 @@ class SendQueue:
         self._total = ffi.new("unsigned *")
         self._marks = ffi.new("uint32_t[]", nports)
 
+    def add_behind(self, frames: list[tuple[int, bytes]]) -> int:
+        """Queue each ``(port, frame)`` of ``frames`` behind what waits on its port;
+        returns the ports that had frames waiting before, as bits (:meth:`busy`'s)."""
+        busy = int(C.mrc_sendq_busy(self._q, self._n))
+        q, n, keep = self._q, self._n, self._keep
+        for port, frame in frames:
+            buf = ffi.from_buffer(frame)
+            k = int(C.mrc_sendq_add_run(q, n, buf, [len(frame)], [port], 1))
+            if k:  # (queued's, inline)
+                keep.append(buf)
+            self.waiting += k
+            self.added += k
+            self.overflow += 1 - k
+        return busy
+
     def mark(self) -> None:
         """Note how many frames wait on each port, for :meth:`grown`."""
         C.mrc_sendq_mark(self._q, self._n, self._marks)

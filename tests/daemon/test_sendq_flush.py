@@ -109,3 +109,31 @@ def test_flush_sends_as_the_per_port_loop(seed: int) -> None:
             for i in range(nports):
                 q.drop(i, q.pending(i))
             assert q.waiting == 0 and q.busy() == 0
+
+
+def test_add_behind_queues_as_add_run_per_frame() -> None:
+    """An answer's few frames queued behind the data (the engine's ``_behind_data``):
+    the same queues, counts and overflow as one ``add_run`` each, and the ports that
+    had frames before."""
+    rng = random.Random(7)
+    nports = 3
+    ref, new = SendQueue(nports, cap=8), SendQueue(nports, cap=8)
+    keep: list[bytes] = []
+    for _ in range(40):
+        state = rng.getstate()
+        _fill(rng, ref, nports, keep)
+        rng.setstate(state)
+        _fill(rng, new, nports, keep)
+        frames = [(rng.randrange(nports), rng.randbytes(rng.randint(20, 90)))
+                  for _ in range(rng.randint(1, 4))]
+        busy = sum(1 << i for i in range(nports) if ref.pending(i))
+        for port, frame in frames:
+            ref.add_run(ffi.from_buffer(frame), [len(frame)], [port])
+        assert new.add_behind(frames) == busy
+        assert [new.pending(i) for i in range(nports)] == \
+            [ref.pending(i) for i in range(nports)]
+        assert (new.waiting, new.added, new.overflow) == (ref.waiting, ref.added, ref.overflow)
+        p = rng.randrange(nports)  # (a port's queue empties, as a send would)
+        for q in (ref, new):
+            q.drop(p, q.pending(p))
+    assert ref.overflow > 0  # (the small queues filled up at times)
