@@ -212,8 +212,11 @@ class Receiver:
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
                 if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
-                    assert qp is not None
-                    self._lane_imms(qp, now, acks)
+                    assert qp is not None  # (_lane_imms, inline: once per round trip)
+                    lens, imms, flags = lane.take_imms()
+                    qp.resp.lane_completed(lens, imms, flags, now)
+                    if acks:  # (what the replay decided may pause the ack lane)
+                        self._ack_sync()
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
                 # (frame k too after RX_SACK and RX_DONE: the odd results)
                 got = k - i + (st & 1) - acks

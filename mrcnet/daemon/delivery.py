@@ -51,13 +51,13 @@ class Delivery:
         #: delivers before it sends and once more after).
         self.queues: list[Any] = []
         #: Other queues that ``queues`` holds first (:meth:`watch`: the core's events).
-        self._watched: list[Any] = []
+        self.watched: list[Any] = []
 
     def watch(self, queues: Sequence[Any]) -> None:
         """Hold ``queues`` (the core's events, :attr:`core.Host.event_queues`) in
         :attr:`queues` too: then ``not any(queues)`` says a pass has nothing at all to
         deliver, events included, in one C call (mrcd's engine)."""
-        self._watched = list(queues)
+        self.watched = list(queues)
         self._requeue()
 
     def add(self, handle: int, cq: core.CompletionQueue, owner: Session) -> None:
@@ -73,7 +73,7 @@ class Delivery:
         self._requeue()
 
     def _requeue(self) -> None:
-        self.queues = self._watched + [c.entries for c, _ in self.cqs.values()]
+        self.queues = self.watched + [c.entries for c, _ in self.cqs.values()]
 
     def events(self, host: core.Host, owners: dict[int, Session],
                sessions: dict[int, Session]) -> None:
