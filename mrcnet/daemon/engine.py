@@ -182,6 +182,8 @@ class Daemon:
             me = self.desc.host(cfg.host)  # the host must be in it
             if not port_cfgs:
                 port_cfgs = [PortConfig(p.ifname, p.plane) for p in me.ports]
+        if len(port_cfgs) > MAX_PORTS:  # (before any side effect)
+            raise IOSetupError(f"{len(port_cfgs)} ports: mrcd drives at most {MAX_PORTS}")
         for i, pc in enumerate(sorted(port_cfgs, key=lambda p: p.plane)):
             port = PacketPort(pc.ifname)
             self.ports.append(port)
@@ -234,8 +236,6 @@ class Daemon:
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
-        if len(self.ports) > MAX_PORTS:
-            raise IOSetupError(f"{len(self.ports)} ports: mrcd drives at most {MAX_PORTS}")
         self.tx_queues = sq = batch_io.send_queue(len(self.ports))
         if sq is not None:  # (the queues are sent in one C call: SendQueue.flush)
             for i, p in enumerate(self.ports):
