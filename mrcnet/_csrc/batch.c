@@ -162,3 +162,50 @@ unsigned mrc_sendq_drop(struct mrc_sendq *q, unsigned k)
         q->head = q->n = 0;
     return k;
 }
+
+uint32_t mrc_sendq_busy(const struct mrc_sendq *qs, unsigned nq)
+{
+    uint32_t busy = 0;
+    for (unsigned i = 0; i < nq && i < 32; i++)
+        if (qs[i].head < qs[i].n)
+            busy |= 1u << i;
+    return busy;
+}
+
+uint32_t mrc_sendq_flush(struct mrc_sendq *qs, unsigned nq, const int *fds,
+                         struct mrc_batch *const *bs, uint32_t first, unsigned *sent,
+                         unsigned *calls, int *errs, unsigned *total)
+{
+    uint32_t done = 0;
+    *total = 0;
+    /* Two rounds: the queues asked for first (their data goes before what was queued
+     * behind it on the other ports), then the rest. */
+    for (int round = 0; round < 2; round++) {
+        for (unsigned i = 0; i < nq && i < 32; i++) {
+            uint32_t bit = 1u << i;
+            if (((first & bit) != 0) != (round == 0))
+                continue;
+            if (qs[i].head >= qs[i].n || fds[i] < 0 || !bs[i])
+                continue;
+            sent[i] = mrc_sendq_send(fds[i], bs[i], &qs[i], &errs[i], &calls[i]);
+            *total += sent[i];
+            done |= bit;
+        }
+    }
+    return done;
+}
+
+void mrc_sendq_mark(const struct mrc_sendq *qs, unsigned nq, uint32_t *marks)
+{
+    for (unsigned i = 0; i < nq; i++)
+        marks[i] = qs[i].n - qs[i].head;
+}
+
+uint32_t mrc_sendq_grown(const struct mrc_sendq *qs, unsigned nq, const uint32_t *marks)
+{
+    uint32_t grown = 0;
+    for (unsigned i = 0; i < nq && i < 32; i++)
+        if (qs[i].n - qs[i].head > marks[i])
+            grown |= 1u << i;
+    return grown;
+}

@@ -51,6 +51,26 @@ int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_o
  * the caller decides); *calls gets the sendmmsg calls made. */
 unsigned mrc_sendq_send(int fd, struct mrc_batch *b, struct mrc_sendq *q, int *err,
                         unsigned *calls);
+
+/* Bit i set for each of the nq (at most 32) queues qs[i] with frames waiting. */
+uint32_t mrc_sendq_busy(const struct mrc_sendq *qs, unsigned nq);
+
+/* marks[i] = the frames waiting on queue i, for each of the nq queues. */
+void mrc_sendq_mark(const struct mrc_sendq *qs, unsigned nq, uint32_t *marks);
+
+/* Bit i set for each of the nq (at most 32) queues with more frames waiting than
+ * marks[i] (mrc_sendq_mark's): the ports a run since went to. */
+uint32_t mrc_sendq_grown(const struct mrc_sendq *qs, unsigned nq, const uint32_t *marks);
+
+/* mrc_sendq_send of every one of the nq (at most 32) queues with frames waiting, on port
+ * i's socket fds[i] through its batch bs[i] (fd < 0: a closed port, skipped): first the
+ * queues whose bit is set in `first`, then the others, each in index order. For each
+ * queue sent, sent[i], calls[i] and errs[i] get what mrc_sendq_send gave; *total the
+ * frames sent in all. Returns the queues sent as bits (one call for mrcd's pass, where
+ * it was a check and a send per port). */
+uint32_t mrc_sendq_flush(struct mrc_sendq *qs, unsigned nq, const int *fds,
+                         struct mrc_batch *const *bs, uint32_t first, unsigned *sent,
+                         unsigned *calls, int *errs, unsigned *total);
 /* cffi: end */
 
 /* sendmmsg of the n messages b->msgs[0..n-1] already set up: how many went (partial

@@ -22,6 +22,7 @@ from mrcnet.constants import (
 )
 from mrcnet.core import endpoint
 from mrcnet.core import receive as _receive
+from mrcnet.core.answer import emit_with_ack
 from mrcnet.core.cc import CC_REGISTRY, create_cc
 from mrcnet.core.config import (
     EV_PROFILE_ECMP,
@@ -183,6 +184,12 @@ class Host:
     def has_events(self) -> bool:
         """Is an event waiting (:meth:`next_event` would give one)?"""
         return bool(self._events or self.path_events)
+
+    @property
+    def event_queues(self) -> tuple[deque[Event], list[PathStateChanged]]:
+        """Where events wait (either truthy: one does), for a caller that tests them
+        with other queues in one ``any`` (mrcd's delivery)."""
+        return self._events, self.path_events
 
     def take_events(self) -> list[Event]:
         """Every pending event, oldest first (:meth:`next_event` until None, in one
@@ -364,14 +371,14 @@ class Host:
         qp.snd.post_writes(work_requests(local_mr.view, self.config.mtu_payload, writes))
 
     def _postable(self, qpn: int) -> QueuePair:
-        qp = self.qp(qpn)
+        qp = self._qps.get(qpn) or self.qp(qpn)  # (the call only for its error)
         if qp.state not in (QPState.INIT, QPState.RTR, QPState.RTS):
             raise InvalidRequest(f"QP {qpn} is {qp.state.value}: post in INIT, RTR or RTS")
         return qp
 
     def post_recv(self, qpn: int, wr_id: int, now: float = 0.0) -> None:
         """Post a receive for one incoming write-with-immediate."""
-        qp = self.qp(qpn)
+        qp = self._qps.get(qpn) or self.qp(qpn)  # (the call only for its error)
         if qp.state is QPState.ERROR:
             raise InvalidRequest(f"QP {qpn} is in ERROR")
         qp.post_recv(wr_id)
@@ -727,14 +734,14 @@ class Host:
                 if cfg.ack_with_data:
                     resp.note_answer(now)
                 if cfg.ack_with_data and resp.rx.since_ack:
-                    self._emit_with_ack(qp, now, out, sendq)
+                    emit_with_ack(self.ports, qp, now, out, sendq)
                 else:
                     qp.emit(now, out, sendq)
         self._sendq.clear()
         sq = sendq
         queued = 0
         if sq is not None:
-            queued = sq.take_added()
+            queued, sq.added = sq.added, 0  # (sq.take_added(), inline: once per call)
             if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
                 self.count("tx_sendq_full", sq.overflow)
                 sq.overflow = 0
@@ -754,22 +761,10 @@ class Host:
         c["tx_frames"] = c.get("tx_frames", 0) + len(out) + queued
         return out
 
-    def _emit_with_ack(self, qp: QueuePair, now: float, out: list[tuple[int, bytes]],
-                       sendq: Any) -> None:
-        """ack_with_data: the QP's data, then the acknowledgement it owes (a held AckReq)
-        on the plane that data took, so that one batch of one port carries both."""
-        before = len(out)
-        had = {i: sendq.pending(i) for i in self.ports} if sendq is not None else {}
-        qp.emit(now, out, sendq)
-        port = out[-1][0] if len(out) > before else next(
-            (i for i, n in had.items() if sendq.pending(i) > n), -1)
-        qp.send_sack(now, out, plane=self.ports[port].plane if port in self.ports else -1)
-
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
-        timers = self._timers
-        timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
-        t = timers.heap[0][0] if timers.heap else _INF  # (the earliest armed deadline)
+        # (the earliest armed deadline)
+        t = self._timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
         if self._port_status or self._ps_confirm:  # (else no endpoint timer)
             t = min(t, endpoint.next_due(self))
         return None if t == _INF else t

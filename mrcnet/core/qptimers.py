@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
+from heapq import heappop, heappush
 from typing import Protocol
 
 _INF = float("inf")
@@ -47,12 +48,14 @@ class QPTimers:
         self.moved = False
 
     def refresh(self, dirty: set[int], qps: Mapping[int, _Timed],
-                verify: bool = False) -> None:
+                verify: bool = False) -> float:
         """Re-read the deadlines of the ``dirty`` QPs (then emptied) whose timer version
-        moved; the top is then the earliest armed deadline. ``verify``: re-read the
-        others too, and raise if one moved (a writer that did not bump the version)."""
+        moved; the top is then the earliest armed deadline, which it returns (inf: none).
+        ``verify``: re-read the others too, and raise if one moved (a writer that did
+        not bump the version)."""
+        heap = self.heap
         if dirty:
-            heap, armed, seen = self.heap, self.armed, self.seen
+            armed, seen = self.armed, self.seen
             for qpn in dirty:
                 qp = qps.get(qpn)
                 if qp is None:
@@ -72,17 +75,17 @@ class QPTimers:
                     armed[qpn] = d
                     self.moved = True
                     if d < _INF:
-                        heapq.heappush(heap, (d, qpn))
+                        heappush(heap, (d, qpn))
             dirty.clear()
-        if not self.moved:
-            return
-        self.moved = False
-        heap, armed = self.heap, self.armed
-        while heap and armed.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        if len(heap) > 4 * len(qps) + 64:  # too many stale entries: rebuild
-            self.heap = [(d, q) for q, d in armed.items() if d < _INF and q in qps]
-            heapq.heapify(self.heap)
+        if self.moved:
+            self.moved = False
+            armed = self.armed
+            while heap and armed.get(heap[0][1]) != heap[0][0]:
+                heappop(heap)
+            if len(heap) > 4 * len(qps) + 64:  # too many stale entries: rebuild
+                self.heap = heap = [(d, q) for q, d in armed.items() if d < _INF and q in qps]
+                heapq.heapify(heap)
+        return heap[0][0] if heap else _INF
 
     def take_due(self, now: float) -> list[int]:
         """The QPs whose armed deadline is at or before ``now``, disarmed, in deadline
@@ -90,7 +93,7 @@ class QPTimers:
         heap, armed = self.heap, self.armed
         due = []
         while heap and heap[0][0] <= now:
-            d, qpn = heapq.heappop(heap)
+            d, qpn = heappop(heap)
             if armed.get(qpn) == d:
                 armed.pop(qpn, None)
                 self.seen.pop(qpn, None)  # (read its deadline again after its timer)

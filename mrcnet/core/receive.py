@@ -124,18 +124,21 @@ class Receiver:
         return self._lane if self._lane_slots else None
 
     def receive_batch(self, frames: Sequence[bytes | bytearray | memoryview], port: int,
-                      now: float, slots: Any = None, in_lane: Any = None) -> None:
+                      now: float, slots: Any = None, in_lane: Any = None,
+                      n: int = 0) -> None:
         """:meth:`mrcnet.core.host.Host.receive_batch` (its arguments; ``in_lane``: the
         lane that ``slots``' receive pointed at ``frames`` already, as
-        :func:`mrcnet.io.batch.lane_reader` does). Never raises.
+        :func:`mrcnet.io.batch.lane_reader` does; ``n``: ``len(frames)`` when the caller
+        knows it, 0 otherwise: a batch's ``len`` is a call of Python). Never raises.
 
         The receive lane (mrcnet/core/rxlane.py) goes through the batch and handles the
         common case of data for the QP it serves on its own; each frame it stops at
         takes the path below (:meth:`_lane_frame`), and so does each SACK it finds due.
         Data frames that take that path set the lane to their QP."""
-        n = len(frames)
         if not n:
-            return
+            n = len(frames)
+            if not n:
+                return
         host = self.host
         host._last_now = now
         host.rx_frames += n
@@ -145,14 +148,15 @@ class Receiver:
             self._receive_frames(frames, port, now)
             return
         loaded = None
-        f0 = frames[0]
-        # one plain frame and the C lane (mrc-sim's hosts): run_one, no load and release
-        one = n == 1 and self._lane_slots and (type(f0) is bytearray or type(f0) is bytes)
-        if one:
-            pass
-        elif slots is not None and self._lane_slots:
+        one = False
+        if slots is not None and self._lane_slots:  # (views into the slots: not one)
             if in_lane is not lane:  # (else the read pointed the lane at them)
                 lane.load_slots(slots, n)
+        elif n == 1 and self._lane_slots and (type(f0 := frames[0]) is bytearray
+                                              or type(f0) is bytes):
+            # one plain frame and the C lane (mrc-sim's hosts): run_one, no load and
+            # release
+            one = True
         else:
             loaded = lane.load(frames)
             if loaded is None:  # a buffer the lane cannot read: frame by frame
@@ -189,9 +193,15 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            # (the C lane completes writes-with-immediate: _imm_sync's common case)
-            if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
-                self._imm_sync(qp)
+            # (the C lane completes writes-with-immediate: _imm_sync, inline; a round
+            # trip's receive moves imm_ver, so its batches give the lane its state)
+            if self._lane_slots:
+                resp = qp.resp
+                if resp.imm_ver != self._imm_seen:
+                    resp.lane_imm_setup(lane)
+                    self._imm_seen = resp.imm_ver
+                elif VERIFY_SETUP:
+                    self._imm_sync(qp)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -202,8 +212,11 @@ class Receiver:
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
                 if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
-                    assert qp is not None
-                    self._lane_imms(qp, now, acks)
+                    assert qp is not None  # (_lane_imms, inline: once per round trip)
+                    lens, imms, flags = lane.take_imms()
+                    qp.resp.lane_completed(lens, imms, flags, now)
+                    if acks:  # (what the replay decided may pause the ack lane)
+                        self._ack_sync()
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
                 # (frame k too after RX_SACK and RX_DONE: the odd results)
                 got = k - i + (st & 1) - acks

@@ -10,12 +10,15 @@ again at least every :data:`FULL_RETRY` seconds meanwhile.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 from mrcnet import core
 from mrcnet.api.messages import completions_push, event_push
+from mrcnet.api.shmqueues import encode_completions
 from mrcnet.api.shmring import RingCorrupt
 from mrcnet.core.cq import CompletionRow
+from mrcnet.core.events import Completion
 from mrcnet.daemon.apiserver import Session
 from mrcnet.daemon.rings import CompletionWriter
 
@@ -43,21 +46,34 @@ class Delivery:
         #: engine's timer wakes for it).
         self.due = _INF
         #: Every CQ's queue of waiting completions (the core's deques, truthy when not
-        #: empty): ``any(queues)`` tells a pass with nothing to deliver in one C call
-        #: (most of them: a port pass delivers before it sends and once more after).
+        #: empty), after the queues given to :meth:`watch`: ``any(queues)`` tells a
+        #: pass with nothing to deliver in one C call (most of them: a port pass
+        #: delivers before it sends and once more after).
         self.queues: list[Any] = []
+        #: Other queues that ``queues`` holds first (:meth:`watch`: the core's events).
+        self.watched: list[Any] = []
+
+    def watch(self, queues: Sequence[Any]) -> None:
+        """Hold ``queues`` (the core's events, :attr:`core.Host.event_queues`) in
+        :attr:`queues` too: then ``not any(queues)`` says a pass has nothing at all to
+        deliver, events included, in one C call (mrcd's engine)."""
+        self.watched = list(queues)
+        self._requeue()
 
     def add(self, handle: int, cq: core.CompletionQueue, owner: Session) -> None:
         """Deliver CQ ``handle``'s completions to ``owner`` from now on."""
         self.cqs[handle] = (cq, owner)
-        self.queues = [c.entries for c, _ in self.cqs.values()]
+        self._requeue()
 
     def forget(self, handle: int) -> None:
         """CQ ``handle`` is gone."""
         self.cqs.pop(handle, None)
         self.mod.pop(handle, None)
         self.since.pop(handle, None)
-        self.queues = [c.entries for c, _ in self.cqs.values()]
+        self._requeue()
+
+    def _requeue(self) -> None:
+        self.queues = self.watched + [c.entries for c, _ in self.cqs.values()]
 
     def events(self, host: core.Host, owners: dict[int, Session],
                sessions: dict[int, Session]) -> None:
@@ -117,8 +133,15 @@ class Delivery:
             try:
                 # As many as the ring takes (one C call); a full ring's rest stays in
                 # the CQ, first in line (_fill_rest)
-                rows = cq.poll_rows(len(cq.entries))
-                n, wake = w.put(rows)
+                # (cq.poll_rows' common case inline: every entry a row, mrcd's writes';
+                # a QP's failure pushes Completion objects, which it converts)
+                entries = cq.entries
+                rows = list(entries)
+                if Completion in set(map(type, rows)):
+                    rows = cq.poll_rows(len(rows))
+                else:
+                    entries.clear()
+                n, wake = w.ring.put(encode_completions(rows))  # (w.put's, inline)
                 if n < len(rows):
                     wake = self._fill_rest(cq, w, rows[n:]) or wake
                 # (the put disarmed the ring when it found it armed: ring then, whatever

@@ -1,6 +1,6 @@
 """mrcd's engine: the event loop around the sans-I/O core.
 
-Follow one frame: a port's socket becomes readable -> :meth:`Daemon._on_port_readable`
+Follow one frame: a port's socket becomes readable -> :meth:`Daemon._receive`
 takes a batch (:class:`~mrcnet.io.PacketPort`) and feeds each frame to
 ``core.Host.receive`` -> :meth:`Daemon._pump` drains ``Host.frames_to_send`` into the
 ports (batched), pushes completions and events to the clients that own them, and re-arms
@@ -39,7 +39,6 @@ from mrcnet.io import batch as batch_io
 from mrcnet.io.kernel_drop import remove_stale_tables
 from mrcnet.io.linkwatch import LinkWatch
 from mrcnet.io.packet_port import interface_running
-from mrcnet.native import ffi
 from mrcnet.wire import mac_to_bytes
 
 __all__ = ["Daemon"]
@@ -66,6 +65,8 @@ BEHIND_DATA_MAX = 4
 #: EVs per QP towards directly cabled peers: every EV of a plane is the same single path
 #: there, so many EVs only multiply per-EV state and probes.
 STATIC_EVS_PER_QP = 16
+#: Ports one mrcd drives at most (the send queues' pass: one bit per port).
+MAX_PORTS = 32
 
 
 def payload_for_mtu(mtu: int) -> int:
@@ -117,7 +118,8 @@ class Daemon:
         self.tx_queues: batch_io.SendQueue | None = None
         #: Per port index: the ports in the order a pass it woke reads them (open()).
         self._rx_orders: list[list[tuple[int, PacketPort, batch_io.CBatchIO | None, int,
-                                         Callable[[], int] | None]]] = []
+                                         Callable[[], int] | None,
+                                         list[buffers.SlotFrames]]]] = []
         self._gid: int | None = None
         #: Internal errors caught in callbacks (a bug if not 0; see the log).
         self.errors = 0
@@ -150,6 +152,15 @@ class Daemon:
         self._passes["client"] += 1
         self._pump(now)
 
+    def after_requests(self) -> None:
+        """The API server's end of a burst of a client's requests and posts: one pump
+        for all of them (:meth:`Verbs.after_requests`'s, without its two calls)."""
+        self._passes["client"] += 1
+        try:
+            self._pump(None)
+        except Exception:
+            self._guarded("requests")
+
     def guarded(self, what: str) -> None:
         """An internal error caught in a request handler: log it, keep going."""
         self._guarded(what)
@@ -171,6 +182,8 @@ class Daemon:
             me = self.desc.host(cfg.host)  # the host must be in it
             if not port_cfgs:
                 port_cfgs = [PortConfig(p.ifname, p.plane) for p in me.ports]
+        if len(port_cfgs) > MAX_PORTS:  # (before any side effect)
+            raise IOSetupError(f"{len(port_cfgs)} ports: mrcd drives at most {MAX_PORTS}")
         for i, pc in enumerate(sorted(port_cfgs, key=lambda p: p.plane)):
             port = PacketPort(pc.ifname)
             self.ports.append(port)
@@ -218,16 +231,26 @@ class Daemon:
                         mtu_payload=payload_for_mtu(mtu), completion_events=False, **knobs)
         self.host = core.Host(cfg.host, [core.Port(lp.index, lp.plane, lp.mac, lp.ip)
                                          for lp in self.local], self.paths, hc)
+        # A pass tests for anything to deliver, the core's events included, in one call
+        self.verbs.delivery.watch(self.host.event_queues)
         # New data frames go from the C frame builder to the ports' queues and sendmmsg,
         # without a Python object per frame: handed to every frames_to_send call (the rest
         # comes in its list).
-        self.tx_queues = batch_io.send_queue(len(self.ports))
+        self.tx_queues = sq = batch_io.send_queue(len(self.ports))
+        if sq is not None:  # (the queues are sent in one C call: SendQueue.flush)
+            for i, p in enumerate(self.ports):
+                sq.bind(i, p.rx_batch)
         # A port with a C batch is read straight into the core's C lane, one C call per
         # read (batch_io.lane_reader); the lane stays alive with the host.
+        # A read's frames go to the core as one of the port's SlotFrames made here, one
+        # per count (a SlotFrames is the batch and a count, nothing of the frames: a
+        # read made one, a call of Python per pass).
         lane = self.host.rx_lane
         ports = [(i, p, p.rx_batch, p.max_batch,
                   batch_io.lane_reader(b, lane) if b is not None and lane is not None
-                  else None)
+                  else None,
+                  [buffers.SlotFrames(b, k) for k in range(p.max_batch + 1)]
+                  if b is not None else [])
                  for i, p in enumerate(self.ports) for b in (p.rx_batch,)]
         self._rx_orders = [ports[i:] + ports[:i] for i in range(len(ports))]
         self.log.info("ports open", ports=[p.ifname for p in self.ports],
@@ -246,7 +269,9 @@ class Daemon:
                     loop.remove_reader(self._links.fileno())
             self._links.close()
             self._links = None
-        for port in self.ports:
+        for i, port in enumerate(self.ports):
+            if self.tx_queues is not None:
+                self.tx_queues.bind(i, None)  # (its fd is no longer the port's)
             if loop is not None and not port.closed:
                 with contextlib.suppress(ValueError, OSError):
                     loop.remove_reader(port.fileno())
@@ -279,16 +304,19 @@ class Daemon:
         self._want = self._timer.want
         try:
             for i, port in enumerate(self.ports):
-                loop.add_reader(port.fileno(), self._on_port_readable, i)
+                loop.add_reader(port.fileno(), self._receive, i)
             self._watch_links(loop)
             verbs = self.verbs
             self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, verbs.dispatch,
                                  verbs.on_session_closed, self.cfg.host, len(self.ports),
-                                 after_burst=verbs.after_requests,
+                                 after_burst=self.after_requests,
                                  addresses=[socket.inet_ntop(socket.AF_INET6, lp.ip)
                                             for lp in self.local], group=self._gid,
                                  limits=self.cfg.limits, attach=verbs.posts.attach,
-                                 take_posts=verbs.posts.take, linger=verbs.posts.linger)
+                                 take_posts=verbs.posts.take,
+                                 # (no spin configured: not even the call that says so)
+                                 linger=verbs.posts.linger if self.cfg.busy_poll_us
+                                 else None)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
@@ -350,7 +378,7 @@ class Daemon:
         fd = self.ports[index].fileno()
         with contextlib.suppress(ValueError, OSError):
             loop.remove_reader(fd)
-        loop.add_reader(fd, self._on_port_readable, index)
+        loop.add_reader(fd, self._receive, index)
         self._receive(index)
 
     # --- data path ----------------------------------------------------------------------
@@ -361,25 +389,29 @@ class Daemon:
         with contextlib.suppress(Exception):
             self._rearm()
 
-    def _on_port_readable(self, index: int) -> None:
-        try:
-            self._receive(index)
-        except Exception:
-            self._guarded("receive")
-
     def _receive(self, index: int) -> None:
-        """Port ``index`` is readable: take what every port has, deliver, then pump.
+        """Port ``index`` is readable: take what every port has, deliver, then pump
+        (the loop's reader; never raises: a bug is logged and counted).
 
         What the frames completed reaches the clients before anything is sent: the
         acknowledgement a request asks for (AckReq) costs a ``sendmmsg`` that runs the
         fabric's forwarding inline, and rung after it the client of a ping-pong woke
-        that much later (the ACK is off the round trip's path, the completion on it)."""
-        self._passes["port"] += 1
-        now = self._read_ports(index)
-        assert self.host is not None
-        self.host.settle_acks(now)  # (the ACKs' completions ring with the frames')
-        self.verbs.deliver()
-        self._pump(now)
+        that much later (the ACK is off the round trip's path, the completion on it).
+        (The pass's steps inline: each of its calls was a round trip's cost, twice.)"""
+        try:
+            self._passes["port"] += 1
+            now = self._read_ports(index)
+            host = self.host
+            assert host is not None
+            host.settle_acks(now)  # (the ACKs' completions ring with the frames')
+            verbs = self.verbs
+            if any(verbs.delivery.queues):  # (Verbs.deliver's own test, without its call)
+                verbs.deliver()
+            else:
+                verbs.delivery.due = _INF
+            self._pump(now)
+        except Exception:
+            self._guarded("receive")
 
     def _read_ports(self, index: int) -> float:
         """Read every port, one batch each in turn, starting with ``index``; returns the
@@ -394,30 +426,29 @@ class Daemon:
         now = time.monotonic()
         receive, lane = host.receive_batch, host.rx_lane
         # (index, port, its C batch or None, frames per batch, its reader into the
-        # core's C lane or None) per port from ``index`` on, made once: a pass read them
-        # through three properties per port.
+        # core's C lane or None, its batch's SlotFrames by count) per port from
+        # ``index`` on, made once: a pass read them through three properties per port.
         order = self._rx_orders[index]
         total = 0  # frames this pass read (sched_batch = "bulk")
         for _ in range(RX_BATCHES_PER_WAKEUP):
             full = []  # ports that gave a whole batch: maybe more queued
             for entry in order:
-                i, port, rxb, most, read = entry
+                i, port, rxb, most, read, views = entry
                 if port.closed:
                     continue
                 if read is not None:  # received and handed to the lane in one C call
                     k = read()
                     if k > 0:
-                        assert rxb is not None  # (a reader reads into the port's batch)
                         st = port.stats  # (PacketPort.recv_slots' counts, inlined)
                         st.rx_frames += k
                         st.rx_batches += 1
-                        receive(buffers.SlotFrames(rxb, k), i, now, rxb, lane)
+                        receive(views[k], i, now, rxb, lane, k)
                     elif k:
                         k = port.recv_failed(-k)
                 elif rxb is not None:  # the core's lane reads them in the port's buffers
                     k = port.recv_slots()
                     if k:
-                        receive(buffers.SlotFrames(rxb, k), i, now, rxb)
+                        receive(views[k], i, now, rxb, None, k)
                 else:
                     frames = port.recv()
                     k = len(frames)
@@ -445,8 +476,18 @@ class Daemon:
         if now is None:
             now = time.monotonic()
         self._send_out(now)
-        self.verbs.deliver()
-        self._want(self._next_deadline())  # (_rearm's, without its call per pass)
+        delivery = self.verbs.delivery
+        # (what sending completed or reported, seldom anything: Verbs.deliver's test of
+        # its queues and the core's events inline, then _next_deadline's body)
+        if any(delivery.queues):
+            self.verbs.deliver()
+        else:
+            delivery.due = _INF
+        t = host.next_timer()
+        due = delivery.due
+        if due < _INF:
+            t = due if t is None else min(t, due)
+        self._want(t)
 
     def _send_out(self, now: float) -> None:
         """Drain the core's frames into the ports, one batch per port: the list's, then
@@ -455,7 +496,7 @@ class Daemon:
         assert self.host is not None
         sq = self.tx_queues
         out = self.host.frames_to_send(now, sendq=sq)
-        first: list[int] = []
+        first = 0  # (the ports to send first, as bits; none: in port order)
         if out and sq is not None and 0 < sq.waiting <= BEHIND_DATA_MAX \
                 and len(out) <= BEHIND_DATA_MAX:
             first = self._behind_data(out, sq)
@@ -470,28 +511,40 @@ class Daemon:
                 for idx, frames in by_port.items():
                     self._send(idx, frames)
         if sq is not None and sq.waiting:
-            ports = self.ports
-            for idx in first or range(len(ports)):
-                port = ports[idx]
-                if sq.pending(idx) and not port.closed:
-                    port.send_queue(sq, idx)
-                    if sq.pending(idx):
-                        self._want_writable(idx)
+            # Every port's queue in one C call (the ports with data first), then each
+            # port's counts; an error (a full socket, a link down) by the port's policy
+            done = sq.flush(first)
+            if done:
+                ports = self.ports
+                sent, calls, errs = sq.flushed_frames, sq.flushed_calls, sq.flushed_errs
+                for idx in range(len(ports)):
+                    if done >> idx & 1:
+                        st = ports[idx].stats  # (PacketPort.send_queue's counts)
+                        st.tx_frames += sent[idx]
+                        st.tx_batches += calls[idx]
+                        if errs[idx]:
+                            self._flush_failed(idx, errs[idx])
 
-    def _behind_data(self, out: list[tuple[int, bytes]], sq: batch_io.SendQueue
-                     ) -> list[int]:
+    def _flush_failed(self, idx: int, err: int) -> None:
+        """Port ``idx``'s queue did not all go (``err``): its policy, then the rest when
+        it can (PacketPort.send_queue's loop; the socket's writability)."""
+        port, sq = self.ports[idx], self.tx_queues
+        assert sq is not None
+        if port.queue_failed(sq, idx, err):
+            port.send_queue(sq, idx)
+        if sq.pending(idx):
+            self._want_writable(idx)
+
+    def _behind_data(self, out: list[tuple[int, bytes]], sq: batch_io.SendQueue) -> int:
         """Queue the list's few frames (a response's ACK: ``ack_with_data``) behind the
-        data frames on the send queues; returns the ports in the order to send them,
-        those with data first. On one port the ACK leaves in the response's
-        ``sendmmsg``, on another right after it: either way the requester's mrcd, woken
-        by the response, finds the ACK in the same pass (sent first, the ACK woke it
-        on its own and the response a second time)."""
-        nports = len(self.ports)
-        first = [i for i in range(nports) if sq.pending(i)]
-        for idx, frame in out:
-            sq.add_run(ffi.from_buffer(frame), [len(frame)], [idx])
+        data frames on the send queues; returns the ports to send first (bits): those
+        with data. On one port the ACK leaves in the response's ``sendmmsg``, on
+        another right after it: either way the requester's mrcd, woken by the response,
+        finds the ACK in the same pass (sent first, the ACK woke it on its own and the
+        response a second time)."""
+        first = sq.add_behind(out)
         sq.added -= len(out)  # (the host counted them in tx_frames already)
-        return first + [i for i in range(nports) if i not in first]
+        return first
 
     def _send(self, index: int, frames: list[bytes]) -> None:
         port = self.ports[index]

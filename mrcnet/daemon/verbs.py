@@ -763,11 +763,12 @@ class Verbs:
         client that read between the two messages)."""
         host = self.engine.host
         assert host is not None
-        if host.has_events():
+        delivery = self.delivery
+        watched = delivery.watched  # (the core's event queues, when mrcd gave them)
+        if any(watched) if watched else host.has_events():
             api = self.engine.api
             self.delivery.events(host, self._qp_owner, api.sessions if api is not None
                                  else {})
-        delivery = self.delivery
         if not any(delivery.queues):  # (most passes: nothing waits, nothing is due)
             delivery.due = _INF
             return

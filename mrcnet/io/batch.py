@@ -304,6 +304,64 @@ class SendQueue:
         #: Frames not queued because their port's queue was full (the host counts them
         #: as ``tx_sendq_full`` and resets this).
         self.overflow = 0
+        #: Each port's socket and batch for :meth:`flush` (:meth:`bind`; -1: none).
+        self._fds = ffi.new("int[]", [-1] * nports)
+        self._bs = ffi.new("struct mrc_batch *[]", nports)
+        #: What :meth:`flush` did on each port it sent: frames sent, sendmmsg calls,
+        #: 0 / EAGAIN / the errno of the frame left at the head (as :meth:`send` gives).
+        self.flushed_frames = ffi.new("unsigned[]", nports)
+        self.flushed_calls = ffi.new("unsigned[]", nports)
+        self.flushed_errs = ffi.new("int[]", nports)
+        self._total = ffi.new("unsigned *")
+        self._marks = ffi.new("uint32_t[]", nports)
+
+    def add_behind(self, frames: list[tuple[int, bytes]]) -> int:
+        """Queue each ``(port, frame)`` of ``frames`` behind what waits on its port;
+        returns the ports that had frames waiting before, as bits (:meth:`busy`'s)."""
+        busy = int(C.mrc_sendq_busy(self._q, self._n))
+        q, n, keep = self._q, self._n, self._keep
+        for port, frame in frames:
+            buf = ffi.from_buffer(frame)
+            k = int(C.mrc_sendq_add_run(q, n, buf, [len(frame)], [port], 1))
+            if k:  # (queued's, inline)
+                keep.append(buf)
+            self.waiting += k
+            self.added += k
+            self.overflow += 1 - k
+        return busy
+
+    def mark(self) -> None:
+        """Note how many frames wait on each port, for :meth:`grown`."""
+        C.mrc_sendq_mark(self._q, self._n, self._marks)
+
+    def grown(self) -> int:
+        """The ports with more frames waiting than at the last :meth:`mark`, as bits
+        (port i: bit i; at most 32 ports): where what was queued since went."""
+        return int(C.mrc_sendq_grown(self._q, self._n, self._marks))
+
+    def bind(self, port: int, io: CBatchIO | None) -> None:
+        """:meth:`flush` sends ``port``'s queue through ``io`` (None: it does not: the
+        port is closed)."""
+        self._fds[port] = -1 if io is None else io.fd
+        self._bs[port] = ffi.NULL if io is None else io._b
+
+    def busy(self) -> int:
+        """The ports with frames waiting, as bits (port i: bit i; at most 32 ports)."""
+        return int(C.mrc_sendq_busy(self._q, self._n))
+
+    def flush(self, first: int = 0) -> int:
+        """:meth:`send` of every bound port's queue that has frames, the ports in
+        ``first`` (bits) before the others, in one C call; returns the ports sent, as
+        bits (each one's figures in :attr:`flushed_frames`, :attr:`flushed_calls`,
+        :attr:`flushed_errs`). At most 32 ports."""
+        done = int(C.mrc_sendq_flush(self._q, self._n, self._fds, self._bs, first,
+                                     self.flushed_frames, self.flushed_calls,
+                                     self.flushed_errs, self._total))
+        if done:  # (_sent, inline)
+            self.waiting -= self._total[0]
+            if not self.waiting:
+                self._keep.clear()
+        return done
 
     def add_run(self, buf: Any, lens: Any, ports: list[int]) -> None:
         """Queue the frames laid back to back in ``buf`` (``lens``), frame i on port

@@ -177,3 +177,18 @@ def test_timer_delay_never_early_and_at_most_a_millisecond_late() -> None:
         assert d <= got < d + 0.001 + 1e-12, (d, got)
         # uvloop rounds to whole milliseconds: what we give it must survive that.
         assert round(got * 1000) / 1000 >= d
+
+
+def test_more_ports_than_mrcd_drives_fail_before_any_side_effect(tmp_path: Path) -> None:
+    """33 ports (the engine's port sets are 32 bits): refused by open() before it opens
+    a port (the interfaces named do not even exist)."""
+    from mrcnet.daemon.engine import MAX_PORTS, Daemon
+    from mrcnet.io import IOSetupError
+
+    ports = [{"ifname": f"nosuch{i}", "plane": i} for i in range(MAX_PORTS + 1)]
+    cfg = parse_config({**GOOD, "port": ports, "socket": str(tmp_path / "s")})
+    d = Daemon(cfg)
+    with pytest.raises(IOSetupError, match="33 ports: mrcd drives at most 32"):
+        d.open()
+    assert d.ports == [] and d.host is None and not (tmp_path / "s").exists()
+    d.close()
