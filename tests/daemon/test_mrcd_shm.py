@@ -13,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -611,6 +612,14 @@ def test_an_unsignalled_write_rings_no_doorbell(mrcd_pair: MrcdPair) -> None:
         assert cq_a.wait(timeout=0.5) == []  # asleep, armed: nothing came
         assert bytes(mr_b.buf[:8]) == b"unsigned"
         assert int(ca.stats()["doorbells"]) == before
-        qp_a.post_write(mr_a, 0, 8, remote, wr_id=2, signaled=True)
-        assert [w.wr_id for w in cq_a.wait(timeout=5)] == [2]
+        # The signalled write is posted once this thread sleeps in the wait (posted
+        # before it, its completion can be in the ring before the wait looks, and then
+        # rightly rings nothing: the race a loaded machine showed)
+        poster = threading.Timer(
+            0.3, lambda: qp_a.post_write(mr_a, 0, 8, remote, wr_id=2, signaled=True))
+        poster.start()
+        try:
+            assert [w.wr_id for w in cq_a.wait(timeout=5)] == [2]
+        finally:
+            poster.join()
         assert int(ca.stats()["doorbells"]) == before + 1
