@@ -212,8 +212,10 @@ class HostConfig:
       failure instant) and costs the simulator ~9 % of its CPU per event, so it is not
       the default.
     - ``rack_prompt_floor``: 0.5 (default): the floor of ``rack_prompt``'s reorder window,
-      as a fraction of the minimum RTT (RFC 8985's is a quarter; a quarter blamed a
-      queue on tests/sim/test_coll_detection.py's ring after the failure, see below).
+      as a fraction of the minimum RTT. RFC 8985's quarter blamed a queue on
+      tests/sim/test_coll_detection.py's ring after the failure; on the 64-host
+      all-reduce it takes ~2.7 us off each loss on a dead link (the collective tuning
+      takes it; docs/COLLECTIVES.md, "session 15").
     - ``rack_prompt_queue``: 0.0 (default: off). > 0: ``rack_prompt`` acts only while
       the QP's RTT samples show less queueing than this many seconds (4 rttvar and
       srtt - min_RTT both below it); a QP whose samples show more waits RACK's whole
