@@ -206,7 +206,8 @@ class Channel:
         if wc.opcode == "RECV_RDMA_WITH_IMM":
             self.stats["rx_imm"] += 1
             if not self.destroyed and self.error is None:
-                self.hub.call(self.qp.post_recv, wr_id=wc.wr_id)
+                # (lazy: the answer this end posts next rings mrcd for both, one wake-up)
+                self.hub.call(self.qp._post_recv_lazy, wc.wr_id)
             self._on_imm(wc.imm or 0, wc.byte_len)
         elif wc.wr_id & _DATA_BIT:
             self.completed = max(self.completed, wc.wr_id & ~_DATA_BIT)

@@ -75,6 +75,10 @@ BUSY_POLL_ENV: Final = "MRC_BUSY_POLL_US"
 DEFAULT_BUSY_POLL_US: Final = 50
 #: How long a post waits for room in a full send queue before giving up (s).
 _SQ_WAIT_MAX: Final = 0.001
+#: Lazy receives that may wait for one doorbell (ClientQueues.post_recv): mrcd sees all
+#: but this many of a socket-API channel's 64 posted receives whatever the application
+#: does between its posts.
+LAZY_MAX: Final = 16
 
 Row = tuple[str, int, str, int, "int | None", int]
 
@@ -162,6 +166,10 @@ class ClientQueues:
         #: Waits in progress (:meth:`wait`, or an asyncio reader between :meth:`arm` and
         #: its wake-up): while one sleeps, a look by another thread or task arms again.
         self.sleepers = 0
+        #: Lazy receives (``post_recv(lazy=True)``) published since mrcd last asked for a
+        #: doorbell and not yet rung for: the next post, or the library's next sleep,
+        #: rings (:meth:`pay`), and so does the LAZY_MAX-th.
+        self.owed = 0
 
     def outside_waiters(self) -> None:
         """Something outside the library may sleep on the socket from now on (a
@@ -194,6 +202,7 @@ class ClientQueues:
     def ring_mrcd(self) -> None:
         """Wake mrcd. A full socket drops the doorbell: mrcd has unread messages then,
         and it takes the send queue before any of them."""
+        self.owed = 0
         with contextlib.suppress(BlockingIOError, InterruptedError):
             self.sock.send(DOORBELL, socket.MSG_DONTWAIT)
 
@@ -234,11 +243,15 @@ class ClientQueues:
         WORK_REQUEST.pack_into(self.map, off, OP_WRITE,
                                flags if imm is None else flags | F_IMM, qpn, wr_id, lkey,
                                length, addr, remote_addr, rkey, 0 if imm is None else imm)
-        if sq.publish():
+        if sq.publish() or self.owed:
             self.ring_mrcd()
 
-    def post_recv(self, qpn: int, wr_id: int, timeout: float) -> None:
-        """Queue a receive and ring mrcd if it sleeps."""
+    def post_recv(self, qpn: int, wr_id: int, timeout: float, lazy: bool = False) -> None:
+        """Queue a receive and ring mrcd if it sleeps. ``lazy``: a receive that replaces
+        one just used while others stay posted (the socket API's): its doorbell is owed
+        instead, rung by the next post or before the library sleeps (:meth:`pay`), so
+        that an answer posted next wakes mrcd once, not twice (never lazy once something
+        outside the library may sleep on the socket)."""
         sq = self.sq
         if self._room > 0:
             self._room -= 1
@@ -246,7 +259,21 @@ class ClientQueues:
         else:
             off = self._slot(timeout)
         WORK_REQUEST.pack_into(self.map, off, OP_RECV, 0, qpn, wr_id, 0, 0, 0, 0, 0, 0)
-        if sq.publish():
+        asleep = sq.publish()
+        if self.owed:
+            if lazy and self.owed < LAZY_MAX:
+                self.owed += 1  # (the doorbell owed covers this slot too)
+            else:
+                self.ring_mrcd()
+        elif asleep:
+            if lazy and not self.arm_on_drain:
+                self.owed = 1
+            else:
+                self.ring_mrcd()
+
+    def pay(self) -> None:
+        """Ring the doorbell lazy receives owe, if any (before sleeping)."""
+        if self.owed:
             self.ring_mrcd()
 
     # -- completions --
@@ -328,6 +355,8 @@ class ClientQueues:
                     timeout = max(0.0, timeout - (now - t0))
             elif not self._armed and self.arm():
                 return False
+            if self.owed:  # (pay: mrcd must see the receives before this end sleeps)
+                self.ring_mrcd()
             r, _, _ = select.select([self.sock], [], [], timeout)
             return bool(r)
         finally:
