@@ -327,20 +327,6 @@ class QueuePair:
         except OSError as e:
             raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
 
-    def _post_recv_lazy(self, wr_id: int) -> None:
-        """:meth:`post_recv` of a receive that replaces one just used while others stay
-        posted (the socket API's channels): its doorbell may wait for the next post or
-        the library's next sleep (``ClientQueues.post_recv``'s ``lazy``)."""
-        ctx = self.ctx
-        q = ctx._q
-        if q is None or ctx._deferred:
-            self.post_recv(wr_id)
-            return
-        try:
-            q.post_recv(self.qpn, wr_id, ctx.timeout, lazy=True)
-        except OSError as e:
-            raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
-
     def destroy(self) -> None:
         """Tear the QP down (outstanding requests are flushed)."""
         self.ctx._call("destroy_qp", qpn=self.qpn)
