@@ -53,7 +53,7 @@ from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
-from mrcnet.core.sender import refused_write, work_requests
+from mrcnet.core.sender import IMM_MAX, refused_write, work_requests
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, RTS, QPState
 from mrcnet.core.verdicts import PathVerdicts
@@ -63,7 +63,6 @@ from mrcnet.wire.erth import TokenERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
-_IMM_MAX = 0xFFFFFFFF
 
 
 _ID_MASK = 0xFFFF  # endpoint request ids: mrc.h req_id, carried in BTH.PSN
@@ -362,8 +361,8 @@ class Host:
         for i, (_, offset, length, remote_addr, rkey, imm) in enumerate(
                 () if checked else writes):
             if not (offset >= 0 and length >= 0 and offset + length <= size
-                    and 0 <= remote_addr < 1 << 64 and 0 <= rkey <= _IMM_MAX
-                    and (imm is None or 0 <= imm <= _IMM_MAX)):  # (refused_write, inline)
+                    and 0 <= remote_addr < 1 << 64 and 0 <= rkey <= IMM_MAX
+                    and (imm is None or 0 <= imm <= IMM_MAX)):  # (refused_write, inline)
                 why = refused_write(offset, length, size, remote_addr, rkey, imm)
                 raise InvalidRequest(f"write {i} of {len(writes)}: {why}")
         self._dirty.add(qpn)
@@ -741,7 +740,7 @@ class Host:
         sq = sendq
         queued = 0
         if sq is not None:
-            queued, sq.added = sq.added, 0  # (sq.take_added(), inline: once per call)
+            queued = sq.take_added()
             if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
                 self.count("tx_sendq_full", sq.overflow)
                 sq.overflow = 0

@@ -193,15 +193,9 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            # (the C lane completes writes-with-immediate: _imm_sync, inline; a round
-            # trip's receive moves imm_ver, so its batches give the lane its state)
-            if self._lane_slots:
-                resp = qp.resp
-                if resp.imm_ver != self._imm_seen:
-                    resp.lane_imm_setup(lane)
-                    self._imm_seen = resp.imm_ver
-                elif VERIFY_SETUP:
-                    self._imm_sync(qp)
+            # (the C lane completes writes-with-immediate: _imm_sync's common case)
+            if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
+                self._imm_sync(qp)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -212,11 +206,8 @@ class Receiver:
                 # the SACKs (and NACKs) the lane built, in their place among the rest
                 nacks = self._take_built(lane, qp, ctrl) if r & RX_SACKS else 0
                 if r & RX_IMM:  # writes-with-immediate completed (after those SACKs)
-                    assert qp is not None  # (_lane_imms, inline: once per round trip)
-                    lens, imms, flags = lane.take_imms()
-                    qp.resp.lane_completed(lens, imms, flags, now)
-                    if acks:  # (what the replay decided may pause the ack lane)
-                        self._ack_sync()
+                    assert qp is not None
+                    self._lane_imms(qp, now, acks)
                 # data frames the lane handled (qp's), the trimmed ones it NACKed included
                 # (frame k too after RX_SACK and RX_DONE: the odd results)
                 got = k - i + (st & 1) - acks

@@ -111,7 +111,8 @@ _LENS = ffi.new("uint32_t[]", _SEND_MAX) if ffi is not None else None
 WriteSpec = tuple[int, int, int, int, int, "int | None"]
 _new = object.__new__
 
-_U32 = 0xFFFFFFFF
+#: The largest immediate (and rkey): 32 bits.
+IMM_MAX = 0xFFFFFFFF
 
 
 def refused_write(offset: int, length: int, size: int, remote_addr: int, rkey: int,
@@ -120,9 +121,9 @@ def refused_write(offset: int, length: int, size: int, remote_addr: int, rkey: i
     ("" when it is not)."""
     if offset < 0 or length < 0 or offset + length > size:
         return f"local range {offset}+{length} outside the region ({size} bytes)"
-    if imm is not None and not 0 <= imm <= _U32:
+    if imm is not None and not 0 <= imm <= IMM_MAX:
         return f"immediate {imm} is not a 32-bit value"
-    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= _U32:
+    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= IMM_MAX:
         return "remote address must be 64-bit and rkey 32-bit"
     return ""
 

@@ -82,38 +82,28 @@ class LazyTimer:
         """The earliest deadline is now ``t`` (None: there is none)."""
         slots = self.slots
         a, b = slots
-        handles = self._handles
         if self.near and ((a is not None and (t is None or a < t))
                           or (b is not None and (t is None or b < t))):
             # A timer about to fire for a deadline that moved later or went away is
             # dropped (an idle wake-up costs more than a timer: see the module).
-            # (_drop's, inline: a round trip drops a held ACK's timer here)
             soon = time.monotonic() + self.near
             if a is not None and (t is None or a < t) and a <= soon:
-                h = handles[0]
-                if h is not None:
-                    h.cancel()
-                handles[0] = slots[0] = a = None
+                self._drop(0)
+                a = None
             if b is not None and (t is None or b < t) and b <= soon:
-                h = handles[1]
-                if h is not None:
-                    h.cancel()
-                handles[1] = slots[1] = b = None
+                self._drop(1)
+                b = None
         if t is None:
             return
         if (a is not None and a <= t) or (b is not None and b <= t):
             return  # later: the armed timer re-checks when it fires
         # Earlier than both: a free slot, else the one armed for the later deadline.
         i = 0 if a is None else 1 if b is None or b > a else 0
-        h = handles[i]
-        if h is not None:
-            h.cancel()
+        self._drop(i)
         slots[i] = t
         self.arms += 1
-        # (timer_delay's, inline)
-        delay = t - time.monotonic()
-        handles[i] = self._loop.call_later(
-            math.ceil(delay * 1000.0) / 1000.0 if delay > 0.0 else 0.0, self._fired, i)
+        self._handles[i] = self._loop.call_later(timer_delay(t - time.monotonic()),
+                                                 self._fired, i)
 
     def _drop(self, i: int) -> None:
         h = self._handles[i]

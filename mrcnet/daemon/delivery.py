@@ -15,10 +15,8 @@ from typing import Any, Final
 
 from mrcnet import core
 from mrcnet.api.messages import completions_push, event_push
-from mrcnet.api.shmqueues import encode_completions
 from mrcnet.api.shmring import RingCorrupt
 from mrcnet.core.cq import CompletionRow
-from mrcnet.core.events import Completion
 from mrcnet.daemon.apiserver import Session
 from mrcnet.daemon.rings import CompletionWriter
 
@@ -133,15 +131,8 @@ class Delivery:
             try:
                 # As many as the ring takes (one C call); a full ring's rest stays in
                 # the CQ, first in line (_fill_rest)
-                # (cq.poll_rows' common case inline: every entry a row, mrcd's writes';
-                # a QP's failure pushes Completion objects, which it converts)
-                entries = cq.entries
-                rows = list(entries)
-                if Completion in set(map(type, rows)):
-                    rows = cq.poll_rows(len(rows))
-                else:
-                    entries.clear()
-                n, wake = w.ring.put(encode_completions(rows))  # (w.put's, inline)
+                rows = cq.poll_rows(len(cq.entries))
+                n, wake = w.put(rows)
                 if n < len(rows):
                     wake = self._fill_rest(cq, w, rows[n:]) or wake
                 # (the put disarmed the ring when it found it armed: ring then, whatever
