@@ -18,9 +18,15 @@ have_cmd tshark   || need+=(tshark)
 have_cmd nft      || need+=(nftables)
 have_cmd ethtool  || need+=(ethtool)
 have_cmd systemd-analyze || need+=(systemd)
-have_pkg python3-dev || have_cmd python3-config || need+=(python3-dev)
-# Debian's python3 makes virtualenvs only with python3-venv (ensurepip) installed.
-python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+# The interpreter the virtualenv is made with (the Makefile's PYTHON): Debian's needs its
+# headers (python3-dev) to build the C module and python3-venv (ensurepip) for a venv.
+py=${PYTHON:-python3}
+if [ "$(command -v "$py")" = /usr/bin/python3 ]; then
+    have_pkg python3-dev || need+=(python3-dev)
+else
+    have_pkg python3-dev || have_cmd python3-config || need+=(python3-dev)
+fi
+"$py" -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
