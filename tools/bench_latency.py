@@ -62,8 +62,10 @@ SERVICE, VERBS_SERVICE, UDP_PORT = 21, 22, 47999
 END_WR = 0xE0D  # wr_id of the verbs client's last write
 METHODS = ("mrc", "mrc-verbs", "udp")
 SELF = os.path.abspath(__file__)
-#: Set (by --pin) in the environment of the processes this bench starts in the hosts.
+#: Set (by --place / --pin) to the placement in the environment of the processes this
+#: bench starts in the hosts.
 PIN_ENV = "BENCH_LATENCY_PIN"
+PLACES = ("none", "host", "split")
 #: Set (by --profile) likewise: the clients and echoes of the verbs and the socket API
 #: write their cProfile there too.
 PROFILE_ENV = "BENCH_LATENCY_PROFILE"
@@ -443,9 +445,10 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
     with fabric_mrcds(spec, workdir, ("h0", "h1"), prefix=prefix, core=core,
                       profile=profile) as lab:
-        if os.environ.get(PIN_ENV):  # each host's mrcd on its application's CPU
+        place = os.environ.get(PIN_ENV)
+        if place:  # --place: each host's mrcd on its application's CPU, or both on 0
             for cpu, h in enumerate(("h0", "h1")):
-                os.sched_setaffinity(lab.mrcds[h].proc.pid, {cpu})
+                os.sched_setaffinity(lab.mrcds[h].proc.pid, {0 if place == "split" else cpu})
         if sched_batch:
             for m in lab.mrcds.values():
                 os.sched_setscheduler(m.proc.pid, os.SCHED_BATCH, os.sched_param(0))
@@ -526,10 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0].startswith("_"):
         role, rest = argv[0], argv[1:]
-        if os.environ.get(PIN_ENV) and role in ("_client", "_udp_echo", "_mrc_echo",
-                                                "_verbs_echo"):
-            # --pin: the round trips' pinging side on CPU 0, the echo on CPU 1
-            os.sched_setaffinity(0, {0 if role == "_client" else 1})
+        place = os.environ.get(PIN_ENV)
+        if place and role in ("_client", "_udp_echo", "_mrc_echo", "_verbs_echo"):
+            # --place host: the round trips' pinging side on CPU 0, the echo on CPU 1;
+            # split: both on CPU 1 (the mrcds have CPU 0)
+            os.sched_setaffinity(0, {0 if role == "_client" and place == "host" else 1})
         if role == "_udp_echo":
             _udp_echo(int(rest[0]))
         elif role == "_udp_blast":
@@ -572,11 +576,14 @@ def main(argv: list[str] | None = None) -> int:
                     "client and echo to DIR/app_client.prof and app_verbs_echo.prof, the "
                     "socket API's to app_client_mrc.prof and app_mrc_echo.prof (read them "
                     "with python -m pstats)")
-    ap.add_argument("--pin", action="store_true",
-                    help="round trips with each host's mrcd and application on one CPU "
-                    "(h0: 0, h1: 1), as ib_write_lat is run under taskset; the UDP rows "
-                    "likewise (the message rate: mrcds pinned, mrc-perf and the blaster "
-                    "not)")
+    ap.add_argument("--place", choices=PLACES, default="none",
+                    help="where the round trips run: the scheduler's choice (none); "
+                    "each host's mrcd and application on a CPU of its own (host: h0 on "
+                    "0, h1 on 1, as ib_write_lat is run under taskset; the UDP rows "
+                    "likewise); both mrcds on CPU 0 and the applications, the UDP ends "
+                    "included, on CPU 1 (split: mrcd on a core of its own). The message "
+                    "rate pins only the mrcds")
+    ap.add_argument("--pin", action="store_true", help="--place host")
     ap.add_argument("--signal-all", action="store_true",
                     help="the verbs round trips with every write signalled (each side "
                     "then wakes for its own write's completion too: the way before "
@@ -590,8 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if not (a.prefix.isalnum() and a.prefix.islower() and len(a.prefix) <= 4):
         ap.error("--prefix takes 1-4 lower-case letters or digits (the name adds 6 hex)")
-    if a.pin:
-        os.environ[PIN_ENV] = "1"  # (inherited by every process started in the hosts)
+    place = "host" if a.pin else a.place
+    if place != "none":
+        os.environ[PIN_ENV] = place  # (inherited by every process started in the hosts)
     if a.signal_all:
         os.environ[SIGNAL_ALL_ENV] = "1"  # (likewise)
     try:
@@ -604,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     size_list = [int(x) for x in a.sizes.split(",")]
     if a.profile:
         a.profile.mkdir(parents=True, exist_ok=True)
-        os.environ[PROFILE_ENV] = str(a.profile.resolve())  # (inherited, as --pin's)
+        os.environ[PROFILE_ENV] = str(a.profile.resolve())  # (inherited, as --place's)
     with tempfile.TemporaryDirectory(prefix="bench_latency.") as tmp:
         t0 = time.monotonic()
         rates: list[Rate] | None = None if a.no_rate else []
@@ -615,11 +623,13 @@ def main(argv: list[str] | None = None) -> int:
                            a.sched_batch)
         took = time.monotonic() - t0
     if a.json:
-        print(json.dumps({"spec": a.spec, "seconds": took, "rows": [asdict(r) for r in rows],
+        print(json.dumps({"spec": a.spec, "place": place, "seconds": took,
+                          "rows": [asdict(r) for r in rows],
                           "rates": [asdict(r) for r in rates or []],
                           "passes_per_verbs_round_trip": passes}, indent=2))
     else:
-        print(f"round trips h0 <-> h1, {a.iters} per size, {a.spec} ({took:.1f} s)")
+        print(f"round trips h0 <-> h1, {a.iters} per size, {a.spec}, place {place} "
+              f"({took:.1f} s)")
         print(table(rows))
         for h, p in passes.items():
             print(f"mrcd {h} loop passes per verbs round trip: "
