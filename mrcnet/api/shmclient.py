@@ -36,7 +36,6 @@ them with a fence before sleeping.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import select
@@ -203,7 +202,7 @@ class ClientQueues:
         """Wake mrcd. A full socket drops the doorbell: mrcd has unread messages then,
         and it takes the send queue before any of them."""
         self.owed = 0
-        try:  # (not contextlib.suppress: three Python calls on every post that rings)
+        try:  # noqa: SIM105 (not contextlib.suppress: three Python calls a post that rings)
             self.sock.send(DOORBELL, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             pass
