@@ -27,7 +27,7 @@ from mrcnet.constants import (
     PSN_MASK,
     Opcode,
 )
-from mrcnet.core.cc import CongestionControl
+from mrcnet.core.cc import CNSCC, CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
@@ -203,7 +203,7 @@ class Sender:
         self.attrs = qp.attrs
         # shared with recovery, set by the QP whenever it makes new ones
         self.evm: EVManager | None = None
-        self.cc: CongestionControl | None = None
+        self.cc = None
         self.txt: TxTable
         #: The table's counts (``ninfl``, ``infl_bytes``): its C struct when it is C's
         #: (a property each costs a Python call per run), else the table itself; and
@@ -244,6 +244,18 @@ class Sender:
         # the last TAIL_RUNS runs' EVs and send times, for the tail's path (tail_path)
         self.tail_runs: deque[tuple[list[int], float]] | None = (
             deque(maxlen=TAIL_RUNS) if self.cfg.tail_path else None)
+
+    @property
+    def cc(self) -> CongestionControl | None:
+        """The QP's congestion control (shared with recovery, set by the QP)."""
+        return self._cc
+
+    @cc.setter
+    def cc(self, cc: CongestionControl | None) -> None:
+        self._cc = cc
+        # What holds its window as a plain field, for emit: CNSCC's C struct (its
+        # ``cwnd`` property costs a Python call per emit), else the CC itself.
+        self._cwnd_of: Any = cc._c if isinstance(cc, CNSCC) else cc
 
     def clear_templates(self) -> None:
         """Forget every frame template (the routes changed: INIT -> RTR)."""
@@ -290,10 +302,10 @@ class Sender:
         chosen together (:meth:`EVManager.take`), accounted for in the table of packets
         in flight in one call and, with the C fast path, built in one C call
         (:meth:`_run_frames`)."""
-        cc, evm = self.cc, self.evm
-        if cc is None or evm is None:
+        evm = self.evm
+        if self._cc is None or evm is None:
             return
-        cwnd = cc.cwnd
+        cwnd: float = self._cwnd_of.cwnd
         rec = self.rec
         rtx_q, sq, txt = rec.rtx_q, self.sq, self.txt
         while rtx_q:
