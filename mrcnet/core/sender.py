@@ -228,6 +228,11 @@ class Sender:
         #: in one C call (mrcnet/_csrc/sender.c; off only to compare: the same frames
         #: and table as the three calls it replaces).
         self.fused = True
+        #: The ports (bits: port i, bit i) whose send queue grew by what emit queued on
+        #: the caller's send queues since the caller zeroed it: the fused calls OR them in
+        #: (as SendQueue.mark / grown around them would give), the other queueing paths
+        #: through mark / grown themselves (mrcnet/core/answer.py: where the data went).
+        self.grew: Any = ffi.new("uint32_t *") if ffi is not None else None
         self.reset()
 
     def reset(self) -> None:
@@ -539,7 +544,8 @@ class Sender:
             buf = ALLOC_FRAMES("uint8_t[]", cap)
             k = C.mrc_send_msgs(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports,
                                 slots, n, seq, evs, ops, wrs, vas, meths, imm_words,
-                                payload, len(payload), lens, now, ts, buf, cap, _LENS)
+                                payload, len(payload), lens, now, ts, buf, cap, _LENS,
+                                self.grew)
             if k >= 0:
                 txq.queued(buf, n, k)
                 return True
@@ -550,8 +556,10 @@ class Sender:
         else:
             exts = [DATA_EXT_TSETH] * n
         if txq is not None:
+            txq.mark()
             runs.msgs_queue(txq, ports, slots, evs, ops, flags, exts, seq & PSN_MASK, vas,
                             meths, imm_words, payload, lens, ts)
+            self.grew[0] |= txq.grown()
             return False
         frames = runs.msgs_frames(slots, evs, ops, flags, exts, seq & PSN_MASK, vas, meths,
                                   imm_words, payload, lens, ts)
@@ -608,7 +616,7 @@ class Sender:
             k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots,
                                n, seq, evs, ops, wr.slot, off0, wr.length, va,
                                ffi.from_buffer(wr.view[start:end]), plen, mtu, wr.meth, imm,
-                               now, ts, buf, cap, _LENS)
+                               now, ts, buf, cap, _LENS, self.grew)
             if k >= 0:
                 txq.queued(buf, n, k)
                 return True
@@ -622,8 +630,10 @@ class Sender:
             if op in IMM_OPCODES:
                 exts[i] = DATA_EXT_TSETH | DATA_EXT_IMM
         if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
+            txq.mark()
             runs.queue(txq, ports, slots, evs, ops, flags, exts, seq & PSN_MASK, va,
                        wr.view[start:end], mtu, wr.meth, imm, ts)
+            self.grew[0] |= txq.grown()
             return False
         frames = runs.frames(slots, evs, ops, flags, exts, seq & PSN_MASK, va,
                              wr.view[start:end], mtu, wr.meth, imm, ts)
