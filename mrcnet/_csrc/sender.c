@@ -11,13 +11,27 @@ static void op_bits(const struct mrc_opbits *b, const uint8_t *op, unsigned n,
     }
 }
 
+/* The n frames in buf queued (mrc_sendq_add_run), the queues that grew ORed into *grew
+ * as mrc_sendq_mark before and mrc_sendq_grown after would give them. */
+static int queue_frames(struct mrc_sendq *qs, unsigned nq, const uint8_t *buf,
+                        const uint32_t *lens, const uint16_t *port, unsigned n,
+                        uint32_t *grew)
+{
+    uint32_t marks[32];
+    unsigned m = nq < 32 ? nq : 32;
+    mrc_sendq_mark(qs, m, marks);
+    unsigned k = mrc_sendq_add_run(qs, nq, buf, lens, port, n);
+    *grew |= mrc_sendq_grown(qs, m, marks);
+    return (int)k;
+}
+
 int mrc_send_run(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
                  const struct mrc_path *paths, const struct mrc_opbits *bits,
                  const uint16_t *port, const uint16_t *slot, unsigned n, uint64_t seq,
                  const uint32_t *ev, const uint8_t *op, uint32_t wr, uint32_t off0,
                  uint32_t total, uint64_t va0, const uint8_t *payload, size_t payload_len,
                  size_t seg, uint32_t meth, uint32_t imm, double now, uint16_t ts,
-                 uint8_t *buf, size_t cap, uint32_t *lens)
+                 uint8_t *buf, size_t cap, uint32_t *lens, uint32_t *grew)
 {
     uint8_t flags[MRC_SEND_MAX], ext[MRC_SEND_MAX];
     if (n > MRC_SEND_MAX)
@@ -28,7 +42,7 @@ int mrc_send_run(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
                        imm, ts, lens))
         return -1;
     mrc_tx_send(t, seq, n, ev, op, wr, off0, (uint32_t)seg, total, now, ts);
-    return (int)mrc_sendq_add_run(qs, nq, buf, lens, port, n);
+    return queue_frames(qs, nq, buf, lens, port, n, grew);
 }
 
 int mrc_send_msgs(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
@@ -37,7 +51,8 @@ int mrc_send_msgs(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
                   const uint32_t *ev, const uint8_t *op, const uint32_t *wr,
                   const uint64_t *va, const uint32_t *meth, const uint32_t *imm,
                   const uint8_t *payload, size_t payload_len, const uint32_t *plen,
-                  double now, uint16_t ts, uint8_t *buf, size_t cap, uint32_t *lens)
+                  double now, uint16_t ts, uint8_t *buf, size_t cap, uint32_t *lens,
+                  uint32_t *grew)
 {
     uint8_t flags[MRC_SEND_MAX], ext[MRC_SEND_MAX];
     size_t sum = 0;
@@ -52,5 +67,5 @@ int mrc_send_msgs(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
                         (uint32_t)(seq & 0xffffffu), va, meth, imm, payload, plen, ts, lens))
         return -1;
     mrc_tx_send_msgs(t, seq, n, ev, op, wr, plen, now, ts);
-    return (int)mrc_sendq_add_run(qs, nq, buf, lens, port, n);
+    return queue_frames(qs, nq, buf, lens, port, n, grew);
 }

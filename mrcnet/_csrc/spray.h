@@ -3,9 +3,10 @@
  * mrcnet/core/evs.py ``EVManager.next_ev`` sprays packets round robin over planes, then
  * over each plane's live paths, then over each path's EVs. Its first try for each packet
  * (no SKIP EV met, no EV to avoid) is a plain rotation of counters; ``EVManager.take``
- * asks this code for a whole run of packets at once. Python keeps the EVs, their states
- * and the counters; it lays them out here (rebuilt when the set or a state changes),
- * hands the counters over for each call and takes them back after it. */
+ * asks this code for a whole run of packets at once. Python keeps the EVs and their
+ * states and lays them out here (rebuilt when the set or a state changes); the counters
+ * are handed over once and stay here from run to run, until Python's next_ev, a new
+ * layout or a reader takes them back (mrcnet/core/spray.py CSpray). */
 #ifndef MRCNET_SPRAY_H
 #define MRCNET_SPRAY_H
 

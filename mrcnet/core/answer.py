@@ -22,12 +22,14 @@ def emit_with_ack(ports: Mapping[int, Port], qp: QueuePair, now: float,
     whose queue grew; none (-1: the acknowledgement's own choice) if it sent nothing."""
     before = len(out)
     if sendq is not None:
-        sendq.mark()  # (each queue's length in one C call: which grew, in another)
+        # (the sender notes which queues grew as it queues: Sender.grew)
+        cell = qp.snd.grew
+        cell[0] = 0
     qp.emit(now, out, sendq)
     port = -1
     if len(out) > before:
         port = out[-1][0]
-    elif sendq is not None and (grew := sendq.grown()):
+    elif sendq is not None and (grew := cell[0]):
         if grew & (grew - 1):  # (several ports: the first in the host's order)
             port = next((i for i in ports if grew >> i & 1), -1)
         else:

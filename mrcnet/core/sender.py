@@ -27,7 +27,7 @@ from mrcnet.constants import (
     PSN_MASK,
     Opcode,
 )
-from mrcnet.core.cc import CongestionControl
+from mrcnet.core.cc import CNSCC, CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
@@ -203,7 +203,7 @@ class Sender:
         self.attrs = qp.attrs
         # shared with recovery, set by the QP whenever it makes new ones
         self.evm: EVManager | None = None
-        self.cc: CongestionControl | None = None
+        self.cc = None
         self.txt: TxTable
         #: The table's counts (``ninfl``, ``infl_bytes``): its C struct when it is C's
         #: (a property each costs a Python call per run), else the table itself; and
@@ -228,6 +228,11 @@ class Sender:
         #: in one C call (mrcnet/_csrc/sender.c; off only to compare: the same frames
         #: and table as the three calls it replaces).
         self.fused = True
+        #: The ports (bits: port i, bit i) whose send queue grew by what emit queued on
+        #: the caller's send queues since the caller zeroed it: the fused calls OR them in
+        #: (as SendQueue.mark / grown around them would give), the other queueing paths
+        #: through mark / grown themselves (mrcnet/core/answer.py: where the data went).
+        self.grew: Any = ffi.new("uint32_t *") if ffi is not None else None
         self.reset()
 
     def reset(self) -> None:
@@ -244,6 +249,18 @@ class Sender:
         # the last TAIL_RUNS runs' EVs and send times, for the tail's path (tail_path)
         self.tail_runs: deque[tuple[list[int], float]] | None = (
             deque(maxlen=TAIL_RUNS) if self.cfg.tail_path else None)
+
+    @property
+    def cc(self) -> CongestionControl | None:
+        """The QP's congestion control (shared with recovery, set by the QP)."""
+        return self._cc
+
+    @cc.setter
+    def cc(self, cc: CongestionControl | None) -> None:
+        self._cc = cc
+        # What holds its window as a plain field, for emit: CNSCC's C struct (its
+        # ``cwnd`` property costs a Python call per emit), else the CC itself.
+        self._cwnd_of: Any = cc._c if isinstance(cc, CNSCC) else cc
 
     def clear_templates(self) -> None:
         """Forget every frame template (the routes changed: INIT -> RTR)."""
@@ -290,10 +307,10 @@ class Sender:
         chosen together (:meth:`EVManager.take`), accounted for in the table of packets
         in flight in one call and, with the C fast path, built in one C call
         (:meth:`_run_frames`)."""
-        cc, evm = self.cc, self.evm
-        if cc is None or evm is None:
+        evm = self.evm
+        if self._cc is None or evm is None:
             return
-        cwnd = cc.cwnd
+        cwnd: float = self._cwnd_of.cwnd
         rec = self.rec
         rtx_q, sq, txt = rec.rtx_q, self.sq, self.txt
         while rtx_q:
@@ -527,7 +544,8 @@ class Sender:
             buf = ALLOC_FRAMES("uint8_t[]", cap)
             k = C.mrc_send_msgs(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports,
                                 slots, n, seq, evs, ops, wrs, vas, meths, imm_words,
-                                payload, len(payload), lens, now, ts, buf, cap, _LENS)
+                                payload, len(payload), lens, now, ts, buf, cap, _LENS,
+                                self.grew)
             if k >= 0:
                 txq.queued(buf, n, k)
                 return True
@@ -538,8 +556,10 @@ class Sender:
         else:
             exts = [DATA_EXT_TSETH] * n
         if txq is not None:
+            txq.mark()
             runs.msgs_queue(txq, ports, slots, evs, ops, flags, exts, seq & PSN_MASK, vas,
                             meths, imm_words, payload, lens, ts)
+            self.grew[0] |= txq.grown()
             return False
         frames = runs.msgs_frames(slots, evs, ops, flags, exts, seq & PSN_MASK, vas, meths,
                                   imm_words, payload, lens, ts)
@@ -596,7 +616,7 @@ class Sender:
             k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots,
                                n, seq, evs, ops, wr.slot, off0, wr.length, va,
                                ffi.from_buffer(wr.view[start:end]), plen, mtu, wr.meth, imm,
-                               now, ts, buf, cap, _LENS)
+                               now, ts, buf, cap, _LENS, self.grew)
             if k >= 0:
                 txq.queued(buf, n, k)
                 return True
@@ -610,8 +630,10 @@ class Sender:
             if op in IMM_OPCODES:
                 exts[i] = DATA_EXT_TSETH | DATA_EXT_IMM
         if txq is not None:  # mrcd: straight to the ports' queues, no object per frame
+            txq.mark()
             runs.queue(txq, ports, slots, evs, ops, flags, exts, seq & PSN_MASK, va,
                        wr.view[start:end], mtu, wr.meth, imm, ts)
+            self.grew[0] |= txq.grown()
             return False
         frames = runs.frames(slots, evs, ops, flags, exts, seq & PSN_MASK, va,
                              wr.view[start:end], mtu, wr.meth, imm, ts)

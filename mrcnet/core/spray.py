@@ -11,11 +11,13 @@ included; :meth:`Spray.take` is its first try for a whole run of packets (no SKI
 met, no EV to avoid), the plain rotation of the counters.
 
 :class:`CSpray` is the same with ``take`` in one C call (``mrcnet/_csrc/spray.c``): the
-rings are laid out in C (again when the version moves), the counters go in and come back
-per call, and the packets given to each EV are added to its ``sent`` when they are read
-(:meth:`Spray.fold_sent`). ``tests/core/test_spray.py`` compares the two, and both with
-``next``. :class:`mrcnet.core.evs.EVManager` keeps the EVs and their states and holds one
-spray (:func:`new_spray`).
+rings are laid out in C (again when the version moves), the counters are handed to C at
+its first run and stay there while runs follow runs (they come back to Python only for
+``next``, a new layout or a reader), and the packets given to each EV are added to its
+``sent`` when they are read (:meth:`Spray.fold_sent`, which brings the counters back
+too). ``tests/core/test_spray.py`` compares the two, and both with ``next``.
+:class:`mrcnet.core.evs.EVManager` keeps the EVs and their states and holds one spray
+(:func:`new_spray`).
 """
 
 from __future__ import annotations
@@ -170,10 +172,12 @@ class Spray(Generic[E]):
 
 class CSpray(Spray[E]):
     """:class:`Spray` with :meth:`take` in C (``mrcnet/_csrc/spray.c``): the same EVs,
-    counters and counts."""
+    counters and counts. While C holds the counters (from a run on), ``rr_plane``,
+    ``rr`` and ``inst_rr`` are current only after :meth:`fold_sent` (or in ``next``):
+    handing them over per run cost more than the run."""
 
-    __slots__ = ("_infos", "_keep", "_keys", "_laid", "_nev", "_npath", "_nplane", "_out",
-                 "_s")
+    __slots__ = ("_cap", "_infos", "_keep", "_keys", "_laid", "_nev", "_npath", "_nplane",
+                 "_out", "_owned", "_planes", "_s")
 
     def __init__(self, active: Mapping[int, Sequence[E]],
                  skip_done: Callable[[E], None]) -> None:
@@ -183,8 +187,13 @@ class CSpray(Spray[E]):
         self._s = ffi.new("struct mrc_spray *")
         self._keep: list[Any] = []
         self._out = ffi.new("uint32_t[]", 1)
+        self._cap = 1  # (len(self._out))
+        #: C holds the counters of the layout's planes and paths (and ``rr_plane``):
+        #: Python's are stale until :meth:`_sync`
+        self._owned = False
         self._nplane = self._npath = self._nev = 0
         self._laid = -1  # the version the C layout is of
+        self._planes: list[int] = []  # the usable planes, in the layout's order
         self._keys: list[int] = []  # path keys, in the layout's order
         self._infos: list[E] = []  # EVs, in the layout's order
 
@@ -224,46 +233,77 @@ class CSpray(Spray[E]):
         self._s.sent[0:nev] = [0] * nev
         return sent  # type: ignore[no-any-return]
 
-    def take(self, planes: Sequence[int], k: int) -> list[int]:
-        """:meth:`Spray.take` in one C call."""
-        if self._laid != self.ver:
-            self.fold_sent()  # (the counts belong to the old layout's EVs)
-            # Lay the rings out (building a missing one: its first packet would have
-            # built it in next, the same ring at the same moment).
-            layout = []
-            keys: list[int] = []
-            infos: list[E] = []
-            for plane in planes:
-                ring = self.ring(plane)
-                layout.append([[(i.ev, i.state is _SKIP) for i in lst] for lst in ring])
-                keys.extend(lst[0].ev >> EV_PATH_SHIFT for lst in ring)
-                infos.extend(i for lst in ring for i in lst)
-            self._build(layout)
-            self._keys, self._infos = keys, infos
-            self._laid = self.ver
-        # The counters go in and come back per call (next moves them too); map and zip
-        # keep that free of Python bytecode per plane and path.
-        rr, inst_rr, keys = self.rr, self.inst_rr, self._keys
+    def _lay(self, planes: Sequence[int]) -> None:
+        """Lay the rings of ``planes`` out in C (the version moved): the old layout's
+        counts and counters are brought back to Python first (they belong to its EVs,
+        planes and paths)."""
+        self.fold_sent()
+        # (building a missing ring: its first packet would have built it in next, the
+        # same ring at the same moment)
+        layout = []
+        keys: list[int] = []
+        infos: list[E] = []
+        for plane in planes:
+            ring = self.ring(plane)
+            layout.append([[(i.ev, i.state is _SKIP) for i in lst] for lst in ring])
+            keys.extend(lst[0].ev >> EV_PATH_SHIFT for lst in ring)
+            infos.extend(i for lst in ring for i in lst)
+        self._build(layout)
+        self._planes, self._keys, self._infos = list(planes), keys, infos
+        self._laid = self.ver
+
+    def _load(self) -> None:
+        """Hand the counters of the layout's planes and paths to C, which keeps them
+        from now on (until :meth:`_sync`); map keeps that free of Python bytecode per
+        plane and path."""
         s = self._s
-        if k > len(self._out):
-            self._out = ffi.new("uint32_t[]", max(k, 2 * len(self._out)))
         s.rr_plane = self.rr_plane
         np_, npath = self._nplane, self._npath
         if np_:
-            s.plane_rr[0:np_] = list(map(rr.__getitem__, planes))
+            s.plane_rr[0:np_] = list(map(self.rr.__getitem__, self._planes))
         if npath:
-            s.path_inst[0:npath] = list(map(inst_rr.get, keys, repeat(0, npath)))
-        n = C.mrc_spray_take(s, k, self._out)
+            s.path_inst[0:npath] = list(map(self.inst_rr.get, self._keys,
+                                            repeat(0, npath)))
+        self._owned = True
+
+    def _sync(self) -> None:
+        """Bring ``rr_plane``, ``rr`` and ``inst_rr`` back from C when C holds them
+        (C's runs moved them); Python's then hold them until the next C run."""
+        if not self._owned:
+            return
+        self._owned = False
+        s = self._s
         self.rr_plane = int(s.rr_plane)
-        if not n:
-            return []
-        rr.update(zip(planes, ffi.unpack(s.plane_rr, np_), strict=True))
-        inst_rr.update(zip(keys, ffi.unpack(s.path_inst, npath), strict=True))
-        return ffi.unpack(self._out, n)  # type: ignore[no-any-return]
+        if self._nplane:
+            self.rr.update(zip(self._planes, ffi.unpack(s.plane_rr, self._nplane),
+                               strict=True))
+        if self._npath:
+            self.inst_rr.update(zip(self._keys, ffi.unpack(s.path_inst, self._npath),
+                                    strict=True))
+
+    def take(self, planes: Sequence[int], k: int) -> list[int]:
+        """:meth:`Spray.take` in one C call (on the layout of ``planes``: the manager
+        passes its usable planes, whose every change moves the version)."""
+        if self._laid != self.ver:
+            self._lay(planes)
+        if not self._owned:
+            self._load()
+        if k > self._cap:
+            self._cap = max(k, 2 * self._cap)
+            self._out = ffi.new("uint32_t[]", self._cap)
+        n = C.mrc_spray_take(self._s, k, self._out)
+        return ffi.unpack(self._out, n) if n else []  # type: ignore[no-any-return]
+
+    def next(self, planes: Sequence[int], avoid_path: int) -> E | None:
+        """:meth:`Spray.next` on the counters brought back from C."""
+        self._sync()
+        return super().next(planes, avoid_path)
 
     def fold_sent(self) -> None:
-        """Add the packets the C rotation gave each EV to its ``sent`` (done when they
-        are read, not per run)."""
+        """Bring the Python view up to date: add the packets the C rotation gave each EV
+        to its ``sent`` (done when they are read, not per run), and bring the counters
+        back from C (:meth:`_sync`)."""
+        self._sync()
         if self._infos:
             for info, c in zip(self._infos, self._take_sent(), strict=True):
                 if c:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mrcnet.core import HostConfig, sender
-from mrcnet.io.batch import CBatchIO, SendQueue
+from mrcnet.io.batch import SENDQ_CAP, CBatchIO, SendQueue
 from mrcnet.native import HAVE_C
 
 from .harness import Impairments, Net, connect, write_regions
@@ -29,9 +29,9 @@ class QueuedNet(Net):
     """A :class:`Net` whose hosts hand their data frames to send queues, as mrcd's
     engine does (the list's frames first, then each port's queue)."""
 
-    def __init__(self, **kw: Any) -> None:
+    def __init__(self, cap: int = SENDQ_CAP, **kw: Any) -> None:
         super().__init__(**kw)
-        self.queues = {name: SendQueue(2) for name in self.hosts}
+        self.queues = {name: SendQueue(2, cap) for name in self.hosts}
         self.pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
         for a, b in self.pairs:
             a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
@@ -151,3 +151,32 @@ def test_queued_frames_are_the_listed_frames(seed: int) -> None:
     assert sorted(frames) == sorted(frames0)
     assert [w.wr_id for w in wcs] == [w.wr_id for w in wcs0]
     assert landed == landed0
+
+
+@pytest.mark.parametrize(("fused", "cap"), [(True, SENDQ_CAP), (True, 3), (False, 3)])
+def test_sender_notes_the_queues_that_grew(fused: bool, cap: int) -> None:
+    """``Sender.grew``, which the answer's acknowledgement reads for the port its data
+    took (mrcnet/core/answer.py), is the ports whose queue grew in the emit (what
+    ``SendQueue.mark`` before it and ``grown`` after it gave): fused or not, and with
+    queues so short that runs overflow them (frames left out)."""
+    net = QueuedNet(cap=cap, seed=7, config=HostConfig(mtu_payload=1024),
+                    imp=Impairments(loss=0.02))
+    qa, _ = connect(net, 0, 1, recvs=400, attrs={"max_imm_outstanding": 3})
+    qp = net.h(0).qp(qa)
+    qp.snd.fused = fused
+    emit, seen = qp.emit, []
+
+    def checked(now: float, out: list[tuple[int, bytes]], sendq: Any = None) -> None:
+        if sendq is None:
+            emit(now, out, sendq)
+            return
+        before = [sendq.pending(p) for p in range(2)]
+        qp.snd.grew[0] = 0
+        emit(now, out, sendq)
+        seen.append(qp.snd.grew[0])
+        assert seen[-1] == sum(1 << p for p in range(2) if sendq.pending(p) > before[p])
+
+    qp.emit = checked
+    _burst(net, 7, qa)
+    assert {1, 2, 3} <= set(seen)  # (each port alone, and both)
+    assert (net.h(0).counters().get("tx_sendq_full", 0) > 0) == (cap < SENDQ_CAP)
