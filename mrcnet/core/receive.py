@@ -193,9 +193,9 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            # (the C lane completes writes-with-immediate: _imm_sync's common case)
+            # (the C lane completes writes-with-immediate: its state given when it moved)
             if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
-                self._imm_sync(qp)
+                self._imm_seen = qp.resp.lane_imm_setup(lane, self._imm_seen, VERIFY_SETUP)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -323,7 +323,7 @@ class Receiver:
         if qp is not None:  # (its planes or credit may have changed)
             self._sack_sync(qp)
             if self._lane_slots:
-                self._imm_sync(qp)
+                self._imm_seen = qp.resp.lane_imm_setup(lane, self._imm_seen, VERIFY_SETUP)
         if self._ack_qp is not None:  # (its window or losses may have)
             self._ack_sync()
         return qp
@@ -462,17 +462,6 @@ class Receiver:
             return
         qp.lane_sack_setup(lane)
         self._sack_seen, self._sack_evm, self._sack_usable = qp.setup_ver, evm, usable
-
-    def _imm_sync(self, qp: QueuePair) -> None:
-        """The C lane's write-with-immediate state from its QP ``qp``'s responder
-        (``lane_imm_setup``), unless it did not move since the last call (its
-        ``imm_ver``, and the lane's QP: _lane_use)."""
-        resp = qp.resp
-        if resp.imm_ver != self._imm_seen:
-            resp.lane_imm_setup(self._lane)
-            self._imm_seen = resp.imm_ver
-        elif VERIFY_SETUP:
-            resp.lane_imm_setup(self._lane, True)  # (raises if it had to give anything)
 
     def _ack_use(self, qp: QueuePair) -> None:
         """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""

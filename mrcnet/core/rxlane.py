@@ -610,10 +610,14 @@ class CRxLane:
         (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags.
         (One array of RX_IMM_INTS integers per record: a round trip's one record read
         in place, several in one unpack; three arrays cost a one-completion run three
-        unpacks.)"""
+        unpacks. :attr:`imm_given` follows the MSN and credit the completions moved.)"""
         c, rec = self._c, self._imm_rec
         n = c.imm_n
         c.imm_n = 0
+        g = self.imm_given
+        if g is not None:  # the lane moved its MSN and credit: what it holds now (the
+            # responder's next lane_imm_setup then finds no change to give)
+            self.imm_given = (c.imm_msn, c.imm_credit, g[2], g[3])
         if n == 1:
             return [rec[0]], [rec[1]], [rec[2]]
         ints = ffi.unpack(rec, n * RX_IMM_INTS)

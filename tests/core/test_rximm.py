@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mrcnet.core import HostConfig
+from mrcnet.core import HostConfig, receive
 from mrcnet.core.rxlane import RX_DONE, RX_IMM, RX_POS_SHIFT
 from mrcnet.native import HAVE_C
 from mrcnet.wire.parsed import py_parse
@@ -291,7 +291,7 @@ def test_imm_state_given_on_change_only() -> None:
     lane.imm_set = counting
     lane.clear_qp()
     resp.lane_imm_setup(lane)
-    resp.lane_imm_setup(lane, True)  # (verified: the lane holds it)
+    resp.lane_imm_setup(lane, resp.imm_ver, True)  # (verified: the lane holds it)
     assert calls == [(resp.imm_done, 4, False, False)]
     assert lane._c.imm_credit == 4
     ver = resp.imm_ver
@@ -303,13 +303,13 @@ def test_imm_state_given_on_change_only() -> None:
     resp.lane_imm_setup(lane)
     assert len(calls) == 2 and lane._c.imm_credit == 3  # unverified: not seen
     with pytest.raises(AssertionError, match="imm_given"):
-        resp.lane_imm_setup(lane, True)
+        resp.lane_imm_setup(lane, resp.imm_ver, True)
     lane.clear_qp()  # (credit 0, nothing given): given again
     resp.lane_imm_setup(lane)
     assert len(calls) == 3 and lane._c.imm_credit == 5
     resp.recv_posted += 1  # a writer without imm_ver: caught where the loop would skip
     with pytest.raises(AssertionError, match="imm_ver"):
-        resp.lane_imm_setup(lane, True)
+        resp.lane_imm_setup(lane, resp.imm_ver, True)
 
 
 def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
@@ -324,9 +324,9 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
     asked = [0]
     setup = resp.lane_imm_setup
 
-    def counting(lane: Any, verify: bool = False) -> None:
-        asked[0] += not verify
-        setup(lane, verify)
+    def counting(lane: Any, seen: int = -1, verify: bool = False) -> int:
+        asked[0] += seen != resp.imm_ver
+        return setup(lane, seen, verify)
 
     resp.lane_imm_setup = counting  # type: ignore[method-assign]
     batches = _in_order(frames, random.Random(3))
@@ -334,7 +334,7 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
         feed(hb, batch, 1.0 + 7e-6 * b, False)
         hb.frames_to_send(1.0 + 7e-6 * b)
     assert resp.imm_done == WRITES and asked[0] > 0
-    feed(hb, batches[-1][-1:], 2.0, False)  # (the last completions moved it: asked)
+    feed(hb, batches[-1][-1:], 2.0, False)
     before = asked[0]
     for _ in range(3):  # duplicates: nothing of the state moved, not asked again
         feed(hb, batches[-1][-1:], 2.0, False)
@@ -342,3 +342,42 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
     hb.post_recv(qb, 7)  # a receive posted: asked before the next batch
     feed(hb, batches[-1][-1:], 2.1, False)
     assert asked[0] == before + 1
+
+
+def test_completions_leave_the_lane_nothing_to_be_given(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The lane moves its MSN and credit as it completes writes-with-immediate, and its
+    ``take_imms`` moves ``imm_given`` with them: the state the responder has after
+    ``lane_completed`` is the lane's already, which therefore leaves ``imm_ver`` as it
+    was, and nothing is given again (no ``imm_set`` once the lane completes); the receive
+    loop's checks (VERIFY_SETUP) find the lane holding exactly the responder's state."""
+    monkeypatch.setattr(receive, "VERIFY_SETUP", True)
+    kw: dict[str, Any] = {}
+    frames = _generate(kw)
+    net, (_qa, qb, _ms, _md, _back) = _setup(kw, recvs=WRITES)
+    hb = net.h(1)
+    resp, lane = hb.qp(qb).resp, hb._lane
+    assert lane is not None
+    calls: list[int] = []  # the lane's completions so far at each imm_set
+    lane_done = [0]
+    imm_set, take_imms = lane.imm_set, lane.take_imms
+
+    def counting(*a: Any) -> None:
+        calls.append(lane_done[0])
+        imm_set(*a)
+
+    def taking() -> tuple[list[int], list[int], list[int]]:
+        got = take_imms()
+        lane_done[0] += len(got[0])
+        return got
+
+    lane.imm_set, lane.take_imms = counting, taking
+    for b, batch in enumerate(_in_order(frames, random.Random(3))):
+        feed(hb, batch, 1.0 + 7e-6 * b, False)
+        hb.frames_to_send(1.0 + 7e-6 * b)
+    # (the first writes take the per-frame path while the lane meets the QP and its
+    # region: given then; none once the lane completes them)
+    assert resp.imm_done == WRITES and lane_done[0] > WRITES // 2
+    assert calls and calls == [0] * len(calls)
+    assert lane.imm_given == (WRITES, 0, False, False)
+    lane.check_imm(lane.imm_given)  # (what it holds)
