@@ -537,8 +537,9 @@ class Receiver:
         assert qp is not None
         n: int
         if self._lane_slots:  # the C lane: its arrays straight to the records' C
-            recs, sents, n = self._lane.take_ack_arrays()
-            qp.rec.on_lane_records(recs, sents, n, now)
+            lane = self._lane
+            n = lane.take_ack_n()
+            qp.rec.on_lane_records(lane.ack_rec, lane.ack_sent, n, now)
         else:
             ints, sents_ = self._lane.take_acks()
             qp.on_sack_records(ints, sents_, now)

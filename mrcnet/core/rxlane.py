@@ -279,6 +279,20 @@ class CRxLane:
         self._ack_sent = ffi.new("double[]", RX_ACK_MAX)
         a.rec, a.rec_sent, a.max = self._ack_rec, self._ack_sent, RX_ACK_MAX
         self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
+        #: ``ack_sync(una, next_seq, early)``: the ack QP's send window now (its snd_una
+        #: and next_seq): take its SACKs (``early``: a first transmission acknowledged
+        #: sooner is forged, :func:`mrcnet.core.forged.sack_verdict`; 0: no such check);
+        #: nothing before a :meth:`set_ack` or after a refused one. ``mrc_rx_ack_sync``
+        #: without a Python frame (the receive loop: once a batch whose window moved).
+        self.ack_sync: Callable[[int, int, float], None] = functools.partial(
+            C.mrc_rx_ack_sync, c, a)
+        #: The SACK records the lane took wait in these arrays (``RX_ACK_INTS`` integers
+        #: each, and each one's triggering send time) until it runs again ...
+        self.ack_rec, self.ack_sent = self._ack_rec, self._ack_sent
+        #: ... and this says how many, and that none wait after (``mrc_rx_ack_take``):
+        #: :meth:`take_acks` without the lists, for
+        #: :meth:`mrcnet.core.recovery.Recovery.on_lane_records` to hand them to C.
+        self.take_ack_n: Callable[[], int] = functools.partial(C.mrc_rx_ack_take, a)
         self.parsed: Any = ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(C.mrc_rx_run, c)
         #: :meth:`run_one` without its Python frame, for the receive loop: the frame as
@@ -474,12 +488,12 @@ class CRxLane:
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
         """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
-        holds) once :meth:`ack_sync` says where its window is; False (and none taken) if
+        holds) once :attr:`ack_sync` says where its window is; False (and none taken) if
         the lane cannot (too many peers, or a table that is not a :class:`CTxTable`)."""
         self._c.ack = ffi.NULL
         a = self._ack
         if len(peers) > RX_PEERS_MAX or not isinstance(txt, CTxTable):
-            a.qpn, self._ack_txt = 0xFFFFFFFF, None
+            a.qpn, a.txq, self._ack_txt = 0xFFFFFFFF, ffi.NULL, None  # (ack_sync: none)
             return False
         for i, ip in enumerate(peers):
             ffi.memmove(a.peers + 16 * i, ip, 16)
@@ -487,42 +501,22 @@ class CRxLane:
         a.txq, a.o, self._ack_txt = txt._t, txt._o, txt
         return True
 
-    def ack_sync(self, una: int, next_seq: int, early: float = 0.0) -> None:
-        """The ack QP's send window now (its snd_una and next_seq): take its SACKs
-        (``early``: a first transmission acknowledged sooner is forged,
-        :func:`mrcnet.core.forged.sack_verdict`; 0: no such check)."""
-        if self._ack_txt is not None:
-            a = self._ack
-            a.una, a.next_seq, a.early = una, next_seq, early
-            self._c.ack = a
-
     def ack_state(self) -> tuple[int, int, float, bool]:
-        """What the last :meth:`ack_sync` left (una, next_seq, early) and whether the lane
+        """What the last :attr:`ack_sync` left (una, next_seq, early) and whether the lane
         takes SACKs now (none after :meth:`ack_pause` or a refused :meth:`set_ack`)."""
         a = self._ack
         return (a.una, a.next_seq, a.early, self._c.ack != ffi.NULL)
 
     def ack_pause(self) -> None:
-        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
+        """Take no SACKs until the next :attr:`ack_sync` (every SACK stops)."""
         self._c.ack = ffi.NULL
 
     def take_acks(self) -> tuple[list[int], list[float]]:
         """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
         each (rxlane.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
-        a = self._ack
-        n = a.n
-        a.n = 0
+        n = self.take_ack_n()
         return (ffi.unpack(self._ack_rec, n * C.MRC_RX_ACK_INTS),
                 ffi.unpack(self._ack_sent, n))
-
-    def take_ack_arrays(self) -> tuple[Any, Any, int]:
-        """:meth:`take_acks` without the lists: the lane's own arrays (records, send
-        times; valid until the lane runs again) and how many records they hold, for
-        :meth:`mrcnet.core.recovery.Recovery.on_lane_records` to hand straight to C."""
-        a = self._ack
-        n = a.n
-        a.n = 0
-        return self._ack_rec, self._ack_sent, int(n)
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
