@@ -495,6 +495,13 @@ uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a)
     return n;
 }
 
+uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c)
+{
+    uint32_t n = c->imm_n;
+    c->imm_n = 0;
+    return n;
+}
+
 int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
                int32_t plane)
 {

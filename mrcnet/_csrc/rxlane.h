@@ -243,6 +243,10 @@ void mrc_rx_ack_sync(struct mrc_rx_ctx *c, struct mrc_rx_ack *a, int64_t una,
  * again); none wait after. */
 uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a);
 
+/* How many completion records wait in c->imm_rec (the caller's until the lane runs
+ * again); none wait after. */
+uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c);
+
 /* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the
  * caller loading it into ptr / len first (mrc-sim's hosts get a frame per call); the lane
  * keeps no pointer to it after. */

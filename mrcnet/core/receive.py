@@ -300,8 +300,8 @@ class Receiver:
     def _lane_imms(self, qp: QueuePair, now: float, acks: int) -> None:
         """The writes-with-immediate the lane completed (RX_IMM), after the SACKs it
         took (``acks`` of them) were replayed."""
-        lens, imms, flags = self._lane.take_imms()
-        qp.resp.lane_completed(lens, imms, flags, now)
+        lane = self._lane
+        qp.resp.lane_completed(lane.imm_rec, lane.take_imm_n(), now)
         if acks:  # (what the replay decided may pause the ack lane)
             self._ack_sync()
 

@@ -35,6 +35,7 @@ from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.rxlane import (
     RX_IMM_ALONE,
     RX_IMM_HELD,
+    RX_IMM_INTS,
     RX_IMM_SACKED,
     RX_UNREP_MAX,
     lane_class,
@@ -331,11 +332,11 @@ class Responder:
         """Give the host's C receive ``lane`` (this QP's) what on_data's common case of a
         write-with-immediate reads besides the state record: the RQ MSN expected, the
         immediates it may complete (posted receives left; none while max_wimm_dest is 0),
-        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields), unless it
-        has them (``lane.imm_given``). ``seen``: the :attr:`imm_ver` this call last
-        returned for ``lane`` (-1: none): while it has not moved nothing is done, unless
-        ``verify`` (receive.VERIFY_SETUP): then raise AssertionError unless the lane has
-        them already. Returns :attr:`imm_ver`, the caller's ``seen`` for the next call."""
+        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields).
+        ``seen``: the :attr:`imm_ver` this call last returned for ``lane`` (-1: none, the
+        state is given): while it has not moved the lane has them and nothing is done,
+        unless ``verify`` (receive.VERIFY_SETUP): then raise AssertionError if the lane
+        does not hold them. Returns :attr:`imm_ver`, the caller's next ``seen``."""
         ver = self.imm_ver
         if ver == seen and not verify:  # (nothing moved: the receive loop's common case)
             return ver
@@ -345,30 +346,21 @@ class Responder:
             credit = 0
         given = (self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
                  self.cfg.ack_with_data)
-        # (seldom a change: the C call only for one. The lane moves its MSN and credit
-        # itself when it completes an immediate, and its take_imms moves imm_given with
-        # them, exactly as lane_completed then moves imm_done: no change to give.)
-        if given != lane.imm_given:
-            if ver == seen:  # (verify)
-                raise AssertionError(f"QP {self.qpn}: the write-with-immediate state the "
-                                     f"lane has, {lane.imm_given}, is not {given}, and "
-                                     "imm_ver did not move (a writer without imm_ver += 1)")
-            lane.imm_set(*given)
-            lane.imm_given = given
-        elif ver == seen:  # (verify)
+        if ver == seen:  # (verify)
             lane.check_imm(given)
+        else:  # (imm_ver moves only with a change of these: the lane's own moves do not)
+            lane.imm_set(*given)
         return ver
 
-    def lane_completed(self, lens: list[int], imms: list[int], flags: list[int],
-                       now: float) -> None:
-        """The receive lane placed and acknowledged writes-with-immediate (on_data's
-        common case, rxlane.h MRC_RX_IMM), of ``lens`` bytes with immediates ``imms``:
-        what on_data and _deliver do besides, in order, with the held-ACK decision the
-        lane took for each (``flags``, ``RX_IMM_*``): the posted receives' completions."""
+    def lane_completed(self, rec: Any, n: int, now: float) -> None:
+        """The receive lane placed and acknowledged ``n`` writes-with-immediate (on_data's
+        common case, rxlane.h MRC_RX_IMM), their records in ``rec`` (the lane's
+        ``imm_rec``, RX_IMM_INTS integers each: the message's bytes, the immediate, and
+        the held-ACK decision the lane took, ``RX_IMM_*`` flags): what on_data and
+        _deliver do besides, in order: the posted receives' completions."""
         wrs, push, qpn = self.recv_wrs, self.rcq.push_row, self.qpn
         events = self.cfg.completion_events
         ok, op = WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM
-        n = len(lens)
         self.msgs_done += n
         self.imm_done += n
         # (imm_ver stays: the lane moved its MSN and credit by n itself, to what imm_done
@@ -376,7 +368,8 @@ class Responder:
         # clamped to 32 bits, when they differ)
         if self.recv_posted - self.imm_done + n > 0xFFFFFFFF:
             self.imm_ver += 1
-        for total, imm, fl in zip(lens, imms, flags, strict=True):
+        for j in range(0, n * RX_IMM_INTS, RX_IMM_INTS):
+            total, imm, fl = rec[j], rec[j + 1], rec[j + 2]
             if fl & RX_IMM_HELD:
                 self.held = True
                 self.qp.count("ack_held")

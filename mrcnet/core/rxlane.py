@@ -238,7 +238,7 @@ class CRxLane:
     at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
     (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
     records of SACKs it took wait in :meth:`take_acks`, | RX_IMM when records of the
-    writes-with-immediate it completed wait in :meth:`take_imms`, | RX_ACKAT when it
+    writes-with-immediate it completed wait in :attr:`imm_rec`, | RX_ACKAT when it
     moved its QP's ``ack_at``): RX_END (all done, pos
     n), RX_DONE (frame ``pos`` done, returned for those completions),
     RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
@@ -304,12 +304,14 @@ class CRxLane:
         #: expected, posted receives left, pingpong, ack_with_data), before a run
         self.imm_set: Callable[[int, int, int, int], None] = functools.partial(
             C.mrc_rx_imm_set, c)
-        #: what imm_set was last given (None: nothing since set_qp or clear_qp, which
-        #: clear the credit): the responder calls it only for a change
-        self.imm_given: tuple[int, int, bool, bool] | None = None
-        # the completion records of the writes-with-immediate the lane completes
-        self._imm_rec = c.imm_rec = ffi.new("int64_t[]", RX_IMM_MAX * RX_IMM_INTS)
+        #: The records of the writes-with-immediate the lane completed (RX_IMM), in
+        #: order, RX_IMM_INTS integers each (rxlane.h MRC_RX_IMM_INTS: the message's
+        #: bytes, the immediate, the ``RX_IMM_*`` flags), until it runs again ...
+        self.imm_rec = c.imm_rec = ffi.new("int64_t[]", RX_IMM_MAX * RX_IMM_INTS)
         c.imm_n, c.imm_max = 0, RX_IMM_MAX
+        #: ... and how many, none waiting after (``mrc_rx_imm_take``), for
+        #: :meth:`mrcnet.core.responder.Responder.lane_completed` to read in place
+        self.take_imm_n: Callable[[], int] = functools.partial(C.mrc_rx_imm_take, c)
         self._take: Callable[[Any], int] = C.mrc_rx_take
 
     def _grow(self, cap: int) -> None:
@@ -479,7 +481,6 @@ class CRxLane:
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.ack_late = int(ack_late)
         c.imm_credit = 0  # (no immediate until the caller's imm_set)
-        self.imm_given = None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -523,7 +524,6 @@ class CRxLane:
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.imm_credit = 0
-        self.imm_given = None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -599,32 +599,14 @@ class CRxLane:
             o += ln
         return out
 
-    def take_imms(self) -> tuple[list[int], list[int], list[int]]:
-        """The records of the writes-with-immediate completed since the last call
-        (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags.
-        (One array of RX_IMM_INTS integers per record: a round trip's one record read
-        in place, several in one unpack; three arrays cost a one-completion run three
-        unpacks. :attr:`imm_given` follows the MSN and credit the completions moved.)"""
-        c, rec = self._c, self._imm_rec
-        n = c.imm_n
-        c.imm_n = 0
-        g = self.imm_given
-        if g is not None:  # the lane moved its MSN and credit: what it holds now (the
-            # responder's next lane_imm_setup then finds no change to give)
-            self.imm_given = (c.imm_msn, c.imm_credit, g[2], g[3])
-        if n == 1:
-            return [rec[0]], [rec[1]], [rec[2]]
-        ints = ffi.unpack(rec, n * RX_IMM_INTS)
-        return ints[0::RX_IMM_INTS], ints[1::RX_IMM_INTS], ints[2::RX_IMM_INTS]
-
     def check_imm(self, given: tuple[int, int, bool, bool]) -> None:
         """(receive.VERIFY_SETUP) The lane holds the write-with-immediate state ``given``
-        (:attr:`imm_given`): raise AssertionError if it does not."""
+        (:attr:`imm_set`'s arguments): raise AssertionError if it does not."""
         c = self._c
         held = (c.imm_msn, c.imm_credit, bool(c.pingpong), bool(c.ack_with_data))
         if held != (given[0], given[1], bool(given[2]), bool(given[3])):
-            raise AssertionError(f"the lane holds the immediate state {held}, not {given} "
-                                 "(a change of it without a reset of imm_given)")
+            raise AssertionError(f"the lane holds the immediate state {held}, not {given}, "
+                                 "and imm_ver did not move (a writer without imm_ver += 1)")
 
     @property
     def plane(self) -> int:

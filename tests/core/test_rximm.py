@@ -74,9 +74,9 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], kw: dict[str, Any
         assert hb._lane is not None
         done = resp.lane_completed
 
-        def counting(lens: list[int], *a: Any) -> None:
-            completed[0] += len(lens)
-            done(lens, *a)
+        def counting(rec: Any, n: int, now: float) -> None:
+            completed[0] += n
+            done(rec, n, now)
 
         resp.lane_completed = counting  # type: ignore[method-assign]
     else:
@@ -243,10 +243,10 @@ def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
         resp = h.qp(q).resp
         done = resp.lane_completed
 
-        def counting(lens: list[int], *a: Any, done: Any = done) -> None:
-            counts["completed"] += len(lens)
-            counts["multi"] += len(lens) > 1
-            done(lens, *a)
+        def counting(rec: Any, n: int, now: float, done: Any = done) -> None:
+            counts["completed"] += n
+            counts["multi"] += n > 1
+            done(rec, n, now)
 
         resp.lane_completed = counting  # type: ignore[method-assign]
     net.log_tx = True
@@ -271,12 +271,11 @@ def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
             "counters": [h.counters() for h in (ha, hb)], **counts}
 
 
-def test_imm_state_given_on_change_only() -> None:
-    """The responder hands the lane its write-with-immediate state (imm_set) only when it
-    changed since it last did (the lane's ``imm_given``; set_qp and clear_qp clear the
-    lane's credit and that record), and the receive loop asks only when the responder's
-    ``imm_ver`` moved; verified, a change of the lane's copy behind its back, or a
-    change without ``imm_ver``, is caught."""
+def test_imm_state_given_when_its_version_moved() -> None:
+    """The responder hands the lane its write-with-immediate state (imm_set) when its
+    ``imm_ver`` moved since the ``seen`` it last returned (-1: always), and not while it
+    did not; verified, a change of the lane's copy behind its back, or a change without
+    ``imm_ver``, is caught."""
     net, (_qa, qb, _ms, _md, _back) = _setup({}, recvs=4)
     hb = net.h(1)
     resp, lane = hb.qp(qb).resp, hb._lane
@@ -290,26 +289,27 @@ def test_imm_state_given_on_change_only() -> None:
 
     lane.imm_set = counting
     lane.clear_qp()
-    resp.lane_imm_setup(lane)
-    resp.lane_imm_setup(lane, resp.imm_ver, True)  # (verified: the lane holds it)
+    seen = resp.lane_imm_setup(lane)
+    assert seen == resp.imm_ver
+    resp.lane_imm_setup(lane, seen, True)  # (verified: the lane holds it)
+    assert resp.lane_imm_setup(lane, seen) == seen  # (nothing moved: nothing given)
     assert calls == [(resp.imm_done, 4, False, False)]
     assert lane._c.imm_credit == 4
-    ver = resp.imm_ver
     hb.post_recv(qb, 99)  # a receive more: a change, given
-    assert resp.imm_ver > ver
-    resp.lane_imm_setup(lane)
+    assert resp.imm_ver > seen
+    seen = resp.lane_imm_setup(lane, seen)
     assert calls[-1] == (resp.imm_done, 5, False, False) and len(calls) == 2
     lane._c.imm_credit = 3  # behind the responder's back
-    resp.lane_imm_setup(lane)
+    resp.lane_imm_setup(lane, seen)
     assert len(calls) == 2 and lane._c.imm_credit == 3  # unverified: not seen
-    with pytest.raises(AssertionError, match="imm_given"):
-        resp.lane_imm_setup(lane, resp.imm_ver, True)
-    lane.clear_qp()  # (credit 0, nothing given): given again
-    resp.lane_imm_setup(lane)
+    with pytest.raises(AssertionError, match="imm_ver"):
+        resp.lane_imm_setup(lane, seen, True)
+    lane.clear_qp()  # (credit 0): given again when the caller has seen nothing
+    seen = resp.lane_imm_setup(lane)
     assert len(calls) == 3 and lane._c.imm_credit == 5
     resp.recv_posted += 1  # a writer without imm_ver: caught where the loop would skip
     with pytest.raises(AssertionError, match="imm_ver"):
-        resp.lane_imm_setup(lane, resp.imm_ver, True)
+        resp.lane_imm_setup(lane, seen, True)
 
 
 def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
@@ -346,11 +346,11 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
 
 def test_completions_leave_the_lane_nothing_to_be_given(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
-    """The lane moves its MSN and credit as it completes writes-with-immediate, and its
-    ``take_imms`` moves ``imm_given`` with them: the state the responder has after
-    ``lane_completed`` is the lane's already, which therefore leaves ``imm_ver`` as it
-    was, and nothing is given again (no ``imm_set`` once the lane completes); the receive
-    loop's checks (VERIFY_SETUP) find the lane holding exactly the responder's state."""
+    """The lane moves its MSN and credit as it completes writes-with-immediate, to the
+    state the responder has after ``lane_completed``, which therefore leaves ``imm_ver``
+    as it was: nothing is given again once the lane completes them (no ``imm_set``), and
+    the receive loop's checks (VERIFY_SETUP) find the lane holding exactly the
+    responder's state."""
     monkeypatch.setattr(receive, "VERIFY_SETUP", True)
     kw: dict[str, Any] = {}
     frames = _generate(kw)
@@ -360,18 +360,18 @@ def test_completions_leave_the_lane_nothing_to_be_given(monkeypatch: pytest.Monk
     assert lane is not None
     calls: list[int] = []  # the lane's completions so far at each imm_set
     lane_done = [0]
-    imm_set, take_imms = lane.imm_set, lane.take_imms
+    imm_set, take_imm_n = lane.imm_set, lane.take_imm_n
 
     def counting(*a: Any) -> None:
         calls.append(lane_done[0])
         imm_set(*a)
 
-    def taking() -> tuple[list[int], list[int], list[int]]:
-        got = take_imms()
-        lane_done[0] += len(got[0])
-        return got
+    def taking() -> int:
+        n: int = take_imm_n()
+        lane_done[0] += n
+        return n
 
-    lane.imm_set, lane.take_imms = counting, taking
+    lane.imm_set, lane.take_imm_n = counting, taking
     for b, batch in enumerate(_in_order(frames, random.Random(3))):
         feed(hb, batch, 1.0 + 7e-6 * b, False)
         hb.frames_to_send(1.0 + 7e-6 * b)
@@ -379,5 +379,4 @@ def test_completions_leave_the_lane_nothing_to_be_given(monkeypatch: pytest.Monk
     # region: given then; none once the lane completes them)
     assert resp.imm_done == WRITES and lane_done[0] > WRITES // 2
     assert calls and calls == [0] * len(calls)
-    assert lane.imm_given == (WRITES, 0, False, False)
-    lane.check_imm(lane.imm_given)  # (what it holds)
+    lane.check_imm((WRITES, 0, False, False))  # (what it holds)
