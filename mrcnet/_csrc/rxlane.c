@@ -477,6 +477,31 @@ void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t
     c->ack_with_data = ack_with_data;
 }
 
+void mrc_rx_ack_sync(struct mrc_rx_ctx *c, struct mrc_rx_ack *a, int64_t una,
+                     int64_t next_seq, double early)
+{
+    if (!a->txq)
+        return;
+    a->una = una;
+    a->next_seq = next_seq;
+    a->early = early;
+    c->ack = a;
+}
+
+uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a)
+{
+    uint32_t n = a->n;
+    a->n = 0;
+    return n;
+}
+
+uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c)
+{
+    uint32_t n = c->imm_n;
+    c->imm_n = 0;
+    return n;
+}
+
 int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,
                int32_t plane)
 {

@@ -233,6 +233,20 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
 void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t pingpong,
                     int32_t ack_with_data);
 
+/* The ack QP's window now (CRxLane.ack_sync): una, next_seq and early into `a` (the
+ * lane's own struct mrc_rx_ack), and the lane takes that QP's SACKs (c->ack = a); nothing
+ * while `a` has no table (before a set_ack, or after a refused one). */
+void mrc_rx_ack_sync(struct mrc_rx_ctx *c, struct mrc_rx_ack *a, int64_t una,
+                     int64_t next_seq, double early);
+
+/* How many SACK records wait in a->rec / a->rec_sent (the caller's until the lane runs
+ * again); none wait after. */
+uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a);
+
+/* How many completion records wait in c->imm_rec (the caller's until the lane runs
+ * again); none wait after. */
+uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c);
+
 /* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the
  * caller loading it into ptr / len first (mrc-sim's hosts get a frame per call); the lane
  * keeps no pointer to it after. */

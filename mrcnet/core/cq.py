@@ -41,21 +41,19 @@ class CompletionQueue:
         """Add one completion given as its fields, in :class:`Completion`'s order."""
         self.entries.append(row)
 
-    def keep_rows(self, keep: Callable[[CompletionRow], bool]) -> None:
-        """From now on :meth:`push_row` adds a row only when ``keep(row)`` is true: mrcd
-        drops a write's successful completion there when the write was posted
-        unsignalled (mrcnet/daemon/signalling.py), before it counts for moderation or
-        wakes anyone. :meth:`push` (what a QP's failure flushes) is unaffected. Once per
-        CQ (a second call with the same ``keep`` changes nothing)."""
-        if getattr(self, "_keep", None) is keep:
+    def keep_rows(self, pusher: Callable[[Callable[[CompletionRow], Any]],
+                                         Callable[[CompletionRow], None]]) -> None:
+        """From now on :meth:`push_row` is ``pusher(append)``: a function that adds with
+        ``append`` (the queue's own) only the rows it keeps. mrcd drops a write's
+        successful completion there when the write was posted unsignalled
+        (mrcnet/daemon/signalling.py), before it counts for moderation or wakes anyone;
+        the filter is the push itself, one call per completion. :meth:`push` (what a QP's
+        failure flushes) is unaffected. Once per CQ (a second call with the same
+        ``pusher`` changes nothing)."""
+        if getattr(self, "_keep", None) == pusher:  # (a bound method: equal, not the same)
             return
-        self._keep = keep
-        append = self.entries.append
-
-        def push_row(row: CompletionRow) -> None:
-            if keep(row):
-                append(row)
-        self.push_row = push_row  # type: ignore[method-assign]
+        self._keep = pusher
+        self.push_row = pusher(self.entries.append)  # type: ignore[method-assign,assignment]
 
     def _take(self, max_entries: int) -> list[Any]:
         """Up to ``max_entries`` entries, oldest first, out of the queue (all of them,

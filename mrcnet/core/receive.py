@@ -193,9 +193,9 @@ class Receiver:
             if (qp.setup_ver != self._sack_seen or VERIFY_SETUP
                     or (evm is not None and evm.usable_planes is not self._sack_usable)):
                 self._sack_sync(qp)
-            # (the C lane completes writes-with-immediate: _imm_sync's common case)
+            # (the C lane completes writes-with-immediate: its state given when it moved)
             if self._lane_slots and (qp.resp.imm_ver != self._imm_seen or VERIFY_SETUP):
-                self._imm_sync(qp)
+                self._imm_seen = qp.resp.lane_imm_setup(lane, self._imm_seen, VERIFY_SETUP)
         try:
             while i < n:
                 r = (run_one(f0 if type(f0) is bytes else buf(f0), len(f0), now, plane)
@@ -300,8 +300,8 @@ class Receiver:
     def _lane_imms(self, qp: QueuePair, now: float, acks: int) -> None:
         """The writes-with-immediate the lane completed (RX_IMM), after the SACKs it
         took (``acks`` of them) were replayed."""
-        lens, imms, flags = self._lane.take_imms()
-        qp.resp.lane_completed(lens, imms, flags, now)
+        lane = self._lane
+        qp.resp.lane_completed(lane.imm_rec, lane.take_imm_n(), now)
         if acks:  # (what the replay decided may pause the ack lane)
             self._ack_sync()
 
@@ -323,7 +323,7 @@ class Receiver:
         if qp is not None:  # (its planes or credit may have changed)
             self._sack_sync(qp)
             if self._lane_slots:
-                self._imm_sync(qp)
+                self._imm_seen = qp.resp.lane_imm_setup(lane, self._imm_seen, VERIFY_SETUP)
         if self._ack_qp is not None:  # (its window or losses may have)
             self._ack_sync()
         return qp
@@ -463,17 +463,6 @@ class Receiver:
         qp.lane_sack_setup(lane)
         self._sack_seen, self._sack_evm, self._sack_usable = qp.setup_ver, evm, usable
 
-    def _imm_sync(self, qp: QueuePair) -> None:
-        """The C lane's write-with-immediate state from its QP ``qp``'s responder
-        (``lane_imm_setup``), unless it did not move since the last call (its
-        ``imm_ver``, and the lane's QP: _lane_use)."""
-        resp = qp.resp
-        if resp.imm_ver != self._imm_seen:
-            resp.lane_imm_setup(self._lane)
-            self._imm_seen = resp.imm_ver
-        elif VERIFY_SETUP:
-            resp.lane_imm_setup(self._lane, True)  # (raises if it had to give anything)
-
     def _ack_use(self, qp: QueuePair) -> None:
         """The lane takes ``qp``'s SACKs from now on (when :meth:`_ack_sync` allows)."""
         self._ack_qp = qp
@@ -548,8 +537,9 @@ class Receiver:
         assert qp is not None
         n: int
         if self._lane_slots:  # the C lane: its arrays straight to the records' C
-            recs, sents, n = self._lane.take_ack_arrays()
-            qp.rec.on_lane_records(recs, sents, n, now)
+            lane = self._lane
+            n = lane.take_ack_n()
+            qp.rec.on_lane_records(lane.ack_rec, lane.ack_sent, n, now)
         else:
             ints, sents_ = self._lane.take_acks()
             qp.on_sack_records(ints, sents_, now)

@@ -610,7 +610,7 @@ class Recovery(NackRecovery, TailLoss):
 
     def on_lane_records(self, recs: Any, sents: Any, n: int, now: float) -> None:
         """:meth:`on_sack_records` over the receive lane's own arrays (``n`` records:
-        :meth:`mrcnet.core.rxlane.CRxLane.take_ack_arrays`)."""
+        :attr:`mrcnet.core.rxlane.CRxLane.take_ack_n`)."""
         self.on_sack_records(list(recs[0 : n * RX_ACK_INTS]), list(sents[0:n]), now)
 
     def _sack_news(self, acked: int, tx: int, trig_sent: float, trig: int, sack_ev: int,

@@ -35,6 +35,7 @@ from mrcnet.core.laneplane import LanePlane
 from mrcnet.core.rxlane import (
     RX_IMM_ALONE,
     RX_IMM_HELD,
+    RX_IMM_INTS,
     RX_IMM_SACKED,
     RX_UNREP_MAX,
     lane_class,
@@ -87,7 +88,8 @@ class Responder:
         self.recv_wrs: deque[int] = deque()
         self.recv_posted = 0  # receives ever posted
         #: bumped by every write of what lane_imm_setup gives the lane (recv_posted,
-        #: imm_done, pingpong): the receive loop calls it only when this moved
+        #: imm_done, pingpong; not lane_completed's, which the lane made itself): the
+        #: receive loop calls it only when this moved
         self.imm_ver = 0
         self.reset()
 
@@ -326,47 +328,48 @@ class Responder:
                 if self.cfg.completion_events:
                     self.qp.ctx.emit(ImmediateReceived(self.qpn, wr_id, imm, total))
 
-    def lane_imm_setup(self, lane: Any, verify: bool = False) -> None:
+    def lane_imm_setup(self, lane: Any, seen: int = -1, verify: bool = False) -> int:
         """Give the host's C receive ``lane`` (this QP's) what on_data's common case of a
         write-with-immediate reads besides the state record: the RQ MSN expected, the
         immediates it may complete (posted receives left; none while max_wimm_dest is 0),
-        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields), unless it
-        has them (``lane.imm_given``). ``verify`` (receive.VERIFY_SETUP, where the caller
-        would skip the call: :attr:`imm_ver` did not move): raise AssertionError unless
-        the lane has them already."""
+        pingpong and ack_with_data (rxlane.h struct mrc_rx_ctx's imm_* fields).
+        ``seen``: the :attr:`imm_ver` this call last returned for ``lane`` (-1: none, the
+        state is given): while it has not moved the lane has them and nothing is done,
+        unless ``verify`` (receive.VERIFY_SETUP): then raise AssertionError if the lane
+        does not hold them. Returns :attr:`imm_ver`, the caller's next ``seen``."""
+        ver = self.imm_ver
+        if ver == seen and not verify:  # (nothing moved: the receive loop's common case)
+            return ver
         credit = self.recv_posted - self.imm_done
         mw = self.attrs.max_wimm_dest
         if credit < 0 or (mw is not None and mw <= 0):
             credit = 0
         given = (self.imm_done & MSN_MASK, min(credit, 0xFFFFFFFF), self.pingpong,
                  self.cfg.ack_with_data)
-        # (once per receive batch, and seldom a change: the C call only for one. The lane
-        # moves its MSN and credit itself when it completes an immediate, exactly as
-        # lane_completed then moves imm_done: that comes out as a change, and is given.)
-        if given != lane.imm_given:
-            if verify:
-                raise AssertionError(f"QP {self.qpn}: the write-with-immediate state the "
-                                     f"lane has, {lane.imm_given}, is not {given}, and "
-                                     "imm_ver did not move (a writer without imm_ver += 1)")
-            lane.imm_set(*given)
-            lane.imm_given = given
-        elif verify:
+        if ver == seen:  # (verify)
             lane.check_imm(given)
+        else:  # (imm_ver moves only with a change of these: the lane's own moves do not)
+            lane.imm_set(*given)
+        return ver
 
-    def lane_completed(self, lens: list[int], imms: list[int], flags: list[int],
-                       now: float) -> None:
-        """The receive lane placed and acknowledged writes-with-immediate (on_data's
-        common case, rxlane.h MRC_RX_IMM), of ``lens`` bytes with immediates ``imms``:
-        what on_data and _deliver do besides, in order, with the held-ACK decision the
-        lane took for each (``flags``, ``RX_IMM_*``): the posted receives' completions."""
+    def lane_completed(self, rec: Any, n: int, now: float) -> None:
+        """The receive lane placed and acknowledged ``n`` writes-with-immediate (on_data's
+        common case, rxlane.h MRC_RX_IMM), their records in ``rec`` (the lane's
+        ``imm_rec``, RX_IMM_INTS integers each: the message's bytes, the immediate, and
+        the held-ACK decision the lane took, ``RX_IMM_*`` flags): what on_data and
+        _deliver do besides, in order: the posted receives' completions."""
         wrs, push, qpn = self.recv_wrs, self.rcq.push_row, self.qpn
         events = self.cfg.completion_events
         ok, op = WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM
-        n = len(lens)
         self.msgs_done += n
         self.imm_done += n
-        self.imm_ver += 1
-        for total, imm, fl in zip(lens, imms, flags, strict=True):
+        # (imm_ver stays: the lane moved its MSN and credit by n itself, to what imm_done
+        # and the receives posted give now; unless the credit it was given had been
+        # clamped to 32 bits, when they differ)
+        if self.recv_posted - self.imm_done + n > 0xFFFFFFFF:
+            self.imm_ver += 1
+        for j in range(0, n * RX_IMM_INTS, RX_IMM_INTS):
+            total, imm, fl = rec[j], rec[j + 1], rec[j + 2]
             if fl & RX_IMM_HELD:
                 self.held = True
                 self.qp.count("ack_held")
@@ -510,7 +513,9 @@ class Responder:
         SACK per 64-PSN window so every packet received since the last SACK is reported),
         the triggering packet's EV and timestamp, and CC state; ``probe`` >= 0: the SACK
         answers the reliability probe with that id (PR). A cumulative ACK instead when
-        that is all there is to say (:meth:`_ack_only`)."""
+        that is all there is to say: everything arrived in order, the last packet was not
+        CE-marked, no window penalty is pending, and it carried no timestamp to echo (or
+        there is no such packet)."""
         rx = self.rx
         rx.ack_at = _INF
         self.qp.tv += 1
@@ -542,7 +547,8 @@ class Responder:
             ack_plane = rx.ack_plane
             ev = self._reverse(ack_plane if ack_plane >= 0 else evm.usable_planes[0]
                                if evm.usable_planes else 0, ev)[0]
-        if probe < 0 and not rx.ooo_n and bases is None and self._ack_only():
+        if (probe < 0 and not rx.ooo_n and bases is None and not rx.ack_ce and not rx.penalty
+                and (rx.ack_ts == NO_TS or not rx.ack_ev)):  # (a cumulative ACK will do)
             rx.unrep_n = 0
             rx.rep_high = rx.rcv_nxt - 1  # (mrc_rx_sack's: everything received so far)
             port, route = self.qp.route(ev)
@@ -581,13 +587,6 @@ class Responder:
         for frame in frames:
             out.append((port, frame))
             self.tx_sacks += 1
-
-    def _ack_only(self) -> bool:
-        """A cumulative acknowledgement is all there is to say: everything arrived in
-        order (the caller checked), the last packet was not CE-marked, no window penalty
-        is pending, and it carried no timestamp to echo (or there is no such packet)."""
-        rx = self.rx
-        return not rx.ack_ce and not rx.penalty and (rx.ack_ts == NO_TS or not rx.ack_ev)
 
     def on_probe(self, f: PyParsed, plane: int, now: float,
                  out: list[tuple[int, bytes]]) -> None:

@@ -238,7 +238,7 @@ class CRxLane:
     at ``now`` on a port of ``plane``, and returns ``pos << RX_POS_SHIFT | result``
     (| RX_SACKS when SACK frames it built wait in :meth:`take_sacks`, | RX_ACKS when
     records of SACKs it took wait in :meth:`take_acks`, | RX_IMM when records of the
-    writes-with-immediate it completed wait in :meth:`take_imms`, | RX_ACKAT when it
+    writes-with-immediate it completed wait in :attr:`imm_rec`, | RX_ACKAT when it
     moved its QP's ``ack_at``): RX_END (all done, pos
     n), RX_DONE (frame ``pos`` done, returned for those completions),
     RX_SACK (frame ``pos`` done, a SACK is due) or RX_STOP (frame ``pos`` not handled:
@@ -279,6 +279,20 @@ class CRxLane:
         self._ack_sent = ffi.new("double[]", RX_ACK_MAX)
         a.rec, a.rec_sent, a.max = self._ack_rec, self._ack_sent, RX_ACK_MAX
         self._ack_txt: Any = None  # the table a.txq points into (kept alive here)
+        #: ``ack_sync(una, next_seq, early)``: the ack QP's send window now (its snd_una
+        #: and next_seq): take its SACKs (``early``: a first transmission acknowledged
+        #: sooner is forged, :func:`mrcnet.core.forged.sack_verdict`; 0: no such check);
+        #: nothing before a :meth:`set_ack` or after a refused one. ``mrc_rx_ack_sync``
+        #: without a Python frame (the receive loop: once a batch whose window moved).
+        self.ack_sync: Callable[[int, int, float], None] = functools.partial(
+            C.mrc_rx_ack_sync, c, a)
+        #: The SACK records the lane took wait in these arrays (``RX_ACK_INTS`` integers
+        #: each, and each one's triggering send time) until it runs again ...
+        self.ack_rec, self.ack_sent = self._ack_rec, self._ack_sent
+        #: ... and this says how many, and that none wait after (``mrc_rx_ack_take``):
+        #: :meth:`take_acks` without the lists, for
+        #: :meth:`mrcnet.core.recovery.Recovery.on_lane_records` to hand them to C.
+        self.take_ack_n: Callable[[], int] = functools.partial(C.mrc_rx_ack_take, a)
         self.parsed: Any = ffi.addressof(c, "parsed")
         self.run: Callable[[int, int, float, int], int] = functools.partial(C.mrc_rx_run, c)
         #: :meth:`run_one` without its Python frame, for the receive loop: the frame as
@@ -290,12 +304,14 @@ class CRxLane:
         #: expected, posted receives left, pingpong, ack_with_data), before a run
         self.imm_set: Callable[[int, int, int, int], None] = functools.partial(
             C.mrc_rx_imm_set, c)
-        #: what imm_set was last given (None: nothing since set_qp or clear_qp, which
-        #: clear the credit): the responder calls it only for a change
-        self.imm_given: tuple[int, int, bool, bool] | None = None
-        # the completion records of the writes-with-immediate the lane completes
-        self._imm_rec = c.imm_rec = ffi.new("int64_t[]", RX_IMM_MAX * RX_IMM_INTS)
+        #: The records of the writes-with-immediate the lane completed (RX_IMM), in
+        #: order, RX_IMM_INTS integers each (rxlane.h MRC_RX_IMM_INTS: the message's
+        #: bytes, the immediate, the ``RX_IMM_*`` flags), until it runs again ...
+        self.imm_rec = c.imm_rec = ffi.new("int64_t[]", RX_IMM_MAX * RX_IMM_INTS)
         c.imm_n, c.imm_max = 0, RX_IMM_MAX
+        #: ... and how many, none waiting after (``mrc_rx_imm_take``), for
+        #: :meth:`mrcnet.core.responder.Responder.lane_completed` to read in place
+        self.take_imm_n: Callable[[], int] = functools.partial(C.mrc_rx_imm_take, c)
         self._take: Callable[[Any], int] = C.mrc_rx_take
 
     def _grow(self, cap: int) -> None:
@@ -465,7 +481,6 @@ class CRxLane:
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.ack_late = int(ack_late)
         c.imm_credit = 0  # (no immediate until the caller's imm_set)
-        self.imm_given = None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -474,12 +489,12 @@ class CRxLane:
 
     def set_ack(self, qpn: int, txt: Any, peers: frozenset[bytes], txcap: int) -> bool:
         """Take the SACKs of QP ``qpn`` (its table ``txt``, its peers, the PSNs its table
-        holds) once :meth:`ack_sync` says where its window is; False (and none taken) if
+        holds) once :attr:`ack_sync` says where its window is; False (and none taken) if
         the lane cannot (too many peers, or a table that is not a :class:`CTxTable`)."""
         self._c.ack = ffi.NULL
         a = self._ack
         if len(peers) > RX_PEERS_MAX or not isinstance(txt, CTxTable):
-            a.qpn, self._ack_txt = 0xFFFFFFFF, None
+            a.qpn, a.txq, self._ack_txt = 0xFFFFFFFF, ffi.NULL, None  # (ack_sync: none)
             return False
         for i, ip in enumerate(peers):
             ffi.memmove(a.peers + 16 * i, ip, 16)
@@ -487,49 +502,28 @@ class CRxLane:
         a.txq, a.o, self._ack_txt = txt._t, txt._o, txt
         return True
 
-    def ack_sync(self, una: int, next_seq: int, early: float = 0.0) -> None:
-        """The ack QP's send window now (its snd_una and next_seq): take its SACKs
-        (``early``: a first transmission acknowledged sooner is forged,
-        :func:`mrcnet.core.forged.sack_verdict`; 0: no such check)."""
-        if self._ack_txt is not None:
-            a = self._ack
-            a.una, a.next_seq, a.early = una, next_seq, early
-            self._c.ack = a
-
     def ack_state(self) -> tuple[int, int, float, bool]:
-        """What the last :meth:`ack_sync` left (una, next_seq, early) and whether the lane
+        """What the last :attr:`ack_sync` left (una, next_seq, early) and whether the lane
         takes SACKs now (none after :meth:`ack_pause` or a refused :meth:`set_ack`)."""
         a = self._ack
         return (a.una, a.next_seq, a.early, self._c.ack != ffi.NULL)
 
     def ack_pause(self) -> None:
-        """Take no SACKs until the next :meth:`ack_sync` (every SACK stops)."""
+        """Take no SACKs until the next :attr:`ack_sync` (every SACK stops)."""
         self._c.ack = ffi.NULL
 
     def take_acks(self) -> tuple[list[int], list[float]]:
         """The records of the SACKs taken since the last call: ``RX_ACK_INTS`` integers
         each (rxlane.h MRC_RX_ACK_INTS says which), and each one's triggering send time."""
-        a = self._ack
-        n = a.n
-        a.n = 0
+        n = self.take_ack_n()
         return (ffi.unpack(self._ack_rec, n * C.MRC_RX_ACK_INTS),
                 ffi.unpack(self._ack_sent, n))
-
-    def take_ack_arrays(self) -> tuple[Any, Any, int]:
-        """:meth:`take_acks` without the lists: the lane's own arrays (records, send
-        times; valid until the lane runs again) and how many records they hold, for
-        :meth:`mrcnet.core.recovery.Recovery.on_lane_records` to hand straight to C."""
-        a = self._ack
-        n = a.n
-        a.n = 0
-        return self._ack_rec, self._ack_sent, int(n)
 
     def clear_qp(self) -> None:
         """Serve no QP: every data frame stops."""
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.imm_credit = 0
-        self.imm_given = None
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -605,28 +599,14 @@ class CRxLane:
             o += ln
         return out
 
-    def take_imms(self) -> tuple[list[int], list[int], list[int]]:
-        """The records of the writes-with-immediate completed since the last call
-        (RX_IMM), in order: each one's message bytes, immediate and ``RX_IMM_*`` flags.
-        (One array of RX_IMM_INTS integers per record: a round trip's one record read
-        in place, several in one unpack; three arrays cost a one-completion run three
-        unpacks.)"""
-        c, rec = self._c, self._imm_rec
-        n = c.imm_n
-        c.imm_n = 0
-        if n == 1:
-            return [rec[0]], [rec[1]], [rec[2]]
-        ints = ffi.unpack(rec, n * RX_IMM_INTS)
-        return ints[0::RX_IMM_INTS], ints[1::RX_IMM_INTS], ints[2::RX_IMM_INTS]
-
     def check_imm(self, given: tuple[int, int, bool, bool]) -> None:
         """(receive.VERIFY_SETUP) The lane holds the write-with-immediate state ``given``
-        (:attr:`imm_given`): raise AssertionError if it does not."""
+        (:attr:`imm_set`'s arguments): raise AssertionError if it does not."""
         c = self._c
         held = (c.imm_msn, c.imm_credit, bool(c.pingpong), bool(c.ack_with_data))
         if held != (given[0], given[1], bool(given[2]), bool(given[3])):
-            raise AssertionError(f"the lane holds the immediate state {held}, not {given} "
-                                 "(a change of it without a reset of imm_given)")
+            raise AssertionError(f"the lane holds the immediate state {held}, not {given}, "
+                                 "and imm_ver did not move (a writer without imm_ver += 1)")
 
     @property
     def plane(self) -> int:

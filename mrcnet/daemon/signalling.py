@@ -21,7 +21,8 @@ post's.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from mrcnet import core
 from mrcnet.api.shmqueues import F_UNSIGNALED
@@ -46,7 +47,7 @@ class Signalling:
         """QP ``qpn`` (its send completions go to ``cq``) was created with ``sq_sig_all``
         false."""
         self.flags[qpn] = deque()
-        cq.keep_rows(self.keep)  # (for good: a CQ's other QPs are not in ``flags``)
+        cq.keep_rows(self.pusher)  # (for good: a CQ's other QPs are not in ``flags``)
 
     def forget(self, qpn: int) -> None:
         """QP ``qpn`` is gone."""
@@ -64,13 +65,18 @@ class Signalling:
         if f is not None:
             f.extend(flags)
 
-    def keep(self, row: CompletionRow) -> bool:
-        """Does the completion ``row`` go to the client (False: a successful write posted
-        unsignalled)? Called by the core for each completion pushed as a row on a CQ of
-        such a QP (writes and receives alike)."""
-        if row[2] is not _WRITE:
-            return True
-        f = self.flags.get(row[5])
-        if not f:  # (a QP that signals all, or none recorded: deliver)
-            return True
-        return not f.popleft() & F_UNSIGNALED or row[0] is not _OK
+    def pusher(self, append: Callable[[CompletionRow], Any]
+               ) -> Callable[[CompletionRow], None]:
+        """The ``push_row`` of a CQ of such a QP (:meth:`CompletionQueue.keep_rows
+        <mrcnet.core.cq.CompletionQueue.keep_rows>`), which the core calls for each
+        completion it pushes as a row (writes and receives alike): ``append`` the row
+        unless it is a successful write posted unsignalled."""
+        flags = self.flags  # (never replaced: QPs come and go in it)
+
+        def push_row(row: CompletionRow) -> None:
+            # a write of a QP with flags recorded (else: a QP that signals all, or none
+            # recorded) takes its flags, in post order; kept if signalled or failed
+            if (row[2] is not _WRITE or not (f := flags.get(row[5]))
+                    or not f.popleft() & F_UNSIGNALED or row[0] is not _OK):
+                append(row)
+        return push_row

@@ -20,6 +20,7 @@ from mrcnet.core.rxlane import (
     RX_ACK_MAX,
     RX_ACKS,
     RX_END,
+    RX_PEERS_MAX,
     RX_POS_SHIFT,
     RX_STOP,
     WHY_ACK,
@@ -153,7 +154,7 @@ def test_ack_lane_c_and_python(seed: int, start: int) -> None:
         if rng.random() < 0.3:
             frames = _spoil(rng, frames)
         for lane in lanes:
-            lane.ack_sync(una, nxt)
+            lane.ack_sync(una, nxt, 0.0)
         res = [_run_lane(lane, frames, now) for lane in lanes]
         assert res[0] == res[1]
         assert lanes[0]._ack.una == lanes[1].ack_una
@@ -183,11 +184,36 @@ def test_paused_lane_takes_no_sacks() -> None:
         t.send(0, [0x1000] * 5, [0xC7] * 5, 0, 0, 100, 500, 1.0, 7)
         assert lane.set_ack(QPN, t, frozenset({ip(1, 0)}), 64)
         assert _run_lane(lane, [frame], 2.0)[0][1] == WHY_OTHER  # not synced yet
-        lane.ack_sync(0, 5)
+        lane.ack_sync(0, 5, 0.0)
         lane.ack_pause()
         assert _run_lane(lane, [frame], 2.0)[0][1] == WHY_OTHER
-        lane.ack_sync(0, 5)
+        lane.ack_sync(0, 5, 0.0)
         [(r, why, (ints, _sents))] = _run_lane(lane, [frame], 2.0)
         assert why is None and r & 3 == RX_END and ints[:2] == [3, 300]
         assert t.ninfl == 2
         assert not lane.set_ack(QPN, t, frozenset(ip(1, p) for p in range(9)), 64)
+
+
+@needs_c
+def test_ack_sync_takes_sacks_only_with_a_table() -> None:
+    """``ack_sync`` (``mrc_rx_ack_sync``, no Python frame) against the Python lane's:
+    before any ``set_ack`` and after a refused one the lane takes no SACKs; after an
+    accepted one, with the window given; ``take_ack_n`` finds none waiting then."""
+    c, py = CRxLane(), PyRxLane()
+    peers = frozenset({ip(1, 0)})
+    c.ack_sync(3, 9, 0.5)
+    py.ack_sync(3, 9, 0.5)
+    assert not c.ack_state()[3] and not py.ack_on
+    assert c.set_ack(QPN, CTxTable(64, 0), peers, 64)
+    assert py.set_ack(QPN, PyTxTable(64, 0), peers, 64)
+    c.ack_sync(3, 9, 0.5)
+    py.ack_sync(3, 9, 0.5)
+    assert c.ack_state() == (3, 9, 0.5, True) and py.ack_on
+    assert (py.ack_una, py.ack_next, py.ack_early) == (3, 9, 0.5)
+    assert c.take_ack_n() == 0 and py.take_acks() == ([], [])
+    too_many = frozenset({ip(1, k) for k in range(RX_PEERS_MAX + 1)})
+    assert not c.set_ack(QPN, CTxTable(64, 0), too_many, 64)
+    assert not py.set_ack(QPN, PyTxTable(64, 0), too_many, 64)
+    c.ack_sync(4, 10, 0.0)
+    py.ack_sync(4, 10, 0.0)
+    assert c.ack_state() == (3, 9, 0.5, False) and not py.ack_on

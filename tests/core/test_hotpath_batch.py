@@ -121,15 +121,15 @@ def _transfer(batch: bool, seed: int, sack_on_reorder: bool = False,
             return ints, sents
 
         lane0.take_acks = counting  # type: ignore[method-assign]
-        if hasattr(lane0, "take_ack_arrays"):  # (the C lane: what the receive loop calls)
-            take_arrays = lane0.take_ack_arrays
+        if hasattr(lane0, "take_ack_n"):  # (the C lane: what the receive loop calls)
+            take_n = lane0.take_ack_n
 
-            def counting_arrays() -> tuple[Any, Any, int]:
-                recs, sents, n = take_arrays()
+            def counting_n() -> int:
+                n: int = take_n()
                 taken[0] += n
-                return recs, sents, n
+                return n
 
-            lane0.take_ack_arrays = counting_arrays  # type: ignore[method-assign]
+            lane0.take_ack_n = counting_n
     net.log_tx = True
     ha, hb = net.h(0), net.h(1)
     qpns = []

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mrcnet.core import HostConfig
+from mrcnet.core import HostConfig, receive
 from mrcnet.core.rxlane import RX_DONE, RX_IMM, RX_POS_SHIFT
 from mrcnet.native import HAVE_C
 from mrcnet.wire.parsed import py_parse
@@ -74,9 +74,9 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], kw: dict[str, Any
         assert hb._lane is not None
         done = resp.lane_completed
 
-        def counting(lens: list[int], *a: Any) -> None:
-            completed[0] += len(lens)
-            done(lens, *a)
+        def counting(rec: Any, n: int, now: float) -> None:
+            completed[0] += n
+            done(rec, n, now)
 
         resp.lane_completed = counting  # type: ignore[method-assign]
     else:
@@ -243,10 +243,10 @@ def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
         resp = h.qp(q).resp
         done = resp.lane_completed
 
-        def counting(lens: list[int], *a: Any, done: Any = done) -> None:
-            counts["completed"] += len(lens)
-            counts["multi"] += len(lens) > 1
-            done(lens, *a)
+        def counting(rec: Any, n: int, now: float, done: Any = done) -> None:
+            counts["completed"] += n
+            counts["multi"] += n > 1
+            done(rec, n, now)
 
         resp.lane_completed = counting  # type: ignore[method-assign]
     net.log_tx = True
@@ -271,12 +271,11 @@ def _both_ways(kw: dict[str, Any], lane: bool) -> dict[str, Any]:
             "counters": [h.counters() for h in (ha, hb)], **counts}
 
 
-def test_imm_state_given_on_change_only() -> None:
-    """The responder hands the lane its write-with-immediate state (imm_set) only when it
-    changed since it last did (the lane's ``imm_given``; set_qp and clear_qp clear the
-    lane's credit and that record), and the receive loop asks only when the responder's
-    ``imm_ver`` moved; verified, a change of the lane's copy behind its back, or a
-    change without ``imm_ver``, is caught."""
+def test_imm_state_given_when_its_version_moved() -> None:
+    """The responder hands the lane its write-with-immediate state (imm_set) when its
+    ``imm_ver`` moved since the ``seen`` it last returned (-1: always), and not while it
+    did not; verified, a change of the lane's copy behind its back, or a change without
+    ``imm_ver``, is caught."""
     net, (_qa, qb, _ms, _md, _back) = _setup({}, recvs=4)
     hb = net.h(1)
     resp, lane = hb.qp(qb).resp, hb._lane
@@ -290,26 +289,27 @@ def test_imm_state_given_on_change_only() -> None:
 
     lane.imm_set = counting
     lane.clear_qp()
-    resp.lane_imm_setup(lane)
-    resp.lane_imm_setup(lane, True)  # (verified: the lane holds it)
+    seen = resp.lane_imm_setup(lane)
+    assert seen == resp.imm_ver
+    resp.lane_imm_setup(lane, seen, True)  # (verified: the lane holds it)
+    assert resp.lane_imm_setup(lane, seen) == seen  # (nothing moved: nothing given)
     assert calls == [(resp.imm_done, 4, False, False)]
     assert lane._c.imm_credit == 4
-    ver = resp.imm_ver
     hb.post_recv(qb, 99)  # a receive more: a change, given
-    assert resp.imm_ver > ver
-    resp.lane_imm_setup(lane)
+    assert resp.imm_ver > seen
+    seen = resp.lane_imm_setup(lane, seen)
     assert calls[-1] == (resp.imm_done, 5, False, False) and len(calls) == 2
     lane._c.imm_credit = 3  # behind the responder's back
-    resp.lane_imm_setup(lane)
+    resp.lane_imm_setup(lane, seen)
     assert len(calls) == 2 and lane._c.imm_credit == 3  # unverified: not seen
-    with pytest.raises(AssertionError, match="imm_given"):
-        resp.lane_imm_setup(lane, True)
-    lane.clear_qp()  # (credit 0, nothing given): given again
-    resp.lane_imm_setup(lane)
+    with pytest.raises(AssertionError, match="imm_ver"):
+        resp.lane_imm_setup(lane, seen, True)
+    lane.clear_qp()  # (credit 0): given again when the caller has seen nothing
+    seen = resp.lane_imm_setup(lane)
     assert len(calls) == 3 and lane._c.imm_credit == 5
     resp.recv_posted += 1  # a writer without imm_ver: caught where the loop would skip
     with pytest.raises(AssertionError, match="imm_ver"):
-        resp.lane_imm_setup(lane, True)
+        resp.lane_imm_setup(lane, seen, True)
 
 
 def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
@@ -324,9 +324,9 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
     asked = [0]
     setup = resp.lane_imm_setup
 
-    def counting(lane: Any, verify: bool = False) -> None:
-        asked[0] += not verify
-        setup(lane, verify)
+    def counting(lane: Any, seen: int = -1, verify: bool = False) -> int:
+        asked[0] += seen != resp.imm_ver
+        return setup(lane, seen, verify)
 
     resp.lane_imm_setup = counting  # type: ignore[method-assign]
     batches = _in_order(frames, random.Random(3))
@@ -334,7 +334,7 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
         feed(hb, batch, 1.0 + 7e-6 * b, False)
         hb.frames_to_send(1.0 + 7e-6 * b)
     assert resp.imm_done == WRITES and asked[0] > 0
-    feed(hb, batches[-1][-1:], 2.0, False)  # (the last completions moved it: asked)
+    feed(hb, batches[-1][-1:], 2.0, False)
     before = asked[0]
     for _ in range(3):  # duplicates: nothing of the state moved, not asked again
         feed(hb, batches[-1][-1:], 2.0, False)
@@ -342,3 +342,41 @@ def test_the_receive_loop_gives_the_imm_state_when_its_version_moved() -> None:
     hb.post_recv(qb, 7)  # a receive posted: asked before the next batch
     feed(hb, batches[-1][-1:], 2.1, False)
     assert asked[0] == before + 1
+
+
+def test_completions_leave_the_lane_nothing_to_be_given(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The lane moves its MSN and credit as it completes writes-with-immediate, to the
+    state the responder has after ``lane_completed``, which therefore leaves ``imm_ver``
+    as it was: nothing is given again once the lane completes them (no ``imm_set``), and
+    the receive loop's checks (VERIFY_SETUP) find the lane holding exactly the
+    responder's state."""
+    monkeypatch.setattr(receive, "VERIFY_SETUP", True)
+    kw: dict[str, Any] = {}
+    frames = _generate(kw)
+    net, (_qa, qb, _ms, _md, _back) = _setup(kw, recvs=WRITES)
+    hb = net.h(1)
+    resp, lane = hb.qp(qb).resp, hb._lane
+    assert lane is not None
+    calls: list[int] = []  # the lane's completions so far at each imm_set
+    lane_done = [0]
+    imm_set, take_imm_n = lane.imm_set, lane.take_imm_n
+
+    def counting(*a: Any) -> None:
+        calls.append(lane_done[0])
+        imm_set(*a)
+
+    def taking() -> int:
+        n: int = take_imm_n()
+        lane_done[0] += n
+        return n
+
+    lane.imm_set, lane.take_imm_n = counting, taking
+    for b, batch in enumerate(_in_order(frames, random.Random(3))):
+        feed(hb, batch, 1.0 + 7e-6 * b, False)
+        hb.frames_to_send(1.0 + 7e-6 * b)
+    # (the first writes take the per-frame path while the lane meets the QP and its
+    # region: given then; none once the lane completes them)
+    assert resp.imm_done == WRITES and lane_done[0] > WRITES // 2
+    assert calls and calls == [0] * len(calls)
+    lane.check_imm((WRITES, 0, False, False))  # (what it holds)

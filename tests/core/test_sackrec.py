@@ -119,7 +119,7 @@ def test_c_records_decide_as_python(monkeypatch: pytest.MonkeyPatch, spec: str,
     # lane takes none while a loss is being dealt with: the uncommon records are rare
     # in whole runs, hence the next test)
     assert records > 300 and made_in_c == records
-    # ... every one of them handed over as the lane's own arrays (take_ack_arrays)
+    # ... every one of them handed over as the lane's own arrays (take_ack_n)
     assert _run.lane_records == records  # type: ignore[attr-defined]
 
 
