@@ -740,7 +740,8 @@ class Host:
         sq = sendq
         queued = 0
         if sq is not None:
-            queued = sq.take_added()
+            if sq.added:  # (most calls queued nothing: no call then)
+                queued = sq.take_added()
             if sq.overflow:  # a port's queue was full (a socket stuck for a long while)
                 self.count("tx_sendq_full", sq.overflow)
                 sq.overflow = 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heapreplace
 from typing import Protocol
 
 _INF = float("inf")
@@ -54,6 +54,7 @@ class QPTimers:
         ``verify``: re-read the others too, and raise if one moved (a writer that did
         not bump the version)."""
         heap = self.heap
+        pushed = False  # (only a push can make the heap too long: then look at its size)
         if dirty:
             armed, seen = self.armed, self.seen
             for qpn in dirty:
@@ -71,18 +72,28 @@ class QPTimers:
                     continue
                 seen[qpn] = tv
                 d = qp.deadline()
-                if armed.get(qpn) != d:
+                old = armed.get(qpn)
+                if old != d:
                     armed[qpn] = d
                     self.moved = True
-                    if d < _INF:
+                    if heap and heap[0] == (old, qpn):
+                        # Its entry on top is stale now: replaced (or popped) in one
+                        # step, where a push then a pop of the stale top took two (a
+                        # single busy QP's every move). The entries left are the same.
+                        if d < _INF:
+                            heapreplace(heap, (d, qpn))
+                        else:
+                            heappop(heap)
+                    elif d < _INF:
                         heappush(heap, (d, qpn))
+                        pushed = True
             dirty.clear()
         if self.moved:
             self.moved = False
             armed = self.armed
             while heap and armed.get(heap[0][1]) != heap[0][0]:
                 heappop(heap)
-            if len(heap) > 4 * len(qps) + 64:  # too many stale entries: rebuild
+            if pushed and len(heap) > 4 * len(qps) + 64:  # too many stale entries: rebuild
                 self.heap = heap = [(d, q) for q, d in armed.items() if d < _INF and q in qps]
                 heapq.heapify(heap)
         return heap[0][0] if heap else _INF

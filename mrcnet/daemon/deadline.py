@@ -82,15 +82,18 @@ class LazyTimer:
         """The earliest deadline is now ``t`` (None: there is none)."""
         slots = self.slots
         a, b = slots
-        if self.near and ((a is not None and (t is None or a < t))
-                          or (b is not None and (t is None or b < t))):
+        # (each slot's test once: the slot if armed for a deadline earlier than t, or
+        # if t went away; else None)
+        ea = a if a is not None and (t is None or a < t) else None
+        eb = b if b is not None and (t is None or b < t) else None
+        if (ea is not None or eb is not None) and self.near:
             # A timer about to fire for a deadline that moved later or went away is
             # dropped (an idle wake-up costs more than a timer: see the module).
             soon = time.monotonic() + self.near
-            if a is not None and (t is None or a < t) and a <= soon:
+            if ea is not None and ea <= soon:
                 self._drop(0)
                 a = None
-            if b is not None and (t is None or b < t) and b <= soon:
+            if eb is not None and eb <= soon:
                 self._drop(1)
                 b = None
         if t is None:
@@ -99,7 +102,8 @@ class LazyTimer:
             return  # later: the armed timer re-checks when it fires
         # Earlier than both: a free slot, else the one armed for the later deadline.
         i = 0 if a is None else 1 if b is None or b > a else 0
-        self._drop(i)
+        if slots[i] is not None:  # (a free slot has nothing to cancel)
+            self._drop(i)
         slots[i] = t
         self.arms += 1
         self._handles[i] = self._loop.call_later(timer_delay(t - time.monotonic()),

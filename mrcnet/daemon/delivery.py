@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from mrcnet import core
 from mrcnet.api.messages import completions_push, event_push
+from mrcnet.api.shmqueues import CQ_SLOT, encode_completions
 from mrcnet.api.shmring import RingCorrupt
 from mrcnet.core.cq import CompletionRow
 from mrcnet.daemon.apiserver import Session
@@ -129,12 +130,13 @@ class Delivery:
                     session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))
                 continue
             try:
-                # As many as the ring takes (one C call); a full ring's rest stays in
-                # the CQ, first in line (_fill_rest)
+                # As many as the ring takes (one C call, the slots encoded once); a full
+                # ring's rest stays in the CQ, first in line (_fill_rest)
                 rows = cq.poll_rows(len(cq.entries))
-                n, wake = w.put(rows)
+                data = encode_completions(rows)
+                n, wake = w.ring.put(data)
                 if n < len(rows):
-                    wake = self._fill_rest(cq, w, rows[n:]) or wake
+                    wake = self._fill_rest(cq, w, rows, data, n) or wake
                 # (the put disarmed the ring when it found it armed: ring then, whatever
                 # it wrote, so that a disarmed ring always has a doorbell on its way)
                 if wake:
@@ -155,17 +157,18 @@ class Delivery:
 
     @staticmethod
     def _fill_rest(cq: core.CompletionQueue, w: CompletionWriter,
-                   rows: list[CompletionRow]) -> bool:
-        """``rows``, the completions ``w``'s full ring did not take: as many as it takes
-        once the client made room meanwhile, the rest back in ``cq``, first in line;
-        True if the client must be rung."""
+                   rows: list[CompletionRow], data: bytes, n: int) -> bool:
+        """``rows`` (encoded: ``data``) from the ``n``-th on, those ``w``'s full ring
+        did not take: as many as it takes once the client made room meanwhile, the rest
+        back in ``cq``, first in line; True if the client must be rung."""
         wake = False
+        ring = w.ring
         while True:
-            if not w.ring.block():  # full: the client rings when it made room
-                cq.entries.extendleft(reversed(rows))
+            if not ring.block():  # full: the client rings when it made room
+                cq.entries.extendleft(reversed(rows[n:]))
                 return wake
-            n, rang = w.put(rows)
+            k, rang = ring.put(data[n * CQ_SLOT:])
             wake |= rang
+            n += k
             if n == len(rows):
                 return wake
-            rows = rows[n:]

@@ -59,7 +59,7 @@ MIN_PAYLOAD = 256
 #: 0.85 per round trip on each mrcd when kept, tools/bench_latency.py).
 KEEP_EARLY_TIMER = 0.005
 #: At most this many frames in the core's list and on the send queues: the list goes
-#: behind the data (Daemon._behind_data). More: the list first, as a SACK behind a long
+#: behind the data (Daemon._send_out). More: the list first, as a SACK behind a long
 #: batch of data would inflate the RTT the peer's congestion control sees.
 BEHIND_DATA_MAX = 4
 #: EVs per QP towards directly cabled peers: every EV of a plane is the same single path
@@ -492,14 +492,21 @@ class Daemon:
     def _send_out(self, now: float) -> None:
         """Drain the core's frames into the ports, one batch per port: the list's, then
         the data frames on the send queues; a short list after a little data instead
-        (:meth:`_behind_data`)."""
+        (behind it)."""
         assert self.host is not None
         sq = self.tx_queues
         out = self.host.frames_to_send(now, sendq=sq)
         first = 0  # (the ports to send first, as bits; none: in port order)
         if out and sq is not None and 0 < sq.waiting <= BEHIND_DATA_MAX \
                 and len(out) <= BEHIND_DATA_MAX:
-            first = self._behind_data(out, sq)
+            # The list's few frames (a response's ACK: ``ack_with_data``) go behind the
+            # data frames on the send queues, the ports with data sent first. On one
+            # port the ACK leaves in the response's ``sendmmsg``, on another right
+            # after it: either way the requester's mrcd, woken by the response, finds
+            # the ACK in the same pass (sent first, the ACK woke it on its own and the
+            # response a second time). (Here, not in a method: a call per round trip.)
+            first = sq.add_behind(out)
+            sq.added -= len(out)  # (the host counted them in tx_frames already)
             out = []
         if out:
             if len(self.ports) == 1:
@@ -534,17 +541,6 @@ class Daemon:
             port.send_queue(sq, idx)
         if sq.pending(idx):
             self._want_writable(idx)
-
-    def _behind_data(self, out: list[tuple[int, bytes]], sq: batch_io.SendQueue) -> int:
-        """Queue the list's few frames (a response's ACK: ``ack_with_data``) behind the
-        data frames on the send queues; returns the ports to send first (bits): those
-        with data. On one port the ACK leaves in the response's ``sendmmsg``, on
-        another right after it: either way the requester's mrcd, woken by the response,
-        finds the ACK in the same pass (sent first, the ACK woke it on its own and the
-        response a second time)."""
-        first = sq.add_behind(out)
-        sq.added -= len(out)  # (the host counted them in tx_frames already)
-        return first
 
     def _send(self, index: int, frames: list[bytes]) -> None:
         port = self.ports[index]

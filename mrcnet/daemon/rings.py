@@ -24,11 +24,9 @@ from mrcnet.api.shmqueues import (
     MAX_SLOTS,
     SQ_SLOT,
     WORK_REQUEST_SLOT,
-    encode_completions,
     queue_bytes,
 )
 from mrcnet.api.shmring import Ring
-from mrcnet.core.cq import CompletionRow
 from mrcnet.daemon.guard import check_region_fd
 
 __all__ = ["CompletionWriter", "SessionQueues", "WorkRequest"]
@@ -57,7 +55,11 @@ def _map_queue(fd: int, nslots: int, slot_size: int) -> mmap.mmap:
 
 
 class CompletionWriter:
-    """mrcd's end (the producer) of one CQ's completion ring."""
+    """mrcd's end (the producer) of one CQ's completion ring: completions go in as
+    :func:`~mrcnet.api.shmqueues.encode_completions` gives them, through
+    ``ring.put`` (:meth:`~mrcnet.api.shmring.Ring.put`: as many as there is room for,
+    written and published in one C call; how many, and True when the client sleeps
+    and must be rung; RingCorrupt if the client broke the head)."""
 
     def __init__(self, fd: int, nslots: object) -> None:
         n = _slots(nslots)
@@ -66,12 +68,6 @@ class CompletionWriter:
         # it (mrcnet.api.shmclient), so a pass that finds it disarmed has a doorbell on
         # its way or a drain to come, and a second ring would only wake the client twice.
         self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer")
-
-    def put(self, wcs: list[CompletionRow]) -> tuple[int, bool]:
-        """Write as many of ``wcs`` as the ring has room for and publish them, in one C
-        call (:meth:`~mrcnet.api.shmring.Ring.put`); returns how many, and True when
-        the client sleeps and must be rung (RingCorrupt if the client broke the head)."""
-        return self.ring.put(encode_completions(wcs))
 
     def close(self) -> None:
         """Unmap (the client may keep its own mapping)."""

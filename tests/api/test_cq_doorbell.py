@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
+from mrcnet.api.shmqueues import encode_completions
 from mrcnet.api.shmring import PRECISE
 from mrcnet.core.events import WCOpcode, WCStatus
 from mrcnet.daemon.rings import CompletionWriter
@@ -46,8 +47,8 @@ class _Pair:
     def put(self, wr_id: int) -> None:
         """mrcd's delivery of one completion: write it, ring if the put says so."""
         while True:
-            n, rang = self.writer.put([(WCStatus.SUCCESS, wr_id, WCOpcode.RDMA_WRITE, 8,
-                                        None, 3)])
+            n, rang = self.writer.ring.put(encode_completions(
+                [(WCStatus.SUCCESS, wr_id, WCOpcode.RDMA_WRITE, 8, None, 3)]))
             if rang:  # (a put that disarmed the ring always rings: delivery.py's rule)
                 self.doorbells += 1
                 self.mrcd_sock.send(DOORBELL)

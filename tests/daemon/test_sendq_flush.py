@@ -112,7 +112,7 @@ def test_flush_sends_as_the_per_port_loop(seed: int) -> None:
 
 
 def test_add_behind_queues_as_add_run_per_frame() -> None:
-    """An answer's few frames queued behind the data (the engine's ``_behind_data``):
+    """An answer's few frames queued behind the data (the engine's ``_send_out``):
     the same queues, counts and overflow as one ``add_run`` each, and the ports that
     had frames before."""
     rng = random.Random(7)
