@@ -220,6 +220,7 @@ class MrcSocket(SocketBase[threading.Lock]):
         or ``timeout`` passed (False)."""
         with self._hub.cond:
             deadline = deadline_after(timeout)
+            self._ch.settle()
             ok = self._hub.wait(self._ch.flushed, deadline, self._ch.idle)
             if self._ch.error is not None:
                 raise self._ch.error
