@@ -62,7 +62,11 @@ class Hub:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.path = ctx.path
-        self.cond = threading.Condition(threading.Lock())
+        #: The lock of :attr:`cond`: ``with hub.lock`` is ``with hub.cond`` without the
+        #: condition's own (Python) enter and exit, for the calls made per message.
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self._followers = 0  # threads in cond.wait (a wait's followers)
         self.cq: CompletionQueue = ctx.create_cq()
         self.channels: dict[int, Route] = {}
         self.acceptors: list[Watcher] = []
@@ -131,28 +135,34 @@ class Hub:
             # more I/O, so nothing can arrive behind it unseen (what comes later wakes
             # the next sleep).
             ctx._look(sock)
-            while True:
+            # (Each step below only when its queue holds something: a pump runs several
+            # times per message, and most find one queue or none non-empty.)
+            while ctx._deferred:
                 try:
                     ctx._raise_deferred()
-                    break
                 except ApiError as e:
                     if isinstance(e, DaemonNotRunning) or not self._route_deferred(e):
                         raise
-            while True:
-                wcs = self.cq._take(256)
+            cq = self.cq
+            while cq._wcs:
+                wcs = cq._take(256)
                 for wc in wcs:
                     ch = self.channels.get(wc.qpn)
                     if ch is not None:
                         ch.on_wc(wc)
                 if len(wcs) < 256:
                     break
-            while (ev := ctx._next_event()) is not None:
+            while ctx._events:
+                ev = ctx._next_event()
                 if isinstance(ev, QPError):
                     ch = self.channels.get(ev.qpn)
                     if ch is not None:
                         ch.fail(ev.reason)
-            for acc in list(self.acceptors):
-                acc.check()
+            # A listener has something only once mrcd's "connected" push was read (by
+            # this look or by any earlier read of the socket, which queues it there).
+            if self.acceptors and ctx._connected:
+                for acc in list(self.acceptors):
+                    acc.check()
         except DaemonNotRunning as e:
             self._gone(e)
         except (OSError, ValueError) as e:  # the context's socket broke under us
@@ -194,7 +204,11 @@ class Hub:
             if done is not None:
                 return done
             if self._pumping:
-                self.cond.wait(left)
+                self._followers += 1
+                try:
+                    self.cond.wait(left)
+                finally:
+                    self._followers -= 1
                 continue
             self._pumping = True
             try:
@@ -214,7 +228,12 @@ class Hub:
             finally:
                 self._pumping = False
             self.pump(readable)
-            self.cond.notify_all()
+            if self._followers:  # (notify_all is three Python calls, even for nobody)
+                self.cond.notify_all()
+            # Done if that look brought it (the round's second look, below, is for a
+            # wake-up that did not: it catches what came meanwhile, before a sleep).
+            if ready():
+                return True
 
     # -- asyncio wait --
     async def wait_async(self, ready: Callable[[], bool], deadline: float | None,

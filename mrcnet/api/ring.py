@@ -220,7 +220,7 @@ class Channel:
         if wc.opcode == "RECV_RDMA_WITH_IMM":
             self.stats["rx_imm"] += 1
             if not self.destroyed and self.error is None:
-                self.hub.call(self._repost, wc.wr_id)
+                self._repost(wc.wr_id)
             self._on_imm(wc.imm or 0, wc.byte_len)
         elif wc.wr_id & _DATA_BIT:
             self.completed = max(self.completed, wc.wr_id & _POS_MASK)
@@ -234,17 +234,20 @@ class Channel:
     def _repost(self, wr_id: int) -> None:
         """Post the receive ``wr_id`` again, lazily: its doorbell waits for the answer
         this end posts next (one wake-up of mrcd for both) or the library's next sleep
-        (``ClientQueues.post_recv``'s ``lazy``); eagerly without the shared queues."""
+        (``ClientQueues.post_recv``'s ``lazy``); eagerly without the shared queues. (The
+        hub's rules for a context call's errors: through :meth:`Hub.call` where an
+        earlier post's failure can come first; the shared queues' post raises only
+        for a lost mrcd.)"""
         qp = self.qp
         ctx = qp.ctx
         q = ctx._q
         if q is None or ctx._deferred:
-            qp.post_recv(wr_id)
+            self.hub.call(qp.post_recv, wr_id)
             return
         try:
             q.post_recv(qp.qpn, wr_id, ctx.timeout, lazy=True)
         except OSError as e:
-            raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
+            raise self.hub._gone(DaemonNotRunning(f"mrcd at {ctx.path}: {e}")) from None
 
     def _on_imm(self, value: int, length: int) -> None:
         kind, v = value >> KIND_SHIFT, value & VALUE_MASK

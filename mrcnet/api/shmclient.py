@@ -117,14 +117,10 @@ class CompletionRing:
         self.nslots = self.ring.nslots
         self.ring.sleep()  # armed from the start (see the module's docstring)
 
-    def take(self) -> tuple[list[Row], bool]:
-        """Every completion published so far, as (status, wr_id, opcode, byte_len, imm,
-        qpn) rows; and whether mrcd waits for room (ring it)."""
-        # The slots copied out and given back at once (one C call: Ring.take), then
-        # decoded in one pass: no call of ours per completion.
-        data, wake = self.ring.take(self.nslots)
-        if not data:
-            return [], False
+    def rows(self, data: bytes | bytearray) -> list[Row]:
+        """The completions in ``data`` (slots taken from the ring: ``ring.take``) as
+        (status, wr_id, opcode, byte_len, imm, qpn) rows."""
+        # (decoded in one pass: no call of ours per completion)
         sv, ov = _STATUS_VALUES, _OPCODE_VALUES
         try:  # (an index out of the tables is a malformed slot: unsigned, never < 0)
             rows: list[Row] = [(sv[st], wr_id, ov[op], byte_len,
@@ -136,7 +132,7 @@ class CompletionRing:
                        if x[0] >= len(STATUSES) or x[1] >= len(OPCODES))
             raise ProtocolError(f"malformed completion from mrcd (status {bad[0]}, "
                                 f"opcode {bad[1]})") from None
-        return rows, wake
+        return rows
 
     def close(self) -> None:
         """Unmap and close (after mrcd forgot the CQ)."""
@@ -302,14 +298,17 @@ class ClientQueues:
             self._armed = True
         try:
             for handle, cq in self.cqs.items():
+                ring = cq.ring
                 while True:
-                    rows, blocked = cq.take()
-                    if rows:
-                        sink(handle, rows)
+                    # The slots copied out and given back at once (one C call), decoded
+                    # only when there are some: most looks find none.
+                    data, blocked = ring.take(cq.nslots)
+                    if data:
+                        sink(handle, cq.rows(data))
                     ring_mrcd |= blocked
                     # Armed again (mrcd disarmed it if it rang), with the fence: what it
                     # published before seeing that is taken now (no lost wake-up).
-                    if not arm or not cq.ring.sleep():
+                    if not arm or not ring.sleep():
                         break
         except RingCorrupt as e:
             raise ProtocolError(f"completion ring corrupt: {e}") from None
