@@ -122,11 +122,13 @@ class Hub:
             self.error = MrcdNotRunning(self.path, f"mrcd at {self.path} went away ({e})")
         return self.error
 
-    def pump(self, sock: bool = True) -> None:
+    def pump(self, sock: bool = True, first_doorbell: bool = False) -> None:
         """Take what mrcd pushed: completions to channels, QP errors to channels,
         connected listens to acceptors. Never blocks (lock held). ``sock`` False: the
         completion rings only, not the socket (a syscall, and an exception when empty):
-        for a look that a wait follows, whose sleep wakes for anything on the socket."""
+        for a look that a wait follows, whose sleep wakes for anything on the socket.
+        ``first_doorbell``: the socket up to its first doorbell only (after a sleep for
+        which mrcd rang once at most: what is behind it wakes the next sleep at once)."""
         if self.error is not None or self.closed:
             return
         ctx = self.ctx
@@ -134,7 +136,14 @@ class Hub:
             # One look at the socket and the rings, then only what it queued here: no
             # more I/O, so nothing can arrive behind it unseen (what comes later wakes
             # the next sleep).
-            ctx._look(sock)
+            ctx._look(sock, first_doorbell)
+            if first_doorbell:
+                # A failed completion: its QP's event may be behind the doorbell. Read
+                # the rest, as a whole look would, so the channel fails with its reason.
+                for wc in self.cq._wcs:
+                    if wc.status != "SUCCESS":
+                        ctx._drain_socket()
+                        break
             # (Each step below only when its queue holds something: a pump runs several
             # times per message, and most find one queue or none non-empty.)
             while ctx._deferred:
@@ -224,10 +233,10 @@ class Hub:
                     pass  # closed meanwhile: the pump below finds out
                 finally:
                     self.cond.acquire()
-                    self.ctx._after_sleep()
+                    one = self.ctx._after_sleep()
             finally:
                 self._pumping = False
-            self.pump(readable)
+            self.pump(readable, readable and one)
             if self._followers:  # (notify_all is three Python calls, even for nobody)
                 self.cond.notify_all()
             # Done if that look brought it (the round's second look, below, is for a

@@ -161,6 +161,10 @@ class ClientQueues:
         #: Waits in progress (:meth:`wait`, or an asyncio reader between :meth:`arm` and
         #: its wake-up): while one sleeps, a look by another thread or task arms again.
         self.sleepers = 0
+        #: Armings of the rings so far (:meth:`arm`, and a look's while another waits),
+        #: and their count when the last :meth:`arm_to_sleep` armed (see there).
+        self.arms = 0
+        self._sleep_arms = -1
         #: Lazy receives (``post_recv(lazy=True)``) published since mrcd last asked for a
         #: doorbell and not yet rung for: the next post, or the library's next sleep,
         #: rings (:meth:`pay`), and so does the LAZY_MAX-th.
@@ -179,7 +183,23 @@ class ClientQueues:
         had completions meanwhile (then do not sleep). A sleeper outside :meth:`wait`
         counts itself in :attr:`sleepers` first (and out after)."""
         self._armed = True
+        self.arms += 1
         return any([cq.ring.sleep() for cq in self.cqs.values()])  # (all of them armed)
+
+    def arm_to_sleep(self) -> bool:
+        """:meth:`arm`, for a sleeper outside :meth:`wait` (counted in :attr:`sleepers`
+        already); :meth:`rang_once_at_most` when it woke."""
+        found = self.arm()
+        self._sleep_arms = self.arms
+        return found
+
+    def rang_once_at_most(self) -> bool:
+        """After :meth:`arm_to_sleep`'s sleep: True when mrcd can have rung at most once
+        for it (one ring, armed by that call alone: mrcd disarms a ring when it rings),
+        so that a read of the socket up to its first doorbell leaves none of this sleep's
+        behind. (A doorbell left from an earlier arming only wakes the next sleep.)"""
+        return (self.arms == self._sleep_arms and len(self.cqs) == 1
+                and not self.arm_on_drain)
 
     def fds(self) -> list[int]:
         """What goes to mrcd with ``hello``: the send queue's memfd."""
@@ -296,6 +316,7 @@ class ClientQueues:
             arm = self.sleepers > 0
         if arm:
             self._armed = True
+            self.arms += 1
         try:
             for handle, cq in self.cqs.items():
                 ring = cq.ring

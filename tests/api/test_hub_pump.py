@@ -5,12 +5,14 @@ connection whose push another call read. Two real mrcds on a veth pair."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mrcnet.api import client
 from mrcnet.api.acceptor import Acceptor
 from mrcnet.api.client import Context
+from mrcnet.api.protocol import recv_raw
 from mrcnet.api.socket import create_connection, create_server
 
 if TYPE_CHECKING:  # annotations only: which `conftest` module a run imports varies
@@ -23,11 +25,16 @@ def test_round_trip_looks_and_listener_checks(mrcd_pair: MrcdPair,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     looks: dict[int, int] = {}
     checks = [0]
+    reads = [0]  # the socket's reads (both contexts: one process)
     look, check = Context._look, Acceptor.check
 
-    def counted_look(self: Context, sock: bool = True) -> None:
+    def counted_look(self: Context, *args: bool) -> None:
         looks[id(self)] = looks.get(id(self), 0) + 1
-        look(self, sock)
+        look(self, *args)
+
+    def counted_read(*args: Any) -> Any:
+        reads[0] += 1
+        return recv_raw(*args)
 
     def counted_check(self: Acceptor) -> None:
         checks[0] += 1
@@ -35,6 +42,7 @@ def test_round_trip_looks_and_listener_checks(mrcd_pair: MrcdPair,
 
     monkeypatch.setattr(Context, "_look", counted_look)
     monkeypatch.setattr(Acceptor, "check", counted_check)
+    monkeypatch.setattr(client, "recv_raw", counted_read)
     with create_server(41, mrcd=mrcd_pair.b.socket) as srv:
         cli = create_connection(("hb", 41), timeout=30, mrcd=mrcd_pair.a.socket)
         conn, _ = srv.accept(timeout=30)
@@ -45,7 +53,7 @@ def test_round_trip_looks_and_listener_checks(mrcd_pair: MrcdPair,
             conn.send_message(b"up")
             assert cli.recv_message() == b"up"
             looks.clear()
-            checks[0] = 0
+            checks[0] = reads[0] = 0
             for i in range(ROUND_TRIPS):
                 msg = b"%d" % i
                 cli.send_message(msg)
@@ -58,6 +66,10 @@ def test_round_trip_looks_and_listener_checks(mrcd_pair: MrcdPair,
             assert per_rt <= 3.5, per_rt
             # The listener stays open, nobody connects: never looked at.
             assert checks[0] == 0
+            # A wake-up reads its doorbell, not the socket's EAGAIN behind it as well
+            # (one sleep per side per round trip: the former hub read 2 a sleep).
+            reads_rt = reads[0] / ROUND_TRIPS
+            assert reads_rt <= 3.0, reads_rt
         finally:
             cli.close()
             conn.close()
