@@ -552,14 +552,15 @@ class Context:
         if q is not None:
             q.drain(self._on_rows)
 
-    def _look(self, sock: bool = True) -> None:
+    def _look(self, sock: bool = True, first_doorbell: bool = False) -> None:
         """Take what came, without waiting: the socket (``sock``; always without the
-        rings), then the rings (for the socket API's hub, which sleeps by itself)."""
+        rings; up to its first doorbell: :meth:`_drain_socket`), then the rings (for the
+        socket API's hub, which sleeps by itself)."""
         if self._sock.fileno() < 0:
             raise DaemonNotRunning(f"the context on mrcd at {self.path} is closed")
         q = self._q
         if sock or q is None:
-            self._drain_socket()
+            self._drain_socket(first_doorbell)
         if q is not None:
             q.drain(self._on_rows)
 
@@ -577,12 +578,16 @@ class Context:
             return False
         q.pay()  # (lazy receives' doorbell: mrcd must see them before this end sleeps)
         q.sleepers += 1
-        return q.arm()
+        return q.arm_to_sleep()
 
-    def _after_sleep(self) -> None:
-        """The sleeper of :meth:`_before_sleep` woke (under the same lock)."""
-        if self._q is not None:
-            self._q.sleepers -= 1
+    def _after_sleep(self) -> bool:
+        """The sleeper of :meth:`_before_sleep` woke (under the same lock). True when the
+        socket may be read up to its first doorbell (``rang_once_at_most``)."""
+        q = self._q
+        if q is None:
+            return False
+        q.sleepers -= 1
+        return q.rang_once_at_most()
 
     def _fd(self) -> int:
         """The socket's fd, for the library's own waits (see :meth:`fileno`)."""

@@ -62,7 +62,11 @@ class Hub:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.path = ctx.path
-        self.cond = threading.Condition(threading.Lock())
+        #: The lock of :attr:`cond`: ``with hub.lock`` is ``with hub.cond`` without the
+        #: condition's own (Python) enter and exit, for the calls made per message.
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self._followers = 0  # threads in cond.wait (a wait's followers)
         self.cq: CompletionQueue = ctx.create_cq()
         self.channels: dict[int, Route] = {}
         self.acceptors: list[Watcher] = []
@@ -118,11 +122,13 @@ class Hub:
             self.error = MrcdNotRunning(self.path, f"mrcd at {self.path} went away ({e})")
         return self.error
 
-    def pump(self, sock: bool = True) -> None:
+    def pump(self, sock: bool = True, first_doorbell: bool = False) -> None:
         """Take what mrcd pushed: completions to channels, QP errors to channels,
         connected listens to acceptors. Never blocks (lock held). ``sock`` False: the
         completion rings only, not the socket (a syscall, and an exception when empty):
-        for a look that a wait follows, whose sleep wakes for anything on the socket."""
+        for a look that a wait follows, whose sleep wakes for anything on the socket.
+        ``first_doorbell``: the socket up to its first doorbell only (after a sleep for
+        which mrcd rang once at most: what is behind it wakes the next sleep at once)."""
         if self.error is not None or self.closed:
             return
         ctx = self.ctx
@@ -130,29 +136,42 @@ class Hub:
             # One look at the socket and the rings, then only what it queued here: no
             # more I/O, so nothing can arrive behind it unseen (what comes later wakes
             # the next sleep).
-            ctx._look(sock)
-            while True:
+            ctx._look(sock, first_doorbell)
+            if first_doorbell:
+                # A failed completion: its QP's event may be behind the doorbell. Read
+                # the rest, as a whole look would, so the channel fails with its reason.
+                for wc in self.cq._wcs:
+                    if wc.status != "SUCCESS":
+                        ctx._drain_socket()
+                        break
+            # (Each step below only when its queue holds something: a pump runs several
+            # times per message, and most find one queue or none non-empty.)
+            while ctx._deferred:
                 try:
                     ctx._raise_deferred()
-                    break
                 except ApiError as e:
                     if isinstance(e, DaemonNotRunning) or not self._route_deferred(e):
                         raise
-            while True:
-                wcs = self.cq._take(256)
+            cq = self.cq
+            while cq._wcs:
+                wcs = cq._take(256)
                 for wc in wcs:
                     ch = self.channels.get(wc.qpn)
                     if ch is not None:
                         ch.on_wc(wc)
                 if len(wcs) < 256:
                     break
-            while (ev := ctx._next_event()) is not None:
+            while ctx._events:
+                ev = ctx._next_event()
                 if isinstance(ev, QPError):
                     ch = self.channels.get(ev.qpn)
                     if ch is not None:
                         ch.fail(ev.reason)
-            for acc in list(self.acceptors):
-                acc.check()
+            # A listener has something only once mrcd's "connected" push was read (by
+            # this look or by any earlier read of the socket, which queues it there).
+            if self.acceptors and ctx._connected:
+                for acc in list(self.acceptors):
+                    acc.check()
         except DaemonNotRunning as e:
             self._gone(e)
         except (OSError, ValueError) as e:  # the context's socket broke under us
@@ -194,7 +213,11 @@ class Hub:
             if done is not None:
                 return done
             if self._pumping:
-                self.cond.wait(left)
+                self._followers += 1
+                try:
+                    self.cond.wait(left)
+                finally:
+                    self._followers -= 1
                 continue
             self._pumping = True
             try:
@@ -210,11 +233,16 @@ class Hub:
                     pass  # closed meanwhile: the pump below finds out
                 finally:
                     self.cond.acquire()
-                    self.ctx._after_sleep()
+                    one = self.ctx._after_sleep()
             finally:
                 self._pumping = False
-            self.pump(readable)
-            self.cond.notify_all()
+            self.pump(readable, readable and one)
+            if self._followers:  # (notify_all is three Python calls, even for nobody)
+                self.cond.notify_all()
+            # Done if that look brought it (the round's second look, below, is for a
+            # wake-up that did not: it catches what came meanwhile, before a sleep).
+            if ready():
+                return True
 
     # -- asyncio wait --
     async def wait_async(self, ready: Callable[[], bool], deadline: float | None,

@@ -26,6 +26,14 @@ consumed, or at once when the sender said it is blocked with ``CREDIT_REQ``), an
 bytes be reused). Credits never need ring space, so both directions blocked on full rings
 still make progress as soon as either application reads.
 
+Selective signalling (the QP is made with ``sq_sig_all=False``): a data write completes
+here only when posted signalled, once a quarter of the peer's ring or
+:data:`SIGNAL_EVERY` writes went unsignalled; the others retire in post order with the
+next signalled write, whose completion moves ``completed`` past them (a failed write
+completes all the same). Control writes are signalled and carry the send position too;
+before a flush waits, :meth:`Channel.settle` posts a signalled 8-byte write (as a
+keepalive's) behind unsignalled ones. So a round trip's own write wakes nobody.
+
 Receives (one per incoming immediate) are re-posted as soon as a completion is *polled*,
 not when the application reads: the ring, not the receive queue, is the flow control.
 
@@ -66,7 +74,7 @@ from mrcnet.api.errors import (
 from mrcnet.api.hub import Hub
 
 __all__ = ["CTRL_AREA", "DEFAULT_MAX_CHUNK", "DEFAULT_RING", "MAGIC", "MAX_RING", "MIN_RING",
-           "Channel", "check_ring", "imm", "unwrap"]
+           "SIGNAL_EVERY", "Channel", "check_ring", "imm", "unwrap"]
 
 # --- the immediate --------------------------------------------------------------------
 
@@ -89,11 +97,15 @@ DEFAULT_RING: Final = 4 << 20
 DEFAULT_MAX_CHUNK: Final = 1 << 20
 #: Receives kept posted (one per incoming immediate; re-posted when polled).
 RECV_DEPTH: Final = 64
+#: At least one data write in this many is posted signalled (fewer if the context's send
+#: queue is shorter: a verbs QP stalls on a run of unsignalled writes as long as it).
+SIGNAL_EVERY: Final = 64
 #: Private data both ends send, so a verbs peer is not mistaken for a socket.
 MAGIC: Final = {"mrcsock": 1}
 
 _DATA_BIT: Final = 1 << 62  # wr_id of a data write: _DATA_BIT | end position
-_CTRL_ID: Final = 1
+_CTRL_BIT: Final = 1 << 61  # wr_id of a control write: _CTRL_BIT | the send position
+_POS_MASK: Final = _CTRL_BIT - 1
 _KA_ID: Final = 2
 
 
@@ -144,6 +156,7 @@ class Channel:
         self.tail = 0
         self.credit = 0
         self.completed = 0
+        self.signaled_to = 0  # the send position the last signalled write completes
         self.credit_requested = False
         self.ctrl_outstanding = 0
         self.ka_outstanding = False
@@ -158,7 +171,7 @@ class Channel:
     def create(cls, hub: Hub, ring_size: int, **kw: Any) -> Channel:
         """A QP in INIT with its ring, registered with ``hub``."""
         check_ring(ring_size)
-        qp = hub.call(hub.ctx.create_qp, hub.cq)
+        qp = hub.call(hub.ctx.create_qp, hub.cq, sq_sig_all=False)
         try:
             ring = hub.call(hub.ctx.alloc_mr, ring_size + CTRL_AREA)
         except BaseException:
@@ -207,29 +220,34 @@ class Channel:
         if wc.opcode == "RECV_RDMA_WITH_IMM":
             self.stats["rx_imm"] += 1
             if not self.destroyed and self.error is None:
-                self.hub.call(self._repost, wc.wr_id)
+                self._repost(wc.wr_id)
             self._on_imm(wc.imm or 0, wc.byte_len)
         elif wc.wr_id & _DATA_BIT:
-            self.completed = max(self.completed, wc.wr_id & ~_DATA_BIT)
+            self.completed = max(self.completed, wc.wr_id & _POS_MASK)
         elif wc.wr_id == _KA_ID:
             self.ka_outstanding = False
         else:
+            # (its writes before it retired in post order: the unsignalled ones too)
+            self.completed = max(self.completed, wc.wr_id & _POS_MASK)
             self.ctrl_outstanding -= 1
 
     def _repost(self, wr_id: int) -> None:
         """Post the receive ``wr_id`` again, lazily: its doorbell waits for the answer
         this end posts next (one wake-up of mrcd for both) or the library's next sleep
-        (``ClientQueues.post_recv``'s ``lazy``); eagerly without the shared queues."""
+        (``ClientQueues.post_recv``'s ``lazy``); eagerly without the shared queues. (The
+        hub's rules for a context call's errors: through :meth:`Hub.call` where an
+        earlier post's failure can come first; the shared queues' post raises only
+        for a lost mrcd.)"""
         qp = self.qp
         ctx = qp.ctx
         q = ctx._q
         if q is None or ctx._deferred:
-            qp.post_recv(wr_id)
+            self.hub.call(qp.post_recv, wr_id)
             return
         try:
             q.post_recv(qp.qpn, wr_id, ctx.timeout, lazy=True)
         except OSError as e:
-            raise DaemonNotRunning(f"mrcd at {ctx.path}: {e}") from None
+            raise self.hub._gone(DaemonNotRunning(f"mrcd at {ctx.path}: {e}")) from None
 
     def _on_imm(self, value: int, length: int) -> None:
         kind, v = value >> KIND_SHIFT, value & VALUE_MASK
@@ -368,9 +386,17 @@ class Channel:
 
     def _data(self, off: int, n: int, kind: int) -> None:
         assert self.stage is not None and self.remote is not None
-        self.tail += n
-        self.hub.call(self.qp.post_write, self.stage, off, n, self.remote, off,
-                      imm=imm(kind, off), wr_id=_DATA_BIT | self.tail)
+        self.tail = tail = self.tail + n
+        qp = self.qp
+        # Signalled once a quarter of the peer's ring went unsignalled (so ``completed``
+        # always comes within a quarter of the tail: a sender never waits for a
+        # completion that will not come), or the run is as long as allowed.
+        signaled = (tail - self.signaled_to >= self.rsize // 4
+                    or qp.unsignaled_run + 1 >= min(SIGNAL_EVERY, qp.ctx._sq_slots))
+        if signaled:
+            self.signaled_to = tail
+        self.hub.call(qp.post_write, self.stage, off, n, self.remote, off,
+                      imm=imm(kind, off), wr_id=_DATA_BIT | tail, signaled=signaled)
         self.stats["tx_data"] += 1
 
     def _blocked(self) -> None:
@@ -387,19 +413,35 @@ class Channel:
             return
         assert self.stage is not None
         self.ctrl_outstanding += 1
+        self.signaled_to = self.tail
         self.hub.call(self.qp.post_write, self.stage, 0, 0, self.remote, self.rsize,
-                      imm=imm(kind, value), wr_id=_CTRL_ID)
+                      imm=imm(kind, value), wr_id=_CTRL_BIT | self.tail, signaled=True)
         self.stats[f"tx_ctrl_{kind}"] += 1
+
+    def _can_probe(self) -> bool:
+        return (self.error is None and not self.destroyed and self.remote is not None
+                and not self.peer_closed)
+
+    def _probe(self, wr_id: int) -> None:
+        # An 8-byte RDMA WRITE (no immediate) into the peer's control area, signalled.
+        assert self.remote is not None
+        self.hub.call(self.qp.post_write, self.ring, self.size, 8, self.remote,
+                      self.rsize + 8, wr_id=wr_id, signaled=True)
 
     def idle(self, now: float) -> None:
         """Between waits: probe a silent peer with an RDMA WRITE (no immediate)."""
         if (self.keepalive > 0 and now - self.last_heard >= self.keepalive
-                and not self.ka_outstanding and self.error is None and not self.destroyed
-                and self.remote is not None and not self.peer_closed):
+                and not self.ka_outstanding and self._can_probe()):
             self.ka_outstanding = True
             self.last_heard = now
-            self.hub.call(self.qp.post_write, self.ring, self.size, 8, self.remote,
-                          self.rsize + 8, wr_id=_KA_ID)
+            self._probe(_KA_ID)
+
+    def settle(self) -> None:
+        """Before waiting for :meth:`flushed`: when the last data writes went
+        unsignalled, post a signalled probe behind them (its completion is theirs)."""
+        if self.signaled_to < self.tail and self._can_probe():
+            self.signaled_to = self.tail
+            self._probe(_DATA_BIT | self.tail)
 
     def flushed(self) -> bool:
         """All our writes completed (or nothing more will: error, peer gone)."""

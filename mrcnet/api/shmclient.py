@@ -117,14 +117,10 @@ class CompletionRing:
         self.nslots = self.ring.nslots
         self.ring.sleep()  # armed from the start (see the module's docstring)
 
-    def take(self) -> tuple[list[Row], bool]:
-        """Every completion published so far, as (status, wr_id, opcode, byte_len, imm,
-        qpn) rows; and whether mrcd waits for room (ring it)."""
-        # The slots copied out and given back at once (one C call: Ring.take), then
-        # decoded in one pass: no call of ours per completion.
-        data, wake = self.ring.take(self.nslots)
-        if not data:
-            return [], False
+    def rows(self, data: bytes | bytearray) -> list[Row]:
+        """The completions in ``data`` (slots taken from the ring: ``ring.take``) as
+        (status, wr_id, opcode, byte_len, imm, qpn) rows."""
+        # (decoded in one pass: no call of ours per completion)
         sv, ov = _STATUS_VALUES, _OPCODE_VALUES
         try:  # (an index out of the tables is a malformed slot: unsigned, never < 0)
             rows: list[Row] = [(sv[st], wr_id, ov[op], byte_len,
@@ -136,7 +132,7 @@ class CompletionRing:
                        if x[0] >= len(STATUSES) or x[1] >= len(OPCODES))
             raise ProtocolError(f"malformed completion from mrcd (status {bad[0]}, "
                                 f"opcode {bad[1]})") from None
-        return rows, wake
+        return rows
 
     def close(self) -> None:
         """Unmap and close (after mrcd forgot the CQ)."""
@@ -165,6 +161,10 @@ class ClientQueues:
         #: Waits in progress (:meth:`wait`, or an asyncio reader between :meth:`arm` and
         #: its wake-up): while one sleeps, a look by another thread or task arms again.
         self.sleepers = 0
+        #: Armings of the rings so far (:meth:`arm`, and a look's while another waits),
+        #: and their count when the last :meth:`arm_to_sleep` armed (see there).
+        self.arms = 0
+        self._sleep_arms = -1
         #: Lazy receives (``post_recv(lazy=True)``) published since mrcd last asked for a
         #: doorbell and not yet rung for: the next post, or the library's next sleep,
         #: rings (:meth:`pay`), and so does the LAZY_MAX-th.
@@ -183,7 +183,23 @@ class ClientQueues:
         had completions meanwhile (then do not sleep). A sleeper outside :meth:`wait`
         counts itself in :attr:`sleepers` first (and out after)."""
         self._armed = True
+        self.arms += 1
         return any([cq.ring.sleep() for cq in self.cqs.values()])  # (all of them armed)
+
+    def arm_to_sleep(self) -> bool:
+        """:meth:`arm`, for a sleeper outside :meth:`wait` (counted in :attr:`sleepers`
+        already); :meth:`rang_once_at_most` when it woke."""
+        found = self.arm()
+        self._sleep_arms = self.arms
+        return found
+
+    def rang_once_at_most(self) -> bool:
+        """After :meth:`arm_to_sleep`'s sleep: True when mrcd can have rung at most once
+        for it (one ring, armed by that call alone: mrcd disarms a ring when it rings),
+        so that a read of the socket up to its first doorbell leaves none of this sleep's
+        behind. (A doorbell left from an earlier arming only wakes the next sleep.)"""
+        return (self.arms == self._sleep_arms and len(self.cqs) == 1
+                and not self.arm_on_drain)
 
     def fds(self) -> list[int]:
         """What goes to mrcd with ``hello``: the send queue's memfd."""
@@ -300,16 +316,20 @@ class ClientQueues:
             arm = self.sleepers > 0
         if arm:
             self._armed = True
+            self.arms += 1
         try:
             for handle, cq in self.cqs.items():
+                ring = cq.ring
                 while True:
-                    rows, blocked = cq.take()
-                    if rows:
-                        sink(handle, rows)
+                    # The slots copied out and given back at once (one C call), decoded
+                    # only when there are some: most looks find none.
+                    data, blocked = ring.take(cq.nslots)
+                    if data:
+                        sink(handle, cq.rows(data))
                     ring_mrcd |= blocked
                     # Armed again (mrcd disarmed it if it rang), with the fence: what it
                     # published before seeing that is taken now (no lost wake-up).
-                    if not arm or not cq.ring.sleep():
+                    if not arm or not ring.sleep():
                         break
         except RingCorrupt as e:
             raise ProtocolError(f"completion ring corrupt: {e}") from None

@@ -129,9 +129,6 @@ class MrcSocket(SocketBase[threading.Lock]):
         self._timeout = None if flag else 0.0
 
     # -- waiting --
-    def _deadline(self) -> float | None:
-        return deadline_after(self._timeout)
-
     def _wait(self, ready: Callable[[], bool], what: str, deadline: float | None) -> None:
         """Wait (hub lock held) until ``ready()``; raise once ``deadline`` passed."""
         t = self._timeout
@@ -143,7 +140,7 @@ class MrcSocket(SocketBase[threading.Lock]):
     # -- receiving --
     def _receive(self, what: str, take: Callable[[], T | None]) -> T:
         """Wait (locks held) until ``take()`` gives something (it raises at the end)."""
-        deadline = self._deadline()
+        deadline = deadline_after(self._timeout)
         while True:
             self._wait(self._ch.readable, what, deadline)
             got = take()
@@ -156,7 +153,7 @@ class MrcSocket(SocketBase[threading.Lock]):
         mv = memoryview(buffer).cast("B")
         if nbytes:
             mv = mv[:nbytes]
-        with self._rlock, self._hub.cond:
+        with self._rlock, self._hub.lock:
             self._check_open()
             if not mv:
                 return 0
@@ -164,7 +161,7 @@ class MrcSocket(SocketBase[threading.Lock]):
 
     def recv(self, bufsize: int) -> bytes:
         """Up to ``bufsize`` bytes; ``b""`` at the end of the stream."""
-        with self._rlock, self._hub.cond:
+        with self._rlock, self._hub.lock:
             self._check_open()
             if bufsize <= 0:
                 return b""
@@ -173,7 +170,7 @@ class MrcSocket(SocketBase[threading.Lock]):
     def recv_message(self) -> bytes:
         """The next whole message (as sent by one :meth:`send_message`); raises
         :class:`EndOfStream` after the peer closed."""
-        with self._rlock, self._hub.cond:
+        with self._rlock, self._hub.lock:
             self._check_open()
             return self._receive("recv_message", self._take_message)
 
@@ -189,9 +186,9 @@ class MrcSocket(SocketBase[threading.Lock]):
     def _send(self, data: BytesLike, *, message: bool, all_: bool) -> int:
         mv = memoryview(data).cast("B")
         ch = self._ch
-        with self._wlock, self._hub.cond:
+        with self._wlock, self._hub.lock:
             self._check_open()
-            deadline = self._deadline()
+            deadline = deadline_after(self._timeout)
             sent = 0
             while True:
                 self._hub.pump(False)  # credits that arrived meanwhile (the rings)
@@ -220,6 +217,7 @@ class MrcSocket(SocketBase[threading.Lock]):
         or ``timeout`` passed (False)."""
         with self._hub.cond:
             deadline = deadline_after(timeout)
+            self._ch.settle()
             ok = self._hub.wait(self._ch.flushed, deadline, self._ch.idle)
             if self._ch.error is not None:
                 raise self._ch.error

@@ -151,6 +151,8 @@ class AsyncMrcSocket(SocketBase[asyncio.Lock]):
 
     async def flush(self) -> None:
         """Wait until everything sent is acknowledged by the peer's mrcd."""
+        with self._hub.cond:
+            self._ch.settle()
         await self._wait(self._ch.flushed, "flush", self._deadline())
         if self._ch.error is not None:
             raise self._ch.error

@@ -192,33 +192,37 @@ def test_no_lost_wake_up_with_wait(pair: Callable[[int], _Pair], busy_poll_us: i
     assert p.read_socket() <= 1  # (left behind: one at most)
 
 
-def test_no_lost_wake_up_with_a_look_from_another_thread(
-        pair: Callable[[int], _Pair]) -> None:
-    """Only the library waits, in one thread, as the socket API's hub does (a sleeper
-    counted and the rings armed under its lock, asleep on the socket outside it), while
-    another thread looks at the rings now and then under the same lock (a send pumps
-    while a receive sleeps): a look while one sleeps arms again, so the sleeper is never
-    left asleep with completions in the ring."""
-    p = pair(0)
+def _hub_like(p: _Pair, seed: int, *, looker: bool, first: Callable[[], bool],
+              looker_until: int = N) -> int:
+    """The socket API's hub's wait, in this thread, until N completions were taken: a
+    sleeper counted and the rings armed under its lock (``arm_to_sleep``), asleep on the
+    socket outside it, then (under the lock) the socket read, up to its first doorbell
+    when ``first()``, and the rings; with ``looker``, another thread looks at the rings
+    now and then under the same lock (a send pumps while a receive sleeps) until
+    ``looker_until`` were taken. Every sleep is bounded; returns the most doorbells a
+    wake-up left behind (a put counts its doorbell just before it sends it: one more
+    may be in flight)."""
     lock = threading.Lock()
     stop = threading.Event()
+    read = most_left = 0
 
     def other() -> None:
-        rng = random.Random(5)
+        rng = random.Random(seed)
         while not stop.is_set():
             with lock:
                 p.drain()
             time.sleep(rng.choice((0, 10e-6, 100e-6, 1e-3)))
-    looker = threading.Thread(target=other, daemon=True)
-    t = _produce(p, 4)
-    looker.start()
+    others = [threading.Thread(target=other, daemon=True)] if looker else []
+    t = _produce(p, seed)
+    for o in others:
+        o.start()
     try:
         while True:
             with lock:  # (judged under the lock: the other thread takes rows too)
                 if len(p.rows) >= N:
                     break
                 p.q.sleepers += 1
-                ready = p.q.arm()
+                ready = p.q.arm_to_sleep()
             t0 = time.monotonic()
             r = [] if ready else select.select([p.client_sock], [], [], WAIT_MAX)[0]
             waited = time.monotonic() - t0
@@ -226,15 +230,28 @@ def test_no_lost_wake_up_with_a_look_from_another_thread(
                 p.q.sleepers -= 1
                 assert waited < WAIT_MAX, f"asleep with {len(p.rows)} of {N}"
                 if r:
-                    p.read_socket(first=True)
+                    read += p.read_socket(first=first())
                 p.drain()
-            if len(p.rows) >= N // 2:
+                most_left = max(most_left, p.doorbells - read)
+            if len(p.rows) >= looker_until:
                 stop.set()  # (the rest is the waiter's alone)
     finally:
         stop.set()
-        looker.join(10)
+        for o in others:
+            o.join(10)
     t.join(10)
     assert [r[1] for r in p.rows] == list(range(N))
+    return most_left
+
+
+def test_no_lost_wake_up_with_a_look_from_another_thread(
+        pair: Callable[[int], _Pair]) -> None:
+    """Only the library waits, as the socket API's hub does, reading the socket up to
+    the first doorbell after every sleep, while another thread looks at the rings: a
+    look while one sleeps arms again, so the sleeper is never left asleep with
+    completions in the ring."""
+    p = pair(0)
+    _hub_like(p, 4, looker=True, first=lambda: True, looker_until=N // 2)
 
 
 def test_no_lost_wake_up_for_a_waiter_on_the_socket(pair: Callable[[int], _Pair]) -> None:
@@ -253,3 +270,39 @@ def test_no_lost_wake_up_for_a_waiter_on_the_socket(pair: Callable[[int], _Pair]
     assert [r[1] for r in p.rows] == list(range(N))
     # (every completion left a doorbell or was taken by a drain the client made anyway)
     assert p.doorbells <= N
+
+
+def test_a_sleep_armed_once_is_rung_once_at_most(pair: Callable[[int], _Pair]) -> None:
+    """``rang_once_at_most`` (the socket API's hub reads its socket up to the first
+    doorbell only then): a sleep that armed alone; not when a look armed again while it
+    slept, nor with a waiter outside the library, nor with two rings."""
+    p = pair(0)
+    p.q.sleepers += 1
+    p.q.arm_to_sleep()
+    assert p.q.rang_once_at_most()
+    p.drain()  # (another thread's look while this one sleeps: armed again)
+    assert not p.q.rang_once_at_most()
+    p.q.arm_to_sleep()
+    assert p.q.rang_once_at_most()
+    p.q.sleepers -= 1
+    p.drain()  # (this sleeper's own look after it woke: disarms, counts nothing)
+    assert p.q.rang_once_at_most()
+    second = CompletionRing(64)
+    p.q.add_cq(8, second)
+    assert not p.q.rang_once_at_most()
+    del p.q.cqs[8]
+    second.close()
+    p.q.outside_waiters()
+    assert not p.q.rang_once_at_most()
+
+
+@pytest.mark.parametrize("looker", [False, True], ids=["alone", "looker"])
+def test_no_lost_wake_up_reading_to_the_first_doorbell(pair: Callable[[int], _Pair],
+                                                       looker: bool) -> None:
+    """The hub's rule: the socket read up to the first doorbell when
+    ``rang_once_at_most`` (else all of it); another thread looking or not. Every
+    completion arrives, in order, no sleep lasts through one, and doorbells do not pile
+    up in the socket."""
+    p = pair(0)
+    assert _hub_like(p, 6 + looker, looker=looker, first=p.q.rang_once_at_most) <= 2
+    assert p.read_socket() <= 1
