@@ -314,15 +314,6 @@ class SendQueue:
         self.flushed_errs = ffi.new("int[]", nports)
         self._total = ffi.new("unsigned *")
         self._marks = ffi.new("uint32_t[]", nports)
-        # (mark and grown are the C calls themselves, their arguments bound: an
-        # answer's ACK makes both once a round trip, each a Python call as a method)
-        #: Note how many frames wait on each port, for :attr:`grown`.
-        self.mark: Callable[[], None] = functools.partial(C.mrc_sendq_mark, self._q,
-                                                          nports, self._marks)
-        #: The ports with more frames waiting than at the last :attr:`mark`, as bits
-        #: (port i: bit i; at most 32 ports): where what was queued since went.
-        self.grown: Callable[[], int] = functools.partial(C.mrc_sendq_grown, self._q,
-                                                          nports, self._marks)
 
     def add_behind(self, frames: list[tuple[int, bytes]]) -> int:
         """Queue each ``(port, frame)`` of ``frames`` behind what waits on its port;
@@ -338,6 +329,16 @@ class SendQueue:
             self.added += k
             self.overflow += 1 - k
         return busy
+
+    def mark(self) -> None:
+        """Note how many frames wait on each port, for :meth:`grown`. (Off the round
+        trip's path: the fused send notes the queues that grew itself, Sender.grew.)"""
+        C.mrc_sendq_mark(self._q, self._n, self._marks)
+
+    def grown(self) -> int:
+        """The ports with more frames waiting than at the last :meth:`mark`, as bits
+        (port i: bit i; at most 32 ports): where what was queued since went."""
+        return int(C.mrc_sendq_grown(self._q, self._n, self._marks))
 
     def bind(self, port: int, io: CBatchIO | None) -> None:
         """:meth:`flush` sends ``port``'s queue through ``io`` (None: it does not: the
