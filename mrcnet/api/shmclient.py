@@ -62,10 +62,14 @@ from mrcnet.api.shmqueues import (
 )
 from mrcnet.api.shmring import Ring, RingCorrupt
 
-__all__ = ["BUSY_POLL_ENV", "DOORBELL", "ClientQueues", "CompletionRing"]
+__all__ = ["BUSY_POLL_ENV", "DOORBELL", "RING_BACK", "ClientQueues", "CompletionRing"]
 
 #: The datagram that rings the other side (never a JSON message).
 DOORBELL: Final = b"!"
+#: The client's datagram that asks mrcd to ring it back (mrcd answers with a
+#: :data:`DOORBELL`): for completions already in the rings that no doorbell announces
+#: (see :meth:`ClientQueues.outside_waiters`).
+RING_BACK: Final = b"?"
 
 #: Environment variable: the busy-poll before sleeping, in microseconds (0: none).
 BUSY_POLL_ENV: Final = "MRC_BUSY_POLL_US"
@@ -173,10 +177,31 @@ class ClientQueues:
     def outside_waiters(self) -> None:
         """Something outside the library may sleep on the socket from now on (a
         ``select`` on the context's fd): arm the rings after every look (see the
-        module), beginning now."""
+        module), beginning now. Completions the rings hold already were published while
+        they were disarmed (after the library's last look), so no doorbell announces
+        them, and a ``select`` that follows would sleep through them: then mrcd is asked
+        to ring (:data:`RING_BACK`), and the socket becomes readable."""
         if not self.arm_on_drain:
             self.arm_on_drain = True
-            self.arm()
+            if self.arm():
+                self.ring_back()
+
+    def ring_back(self, timeout: float = 5.0) -> None:
+        """Ask mrcd for a doorbell (:data:`RING_BACK`). Unlike :meth:`ring_mrcd` it
+        waits up to ``timeout`` for room in a full socket: nothing else would wake a
+        waiter outside the library (rare: once per context at most)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.sock.send(RING_BACK, socket.MSG_DONTWAIT)
+                return
+            except (BlockingIOError, InterruptedError):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return  # (mrcd stopped reading: its replies will say why)
+                select.select([], [self.sock], [], left)
+            except OSError:
+                return  # (mrcd is gone: the next read of the socket says so)
 
     def arm(self) -> bool:
         """Arm every ring (flag, fence, tail) before sleeping on the socket: True if one

@@ -31,7 +31,7 @@ from mrcnet.api.protocol import (
     nesting_exceeds,
     recv_raw,
 )
-from mrcnet.api.shmclient import DOORBELL
+from mrcnet.api.shmclient import DOORBELL, RING_BACK
 from mrcnet.daemon.config import ClientLimits
 from mrcnet.daemon.guard import over_limit
 
@@ -272,6 +272,11 @@ class ApiServer:
                     # nothing but EAGAIN (a syscall and an exception per post's pass);
                     # anything queued behind it wakes the loop again (level-triggered).
                     return
+                if data == RING_BACK and not fds:
+                    # The client found completions no doorbell announced (it began to
+                    # let something outside the library wait on its socket): ring.
+                    s.ring()
+                    continue
                 # From here the fds are mrcd's: closed after the request, whatever it
                 # was (a handler that keeps the memory maps it; the mapping holds it).
                 try:

@@ -77,6 +77,28 @@ def test_a_completion_while_the_client_runs_rings_for_a_waiter_on_its_fd(
     assert (rang, n) == (1, 1)
 
 
+def test_a_completion_before_the_first_fileno_wakes_the_select(mrcd_pair: MrcdPair) -> None:
+    """The fd asked for the first time after a look (a select right after a poll): a
+    completion published between the two found the rings disarmed, so no doorbell
+    announces it; the first ``fileno()`` finds it and has mrcd ring, and the select
+    wakes (it slept its whole timeout before: the intermittent lost wake-up of the
+    ping-pong below, on its first round trip)."""
+    with Context(mrcd_pair.a.socket, busy_poll_us=0) as ca, \
+            Context(mrcd_pair.b.socket, busy_poll_us=0) as cb:
+        mr_a, _cq_a, qp_a, _mr_b, cq_b, qp_b = _connect(ca, cb, 33)
+        assert qp_a.peer is not None
+        qp_b.post_recv(wr_id=5)
+        qp_a.post_write(mr_a, 0, 8, qp_a.peer.regions[0], imm=1)
+        assert cq_b.poll() == []  # (a look before the write landed: the rings disarmed)
+        deadline = time.monotonic() + WAIT_MAX
+        while not cq_b.ctx._q.cqs[cq_b.handle].ring.ready():  # (the write lands)
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        r, _, _ = select.select([cb], [], [], WAIT_MAX)
+        assert r, "a select slept through a completion published before the first fileno()"
+        assert [w.wr_id for w in cq_b.poll()] == [5]
+
+
 def test_ping_pong_with_select_on_fileno(mrcd_pair: MrcdPair) -> None:
     """Both applications wait with a bare ``select`` on ``ctx.fileno()`` and poll their
     CQ when it is readable (as an event loop would): 200 round trips, every select
