@@ -732,7 +732,7 @@ class Host:
                     qp.send_sack(now, out)
             if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
-                if cfg.ack_with_data:
+                if cfg.ack_with_data and not resp.pingpong:  # (holding already: no news)
                     resp.note_answer(now)
                 if cfg.ack_with_data and resp.rx.since_ack:
                     emit_with_ack(self.ports, qp, now, out, sendq)

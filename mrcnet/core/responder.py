@@ -493,9 +493,10 @@ class Responder:
         return lp if lp.serves(route) else None
 
     def note_answer(self, now: float) -> None:
-        """ack_with_data: this QP sends data. If an AckReq was answered at once within
+        """ack_with_data: this QP, not holding its ACKs (``pingpong`` false: the caller's
+        test, once per data pass), sends data. If an AckReq was answered at once within
         ``ack_delay`` before, the ACK could have ridden this data: hold the next ones."""
-        if not self.pingpong and now - self.alone_at <= self.cfg.ack_delay:
+        if now - self.alone_at <= self.cfg.ack_delay:
             self.pingpong = True
             self.imm_ver += 1
 
