@@ -593,7 +593,6 @@ class Host:
         """One frame from the network on local ``port``. Never raises."""
         self.receive_batch((frame,), port, now)
 
-
     @property
     def _lane(self) -> Any:
         """The receive lane (None: frame by frame)."""
