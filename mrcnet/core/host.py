@@ -164,7 +164,7 @@ class Host:
             c["rx_frames"] = c.get("rx_frames", 0) + self.rx_frames
         # hot per-packet counters live on the QPs (plain attributes); add them up here
         for name, attr in (("rx_data", "rx_packets"), ("tx_data", "tx_packets"),
-                           ("tx_sack", "tx_sacks")):
+                           ("tx_sack", "tx_sacks"), ("ack_held", "acks_held")):
             total = c.get(name, 0) + sum(getattr(q, attr) for q in self._qps.values())
             if total:
                 c[name] = total
@@ -254,6 +254,8 @@ class Host:
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         qp.changed()  # (it leaves the host)
         del self._qps[qpn]
+        if qp.acks_held:  # (a host counter outlives its QP: counters() adds the live ones)
+            self.count("ack_held", qp.acks_held)
         self.verdicts.detach(qpn)
         self._ep_tokens.clear()
         self._timers.forget(qpn)
@@ -591,7 +593,6 @@ class Host:
         """One frame from the network on local ``port``. Never raises."""
         self.receive_batch((frame,), port, now)
 
-
     @property
     def _lane(self) -> Any:
         """The receive lane (None: frame by frame)."""
@@ -730,7 +731,7 @@ class Host:
                     qp.send_sack(now, out)
             if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
                 self._dirty.add(qpn)
-                if cfg.ack_with_data:
+                if cfg.ack_with_data and not resp.pingpong:  # (holding already: no news)
                     resp.note_answer(now)
                 if cfg.ack_with_data and resp.rx.since_ack:
                     emit_with_ack(self.ports, qp, now, out, sendq)
@@ -763,7 +764,6 @@ class Host:
 
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` must next run (None: no timer armed)."""
-        # (the earliest armed deadline)
         t = self._timers.refresh(self._dirty, self._qps, _receive.VERIFY_SETUP)
         if self._port_status or self._ps_confirm:  # (else no endpoint timer)
             t = min(t, endpoint.next_due(self))

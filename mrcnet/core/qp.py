@@ -331,6 +331,7 @@ class QueuePair:
     rx = _part_field("resp.rx", "The responder's state record (shared with the lane).")
     rx_packets = _part_field("resp.rx_packets", "Data packets accepted.")
     tx_sacks = _part_field("resp.tx_sacks", "SACKs sent.")
+    acks_held = _part_field("resp.acks_held", "ACKs held to leave with an answer.")
     recv_wrs = _part_field("resp.recv_wrs", "Posted receives (wr_ids), oldest first.")
     recv_posted = _part_field("resp.recv_posted", "Receives ever posted.")
     imm_done = _part_field("resp.imm_done", "The next MSN to complete.")
@@ -392,4 +393,6 @@ class QueuePair:
         c["rx_data"] = self.resp.rx_packets
         c["tx_data"] = self.snd.tx_packets
         c["tx_sack"] = self.resp.tx_sacks
+        if self.resp.acks_held:  # (absent until one, as count()'s were)
+            c["ack_held"] = self.resp.acks_held
         return c

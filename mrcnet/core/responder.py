@@ -85,6 +85,7 @@ class Responder:
         self._lane_planes: tuple[list[int], dict[int, list[Route]], int] | None = None
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
+        self.acks_held = 0  # (counter ack_held: a ping-pong's every request holds its ACK)
         self.recv_wrs: deque[int] = deque()
         self.recv_posted = 0  # receives ever posted
         #: bumped by every write of what lane_imm_setup gives the lane (recv_posted,
@@ -212,7 +213,7 @@ class Responder:
             if self.pingpong:
                 ack_req = False
                 self.held = True
-                self.qp.count("ack_held")
+                self.acks_held += 1
             else:
                 self.alone_at = now
         # ack_req_burst: the AckReq is answered at the end of its receive burst.
@@ -372,7 +373,7 @@ class Responder:
             total, imm, fl = rec[j], rec[j + 1], rec[j + 2]
             if fl & RX_IMM_HELD:
                 self.held = True
-                self.qp.count("ack_held")
+                self.acks_held += 1
             elif fl & RX_IMM_ALONE:
                 self.alone_at = now
             wr_id = wrs.popleft() if wrs else -1
@@ -492,9 +493,10 @@ class Responder:
         return lp if lp.serves(route) else None
 
     def note_answer(self, now: float) -> None:
-        """ack_with_data: this QP sends data. If an AckReq was answered at once within
+        """ack_with_data: this QP, not holding its ACKs (``pingpong`` false: the caller's
+        test, once per data pass), sends data. If an AckReq was answered at once within
         ``ack_delay`` before, the ACK could have ridden this data: hold the next ones."""
-        if not self.pingpong and now - self.alone_at <= self.cfg.ack_delay:
+        if now - self.alone_at <= self.cfg.ack_delay:
             self.pingpong = True
             self.imm_ver += 1
 
