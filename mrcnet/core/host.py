@@ -63,8 +63,9 @@ from mrcnet.wire.erth import TokenERTH
 from mrcnet.wire.parsed import FrameParser, PyParsed
 
 _INF = float("inf")
-
-
+#: Host counters kept per QP as plain attributes (hot: per packet): (counter, attribute)
+_QP_COUNTERS = (("rx_data", "rx_packets"), ("tx_data", "tx_packets"),
+                ("tx_sack", "tx_sacks"), ("ack_held", "acks_held"))
 _ID_MASK = 0xFFFF  # endpoint request ids: mrc.h req_id, carried in BTH.PSN
 
 
@@ -163,8 +164,7 @@ class Host:
         if self.rx_frames:
             c["rx_frames"] = c.get("rx_frames", 0) + self.rx_frames
         # hot per-packet counters live on the QPs (plain attributes); add them up here
-        for name, attr in (("rx_data", "rx_packets"), ("tx_data", "tx_packets"),
-                           ("tx_sack", "tx_sacks"), ("ack_held", "acks_held")):
+        for name, attr in _QP_COUNTERS:
             total = c.get(name, 0) + sum(getattr(q, attr) for q in self._qps.values())
             if total:
                 c[name] = total
@@ -254,8 +254,9 @@ class Host:
         qp.fail(WCStatus.WR_FLUSH_ERR, "QP destroyed")
         qp.changed()  # (it leaves the host)
         del self._qps[qpn]
-        if qp.acks_held:  # (a host counter outlives its QP: counters() adds the live ones)
-            self.count("ack_held", qp.acks_held)
+        for name, attr in _QP_COUNTERS:  # (a host counter outlives its QP: never goes back)
+            if n := getattr(qp, attr):
+                self.count(name, n)
         self.verdicts.detach(qpn)
         self._ep_tokens.clear()
         self._timers.forget(qpn)
