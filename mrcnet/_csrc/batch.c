@@ -131,23 +131,28 @@ static int make_room(struct mrc_sendq *q)
     return 1;
 }
 
+unsigned mrc_sendq_add_one(struct mrc_sendq *qs, unsigned nq, const uint8_t *frame,
+                           uint32_t len, uint16_t port)
+{
+    if (port >= nq)
+        return 0;
+    struct mrc_sendq *q = &qs[port];
+    if (!make_room(q))
+        return 0;
+    q->iov[q->n].iov_base = (void *)frame;
+    q->iov[q->n].iov_len = len;
+    q->n++;
+    return 1;
+}
+
 unsigned mrc_sendq_add_run(struct mrc_sendq *qs, unsigned nq, const uint8_t *data,
                            const uint32_t *lens, const uint16_t *port, unsigned n)
 {
     unsigned queued = 0;
     size_t off = 0;
     for (unsigned i = 0; i < n; i++) {
-        uint32_t len = lens[i];
-        if (port[i] < nq) {
-            struct mrc_sendq *q = &qs[port[i]];
-            if (make_room(q)) {
-                q->iov[q->n].iov_base = (void *)(data + off);
-                q->iov[q->n].iov_len = len;
-                q->n++;
-                queued++;
-            }
-        }
-        off += len;
+        queued += mrc_sendq_add_one(qs, nq, data + off, lens[i], port[i]);
+        off += lens[i];
     }
     return queued;
 }

@@ -27,6 +27,12 @@ struct mrc_sendq {
 unsigned mrc_sendq_add_run(struct mrc_sendq *qs, unsigned nq, const uint8_t *data,
                            const uint32_t *lens, const uint16_t *port, unsigned n);
 
+/* mrc_sendq_add_run of one frame, `len` bytes at `frame`, by scalars (no arrays for the
+ * caller to build: an answer's ACK queued behind its data, SendQueue.add_behind): 1 if
+ * it was queued on queue `port`, 0 if that queue is full or out of range. */
+unsigned mrc_sendq_add_one(struct mrc_sendq *qs, unsigned nq, const uint8_t *frame,
+                           uint32_t len, uint16_t port);
+
 /* Drop the k oldest frames of q (all if k is larger); returns how many went. */
 unsigned mrc_sendq_drop(struct mrc_sendq *q, unsigned k);
 /* Sends n frames with sendmmsg on a bound packet socket: frame i is `lens[i]` bytes, the

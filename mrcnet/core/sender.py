@@ -178,8 +178,9 @@ class SendGuard(Protocol):
     def backoff(self) -> float:
         """The retry phase's timeout multiplier."""
 
-    def arm_tlp(self, now: float) -> None:
-        """New packets went: the tail-loss probe waits from now."""
+    def arm_sent(self, now: float, ev: int = -1) -> None:
+        """New packets went at ``now``, the first on ``ev``: the retransmission timer
+        from them unless one is armed, and the tail-loss probe from now."""
 
     def base_timeout(self) -> float:
         """The QP's timeout (RTT based, never below the floor)."""
@@ -387,10 +388,7 @@ class Sender:
             self.next_seq = seq + k
             if not self._run_frames(wr, seq, idx, evs, ops, ts, out, sendq, now):
                 txt.send(seq, evs, ops, wr.slot, idx * mtu, mtu, wr.length, now, ts)
-            if rec.rto_at == _INF:
-                rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
-                self.qp.tv += 1
-            rec.arm_tlp(now)
+            rec.arm_sent(now, evs[0])  # (the retransmission timer unless armed, the probe)
             if self.tail_runs is not None:
                 self.tail_runs.append((evs, now))
             self.tx_packets += k
@@ -506,10 +504,7 @@ class Sender:
         if not self._msgs_frames(batch, seq, evs, ops, lens, meths, imms, nimm, ts, out,
                                  sendq, slots, now):
             self.txt.send_msgs(seq, evs, ops, slots, lens, now, ts)
-        if rec.rto_at == _INF:
-            rec.rto_at = now + rec.rto(evs[0]) * rec.backoff()
-            self.qp.tv += 1
-        rec.arm_tlp(now)
+        rec.arm_sent(now, evs[0])
         self.tx_packets += n
 
     def _msgs_frames(self, batch: list[WorkRequest], seq: int, evs: list[int],

@@ -82,6 +82,12 @@ class TailLoss:
     def _learn_reorder(self, late: float, allowance: float) -> None:
         raise NotImplementedError
 
+    def rto(self, ev: int) -> float:
+        raise NotImplementedError
+
+    def backoff(self) -> float:
+        raise NotImplementedError
+
     def pto(self, newest: Any = None, now: float = 0.0) -> float:
         """Tail-loss probe timeout (RFC 8985 section 7.2): ``tlp_srtts`` (2) smoothed RTTs
         (``tlp_srtts_queued`` while the QP's samples show queueing: :meth:`_queued`;
@@ -173,7 +179,20 @@ class TailLoss:
         step's tail leaves when a window opens, and its siblings' acknowledgements keep
         re-arming the probe from later instants for as long as they come: 20 us of
         the 64-host all-to-all's 100, docs/COLLECTIVES.md "session 13"; half a ``pto``,
-        a newest RTT, after the latest news lets a long flight's queue drain)."""
+        a newest RTT, after the latest news lets a long flight's queue drain). (The rule
+        lives in :meth:`arm_sent`, which new packets call.)"""
+        self.arm_sent(now)
+
+    def arm_sent(self, now: float, ev: int = -1) -> None:
+        """New packets went at ``now``, the first of them on ``ev``: the retransmission
+        timer from them unless one is armed (``rto(ev)``, backed off), then the
+        tail-loss probe (:meth:`arm_tlp`'s rule); ``ev`` -1: the probe only. One call
+        per run sent instead of three (``rto`` stays a call: the EV's numbers may be
+        C's)."""
+        if ev >= 0 and self.rto_at == _INF:
+            # (backoff is 1.0 with no retry round: no call then)
+            self.rto_at = now + self.rto(ev) * (self.backoff() if self.retries else 1.0)
+            self.qp.tv += 1
         if self.tlp_sent or not self.cfg.tail_probe:
             return
         pto = self.pto(None, now)

@@ -318,16 +318,19 @@ class SendQueue:
     def add_behind(self, frames: list[tuple[int, bytes]]) -> int:
         """Queue each ``(port, frame)`` of ``frames`` behind what waits on its port;
         returns the ports that had frames waiting before, as bits (:meth:`busy`'s)."""
-        busy = int(C.mrc_sendq_busy(self._q, self._n))
-        q, n, keep = self._q, self._n, self._keep
+        q, n, keep, add = self._q, self._n, self._keep, C.mrc_sendq_add_one
+        busy: int = C.mrc_sendq_busy(q, n)
+        k = 0
         for port, frame in frames:
+            # (one frame, one C call by scalars: no length and port lists to make and
+            # convert per frame, as add_run's would be)
             buf = ffi.from_buffer(frame)
-            k = int(C.mrc_sendq_add_run(q, n, buf, [len(frame)], [port], 1))
-            if k:  # (queued's, inline)
+            if add(q, n, buf, len(frame), port):
                 keep.append(buf)
-            self.waiting += k
-            self.added += k
-            self.overflow += 1 - k
+                k += 1
+        self.waiting += k  # (queued's, inline, once for the frames)
+        self.added += k
+        self.overflow += len(frames) - k
         return busy
 
     def mark(self) -> None:
