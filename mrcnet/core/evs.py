@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
-from operator import attrgetter
 from typing import Any, Protocol
 
 from mrcnet.constants import (
@@ -288,7 +286,7 @@ class EVManager:
         self._rr_reverse = 0
         # Which EV each packet takes (round robin over planes, paths, EVs): spray.py.
         # Told whenever the active EVs of a plane, a state or the usable planes change.
-        self.spray = new_spray(self.active, self._skip_done)
+        self.spray: Spray[EVInfo] = new_spray(self.active, self._skip_done)
         self.next_probe = float("inf")
         #: bumped by every write of ``next_probe`` (QueuePair.deadline reads it; see
         #: QPTimers.refresh)
@@ -444,33 +442,11 @@ class EVManager:
         them (each counted as sent), as long as each is its plain round robin's first try
         (not ECMP, not a SKIP EV): the list stops before the first that is not, and is
         empty if the very next one is not (the caller then asks :meth:`next_ev`). One
-        call per run of new packets instead of one per packet (:meth:`Spray.take`).
-
-        While it only forwards (not ECMP, a plane usable) a manager's ``take`` is the
-        spray's own with the usable planes bound (:meth:`_bind_take`): the same
-        answers without this method's frame per run."""
+        call per run of new packets instead of one per packet (:meth:`Spray.take`)."""
         planes = self.usable_planes
         if self.ecmp or not planes:
             return []
         return self.spray.take(planes, k)
-
-    def _bind_take(self) -> None:
-        """Point this manager's ``take`` at the spray's (with the usable planes) while
-        :meth:`take` would only forward to it, else back at :meth:`take`. Called
-        whenever the spray or the usable planes are replaced (what the binding holds)."""
-        planes = self.usable_planes
-        if self.ecmp or not planes:
-            self.__dict__.pop("take", None)
-        else:  # (an instance attribute: mypy would refuse a method assigned)
-            self.__dict__["take"] = partial(self._spray.take, planes)
-
-    def _use_spray(self, spray: Spray[EVInfo]) -> None:
-        self._spray = spray
-        self._bind_take()
-
-    #: The QP's rotation (:func:`mrcnet.core.spray.new_spray`); replacing it re-binds
-    #: ``take``. (Read through attrgetter: no Python frame per read.)
-    spray: Spray[EVInfo] = property(attrgetter("_spray"), _use_spray)  # type: ignore[assignment]
 
     def _last_resort_ev(self) -> EVInfo:
         pool = [
@@ -701,7 +677,6 @@ class EVManager:
         """Only these planes may carry packets now (local ports and the peer's ports)."""
         new = [p for p in sorted(self.paths) if p in set(planes)]
         self.usable_planes = new
-        self._bind_take()
         self.spray.changed()
         if self.ecmp and new and not any(i.plane in new for i in self.evs.values()):
             # RoCE-like failover: the single EV moves to a live plane.
