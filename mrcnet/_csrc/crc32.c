@@ -50,10 +50,11 @@ static inline __m128i load_block(const uint8_t *p, uint8_t *dst, size_t off)
 }
 
 /* Folds n bytes (n >= 64, a multiple of 16) into the raw state c, copying them to dst on
- * the way when dst is not NULL (inlined into the two callers below, so the copy-less one
- * has no test per block). */
+ * the way when dst is not NULL, and reading the first 64 from `first` instead of p when
+ * that is not NULL (inlined into the callers below, so each has no test per block). */
 __attribute__((target("pclmul,sse4.1"), always_inline))
-static inline uint32_t fold_clmul(uint32_t c, const uint8_t *p, uint8_t *dst, size_t n)
+static inline uint32_t fold_clmul(uint32_t c, const uint8_t *p, uint8_t *dst, size_t n,
+                                  const uint8_t *first)
 {
     /* x^(4*128+64) mod P, x^(4*128) mod P (bit-reflected) ... from the paper's appendix. */
     const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
@@ -63,10 +64,11 @@ static inline uint32_t fold_clmul(uint32_t c, const uint8_t *p, uint8_t *dst, si
     const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
     __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
 
-    x1 = load_block(p, dst, 0x00);
-    x2 = load_block(p, dst, 0x10);
-    x3 = load_block(p, dst, 0x20);
-    x4 = load_block(p, dst, 0x30);
+    const uint8_t *f = first ? first : p;
+    x1 = load_block(f, dst, 0x00);
+    x2 = load_block(f, dst, 0x10);
+    x3 = load_block(f, dst, 0x20);
+    x4 = load_block(f, dst, 0x30);
     x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)c));
     p += 64;
     dst = dst ? dst + 64 : dst;
@@ -135,13 +137,19 @@ static inline uint32_t fold_clmul(uint32_t c, const uint8_t *p, uint8_t *dst, si
 __attribute__((target("pclmul,sse4.1")))
 static uint32_t raw_clmul(uint32_t c, const uint8_t *p, size_t n)
 {
-    return fold_clmul(c, p, NULL, n);
+    return fold_clmul(c, p, NULL, n, NULL);
 }
 
 __attribute__((target("pclmul,sse4.1")))
 static uint32_t raw_clmul_copy(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n)
 {
-    return fold_clmul(c, src, dst, n);
+    return fold_clmul(c, src, dst, n, NULL);
+}
+
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t raw_clmul_first(uint32_t c, const uint8_t *first, const uint8_t *p, size_t n)
+{
+    return fold_clmul(c, p, NULL, n, first);
 }
 #endif
 
@@ -183,6 +191,19 @@ uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n)
     }
 #endif
     return raw_table(c, p, n);
+}
+
+uint32_t mrc_crc32_first_raw(uint32_t c, const uint8_t *first, const uint8_t *p, size_t n)
+{
+#ifdef HAVE_X86_CLMUL
+    if (use_clmul) {
+        size_t bulk = n & ~(size_t)15;
+        c = raw_clmul_first(c, first, p, bulk);
+        return raw_table(c, p + bulk, n - bulk);
+    }
+#endif
+    c = raw_table(c, first, 64);
+    return raw_table(c, p + 64, n - 64);
 }
 
 uint32_t mrc_crc32_copy_raw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n)

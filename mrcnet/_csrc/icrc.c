@@ -7,22 +7,24 @@
 #define UDP_LEN 8
 #define BTH_LEN 12
 
-/* Raw CRC state after RoCEv2's 8 bytes of 0xff (they stand for the InfiniBand LRH). */
-static uint32_t icrc_prefix(void)
-{
-    static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    return mrc_crc32_raw(0xffffffffu, ones, sizeof ones);
-}
+/* Raw CRC state after RoCEv2's 8 bytes of 0xff (they stand for the InfiniBand LRH):
+ * ~zlib.crc32(b"\xff" * 8), a constant (every ICRC started by computing it). */
+#define ICRC_PREFIX 0xdebb20e3u
 
 uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
 {
-    uint8_t head[IP6_LEN + UDP_LEN + BTH_LEN];
+    /* The headers with variant fields, and when the frame has them the bytes after, up to
+     * the 64 the CRC's fold takes in one step: the headers alone (60 or 20 bytes) went
+     * through the table CRC, 8 bytes a step (in `perf record` of the receiving mrcd in a
+     * goodput transfer, the table CRC was 1.3-2.0 % of its samples, 0.3 % after) */
+    uint8_t head[64];
     size_t ip = has_ip ? IP6_LEN : 0, hlen = ip + UDP_LEN + BTH_LEN;
 
     if (len < hlen)
         return 0;
     /* The input is read-only: copy the bytes that hold variant fields and mask them. */
-    memcpy(head, p, hlen);
+    size_t take = len < sizeof head ? hlen : sizeof head;
+    memcpy(head, p, take);
     if (has_ip) {
         head[0] |= 0x0f;                      /* traffic class (low nibble of byte 0) */
         head[1] = head[2] = head[3] = 0xff;   /* traffic class (rest) + flow label */
@@ -30,7 +32,9 @@ uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
     }
     head[ip + 6] = head[ip + 7] = 0xff;       /* UDP checksum */
     head[ip + UDP_LEN + 4] = 0xff;            /* BTH reserved byte */
-    uint32_t c = mrc_crc32_raw(icrc_prefix(), head, hlen);
+    if (take == sizeof head)
+        return ~mrc_crc32_first_raw(ICRC_PREFIX, head, p, len);
+    uint32_t c = mrc_crc32_raw(ICRC_PREFIX, head, hlen);
     return ~mrc_crc32_raw(c, p + hlen, len - hlen);
 }
 
@@ -56,7 +60,7 @@ uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size
     }
     p[ip + 6] = p[ip + 7] = 0xff;
     p[ip + UDP_LEN + 4] = 0xff;
-    uint32_t c = mrc_crc32_raw(icrc_prefix(), p, len);
+    uint32_t c = mrc_crc32_raw(ICRC_PREFIX, p, len);
     if (n)
         c = mrc_crc32_copy_raw(c, p + len, src, n);
     uint32_t crc = ~c;

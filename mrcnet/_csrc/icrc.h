@@ -31,6 +31,11 @@ int mrc_crc32_impl(int want);
 uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
 /* cffi: end */
 
+/* The raw CRC-32 state c moved over first[0:64] and then p[64:n] (n >= 64): p[0:n] with
+ * its first 64 bytes read from `first` instead (mrc_icrc's masked copy of the headers), in
+ * one PCLMULQDQ fold where the headers' bytes alone are too few for one. */
+uint32_t mrc_crc32_first_raw(uint32_t c, const uint8_t *first, const uint8_t *p, size_t n);
+
 /* ICRC of a frame being written (template.c): the variant fields of p[0:len] are masked
  * in place so one CRC pass covers the whole span, then put back, except the UDP
  * checksum, left masked (the caller overwrites it next). Returns zlib's value. */
