@@ -22,7 +22,7 @@ from mrcnet.core.seqnum import MSN_MASK
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
 from mrcnet.sim import net as sim_net
-from mrcnet.wire import bth, seth, template
+from mrcnet.wire import bth, icrc, seth, template
 from mrcnet.wire.neth import NETH
 from mrcnet.wire.parsed import PARSE_REASONS, VERIFY_ALL
 
@@ -132,6 +132,8 @@ PYTHON: dict[tuple[str, str], float] = {
     ("icrc.c", "IP6_LEN"): K.IPV6_HEADER_LEN,
     ("icrc.c", "UDP_LEN"): K.UDP_HEADER_LEN,
     ("icrc.c", "BTH_LEN"): K.BTH_LEN,
+    # the CRC's raw state after the 8 bytes of 0xff (zlib's value without its inversion)
+    ("icrc.c", "ICRC_PREFIX"): icrc._PREFIX_CRC ^ 0xFFFFFFFF,
     ("txtable.h", "MRC_TX_LIVE"): txtable.LIVE,
     ("txtable.h", "MRC_TX_INFL"): txtable.INFL,
     ("txtable.h", "MRC_TX_PEND"): txtable.PEND,
