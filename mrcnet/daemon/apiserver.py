@@ -276,6 +276,8 @@ class ApiServer:
                     # The client found completions no doorbell announced (it began to
                     # let something outside the library wait on its socket): ring.
                     s.ring()
+                    if s.closed:  # (its socket broke: ring dropped it)
+                        return
                     continue
                 # From here the fds are mrcd's: closed after the request, whatever it
                 # was (a handler that keeps the memory maps it; the mapping holds it).
