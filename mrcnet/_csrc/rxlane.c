@@ -592,7 +592,7 @@ int mrc_rx_sack(struct mrc_rx_qp *q, const struct mrc_rx_sackt *t, uint8_t *out,
         p = f + t->cc_off;
         put16(p, q->ack_ts & 0xffff);
         put16(p + 2, nooo);
-        put32(p + 4, (penalty & 0x7f) << 24 | (uint32_t)((uint64_t)q->rcvd_bytes >> 8) & 0xffffff);
+        put32(p + 4, ((penalty & 0x7f) << 24) | ((uint32_t)((uint64_t)q->rcvd_bytes >> 8) & 0xffffff));
         mrc_finish_frame(f, len, t->icrc_from, (int)t->has_ip, t->udp_off, t->pseudo_sum);
     }
     return (int)nbases;
