@@ -181,7 +181,7 @@ class HostConfig:
       bitmap window) when the cumulative point lags.
     - ``tail_probe``: True (default): a tail-loss probe (RFC 8985 section 7): two
       smoothed RTTs plus ``ack_delay`` without news while packets are in flight, the
-      newest is resent on another path (:meth:`mrcnet.core.recovery.Recovery.arm_tlp`),
+      newest is resent on another path (:meth:`mrcnet.core.tailloss.TailLoss.arm_sent`),
       so a lost tail is found in about two RTTs instead of the retransmission timeout.
     - ``rack_tie_break``: True (default): of packets sent in one burst (one instant), one
       lost behind acknowledged siblings with a higher sequence is found by RACK's wait
@@ -247,7 +247,7 @@ class HostConfig:
       an incast's queues inflate while a step's tail leaves after they drained, and
       runs from the newest packet's send time, not from the latest acknowledgement
       (at least half a timeout from it: :meth:`mrcnet.core.tailloss.TailLoss.pto`,
-      ``arm_tlp``; docs/COLLECTIVES.md "session 13").
+      ``arm_sent``; docs/COLLECTIVES.md "session 13").
     - ``tlp_fail_path``: False (default). True: while the host holds a route failing,
       the probe's resend goes on a path that has delivered a packet sent since the host
       learnt of the failure (the newest so proven), if the sprayed one has not
