@@ -65,7 +65,7 @@ from mrcnet.api.protocol import (
     moderation_error,
     nesting_exceeds,
     recv_raw,
-    send_raw,
+    send_raw_by,
 )
 from mrcnet.api.shmclient import DOORBELL, ClientQueues, CompletionRing, Row
 from mrcnet.api.shmqueues import F_UNSIGNALED, ring_slots, sealed_memfd
@@ -447,19 +447,12 @@ class Context:
         data = self._encode(msg)
         # The socket is non-blocking (the doorbells and the drain must never wait): a
         # full mrcd queue waits here, bounded.
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                send_raw(self._sock, data, fds)
-                return
-            except (BrokenPipeError, ConnectionResetError):
-                raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
-            except (BlockingIOError, InterruptedError):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") \
-                        from None
-                select.select([], [self._sock], [], left)
+        try:
+            send_raw_by(self._sock, data, time.monotonic() + self.timeout, fds)
+        except (BrokenPipeError, ConnectionResetError):
+            raise DaemonNotRunning(f"mrcd at {self.path} went away") from None
+        except TimeoutError:
+            raise TimeoutError(f"mrcd did not take a request in {self.timeout} s") from None
 
     def _encode(self, msg: Message) -> bytes:
         """``msg`` as bytes, checked against the limits mrcd announced (it could not

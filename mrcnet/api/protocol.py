@@ -22,7 +22,9 @@ import json
 import mmap
 import os
 import re
+import select
 import socket
+import time
 from typing import Any, Final
 
 from mrcnet.api.errors import InvalidArgument
@@ -30,7 +32,7 @@ from mrcnet.api.errors import InvalidArgument
 __all__ = ["MAX_FDS", "MAX_MESSAGE", "MODERATION_COUNT_MAX", "MODERATION_PERIOD_MAX_US",
            "PROTOCOL_VERSION", "decode", "encode", "leading_id", "map_region",
            "moderation_error", "nesting_exceeds", "recv_msg", "recv_raw", "send_msg",
-           "send_raw"]
+           "send_raw", "send_raw_by"]
 
 #: 2: posts and completions travel in shared-memory queues (:mod:`mrcnet.api.shmqueues`).
 PROTOCOL_VERSION: Final = 2
@@ -131,6 +133,22 @@ def send_raw(sock: socket.socket, data: bytes, fds: list[int] | None = None) -> 
         socket.send_fds(sock, [data], fds)
     else:
         sock.send(data)
+
+
+def send_raw_by(sock: socket.socket, data: bytes, deadline: float,
+                fds: list[int] | None = None) -> None:
+    """:func:`send_raw` on a non-blocking socket, waiting for room in it until
+    ``deadline`` (``time.monotonic``'s clock): TimeoutError past it, OSError as the
+    socket's send raises it."""
+    while True:
+        try:
+            send_raw(sock, data, fds)
+            return
+        except (BlockingIOError, InterruptedError):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no room in the socket") from None
+            select.select([], [sock], [], left)
 
 
 #: Ancillary bytes a message's fds need at most.

@@ -36,6 +36,7 @@ them with a fence before sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import select
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from mrcnet.api.errors import ProtocolError
-from mrcnet.api.protocol import map_region
+from mrcnet.api.protocol import map_region, send_raw_by
 from mrcnet.api.shmqueues import (
     COMPLETION_SLOT,
     CQ_SLOT,
@@ -190,18 +191,10 @@ class ClientQueues:
         """Ask mrcd for a doorbell (:data:`RING_BACK`). Unlike :meth:`ring_mrcd` it
         waits up to ``timeout`` for room in a full socket: nothing else would wake a
         waiter outside the library (rare: once per context at most)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.sock.send(RING_BACK, socket.MSG_DONTWAIT)
-                return
-            except (BlockingIOError, InterruptedError):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return  # (mrcd stopped reading: its replies will say why)
-                select.select([], [self.sock], [], left)
-            except OSError:
-                return  # (mrcd is gone: the next read of the socket says so)
+        # (OSError, TimeoutError too: mrcd stopped reading, or is gone; the next read of
+        # the socket says which)
+        with contextlib.suppress(OSError):
+            send_raw_by(self.sock, RING_BACK, time.monotonic() + timeout)
 
     def arm(self) -> bool:
         """Arm every ring (flag, fence, tail) before sleeping on the socket: True if one
