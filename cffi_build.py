@@ -17,12 +17,12 @@ HERE = Path(__file__).resolve().parent
 CSRC = HERE / "mrcnet" / "_csrc"
 
 # In dependency order: a header's declarations may use those of the ones before it
-# (rxlane.h uses buffers.h, parsed.h and txtable.h; batch.h uses buffers.h; rxread.h
-# uses batch.h and rxlane.h; sackrec.h uses cc.h; sender.h uses batch.h, template.h and
-# txtable.h).
+# (rxlane.h uses buffers.h, parsed.h, recvq.h, shmqueues.h and txtable.h; shmqueues.h
+# uses shmring.h; batch.h uses buffers.h; rxread.h uses batch.h and rxlane.h; sackrec.h
+# uses cc.h; sender.h uses batch.h, template.h and txtable.h).
 HEADERS = ("checksum.h", "icrc.h", "template.h", "parsed.h", "buffers.h", "batch.h",
-           "spray.h", "txtable.h", "rxlane.h", "rxread.h", "cc.h", "sackrec.h", "shmring.h",
-           "posts.h", "sender.h", "simnet.h")
+           "spray.h", "txtable.h", "shmring.h", "shmqueues.h", "recvq.h", "rxlane.h",
+           "rxread.h", "cc.h", "sackrec.h", "posts.h", "sender.h", "simnet.h")
 
 ffibuilder = FFI()
 

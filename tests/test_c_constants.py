@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from mrcnet import constants as K
-from mrcnet.api import shmring
+from mrcnet.api import shmclient, shmqueues, shmring
 from mrcnet.core import cc, evs, laneplane, recovery, responder, rxlane, sackrec, txtable
 from mrcnet.core.ctrl import NO_TS
+from mrcnet.core.events import WCOpcode, WCStatus
 from mrcnet.core.seqnum import MSN_MASK
 from mrcnet.errors import MalformedReason
 from mrcnet.native import HAVE_C, C
@@ -181,6 +182,15 @@ PYTHON: dict[tuple[str, str], float] = {
     ("shmring.c", "OFF_ASLEEP"): shmring.OFF_ASLEEP,
     ("shmring.c", "OFF_BLOCKED"): shmring.OFF_BLOCKED,
     ("shmring.c", "RING_HEADER"): shmring.HEADER,
+    # A completion's slot (shmqueues.c; mrcnet/api/shmqueues.py)
+    ("shmqueues.h", "MRC_CQ_SLOT"): shmqueues.CQ_SLOT,
+    ("shmqueues.h", "MRC_WC_SUCCESS"): shmqueues.STATUSES.index(WCStatus.SUCCESS),
+    ("shmqueues.h", "MRC_WC_RECV_RDMA_WITH_IMM"):
+        shmqueues.OPCODES.index(WCOpcode.RECV_RDMA_WITH_IMM),
+    ("shmqueues.h", "MRC_WC_F_IMM"): shmqueues.F_IMM,
+    ("shmqueues.h", "MRC_DOORBELL"): shmclient.DOORBELL[0],
+    ("rxlane.h", "MRC_RX_IMM_WRITTEN_SHIFT"): rxlane.RX_IMM_WRITTEN_SHIFT,
+    ("rxlane.h", "MRC_RX_IMM_RANG"): rxlane.RX_IMM_RANG,
 }
 
 #: #defines with no Python twin: sizes and markers internal to the C code.
@@ -191,6 +201,7 @@ C_ONLY = {
     ("checksum.c", "HAVE_X86_AVX2"),
     ("crc32.c", "HAVE_X86_CLMUL"),
     ("simnet.c", "SET_LEN"),  # marks an address-set entry in the route table
+    ("recvq.c", "RECVQ_FIRST"),  # slots of a new queue of posted receives
     # what stopped simnet_run (read back through cffi by mrcnet/sim/simnet.py)
     *(("simnet.h", f"SIMNET_{n}")
       for n in ("EMPTY", "PY", "HOST", "LIMIT", "BUDGET", "ERROR", "NOMEM", "WHY_MASK",

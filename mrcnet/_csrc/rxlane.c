@@ -266,6 +266,29 @@ static int ack_take(struct mrc_rx_ack *a, const struct mrc_parsed *f, const uint
                                 (c->ack_moved ? MRC_RX_ACKAT : 0) | (r)))
 #define STOP(w) do { c->pos = k; c->why = (w); return RESULT(k, MRC_RX_STOP); } while (0)
 
+/* The completion of the record just made (its message's `len` bytes and immediate
+ * `imm`), written into the client's ring by the lane itself (struct mrc_rx_ctx's
+ * imm_cq): only while every earlier record waiting was written too (imm_cq is cleared at
+ * the first that is not), so that the client sees the QP's receives in order. */
+static void imm_write(struct mrc_rx_ctx *c, uint32_t len, uint32_t imm)
+{
+    struct mrc_recvq *rq = c->imm_rq;
+    struct mrc_shmring_tx *w = c->imm_cq;
+    int r = 0;
+    if (w->direct && rq->n && c->imm_written + 1 == c->imm_n)
+        r = mrc_cq_put_recv_imm(w, c->qpn, mrc_recvq_at(rq, 0), len, imm);
+    /* (a full ring disarmed it too: the doorbell is owed either way) rung now, as the
+     * completion is published: the client wakes while mrcd finishes its pass */
+    if (r > 0 && (r & 1) && !mrc_cq_ring(w))
+        c->imm_rang = 1;  /* (not sent: mrcd's Python rings it) */
+    if (r >= 2) {
+        mrc_recvq_pop(rq);
+        c->imm_written++;
+    } else {
+        c->imm_cq = NULL;  /* this one and the rest: Python's */
+    }
+}
+
 int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t plane)
 {
     c->plane = plane;
@@ -456,6 +479,8 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
             rec[0] = ilen;
             rec[1] = f->imm;
             rec[2] = flags;
+            if (c->imm_cq)
+                imm_write(c, (uint32_t)ilen, f->imm);
         }
         if (r == MRC_RX_SACK || (imm && c->imm_n >= c->imm_max)) {
             c->pos = k;
@@ -469,12 +494,14 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
 }
 
 void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t pingpong,
-                    int32_t ack_with_data)
+                    int32_t ack_with_data, struct mrc_recvq *rq, struct mrc_shmring_tx *cq)
 {
     c->imm_msn = msn & MSN_MASK;
     c->imm_credit = credit;
     c->pingpong = pingpong;
     c->ack_with_data = ack_with_data;
+    c->imm_rq = rq;
+    c->imm_cq = rq ? cq : NULL;
 }
 
 void mrc_rx_ack_sync(struct mrc_rx_ctx *c, struct mrc_rx_ack *a, int64_t una,
@@ -497,9 +524,10 @@ uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a)
 
 uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c)
 {
-    uint32_t n = c->imm_n;
-    c->imm_n = 0;
-    return n;
+    uint32_t r = c->imm_n | c->imm_written << MRC_RX_IMM_WRITTEN_SHIFT |
+                 (c->imm_rang ? MRC_RX_IMM_RANG : 0);
+    c->imm_n = c->imm_written = c->imm_rang = 0;
+    return r;
 }
 
 int mrc_rx_one(struct mrc_rx_ctx *c, const uint8_t *buf, uint32_t len, double now,

@@ -16,6 +16,8 @@
 
 #include "buffers.h"
 #include "parsed.h"
+#include "recvq.h"
+#include "shmqueues.h"
 #include "txtable.h"
 
 /* cffi: begin */
@@ -219,6 +221,16 @@ struct mrc_rx_ctx {
     int64_t  *imm_rec;         /* the completions' records, MRC_RX_IMM_INTS integers
                                   each: message bytes, immediate, MRC_RX_IMM_* flags */
     uint32_t imm_n, imm_max;   /* records waiting, room */
+    /* The completions themselves, straight into the client's ring (mrcd, docs/C-PASS.md
+     * step 1): with imm_cq set (its `direct` on) the lane takes the posted receive's
+     * wr_id from imm_rq and writes the completion into imm_cq as the record is made; the
+     * records it wrote are the first imm_written of those waiting, and imm_rang says a
+     * write found the client asleep (a doorbell is owed). The first completion it cannot
+     * write (the ring full, no wr_id) clears imm_cq: that one and every later one are
+     * Python's, in order, until mrc_rx_imm_set() gives a ring again. */
+    struct mrc_recvq *imm_rq;
+    struct mrc_shmring_tx *imm_cq;
+    uint32_t imm_written, imm_rang;
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
@@ -229,9 +241,10 @@ int mrc_rx_run(struct mrc_rx_ctx *c, unsigned i, unsigned n, double now, int32_t
 
 /* The responder's write-with-immediate state for the lane's QP (struct mrc_rx_ctx's
  * imm_* fields): the RQ MSN expected, posted receives left, Responder.pingpong and
- * HostConfig.ack_with_data. */
+ * HostConfig.ack_with_data; and its posted receives and receive CQ's ring when the lane
+ * may write the completions there itself (NULL, NULL: it may not). */
 void mrc_rx_imm_set(struct mrc_rx_ctx *c, uint32_t msn, uint32_t credit, int32_t pingpong,
-                    int32_t ack_with_data);
+                    int32_t ack_with_data, struct mrc_recvq *rq, struct mrc_shmring_tx *cq);
 
 /* The ack QP's window now (CRxLane.ack_sync): una, next_seq and early into `a` (the
  * lane's own struct mrc_rx_ack), and the lane takes that QP's SACKs (c->ack = a); nothing
@@ -244,7 +257,11 @@ void mrc_rx_ack_sync(struct mrc_rx_ctx *c, struct mrc_rx_ack *a, int64_t una,
 uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a);
 
 /* How many completion records wait in c->imm_rec (the caller's until the lane runs
- * again); none wait after. */
+ * again), | how many of them (the first) the lane wrote into the ring itself <<
+ * MRC_RX_IMM_WRITTEN_SHIFT | MRC_RX_IMM_RANG if one of those writes owes the client a
+ * doorbell; none wait after. */
+#define MRC_RX_IMM_WRITTEN_SHIFT 8
+#define MRC_RX_IMM_RANG 0x10000
 uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c);
 
 /* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the

@@ -81,3 +81,26 @@ int64_t mrc_shmring_put(uint8_t *base, size_t ring, uint64_t nslots, size_t slot
         mrc_shmring_store(base, ring + OFF_ASLEEP, 0);
     return (int64_t)(2 * n + (asleep ? 1 : 0));
 }
+
+int64_t mrc_shmring_tx_put(struct mrc_shmring_tx *w, const uint8_t *data, uint64_t count)
+{
+    if (!w->base)
+        return 0;
+    int64_t r = mrc_shmring_put(w->base, w->ring, w->nslots, w->slot_size, w->tail, data,
+                                count, w->once);
+    if (r > 0)
+        w->tail += (uint64_t)r >> 1;
+    return r;
+}
+
+int mrc_shmring_tx_block(struct mrc_shmring_tx *w)
+{
+    if (!w->base)
+        return 0;
+    uint64_t head = mrc_shmring_store_load(w->base, w->ring + OFF_BLOCKED, 1,
+                                           w->ring + OFF_HEAD);
+    uint64_t used = w->tail - head;
+    if (used > w->nslots)
+        return -1;
+    return used < w->nslots;
+}

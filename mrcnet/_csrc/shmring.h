@@ -41,6 +41,30 @@ int64_t mrc_shmring_put(uint8_t *base, size_t ring, uint64_t nslots, size_t slot
  * Ring.take (mrcnet/api/shmring.py). */
 int64_t mrc_shmring_take(uint8_t *base, size_t ring, uint64_t nslots, size_t slot_size,
                          uint64_t head, uint64_t max, uint8_t *out);
+
+/* A producer's end of one ring, its index kept here rather than by the caller: mrcd's
+ * end of a CQ's completion ring (mrcnet/daemon/rings.py CompletionWriter), which both
+ * Python and the receive lane (rxlane.h imm_cq) write, one after the other. */
+struct mrc_shmring_tx {
+    uint8_t *base;       /* the mapping (NULL: let go of, nothing is written any more) */
+    size_t   ring;       /* the ring's offset in it */
+    uint64_t nslots;     /* a power of two */
+    uint64_t tail;       /* slots published */
+    uint32_t slot_size;
+    int32_t  once;       /* clear the consumer's asleep flag when ringing (Ring.once) */
+    int32_t  direct;     /* the receive lane may write its completions here itself (mrcd
+                            clears it while the CQ is moderated) */
+    int32_t  bell_fd;    /* the consumer's socket, for the lane's doorbells (-1: none) */
+    uint64_t bells;      /* doorbells sent on it by the lane */
+};
+/* mrc_shmring_put() of ``count`` slots at ``data`` into w's ring at w's tail, which
+ * moves by what was written: 2 * written + (1 if the consumer must be rung), -1 if the
+ * consumer's head is corrupt, 0 if w was let go of. */
+int64_t mrc_shmring_tx_put(struct mrc_shmring_tx *w, const uint8_t *data, uint64_t count);
+/* The producer found no room and will wait for the consumer's doorbell (Ring.block):
+ * 1 if room appeared meanwhile (then do not wait), 0 if not (or w was let go of), -1 if
+ * the consumer's head is corrupt. */
+int mrc_shmring_tx_block(struct mrc_shmring_tx *w);
 /* cffi: end */
 
 #endif

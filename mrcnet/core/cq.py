@@ -14,6 +14,10 @@ from mrcnet.core.events import Completion, WCOpcode, WCStatus
 CompletionRow = tuple[WCStatus, int, WCOpcode, int, "int | None", int]
 
 
+def _nothing() -> None:
+    """(A CQ without a ring: nobody to ring.)"""
+
+
 class CompletionQueue:
     """A completion queue: QPs push, the application polls.
 
@@ -32,6 +36,25 @@ class CompletionQueue:
         # a write's completion is pushed once per write); the methods below document them.
         self.push = self.entries.append  # type: ignore[method-assign,assignment]
         self.push_row = self.entries.append  # type: ignore[method-assign,assignment]
+        #: mrcd's C end of the client's ring this CQ's completions go to
+        #: (``struct mrc_shmring_tx *``, mrcnet/daemon/rings.py), None without one: the
+        #: host's receive lane may write a receive's completion there itself
+        #: (:meth:`mrcnet.core.responder.Responder.lane_imm_setup` says when), and then
+        #: calls :attr:`on_ring` when the write found the client asleep.
+        self.ring_out: Any = None
+        #: What to do when the lane's write owes the ring's reader a doorbell (mrcd:
+        #: queue its session's doorbell for the pass's end).
+        self.on_ring: Callable[[], Any] = _nothing
+
+    def attach_ring(self, out: Any, on_ring: Callable[[], Any]) -> None:
+        """Completions of this CQ go to a client's ring whose C end is ``out``; ``on_ring``
+        is called when the receive lane's write there owes the client a doorbell (see
+        :attr:`ring_out`)."""
+        self.ring_out, self.on_ring = out, on_ring
+
+    def detach_ring(self) -> None:
+        """No ring any more (the client or its CQ went)."""
+        self.ring_out, self.on_ring = None, _nothing
 
     def push(self, c: Completion) -> None:
         """Add one completion."""

@@ -53,6 +53,7 @@ from mrcnet.core.memory import Buffer, MemoryRegion, MemoryTable
 from mrcnet.core.qp import QueuePair
 from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
+from mrcnet.core.recvq import WR_ID_MAX
 from mrcnet.core.sender import IMM_MAX, refused_write, work_requests
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, RTS, QPState
@@ -379,10 +380,13 @@ class Host:
         return qp
 
     def post_recv(self, qpn: int, wr_id: int, now: float = 0.0) -> None:
-        """Post a receive for one incoming write-with-immediate."""
+        """Post a receive for one incoming write-with-immediate (``wr_id``: verbs'
+        ``uint64_t``)."""
         qp = self._qps.get(qpn) or self.qp(qpn)  # (the call only for its error)
         if qp.state is QPState.ERROR:
             raise InvalidRequest(f"QP {qpn} is in ERROR")
+        if not 0 <= wr_id <= WR_ID_MAX:
+            raise InvalidRequest(f"wr_id {wr_id} is not a 64-bit unsigned integer")
         qp.post_recv(wr_id)
 
     def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:

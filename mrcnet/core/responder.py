@@ -12,7 +12,6 @@ here goes there as well (and to the lane's Python oracle, tests/core/pylane.py).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from mrcnet.constants import (
@@ -32,11 +31,16 @@ from mrcnet.core.ctrl import NO_TS, NackTemplate, SackTemplate
 from mrcnet.core.events import Completion, ImmediateReceived, WCOpcode, WCStatus
 from mrcnet.core.evs import EVManager
 from mrcnet.core.laneplane import LanePlane
+from mrcnet.core.recvq import CRecvQueue, new_recvq
 from mrcnet.core.rxlane import (
+    NULL,
     RX_IMM_ALONE,
+    RX_IMM_COUNT_MASK,
     RX_IMM_HELD,
     RX_IMM_INTS,
+    RX_IMM_RANG,
     RX_IMM_SACKED,
+    RX_IMM_WRITTEN_SHIFT,
     RX_UNREP_MAX,
     lane_class,
     note_rtx,
@@ -86,12 +90,16 @@ class Responder:
         self.rx_packets = 0  # hot counters: plain attributes, folded into counters()
         self.tx_sacks = 0
         self.acks_held = 0  # (counter ack_held: a ping-pong's every request holds its ACK)
-        self.recv_wrs: deque[int] = deque()
+        #: Posted receives (wr_ids), oldest first: in C with the host's C lane, which
+        #: takes them itself when it writes completions into a client's ring
+        self.recv_wrs = new_recvq(self.cfg.fast_parse)
         self.recv_posted = 0  # receives ever posted
         #: bumped by every write of what lane_imm_setup gives the lane (recv_posted,
         #: imm_done, pingpong; not lane_completed's, which the lane made itself): the
         #: receive loop calls it only when this moved
         self.imm_ver = 0
+        #: lane_imm_setup gave the lane this QP's receive CQ's ring to write into
+        self.ring_given = False
         self.reset()
 
     def reset(self) -> None:
@@ -337,7 +345,11 @@ class Responder:
         ``seen``: the :attr:`imm_ver` this call last returned for ``lane`` (-1: none, the
         state is given): while it has not moved the lane has them and nothing is done,
         unless ``verify`` (receive.VERIFY_SETUP): then raise AssertionError if the lane
-        does not hold them. Returns :attr:`imm_ver`, the caller's next ``seen``."""
+        does not hold them. With them go the posted receives and the receive CQ's ring
+        when mrcd gave the CQ one (``ring_out``): the lane then writes the completions
+        there itself, unless the CQ holds completions yet to go there first (then -1 is
+        returned: given again at the next batch). Returns :attr:`imm_ver`, the caller's
+        next ``seen``."""
         ver = self.imm_ver
         if ver == seen and not verify:  # (nothing moved: the receive loop's common case)
             return ver
@@ -350,15 +362,39 @@ class Responder:
         if ver == seen:  # (verify)
             lane.check_imm(given)
         else:  # (imm_ver moves only with a change of these: the lane's own moves do not)
-            lane.imm_set(*given)
+            # The lane writes the completions into the client's ring itself when mrcd
+            # gave the CQ one (its ``ring_out``), nothing the CQ holds waits to go there
+            # before them, and no event is owed per completion
+            rcq, wrs = self.rcq, self.recv_wrs
+            out = rcq.ring_out
+            if (out is None or type(wrs) is not CRecvQueue
+                    or self.cfg.completion_events):
+                lane.imm_set(*given, NULL, NULL)
+            elif rcq.entries:  # not yet: given again at the next batch (-1)
+                lane.imm_set(*given, NULL, NULL)
+                return -1
+            else:
+                lane.imm_set(*given, wrs.c, out)
+                self.ring_given = True
         return ver
 
-    def lane_completed(self, rec: Any, n: int, now: float) -> None:
-        """The receive lane placed and acknowledged ``n`` writes-with-immediate (on_data's
-        common case, rxlane.h MRC_RX_IMM), their records in ``rec`` (the lane's
-        ``imm_rec``, RX_IMM_INTS integers each: the message's bytes, the immediate, and
-        the held-ACK decision the lane took, ``RX_IMM_*`` flags): what on_data and
-        _deliver do besides, in order: the posted receives' completions."""
+    def lane_completed(self, rec: Any, taken: int, now: float) -> None:
+        """The receive lane placed and acknowledged writes-with-immediate (on_data's
+        common case, rxlane.h MRC_RX_IMM): ``taken`` is what ``mrc_rx_imm_take`` returned
+        (how many, how many of them, the first, the lane completed into the client's
+        ring itself, and whether that owes the client a doorbell), their records are in
+        ``rec`` (the lane's ``imm_rec``, RX_IMM_INTS integers each: the message's bytes,
+        the immediate, and the held-ACK decision the lane took, ``RX_IMM_*`` flags): what
+        on_data and _deliver do besides, in order: the posted receives' completions."""
+        n = taken & RX_IMM_COUNT_MASK
+        written = (taken >> RX_IMM_WRITTEN_SHIFT & RX_IMM_COUNT_MASK) * RX_IMM_INTS
+        if taken & RX_IMM_RANG:
+            self.rcq.on_ring()
+        if written < n * RX_IMM_INTS and self.ring_given:
+            # the lane stopped writing them (the ring full, or no wr_id): the ring is
+            # given again once what goes first has gone
+            self.ring_given = False
+            self.imm_ver += 1
         wrs, push, qpn = self.recv_wrs, self.rcq.push_row, self.qpn
         events = self.cfg.completion_events
         ok, op = WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM
@@ -376,10 +412,11 @@ class Responder:
                 self.acks_held += 1
             elif fl & RX_IMM_ALONE:
                 self.alone_at = now
-            wr_id = wrs.popleft() if wrs else -1
-            push((ok, wr_id, op, total, imm, qpn))
-            if events:
-                self.qp.ctx.emit(ImmediateReceived(qpn, wr_id, imm, total))
+            if j >= written:  # (else in the ring already, its wr_id taken)
+                wr_id = wrs.popleft() if wrs else -1
+                push((ok, wr_id, op, total, imm, qpn))
+                if events:
+                    self.qp.ctx.emit(ImmediateReceived(qpn, wr_id, imm, total))
             if fl & RX_IMM_SACKED:  # (send_sack's)
                 self.held = False
 

@@ -65,6 +65,11 @@ RX_ACK_INTS = 10  # integers per SACK record (rxlane.h MRC_RX_ACK_INTS)
 RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frames)
 RX_IMM_MAX = 64  # completion records a lane holds (a run returns when they are full)
 RX_IMM_INTS = 3  # integers per completion record (rxlane.h MRC_RX_IMM_INTS)
+# mrc_rx_imm_take()'s result: records waiting | how many of them the lane wrote into the
+# client's ring itself << RX_IMM_WRITTEN_SHIFT | RX_IMM_RANG if a doorbell is owed
+RX_IMM_COUNT_MASK, RX_IMM_WRITTEN_SHIFT, RX_IMM_RANG = 0xFF, 8, 0x10000
+#: C's NULL (the lane's "none" for a pointer it is given; None without the C module)
+NULL: Any = ffi.NULL if HAVE_C else None
 #: rxlane.c RX_LATE_WINDOW: how long after its arrival a reported retransmission's send
 #: stamp is compared with later arrivals' (ack_late): a quarter of the 16-bit microsecond
 #: stamp's wrap, so that two stamps compare without wrapping
@@ -301,8 +306,10 @@ class CRxLane:
         #: ``ffi.from_buffer``: a bytearray as :attr:`one` takes it
         self.cdata_of: Callable[[Any], Any] = ffi.from_buffer
         #: ``mrc_rx_imm_set``: the lane's QP's write-with-immediate state (the RQ MSN
-        #: expected, posted receives left, pingpong, ack_with_data), before a run
-        self.imm_set: Callable[[int, int, int, int], None] = functools.partial(
+        #: expected, posted receives left, pingpong, ack_with_data; its posted receives
+        #: and receive CQ's ring when the lane writes the completions there itself, else
+        #: NULL, NULL), before a run
+        self.imm_set: Callable[[int, int, int, int, Any, Any], None] = functools.partial(
             C.mrc_rx_imm_set, c)
         #: The records of the writes-with-immediate the lane completed (RX_IMM), in
         #: order, RX_IMM_INTS integers each (rxlane.h MRC_RX_IMM_INTS: the message's
@@ -481,6 +488,7 @@ class CRxLane:
         c.ack_req_burst, c.ack_gap_fill = int(ack_req_burst), int(ack_gap_fill)
         c.ack_late = int(ack_late)
         c.imm_credit = 0  # (no immediate until the caller's imm_set)
+        c.imm_rq = c.imm_cq = ffi.NULL
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:
@@ -524,6 +532,7 @@ class CRxLane:
         c = self._c
         c.qp, c.qpn, c.npeers, self.qp = ffi.NULL, 0xFFFFFFFF, 0, None
         c.imm_credit = 0
+        c.imm_rq = c.imm_cq = ffi.NULL
         c.npaths, c.sack_ok, self._path_keep, self.sack_planes = 0, 0, [], -1
         self.npaths = 0
         if self._planes:

@@ -9,6 +9,7 @@ again at least every :data:`FULL_RETRY` seconds meanwhile.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -51,6 +52,11 @@ class Delivery:
         self.queues: list[Any] = []
         #: Other queues that ``queues`` holds first (:meth:`watch`: the core's events).
         self.watched: list[Any] = []
+        #: Sessions owed a doorbell for completions the receive lane wrote into their
+        #: rings itself (a CQ's ``on_ring``; in ``queues`` too: a pass rings them)
+        self.owed: list[Session] = []
+        #: Doorbells the lane rang for the rings of CQs now gone (:meth:`lane_bells`)
+        self.bells_gone = 0
 
     def watch(self, queues: Sequence[Any]) -> None:
         """Hold ``queues`` (the core's events, :attr:`core.Host.event_queues`) in
@@ -59,20 +65,56 @@ class Delivery:
         self.watched = list(queues)
         self._requeue()
 
-    def add(self, handle: int, cq: core.CompletionQueue, owner: Session) -> None:
-        """Deliver CQ ``handle``'s completions to ``owner`` from now on."""
+    def add(self, handle: int, cq: core.CompletionQueue, owner: Session,
+            writer: CompletionWriter | None = None) -> None:
+        """Deliver CQ ``handle``'s completions to ``owner`` from now on (into the ring
+        ``writer`` writes, if any: the core's receive lane may write there too)."""
         self.cqs[handle] = (cq, owner)
+        if writer is not None and writer.c is not None:
+            cq.attach_ring(writer.c, functools.partial(self.owed.append, owner))
+            sock = getattr(owner, "sock", None)
+            writer.set_bell(sock.fileno() if sock is not None else -1)
         self._requeue()
+
+    def moderate(self, handle: int, count: int, period: float) -> None:
+        """CQ ``handle``'s completions wait for ``count`` of them or ``period`` seconds
+        (``count`` 1: each goes at once)."""
+        entry = self.cqs.get(handle)
+        q = entry[1].queues if entry is not None else None
+        w = q.cqs.get(handle) if q is not None else None
+        if w is not None:  # (the lane writes only the unmoderated's itself)
+            w.set_direct(count == 1)
+        if count == 1:
+            self.mod.pop(handle, None)
+        else:
+            self.mod[handle] = (count, period)
+
+    def lane_bells(self) -> int:
+        """Doorbells the receive lane rang itself, ever (mrcd's ``doorbells`` count
+        them with the rest)."""
+        live = 0
+        for handle, (_cq, owner) in self.cqs.items():
+            q = owner.queues
+            w = q.cqs.get(handle) if q is not None else None
+            live += w.bells if w is not None else 0
+        return self.bells_gone + live
 
     def forget(self, handle: int) -> None:
         """CQ ``handle`` is gone."""
-        self.cqs.pop(handle, None)
+        entry = self.cqs.pop(handle, None)
+        if entry is not None:
+            entry[0].detach_ring()
+            q = entry[1].queues
+            w = q.cqs.get(handle) if q is not None else None
+            if w is not None:
+                self.bells_gone += w.bells
+                w.set_bell(-1)
         self.mod.pop(handle, None)
         self.since.pop(handle, None)
         self._requeue()
 
     def _requeue(self) -> None:
-        self.queues = self.watched + [c.entries for c, _ in self.cqs.values()]
+        self.queues = self.watched + [self.owed] + [c.entries for c, _ in self.cqs.values()]
 
     def events(self, host: core.Host, owners: dict[int, Session],
                sessions: dict[int, Session]) -> None:
@@ -134,7 +176,7 @@ class Delivery:
                 # ring's rest stays in the CQ, first in line (_fill_rest)
                 rows = cq.poll_rows(len(cq.entries))
                 data = encode_completions(rows)
-                n, wake = w.ring.put(data)
+                n, wake = w.put(data)
                 if n < len(rows):
                     wake = self._fill_rest(cq, w, rows, data, n) or wake
                 # (the put disarmed the ring when it found it armed: ring then, whatever
@@ -150,6 +192,13 @@ class Delivery:
                 continue
             if cq.entries:
                 self.due = min(self.due, (now or time.monotonic()) + FULL_RETRY)
+        owed = self.owed
+        if owed:  # (the lane's own writes: their doorbells with the rest's)
+            if ring is None:
+                ring = {}
+            for s in owed:
+                ring[s] = None
+            owed.clear()
         if ring is not None:
             for s in ring:
                 s.ring()
@@ -162,12 +211,11 @@ class Delivery:
         did not take: as many as it takes once the client made room meanwhile, the rest
         back in ``cq``, first in line; True if the client must be rung."""
         wake = False
-        ring = w.ring
         while True:
-            if not ring.block():  # full: the client rings when it made room
+            if not w.block():  # full: the client rings when it made room
                 cq.entries.extendleft(reversed(rows[n:]))
                 return wake
-            k, rang = ring.put(data[n * CQ_SLOT:])
+            k, rang = w.put(data[n * CQ_SLOT:])
             wake |= rang
             n += k
             if n == len(rows):

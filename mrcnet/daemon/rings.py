@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from typing import Final
+from typing import Any, Final
 
 from mrcnet.api.errors import InvalidArgument
 from mrcnet.api.protocol import map_region
@@ -26,8 +26,9 @@ from mrcnet.api.shmqueues import (
     WORK_REQUEST_SLOT,
     queue_bytes,
 )
-from mrcnet.api.shmring import Ring
+from mrcnet.api.shmring import Ring, RingCorrupt
 from mrcnet.daemon.guard import check_region_fd
+from mrcnet.native import HAVE_C, C, ffi
 
 __all__ = ["CompletionWriter", "SessionQueues", "WorkRequest"]
 
@@ -56,10 +57,12 @@ def _map_queue(fd: int, nslots: int, slot_size: int) -> mmap.mmap:
 
 class CompletionWriter:
     """mrcd's end (the producer) of one CQ's completion ring: completions go in as
-    :func:`~mrcnet.api.shmqueues.encode_completions` gives them, through
-    ``ring.put`` (:meth:`~mrcnet.api.shmring.Ring.put`: as many as there is room for,
-    written and published in one C call; how many, and True when the client sleeps
-    and must be rung; RingCorrupt if the client broke the head)."""
+    :func:`~mrcnet.api.shmqueues.encode_completions` gives them, through :meth:`put`.
+
+    With the C module the producer's index lives in C (:attr:`c`, ``struct
+    mrc_shmring_tx``), where the host's receive lane writes a receive's completion
+    itself (the core's CQ's ``ring_out``); :meth:`put` and :meth:`block` go through it.
+    Without it they are the Python :class:`~mrcnet.api.shmring.Ring`'s."""
 
     def __init__(self, fd: int, nslots: object) -> None:
         n = _slots(nslots)
@@ -68,9 +71,61 @@ class CompletionWriter:
         # it (mrcnet.api.shmclient), so a pass that finds it disarmed has a doorbell on
         # its way or a drain to come, and a second ring would only wake the client twice.
         self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer")
+        #: The producer's end in C (None without the C module).
+        self.c: Any = None
+        if HAVE_C:
+            c = ffi.new("struct mrc_shmring_tx *")
+            c.base = ffi.cast("uint8_t *", self.ring._ptr)  # (the ring's view pins it)
+            c.ring, c.nslots, c.tail, c.slot_size = 0, n, 0, CQ_SLOT
+            c.once, c.direct, c.bell_fd = int(self.ring.once), 1, -1
+            self.c = c
+
+    def put(self, data: bytes) -> tuple[int, bool]:
+        """As many of ``data``'s slots as there is room for, written and published in
+        one C call: how many, and True when the client sleeps and must be rung
+        (RingCorrupt if the client broke the head)."""
+        c = self.c
+        if c is None:
+            return self.ring.put(data)
+        r = C.mrc_shmring_tx_put(c, data, len(data) // CQ_SLOT)
+        if r < 0:
+            raise RingCorrupt(f"ring head is more than {c.nslots} slots behind its tail")
+        return r >> 1, bool(r & 1)
+
+    def block(self) -> bool:
+        """The ring is full and mrcd will wait for the client's doorbell: True if room
+        appeared meanwhile (then do not wait; RingCorrupt if the client broke the
+        head)."""
+        c = self.c
+        if c is None:
+            return self.ring.block()
+        r = C.mrc_shmring_tx_block(c)
+        if r < 0:
+            raise RingCorrupt(f"ring head is more than {c.nslots} slots behind its tail")
+        return bool(r)
+
+    def set_bell(self, fd: int) -> None:
+        """The lane rings the client's doorbell on socket ``fd`` itself when a
+        completion it writes finds the client asleep (-1: it leaves that to mrcd's
+        delivery). The socket must outlive this (it does: :meth:`close` comes first)."""
+        if self.c is not None:
+            self.c.bell_fd = fd
+
+    @property
+    def bells(self) -> int:
+        """Doorbells the lane rang for this ring itself."""
+        return int(self.c.bells) if self.c is not None else 0
+
+    def set_direct(self, on: bool) -> None:
+        """May the receive lane write completions here itself (not while the CQ is
+        moderated: those wait for their count or period)."""
+        if self.c is not None:
+            self.c.direct = int(on)
 
     def close(self) -> None:
-        """Unmap (the client may keep its own mapping)."""
+        """Unmap (the client may keep its own mapping); nothing is written after."""
+        if self.c is not None:
+            self.c.base, self.c.direct, self.c.bell_fd = ffi.NULL, 0, -1
         self.ring.detach()
         with contextlib.suppress(BufferError, ValueError):
             self.map.close()

@@ -243,9 +243,9 @@ class Verbs:
             cq.poll(len(cq))
         else:
             cq = self.engine.host.create_cq()
-        self.delivery.add(cq.handle, cq, s)
         if writer is not None:
             s.queues.cqs[cq.handle] = writer
+        self.delivery.add(cq.handle, cq, s, writer)
         s.cqs.add(cq.handle)
         return {"cq": cq.handle}
 
@@ -259,10 +259,7 @@ class Verbs:
         if why is not None:
             raise InvalidArgument(why)
         assert isinstance(count, int) and isinstance(period_us, int)
-        if count == 1:
-            self.delivery.mod.pop(handle, None)
-        else:
-            self.delivery.mod[handle] = (count, period_us / 1e6)
+        self.delivery.moderate(handle, count, period_us / 1e6)
         self.delivery.since.pop(handle, None)
         return {}
 
@@ -487,7 +484,8 @@ class Verbs:
         out: Message = {"host": self.engine.host.counters(),
                         "mrcd_internal_errors": self.engine.errors,
                         "loop_passes": dict(self.engine.passes),
-                        "doorbells": self.engine.api.doorbells if self.engine.api else 0,
+                        "doorbells": (self.engine.api.doorbells if self.engine.api else 0)
+                        + self.delivery.lane_bells(),
                         "cpu_s": _cpu_seconds(),
                         "ports": {p.ifname: p.snapshot() for p in self.engine.ports}}
         if "qpn" in msg:

@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
+from mrcnet.api.shmclient import CompletionRing
 from mrcnet.core import HostConfig, receive
-from mrcnet.core.rxlane import RX_DONE, RX_IMM, RX_POS_SHIFT
+from mrcnet.core.events import WCOpcode, WCStatus
+from mrcnet.core.rxlane import RX_DONE, RX_IMM, RX_IMM_COUNT_MASK, RX_POS_SHIFT
+from mrcnet.daemon.rings import CompletionWriter
 from mrcnet.native import HAVE_C
 from mrcnet.wire.parsed import py_parse
 
@@ -62,20 +65,25 @@ def _generate(kw: dict[str, Any], loss: float = 0.0) -> list[tuple[int, bytes]]:
 def _replay(mode: str, batches: list[list[tuple[int, bytes]]], kw: dict[str, Any],
             recvs: int, answer_every: int = 0, post_at: int | None = None
             ) -> dict[str, Any]:
-    """Feed ``batches`` to a fresh receiver (``mode`` "c": the C lane; "ref": frame by
+    """Feed ``batches`` to a fresh receiver (``mode`` "c": the C lane; "ring": the C
+    lane with a client's ring for the receive CQ, as mrcd gives it; "ref": frame by
     frame through the Python responder) and record everything it does, after each
-    batch. ``answer_every``: the receiver writes back after every so many batches (a
+    batch (the completions: those the lane wrote into the ring, then the CQ's).
+    ``answer_every``: the receiver writes back after every so many batches (a
     ping-pong); ``post_at``: before that batch, WRITES more receives are posted."""
+    if mode == "ring":  # (mrcd's: no event per completion, unless the test asks)
+        kw = {"completion_events": False, **kw}
     net, (_qa, qb, ms, md, back) = _setup(kw, recvs)
     hb = net.h(1)
     resp = hb.qp(qb).resp
     completed = [0]  # writes-with-immediate the lane completed
-    if mode == "c":
+    ring = _RingOf(resp.rcq) if mode == "ring" else None
+    if mode != "ref":
         assert hb._lane is not None
         done = resp.lane_completed
 
         def counting(rec: Any, n: int, now: float) -> None:
-            completed[0] += n
+            completed[0] += n & RX_IMM_COUNT_MASK
             done(rec, n, now)
 
         resp.lane_completed = counting  # type: ignore[method-assign]
@@ -95,24 +103,52 @@ def _replay(mode: str, batches: list[list[tuple[int, bytes]]], kw: dict[str, Any
         if t is not None and t <= now:
             hb.handle_timer(now)
         out = [bytes(f) for _p, f in hb.frames_to_send(now)]
-        cq = [(c.status, c.wr_id, c.opcode, c.byte_len, c.imm) for c in resp.rcq.poll(100)]
+        cq = ring.take() if ring is not None else []
+        cq += [(c.status, c.wr_id, c.opcode, c.byte_len, c.imm) for c in resp.rcq.poll(100)]
         rx = resp.rx
         steps.append((b, out, cq, resp.imm_done, resp.msgs_done, resp.recv_posted,
                       list(resp.recv_wrs), resp.held, resp.pingpong, resp.alone_at,
                       rx.rcv_nxt, rx.rx_msg_bytes, rx.since_ack, rx.ack_at, rx.unrep_n,
                       rx.rcvd_bytes, rx.ack_seq))
     return {"steps": steps, "counters": hb.counters(), "dst": bytes(md.view),
-            "completed": completed[0]}
+            "completed": completed[0], "in_ring": ring.taken if ring is not None else 0,
+            "rang": ring.rang if ring is not None else 0}
+
+
+class _RingOf:
+    """A client's completion ring for ``cq``, mrcd's writer on it attached to the CQ as
+    mrcd's delivery attaches it (the lane may write the CQ's receives there itself)."""
+
+    def __init__(self, cq: Any, depth: int = 16) -> None:
+        self.client = CompletionRing(depth)
+        self.writer = CompletionWriter(self.client.fd, self.client.nslots)
+        self.taken = self.rang = 0
+        cq.attach_ring(self.writer.c, self._rang)
+
+    def _rang(self) -> None:
+        self.rang += 1
+        self.client.ring.sleep()  # (the client, woken, looks and sleeps again)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """What the lane wrote since the last take, as the CQ's rows (no qpn)."""
+        data, _ = self.client.ring.take(self.client.nslots)
+        rows = [(WCStatus(st), wr_id, WCOpcode(op), n, imm)
+                for st, wr_id, op, n, imm, _qpn in self.client.rows(data)]
+        self.taken += len(rows)
+        return rows
 
 
 def _compare(batches: list[list[tuple[int, bytes]]], kw: dict[str, Any], recvs: int,
              **extra: Any) -> dict[str, dict[str, Any]]:
-    res = {m: _replay(m, batches, kw, recvs, **extra) for m in ("c", "ref")}
-    c, ref = res["c"], res["ref"]
-    for sc, sr in zip(c["steps"], ref["steps"], strict=True):
-        assert sc == sr, f"batch {sr[0]}"
-    assert c["counters"] == ref["counters"]
-    assert c["dst"] == ref["dst"]
+    res = {m: _replay(m, batches, kw, recvs, **extra) for m in ("c", "ring", "ref")}
+    ref = res["ref"]
+    for m in ("c", "ring"):
+        for sc, sr in zip(res[m]["steps"], ref["steps"], strict=True):
+            assert sc == sr, f"{m}: batch {sr[0]}"
+        assert res[m]["counters"] == ref["counters"]
+        assert res[m]["dst"] == ref["dst"]
+    # (the ring holds only completions the lane made: not those of the Python path)
+    assert res["ring"]["in_ring"] <= res["ring"]["completed"]
     return res
 
 
@@ -138,7 +174,12 @@ def test_in_order_the_lane_completes_them(kw: dict[str, Any], answer_every: int)
                    answer_every=answer_every)
     # every one in the lane but the first two: the lane serves no QP until a data frame
     # took the full path, and meets the region at the next one (WHY_MR_MISS)
-    assert res["c"]["completed"] == WRITES - 2
+    assert res["c"]["completed"] == res["ring"]["completed"] == WRITES - 2
+    # ... and, given the ring, the lane wrote every one of those into it itself (unless
+    # asked for an event per completion: then the CQ has them all)
+    events = kw.get("completion_events", False)
+    assert res["ring"]["in_ring"] == (0 if events else WRITES - 2)
+    assert events or res["ring"]["rang"] > 0  # (the client slept: doorbells owed)
     ref = res["ref"]
     assert sum(len(s[2]) for s in ref["steps"]) == WRITES
     if kw.get("ack_with_data") and answer_every == 1:
@@ -284,7 +325,7 @@ def test_imm_state_given_when_its_version_moved() -> None:
     imm_set = lane.imm_set
 
     def counting(*a: Any) -> None:
-        calls.append(a)
+        calls.append(a[:4])  # (the state; then the ring's pointers: NULL without a ring)
         imm_set(*a)
 
     lane.imm_set = counting

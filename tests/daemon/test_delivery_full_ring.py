@@ -49,7 +49,7 @@ def test_a_full_ring_keeps_the_rest_in_order(room_meanwhile: bool) -> None:
     if room_meanwhile:
         # The client makes room as mrcd finds the ring full (between its put and its
         # block): the rest goes in the same pass, as far as it fits.
-        block = writer.ring.block
+        block = writer.block
         taken = []
 
         def block_after_a_take() -> bool:
@@ -58,7 +58,7 @@ def test_a_full_ring_keeps_the_rest_in_order(room_meanwhile: bool) -> None:
                 taken.append(bytes(data))
             return block()
 
-        writer.ring.block = block_after_a_take  # type: ignore[method-assign]
+        writer.block = block_after_a_take  # type: ignore[method-assign]
         assert d.completions(None) == []  # type: ignore[arg-type]
         got += taken[0]
         assert len(cq.entries) == 40 - 16 - 6
