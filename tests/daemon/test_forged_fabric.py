@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from forgery import Forger, Seen, Sniffer, counters
 from mdfabric import MIB, Conn, FabricMrcds, connect, fabric_with_mrcds
-from mdnsutil import needs_root
+from mdnsutil import needs_root, ns_prefix
 
 from mrcnet.api import Context
 from mrcnet.constants import EndpointOp, NackReason
@@ -59,7 +59,7 @@ pytestmark = [needs_root]
 @pytest.fixture(scope="module")
 def fm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricMrcds]:
     with fabric_with_mrcds(tmp_path_factory.mktemp("forged"), SPEC, hosts=2,
-                           prefix="fg") as f:
+                           prefix=ns_prefix("fg")) as f:
         yield f
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mdnsutil import BIN, MrcdPair, needs_root
+from mdnsutil import BIN, MrcdPair, needs_root, ns_prefix
 
 from mrcnet.api import Context
 
@@ -282,7 +282,7 @@ def test_perf_60_s_on_the_tour_fabric_qp_never_in_error(tmp_path: Path) -> None:
     from mdfabric import fabric_with_mrcds
 
     spec = "leafspine:planes=2,spines=2,leaves=2,hosts=1,mtu=9000"
-    with fabric_with_mrcds(tmp_path, spec, prefix="pu") as fm:
+    with fabric_with_mrcds(tmp_path, spec, prefix=ns_prefix("pu")) as fm:
         ns = {h: fm.fab.netns(h) for h in ("h0", "h1")}
         server = subprocess.Popen(["ip", "netns", "exec", ns["h1"], PERF, "server"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

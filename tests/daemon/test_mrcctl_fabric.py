@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from mdfabric import MIB, Conn, FabricMrcds, connect, fabric_with_mrcds
-from mdnsutil import needs_root
+from mdnsutil import needs_root, ns_prefix
 from test_mrcctl import Transfer, ctl_json, mrcctl
 
 SPEC = "leafspine:planes=2,spines=2,leaves=2,hosts=1,rate=500mbit,mtu=9000"
@@ -34,7 +34,7 @@ pytestmark = [needs_root]
 @pytest.fixture(scope="module")
 def fm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricMrcds]:
     """The fabric ``ha<hex>`` with an mrcd per host; stopped by PID and removed after."""
-    with fabric_with_mrcds(tmp_path_factory.mktemp("hactl"), SPEC, prefix="ha") as f:
+    with fabric_with_mrcds(tmp_path_factory.mktemp("hactl"), SPEC, prefix=ns_prefix("ha")) as f:
         yield f
 
 
