@@ -98,8 +98,10 @@ class Responder:
         #: imm_done, pingpong; not lane_completed's, which the lane made itself): the
         #: receive loop calls it only when this moved
         self.imm_ver = 0
-        #: lane_imm_setup gave the lane this QP's receive CQ's ring to write into
-        self.ring_given = False
+        #: The C end of this QP's receive CQ's ring that lane_imm_setup gave the lane to
+        #: write into (None: none): held here while the lane may hold its pointer, so
+        #: that it outlives the ring's writer (which, closed, lets go of the mapping)
+        self.ring_given: Any = None
         self.reset()
 
     def reset(self) -> None:
@@ -370,12 +372,14 @@ class Responder:
             if (out is None or type(wrs) is not CRecvQueue
                     or self.cfg.completion_events):
                 lane.imm_set(*given, NULL, NULL)
+                self.ring_given = None
             elif rcq.entries:  # not yet: given again at the next batch (-1)
                 lane.imm_set(*given, NULL, NULL)
+                self.ring_given = None
                 return -1
             else:
                 lane.imm_set(*given, wrs.c, out)
-                self.ring_given = True
+                self.ring_given = out
         return ver
 
     def lane_completed(self, rec: Any, taken: int, now: float) -> None:
@@ -390,10 +394,10 @@ class Responder:
         written = (taken >> RX_IMM_WRITTEN_SHIFT & RX_IMM_COUNT_MASK) * RX_IMM_INTS
         if taken & RX_IMM_RANG:
             self.rcq.on_ring()
-        if written < n * RX_IMM_INTS and self.ring_given:
+        if written < n * RX_IMM_INTS and self.ring_given is not None:
             # the lane stopped writing them (the ring full, or no wr_id): the ring is
             # given again once what goes first has gone
-            self.ring_given = False
+            self.ring_given = None
             self.imm_ver += 1
         wrs, push, qpn = self.recv_wrs, self.rcq.push_row, self.qpn
         events = self.cfg.completion_events

@@ -165,6 +165,41 @@ def test_the_lane_rings_the_doorbell_itself() -> None:
     assert res["lane_bells"] == res["bells"]
 
 
+def test_a_ring_let_go_of_gets_nothing_more() -> None:
+    """The client's session ends while the lane still holds its ring (mrcd forgets the
+    CQ and unmaps the ring; the QP's receives go on until the lane learns): the lane
+    writes nothing more into the mapping, and what completes after is the CQ's, in
+    order, none lost."""
+    kw: dict[str, Any] = {"completion_events": False}
+    frames = _generate(kw)
+    batches = _in_order(frames, random.Random(3))
+    net, (_qa, qb, _ms, _md, _back) = _setup(kw, WRITES)
+    hb = net.h(1)
+    cq = hb.qp(qb).resp.rcq
+    client = CompletionRing(64)
+    writer = CompletionWriter(client.fd, client.nslots)
+    d = Delivery(log=None)
+    d.add(cq.handle, cq, _Owner(cq.handle, writer), writer)  # type: ignore[arg-type]
+    got: list[Row] = []
+    now = 1.0
+    half = len(batches) // 2
+    for batch in batches[:half]:
+        now += 7e-6
+        feed(hb, batch, now, False)
+        d.completions(hb)  # type: ignore[arg-type]
+    got += _rows(client)
+    in_ring = len(got)
+    d.forget(cq.handle)  # (verbs.on_session_closed's order: the CQ, then the queues)
+    writer.close()
+    assert cq.ring_out is None and writer.c.base == ffi.NULL
+    for batch in batches[half:]:
+        now += 7e-6
+        feed(hb, batch, now, False)
+    got += [(c.status, c.wr_id, c.opcode, c.byte_len, c.imm) for c in cq.poll(100)]
+    assert in_ring > 10
+    assert got == _reference(batches, kw)["got"]
+
+
 def test_a_moderated_cq_gets_nothing_from_the_lane() -> None:
     """While the CQ is moderated (modify_cq) the lane writes nothing into its ring: its
     completions wait in the CQ for their count or period, as every other's."""
