@@ -191,6 +191,7 @@ PYTHON: dict[tuple[str, str], float] = {
     ("shmqueues.h", "MRC_DOORBELL"): shmclient.DOORBELL[0],
     ("rxlane.h", "MRC_RX_IMM_WRITTEN_SHIFT"): rxlane.RX_IMM_WRITTEN_SHIFT,
     ("rxlane.h", "MRC_RX_IMM_RANG"): rxlane.RX_IMM_RANG,
+    ("rxlane.h", "MRC_RX_IMM_BELL"): rxlane.RX_IMM_BELL,
 }
 
 #: #defines with no Python twin: sizes and markers internal to the C code.

@@ -279,8 +279,12 @@ static void imm_write(struct mrc_rx_ctx *c, uint32_t len, uint32_t imm)
         r = mrc_cq_put_recv_imm(w, c->qpn, mrc_recvq_at(rq, 0), len, imm);
     /* (a full ring disarmed it too: the doorbell is owed either way) rung now, as the
      * completion is published: the client wakes while mrcd finishes its pass */
-    if (r > 0 && (r & 1) && !mrc_cq_ring(w))
-        c->imm_rang = 1;  /* (not sent: mrcd's Python rings it) */
+    if (r > 0 && (r & 1)) {
+        if (mrc_cq_ring(w))
+            c->imm_bell = 1;
+        else
+            c->imm_rang = 1;  /* (not sent: mrcd's Python rings it) */
+    }
     if (r >= 2) {
         mrc_recvq_pop(rq);
         c->imm_written++;
@@ -525,8 +529,8 @@ uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a)
 uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c)
 {
     uint32_t r = c->imm_n | c->imm_written << MRC_RX_IMM_WRITTEN_SHIFT |
-                 (c->imm_rang ? MRC_RX_IMM_RANG : 0);
-    c->imm_n = c->imm_written = c->imm_rang = 0;
+                 (c->imm_rang ? MRC_RX_IMM_RANG : 0) | (c->imm_bell ? MRC_RX_IMM_BELL : 0);
+    c->imm_n = c->imm_written = c->imm_rang = c->imm_bell = 0;
     return r;
 }
 

@@ -231,6 +231,7 @@ struct mrc_rx_ctx {
     struct mrc_recvq *imm_rq;
     struct mrc_shmring_tx *imm_cq;
     uint32_t imm_written, imm_rang;
+    uint32_t imm_bell;         /* a write woke the client: the lane rang it itself */
 };
 
 /* Handle frames i..n-1 (n <= cap) received at time `now` on a port of `plane`. Returns
@@ -259,9 +260,10 @@ uint32_t mrc_rx_ack_take(struct mrc_rx_ack *a);
 /* How many completion records wait in c->imm_rec (the caller's until the lane runs
  * again), | how many of them (the first) the lane wrote into the ring itself <<
  * MRC_RX_IMM_WRITTEN_SHIFT | MRC_RX_IMM_RANG if one of those writes owes the client a
- * doorbell; none wait after. */
+ * doorbell | MRC_RX_IMM_BELL if the lane rang one itself; none wait after. */
 #define MRC_RX_IMM_WRITTEN_SHIFT 8
 #define MRC_RX_IMM_RANG 0x10000
+#define MRC_RX_IMM_BELL 0x20000
 uint32_t mrc_rx_imm_take(struct mrc_rx_ctx *c);
 
 /* mrc_rx_run() of the one frame buf[0 : len] (as frame 0, i = 0, n = 1), without the

@@ -14,7 +14,7 @@ from mrcnet.core.events import Completion, WCOpcode, WCStatus
 CompletionRow = tuple[WCStatus, int, WCOpcode, int, "int | None", int]
 
 
-def _nothing() -> None:
+def _nothing(owed: int) -> None:
     """(A CQ without a ring: nobody to ring.)"""
 
 
@@ -42,14 +42,14 @@ class CompletionQueue:
         #: (:meth:`mrcnet.core.responder.Responder.lane_imm_setup` says when), and then
         #: calls :attr:`on_ring` when the write found the client asleep.
         self.ring_out: Any = None
-        #: What to do when the lane's write owes the ring's reader a doorbell (mrcd:
-        #: queue its session's doorbell for the pass's end).
-        self.on_ring: Callable[[], Any] = _nothing
+        #: What to do when the lane's write woke the ring's reader (its argument
+        #: nonzero when the doorbell is owed still: mrcd rings it at the pass's end).
+        self.on_ring: Callable[[int], Any] = _nothing
 
-    def attach_ring(self, out: Any, on_ring: Callable[[], Any]) -> None:
+    def attach_ring(self, out: Any, on_ring: Callable[[int], Any]) -> None:
         """Completions of this CQ go to a client's ring whose C end is ``out``; ``on_ring``
-        is called when the receive lane's write there owes the client a doorbell (see
-        :attr:`ring_out`)."""
+        is called when the receive lane's write there woke the client (see
+        :attr:`ring_out`, :attr:`on_ring`)."""
         self.ring_out, self.on_ring = out, on_ring
 
     def detach_ring(self) -> None:

@@ -35,6 +35,7 @@ from mrcnet.core.recvq import CRecvQueue, new_recvq
 from mrcnet.core.rxlane import (
     NULL,
     RX_IMM_ALONE,
+    RX_IMM_BELL,
     RX_IMM_COUNT_MASK,
     RX_IMM_HELD,
     RX_IMM_INTS,
@@ -55,6 +56,7 @@ from mrcnet.wire.aeth import AETH
 from mrcnet.wire.parsed import PyParsed
 
 _INF = float("inf")
+_WOKE = RX_IMM_RANG | RX_IMM_BELL
 _RING_START = 128  # out-of-order ring slots a responder starts with (grows to its window)
 _ONLY = (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
 _LAST = (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM)
@@ -392,8 +394,8 @@ class Responder:
         on_data and _deliver do besides, in order: the posted receives' completions."""
         n = taken & RX_IMM_COUNT_MASK
         written = (taken >> RX_IMM_WRITTEN_SHIFT & RX_IMM_COUNT_MASK) * RX_IMM_INTS
-        if taken & RX_IMM_RANG:
-            self.rcq.on_ring()
+        if taken & _WOKE:  # (the doorbell rung by the lane, or owed)
+            self.rcq.on_ring(taken & RX_IMM_RANG)
         if written < n * RX_IMM_INTS and self.ring_given is not None:
             # the lane stopped writing them (the ring full, or no wr_id): the ring is
             # given again once what goes first has gone

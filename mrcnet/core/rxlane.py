@@ -66,8 +66,10 @@ RX_ACK_MAX = 64  # records a lane holds: a run takes at most one batch (64 frame
 RX_IMM_MAX = 64  # completion records a lane holds (a run returns when they are full)
 RX_IMM_INTS = 3  # integers per completion record (rxlane.h MRC_RX_IMM_INTS)
 # mrc_rx_imm_take()'s result: records waiting | how many of them the lane wrote into the
-# client's ring itself << RX_IMM_WRITTEN_SHIFT | RX_IMM_RANG if a doorbell is owed
+# client's ring itself << RX_IMM_WRITTEN_SHIFT | RX_IMM_RANG if a doorbell is owed |
+# RX_IMM_BELL if the lane rang one itself
 RX_IMM_COUNT_MASK, RX_IMM_WRITTEN_SHIFT, RX_IMM_RANG = 0xFF, 8, 0x10000
+RX_IMM_BELL = 0x20000
 #: C's NULL (the lane's "none" for a pointer it is given; None without the C module)
 NULL: Any = ffi.NULL if HAVE_C else None
 #: rxlane.c RX_LATE_WINDOW: how long after its arrival a reported retransmission's send

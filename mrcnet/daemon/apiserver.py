@@ -71,6 +71,10 @@ class Session:
         self.path_events = False
         #: mrcd's end of the queues shared with the client (None: JSON posts only).
         self.queues: Any = None
+        #: mrcd's looks for this client's answer after waking it (Posts.await_answer):
+        #: how many, and the moving average of those that found it
+        self.answer_looks = 0
+        self.answer_score = 1.0
 
     def ring(self) -> None:
         """Ring the client's doorbell (completions wait in its rings). A full socket

@@ -149,6 +149,11 @@ class ConfigError(MrcError):
     """The configuration file is missing, not TOML, or has a bad or missing key."""
 
 
+#: ``answer_poll_us``'s default (us): a ping-pong's answer comes within it on an idle
+#: host (docs/PERFORMANCE.md, "Session 18")
+DEFAULT_ANSWER_POLL_US: Final = 100
+
+
 @dataclass(frozen=True)
 class PortConfig:
     """One NIC port mrcd drives."""
@@ -215,6 +220,11 @@ class DaemonConfig:
     #: After taking a client's posts, look again for this long (us) before going back to
     #: the loop (0: never; it holds the loop: only for latency on an idle host).
     busy_poll_us: int = 0
+    #: After a port pass that woke a client for a receive, look at that client's send
+    #: queue for up to this long (us) for the answer it is about to post, before going
+    #: back to the loop (its post then needs no doorbell and no wake-up of mrcd):
+    #: adaptive per client (mrcnet/daemon/posts.py Posts.await_answer). 0: never.
+    answer_poll_us: int = DEFAULT_ANSWER_POLL_US
     #: Run under SCHED_BATCH: woken by a frame, mrcd does not preempt the process that
     #: sent it mid-batch; for mrcds that share CPUs with each other, as on a single-host
     #: netns fabric (mrcnet/daemon/sched.py says when it helps and when it hurts).
@@ -252,7 +262,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
              "log_level", "port", "peers", "core", "limits", "metrics_listen",
-             "busy_poll_us", "sched_batch"}
+             "busy_poll_us", "answer_poll_us", "sched_batch"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -359,6 +369,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         core=core,
         metrics_listen=metrics_listen,
         busy_poll_us=_busy_poll(data, source),
+        answer_poll_us=_busy_poll(data, source, "answer_poll_us", DEFAULT_ANSWER_POLL_US),
         sched_batch=_sched_batch(data, source),
         source=source,
     )
@@ -377,10 +388,11 @@ def _sched_batch(data: dict[str, Any], source: str) -> bool | str:
 MAX_BUSY_POLL_US: Final = 1000
 
 
-def _busy_poll(data: dict[str, Any], source: str) -> int:
-    us = _want(data, "busy_poll_us", int, source, 0)
+def _busy_poll(data: dict[str, Any], source: str, key: str = "busy_poll_us",
+               default: int = 0) -> int:
+    us = _want(data, key, int, source, default)
     if not 0 <= us <= MAX_BUSY_POLL_US:
-        raise ConfigError(f"{source}: busy_poll_us {us}: give 0..{MAX_BUSY_POLL_US}")
+        raise ConfigError(f"{source}: {key} {us}: give 0..{MAX_BUSY_POLL_US}")
     return int(us)
 
 

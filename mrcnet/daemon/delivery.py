@@ -55,6 +55,10 @@ class Delivery:
         #: Sessions owed a doorbell for completions the receive lane wrote into their
         #: rings itself (a CQ's ``on_ring``; in ``queues`` too: a pass rings them)
         self.owed: list[Session] = []
+        #: Sessions woken for a receive (by the lane's completions: those of a write
+        #: with immediate, not of a client's own writes) since the engine last looked:
+        #: an answer from them may follow at once (mrcd's ``answer_poll_us``)
+        self.woken: list[Session] = []
         #: Doorbells the lane rang for the rings of CQs now gone (:meth:`lane_bells`)
         self.bells_gone = 0
 
@@ -71,10 +75,17 @@ class Delivery:
         ``writer`` writes, if any: the core's receive lane may write there too)."""
         self.cqs[handle] = (cq, owner)
         if writer is not None and writer.c is not None:
-            cq.attach_ring(writer.c, functools.partial(self.owed.append, owner))
+            cq.attach_ring(writer.c, functools.partial(self._woke, owner))
             sock = getattr(owner, "sock", None)
             writer.set_bell(sock.fileno() if sock is not None else -1)
         self._requeue()
+
+    def _woke(self, owner: Session, owed: int) -> None:
+        """The receive lane's write into one of ``owner``'s rings woke it (``owed``: its
+        doorbell is still to be rung)."""
+        self.woken.append(owner)
+        if owed:
+            self.owed.append(owner)
 
     def moderate(self, handle: int, count: int, period: float) -> None:
         """CQ ``handle``'s completions wait for ``count`` of them or ``period`` seconds

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import grp
+import select
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ import structlog
 from mrcnet import buffers, core
 from mrcnet.constants import IPV6_HEADER_LEN
 from mrcnet.core import HostConfig
-from mrcnet.daemon.apiserver import ApiServer, claim_socket_path
+from mrcnet.daemon.apiserver import ApiServer, Session, claim_socket_path
 from mrcnet.daemon.config import DaemonConfig, PortConfig
 from mrcnet.daemon.control import (
     ControlServer,
@@ -126,9 +127,12 @@ class Daemon:
         #: Loop passes by what woke them: a port's frames, a client's posts or requests,
         #: the timer (``timer_idle``: it found nothing due). A round trip's cost in
         #: wake-ups (tools/bench_latency.py prints them per round trip).
-        self._passes = {"port": 0, "client": 0, "timer": 0}
+        # (answer_hit / answer_miss: answer_poll_us's looks that found a post or not)
+        self._passes = {"port": 0, "client": 0, "timer": 0, "answer_hit": 0,
+                        "answer_miss": 0}
         #: ``sched_batch = "bulk"``: SCHED_BATCH while the port passes read bulk
         self._bulk = BulkBatch() if cfg.sched_batch == "bulk" else None
+        self._ports_poll: select.poll | None = None  # (_frames_waiting's, made once)
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
         #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
@@ -158,6 +162,7 @@ class Daemon:
         self._passes["client"] += 1
         try:
             self._pump(None)
+            self.verbs.delivery.woken.clear()  # (only a port pass waits for answers)
         except Exception:
             self._guarded("requests")
 
@@ -410,8 +415,32 @@ class Daemon:
             else:
                 verbs.delivery.due = _INF
             self._pump(now)
+            woken = verbs.delivery.woken
+            if woken:  # clients woken for completions: their answers may follow at once
+                if self.cfg.answer_poll_us:
+                    self._await_answers(woken)
+                woken.clear()
         except Exception:
             self._guarded("receive")
+
+    def _await_answers(self, woken: list[Session]) -> None:
+        """``answer_poll_us``: look for the answers of the clients this pass woke
+        (Posts.await_answer), each once, all of them within ``answer_poll_us`` (many
+        clients woken at once do not hold the loop for long)."""
+        posts = self.verbs.posts
+        until = time.perf_counter() + self.cfg.answer_poll_us / 1e6
+        for s in dict.fromkeys(woken):
+            hit = posts.await_answer(s, until, self._frames_waiting)
+            self._passes["answer_hit" if hit else "answer_miss"] += 1
+
+    def _frames_waiting(self) -> bool:
+        """Does a port have frames to read (a poll(2) of their sockets, no wait)?"""
+        p = self._ports_poll
+        if p is None:
+            p = self._ports_poll = select.poll()
+            for port in self.ports:
+                p.register(port.fileno(), select.POLLIN)
+        return bool(p.poll(0))
 
     def _read_ports(self, index: int) -> float:
         """Read every port, one batch each in turn, starting with ``index``; returns the
@@ -591,5 +620,6 @@ class Daemon:
             self._passes["timer"] += 1
             self.host.handle_timer(now)
             self._pump(now)
+            self.verbs.delivery.woken.clear()  # (only a port pass waits for answers)
         except Exception:
             self._guarded("timer")

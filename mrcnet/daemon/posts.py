@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 from mrcnet import core
@@ -46,6 +46,15 @@ __all__ = ["Posts", "SlotScan"]
 #: slots (measured, a doorbell of 64 B writes: 1 slot 3.1 against 7.4 us, 8 slots 8.2
 #: against 9.4-10.0, 16 slots 13.2-14.7 against 12.3, 48 slots 36.0 against 23.1-27.3).
 SCAN_MIN: Final = 16
+#: answer_poll_us (Posts.await_answer): the moving average of a client's looks that
+#: found its answer, each look's weight in it, the average under which its looks are
+#: short, and how often a short-looked client gets a whole look anyway
+ANSWER_WEIGHT: Final = 0.125
+ANSWER_SCORE_MIN: Final = 0.25
+ANSWER_PROBE_EVERY: Final = 16
+#: ... and how many of a look's rounds (each a load of the ring's tail, ~0.2 us) go by
+#: between two looks at the ports (a poll(2), ~1 us)
+ANSWER_PORTS_EVERY: Final = 8
 #: A slot's op, qpn and lkey (the start of :data:`WORK_REQUEST`): which run it begins.
 _HEAD = struct.Struct("<B3xI8xI")
 _WriteRow = tuple[int, int, int, int, int, "int | None"]
@@ -107,6 +116,9 @@ class Engine(Protocol):
 
     def guarded(self, what: str) -> None:
         """Log an internal error caught in ``what``; mrcd keeps going."""
+
+    def after_requests(self) -> None:
+        """The end of a burst of a client's posts: send what they made (one pump)."""
 
 
 class Posts:
@@ -271,6 +283,49 @@ class Posts:
         except RingCorrupt as e:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
         return False
+
+    def await_answer(self, s: Session, until: float,
+                     frames: Callable[[], bool] = lambda: False) -> bool:
+        """``s`` was just woken for its completions (a port pass rang it): look at its
+        send queue for the post it is about to make, telling it meanwhile that mrcd is
+        awake (no doorbell needed), and take and send what came; True if a post came.
+
+        The look lasts mrcd's ``answer_poll_us`` while most of the client's recent looks
+        found its answer (``s.answer_score``, a moving average of hits, above
+        :data:`ANSWER_SCORE_MIN`), else a sixteenth of it, but every
+        :data:`ANSWER_PROBE_EVERY`-th look the whole of it again, so that a client whose
+        answers started to come in time is seen to (a halving rule that doubles back
+        only on a hit stays short once its looks are too short to hit); never past
+        ``until`` (``time.perf_counter()``: the pass's whole budget), and not once
+        ``frames()`` (asked every few rounds) says frames wait on a port: they come
+        first (the look, a miss then, ends)."""
+        top = self.engine.cfg.answer_poll_us / 1e6
+        q: SessionQueues | None = s.queues
+        if not top or q is None or s.closed:
+            return False
+        s.answer_looks += 1
+        full = s.answer_score > ANSWER_SCORE_MIN or not s.answer_looks % ANSWER_PROBE_EVERY
+        found = False
+        try:
+            q.sq.wake()  # the client need not ring while mrcd looks
+            end = min(time.perf_counter() + (top if full else top / 16), until)
+            ready, clock = q.sq.ready, time.perf_counter
+            rounds = 0
+            while clock() < end:
+                if ready():
+                    found = True
+                    break
+                rounds += 1
+                if not rounds % ANSWER_PORTS_EVERY and frames():
+                    break
+            s.answer_score += ANSWER_WEIGHT * (found - s.answer_score)
+            # Armed again (its next post rings); what came meanwhile is taken now
+            while not s.closed and q.rest():
+                self.take(s)
+                self.engine.after_requests()
+        except RingCorrupt as e:
+            self.ring_broken(s, f"its send queue is corrupt: {e}")
+        return found
 
     def ring_broken(self, s: Session, why: str) -> None:
         """A client broke one of its rings: tell it, and end its session."""

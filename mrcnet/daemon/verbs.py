@@ -127,6 +127,9 @@ class Engine(Protocol):
     def guarded(self, what: str) -> None:
         """Log an internal error caught in ``what``; mrcd keeps going."""
 
+    def after_requests(self) -> None:
+        """The end of a burst of a client's posts: send what they made (one pump)."""
+
 
 class Verbs:
     """Client requests and QP connection management, on the engine it is given."""

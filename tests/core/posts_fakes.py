@@ -20,6 +20,9 @@ class FakeEngine:
     def guarded(self, what: str) -> None:
         raise AssertionError(f"internal error in {what}")
 
+    def after_requests(self) -> None:
+        """(Nothing sends here: the tests read the core.)"""
+
 
 class OutboxSession(Session):
     """A session whose messages stay in its outbox (no socket to flush them to)."""

@@ -125,7 +125,7 @@ class _RingOf:
         self.taken = self.rang = 0
         cq.attach_ring(self.writer.c, self._rang)
 
-    def _rang(self) -> None:
+    def _rang(self, owed: int) -> None:
         self.rang += 1
         self.client.ring.sleep()  # (the client, woken, looks and sleeps again)
 

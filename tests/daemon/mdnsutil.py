@@ -197,15 +197,16 @@ class MrcdPair:
 
 @contextlib.contextmanager
 def mrcd_pair_on(veth: VethPair, workdir: Path, log_level: str = "debug",
-                 timeout: float = 15.0) -> Iterator[MrcdPair]:
+                 timeout: float = 15.0, extra: str = "") -> Iterator[MrcdPair]:
     """mrcd "ha" in namespace a and "hb" in namespace b of ``veth``, directly cabled peers
-    (configs, sockets and logs in ``workdir``); both stopped by PID afterwards."""
+    (configs, sockets and logs in ``workdir``; ``extra``: top-level TOML lines for
+    both); both stopped by PID afterwards."""
     cfg_a, cfg_b = str(workdir / "ha.toml"), str(workdir / "hb.toml")
     sock_a, sock_b = str(workdir / "ha.sock"), str(workdir / "hb.sock")
     write_config(cfg_a, "ha", veth.if_a, veth.ip_a, sock_a, {"hb": veth.ip_b},
-                 log_level=log_level)
+                 extra, log_level=log_level)
     write_config(cfg_b, "hb", veth.if_b, veth.ip_b, sock_b, {"ha": veth.ip_a},
-                 log_level=log_level)
+                 extra, log_level=log_level)
     started: list[Mrcd] = []
     try:
         started.append(start_mrcd("ha", veth.ns_a, cfg_a, sock_a, str(workdir), timeout))

@@ -27,6 +27,8 @@ def test_good_config_and_defaults() -> None:
     assert cfg.peers["h1"].addresses == ("fd00::b",)
     assert cfg.ev_profile == "spray" and cfg.kernel_drop
     assert not cfg.sched_batch and parse_config({**GOOD, "sched_batch": True}).sched_batch
+    assert cfg.busy_poll_us == 0 and cfg.answer_poll_us == 100
+    assert parse_config({**GOOD, "answer_poll_us": 0}).answer_poll_us == 0
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -40,6 +42,8 @@ def test_good_config_and_defaults() -> None:
     ({"ev_profile": "random"}, "expected one of spray, ecmp"),
     ({"socket_mode": "rw"}, "is not octal"),
     ({"sched_batch": 1}, "sched_batch must be bool"),
+    ({"answer_poll_us": 1001}, "answer_poll_us 1001: give 0..1000"),
+    ({"answer_poll_us": "fast"}, "answer_poll_us must be int"),
     ({"peers": {"h1": {"control": "nope", "addresses": []}}}, "is not an IPv6 address"),
     ({"peers": None}, "give a fabric description"),
 ])
