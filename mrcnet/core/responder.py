@@ -388,7 +388,8 @@ class Responder:
         """The receive lane placed and acknowledged writes-with-immediate (on_data's
         common case, rxlane.h MRC_RX_IMM): ``taken`` is what ``mrc_rx_imm_take`` returned
         (how many, how many of them, the first, the lane completed into the client's
-        ring itself, and whether that owes the client a doorbell), their records are in
+        ring itself, and whether that woke the client: its doorbell rung by the lane, or
+        owed still), their records are in
         ``rec`` (the lane's ``imm_rec``, RX_IMM_INTS integers each: the message's bytes,
         the immediate, and the held-ACK decision the lane took, ``RX_IMM_*`` flags): what
         on_data and _deliver do besides, in order: the posted receives' completions."""

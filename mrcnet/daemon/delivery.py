@@ -76,7 +76,7 @@ class Delivery:
         self.cqs[handle] = (cq, owner)
         if writer is not None and writer.c is not None:
             cq.attach_ring(writer.c, functools.partial(self._woke, owner))
-            sock = getattr(owner, "sock", None)
+            sock = owner.sock  # (the lane rings it itself: Session.ring's socket)
             writer.set_bell(sock.fileno() if sock is not None else -1)
         self._requeue()
 

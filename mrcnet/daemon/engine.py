@@ -402,7 +402,9 @@ class Daemon:
         acknowledgement a request asks for (AckReq) costs a ``sendmmsg`` that runs the
         fabric's forwarding inline, and rung after it the client of a ping-pong woke
         that much later (the ACK is off the round trip's path, the completion on it).
-        (The pass's steps inline: each of its calls was a round trip's cost, twice.)"""
+        (The pass's steps inline: each of its calls was a round trip's cost, twice.)
+        Then, with ``answer_poll_us``, a look for the answers of the clients the pass
+        woke for a receive (:meth:`_await_answers`)."""
         try:
             self._passes["port"] += 1
             now = self._read_ports(index)

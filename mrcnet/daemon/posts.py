@@ -286,7 +286,7 @@ class Posts:
 
     def await_answer(self, s: Session, until: float,
                      frames: Callable[[], bool] = lambda: False) -> bool:
-        """``s`` was just woken for its completions (a port pass rang it): look at its
+        """``s`` was just woken for a receive (a port pass's lane rang it): look at its
         send queue for the post it is about to make, telling it meanwhile that mrcd is
         awake (no doorbell needed), and take and send what came; True if a post came.
 
