@@ -113,14 +113,15 @@ class MrcdProc:
 
 def start_mrcd(netns: str, host: str, fabric_path: str, workdir: Path,
                core: dict[str, float | bool] | None = None, timeout: float = 30.0,
-               profile: Path | None = None) -> MrcdProc:
+               profile: Path | None = None, top: str = "") -> MrcdProc:
     """mrcd for ``host`` inside ``netns`` (``ip netns exec`` execs it: the PID is mrcd's);
     ``core``: ``[core]`` overrides of its configuration; ``profile``: a directory for its
-    cProfile statistics (``HOST.prof``, written when it stops)."""
+    cProfile statistics (``HOST.prof``, written when it stops); ``top``: top-level TOML
+    lines of its configuration (``key = value``, one per line)."""
     sock = str(workdir / f"{host}.sock")
     cfg = workdir / f"{host}.toml"
     text = (f'host = "{host}"\nsocket = "{sock}"\nfabric = "{fabric_path}"\n'
-            'log_level = "info"\n')
+            f'log_level = "info"\n{top}')
     if core:
         # (TOML spells booleans in lower case: ack_lone = false)
         text += "[core]\n" + "".join(
@@ -159,11 +160,12 @@ class Lab:
 @contextlib.contextmanager
 def fabric_mrcds(spec: str, workdir: Path, hosts: tuple[str, ...] | None = None,
                  prefix: str | None = None, core: dict[str, float | bool] | None = None,
-                 profile: Path | None = None) -> Iterator[Lab]:
+                 profile: Path | None = None, top: str = "") -> Iterator[Lab]:
     """Fabric ``<prefix><hex>`` (default :func:`default_prefix`) recorded under
     ``workdir/fabrics`` with an mrcd on ``hosts`` (default all); the mrcds are stopped
     by PID and the fabric (exactly its recorded namespaces) removed on the way out.
-    ``profile``: a directory where each mrcd writes its cProfile statistics."""
+    ``profile``: a directory where each mrcd writes its cProfile statistics; ``top``:
+    top-level lines of every mrcd's configuration (:func:`start_mrcd`)."""
     from mrcnet.fabric.fabric import Fabric
 
     old = os.environ.get("MRC_FABRIC_STATE_DIR")
@@ -175,7 +177,7 @@ def fabric_mrcds(spec: str, workdir: Path, hosts: tuple[str, ...] | None = None,
             names = hosts or tuple(h.name for h in fab.description.hosts)
             for h in names:
                 started[h] = start_mrcd(fab.netns(h), h, str(fab.description_path), workdir,
-                                        core, profile=profile)
+                                        core, profile=profile, top=top)
             yield Lab(fab, started, workdir)
         finally:
             for m in started.values():

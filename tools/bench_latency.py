@@ -431,7 +431,7 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
                 rate_seconds: float = RATE_SECONDS,
                 passes: dict[str, dict[str, float]] | None = None,
                 profile: Path | None = None, prefix: str | None = None,
-                sched_batch: bool = False) -> list[Row]:
+                sched_batch: bool = False, top: str = "") -> list[Row]:
     """Every method and size on one fabric; rows in METHODS order. ``core``: mrcd
     ``[core]`` overrides. ``rates``: filled with the message-rate table (same fabric,
     after the round trips). ``passes``: filled with each mrcd's loop passes per verbs
@@ -439,12 +439,13 @@ def run_latency(workdir: Path, sizes: list[int], iters: int, warmup: int,
     ``profile``: a directory where each mrcd writes its cProfile statistics; ``prefix``:
     the fabric's name prefix (default ``$MRC_E2E_PREFIX`` or ``ic``); ``sched_batch``:
     both mrcds under SCHED_BATCH (set from here, whatever their configuration says: so
-    that trees without mrcd's ``sched_batch`` compare the same way)."""
+    that trees without mrcd's ``sched_batch`` compare the same way); ``top``: top-level
+    TOML lines of both mrcds' configuration (``--mrcd``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     common = [",".join(map(str, sizes)), str(iters), str(warmup)]
     with fabric_mrcds(spec, workdir, ("h0", "h1"), prefix=prefix, core=core,
-                      profile=profile) as lab:
+                      profile=profile, top=top) as lab:
         place = os.environ.get(PIN_ENV)
         if place:  # --place: each host's mrcd on its application's CPU, or both on 0
             for cpu, h in enumerate(("h0", "h1")):
@@ -571,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-seconds", type=float, default=RATE_SECONDS,
                     help="seconds of the UDP blaster (mrc: about 20,000 writes a second)")
     ap.add_argument("--no-rate", action="store_true", help="round trips only")
+    ap.add_argument("--mrcd", action="append", default=[], metavar="KEY=VALUE",
+                    help="a top-level mrcd setting (TOML value) for both hosts, e.g. "
+                         "--mrcd answer_poll_us=0")
     ap.add_argument("--profile", metavar="DIR", type=Path,
                     help="each mrcd writes cProfile statistics to DIR/HOST.prof, the verbs "
                     "client and echo to DIR/app_client.prof and app_verbs_echo.prof, the "
@@ -606,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
         core = {k: _knob(v) for k, v in (kv.split("=", 1) for kv in a.core)}
     except ValueError:
         ap.error("--core takes KEY=NUMBER or KEY=true/false")
+    if any("=" not in kv for kv in a.mrcd):
+        ap.error("--mrcd takes KEY=VALUE (a TOML value, e.g. answer_poll_us=0)")
     if os.geteuid() != 0:
         print("bench_latency: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
@@ -620,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_latency(Path(tmp), size_list, a.iters, a.warmup, a.spec, core or None,
                            rates, a.rate_seconds, passes,
                            a.profile.resolve() if a.profile else None, a.prefix,
-                           a.sched_batch)
+                           a.sched_batch, "".join(f"{kv}\n" for kv in a.mrcd))
         took = time.monotonic() - t0
     if a.json:
         print(json.dumps({"spec": a.spec, "place": place, "seconds": took,
