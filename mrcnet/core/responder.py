@@ -371,17 +371,16 @@ class Responder:
             # before them, and no event is owed per completion
             rcq, wrs = self.rcq, self.recv_wrs
             out = rcq.ring_out
-            if (out is None or type(wrs) is not CRecvQueue
-                    or self.cfg.completion_events):
-                lane.imm_set(*given, NULL, NULL)
-                self.ring_given = None
-            elif rcq.entries:  # not yet: given again at the next batch (-1)
-                lane.imm_set(*given, NULL, NULL)
-                self.ring_given = None
-                return -1
-            else:
-                lane.imm_set(*given, wrs.c, out)
+            rq = wrs.c if type(wrs) is CRecvQueue else None
+            ring = out is not None and rq is not None and not self.cfg.completion_events
+            if ring and not rcq.entries:
+                lane.imm_set(*given, rq, out)
                 self.ring_given = out
+            else:
+                lane.imm_set(*given, NULL, NULL)
+                self.ring_given = None
+                if ring:  # not yet (the CQ's completions first): again at the next batch
+                    return -1
         return ver
 
     def lane_completed(self, rec: Any, taken: int, now: float) -> None:

@@ -368,8 +368,8 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         limits=_limits(_want(data, "limits", dict, source, {}), source),
         core=core,
         metrics_listen=metrics_listen,
-        busy_poll_us=_busy_poll(data, source),
-        answer_poll_us=_busy_poll(data, source, "answer_poll_us", DEFAULT_ANSWER_POLL_US),
+        busy_poll_us=_poll_us(data, source, "busy_poll_us", 0),
+        answer_poll_us=_poll_us(data, source, "answer_poll_us", DEFAULT_ANSWER_POLL_US),
         sched_batch=_sched_batch(data, source),
         source=source,
     )
@@ -388,8 +388,7 @@ def _sched_batch(data: dict[str, Any], source: str) -> bool | str:
 MAX_BUSY_POLL_US: Final = 1000
 
 
-def _busy_poll(data: dict[str, Any], source: str, key: str = "busy_poll_us",
-               default: int = 0) -> int:
+def _poll_us(data: dict[str, Any], source: str, key: str, default: int) -> int:
     us = _want(data, key, int, source, default)
     if not 0 <= us <= MAX_BUSY_POLL_US:
         raise ConfigError(f"{source}: {key} {us}: give 0..{MAX_BUSY_POLL_US}")

@@ -31,6 +31,13 @@ FULL_RETRY: Final = 0.001
 _INF: Final = float("inf")
 
 
+def _writer(handle: int, owner: Session) -> CompletionWriter | None:
+    """The writer of CQ ``handle``'s ring in ``owner``'s queues (None: no ring)."""
+    q = owner.queues
+    w: CompletionWriter | None = q.cqs.get(handle) if q is not None else None
+    return w
+
+
 class Delivery:
     """The CQs of mrcd's clients and how their completions leave (see the module)."""
 
@@ -91,8 +98,7 @@ class Delivery:
         """CQ ``handle``'s completions wait for ``count`` of them or ``period`` seconds
         (``count`` 1: each goes at once)."""
         entry = self.cqs.get(handle)
-        q = entry[1].queues if entry is not None else None
-        w = q.cqs.get(handle) if q is not None else None
+        w = _writer(handle, entry[1]) if entry is not None else None
         if w is not None:  # (the lane writes only the unmoderated's itself)
             w.set_direct(count == 1)
         if count == 1:
@@ -105,8 +111,7 @@ class Delivery:
         them with the rest)."""
         live = 0
         for handle, (_cq, owner) in self.cqs.items():
-            q = owner.queues
-            w = q.cqs.get(handle) if q is not None else None
+            w = _writer(handle, owner)
             live += w.bells if w is not None else 0
         return self.bells_gone + live
 
@@ -115,8 +120,7 @@ class Delivery:
         entry = self.cqs.pop(handle, None)
         if entry is not None:
             entry[0].detach_ring()
-            q = entry[1].queues
-            w = q.cqs.get(handle) if q is not None else None
+            w = _writer(handle, entry[1])
             if w is not None:
                 self.bells_gone += w.bells
                 w.set_bell(-1)
@@ -176,8 +180,7 @@ class Delivery:
                         continue
             if since:
                 since.pop(handle, None)
-            q = session.queues
-            w: CompletionWriter | None = q.cqs.get(handle) if q is not None else None
+            w = _writer(handle, session)  # (a call per CQ that has completions)
             if w is None:
                 while len(cq):
                     session.send(completions_push(handle, host.poll_cq(cq, WC_PER_PUSH)))

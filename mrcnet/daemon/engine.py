@@ -162,7 +162,6 @@ class Daemon:
         self._passes["client"] += 1
         try:
             self._pump(None)
-            self.verbs.delivery.woken.clear()  # (only a port pass waits for answers)
         except Exception:
             self._guarded("requests")
 

@@ -284,8 +284,7 @@ class Posts:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
         return False
 
-    def await_answer(self, s: Session, until: float,
-                     frames: Callable[[], bool] = lambda: False) -> bool:
+    def await_answer(self, s: Session, until: float, frames: Callable[[], bool]) -> bool:
         """``s`` was just woken for a receive (a port pass's lane rang it): look at its
         send queue for the post it is about to make, telling it meanwhile that mrcd is
         awake (no doorbell needed), and take and send what came; True if a post came.

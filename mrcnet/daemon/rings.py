@@ -71,7 +71,8 @@ class CompletionWriter:
         # it (mrcnet.api.shmclient), so a pass that finds it disarmed has a doorbell on
         # its way or a drain to come, and a second ring would only wake the client twice.
         self.ring = Ring(self.map, 0, n, CQ_SLOT, "producer")
-        #: The producer's end in C (None without the C module).
+        #: The producer's end in C (None without the C module). With it, the index is
+        #: C's alone: ``ring``'s own ``tail`` is not kept (write through :meth:`put`).
         self.c: Any = None
         if HAVE_C:
             c = ffi.new("struct mrc_shmring_tx *")
