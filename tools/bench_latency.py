@@ -328,13 +328,14 @@ def _run_client(lab: Lab, args: list[str], timeout: float) -> dict[str, Any]:
 
 def _loop_passes(sock: str) -> dict[str, int]:
     """An mrcd's loop passes so far, by what woke them, the doorbells it rang to its
-    clients and its CPU time in us (``stats``)."""
+    clients and read from them and its CPU time in us (``stats``)."""
     from mrcnet.api import Context
 
     with Context(sock) as ctx:
         st = ctx.stats()
         cpu = st["cpu_s"]
         return {**st["loop_passes"], "doorbells": int(st["doorbells"]),
+                "doorbells_in": int(st.get("doorbells_in", 0)),
                 "cpu_us": round((cpu["user"] + cpu["system"]) * 1e6),
                 "sys_us": round(cpu["system"] * 1e6)}
 

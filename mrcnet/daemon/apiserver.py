@@ -156,7 +156,7 @@ class ApiServer:
                  limits: ClientLimits | None = None,
                  attach: Callable[[Session, Message, list[int]], None] | None = None,
                  take_posts: Callable[[Session], None] | None = None,
-                 linger: Callable[[Session], bool] | None = None) -> None:
+                 settle: Callable[[Session], None] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.group = group  #: gid of the socket file (None: mrcd's own)
@@ -170,13 +170,16 @@ class ApiServer:
         self.limits = limits or ClientLimits()
         #: Doorbells rung to clients (each a send that may wake one: a round trip's cost).
         self.doorbells = 0
+        #: Doorbells read from clients (each a wake-up of mrcd for their posts).
+        self.doorbells_in = 0
         #: A hello with fds: attach the client's shared queues (raises ApiError).
         self.attach = attach
         #: Take what the client posted into its send queue (before any request of its,
         #: and on its doorbell: a request never overtakes a post made before it).
         self.take_posts = take_posts
-        #: After a burst: busy-poll the client's send queue (True: posts arrived).
-        self.linger = linger
+        #: After a burst's pump: arm the client's doorbell again, taking (and sending)
+        #: what it posted meanwhile (without a doorbell: mrcd was awake).
+        self.settle = settle
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -271,6 +274,7 @@ class ApiServer:
                         self._close_fds(fds)
                         return
                 if data == DOORBELL and not fds:
+                    self.doorbells_in += 1
                     # The posts are taken: the burst ends here. The client rings once
                     # per sleep of mrcd (its send queue's flag), so reading on found
                     # nothing but EAGAIN (a syscall and an exception per post's pass);
@@ -296,10 +300,8 @@ class ApiServer:
         finally:
             if self.after_burst is not None:
                 self.after_burst()
-                while (self.linger is not None and self.take_posts is not None
-                       and self.linger(s)):
-                    self.take_posts(s)
-                    self.after_burst()
+                if self.settle is not None and s.queues is not None and not s.closed:
+                    self.settle(s)
 
     def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
         """The request in ``data``, or None after answering why it is not one (the

@@ -318,9 +318,7 @@ class Daemon:
                                             for lp in self.local], group=self._gid,
                                  limits=self.cfg.limits, attach=verbs.posts.attach,
                                  take_posts=verbs.posts.take,
-                                 # (no spin configured: not even the call that says so)
-                                 linger=verbs.posts.linger if self.cfg.busy_poll_us
-                                 else None)
+                                 settle=verbs.posts.settle)
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]

@@ -146,9 +146,13 @@ class Posts:
 
     def take(self, s: Session) -> None:
         """Everything the client posted into its send queue, into the core (a refused
-        post is a ``post_error`` push; a corrupt ring ends the session)."""
+        post is a ``post_error`` push; a corrupt ring ends the session). The doorbell is
+        not armed here: the caller sends what the posts made first, then
+        :meth:`settle` arms it, so a post the client makes meanwhile needs no doorbell
+        (mrcd is awake) and is taken in the same wake-up."""
         q: SessionQueues = s.queues
-        sq = q.sq  # (the ring's take and sleep straight from here: a call less each)
+        sq = q.sq  # (the ring's take straight from here: a call less each)
+        full = TAKE_PER_PASS * SQ_SLOT
         try:
             while True:
                 if self.scan is not None:
@@ -158,14 +162,54 @@ class Posts:
                         self._post_slots(s, data)
                     elif data:  # (a few slots: the row loop costs less than the scan)
                         self._post_rows(s, list(WORK_REQUEST_SLOT.iter_unpack(data)))
+                    if len(data) < full or s.closed:
+                        break
                 else:
                     rows = q.take()
                     if rows:
                         self._post_rows(s, rows)
-                if not sq.sleep():  # (SessionQueues.rest: a post came meanwhile?)
-                    break
+                    if len(rows) < TAKE_PER_PASS or s.closed:
+                        break
         except RingCorrupt as e:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
+
+    def settle(self, s: Session, spin: bool = True) -> None:
+        """After a pass that took ``s``'s posts and sent what they made: arm its
+        doorbell (its next post rings); a post that came meanwhile is taken and sent
+        first. With mrcd's ``busy_poll_us`` (and ``spin``), its send queue is watched
+        that long before the doorbell is armed for good."""
+        q: SessionQueues | None = s.queues
+        if q is None:
+            return
+        us = self.engine.cfg.busy_poll_us if spin else 0
+        spun = False  # (one busy-poll per burst taken: one that found nothing ends it)
+        try:
+            while not s.closed:
+                if q.rest():  # armed; True: a post came before it was
+                    pass
+                elif us and not spun:
+                    spun = True
+                    if not self._spin(q, us / 1e6):
+                        continue  # (armed again above: then nothing more)
+                else:
+                    return
+                spun = False
+                self.take(s)
+                self.engine.after_requests()
+        except RingCorrupt as e:
+            self.ring_broken(s, f"its send queue is corrupt: {e}")
+
+    @staticmethod
+    def _spin(q: SessionQueues, seconds: float) -> bool:
+        """Busy-poll ``q``'s send queue for ``seconds``, telling the client meanwhile
+        that mrcd is awake (no doorbell needed): True when a post arrived."""
+        q.sq.wake()
+        ready, clock = q.sq.ready, time.perf_counter
+        end = clock() + seconds
+        while clock() < end:
+            if ready():
+                return True
+        return False
 
     def _post_rows(self, s: Session, rows: list[WorkRequest]) -> None:
         """Post a doorbell's work requests in order. Writes from one region on one QP
@@ -266,24 +310,6 @@ class Posts:
         if flags is not None and qpn in self._unsig:
             self.signalling.posted(qpn, flags)
 
-    def linger(self, s: Session) -> bool:
-        """After a pass that took ``s``'s posts and sent them: busy-poll its send queue
-        for mrcd's ``busy_poll_us``; True when a post arrived (take it, pump again)."""
-        spin = self.engine.cfg.busy_poll_us / 1e6
-        q: SessionQueues | None = s.queues
-        if not spin or q is None or s.closed:
-            return False
-        q.sq.wake()  # the client need not ring while mrcd looks
-        end = time.perf_counter() + spin
-        try:
-            while time.perf_counter() < end:
-                if q.sq.ready():
-                    return True  # (taking the posts arms the doorbell again)
-            return q.rest()  # armed again: its next post rings
-        except RingCorrupt as e:
-            self.ring_broken(s, f"its send queue is corrupt: {e}")
-        return False
-
     def await_answer(self, s: Session, until: float, frames: Callable[[], bool]) -> bool:
         """``s`` was just woken for a receive (a port pass's lane rang it): look at its
         send queue for the post it is about to make, telling it meanwhile that mrcd is
@@ -318,12 +344,13 @@ class Posts:
                 if not rounds % ANSWER_PORTS_EVERY and frames():
                     break
             s.answer_score += ANSWER_WEIGHT * (found - s.answer_score)
-            # Armed again (its next post rings); what came meanwhile is taken now
-            while not s.closed and q.rest():
-                self.take(s)
-                self.engine.after_requests()
         except RingCorrupt as e:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
+            return False
+        if found:  # (taken while the client still sees mrcd awake: see settle)
+            self.take(s)
+            self.engine.after_requests()
+        self.settle(s, spin=False)
         return found
 
     def ring_broken(self, s: Session, why: str) -> None:

@@ -489,6 +489,7 @@ class Verbs:
                         "loop_passes": dict(self.engine.passes),
                         "doorbells": (self.engine.api.doorbells if self.engine.api else 0)
                         + self.delivery.lane_bells(),
+                        "doorbells_in": self.engine.api.doorbells_in if self.engine.api else 0,
                         "cpu_s": _cpu_seconds(),
                         "ports": {p.ifname: p.snapshot() for p in self.engine.ports}}
         if "qpn" in msg:
