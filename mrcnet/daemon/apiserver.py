@@ -156,7 +156,8 @@ class ApiServer:
                  limits: ClientLimits | None = None,
                  attach: Callable[[Session, Message, list[int]], None] | None = None,
                  take_posts: Callable[[Session], None] | None = None,
-                 settle: Callable[[Session], None] | None = None) -> None:
+                 settle: Callable[[Session], None] | None = None,
+                 idle: Callable[[], object] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.group = group  #: gid of the socket file (None: mrcd's own)
@@ -180,6 +181,10 @@ class ApiServer:
         #: After a burst's pump: arm the client's doorbell again, taking (and sending)
         #: what it posted meanwhile (without a doorbell: mrcd was awake).
         self.settle = settle
+        #: At the very end of a client's pass: mrcd's look before it sleeps.
+        self.idle = idle
+        #: Changes whenever a client comes or goes (the look's fds change with them).
+        self.generation = 0
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -224,6 +229,11 @@ class ApiServer:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
 
+    def fds(self) -> list[int]:
+        """The sockets the server reads: its own (new clients) and every client's."""
+        own = [self._sock.fileno()] if self._sock is not None else []
+        return own + [s.sock.fileno() for s in self.sessions.values() if not s.closed]
+
     def _accept(self) -> None:
         assert self._sock is not None
         while True:
@@ -235,6 +245,7 @@ class ApiServer:
             s = Session(self, conn, self._next_sid)
             self._next_sid += 1
             self.sessions[s.sid] = s
+            self.generation += 1
             self.loop.add_reader(conn.fileno(), self._readable, s)
 
     def drop(self, s: Session) -> None:
@@ -243,6 +254,7 @@ class ApiServer:
             return
         s.closed = True
         self.sessions.pop(s.sid, None)
+        self.generation += 1
         with contextlib.suppress(ValueError, OSError):
             self.loop.remove_reader(s.sock.fileno())
         with contextlib.suppress(ValueError, OSError):
@@ -302,6 +314,8 @@ class ApiServer:
                 self.after_burst()
                 if self.settle is not None and s.queues is not None and not s.closed:
                     self.settle(s)
+                if self.idle is not None:
+                    self.idle()
 
     def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
         """The request in ``data``, or None after answering why it is not one (the

@@ -152,6 +152,10 @@ class ConfigError(MrcError):
 #: ``answer_poll_us``'s default (us): a ping-pong's answer comes within it on an idle
 #: host (docs/PERFORMANCE.md, "Session 18")
 DEFAULT_ANSWER_POLL_US: Final = 100
+#: ``idle_poll_us``'s default (us): a verbs round trip's other half (the peer's mrcd,
+#: its application, the fabric both ways) comes within it (docs/PERFORMANCE.md,
+#: "Session 19")
+DEFAULT_IDLE_POLL_US: Final = 500
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,10 @@ class DaemonConfig:
     #: back to the loop (its post then needs no doorbell and no wake-up of mrcd):
     #: adaptive per client (mrcnet/daemon/posts.py Posts.await_answer). 0: never.
     answer_poll_us: int = DEFAULT_ANSWER_POLL_US
+    #: At the end of a pass, look at the ports and the clients' sockets for up to this
+    #: long (us) before the loop sleeps, returning to it as soon as one is readable (an
+    #: idle vCPU's wake-up is tens of us): adaptive (mrcnet/daemon/idlepoll.py). 0: never.
+    idle_poll_us: int = DEFAULT_IDLE_POLL_US
     #: Run under SCHED_BATCH: woken by a frame, mrcd does not preempt the process that
     #: sent it mid-batch; for mrcds that share CPUs with each other, as on a single-host
     #: netns fabric (mrcnet/daemon/sched.py says when it helps and when it hurts).
@@ -262,7 +270,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
              "log_level", "port", "peers", "core", "limits", "metrics_listen",
-             "busy_poll_us", "answer_poll_us", "sched_batch"}
+             "busy_poll_us", "answer_poll_us", "idle_poll_us", "sched_batch"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -370,6 +378,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         metrics_listen=metrics_listen,
         busy_poll_us=_poll_us(data, source, "busy_poll_us", 0),
         answer_poll_us=_poll_us(data, source, "answer_poll_us", DEFAULT_ANSWER_POLL_US),
+        idle_poll_us=_poll_us(data, source, "idle_poll_us", DEFAULT_IDLE_POLL_US),
         sched_batch=_sched_batch(data, source),
         source=source,
     )

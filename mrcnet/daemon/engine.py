@@ -31,6 +31,7 @@ from mrcnet.daemon.control import (
 )
 from mrcnet.daemon.deadline import LazyTimer
 from mrcnet.daemon.heap import settle_gc
+from mrcnet.daemon.idlepoll import IdlePoll
 from mrcnet.daemon.paths import FabricPaths, LocalPort, StaticPaths
 from mrcnet.daemon.sched import BulkBatch, use_batch_policy
 from mrcnet.daemon.verbs import Verbs
@@ -133,6 +134,7 @@ class Daemon:
         #: ``sched_batch = "bulk"``: SCHED_BATCH while the port passes read bulk
         self._bulk = BulkBatch() if cfg.sched_batch == "bulk" else None
         self._ports_poll: select.poll | None = None  # (_frames_waiting's, made once)
+        self._idle: IdlePoll | None = None  # (idle_poll_us: the look before sleeping)
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
         #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
@@ -147,8 +149,10 @@ class Daemon:
         (tools/bench_latency.py prints them per round trip)."""
         t = self._timer
         b = self._bulk
+        i = self._idle
         return {**self._passes, "timer_idle": t.idle if t else 0,
                 "timer_arms": t.arms if t else 0,
+                "idle_looks": i.looks if i else 0, "idle_hits": i.hits if i else 0,
                 **({"sched_batch_changes": b.changes} if b is not None else {})}
 
     def pump(self, now: float | None = None) -> None:
@@ -319,6 +323,11 @@ class Daemon:
                                  limits=self.cfg.limits, attach=verbs.posts.attach,
                                  take_posts=verbs.posts.take,
                                  settle=verbs.posts.settle)
+            if self.cfg.idle_poll_us:
+                api, timer = self.api, self._timer
+                self._idle = IdlePoll(self.cfg.idle_poll_us, self._idle_fds,
+                                      lambda: api.generation, lambda: timer.armed_at)
+                api.idle = self._idle.look
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
@@ -419,6 +428,8 @@ class Daemon:
                 if self.cfg.answer_poll_us:
                     self._await_answers(woken)
                 woken.clear()
+            if self._idle is not None:
+                self._idle.look()
         except Exception:
             self._guarded("receive")
 
@@ -431,6 +442,12 @@ class Daemon:
         for s in dict.fromkeys(woken):
             hit = posts.await_answer(s, until, self._frames_waiting)
             self._passes["answer_hit" if hit else "answer_miss"] += 1
+
+    def _idle_fds(self) -> list[int]:
+        """What the look before sleeping watches: the ports and the API server's sockets
+        (the control plane's and the link watch's wait for the loop)."""
+        own = [p.fileno() for p in self.ports if not p.closed]
+        return own + (self.api.fds() if self.api is not None else [])
 
     def _frames_waiting(self) -> bool:
         """Does a port have frames to read (a poll(2) of their sockets, no wait)?"""
@@ -620,5 +637,7 @@ class Daemon:
             self.host.handle_timer(now)
             self._pump(now)
             self.verbs.delivery.woken.clear()  # (only a port pass waits for answers)
+            if self._idle is not None:
+                self._idle.look()
         except Exception:
             self._guarded("timer")

@@ -1,7 +1,9 @@
-"""mrcd's ``answer_poll_us`` through two real mrcds on a veth pair: after a port pass
-woke a client for its completions, mrcd looks at that client's send queue for its
+"""mrcd's looks through two real mrcds on a veth pair. ``answer_poll_us``: after a port
+pass woke a client for its completions, mrcd looks at that client's send queue for its
 answer, and takes the answer's post there (no doorbell, no wake-up of mrcd); with
-``answer_poll_us = 0`` it never looks. Every byte of the ping-pong checked."""
+``answer_poll_us = 0`` it never looks. ``idle_poll_us``: before its loop sleeps, mrcd
+looks at its ports and clients' sockets, and the round trip's next frame or post is
+found there. Every byte of the ping-pong checked."""
 
 from __future__ import annotations
 
@@ -72,3 +74,22 @@ def test_no_look_at_zero(veth: VethPair, tmp_path: Path) -> None:
         passes_a, passes_b = _ping_pong(pair)
     for passes in (passes_a, passes_b):
         assert passes["answer_hit"] == passes["answer_miss"] == 0, passes
+
+
+def test_the_look_before_sleeping_finds_the_next_frame(veth: VethPair,
+                                                       tmp_path: Path) -> None:
+    with mrcd_pair_on(veth, tmp_path, extra="idle_poll_us = 1000") as pair:
+        passes_a, passes_b = _ping_pong(pair)
+    # Each side waits out the other's turn in its look (1 ms: a round trip on a veth
+    # pair, with the Python on both ends, takes less), so most looks end on something
+    # readable: the loop then did not sleep
+    for passes in (passes_a, passes_b):
+        assert passes["idle_looks"] >= ROUNDS, passes
+        assert passes["idle_hits"] > passes["idle_looks"] // 2, passes
+
+
+def test_no_look_before_sleeping_at_zero(veth: VethPair, tmp_path: Path) -> None:
+    with mrcd_pair_on(veth, tmp_path, extra="idle_poll_us = 0") as pair:
+        passes_a, passes_b = _ping_pong(pair)
+    for passes in (passes_a, passes_b):
+        assert passes["idle_looks"] == passes["idle_hits"] == 0, passes

@@ -29,6 +29,8 @@ def test_good_config_and_defaults() -> None:
     assert not cfg.sched_batch and parse_config({**GOOD, "sched_batch": True}).sched_batch
     assert cfg.busy_poll_us == 0 and cfg.answer_poll_us == 100
     assert parse_config({**GOOD, "answer_poll_us": 0}).answer_poll_us == 0
+    assert cfg.idle_poll_us == 500
+    assert parse_config({**GOOD, "idle_poll_us": 0}).idle_poll_us == 0
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -44,6 +46,7 @@ def test_good_config_and_defaults() -> None:
     ({"sched_batch": 1}, "sched_batch must be bool"),
     ({"answer_poll_us": 1001}, "answer_poll_us 1001: give 0..1000"),
     ({"answer_poll_us": "fast"}, "answer_poll_us must be int"),
+    ({"idle_poll_us": -1}, "idle_poll_us -1: give 0..1000"),
     ({"peers": {"h1": {"control": "nope", "addresses": []}}}, "is not an IPv6 address"),
     ({"peers": None}, "give a fabric description"),
 ])
