@@ -7,6 +7,7 @@ as a ``post_error`` push on its socket, raised by a later call of its context.
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -335,11 +336,13 @@ class Posts:
             q.sq.wake()  # the client need not ring while mrcd looks
             end = min(time.perf_counter() + (top if full else top / 16), until)
             ready, clock = q.sq.ready, time.perf_counter
+            give_way = os.sched_yield
             rounds = 0
             while clock() < end:
                 if ready():
                     found = True
                     break
+                give_way()  # (the client may be queued on this CPU: see idlepoll)
                 rounds += 1
                 if not rounds % ANSWER_PORTS_EVERY and frames():
                     break
