@@ -381,6 +381,9 @@ class ClientQueues:
                         if self._any_ready():
                             found = True
                             break
+                        # (giving way: mrcd, or the peer's application on a
+                        # shared host, may be queued on this CPU; none: at once)
+                        os.sched_yield()
                         now = time.perf_counter()
                 finally:
                     # Armed before sleeping, and whatever happened for waiters outside
