@@ -185,6 +185,9 @@ class ApiServer:
         self.idle = idle
         #: Changes whenever a client comes or goes (the look's fds change with them).
         self.generation = 0
+        #: Requests answered by a task (connect, accept, ...): a burst that started one
+        #: skips the look, so that the task's first step runs at once.
+        self.tasks = 0
         self.sessions: dict[int, Session] = {}
         self._next_sid = 1
         self._sock: socket.socket | None = None
@@ -267,6 +270,7 @@ class ApiServer:
 
     def _readable(self, s: Session) -> None:
         size = self.limits.max_message
+        tasks = self.tasks
         try:
             for _ in range(64):  # a bounded burst, then let the data path run
                 try:
@@ -314,7 +318,7 @@ class ApiServer:
                 self.after_burst()
                 if self.settle is not None and s.queues is not None and not s.closed:
                     self.settle(s)
-                if self.idle is not None:
+                if self.idle is not None and self.tasks == tasks:
                     self.idle()
 
     def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
@@ -360,6 +364,7 @@ class ApiServer:
                 s.send({"id": rid, "ok": result})
         else:
             self.loop.create_task(self._finish(s, rid, result))
+            self.tasks += 1
 
     def _hello(self, s: Session, msg: Message, fds: list[int]) -> None:
         if msg.get("op") != "hello":

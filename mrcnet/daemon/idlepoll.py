@@ -14,8 +14,10 @@ The look is adaptive, like the answer's look (:meth:`mrcnet.daemon.posts.Posts.
 await_answer`): its whole length while most recent looks found something
 (:data:`SCORE_MIN`, a moving average of hits), else a sixteenth of it, but every
 :data:`PROBE_EVERY`-th look the whole of it again. It never runs past the loop's next
-timer. What it does not watch (the control plane's TCP connections, the link watch)
-waits at most one look.
+timer, and the API server skips it after a request that a task answers (a connect:
+the task's first step is a ready callback of the loop, which no fd announces). What it
+does not watch (the control plane's TCP connections, the link watch, signals, other
+asyncio callbacks) waits at most one look.
 
 Between two polls it yields the CPU (``sched_yield``): on a host with fewer CPUs than
 busy processes (a netns fabric on two vCPUs: two mrcds and their applications), the
