@@ -40,7 +40,10 @@ def _write(i: int, qp: QueuePair, src: MemoryRegion, cq: CompletionQueue,
 def _ping_pong(pair: MrcdPair) -> tuple[dict[str, int], dict[str, int]]:
     """ROUNDS verified round trips of SIZE-byte writes with an immediate (a pinger on
     ha, an echo on hb, both waiting through the library); each mrcd's loop passes."""
-    with Context(pair.a.socket) as ca, Context(pair.b.socket) as cb:
+    # (the clients do not busy-poll: a client that found its completion spinning was
+    # never woken, and mrcd looks for the answers of clients it woke)
+    with Context(pair.a.socket, busy_poll_us=0) as ca, \
+            Context(pair.b.socket, busy_poll_us=0) as cb:
         mr_b, cq_b = cb.alloc_mr(SIZE), cb.create_cq()
         qp_b = cb.create_qp(cq_b)
         cb.listen(41, qp_b, expose=[mr_b])
