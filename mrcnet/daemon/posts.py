@@ -183,18 +183,14 @@ class Posts:
         if q is None:
             return
         us = self.engine.cfg.busy_poll_us if spin else 0
-        spun = False  # (one busy-poll per burst taken: one that found nothing ends it)
         try:
             while not s.closed:
-                if q.rest():  # armed; True: a post came before it was
-                    pass
-                elif us and not spun:
-                    spun = True
-                    if not self._spin(q, us / 1e6):
-                        continue  # (armed again above: then nothing more)
-                else:
+                came = q.rest()  # armed; True: a post came before it was
+                if not came and us:
+                    # (the watch clears the flag: armed again after it, with the check)
+                    came = self._spin(q, us / 1e6) or q.rest()
+                if not came:
                     return
-                spun = False
                 self.take(s)
                 self.engine.after_requests()
         except RingCorrupt as e:
@@ -205,11 +201,12 @@ class Posts:
         """Busy-poll ``q``'s send queue for ``seconds``, telling the client meanwhile
         that mrcd is awake (no doorbell needed): True when a post arrived."""
         q.sq.wake()
-        ready, clock = q.sq.ready, time.perf_counter
+        ready, clock, give_way = q.sq.ready, time.perf_counter, os.sched_yield
         end = clock() + seconds
         while clock() < end:
             if ready():
                 return True
+            give_way()  # (the client may be queued on this CPU: see idlepoll)
         return False
 
     def _post_rows(self, s: Session, rows: list[WorkRequest]) -> None:
