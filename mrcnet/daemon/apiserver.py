@@ -34,6 +34,7 @@ from mrcnet.api.protocol import (
 from mrcnet.api.shmclient import DOORBELL, RING_BACK
 from mrcnet.daemon.config import ClientLimits
 from mrcnet.daemon.guard import over_limit
+from mrcnet.daemon.idlepoll import LookSpan
 
 __all__ = ["ApiServer", "Session", "claim_socket_path"]
 
@@ -71,10 +72,9 @@ class Session:
         self.path_events = False
         #: mrcd's end of the queues shared with the client (None: JSON posts only).
         self.queues: Any = None
-        #: mrcd's looks for this client's answer after waking it (Posts.await_answer):
-        #: how many, and the moving average of those that found it
-        self.answer_looks = 0
-        self.answer_score = 1.0
+        #: How long mrcd's looks for this client's answer after waking it last
+        #: (Posts.await_answer), from how its recent ones went
+        self.answer_look = LookSpan()
 
     def ring(self) -> None:
         """Ring the client's doorbell (completions wait in its rings). A full socket

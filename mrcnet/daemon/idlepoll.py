@@ -10,10 +10,11 @@ netns hosts is 15 us with the guest's halt-polling on and ~90 us without, two su
 wake-ups). A verbs round trip through two mrcds wakes each mrcd for the frame that
 answers it; looking a little longer keeps that wake-up off the round trip.
 
-The look is adaptive, like the answer's look (:meth:`mrcnet.daemon.posts.Posts.
-await_answer`): its whole length while most recent looks found something
-(:data:`SCORE_MIN`, a moving average of hits), else a sixteenth of it, but every
-:data:`PROBE_EVERY`-th look the whole of it again. It never runs past the loop's next
+The look is adaptive (:class:`LookSpan`, which the answer's look,
+:meth:`mrcnet.daemon.posts.Posts.await_answer`, shares): its whole length while most
+recent looks found something (:data:`SCORE_MIN`, a moving average of hits), else a
+sixteenth of it, but every :data:`PROBE_EVERY`-th look the whole of it again. It never
+runs past the loop's next
 timer, and the API server skips it after a request that a task answers (a connect:
 the task's first step is a ready callback of the loop, which no fd announces). What it
 does not watch (the control plane's TCP connections, the link watch, signals, other
@@ -34,16 +35,45 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["IdlePoll"]
+__all__ = ["IdlePoll", "LookSpan"]
 
 #: The moving average of looks that found something: each look's weight in it, the
-#: average under which looks are short, how often a short look is a whole one anyway.
+#: average under which looks are short, how often a short look is a whole one anyway,
+#: and how much shorter a short look is.
 WEIGHT: Final = 0.125
 SCORE_MIN: Final = 0.25
 PROBE_EVERY: Final = 16
+SHORT: Final = 16
 
 
-class IdlePoll:
+class LookSpan:
+    """How long a busy look lasts, from how the recent ones went: the whole of it
+    while the moving average of hits is above :data:`SCORE_MIN`, else a
+    :data:`SHORT`-th of it, but every :data:`PROBE_EVERY`-th look the whole of it again
+    (a halving rule that doubles back only on a hit stays short once its looks are
+    too short to hit). mrcd's look before it sleeps and its look for a client's answer
+    (one per client) each keep one."""
+
+    def __init__(self) -> None:
+        #: Looks, and those that found something.
+        self.looks = 0
+        self.hits = 0
+        self.score = 1.0
+
+    def span(self, top: float) -> float:
+        """The next look's length (``top``: a whole look's), counted as a look."""
+        self.looks += 1
+        if self.score > SCORE_MIN or not self.looks % PROBE_EVERY:
+            return top
+        return top / SHORT
+
+    def found(self, hit: bool) -> None:
+        """How the look went (True: it found something)."""
+        self.hits += hit
+        self.score += WEIGHT * (hit - self.score)
+
+
+class IdlePoll(LookSpan):
     """The look of ``poll_us`` microseconds at the fds ``fds()`` gives (asked again
     whenever ``generation()`` changes: a client came or went), never past
     ``deadline()`` (``time.monotonic``'s clock; None: no timer armed)."""
@@ -51,16 +81,13 @@ class IdlePoll:
     def __init__(self, poll_us: int, fds: Callable[[], list[int]],
                  generation: Callable[[], int],
                  deadline: Callable[[], float | None]) -> None:
+        super().__init__()
         self.seconds = poll_us / 1e6
         self._fds = fds
         self._generation = generation
         self._deadline = deadline
         self._poll: select.poll | None = None
         self._gen = -1
-        #: Looks, and those that found something readable (the loop then did not sleep).
-        self.looks = 0
-        self.hits = 0
-        self.score = 1.0
 
     def _poller(self) -> select.poll:
         gen = self._generation()
@@ -77,12 +104,9 @@ class IdlePoll:
         """Look until something is readable (True) or the look's time is up (False)."""
         if not self.seconds:
             return False
-        self.looks += 1
-        full = self.score > SCORE_MIN or not self.looks % PROBE_EVERY
-        span = self.seconds if full else self.seconds / 16
         poll = self._poller().poll
         clock = time.monotonic
-        end = clock() + span
+        end = clock() + self.span(self.seconds)
         due = self._deadline()
         if due is not None and due < end:
             end = due
@@ -93,6 +117,5 @@ class IdlePoll:
                 found = True
                 break
             give_way()  # (a process that needs this CPU runs now, not after the look)
-        self.hits += found
-        self.score += WEIGHT * (found - self.score)
+        self.found(found)
         return found

@@ -47,14 +47,8 @@ __all__ = ["Posts", "SlotScan"]
 #: slots (measured, a doorbell of 64 B writes: 1 slot 3.1 against 7.4 us, 8 slots 8.2
 #: against 9.4-10.0, 16 slots 13.2-14.7 against 12.3, 48 slots 36.0 against 23.1-27.3).
 SCAN_MIN: Final = 16
-#: answer_poll_us (Posts.await_answer): the moving average of a client's looks that
-#: found its answer, each look's weight in it, the average under which its looks are
-#: short, and how often a short-looked client gets a whole look anyway
-ANSWER_WEIGHT: Final = 0.125
-ANSWER_SCORE_MIN: Final = 0.25
-ANSWER_PROBE_EVERY: Final = 16
-#: ... and how many of a look's rounds (each a load of the ring's tail, ~0.2 us) go by
-#: between two looks at the ports (a poll(2), ~1 us)
+#: answer_poll_us (Posts.await_answer): how many of a look's rounds (each a load of the
+#: ring's tail, ~0.2 us) go by between two looks at the ports (a poll(2), ~1 us)
 ANSWER_PORTS_EVERY: Final = 8
 #: A slot's op, qpn and lkey (the start of :data:`WORK_REQUEST`): which run it begins.
 _HEAD = struct.Struct("<B3xI8xI")
@@ -188,7 +182,7 @@ class Posts:
                 came = q.rest()  # armed; True: a post came before it was
                 if not came and us:
                     # (the watch clears the flag: armed again after it, with the check)
-                    came = self._spin(q, us / 1e6) or q.rest()
+                    came = self._spin(q, time.perf_counter() + us / 1e6) or q.rest()
                 if not came:
                     return
                 self.take(s)
@@ -197,16 +191,22 @@ class Posts:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
 
     @staticmethod
-    def _spin(q: SessionQueues, seconds: float) -> bool:
-        """Busy-poll ``q``'s send queue for ``seconds``, telling the client meanwhile
-        that mrcd is awake (no doorbell needed): True when a post arrived."""
+    def _spin(q: SessionQueues, end: float,
+              frames: Callable[[], bool] | None = None) -> bool:
+        """Busy-poll ``q``'s send queue until ``end`` (``time.perf_counter()``), telling
+        the client meanwhile that mrcd is awake (no doorbell needed), giving way
+        between looks: True when a post arrived; False at ``end``, or once ``frames()``
+        (asked every :data:`ANSWER_PORTS_EVERY` rounds) says frames wait on a port."""
         q.sq.wake()
         ready, clock, give_way = q.sq.ready, time.perf_counter, os.sched_yield
-        end = clock() + seconds
+        rounds = 0
         while clock() < end:
             if ready():
                 return True
             give_way()  # (the client may be queued on this CPU: see idlepoll)
+            rounds += 1
+            if frames is not None and not rounds % ANSWER_PORTS_EVERY and frames():
+                return False
         return False
 
     def _post_rows(self, s: Session, rows: list[WorkRequest]) -> None:
@@ -313,12 +313,8 @@ class Posts:
         send queue for the post it is about to make, telling it meanwhile that mrcd is
         awake (no doorbell needed), and take and send what came; True if a post came.
 
-        The look lasts mrcd's ``answer_poll_us`` while most of the client's recent looks
-        found its answer (``s.answer_score``, a moving average of hits, above
-        :data:`ANSWER_SCORE_MIN`), else a sixteenth of it, but every
-        :data:`ANSWER_PROBE_EVERY`-th look the whole of it again, so that a client whose
-        answers started to come in time is seen to (a halving rule that doubles back
-        only on a hit stays short once its looks are too short to hit); never past
+        The look lasts up to mrcd's ``answer_poll_us``, adaptive per client
+        (``s.answer_look``: :class:`mrcnet.daemon.idlepoll.LookSpan`); never past
         ``until`` (``time.perf_counter()``: the pass's whole budget), and not once
         ``frames()`` (asked every few rounds) says frames wait on a port: they come
         first (the look, a miss then, ends)."""
@@ -326,24 +322,10 @@ class Posts:
         q: SessionQueues | None = s.queues
         if not top or q is None or s.closed:
             return False
-        s.answer_looks += 1
-        full = s.answer_score > ANSWER_SCORE_MIN or not s.answer_looks % ANSWER_PROBE_EVERY
-        found = False
+        look = s.answer_look
         try:
-            q.sq.wake()  # the client need not ring while mrcd looks
-            end = min(time.perf_counter() + (top if full else top / 16), until)
-            ready, clock = q.sq.ready, time.perf_counter
-            give_way = os.sched_yield
-            rounds = 0
-            while clock() < end:
-                if ready():
-                    found = True
-                    break
-                give_way()  # (the client may be queued on this CPU: see idlepoll)
-                rounds += 1
-                if not rounds % ANSWER_PORTS_EVERY and frames():
-                    break
-            s.answer_score += ANSWER_WEIGHT * (found - s.answer_score)
+            found = self._spin(q, min(time.perf_counter() + look.span(top), until), frames)
+            look.found(found)
         except RingCorrupt as e:
             self.ring_broken(s, f"its send queue is corrupt: {e}")
             return False
