@@ -180,38 +180,43 @@ def test_icrc_ignores_variant_fields(name: str, csum: object, ok: object,
     assert icrc(bytes(changed)) != base
 
 
+#: mrc_crc32_impl's codes (the default, 2, is the best the CPU has).
+CRC_CODES = {"table": 0, "clmul": 1, "vpclmul": 2}
+
+
 @needs_c
-@pytest.mark.parametrize("impl", ["clmul", "table"])
+@pytest.mark.parametrize("impl", list(CRC_CODES))
 def test_c_crc32_equals_zlib_for_every_length_and_alignment(impl: str) -> None:
-    """The C CRC-32 (PCLMULQDQ folding, or the slicing-by-8 table) against zlib.crc32:
-    every length through the 64-byte fold threshold and its 16-byte tails, odd offsets."""
+    """The C CRC-32 (PCLMULQDQ folding, its AVX-512 form, or the slicing-by-8 table)
+    against zlib.crc32: every length through the 64- and 256-byte fold thresholds and
+    their 16-byte tails, odd offsets."""
     lib = native.C
-    active = lib.mrc_crc32_impl(1 if impl == "clmul" else 0)
+    active = lib.mrc_crc32_impl(CRC_CODES[impl])
     try:
-        if impl == "clmul" and not active:
-            pytest.skip("this CPU has no PCLMULQDQ")
+        if active != CRC_CODES[impl]:
+            pytest.skip(f"this CPU has no {impl.upper()}")
         data = os.urandom(10_000)
-        for n in [*range(0, 300), 1023, 1024, 1025, 4096, 8191, 9000]:
+        for n in [*range(0, 600), 1023, 1024, 1025, 4096, 8191, 9000]:
             for off in (0, 1, 3, 8):
                 chunk = data[off : off + n]
                 for seed in (0, 0xFFFFFFFF, 0x12345678):
                     assert lib.mrc_crc32(seed, chunk, len(chunk)) == zlib.crc32(chunk, seed), (
                         n, off, seed)
     finally:
-        lib.mrc_crc32_impl(1)
+        lib.mrc_crc32_impl(2)
 
 
 @needs_c
-@pytest.mark.parametrize("impl", ["clmul", "table"])
+@pytest.mark.parametrize("impl", list(CRC_CODES))
 @settings(max_examples=200, deadline=None)
 @given(covered=st.binary(min_size=60, max_size=9000), has_ip=st.booleans())
-def test_c_icrc_both_crc_codes(impl: str, covered: bytes, has_ip: bool) -> None:
+def test_c_icrc_every_crc_code(impl: str, covered: bytes, has_ip: bool) -> None:
     lib = native.C
-    lib.mrc_crc32_impl(1 if impl == "clmul" else 0)
+    lib.mrc_crc32_impl(CRC_CODES[impl])
     try:
         assert c_icrc(covered, has_ip) == ref_icrc(covered, has_ip)
     finally:
-        lib.mrc_crc32_impl(1)
+        lib.mrc_crc32_impl(2)
 
 
 @needs_c

@@ -54,11 +54,11 @@ static uint64_t sum_avx2(const uint8_t *p, size_t n)
 }
 #endif
 
-/* One's-complement sum of n bytes in *native* byte order, folded to 16 bits. RFC 1071
- * sec. 2: the sum is byte-order independent and carries can be deferred, so we add 32-bit
- * words into independent 64-bit accumulators (no carry chain; AVX2 lanes when the CPU
- * has them) and fold once at the end. A frame would need 2^32 words to overflow. */
-static uint32_t sum_native(const uint8_t *p, size_t n)
+/* One's-complement sum of n bytes in *native* byte order, unfolded. RFC 1071 sec. 2: the
+ * sum is byte-order independent and carries can be deferred, so we add 32-bit words into
+ * independent 64-bit accumulators (no carry chain; AVX2 lanes when the CPU has them) and
+ * fold once at the end (sum_native). A frame would need 2^32 words to overflow. */
+uint64_t mrc_sum_part(const uint8_t *p, size_t n)
 {
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #ifdef HAVE_X86_AVX2
@@ -99,12 +99,24 @@ static uint32_t sum_native(const uint8_t *p, size_t n)
         memcpy(&h, p, 1);          /* zero padding = RFC 768 padding of an odd tail */
         s += h;
     }
+    return s;
+}
+
+/* A 64-bit native-order sum folded to 16 bits. */
+static uint32_t fold_part(uint64_t s)
+{
     s = (s & 0xffffffffu) + (s >> 32);
     s = (s & 0xffffffffu) + (s >> 32);
     s = (s & 0xffff) + (s >> 16);
     s = (s & 0xffff) + (s >> 16);
     s = (s & 0xffff) + (s >> 16);
     return (uint32_t)s;
+}
+
+/* One's-complement sum of n bytes in native byte order, folded to 16 bits. */
+static uint32_t sum_native(const uint8_t *p, size_t n)
+{
+    return fold_part(mrc_sum_part(p, n));
 }
 
 /* Native-order folded sum -> the same sum as big-endian 16-bit words. */
@@ -137,7 +149,12 @@ uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst)
 
 uint16_t mrc_udp6_sum_addrs(uint32_t addrs, const uint8_t *udp, size_t udp_len)
 {
-    uint64_t s = to_be16sum(fold((uint64_t)addrs + sum_native(udp, udp_len)));
+    return mrc_udp6_sum_part(addrs, mrc_sum_part(udp, udp_len), udp_len);
+}
+
+uint16_t mrc_udp6_sum_part(uint32_t addrs, uint64_t part, size_t udp_len)
+{
+    uint64_t s = to_be16sum(fold((uint64_t)addrs + fold_part(part)));
     s += (udp_len >> 16) + (udp_len & 0xffff) + 17u;  /* upper-layer length, next header */
     return (uint16_t)fold(s);
 }

@@ -33,4 +33,13 @@ uint32_t mrc_tmpl_addr_sum(const uint8_t *src, const uint8_t *dst);
  * its pseudo-header addresses' folded sum (mrc_tmpl_addr_sum), before inversion. */
 uint16_t mrc_udp6_sum_addrs(uint32_t addrs, const uint8_t *udp, size_t udp_len);
 
+/* A part of a datagram's one's-complement sum: the 32-bit words of p[0:n] in native byte
+ * order (an odd last byte padded with a zero) added into 64 bits, not yet folded. The
+ * parts of a datagram add up to its sum when each starts at an even offset in it (RFC
+ * 1071 section 2): the CRC's pass sums the payload it copies or reads this way
+ * (crc32.c), so the checksum needs no pass of its own over it. */
+uint64_t mrc_sum_part(const uint8_t *p, size_t n);
+/* mrc_udp6_sum_addrs of a datagram of udp_len bytes whose parts sum to `part`. */
+uint16_t mrc_udp6_sum_part(uint32_t addrs, uint64_t part, size_t udp_len);
+
 #endif

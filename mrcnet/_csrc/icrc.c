@@ -11,7 +11,8 @@
  * ~zlib.crc32(b"\xff" * 8), a constant (every ICRC started by computing it). */
 #define ICRC_PREFIX 0xdebb20e3u
 
-uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
+/* mrc_icrc, with *sum (not NULL, len >= 64) taking p[64:len]'s part of the UDP checksum. */
+static uint32_t icrc(const uint8_t *p, size_t len, int has_ip, uint64_t *sum)
 {
     /* The headers with variant fields, and when the frame has them the bytes after, up to
      * the 64 the CRC's fold takes in one step: the headers alone (60 or 20 bytes) went
@@ -33,9 +34,20 @@ uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
     head[ip + 6] = head[ip + 7] = 0xff;       /* UDP checksum */
     head[ip + UDP_LEN + 4] = 0xff;            /* BTH reserved byte */
     if (take == sizeof head)
-        return ~mrc_crc32_first_raw(ICRC_PREFIX, head, p, len);
+        return ~(sum ? mrc_crc32_first_sum_raw(ICRC_PREFIX, head, p, len, sum)
+                     : mrc_crc32_first_raw(ICRC_PREFIX, head, p, len));
     uint32_t c = mrc_crc32_raw(ICRC_PREFIX, head, hlen);
     return ~mrc_crc32_raw(c, p + hlen, len - hlen);
+}
+
+uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip)
+{
+    return icrc(p, len, has_ip, NULL);
+}
+
+uint32_t mrc_icrc_sum(const uint8_t *p, size_t len, int has_ip, uint64_t *sum)
+{
+    return len >= 64 ? icrc(p, len, has_ip, sum) : 0;
 }
 
 /* ICRC of a frame we are writing: mask the variant fields in place so one CRC pass covers
@@ -48,6 +60,12 @@ uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip)
 
 uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size_t n,
                                 int has_ip)
+{
+    return mrc_icrc_in_place_copy_sum(p, len, src, n, has_ip, NULL);
+}
+
+uint32_t mrc_icrc_in_place_copy_sum(uint8_t *p, size_t len, const uint8_t *src, size_t n,
+                                    int has_ip, uint64_t *sum)
 {
     size_t ip = has_ip ? IP6_LEN : 0;
     uint8_t saved[5];
@@ -62,7 +80,8 @@ uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size
     p[ip + UDP_LEN + 4] = 0xff;
     uint32_t c = mrc_crc32_raw(ICRC_PREFIX, p, len);
     if (n)
-        c = mrc_crc32_copy_raw(c, p + len, src, n);
+        c = sum ? mrc_crc32_copy_sum_raw(c, p + len, src, n, sum)
+                : mrc_crc32_copy_raw(c, p + len, src, n);
     uint32_t crc = ~c;
     p[ip + UDP_LEN + 4] = bth_resv;
     memcpy(p, saved, 4);

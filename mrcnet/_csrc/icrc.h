@@ -18,8 +18,9 @@ uint32_t mrc_crc32_raw(uint32_t c, const uint8_t *p, size_t n);
  * state, as above. Twin: a copy and zlib.crc32 (tests/wire/test_crc_copy.py). */
 uint32_t mrc_crc32_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t n);
 uint32_t mrc_crc32_copy_raw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n);
-/* Select the CRC code: 1 = PCLMULQDQ if the CPU has it, 0 = table (tests use both).
- * Returns 1 if PCLMULQDQ is now in use. */
+/* Select the CRC code: the best the CPU has up to `want`: 2 = VPCLMULQDQ (AVX-512) for
+ * 256 bytes and more, 1 = PCLMULQDQ, 0 = the table (the default is 2; tests use each).
+ * Returns the code now in use. */
 int mrc_crc32_impl(int want);
 
 /* RoCEv2 invariant CRC: CRC-32 (zlib's) of 8 bytes of 0xff, then `len` bytes from `p`
@@ -36,6 +37,15 @@ uint32_t mrc_icrc(const uint8_t *p, size_t len, int has_ip);
  * one PCLMULQDQ fold where the headers' bytes alone are too few for one. */
 uint32_t mrc_crc32_first_raw(uint32_t c, const uint8_t *first, const uint8_t *p, size_t n);
 
+/* mrc_crc32_copy_raw and mrc_crc32_first_raw that also add to *sum the bytes' part of the
+ * UDP checksum (mrc_sum_part, checksum.h): of src[0:n], and of p[64:n]. One pass over the
+ * bytes serves both sums (with VPCLMULQDQ; two passes otherwise). The bytes must start at
+ * an even offset of the UDP datagram for the part to be the datagram's. */
+uint32_t mrc_crc32_copy_sum_raw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n,
+                                uint64_t *sum);
+uint32_t mrc_crc32_first_sum_raw(uint32_t c, const uint8_t *first, const uint8_t *p, size_t n,
+                                 uint64_t *sum);
+
 /* ICRC of a frame being written (template.c): the variant fields of p[0:len] are masked
  * in place so one CRC pass covers the whole span, then put back, except the UDP
  * checksum, left masked (the caller overwrites it next). Returns zlib's value. */
@@ -45,5 +55,12 @@ uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip);
  * of p[0:len + n] (template.c's data frames: the payload copy and its CRC in one pass). */
 uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size_t n,
                                 int has_ip);
+/* The same, adding src[0:n]'s part of the UDP checksum to *sum (mrc_sum_part): the data
+ * frames' payload is read once for the copy and both sums. */
+uint32_t mrc_icrc_in_place_copy_sum(uint8_t *p, size_t len, const uint8_t *src, size_t n,
+                                    int has_ip, uint64_t *sum);
+/* mrc_icrc of a frame of 64 covered bytes or more that also adds p[64:len]'s part of the
+ * UDP checksum to *sum (the receive check: one pass over the payload for both sums). */
+uint32_t mrc_icrc_sum(const uint8_t *p, size_t len, int has_ip, uint64_t *sum);
 
 #endif

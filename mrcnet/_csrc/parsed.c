@@ -123,12 +123,14 @@ static int ip6_fields(const uint8_t *p, uint32_t *dscp, uint32_t *ecn, uint32_t 
     return 1;
 }
 
-/* udp6_checksum_ok(): a zero checksum never verifies (IPv6 forbids it). */
-static int checksum_ok(const uint8_t *src, const uint8_t *dst, const uint8_t *udp, size_t n)
+/* udp6_checksum_ok() of the n-byte datagram at udp whose bytes sum to `part`
+ * (mrc_sum_part): a zero checksum never verifies (IPv6 forbids it). */
+static int checksum_ok(const uint8_t *src, const uint8_t *dst, const uint8_t *udp, size_t n,
+                       uint64_t part)
 {
     if (n >= UDP_LEN && udp[6] == 0 && udp[7] == 0)
         return 0;
-    return mrc_udp6_sum(src, dst, udp, n) == 0xffff;
+    return mrc_udp6_sum_part(mrc_tmpl_addr_sum(src, dst), part, n) == 0xffff;
 }
 
 /* usid.usid_final(): the block and the last uSID before the first zero one; 0 when the
@@ -425,34 +427,51 @@ int mrc_parse(const uint8_t *buf, size_t len, struct mrc_parsed *out, int verify
         return MRC_OK;
     }
 
-    /* Here end == claimed == ip_end: the frame is exactly as long as its headers say. */
+    /* Here end == claimed == ip_end: the frame is exactly as long as its headers say. The
+     * UDP datagram's sum is taken in parts: a data frame's payload by the ICRC's pass over
+     * it (mrc_icrc_sum), when the covered span is even (its ICRC then starts at an even
+     * offset of the datagram); the headers before and the ICRC after on their own. */
+    uint64_t part = 0;
+    int have_part = 0;
     if (verify & MRC_VERIFY_ICRC) {
         const uint8_t *ic = buf + end - ICRC_LEN;
         uint32_t got = (uint32_t)ic[0] | (uint32_t)ic[1] << 8 | (uint32_t)ic[2] << 16 |
                        (uint32_t)ic[3] << 24;  /* stored little-endian (icrc.py) */
-        if (mrc_icrc(buf + icrc_from, end - ICRC_LEN - icrc_from, out->inner_off != 0) != got)
+        size_t covered = end - ICRC_LEN - icrc_from;
+        uint32_t crc;
+        if ((verify & MRC_VERIFY_CHECKSUM) && covered >= 64 && !(covered & 1)) {
+            crc = mrc_icrc_sum(buf + icrc_from, covered, out->inner_off != 0, &part);
+            part += mrc_sum_part(buf + out->udp_off, icrc_from + 64 - out->udp_off) +
+                    mrc_sum_part(ic, ICRC_LEN);
+            have_part = 1;
+        } else {
+            crc = mrc_icrc(buf + icrc_from, covered, out->inner_off != 0);
+        }
+        if (crc != got)
             FAIL(MRC_BAD_ICRC, "ICRC does not verify");
     }
     if (verify & MRC_VERIFY_CHECKSUM) {
         const uint8_t *udp = buf + out->udp_off;
         size_t n = end - out->udp_off;
+        if (!have_part)
+            part = mrc_sum_part(udp, n);
         int ok;
         if (out->inner_off) {
             const uint8_t *in = buf + out->inner_off;
-            ok = checksum_ok(in + 8, in + 24, udp, n);
+            ok = checksum_ok(in + 8, in + 24, udp, n, part);
         } else if (out->srh_off) {
             /* the final segment, segment list[0], is the upper-layer destination; in
              * MRC's form a uSID container, fully shifted */
             const uint8_t *fs = buf + out->srh_off + SRH_FIXED;
             uint8_t fin[16];
-            ok = checksum_ok(o + 8, fs, udp, n) ||
-                 (usid_final(fs, fin) && checksum_ok(o + 8, fin, udp, n));
+            ok = checksum_ok(o + 8, fs, udp, n, part) ||
+                 (usid_final(fs, fin) && checksum_ok(o + 8, fin, udp, n, part));
         } else {
             /* uSID without an inner header: the fully shifted container; a plain IPv6
              * frame uses its destination as it is. */
             uint8_t fin[16];
-            ok = checksum_ok(o + 8, o + 24, udp, n) ||
-                 (usid_final(o + 24, fin) && checksum_ok(o + 8, fin, udp, n));
+            ok = checksum_ok(o + 8, o + 24, udp, n, part) ||
+                 (usid_final(o + 24, fin) && checksum_ok(o + 8, fin, udp, n, part));
         }
         if (!ok)
             FAIL(MRC_BAD_CHECKSUM, "UDP checksum does not verify");

@@ -98,16 +98,29 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. The
      * payload is copied in by the CRC's own pass over it (the copy was a pass of its own,
      * ~a third of the build's time on 8 KiB frames). */
+    /* When the payload starts and ends at even offsets of the datagram (every frame but
+     * an odd-length last one), the CRC's pass also sums it for the UDP checksum, which
+     * then adds only the headers and the ICRC (the payload's own pass was 5-10 % of the
+     * sending mrcd's user time on 8 KiB frames). */
     uint8_t *ic = out + total - 4;
     uint8_t *cov = out + (t->off_inner_ip ? t->off_inner_ip : t->off_udp);
-    uint32_t crc = mrc_icrc_in_place_copy(cov, (size_t)(e - cov), payload, payload_len,
-                                          t->off_inner_ip != 0);
+    size_t head = (size_t)(e - u);
+    int split = !(head & 1) && !(payload_len & 1);
+    uint64_t part = 0;
+    uint32_t crc = mrc_icrc_in_place_copy_sum(cov, (size_t)(e - cov), payload, payload_len,
+                                              t->off_inner_ip != 0, split ? &part : NULL);
     if (t->icrc_le) { ic[0] = crc; ic[1] = crc >> 8; ic[2] = crc >> 16; ic[3] = crc >> 24; }
     else put32(ic, crc);
 
     put16(u + 6, 0);
     uint32_t ph = pseudo_dst ? mrc_tmpl_addr_sum(t->pseudo_src, pseudo_dst) : t->pseudo_sum;
-    uint16_t c = (uint16_t)~mrc_udp6_sum_addrs(ph, u, total - t->off_udp);
+    uint16_t c;
+    if (split) {
+        part += mrc_sum_part(u, head) + mrc_sum_part(ic, 4);
+        c = (uint16_t)~mrc_udp6_sum_part(ph, part, total - t->off_udp);
+    } else {
+        c = (uint16_t)~mrc_udp6_sum_addrs(ph, u, total - t->off_udp);
+    }
     put16(u + 6, c ? c : 0xffff);
     return total;
 }

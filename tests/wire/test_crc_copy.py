@@ -22,23 +22,31 @@ pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 GUARD = 32  # bytes either side of the destination that must stay as they were
 
 
-@pytest.fixture(params=["clmul", "table"])
+#: mrc_crc32_impl's codes: the table on every CPU, PCLMULQDQ and its AVX-512 form
+#: (VPCLMULQDQ) where the CPU has them; BEST is the default, restored after each test.
+CRC_CODES = {"table": 0, "clmul": 1, "vpclmul": 2}
+BEST = 2
+
+
+@pytest.fixture(params=list(CRC_CODES))
 def crc_impl(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each CRC code in turn (the table one on every CPU; PCLMULQDQ where the CPU has it),
-    the default restored after."""
-    active = native.C.mrc_crc32_impl(1 if request.param == "clmul" else 0)
+    """Each CRC code in turn, skipped where the CPU does not have it, the default
+    restored after."""
+    want = CRC_CODES[request.param]
+    active = native.C.mrc_crc32_impl(want)
     try:
-        if request.param == "clmul" and not active:
-            pytest.skip("this CPU has no PCLMULQDQ")
+        if active != want:
+            pytest.skip(f"this CPU has no {request.param.upper()}")
         yield request.param
     finally:
-        native.C.mrc_crc32_impl(1)
+        native.C.mrc_crc32_impl(BEST)
 
 
 def test_crc32_copy_equals_copy_then_zlib(crc_impl: str) -> None:
     ffi, lib = native.ffi, native.C
     data = os.urandom(10_000)
-    for n in [*range(0, 300), 1023, 1024, 1025, 4096, 8191, 8192, 8193, 9000]:
+    for n in [*range(0, 300), 319, 320, 321, 511, 1023, 1024, 1025, 4096, 8191, 8192,
+              8193, 9000]:
         for src_off in (0, 1, 8):
             for dst_off in (0, 3, 16):
                 src = data[src_off : src_off + n]
@@ -63,7 +71,8 @@ def test_template_frames_equal_reference_with_either_crc(crc_impl: str, encap: b
     t = DataTemplate.for_route(route, dest_qp=0x1234, rkey=77)
     ct = CTemplate(t)
     data = os.urandom(9000)
-    for n in [0, 1, 15, 16, 17, 47, 63, 64, 65, 100, 4095, 4096, 8191, 8192]:
+    for n in [0, 1, 15, 16, 17, 47, 63, 64, 65, 100, 255, 256, 257, 320, 1000, 4095, 4096,
+              8190, 8191, 8192]:
         for off in (0, 5):
             payload = data[off : off + n]
             want = build_data(route, ev=0x1234, opcode=Opcode.WRITE_MIDDLE, dest_qp=0x1234,
