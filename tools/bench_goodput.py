@@ -26,6 +26,14 @@ tools' start-up, the machine's softirq time and the rest of the machine (other u
 this shared machine included). ``--profile DIR`` runs the mrcds under cProfile (``mrcd
 --profile``) in the last run and prints their top functions; ``--sched-batch`` and
 ``--mrcd KEY=VALUE`` set mrcd settings.
+
+``--steady SECONDS`` also measures each sending process (raw-send, mrcd h0) in the
+middle of its transfer: once h0's ports send steadily, its user+system CPU over that
+many seconds per GB its ports sent meanwhile. Both senders are CPU-bound here (each
+takes a whole vCPU, the fabric's forwarding running inline in its ``sendmmsg``), so the
+ratio raw / mrc of these figures is what bounds mrc / raw goodput, without the ramps,
+the start-up and the 10 ms steps of whole-run CPU accounting; it needs transfers
+longer than the window (e.g. ``--mib 4096 --raw-seconds 6 --steady 2``).
 Everything started is stopped by PID; the fabric is removed even on error.
 """
 
@@ -44,8 +52,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,6 +186,66 @@ class Meter:
         self.stat = {k: v - self.s0[k] for k, v in _machine_stat().items()}
 
 
+#: --steady: a sender counts as steady once h0's ports send this many bytes a second
+STEADY_RATE = 200e6
+
+
+class SteadySender(threading.Thread):
+    """``--steady``: the CPU per GB of h0's sending process (``pid()``: None until it
+    runs) over ``seconds`` in the middle of its transfer, per byte h0's ports sent
+    meanwhile; :attr:`s_per_gb` stays None if the transfer never held that long."""
+
+    def __init__(self, fab: Any, pid: Callable[[], int | None], seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.fab, self.pid, self.seconds = fab, pid, seconds
+        self.s_per_gb: float | None = None
+        self.done = threading.Event()
+
+    def _sent(self) -> int:
+        r = subprocess.run([*_ns(self.fab, "h0"), "sh", "-c",
+                            "cat /sys/class/net/*/statistics/tx_bytes"],
+                           capture_output=True, text=True, timeout=10, check=False)
+        return sum(int(x) for x in r.stdout.split())
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+            while not self.done.is_set():
+                pid = self.pid()
+                b0 = self._sent()
+                if pid is None or self.done.wait(0.3):
+                    continue
+                if (self._sent() - b0) / 0.3 < STEADY_RATE:
+                    continue
+                c0, b0 = sum(_proc_times(pid)), self._sent()
+                if self.done.wait(self.seconds):
+                    return  # (it ended inside the window: no figure)
+                c1, b1 = sum(_proc_times(pid)), self._sent()
+                self.s_per_gb = (c1 - c0) / ((b1 - b0) / 1e9)
+                return
+
+    def result(self) -> float | None:
+        """Stop watching; the figure, or None."""
+        self.done.set()
+        self.join(timeout=30)
+        return self.s_per_gb
+
+
+@contextlib.contextmanager
+def _steady(fab: Any, pid: Callable[[], int | None], seconds: float
+            ) -> Iterator[dict[str, float | None]]:
+    """A SteadySender for the block (none when ``seconds`` is 0); the figure lands in
+    the yielded dict's ``sender_steady_s_per_gb``."""
+    out: dict[str, float | None] = {"sender_steady_s_per_gb": None}
+    t = SteadySender(fab, pid, seconds) if seconds > 0 else None
+    if t is not None:
+        t.start()
+    try:
+        yield out
+    finally:
+        if t is not None:
+            out["sender_steady_s_per_gb"] = t.result()
+
+
 #: --pin: host -> CPU for every process the bench starts in that host (taskset)
 PIN: dict[str, int] = {}
 #: --sched-batch: the hosts whose mrcd runs under SCHED_BATCH (mrcd's ``sched_batch``)
@@ -233,22 +302,25 @@ def _mrcds(fab: Any, tmp: Path, profile: Path | None,
                     p.wait(5)
 
 
-def run_raw(fab: Any, seconds: float) -> dict[str, float]:
+def run_raw(fab: Any, seconds: float, steady: float = 0.0) -> dict[str, Any]:
     desc = str(fab.description_path)
-    with Meter() as m:
+    sender: list[int] = []
+    with Meter() as m, _steady(fab, lambda: sender[0] if sender else None, steady) as st:
         sink = subprocess.Popen([*_ns(fab, "h1"), PERF, "raw-sink", "--fabric", desc,
                                                   "--host", "h1", "--json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert sink.stderr is not None
         sink.stderr.readline()  # "listening on ..."
-        send = subprocess.run([*_ns(fab, "h0"), PERF, "raw-send", "--fabric", desc, "--host",
-                                                "h0", "h1", "--seconds", str(seconds),
-                                                "--json"],
-                              capture_output=True, text=True, timeout=seconds + 60,
-                              check=True)
+        send = subprocess.Popen([*_ns(fab, "h0"), PERF, "raw-send", "--fabric", desc,
+                                 "--host", "h0", "h1", "--seconds", str(seconds), "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sender.append(send.pid)  # (ip netns exec execs the tool: the same PID)
+        send_out, send_err = send.communicate(timeout=seconds + 60)
+        if send.returncode:
+            raise RuntimeError(f"mrc-perf raw-send failed: {send_err}")
         out, _ = sink.communicate(timeout=60)
     r = json.loads(out)
-    s = json.loads(send.stdout)
+    s = json.loads(send_out)
     nbytes = (r["frames"] - r["trimmed"]) * RAW_PAYLOAD
     return {"gbps": nbytes * 8 / r["seconds"] / 1e9, "bytes": nbytes,
             "sent_frames": s["frames"], "recv_frames": r["frames"], "trimmed": r["trimmed"],
@@ -256,6 +328,7 @@ def run_raw(fab: Any, seconds: float) -> dict[str, float]:
             # the sending process alone (its frames: some did not fit the socket and
             # were dropped, offered load being the point; per byte that arrived)
             "send_user": s["cpu_user"], "send_sys": s["cpu_system"],
+            **st,
             # the transfer alone (start-up excluded, as mrc-perf's rows are)
             **{f"{who}_{k}": d.get(f"transfer_cpu_{kind}", d[f"cpu_{kind}"])
                for who, d in (("sendx", s), ("sink", r))
@@ -280,11 +353,12 @@ def run_tcp(fab: Any, nbytes: int) -> dict[str, float]:
 
 
 def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[str],
-            cc: str | None, size: int = 1 << 20, depth: int = 16) -> dict[str, float]:
+            cc: str | None, size: int = 1 << 20, depth: int = 16,
+            steady: float = 0.0) -> dict[str, Any]:
     iters = max(1, nbytes // size)
     with _mrcds(fab, tmp, profile, core) as socks:
         pids = {h: pid for h, (pid, _) in socks.items()}
-        with Meter(list(pids.values())) as m:
+        with Meter(list(pids.values())) as m, _steady(fab, lambda: pids["h0"], steady) as st:
             server = subprocess.Popen([*_ns(fab, "h1"), PERF, "--socket", socks["h1"][1],
                                                         "--timeout", "60", "server",
                                                         "--size", str(size)],
@@ -336,7 +410,7 @@ def run_mrc(fab: Any, tmp: Path, nbytes: int, profile: Path | None, core: list[s
             "client_cpu": client_cpu, "server_cpu": server_cpu,
             "client_pid_user": cru.ru_utime, "client_pid_sys": cru.ru_stime,
             "server_pid_user": sru.ru_utime, "server_pid_sys": sru.ru_stime,
-            **{f"m_{k}": v for k, v in m.stat.items()}, **counters,
+            **{f"m_{k}": v for k, v in m.stat.items()}, **counters, **st,
             **{f"{h}_{kind}": m.per_pid[pid][i] for h, pid in pids.items()
                for i, kind in enumerate(("user", "sys"))}}
 
@@ -422,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="mrcd under SCHED_BATCH (mrcd's sched_batch) on these hosts "
                          "(default both: h0,h1): woken by a frame, an mrcd does not "
                          "preempt the sender mid-batch")
+    ap.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
+                    help="also each sender's CPU per GB over this many seconds in the "
+                         "middle of its transfer (raw-send, mrcd h0): what bounds the "
+                         "goodput ratio, measured without ramps or start-up; needs "
+                         "transfers longer than that (e.g. --mib 4096 --raw-seconds 6)")
     ap.add_argument("--prefix", default="mf",
                     help="fabric name prefix (its netns are PREFIX<hex>-<node>; fabric "
                          "names are lowercase a-z0-9, at most 10 characters in all)")
@@ -449,12 +528,13 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.runs):
                 last = i == args.runs - 1
                 if "raw" not in args.skip:
-                    results["raw"].append(run_raw(fab, args.raw_seconds))
+                    results["raw"].append(run_raw(fab, args.raw_seconds, args.steady))
                 if "tcp" not in args.skip:
                     results["tcp"].append(run_tcp(fab, args.mib << 20))
                 results["mrc"].append(run_mrc(fab, tmp, args.mib << 20,
                                               prof_dir if last else None, args.core,
-                                              args.cc, args.write_size, args.tx_depth))
+                                              args.cc, args.write_size, args.tx_depth,
+                                              args.steady))
                 print(f"run {i + 1}: " + ", ".join(f"{k} {v[-1]['gbps']:.2f} Gb/s"
                                                    for k, v in results.items() if v),
                       file=sys.stderr, flush=True)
@@ -468,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             "gbps": [r["gbps"] for r in v],
             "proc_cpu_s_per_gb": [r["proc_cpu"] / (r["bytes"] / 1e9) for r in v],
             "machine_cpu_s_per_gb": [r["machine_cpu"] / (r["bytes"] / 1e9) for r in v],
+            "sender_steady_s_per_gb": [r.get("sender_steady_s_per_gb") for r in v],
             "detail": v,
         }
     summary["processes"] = process_table(results)
@@ -477,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         summary["profile"] = [line for h in ("h0", "h1")
                               if (prof_dir / f"mrcd-{h}.prof").exists()
                               for line in _profile_top(prof_dir / f"mrcd-{h}.prof")]
+    steady = {k: [x for x in summary[k]["sender_steady_s_per_gb"] if x is not None]
+              for k in ("raw", "mrc") if k in summary}
+    if steady.get("raw") and steady.get("mrc"):
+        summary["ratio_steady_raw_mrc"] = (statistics.median(steady["raw"])
+                                           / statistics.median(steady["mrc"]))
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -534,6 +620,14 @@ def main(argv: list[str] | None = None) -> int:
         diff = (f"{statistics.median(row['mrc']) - statistics.median(row['raw']):+9.3f}"
                 if "mrc" in row and "raw" in row else "")
         print(f"  {row['row']:<42} {cells[0]:>16} {cells[1]:>16} {diff}")
+    if args.steady:
+        print(f"the sender's CPU s/GB in the steady state ({args.steady:g} s windows): "
+              + ", ".join(f"{'raw-send' if k == 'raw' else 'mrcd h0'} {_stats(v)}"
+                          if v else f"{k}: none (a transfer shorter than the window)"
+                          for k, v in steady.items()))
+        if "ratio_steady_raw_mrc" in summary:
+            print(f"  raw / mrc of those (medians) = {summary['ratio_steady_raw_mrc']:.3f}: "
+                  "the goodput ratio's bound while both senders are CPU-bound")
     print(f"mrc / raw = {summary['ratio_mrc_raw']:.2f}   mrc / tcp = "
           f"{summary['ratio_mrc_tcp']:.2f}   (target: mrc >= 0.6 x raw)")
     for line in summary.get("profile", []):

@@ -157,7 +157,7 @@ class ApiServer:
                  attach: Callable[[Session, Message, list[int]], None] | None = None,
                  take_posts: Callable[[Session], None] | None = None,
                  settle: Callable[[Session], None] | None = None,
-                 idle: Callable[[], object] | None = None) -> None:
+                 idle: Callable[[bool], object] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.group = group  #: gid of the socket file (None: mrcd's own)
@@ -181,7 +181,8 @@ class ApiServer:
         #: After a burst's pump: arm the client's doorbell again, taking (and sending)
         #: what it posted meanwhile (without a doorbell: mrcd was awake).
         self.settle = settle
-        #: At the very end of a client's pass: mrcd's look before it sleeps.
+        #: At the very end of a client's pass: mrcd's look before it sleeps, told whether
+        #: the burst started a task (the engine skips the look then).
         self.idle = idle
         #: Changes whenever a client comes or goes (the look's fds change with them).
         self.generation = 0
@@ -318,8 +319,8 @@ class ApiServer:
                 self.after_burst()
                 if self.settle is not None and s.queues is not None and not s.closed:
                     self.settle(s)
-                if self.idle is not None and self.tasks == tasks:
-                    self.idle()
+                if self.idle is not None:
+                    self.idle(self.tasks != tasks)
 
     def _decode(self, s: Session, data: bytes, flags: int) -> Message | None:
         """The request in ``data``, or None after answering why it is not one (the

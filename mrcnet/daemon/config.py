@@ -156,6 +156,10 @@ DEFAULT_ANSWER_POLL_US: Final = 100
 #: its application, the fabric both ways) comes within it (docs/PERFORMANCE.md,
 #: "Session 19")
 DEFAULT_IDLE_POLL_US: Final = 500
+#: ``busy_ports``'s default and most: looks in a row that found a port readable (after
+#: a batch) before the ports leave the loop's epoll set (mrcnet/daemon/busyports.py)
+DEFAULT_BUSY_PORTS: Final = 8
+MAX_BUSY_PORTS: Final = 1000
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,12 @@ class DaemonConfig:
     #: long (us) before the loop sleeps, returning to it as soon as one is readable (an
     #: idle vCPU's wake-up is tens of us): adaptive (mrcnet/daemon/idlepoll.py). 0: never.
     idle_poll_us: int = DEFAULT_IDLE_POLL_US
+    #: After this many looks in a row that found a port readable, each after a port
+    #: pass that read a batch (a transfer), the ports leave the loop's epoll set and the
+    #: looks run their passes until one finds nothing: no kernel callback per frame
+    #: (mrcnet/daemon/busyports.py). 0: the loop always watches them. Needs
+    #: ``idle_poll_us``.
+    busy_ports: int = DEFAULT_BUSY_PORTS
     #: Run under SCHED_BATCH: woken by a frame, mrcd does not preempt the process that
     #: sent it mid-batch; for mrcds that share CPUs with each other, as on a single-host
     #: netns fabric (mrcnet/daemon/sched.py says when it helps and when it hurts).
@@ -270,7 +280,8 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
     known = {"host", "socket", "socket_mode", "socket_group", "fabric", "control_port",
              "control_listen", "ev_profile", "cc_profile", "kernel_drop", "log_format",
              "log_level", "port", "peers", "core", "limits", "metrics_listen",
-             "busy_poll_us", "answer_poll_us", "idle_poll_us", "sched_batch"}
+             "busy_poll_us", "answer_poll_us", "idle_poll_us", "busy_ports",
+             "sched_batch"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -379,6 +390,7 @@ def parse_config(data: dict[str, Any], source: str = "<memory>") -> DaemonConfig
         busy_poll_us=_poll_us(data, source, "busy_poll_us", 0),
         answer_poll_us=_poll_us(data, source, "answer_poll_us", DEFAULT_ANSWER_POLL_US),
         idle_poll_us=_poll_us(data, source, "idle_poll_us", DEFAULT_IDLE_POLL_US),
+        busy_ports=_busy_ports(data, source),
         sched_batch=_sched_batch(data, source),
         source=source,
     )
@@ -395,6 +407,14 @@ def _sched_batch(data: dict[str, Any], source: str) -> bool | str:
 
 #: The longest busy-poll mrcd takes (us): its loop serves every client and port.
 MAX_BUSY_POLL_US: Final = 1000
+
+
+def _busy_ports(data: dict[str, Any], source: str) -> int:
+    n = _want(data, "busy_ports", int, source, DEFAULT_BUSY_PORTS)
+    if not 0 <= n <= MAX_BUSY_PORTS:
+        raise ConfigError(f"{source}: busy_ports {n}: give 0 (the loop always watches the "
+                          f"ports) to {MAX_BUSY_PORTS} (looks in a row that found frames)")
+    return int(n)
 
 
 def _poll_us(data: dict[str, Any], source: str, key: str, default: int) -> int:

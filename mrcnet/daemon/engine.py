@@ -25,6 +25,7 @@ from mrcnet import buffers, core
 from mrcnet.constants import IPV6_HEADER_LEN
 from mrcnet.core import HostConfig
 from mrcnet.daemon.apiserver import ApiServer, Session, claim_socket_path
+from mrcnet.daemon.busyports import BULK_FRAMES, BusyPorts
 from mrcnet.daemon.config import DaemonConfig, PortConfig
 from mrcnet.daemon.control import (
     ControlServer,
@@ -135,6 +136,8 @@ class Daemon:
         self._bulk = BulkBatch() if cfg.sched_batch == "bulk" else None
         self._ports_poll: select.poll | None = None  # (_frames_waiting's, made once)
         self._idle: IdlePoll | None = None  # (idle_poll_us: the look before sleeping)
+        self._busy: BusyPorts | None = None  # (the ports' readers; busy_ports)
+        self._rx_total = 0  # (frames the last port pass read: a batch or not)
         self.log = log.bind(host=cfg.host)
         self.verbs = Verbs(self)
         #: Awaited once mrcd serves (service hooks: metrics endpoint, sd_notify READY).
@@ -145,14 +148,16 @@ class Daemon:
     def passes(self) -> dict[str, int]:
         """Loop passes by what woke them: a port's frames, a client's posts or requests,
         the timer (``timer_idle``: it fired, found nothing due and re-armed without a
-        pass); ``timer_arms``: loop timers made. A round trip's cost in wake-ups
-        (tools/bench_latency.py prints them per round trip)."""
+        pass); ``timer_arms``: loop timers made; ``busy_ports``: times the ports left
+        the loop's epoll set. A round trip's cost in wake-ups (tools/bench_latency.py
+        prints them per round trip)."""
         t = self._timer
         b = self._bulk
         i = self._idle
         return {**self._passes, "timer_idle": t.idle if t else 0,
                 "timer_arms": t.arms if t else 0,
                 "idle_looks": i.looks if i else 0, "idle_hits": i.hits if i else 0,
+                "busy_ports": self._busy.left if self._busy else 0,
                 **({"sched_batch_changes": b.changes} if b is not None else {})}
 
     def pump(self, now: float | None = None) -> None:
@@ -311,8 +316,9 @@ class Daemon:
                                 near=KEEP_EARLY_TIMER)
         self._want = self._timer.want
         try:
-            for i, port in enumerate(self.ports):
-                loop.add_reader(port.fileno(), self._receive, i)
+            self._busy = BusyPorts(loop, [p.fileno() for p in self.ports], self._receive,
+                                   self._look, self.cfg.busy_ports)
+            self._busy.watch()
             self._watch_links(loop)
             verbs = self.verbs
             self.api = ApiServer(self.cfg.socket, self.cfg.socket_mode, verbs.dispatch,
@@ -327,7 +333,7 @@ class Daemon:
                 api, timer = self.api, self._timer
                 self._idle = IdlePoll(self.cfg.idle_poll_us, self._idle_fds,
                                       lambda: api.generation, lambda: timer.armed_at)
-                api.idle = self._idle.look
+                api.idle = self._look
             self.api.start(loop)
             listen = list(self.cfg.control_listen) or [
                 socket.inet_ntop(socket.AF_INET6, lp.ip) for lp in self.local]
@@ -386,10 +392,11 @@ class Daemon:
         loop = self._loop
         if loop is None:
             return
-        fd = self.ports[index].fileno()
-        with contextlib.suppress(ValueError, OSError):
-            loop.remove_reader(fd)
-        loop.add_reader(fd, self._receive, index)
+        if self._busy is None or not self._busy.out:  # (out: the looks poll it)
+            fd = self.ports[index].fileno()
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(fd)
+            loop.add_reader(fd, self._receive, index)
         self._receive(index)
 
     # --- data path ----------------------------------------------------------------------
@@ -399,6 +406,10 @@ class Daemon:
         self.log.exception("internal error", where=what)
         with contextlib.suppress(Exception):
             self._rearm()
+        busy = self._busy
+        if busy is not None and busy.out:  # (no look may come: the loop watches again)
+            with contextlib.suppress(Exception):
+                busy.watch()
 
     def _receive(self, index: int) -> None:
         """Port ``index`` is readable: take what every port has, deliver, then pump
@@ -428,8 +439,7 @@ class Daemon:
                 if self.cfg.answer_poll_us:
                     self._await_answers(woken)
                 woken.clear()
-            if self._idle is not None:
-                self._idle.look()
+            self._look()
         except Exception:
             self._guarded("receive")
 
@@ -442,6 +452,24 @@ class Daemon:
         for s in dict.fromkeys(woken):
             hit = posts.await_answer(s, until, self._frames_waiting)
             self._passes["answer_hit" if hit else "answer_miss"] += 1
+
+    def _look(self, task: bool = False) -> None:
+        """The end of every pass (a port's, a client's, the timer's): mrcd's look before
+        it sleeps (``idle_poll_us``), whose outcome decides whether the ports stay out of
+        the loop's epoll set (``busy_ports``). ``task``: the pass (a client's) started a
+        task, whose first step runs first: no look now, one after it if the ports are
+        out of the loop."""
+        idle, busy = self._idle, self._busy
+        if idle is None:
+            return
+        if task:
+            if busy is not None and busy.out:
+                assert self._loop is not None
+                self._loop.call_soon(self._look)
+            return
+        found = idle.look()
+        if busy is not None and busy.enter_after:
+            busy.after_look(idle.ready if found else None, self._rx_total >= BULK_FRAMES)
 
     def _idle_fds(self) -> list[int]:
         """What the look before sleeping watches: the ports and the API server's sockets
@@ -509,6 +537,7 @@ class Daemon:
             # hundreds of frames inflate the RTT the peer's congestion control sees.
             self._send_out(now)
             now = time.monotonic()
+        self._rx_total = total
         if self._bulk is not None and (why := self._bulk.note(total)) is not None:
             self.log.warning("sched_batch bulk: policy not changed, no more tries",
                              error=why)
@@ -637,7 +666,6 @@ class Daemon:
             self.host.handle_timer(now)
             self._pump(now)
             self.verbs.delivery.woken.clear()  # (only a port pass waits for answers)
-            if self._idle is not None:
-                self._idle.look()
+            self._look()
         except Exception:
             self._guarded("timer")

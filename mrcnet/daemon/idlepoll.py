@@ -88,6 +88,8 @@ class IdlePoll(LookSpan):
         self._deadline = deadline
         self._poll: select.poll | None = None
         self._gen = -1
+        #: What ended the last look: poll(2)'s (fd, events) of the readable fds, or [].
+        self.ready: list[tuple[int, int]] = []
 
     def _poller(self) -> select.poll:
         gen = self._generation()
@@ -110,12 +112,13 @@ class IdlePoll(LookSpan):
         due = self._deadline()
         if due is not None and due < end:
             end = due
-        found = False
+        ready: list[tuple[int, int]] = []
         give_way = os.sched_yield
         while clock() < end:
-            if poll(0):
-                found = True
+            ready = poll(0)
+            if ready:
                 break
             give_way()  # (a process that needs this CPU runs now, not after the look)
-        self.found(found)
-        return found
+        self.ready = ready
+        self.found(bool(ready))
+        return bool(ready)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,29 @@ def mrcd_pair_on(veth: VethPair, workdir: Path, log_level: str = "debug",
     finally:
         for m in started:
             m.stop()
+
+
+@dataclass
+class Connected:
+    """A connected QP on each side of an mrcd pair, each with its CQ and a region the
+    other side may write (``qp_a`` wrote ``connect``, ``qp_b`` accepted)."""
+
+    qp_a: Any
+    mr_a: Any
+    cq_a: Any
+    qp_b: Any
+    mr_b: Any
+    cq_b: Any
+
+
+def connect_qps(ca: Any, cb: Any, service: int, size: int, peer: str = "hb") -> Connected:
+    """A QP of client context ``ca`` connected to one of ``cb`` listening on ``service``,
+    each exposing a region of ``size`` bytes to the other."""
+    mr_b, cq_b = cb.alloc_mr(size), cb.create_cq()
+    qp_b = cb.create_qp(cq_b)
+    cb.listen(service, qp_b, expose=[mr_b])
+    mr_a, cq_a = ca.alloc_mr(size), ca.create_cq()
+    qp_a = ca.create_qp(cq_a)
+    qp_a.connect(peer, service, expose=[mr_a])
+    qp_b.accept(timeout=10)
+    return Connected(qp_a, mr_a, cq_a, qp_b, mr_b, cq_b)

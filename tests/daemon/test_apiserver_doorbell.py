@@ -40,7 +40,7 @@ def test_a_burst_that_starts_a_task_skips_the_look_before_sleeping(tmp_path: Pat
 
     from mrcnet.api.protocol import encode
 
-    looks: list[int] = []
+    looks: list[bool] = []  # (each call: did the burst start a task?)
 
     async def slow(s: Session, msg: dict[str, object], fds: list[int]) -> dict[str, object]:
         return {}
@@ -49,7 +49,7 @@ def test_a_burst_that_starts_a_task_skips_the_look_before_sleeping(tmp_path: Pat
         return slow(s, msg, fds) if msg.get("op") == "connect" else {}
 
     server = ApiServer(str(tmp_path / "mrcd.sock"), 0o600, dispatch, lambda s: None, "h",
-                       1, after_burst=lambda: None, idle=lambda: looks.append(1))
+                       1, after_burst=lambda: None, idle=looks.append)
     loop = asyncio.new_event_loop()
     server.start(loop)
     mrcd_end, client = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -59,10 +59,10 @@ def test_a_burst_that_starts_a_task_skips_the_look_before_sleeping(tmp_path: Pat
         s.hello = True
         client.send(encode({"id": 1, "op": "stats"}))
         server._readable(s)
-        assert looks == [1]  # answered in the pass: then the look
+        assert looks == [False]  # answered in the pass: then the look
         client.send(encode({"id": 2, "op": "connect"}))
         server._readable(s)
-        assert looks == [1] and server.tasks == 1  # a task to run: no look
+        assert looks == [False, True] and server.tasks == 1  # a task: told, no look
         loop.run_until_complete(asyncio.sleep(0))
     server.close()
     loop.close()

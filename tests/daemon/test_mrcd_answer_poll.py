@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mdnsutil import MrcdPair, VethPair, mrcd_pair_on, needs_root
+from mdnsutil import MrcdPair, VethPair, connect_qps, mrcd_pair_on, needs_root
 
 from mrcnet.api import Context
 from mrcnet.api.client import CompletionQueue, MemoryRegion, QueuePair, WorkCompletion
@@ -44,13 +44,8 @@ def _ping_pong(pair: MrcdPair) -> tuple[dict[str, int], dict[str, int]]:
     # never woken, and mrcd looks for the answers of clients it woke)
     with Context(pair.a.socket, busy_poll_us=0) as ca, \
             Context(pair.b.socket, busy_poll_us=0) as cb:
-        mr_b, cq_b = cb.alloc_mr(SIZE), cb.create_cq()
-        qp_b = cb.create_qp(cq_b)
-        cb.listen(41, qp_b, expose=[mr_b])
-        mr_a, cq_a = ca.alloc_mr(SIZE), ca.create_cq()
-        qp_a = ca.create_qp(cq_a)
-        qp_a.connect("hb", 41, expose=[mr_a])
-        qp_b.accept(timeout=10)
+        c = connect_qps(ca, cb, 41, SIZE)
+        qp_a, mr_a, cq_a, qp_b, mr_b, cq_b = c.qp_a, c.mr_a, c.cq_a, c.qp_b, c.mr_b, c.cq_b
         for i in range(ROUNDS):
             qp_a.post_recv(wr_id=i)
             qp_b.post_recv(wr_id=i)
