@@ -31,6 +31,16 @@ struct mrc_spray {
  * is not the plain rotation's: a SKIP EV or a plane without paths). */
 unsigned mrc_spray_take(struct mrc_spray *s, unsigned k, uint32_t *out);
 
+/* mrc_spray_take, and each EV's run slot and port (slots[i], ports[i]) from tables by
+ * path in the layout (path_slot[path], path_port[path]): the sender's templates of one
+ * rkey, so that a run of frames goes from the EVs to the build without a Python list. A
+ * path whose slot is negative (not made yet, or none: frames built one at a time) stops
+ * the take before its EV, and *stop gets that path (-1 when the take stopped for another
+ * reason, or did not stop). */
+unsigned mrc_spray_take_slots(struct mrc_spray *s, unsigned k, uint32_t *out,
+                              const int32_t *path_slot, const uint16_t *path_port,
+                              uint16_t *slots, uint16_t *ports, int32_t *stop);
+
 /* cffi: end */
 
 #endif

@@ -32,7 +32,7 @@ from mrcnet.constants import (
     EV_PLANE_SHIFT,
 )
 from mrcnet.core.events import PathStateChanged
-from mrcnet.core.spray import Spray, new_spray
+from mrcnet.core.spray import PathSlots, Spray, new_spray
 from mrcnet.core.states import EVState
 from mrcnet.native import HAVE_C, C, c_field, ffi
 
@@ -447,6 +447,15 @@ class EVManager:
         if self.ecmp or not planes:
             return []
         return self.spray.take(planes, k)
+
+    def take_slots(self, k: int, table: PathSlots) -> int:
+        """:meth:`take` with each EV's run slot from ``table`` too, in C (the spray
+        must be a :class:`~mrcnet.core.spray.CSpray`: :meth:`CSpray.take_slots`): how
+        many; 0 where :meth:`take` gives none."""
+        planes = self.usable_planes
+        if self.ecmp or not planes:
+            return 0
+        return self.spray.take_slots(planes, k, table)  # type: ignore[attr-defined,no-any-return]
 
     def _last_resort_ev(self) -> EVInfo:
         pool = [

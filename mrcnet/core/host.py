@@ -54,10 +54,10 @@ from mrcnet.core.qp import QueuePair
 from mrcnet.core.qptimers import QPTimers
 from mrcnet.core.receive import Receiver
 from mrcnet.core.recvq import WR_ID_MAX
-from mrcnet.core.sender import IMM_MAX, refused_write, work_requests
 from mrcnet.core.seqnum import ts16
 from mrcnet.core.states import QP_TRANSITIONS, RTS, QPState
 from mrcnet.core.verdicts import PathVerdicts
+from mrcnet.core.workrequest import IMM_MAX, refused_write, work_requests
 from mrcnet.errors import IllegalTransition, InvalidAttribute, InvalidRequest
 from mrcnet.wire import Route, build_endpoint, set_ev_order
 from mrcnet.wire.erth import TokenERTH

@@ -1,6 +1,6 @@
 """One queue pair: its life cycle, composed of a sender, a recovery and a responder.
 
-Follow a write: :meth:`QueuePair.post_write` queues a :class:`~mrcnet.core.sender.WorkRequest`;
+Follow a write: :meth:`QueuePair.post_write` queues a :class:`~mrcnet.core.workrequest.WorkRequest`;
 the sender (:mod:`mrcnet.core.sender`) cuts it into MTU-sized packets and sends each on
 the next EV. The peer's responder (:mod:`mrcnet.core.responder`) checks, places and
 SACKs; recovery (:mod:`mrcnet.core.recovery`) retires what the SACKs acknowledge,
@@ -27,10 +27,11 @@ from mrcnet.core.evs import EVManager, ev_path
 from mrcnet.core.recovery import retry_schedule
 from mrcnet.core.responder import Responder
 from mrcnet.core.sackrec import new_recovery
-from mrcnet.core.sender import Sender, WorkRequest
+from mrcnet.core.sender import Sender
 from mrcnet.core.seqnum import ts16, unwrap
 from mrcnet.core.states import RTS, QPState
 from mrcnet.core.txtable import new_tx_table
+from mrcnet.core.workrequest import WorkRequest
 from mrcnet.wire import Route
 
 __all__ = ["QueuePair", "WorkRequest", "retry_schedule", "ts16", "unwrap"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Sequence
 from itertools import accumulate, islice, repeat
 from operator import add, attrgetter, is_, itemgetter
 from typing import Any, Protocol
@@ -31,7 +30,9 @@ from mrcnet.core.cc import CNSCC, CongestionControl
 from mrcnet.core.context import QPView
 from mrcnet.core.evs import EVInfo, EVManager
 from mrcnet.core.seqnum import MSN_MASK, ts16
+from mrcnet.core.spray import CSpray, PathSlots
 from mrcnet.core.txtable import E_EV, E_FLAGS, E_LEN, E_OFF, E_OP, E_WR, PEND, Entry, TxTable
+from mrcnet.core.workrequest import WorkRequest
 from mrcnet.native import C, ffi
 from mrcnet.wire import build_data
 from mrcnet.wire.bth import F_ACKREQ, F_TS
@@ -58,37 +59,6 @@ _IMM, _NPKTS, _LEN = attrgetter("imm"), attrgetter("npkts"), attrgetter("length"
 _VIEW, _OFF = attrgetter("view"), attrgetter("offset")
 
 
-class WorkRequest:
-    """A posted RDMA WRITE (with or without immediate); made by :func:`work_requests`.
-    ``meth``: its METH word (RQMSN << 16 | MSN), ``slot``: its slot in the QP's table of
-    packets in flight once started (-1 before)."""
-
-    __slots__ = (
-        "imm",
-        "length",
-        "meth",
-        "next_pkt",
-        "npkts",
-        "offset",
-        "remote_addr",
-        "rkey",
-        "slot",
-        "view",
-        "wr_id",
-    )
-    wr_id: int
-    view: memoryview
-    offset: int
-    length: int
-    remote_addr: int
-    rkey: int
-    imm: int | None
-    meth: int
-    npkts: int
-    next_pkt: int
-    slot: int
-
-
 def _opbits() -> Any:
     """How mrcnet/_csrc/sender.c derives a new packet's BTH flags and extensions from
     its opcode, as :meth:`Sender._run_frames` does (None without the C module)."""
@@ -106,51 +76,10 @@ _SEND_MAX: int = C.MRC_SEND_MAX if C is not None else 0
 # The frames' lengths of one fused call: read by C during the call only (the queues keep
 # their own copies), so one array serves every call.
 _LENS = ffi.new("uint32_t[]", _SEND_MAX) if ffi is not None else None
-
-#: A write to queue: (wr_id, offset, length, remote_addr, rkey, imm or None).
-WriteSpec = tuple[int, int, int, int, int, "int | None"]
-_new = object.__new__
-
-#: The largest immediate (and rkey): 32 bits.
-IMM_MAX = 0xFFFFFFFF
-
-
-def refused_write(offset: int, length: int, size: int, remote_addr: int, rkey: int,
-                  imm: int | None) -> str:
-    """Why a write of ``local[offset:+length]`` (a region of ``size`` bytes) is refused
-    ("" when it is not)."""
-    if offset < 0 or length < 0 or offset + length > size:
-        return f"local range {offset}+{length} outside the region ({size} bytes)"
-    if imm is not None and not 0 <= imm <= IMM_MAX:
-        return f"immediate {imm} is not a 32-bit value"
-    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= IMM_MAX:
-        return "remote address must be 64-bit and rkey 32-bit"
-    return ""
-
-
-def work_requests(view: memoryview, mtu: int, writes: Sequence[WriteSpec]
-                  ) -> list[WorkRequest]:
-    """A :class:`WorkRequest` of each of ``writes`` from region ``view`` (cut into
-    packets of ``mtu`` bytes), unchecked (the caller checked them). No call per write:
-    a doorbell brings many small ones (measured 330 -> 190 ns each, against an
-    ``__init__``)."""
-    out: list[WorkRequest] = []
-    add = out.append
-    for wr_id, offset, length, remote_addr, rkey, imm in writes:
-        wr = _new(WorkRequest)
-        wr.wr_id = wr_id
-        wr.view = view
-        wr.offset = offset
-        wr.length = length
-        wr.remote_addr = remote_addr
-        wr.rkey = rkey
-        wr.imm = imm
-        wr.meth = wr.next_pkt = 0
-        wr.npkts = (length - 1) // mtu + 1 if length > mtu else 1
-        wr.slot = -1
-        add(wr)
-    return out
-
+# A run's op codes for the fused call (:meth:`Sender._send_taken`), WRITE_MIDDLE but its
+# first and last: copied from _MIDDLES, then those two set.
+_OPS: Any = ffi.new("uint8_t[]", _SEND_MAX) if ffi is not None else None
+_MIDDLES = bytes([_OP_MIDDLE]) * _SEND_MAX
 
 def _payloads(batch: list[WorkRequest], lens: list[int]) -> bytes:
     """The payloads of ``batch`` end to end: one slice when they lie end to end in one
@@ -220,6 +149,9 @@ class Sender:
         # same per rkey and EV, for the per-packet lookup
         self._run_slot: dict[tuple[int, int], tuple[int, int] | None] = {}
         self._run_slot_ev: dict[int, dict[int, tuple[int, int] | None]] = {}
+        # rkey -> the run slots above laid out as the spray's paths, for C
+        # (mrc_spray_take_slots: a run's EVs and slots without a Python list)
+        self._path_slots: dict[int, PathSlots] = {}
         self._runs: RunPatcher | None = None
         self.tx_packets = 0  # hot counter: a plain attribute, folded into counters()
         #: Single-packet work requests queued together go out as one run
@@ -270,6 +202,7 @@ class Sender:
         self._tmpl_ev.clear()
         self._run_slot.clear()
         self._run_slot_ev.clear()
+        self._path_slots.clear()
         self._runs = None
 
     def use_table(self, txt: TxTable, cap: int) -> None:
@@ -307,7 +240,9 @@ class Sender:
         window allows (exactly where checking it packet by packet would stop), their EVs
         chosen together (:meth:`EVManager.take`), accounted for in the table of packets
         in flight in one call and, with the C fast path, built in one C call
-        (:meth:`_run_frames`)."""
+        (:meth:`_run_frames`). In mrcd (send queues, C's spray and table) the EVs and
+        their paths' run slots come from C too and go to the build without a Python
+        list (:meth:`_take_run`, :meth:`_send_taken`)."""
         evm = self.evm
         if self._cc is None or evm is None:
             return
@@ -332,6 +267,10 @@ class Sender:
         win = min(mpr * MPR_UNIT if mpr else self.cfg.rx_window, self._txcap)
         ts = ts16(now)
         tq = self.tq
+        # mrcd's common case, a run from the spray to the send queues without a Python
+        # list per run (_take_run, _send_taken): C's spray, table and send queues
+        fast = (sendq is not None and self.fused and self.ctab is not None
+                and self.tail_runs is None and type(evm.spray) is CSpray)
         while sq:
             # Packets the window takes: each new one needs inflight + mtu <= cwnd unless
             # nothing is in flight (inside a run every packet but a message's last is a
@@ -366,6 +305,16 @@ class Sender:
                 if wr.imm is not None:
                     self.next_msn += 1
                     self.imm_outstanding += 1
+            if fast and (n := self._take_run(evm, k, wr.rkey)):
+                end = idx + n
+                if end == wr.npkts:
+                    sq.popleft()
+                wr.next_pkt = end
+                self.next_seq = seq + n
+                rec.arm_sent(now, self._send_taken(evm.spray, wr, seq, idx, n, ts, out, sendq,
+                                                   now))
+                self.tx_packets += n
+                continue
             evs = evm.take(k)
             if not evs:  # the next EV is not the plain round robin's: the full choice
                 info = evm.next_ev()
@@ -392,6 +341,62 @@ class Sender:
             if self.tail_runs is not None:
                 self.tail_runs.append((evs, now))
             self.tx_packets += k
+
+    def _take_run(self, evm: EVManager, k: int, rkey: int) -> int:
+        """The EVs of up to ``k`` new packets with ``rkey`` and their paths' run slots,
+        in one C call (:meth:`CSpray.take_slots`); a path without a slot yet gets one
+        (:meth:`_run_path`) and the take goes on. 0 when the next EV is not the plain
+        rotation's or its path has no run slot: the caller's Python way then (nothing
+        was taken)."""
+        table = self._path_slots.get(rkey)
+        if table is None:
+            table = self._path_slots[rkey] = PathSlots(
+                lambda key: self._run_slot[(key, rkey)])
+        while True:
+            n = evm.take_slots(k, table)
+            path = table.stop[0]
+            if n or path < 0 or table.path_slot[path] == PathSlots.NONE:
+                return n
+            spray: CSpray[EVInfo] = evm.spray  # type: ignore[assignment]  # (emit's test)
+            table.set(path, self._run_path(spray.path_ev(path), rkey))
+
+    def _send_taken(self, spray: Any, wr: WorkRequest, seq: int, idx: int, n: int, ts: int,
+                    out: list[tuple[int, bytes]], txq: Any, now: float) -> int:
+        """Record, build and queue the run :meth:`_take_run` took (packets ``idx ..
+        idx + n`` of ``wr`` from ``seq``) in one C call, as :meth:`_run_frames` would
+        with lists (its way when the call cannot take the run); returns its first EV."""
+        evs, table = spray.taken, self._path_slots[wr.rkey]
+        end = idx + n
+        ops = _OPS
+        ffi.memmove(ops, _MIDDLES, n)
+        if idx == 0:
+            ops[0] = _OP_FIRST
+        if end == wr.npkts:
+            if wr.imm is None:
+                ops[n - 1] = _OP_ONLY if end == 1 else _OP_LAST
+            else:
+                ops[n - 1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
+        mtu = self.cfg.mtu_payload
+        off0 = idx * mtu
+        va = wr.remote_addr + off0
+        runs = self._runs
+        if runs is not None and n <= _SEND_MAX and va + (n - 1) * mtu < _U64:
+            start = wr.offset + off0
+            plen = wr.offset + min(wr.length, off0 + n * mtu) - start
+            cap = n * FRAME_ROOM + plen
+            buf = ALLOC_FRAMES("uint8_t[]", cap)
+            k = C.mrc_send_run(self.ctab, txq.queues, txq.nports, runs.paths, _OPBITS,
+                               table.ports, table.slots, n, seq, evs, ops, wr.slot, off0,
+                               wr.length, va, ffi.from_buffer(wr.view[start:start + plen]),
+                               plen, mtu, wr.meth, wr.imm if wr.imm is not None else 0,
+                               now, ts, buf, cap, _LENS, self.grew)
+            if k >= 0:
+                txq.queued(buf, n, k)
+                return int(evs[0])
+        ev_list, op_list = ffi.unpack(evs, n), list(ops[0:n])
+        if not self._run_frames(wr, seq, idx, ev_list, op_list, ts, out, txq, now):
+            self.txt.send(seq, ev_list, op_list, wr.slot, off0, mtu, wr.length, now, ts)
+        return ev_list[0]  # type: ignore[no-any-return]
 
     def _emit_msgs(self, now: float, ts: int, cwnd: float, win: int,
                    out: list[tuple[int, bytes]], sendq: Any) -> bool:
@@ -724,6 +729,7 @@ class Sender:
             self._tmpl_ev.clear()
             self._run_slot.clear()
             self._run_slot_ev.clear()
+            self._path_slots.clear()
             self._runs = None
         self._tmpl_ev[key] = hit
         return hit

@@ -30,7 +30,7 @@ from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.core.states import EVState
 from mrcnet.native import HAVE_C, NOT_BUILT, C, ffi
 
-__all__ = ["CSpray", "Spray", "SprayEV", "new_spray"]
+__all__ = ["CSpray", "PathSlots", "Spray", "SprayEV", "new_spray"]
 
 _SKIP = EVState.SKIP  # (a global load instead of an attribute lookup per packet)
 
@@ -170,6 +170,61 @@ class Spray(Generic[E]):
         goes: nothing to do)."""
 
 
+class PathSlots:
+    """A sender's run slots of one rkey by path, laid out as its :class:`CSpray`'s paths:
+    the tables of ``mrc_spray_take_slots`` (:meth:`CSpray.take_slots`), so that a run's
+    EVs, their templates' slots and ports go from the spray to the frame build in C.
+    ``lookup(path key)`` gives a path's (port, slot), None when it has none (its frames
+    are built one at a time), or raises KeyError when it is not made yet."""
+
+    __slots__ = ("_cap", "_lookup", "laid", "path_port", "path_slot", "ports", "slots", "stop")
+
+    #: path_slot's two marks: not made yet; none (built one at a time)
+    UNKNOWN = -1
+    NONE = -2
+
+    def __init__(self, lookup: Callable[[int], tuple[int, int] | None]) -> None:
+        if not HAVE_C:
+            raise RuntimeError(NOT_BUILT)
+        self._lookup = lookup
+        #: The spray layout (its version) the tables are of; -1: none yet.
+        self.laid = -1
+        self.path_slot: Any = ffi.new("int32_t[]", 1)
+        self.path_port: Any = ffi.new("uint16_t[]", 1)
+        self._cap = 1
+        #: A take's slots and ports, one per EV (the take's count of them).
+        self.slots: Any = ffi.new("uint16_t[]", 1)
+        self.ports: Any = ffi.new("uint16_t[]", 1)
+        #: Where the last take stopped for a path without a slot (its index), else -1.
+        self.stop: Any = ffi.new("int32_t *")
+
+    def lay(self, keys: Sequence[int], version: int) -> None:
+        """Fill the tables for the paths ``keys`` (the spray's layout ``version``)."""
+        n = max(1, len(keys))
+        self.path_slot = ffi.new("int32_t[]", n)
+        self.path_port = ffi.new("uint16_t[]", n)
+        for i, key in enumerate(keys):
+            try:
+                self.set(i, self._lookup(key))
+            except KeyError:
+                self.path_slot[i] = self.UNKNOWN
+        self.laid = version
+
+    def set(self, path: int, at: tuple[int, int] | None) -> None:
+        """Path ``path``'s (port, slot), or None: it has none."""
+        if at is None:
+            self.path_slot[path] = self.NONE
+        else:
+            self.path_port[path], self.path_slot[path] = at
+
+    def room(self, k: int) -> None:
+        """Room for a take of ``k``."""
+        if k > self._cap:
+            self._cap = max(k, 2 * self._cap)
+            self.slots = ffi.new("uint16_t[]", self._cap)
+            self.ports = ffi.new("uint16_t[]", self._cap)
+
+
 class CSpray(Spray[E]):
     """:class:`Spray` with :meth:`take` in C (``mrcnet/_csrc/spray.c``): the same EVs,
     counters and counts. While C holds the counters (from a run on), ``rr_plane``,
@@ -293,6 +348,35 @@ class CSpray(Spray[E]):
             self._out = ffi.new("uint32_t[]", self._cap)
         n = C.mrc_spray_take(self._s, k, self._out)
         return ffi.unpack(self._out, n) if n else []  # type: ignore[no-any-return]
+
+    def take_slots(self, planes: Sequence[int], k: int, table: PathSlots) -> int:
+        """:meth:`take` with each EV's run slot and port from ``table`` as well, in one
+        C call: how many EVs (in :attr:`taken`, the slots and ports in ``table``). It
+        stops before an EV whose path has no slot in ``table``: ``table.stop`` then
+        holds that path (:meth:`path_ev` gives one of its EVs)."""
+        if self._laid != self.ver:
+            self._lay(planes)
+        if not self._owned:
+            self._load()
+        if table.laid != self._laid:
+            table.lay(self._keys, self._laid)
+        if k > self._cap:
+            self._cap = max(k, 2 * self._cap)
+            self._out = ffi.new("uint32_t[]", self._cap)
+        table.room(k)
+        return C.mrc_spray_take_slots(  # type: ignore[no-any-return]
+            self._s, k, self._out, table.path_slot, table.path_port, table.slots,
+            table.ports, table.stop)
+
+    @property
+    def taken(self) -> Any:
+        """The EVs of the last take (a C array; :meth:`take_slots`' count of them)."""
+        return self._out
+
+    def path_ev(self, path: int) -> int:
+        """An EV of path ``path`` of the layout (its first)."""
+        s = self._s
+        return int(s.ev[s.path_first[path]])
 
     def next(self, planes: Sequence[int], avoid_path: int) -> E | None:
         """:meth:`Spray.next` on the counters brought back from C."""

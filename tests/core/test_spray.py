@@ -4,18 +4,23 @@ Two managers go through the same random life (runs taken, single next_ev calls w
 without an EV to avoid, SKIPs, retirements, probes that revive, denials, planes lost and
 regained); one takes runs in C, the other in Python. Every run, every EV and every
 counter must match, and a run must be exactly what that many next_ev calls would give.
+The same with C's take that also gives each EV's run slot (take_slots, the sender's way
+in mrcd): the same EVs, the slots its table holds, a stop exactly before a path the
+table has no slot for, and nothing taken past it.
 """
 
 from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Callable
 
 import pytest
 
+from mrcnet.constants import EV_PATH_SHIFT
 from mrcnet.core.evs import EVManager
-from mrcnet.core.spray import CSpray, Spray
-from mrcnet.native import HAVE_C
+from mrcnet.core.spray import CSpray, PathSlots, Spray
+from mrcnet.native import HAVE_C, ffi
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
@@ -51,9 +56,54 @@ def test_counters_held_in_c_between_reads(seed: int) -> None:
     _life(seed + 1000, snap_every=25)
 
 
-def _life(seed: int, snap_every: int) -> None:
-    """Both managers' random life; their snapshots compared after every
-    ``snap_every``-th op (and the EVs each op gives, always)."""
+@pytest.mark.parametrize("seed", range(40))
+def test_take_slots_gives_the_runs_ev_and_their_slots(seed: int) -> None:
+    slots: dict[int, tuple[int, int] | None] = {}  # path key -> (port, slot) or none
+    rnd = random.Random(seed + 5000)
+
+    def lookup(key: int) -> tuple[int, int] | None:
+        return slots[key]  # (KeyError: not made yet)
+
+    table = PathSlots(lookup)
+
+    def take_slots(c: EVManager, py: EVManager, k: int) -> None:
+        spray = c.spray
+        assert isinstance(spray, CSpray)
+        while True:
+            n = c.take_slots(k, table)
+            stop = table.stop[0]
+            got = ffi.unpack(spray.taken, n)
+            assert got == py.take(n)  # (the reference takes as many: the same EVs)
+            for i, ev in enumerate(got):
+                assert slots[ev >> EV_PATH_SHIFT] == (table.ports[i], table.slots[i])
+            if stop >= 0:  # stopped before an EV whose path the table has no slot for
+                key = spray.path_ev(stop) >> EV_PATH_SHIFT
+                assert slots.get(key) is None and (n < k)
+            if n or stop < 0:
+                return
+            if table.path_slot[stop] == PathSlots.NONE:
+                assert c.take(k) == py.take(k)  # (the sender's Python way)
+                return
+            made = None if rnd.random() < 0.15 else (rnd.randint(0, 3), rnd.randint(0, 999))
+            slots[key] = made  # the sender makes the path's run slot
+            table.set(stop, made)
+
+    _life(seed + 3000, snap_every=1, take=take_slots)
+
+
+def _take(c: EVManager, py: EVManager, k: int) -> None:
+    """A run taken in one call is what k calls of next_ev would give."""
+    ref = copy.deepcopy(py)
+    ref_evs = [ref.next_ev().ev for _k in range(k)]
+    got_c, got_py = c.take(k), py.take(k)
+    assert got_c == got_py
+    assert got_py == ref_evs[: len(got_py)]
+
+
+def _life(seed: int, snap_every: int,
+          take: Callable[[EVManager, EVManager, int], None] = _take) -> None:
+    """Both managers' random life, runs taken by ``take(c, py, k)``; their snapshots
+    compared after every ``snap_every``-th op (and the EVs each op gives, always)."""
     rnd = random.Random(seed)
     c, py = _pair(seed)
     now = 0.0
@@ -63,13 +113,7 @@ def _life(seed: int, snap_every: int) -> None:
         evs = sorted(c.evs)
         ev = rnd.choice(evs)
         if op < 0.5:
-            k = rnd.randint(1, 40)
-            # A run taken in one call is what k calls of next_ev would give.
-            ref = copy.deepcopy(py)
-            ref_evs = [ref.next_ev().ev for _k in range(k)]
-            got_c, got_py = c.take(k), py.take(k)
-            assert got_c == got_py, seed
-            assert got_py == ref_evs[: len(got_py)]
+            take(c, py, rnd.randint(1, 40))
         elif op < 0.6:
             avoid = ev if rnd.random() < 0.5 else -1
             assert c.next_ev(avoid).ev == py.next_ev(avoid).ev
