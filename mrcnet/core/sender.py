@@ -81,6 +81,7 @@ _LENS = ffi.new("uint32_t[]", _SEND_MAX) if ffi is not None else None
 _OPS: Any = ffi.new("uint8_t[]", _SEND_MAX) if ffi is not None else None
 _MIDDLES = bytes([_OP_MIDDLE]) * _SEND_MAX
 
+
 def _payloads(batch: list[WorkRequest], lens: list[int]) -> bytes:
     """The payloads of ``batch`` end to end: one slice when they lie end to end in one
     region (a doorbell's writes from consecutive offsets), else one per write."""

@@ -177,7 +177,8 @@ class PathSlots:
     ``lookup(path key)`` gives a path's (port, slot), None when it has none (its frames
     are built one at a time), or raises KeyError when it is not made yet."""
 
-    __slots__ = ("_cap", "_lookup", "laid", "path_port", "path_slot", "ports", "slots", "stop")
+    __slots__ = ("_cap", "_lookup", "laid", "owner", "path_port", "path_slot", "ports", "slots",
+                 "stop")
 
     #: path_slot's two marks: not made yet; none (built one at a time)
     UNKNOWN = -1
@@ -187,7 +188,8 @@ class PathSlots:
         if not HAVE_C:
             raise RuntimeError(NOT_BUILT)
         self._lookup = lookup
-        #: The spray layout (its version) the tables are of; -1: none yet.
+        #: The spray and its layout (version) the tables are of; -1: none yet.
+        self.owner: object = None
         self.laid = -1
         self.path_slot: Any = ffi.new("int32_t[]", 1)
         self.path_port: Any = ffi.new("uint16_t[]", 1)
@@ -198,8 +200,9 @@ class PathSlots:
         #: Where the last take stopped for a path without a slot (its index), else -1.
         self.stop: Any = ffi.new("int32_t *")
 
-    def lay(self, keys: Sequence[int], version: int) -> None:
-        """Fill the tables for the paths ``keys`` (the spray's layout ``version``)."""
+    def lay(self, owner: object, keys: Sequence[int], version: int) -> None:
+        """Fill the tables for the paths ``keys`` (spray ``owner``'s layout
+        ``version``)."""
         n = max(1, len(keys))
         self.path_slot = ffi.new("int32_t[]", n)
         self.path_port = ffi.new("uint16_t[]", n)
@@ -208,7 +211,7 @@ class PathSlots:
                 self.set(i, self._lookup(key))
             except KeyError:
                 self.path_slot[i] = self.UNKNOWN
-        self.laid = version
+        self.owner, self.laid = owner, version
 
     def set(self, path: int, at: tuple[int, int] | None) -> None:
         """Path ``path``'s (port, slot), or None: it has none."""
@@ -358,8 +361,8 @@ class CSpray(Spray[E]):
             self._lay(planes)
         if not self._owned:
             self._load()
-        if table.laid != self._laid:
-            table.lay(self._keys, self._laid)
+        if table.laid != self._laid or table.owner is not self:
+            table.lay(self, self._keys, self._laid)
         if k > self._cap:
             self._cap = max(k, 2 * self._cap)
             self._out = ffi.new("uint32_t[]", self._cap)

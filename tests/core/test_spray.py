@@ -155,3 +155,15 @@ def test_take_stops_before_a_skip() -> None:
     assert c.take(5) == []
     assert c.next_ev().ev != first
     assert c.take(3)
+
+
+def test_a_table_is_laid_out_again_for_another_spray() -> None:
+    """A QP's new EV manager brings a new spray whose layout versions start over: the
+    sender's table must not keep the old spray's paths."""
+    slots: dict[int, tuple[int, int] | None] = {}
+    table = PathSlots(lambda key: slots[key])
+    (a, _), (b, _) = _pair(1), _pair(2)
+    a.take_slots(3, table)
+    assert table.owner is a.spray
+    b.take_slots(3, table)
+    assert table.owner is b.spray and table.laid == b.spray._laid
