@@ -339,9 +339,8 @@ class CSpray(Spray[E]):
             self.inst_rr.update(zip(self._keys, ffi.unpack(s.path_inst, self._npath),
                                     strict=True))
 
-    def take(self, planes: Sequence[int], k: int) -> list[int]:
-        """:meth:`Spray.take` in one C call (on the layout of ``planes``: the manager
-        passes its usable planes, whose every change moves the version)."""
+    def _ready(self, planes: Sequence[int], k: int) -> None:
+        """C's layout of ``planes`` current, C holding the counters, room for ``k``."""
         if self._laid != self.ver:
             self._lay(planes)
         if not self._owned:
@@ -349,6 +348,11 @@ class CSpray(Spray[E]):
         if k > self._cap:
             self._cap = max(k, 2 * self._cap)
             self._out = ffi.new("uint32_t[]", self._cap)
+
+    def take(self, planes: Sequence[int], k: int) -> list[int]:
+        """:meth:`Spray.take` in one C call (on the layout of ``planes``: the manager
+        passes its usable planes, whose every change moves the version)."""
+        self._ready(planes, k)
         n = C.mrc_spray_take(self._s, k, self._out)
         return ffi.unpack(self._out, n) if n else []  # type: ignore[no-any-return]
 
@@ -357,15 +361,9 @@ class CSpray(Spray[E]):
         C call: how many EVs (in :attr:`taken`, the slots and ports in ``table``). It
         stops before an EV whose path has no slot in ``table``: ``table.stop`` then
         holds that path (:meth:`path_ev` gives one of its EVs)."""
-        if self._laid != self.ver:
-            self._lay(planes)
-        if not self._owned:
-            self._load()
+        self._ready(planes, k)
         if table.laid != self._laid or table.owner is not self:
             table.lay(self, self._keys, self._laid)
-        if k > self._cap:
-            self._cap = max(k, 2 * self._cap)
-            self._out = ffi.new("uint32_t[]", self._cap)
         table.room(k)
         return C.mrc_spray_take_slots(  # type: ignore[no-any-return]
             self._s, k, self._out, table.path_slot, table.path_port, table.slots,
