@@ -212,7 +212,7 @@ class SteadySender(threading.Thread):
             while not self.done.is_set():
                 pid = self.pid()
                 b0 = self._sent()
-                if pid is None or self.done.wait(0.3):
+                if self.done.wait(0.3) or pid is None:
                     continue
                 if (self._sent() - b0) / 0.3 < STEADY_RATE:
                     continue
@@ -220,7 +220,8 @@ class SteadySender(threading.Thread):
                 if self.done.wait(self.seconds):
                     return  # (it ended inside the window: no figure)
                 c1, b1 = sum(_proc_times(pid)), self._sent()
-                self.s_per_gb = (c1 - c0) / ((b1 - b0) / 1e9)
+                if b1 > b0:
+                    self.s_per_gb = (c1 - c0) / ((b1 - b0) / 1e9)
                 return
 
     def result(self) -> float | None:
