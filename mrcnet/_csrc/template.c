@@ -97,11 +97,10 @@ size_t mrc_patch_data(uint8_t *out, size_t cap, const struct mrc_tmpl *t,
     }
     /* ICRC first: it masks the UDP checksum, and the checksum then covers the ICRC. The
      * payload is copied in by the CRC's own pass over it (the copy was a pass of its own,
-     * ~a third of the build's time on 8 KiB frames). */
-    /* When the payload starts and ends at even offsets of the datagram (every frame but
-     * an odd-length last one), the CRC's pass also sums it for the UDP checksum, which
-     * then adds only the headers and the ICRC (the payload's own pass was 5-10 % of the
-     * sending mrcd's user time on 8 KiB frames). */
+     * ~a third of the build's time on 8 KiB frames); when it starts and ends at even
+     * offsets of the datagram (every frame but an odd-length last one), that pass also
+     * sums it for the UDP checksum, which then adds only the headers and the ICRC (the
+     * payload's own pass was 5-10 % of the sending mrcd's user time on 8 KiB frames). */
     uint8_t *ic = out + total - 4;
     uint8_t *cov = out + (t->off_inner_ip ? t->off_inner_ip : t->off_udp);
     size_t head = (size_t)(e - u);

@@ -82,6 +82,14 @@ _OPS: Any = ffi.new("uint8_t[]", _SEND_MAX) if ffi is not None else None
 _MIDDLES = bytes([_OP_MIDDLE]) * _SEND_MAX
 
 
+def _last_op(imm: int | None, end: int) -> int:
+    """The opcode of a work request's last packet (packet ``end - 1``): ONLY or LAST,
+    with or without an immediate."""
+    if imm is None:
+        return _OP_ONLY if end == 1 else _OP_LAST
+    return _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
+
+
 def _payloads(batch: list[WorkRequest], lens: list[int]) -> bytes:
     """The payloads of ``batch`` end to end: one slice when they lie end to end in one
     region (a doorbell's writes from consecutive offsets), else one per write."""
@@ -330,10 +338,7 @@ class Sender:
                 sq.popleft()
                 if not sq and self.tail_runs is not None:  # (the QP's tail: tail_path)
                     evs[-1] = rec.tail_ev(evs[-1], self.tail_runs, now)
-                if wr.imm is None:
-                    ops[-1] = _OP_ONLY if end == 1 else _OP_LAST
-                else:
-                    ops[-1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
+                ops[-1] = _last_op(wr.imm, end)
             wr.next_pkt = end
             self.next_seq = seq + k
             if not self._run_frames(wr, seq, idx, evs, ops, ts, out, sendq, now):
@@ -373,31 +378,41 @@ class Sender:
         if idx == 0:
             ops[0] = _OP_FIRST
         if end == wr.npkts:
-            if wr.imm is None:
-                ops[n - 1] = _OP_ONLY if end == 1 else _OP_LAST
-            else:
-                ops[n - 1] = _OP_ONLY_IMM if end == 1 else _OP_LAST_IMM
+            ops[n - 1] = _last_op(wr.imm, end)
         mtu = self.cfg.mtu_payload
-        off0 = idx * mtu
-        va = wr.remote_addr + off0
-        runs = self._runs
-        if runs is not None and n <= _SEND_MAX and va + (n - 1) * mtu < _U64:
-            start = wr.offset + off0
-            plen = wr.offset + min(wr.length, off0 + n * mtu) - start
-            cap = n * FRAME_ROOM + plen
-            buf = ALLOC_FRAMES("uint8_t[]", cap)
-            k = C.mrc_send_run(self.ctab, txq.queues, txq.nports, runs.paths, _OPBITS,
-                               table.ports, table.slots, n, seq, evs, ops, wr.slot, off0,
-                               wr.length, va, ffi.from_buffer(wr.view[start:start + plen]),
-                               plen, mtu, wr.meth, wr.imm if wr.imm is not None else 0,
-                               now, ts, buf, cap, _LENS, self.grew)
-            if k >= 0:
-                txq.queued(buf, n, k)
-                return int(evs[0])
+        if wr.remote_addr + (end - 1) * mtu < _U64 and self._fused_run(
+                wr, seq, idx, n, table.ports, table.slots, evs, ops, ts, txq, now):
+            return int(evs[0])
         ev_list, op_list = ffi.unpack(evs, n), list(ops[0:n])
         if not self._run_frames(wr, seq, idx, ev_list, op_list, ts, out, txq, now):
-            self.txt.send(seq, ev_list, op_list, wr.slot, off0, mtu, wr.length, now, ts)
+            self.txt.send(seq, ev_list, op_list, wr.slot, idx * mtu, mtu, wr.length, now, ts)
         return ev_list[0]  # type: ignore[no-any-return]
+
+    def _fused_run(self, wr: WorkRequest, seq: int, idx: int, n: int, ports: Any, slots: Any,
+                   evs: Any, ops: Any, ts: int, txq: Any, now: float) -> bool:
+        """Record, build and queue packets ``idx .. idx + n`` of ``wr`` from ``seq`` in
+        one C call (mrcnet/_csrc/sender.c; their ports, run slots, EVs and opcodes as
+        lists or C arrays), when the frames go to send queues, the table is C's (``c``:
+        its struct) and ``fused``. False when it cannot take the run (then nothing was
+        recorded or queued)."""
+        tab, runs = self.ctab, self._runs
+        if tab is None or txq is None or runs is None or not self.fused or n > _SEND_MAX:
+            return False
+        mtu = self.cfg.mtu_payload
+        off0 = idx * mtu
+        start = wr.offset + off0
+        plen = wr.offset + min(wr.length, off0 + n * mtu) - start
+        cap = n * FRAME_ROOM + plen
+        buf = ALLOC_FRAMES("uint8_t[]", cap)
+        k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots, n,
+                           seq, evs, ops, wr.slot, off0, wr.length, wr.remote_addr + off0,
+                           ffi.from_buffer(wr.view[start:start + plen]), plen, mtu, wr.meth,
+                           wr.imm if wr.imm is not None else 0, now, ts, buf, cap, _LENS,
+                           self.grew)
+        if k < 0:
+            return False
+        txq.queued(buf, n, k)
+        return True
 
     def _emit_msgs(self, now: float, ts: int, cwnd: float, win: int,
                    out: list[tuple[int, bytes]], sendq: Any) -> bool:
@@ -603,24 +618,12 @@ class Sender:
                 out.append(self._frame(seq + i, wr, off, min(mtu, wr.length - off), ops[i],
                                        evs[i], ts, False))
             return False
+        ports, slots = list(map(_FIRST, at)), list(map(_SECOND, at))  # type: ignore[arg-type]
+        if self._fused_run(wr, seq, idx, n, ports, slots, evs, ops, ts, txq, now):
+            return True
         start = wr.offset + off0
         end = wr.offset + min(wr.length, off0 + n * mtu)
         imm = wr.imm if wr.imm is not None else 0
-        ports, slots = list(map(_FIRST, at)), list(map(_SECOND, at))  # type: ignore[arg-type]
-        # One C call records, builds and queues the run (mrcnet/_csrc/sender.c) when the
-        # frames go to send queues, the table is C's (``c``: its struct) and ``fused``.
-        tab = self.ctab if txq is not None and self.fused and n <= _SEND_MAX else None
-        if tab is not None:
-            plen = end - start
-            cap = n * FRAME_ROOM + plen
-            buf = ALLOC_FRAMES("uint8_t[]", cap)
-            k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots,
-                               n, seq, evs, ops, wr.slot, off0, wr.length, va,
-                               ffi.from_buffer(wr.view[start:end]), plen, mtu, wr.meth, imm,
-                               now, ts, buf, cap, _LENS, self.grew)
-            if k >= 0:
-                txq.queued(buf, n, k)
-                return True
         # Inside a run of one work request every packet but the first and the last is a
         # WRITE_MIDDLE, which carries no AckReq and no immediate.
         flags, exts = [F_TS] * n, [DATA_EXT_TSETH] * n
