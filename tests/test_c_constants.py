@@ -199,6 +199,8 @@ C_ONLY = {
     ("template.h", "MRC_TMPL_HDR_MAX"),  # a template's header bytes (checked at use)
     ("txtable.h", "MRC_TX_NO_PATH"),  # "no path" key of the table's path slots
     ("sender.h", "MRC_SEND_MAX"),  # packets per mrc_send_run / mrc_send_msgs call
+    ("template.h", "MRC_GATHER_MIN"),  # payloads sent from where they lie (read via cffi)
+    ("batch.h", "MRC_SENDQ_IOV"),  # iovecs a queued frame may take (read via cffi)
     ("checksum.c", "HAVE_X86_AVX2"),
     ("crc32.c", "HAVE_X86_CLMUL"),
     ("simnet.c", "SET_LEN"),  # marks an address-set entry in the route table

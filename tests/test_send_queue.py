@@ -17,7 +17,7 @@ from test_run_patcher import _EXT_TSETH, _paths
 from mrcnet.io.batch import CBatchIO, SendQueue, send_queue
 from mrcnet.native import HAVE_C
 from mrcnet.wire.bth import F_TS
-from mrcnet.wire.template import RunPatcher
+from mrcnet.wire.template import FRAME_ROOM, RunPatcher
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
@@ -137,3 +137,54 @@ def test_overflow_drop_and_an_error_at_the_head() -> None:
 
 def test_send_queue_is_c_only() -> None:
     assert isinstance(send_queue(2), SendQueue)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gathered_frames_are_the_run_frames(seed: int) -> None:
+    """``mrc_patch_run_gather`` + ``mrc_sendq_add_gather`` (mrcd's fused runs: payloads
+    sent from where they lie, only headers and ICRCs written): each socket receives the
+    very frames ``RunPatcher.frames`` makes, whole. A payload is left in place exactly
+    when it is MRC_GATHER_MIN bytes or more of an even length (segments odd, small or
+    large, and odd-length last payloads)."""
+    from mrcnet.native import C, ffi
+
+    rng = random.Random(seed)
+    rp = RunPatcher()
+    slots = [rp.add(t, spec) for t, spec in _paths()]
+    q = SendQueue(2)
+    keep = []
+    want: list[list[bytes]] = [[], []]
+    got: list[list[bytes]] = [[], []]
+    gathered = whole = 0
+    with _ports(2) as ports:
+        for _ in range(12):
+            n = rng.randint(1, 24)
+            seg = rng.choice([256, 1023, C.MRC_GATHER_MIN, 4096, 8192])
+            payload = rng.randbytes(seg * (n - 1) + rng.randint(1, seg))
+            where = [rng.randrange(2) for _ in range(n)]
+            args = ([rng.choice(slots) for _ in range(n)],
+                    [rng.getrandbits(31) | 1 << 31 for _ in range(n)], [OP_MIDDLE] * n,
+                    [F_TS] * n, [_EXT_TSETH] * n, rng.randrange(1 << 24),
+                    rng.getrandbits(40))
+            for p, f in zip(where, rp.frames(*args, payload, seg, 0, 0, 7), strict=True):
+                want[p].append(bytes(f))
+            cap = n * FRAME_ROOM + len(payload)
+            buf, lens, plens = (ffi.new("uint8_t[]", cap), ffi.new("uint32_t[]", n),
+                                ffi.new("uint32_t[]", n))
+            src = ffi.from_buffer(payload)
+            assert C.mrc_patch_run_gather(buf, cap, n, rp.paths, *args, src, len(payload),
+                                          seg, 0, 0, 7, lens, plens)
+            for i in range(n):
+                plen = min(seg, len(payload) - i * seg)
+                left = plen >= C.MRC_GATHER_MIN and not plen & 1
+                assert plens[i] == (plen if left else 0)
+                gathered += left
+                whole += not left
+            assert C.mrc_sendq_add_gather(q.queues, 2, buf, lens, plens, src, seg, where,
+                                          n) == n
+            keep += [buf, src]
+            q.waiting += n
+            for p, (a, io) in enumerate(ports):
+                q.send(p, io)
+                got[p] += _drain(a)
+    assert got == want and gathered > 20 and whole > 20

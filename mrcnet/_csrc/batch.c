@@ -31,6 +31,8 @@ int mrc_send_batch(int fd, struct mrc_batch *b, const uint8_t *data, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         b->iov[i].iov_base = (void *)(data + off);
         b->iov[i].iov_len = b->lens[i];
+        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];  /* (a send queue's points elsewhere) */
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
         b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
         b->msgs[i].msg_hdr.msg_namelen = 0;
         off += b->lens[i];
@@ -45,6 +47,8 @@ int mrc_send_slots(int fd, struct mrc_batch *b, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         b->iov[i].iov_base = b->bufs + (size_t)i * b->bufsize;
         b->iov[i].iov_len = b->lens[i];
+        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
         b->msgs[i].msg_hdr.msg_name = NULL;
         b->msgs[i].msg_hdr.msg_namelen = 0;
     }
@@ -60,6 +64,8 @@ int mrc_recv_batch(int fd, struct mrc_batch *b, unsigned n, int wait, int skip_o
         /* recvmmsg overwrites these; reset so every slot gets the full buffer again. */
         b->iov[i].iov_base = b->bufs + (size_t)i * b->bufsize;
         b->iov[i].iov_len = b->bufsize;
+        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
         b->msgs[i].msg_hdr.msg_name = &b->addrs[i];
         b->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_ll);
         b->msgs[i].msg_hdr.msg_flags = 0;
@@ -97,7 +103,10 @@ unsigned mrc_sendq_send(int fd, struct mrc_batch *b, struct mrc_sendq *q, int *e
         if (k > b->max)
             k = b->max;
         for (unsigned i = 0; i < k; i++) {
-            b->iov[i] = q->iov[q->head + i];
+            /* the message takes the frame's iovecs where they lie in the queue */
+            uint32_t j = q->head + i;
+            b->msgs[i].msg_hdr.msg_iov = &q->iov[(size_t)MRC_SENDQ_IOV * j];
+            b->msgs[i].msg_hdr.msg_iovlen = q->niov[j];
             b->msgs[i].msg_hdr.msg_name = NULL;  /* the socket is bound to its port */
             b->msgs[i].msg_hdr.msg_namelen = 0;
         }
@@ -125,7 +134,9 @@ static int make_room(struct mrc_sendq *q)
         return 1;
     if (!q->head)
         return 0;
-    memmove(q->iov, q->iov + q->head, sizeof *q->iov * (q->n - q->head));
+    memmove(q->iov, q->iov + (size_t)MRC_SENDQ_IOV * q->head,
+            sizeof *q->iov * MRC_SENDQ_IOV * (q->n - q->head));
+    memmove(q->niov, q->niov + q->head, q->n - q->head);
     q->n -= q->head;
     q->head = 0;
     return 1;
@@ -139,10 +150,44 @@ unsigned mrc_sendq_add_one(struct mrc_sendq *qs, unsigned nq, const uint8_t *fra
     struct mrc_sendq *q = &qs[port];
     if (!make_room(q))
         return 0;
-    q->iov[q->n].iov_base = (void *)frame;
-    q->iov[q->n].iov_len = len;
+    q->iov[(size_t)MRC_SENDQ_IOV * q->n].iov_base = (void *)frame;
+    q->iov[(size_t)MRC_SENDQ_IOV * q->n].iov_len = len;
+    q->niov[q->n] = 1;
     q->n++;
     return 1;
+}
+
+unsigned mrc_sendq_add_gather(struct mrc_sendq *qs, unsigned nq, const uint8_t *data,
+                              const uint32_t *lens, const uint32_t *plens,
+                              const uint8_t *payload, size_t seg, const uint16_t *port,
+                              unsigned n)
+{
+    unsigned queued = 0;
+    size_t off = 0;
+    for (unsigned i = 0; i < n; i++) {
+        const uint8_t *frame = data + off;
+        off += lens[i];
+        if (!plens[i] || lens[i] < 4) {
+            queued += mrc_sendq_add_one(qs, nq, frame, lens[i], port[i]);
+            continue;
+        }
+        if (port[i] >= nq)
+            continue;
+        struct mrc_sendq *q = &qs[port[i]];
+        if (!make_room(q))
+            continue;
+        struct iovec *v = &q->iov[(size_t)MRC_SENDQ_IOV * q->n];
+        v[0].iov_base = (void *)frame;
+        v[0].iov_len = lens[i] - 4;
+        v[1].iov_base = (void *)(payload + (size_t)i * seg);
+        v[1].iov_len = plens[i];
+        v[2].iov_base = (void *)(frame + lens[i] - 4);
+        v[2].iov_len = 4;
+        q->niov[q->n] = 3;
+        q->n++;
+        queued++;
+    }
+    return queued;
 }
 
 unsigned mrc_sendq_add_run(struct mrc_sendq *qs, unsigned nq, const uint8_t *data,

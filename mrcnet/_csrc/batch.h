@@ -14,9 +14,15 @@
 #include "buffers.h"
 
 /* cffi: begin */
-/* One port's frames waiting to go, oldest first: iov[head .. n-1] (cap slots). */
+/* The iovecs a queued frame may take: its headers, its payload where it lies, its ICRC
+ * (mrc_sendq_add_gather); a frame written whole takes one. */
+#define MRC_SENDQ_IOV 3
+
+/* One port's frames waiting to go, oldest first: frames head .. n-1 of cap, frame j in
+ * the niov[j] iovecs from iov[MRC_SENDQ_IOV * j] (iov: MRC_SENDQ_IOV * cap of them). */
 struct mrc_sendq {
     struct iovec *iov;
+    uint8_t *niov;
     uint32_t head, n, cap;
 };
 
@@ -32,6 +38,15 @@ unsigned mrc_sendq_add_run(struct mrc_sendq *qs, unsigned nq, const uint8_t *dat
  * it was queued on queue `port`, 0 if that queue is full or out of range. */
 unsigned mrc_sendq_add_one(struct mrc_sendq *qs, unsigned nq, const uint8_t *frame,
                            uint32_t len, uint16_t port);
+
+/* mrc_sendq_add_run of a run mrc_patch_run_gather wrote into `data`: frame i is lens[i]
+ * bytes there (plens[i] = 0), or its headers there (lens[i] bytes less the ICRC's 4),
+ * then plens[i] bytes of payload at payload + i * seg (the sender's buffer: it must stay
+ * mapped until the frame has gone), then the ICRC (the last 4 of the lens[i]). */
+unsigned mrc_sendq_add_gather(struct mrc_sendq *qs, unsigned nq, const uint8_t *data,
+                              const uint32_t *lens, const uint32_t *plens,
+                              const uint8_t *payload, size_t seg, const uint16_t *port,
+                              unsigned n);
 
 /* Drop the k oldest frames of q (all if k is larger); returns how many went. */
 unsigned mrc_sendq_drop(struct mrc_sendq *q, unsigned k);

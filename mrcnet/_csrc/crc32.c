@@ -403,11 +403,12 @@ uint32_t mrc_crc32_copy_sum_raw(uint32_t c, uint8_t *dst, const uint8_t *src, si
         size_t bulk = n & ~(size_t)63;
         c = raw_vpclmul_copy_sum(c, dst, src, bulk, sum);
         *sum += mrc_sum_part(src + bulk, n - bulk);
-        return mrc_crc32_copy_raw(c, dst + bulk, src + bulk, n - bulk);
+        return dst ? mrc_crc32_copy_raw(c, dst + bulk, src + bulk, n - bulk)
+                   : mrc_crc32_raw(c, src + bulk, n - bulk);
     }
 #endif
-    c = mrc_crc32_copy_raw(c, dst, src, n);
-    *sum += mrc_sum_part(dst, n);
+    c = dst ? mrc_crc32_copy_raw(c, dst, src, n) : mrc_crc32_raw(c, src, n);
+    *sum += mrc_sum_part(src, n);
     return c;
 }
 

@@ -61,11 +61,11 @@ uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip)
 uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size_t n,
                                 int has_ip)
 {
-    return mrc_icrc_in_place_copy_sum(p, len, src, n, has_ip, NULL);
+    return mrc_icrc_in_place_copy_sum(p, len, src, n, has_ip, NULL, 1);
 }
 
 uint32_t mrc_icrc_in_place_copy_sum(uint8_t *p, size_t len, const uint8_t *src, size_t n,
-                                    int has_ip, uint64_t *sum)
+                                    int has_ip, uint64_t *sum, int copy)
 {
     size_t ip = has_ip ? IP6_LEN : 0;
     uint8_t saved[5];
@@ -79,9 +79,10 @@ uint32_t mrc_icrc_in_place_copy_sum(uint8_t *p, size_t len, const uint8_t *src, 
     p[ip + 6] = p[ip + 7] = 0xff;
     p[ip + UDP_LEN + 4] = 0xff;
     uint32_t c = mrc_crc32_raw(ICRC_PREFIX, p, len);
-    if (n)
-        c = sum ? mrc_crc32_copy_sum_raw(c, p + len, src, n, sum)
-                : mrc_crc32_copy_raw(c, p + len, src, n);
+    if (n && sum)
+        c = mrc_crc32_copy_sum_raw(c, copy ? p + len : NULL, src, n, sum);
+    else if (n)
+        c = copy ? mrc_crc32_copy_raw(c, p + len, src, n) : mrc_crc32_raw(c, src, n);
     uint32_t crc = ~c;
     p[ip + UDP_LEN + 4] = bth_resv;
     memcpy(p, saved, 4);

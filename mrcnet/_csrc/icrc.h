@@ -40,7 +40,9 @@ uint32_t mrc_crc32_first_raw(uint32_t c, const uint8_t *first, const uint8_t *p,
 /* mrc_crc32_copy_raw and mrc_crc32_first_raw that also add to *sum the bytes' part of the
  * UDP checksum (mrc_sum_part, checksum.h): of src[0:n], and of p[64:n]. One pass over the
  * bytes serves both sums (with VPCLMULQDQ; two passes otherwise). The bytes must start at
- * an even offset of the UDP datagram for the part to be the datagram's. */
+ * an even offset of the UDP datagram for the part to be the datagram's. A NULL dst copies
+ * nothing: the CRC and the sum of src[0:n] where it lies (a payload sent from its own
+ * buffer, mrc_patch_run's gather). */
 uint32_t mrc_crc32_copy_sum_raw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n,
                                 uint64_t *sum);
 uint32_t mrc_crc32_first_sum_raw(uint32_t c, const uint8_t *first, const uint8_t *p, size_t n,
@@ -56,9 +58,11 @@ uint32_t mrc_icrc_in_place(uint8_t *p, size_t len, int has_ip);
 uint32_t mrc_icrc_in_place_copy(uint8_t *p, size_t len, const uint8_t *src, size_t n,
                                 int has_ip);
 /* The same, adding src[0:n]'s part of the UDP checksum to *sum (mrc_sum_part): the data
- * frames' payload is read once for the copy and both sums. */
+ * frames' payload is read once for the copy and both sums. With copy 0, src[0:n] is not
+ * copied (the frame's payload goes to the socket from src itself): the ICRC is that of
+ * p[0:len] followed by src[0:n]. */
 uint32_t mrc_icrc_in_place_copy_sum(uint8_t *p, size_t len, const uint8_t *src, size_t n,
-                                    int has_ip, uint64_t *sum);
+                                    int has_ip, uint64_t *sum, int copy);
 /* mrc_icrc of a frame of 64 covered bytes or more that also adds p[64:len]'s part of the
  * UDP checksum to *sum (the receive check: one pass over the payload for both sums). */
 uint32_t mrc_icrc_sum(const uint8_t *p, size_t len, int has_ip, uint64_t *sum);

@@ -27,15 +27,18 @@ struct mrc_opbits {
  * then, only if every frame fit, mrc_tx_send of them into table t at ``now`` / ``ts``
  * and each frame queued on qs[port[i]] (of nq), the ports whose queue grew ORed into
  * *grew (bit i: port i, the first 32; what mrc_sendq_mark before and mrc_sendq_grown
- * after give). Returns the frames queued, or -1 if a frame did not fit (nothing
- * recorded or queued). */
+ * after give). With `gather`, mrc_patch_run_gather's frames and mrc_sendq_add_gather:
+ * the payloads go from `payload` itself, which must then stay mapped until the frames
+ * have gone (buf needs room for the headers and at most one payload, the odd-length
+ * last's). Returns the frames queued, or -1 if a frame did not fit (nothing recorded or
+ * queued). */
 int mrc_send_run(struct mrc_txq *t, struct mrc_sendq *qs, unsigned nq,
                  const struct mrc_path *paths, const struct mrc_opbits *bits,
                  const uint16_t *port, const uint16_t *slot, unsigned n, uint64_t seq,
                  const uint32_t *ev, const uint8_t *op, uint32_t wr, uint32_t off0,
                  uint32_t total, uint64_t va0, const uint8_t *payload, size_t payload_len,
                  size_t seg, uint32_t meth, uint32_t imm, double now, uint16_t ts,
-                 uint8_t *buf, size_t cap, uint32_t *lens, uint32_t *grew);
+                 uint8_t *buf, size_t cap, uint32_t *lens, uint32_t *grew, int gather);
 
 /* n single-packet work requests (table slots wr[i], plen[i] bytes each, their payloads
  * end to end at ``payload``, payload_len bytes in all): the frames mrc_patch_msgs

@@ -78,6 +78,23 @@ size_t mrc_patch_run(uint8_t *out, size_t cap, unsigned n, const struct mrc_path
                      const uint8_t *payload, size_t payload_len, size_t seg,
                      uint32_t meth, uint32_t imm, uint32_t timestamp, uint32_t *lens);
 
+/* Payloads of this many bytes or more go to the socket from where they lie (the
+ * client's region) instead of being copied into the frame (mrc_patch_run_gather): below
+ * it, an iovec of its own costs the kernel more than the copy saves. */
+#define MRC_GATHER_MIN 1024
+/* mrc_patch_run, where a frame's payload (MRC_GATHER_MIN bytes or more, of an even length
+ * and at an even offset of the datagram: every frame of a run but an odd-length last)
+ * is not copied: out gets that frame's headers followed by its ICRC, lens[i] their
+ * length, and plens[i] the payload's (bytes [i * seg, i * seg + plens[i]) of payload,
+ * which goes between the two: mrc_sendq_add_gather); plens[i] = 0 for a frame written
+ * whole. With plens NULL, mrc_patch_run. */
+size_t mrc_patch_run_gather(uint8_t *out, size_t cap, unsigned n,
+                            const struct mrc_path *paths, const uint16_t *slot,
+                            const uint32_t *ev, const uint8_t *op, const uint8_t *flags,
+                            const uint8_t *ext, uint32_t psn0, uint64_t va0,
+                            const uint8_t *payload, size_t payload_len, size_t seg,
+                            uint32_t meth, uint32_t imm, uint32_t timestamp, uint32_t *lens,
+                            uint32_t *plens);
 /* n single-packet messages (WRITE_ONLY[_IMM] of n work requests) written back to back
  * into out (cap bytes), each exactly what mrc_patch_data writes: frame i goes on
  * paths[slot[i]] with EV ev[i], opcode op[i], BTH flags flags[i], extensions ext[i], PSN

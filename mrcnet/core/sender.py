@@ -73,6 +73,7 @@ def _opbits() -> Any:
 
 _OPBITS = _opbits()
 _SEND_MAX: int = C.MRC_SEND_MAX if C is not None else 0
+_GATHER_MIN: int = C.MRC_GATHER_MIN if C is not None else 0
 # The frames' lengths of one fused call: read by C during the call only (the queues keep
 # their own copies), so one array serves every call.
 _LENS = ffi.new("uint32_t[]", _SEND_MAX) if ffi is not None else None
@@ -170,6 +171,10 @@ class Sender:
         #: in one C call (mrcnet/_csrc/sender.c; off only to compare: the same frames
         #: and table as the three calls it replaces).
         self.fused = True
+        #: The fused runs' payloads go to the socket from the work request's region, not
+        #: copied into the frames (mrcnet/_csrc/template.h, mrc_patch_run_gather; off
+        #: only to compare: the same bytes on the wire).
+        self.gather = True
         #: The ports (bits: port i, bit i) whose send queue grew by what emit queued on
         #: the caller's send queues since the caller zeroed it: the fused calls OR them in
         #: (as SendQueue.mark / grown around them would give), the other queueing paths
@@ -402,16 +407,19 @@ class Sender:
         off0 = idx * mtu
         start = wr.offset + off0
         plen = wr.offset + min(wr.length, off0 + n * mtu) - start
-        cap = n * FRAME_ROOM + plen
+        # Gathered, the frames' payloads stay where they are (only an odd-length last
+        # one is copied): the buffer holds their headers and ICRCs.
+        gather = self.gather and not mtu & 1 and mtu >= _GATHER_MIN
+        cap = n * FRAME_ROOM + (min(plen, mtu) if gather else plen)
         buf = ALLOC_FRAMES("uint8_t[]", cap)
+        payload = ffi.from_buffer(wr.view[start:start + plen])
         k = C.mrc_send_run(tab, txq.queues, txq.nports, runs.paths, _OPBITS, ports, slots, n,
                            seq, evs, ops, wr.slot, off0, wr.length, wr.remote_addr + off0,
-                           ffi.from_buffer(wr.view[start:start + plen]), plen, mtu, wr.meth,
-                           wr.imm if wr.imm is not None else 0, now, ts, buf, cap, _LENS,
-                           self.grew)
+                           payload, plen, mtu, wr.meth, wr.imm if wr.imm is not None else 0,
+                           now, ts, buf, cap, _LENS, self.grew, gather)
         if k < 0:
             return False
-        txq.queued(buf, n, k)
+        txq.queued(buf, n, k, payload if gather else None)
         return True
 
     def _emit_msgs(self, now: float, ts: int, cwnd: float, win: int,

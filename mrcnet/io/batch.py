@@ -288,9 +288,11 @@ class SendQueue:
 
     def __init__(self, nports: int, cap: int = SENDQ_CAP) -> None:
         self._q = ffi.new("struct mrc_sendq[]", nports)
-        self._iov = [ffi.new("struct iovec[]", cap) for _ in range(nports)]
-        for q, iov in zip(self._q, self._iov, strict=True):
-            q.iov, q.cap = iov, cap
+        # (up to C.MRC_SENDQ_IOV iovecs a frame: headers, payload where it lies, ICRC)
+        self._iov = [(ffi.new("struct iovec[]", cap * C.MRC_SENDQ_IOV),
+                      ffi.new("uint8_t[]", cap)) for _ in range(nports)]
+        for q, (iov, niov) in zip(self._q, self._iov, strict=True):
+            q.iov, q.niov, q.cap = iov, niov, cap
         self._n = self.nports = nports
         #: The queues as C takes them (mrcnet/_csrc/sender.h queues a run itself).
         self.queues = self._q
@@ -373,11 +375,14 @@ class SendQueue:
         n = len(ports)
         self.queued(buf, n, C.mrc_sendq_add_run(self._q, self._n, buf, lens, ports, n))
 
-    def queued(self, buf: Any, n: int, k: int) -> None:
+    def queued(self, buf: Any, n: int, k: int, payload: Any = None) -> None:
         """``k`` of the ``n`` frames in ``buf`` were queued (the rest did not fit): keep
-        ``buf`` while they wait."""
+        ``buf`` while they wait, and ``payload`` when their payloads go from there
+        (``mrc_send_run``'s gather: it holds the region's mapping)."""
         if k:
             self._keep.append(buf)
+            if payload is not None:
+                self._keep.append(payload)
         self.waiting += k
         self.added += k
         self.overflow += n - k

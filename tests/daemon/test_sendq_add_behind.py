@@ -13,7 +13,7 @@ import pytest
 
 from mrcnet.io import batch
 from mrcnet.io.batch import SendQueue
-from mrcnet.native import HAVE_C, ffi
+from mrcnet.native import HAVE_C, C, ffi
 
 pytestmark = pytest.mark.skipif(not HAVE_C, reason="C fast path not built")
 
@@ -24,8 +24,13 @@ def _queued(q: SendQueue, nports: int) -> list[list[bytes]]:
     out = []
     for i in range(nports):
         sq = q.queues[i]
-        iov = [ffi.cast("uintptr_t *", sq.iov + j) for j in range(sq.head, sq.n)]
-        out.append([bytes(ffi.buffer(ffi.cast("uint8_t *", w[0]), w[1])) for w in iov])
+        frames = []
+        for j in range(sq.head, sq.n):
+            iov = [ffi.cast("uintptr_t *", sq.iov + C.MRC_SENDQ_IOV * j + v)
+                   for v in range(sq.niov[j])]
+            frames.append(b"".join(bytes(ffi.buffer(ffi.cast("uint8_t *", w[0]), w[1]))
+                                   for w in iov))
+        out.append(frames)
     return out
 
 
