@@ -547,8 +547,9 @@ class RunQueue(Protocol):
         ``ports[i]``."""
         ...
 
-    def queued(self, buf: Any, n: int, k: int) -> None:
-        """C queued ``k`` of the ``n`` frames in ``buf`` (keep it while they wait)."""
+    def queued(self, buf: Any, n: int, k: int, payload: Any = None) -> None:
+        """C queued ``k`` of the ``n`` frames in ``buf`` (keep it while they wait, and
+        ``payload`` when their payloads go from there)."""
         ...
 
 

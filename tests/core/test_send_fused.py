@@ -65,16 +65,18 @@ class QueuedNet(Net):
             b.close()
 
 
-def _run(queued: bool, fused: bool, seed: int, loss: float, jitter: float = 20e-6
-         ) -> tuple[Any, Any, bytes, int]:
+def _run(queued: bool, fused: bool, seed: int, loss: float, jitter: float = 20e-6,
+         gather: bool = True) -> tuple[Any, Any, bytes, int]:
     """A burst of posts on h0 -> h1; returns what h0 sent (time, port, frame), its
-    completions, what landed on h1 and how many runs the fused call took."""
+    completions, what landed on h1 and how many runs the fused call took (``gather``:
+    the fused runs' payloads sent from the region, ``Sender.gather``)."""
     kw: Any = {"seed": seed, "config": HostConfig(mtu_payload=1024),
                "imp": Impairments(loss=loss, dup=loss / 2, trim=loss, jitter=jitter)}
     net = QueuedNet(**kw) if queued else Net(**kw)
     net.log_tx = True
     qa, _ = connect(net, 0, 1, recvs=400, attrs={"max_imm_outstanding": 3})
     net.h(0).qp(qa).snd.fused = fused
+    net.h(0).qp(qa).snd.gather = gather
     calls = 0
     lib = sender.C
 
@@ -138,6 +140,17 @@ def test_fused_send_sends_what_three_calls_send(seed: int, loss: float) -> None:
     assert wcs == wcs0
     assert landed == landed0
     assert len(wcs) > 300
+
+
+@pytest.mark.parametrize(("seed", "loss"), [(7, 0.0), (8, 0.03)])
+def test_gathered_payloads_send_the_copied_frames(seed: int, loss: float) -> None:
+    """The fused runs' payloads sent from the work requests' region (three iovecs a
+    frame: mrc_patch_run_gather, mrc_sendq_add_gather) put the same frames on the wire,
+    at the same moments, as payloads copied into the frames."""
+    frames, wcs, landed, calls = _run(True, True, seed, loss)
+    frames0, wcs0, landed0, calls0 = _run(True, True, seed, loss, gather=False)
+    assert calls > 50 and calls == calls0
+    assert frames == frames0 and wcs == wcs0 and landed == landed0
 
 
 @pytest.mark.parametrize("seed", [5, 6])
