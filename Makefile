@@ -22,7 +22,7 @@ deps:
 $(STAMP): pyproject.toml setup.py cffi_build.py
 	@$(MAKE) --no-print-directory deps PYTHON=$(PYTHON)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip "setuptools>=68" wheel cffi
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel cffi
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
