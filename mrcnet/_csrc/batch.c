@@ -142,18 +142,28 @@ static int make_room(struct mrc_sendq *q)
     return 1;
 }
 
+/* The iovecs of a new frame of `niov` of them at the end of queue `port` (of nq), or
+ * NULL when that queue is full or out of range. */
+static struct iovec *add_frame(struct mrc_sendq *qs, unsigned nq, uint16_t port,
+                               uint8_t niov)
+{
+    if (port >= nq)
+        return NULL;
+    struct mrc_sendq *q = &qs[port];
+    if (!make_room(q))
+        return NULL;
+    q->niov[q->n] = niov;
+    return &q->iov[(size_t)MRC_SENDQ_IOV * q->n++];
+}
+
 unsigned mrc_sendq_add_one(struct mrc_sendq *qs, unsigned nq, const uint8_t *frame,
                            uint32_t len, uint16_t port)
 {
-    if (port >= nq)
+    struct iovec *v = add_frame(qs, nq, port, 1);
+    if (!v)
         return 0;
-    struct mrc_sendq *q = &qs[port];
-    if (!make_room(q))
-        return 0;
-    q->iov[(size_t)MRC_SENDQ_IOV * q->n].iov_base = (void *)frame;
-    q->iov[(size_t)MRC_SENDQ_IOV * q->n].iov_len = len;
-    q->niov[q->n] = 1;
-    q->n++;
+    v->iov_base = (void *)frame;
+    v->iov_len = len;
     return 1;
 }
 
@@ -171,20 +181,15 @@ unsigned mrc_sendq_add_gather(struct mrc_sendq *qs, unsigned nq, const uint8_t *
             queued += mrc_sendq_add_one(qs, nq, frame, lens[i], port[i]);
             continue;
         }
-        if (port[i] >= nq)
+        struct iovec *v = add_frame(qs, nq, port[i], 3);
+        if (!v)
             continue;
-        struct mrc_sendq *q = &qs[port[i]];
-        if (!make_room(q))
-            continue;
-        struct iovec *v = &q->iov[(size_t)MRC_SENDQ_IOV * q->n];
         v[0].iov_base = (void *)frame;
         v[0].iov_len = lens[i] - 4;
         v[1].iov_base = (void *)(payload + (size_t)i * seg);
         v[1].iov_len = plens[i];
         v[2].iov_base = (void *)(frame + lens[i] - 4);
         v[2].iov_len = 4;
-        q->niov[q->n] = 3;
-        q->n++;
         queued++;
     }
     return queued;
