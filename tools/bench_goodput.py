@@ -190,6 +190,13 @@ class Meter:
 STEADY_RATE = 200e6
 
 
+def h0_sent(fab: Any) -> int:
+    """Bytes h0's ports have sent (their interfaces' tx_bytes, summed)."""
+    r = subprocess.run([*_ns(fab, "h0"), "sh", "-c", "cat /sys/class/net/*/statistics/tx_bytes"],
+                       capture_output=True, text=True, timeout=10, check=False)
+    return sum(int(x) for x in r.stdout.split())
+
+
 class SteadySender(threading.Thread):
     """``--steady``: the CPU per GB of h0's sending process (``pid()``: None until it
     runs) over ``seconds`` in the middle of its transfer, per byte h0's ports sent
@@ -202,10 +209,7 @@ class SteadySender(threading.Thread):
         self.done = threading.Event()
 
     def _sent(self) -> int:
-        r = subprocess.run([*_ns(self.fab, "h0"), "sh", "-c",
-                            "cat /sys/class/net/*/statistics/tx_bytes"],
-                           capture_output=True, text=True, timeout=10, check=False)
-        return sum(int(x) for x in r.stdout.split())
+        return h0_sent(self.fab)
 
     def run(self) -> None:
         with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):

@@ -13,6 +13,12 @@ a ``sendmmsg`` (softirq under it), the rest of a ``sendmmsg``, ``recvmmsg``,
 mrcnet's C (``_native``), libc or elsewhere. Prints the share of each class per process
 and the process's share of all samples (the rest: the machine's other users). Needs
 root and ``perf``; the fabric and everything started are removed and stopped by PID.
+
+``--senders``: the two senders side by side instead, what bounds the goodput ratio
+(docs/PERFORMANCE.md, "Session 20"): raw-send (``mrc-perf raw-send``, as
+tools/bench_goodput.py runs it) and then the sending mrcd, each recorded alone
+(``perf record -g -p``) for ``--seconds`` once h0's ports send steadily, each class in
+CPU milliseconds per GB that h0's ports sent meanwhile.
 """
 
 from __future__ import annotations
@@ -131,6 +137,81 @@ def _transfer(fab: object, tmp: Path, mib: int) -> Iterator[dict[str, int]]:
                     p.wait(5)
 
 
+#: --senders: perf's sampling rate (Hz), so that a sample is 1000 / FREQ ms of CPU
+FREQ = 4000
+
+
+def _steady_record(fab: object, pid: int, seconds: float, data: str) -> float:
+    """``perf record -g -p pid`` for ``seconds`` once h0's ports send steadily; the GB
+    they sent meanwhile (0.0 if the transfer never got steady in 60 s)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        b0 = bg.h0_sent(fab)
+        time.sleep(0.3)
+        if (bg.h0_sent(fab) - b0) / 0.3 >= bg.STEADY_RATE:
+            break
+    else:
+        return 0.0
+    b0 = bg.h0_sent(fab)
+    subprocess.run(["perf", "record", "-g", "-q", "-F", str(FREQ), "-p", str(pid), "-o", data,
+                    "--", "sleep", str(seconds)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return (bg.h0_sent(fab) - b0) / 1e9
+
+
+def _ms_per_gb(data: str, gb: float) -> dict[str, float]:
+    """Each class's CPU milliseconds per GB in ``data`` (one process's samples), and
+    ``all``."""
+    script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,ip,sym,dso"],
+                            capture_output=True, text=True, check=True).stdout
+    counts = collections.Counter(classify(chain) for _, chain in samples(script))
+    ms = 1000 / FREQ / gb if gb > 0 else 0.0
+    out = {k: counts[k] * ms for k in CLASSES}
+    out["all"] = sum(counts.values()) * ms
+    return out
+
+
+def senders(fab: object, tmp: Path, mib: int, seconds: float) -> dict[str, dict[str, float]]:
+    """raw-send, then the sending mrcd, each recorded in its steady state: their
+    classes in CPU ms per GB (:func:`_ms_per_gb`)."""
+    desc = str(fab.description_path)  # type: ignore[attr-defined]
+    out: dict[str, dict[str, float]] = {}
+    sink = subprocess.Popen([*bg._ns(fab, "h1"), bg.PERF, "raw-sink", "--fabric", desc,
+                             "--host", "h1", "--json"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    send = None
+    try:
+        assert sink.stderr is not None
+        sink.stderr.readline()  # "listening on ..."
+        send = subprocess.Popen([*bg._ns(fab, "h0"), bg.PERF, "raw-send", "--fabric", desc,
+                                 "--host", "h0", "h1", "--seconds", str(seconds + 4),
+                                 "--json"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        data = str(tmp / "raw.data")
+        out["raw-send"] = _ms_per_gb(data, _steady_record(fab, send.pid, seconds, data))
+        send.wait(seconds + 60)
+        sink.wait(60)
+    finally:
+        for p in (send, sink):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(5)
+    with _transfer(fab, tmp, mib) as pids:
+        data = str(tmp / "mrcd.data")
+        pid = pids["mrcd h0 (sender)"]
+        out["mrcd h0"] = _ms_per_gb(data, _steady_record(fab, pid, seconds, data))
+    return out
+
+
+def _print_senders(table: dict[str, dict[str, float]]) -> None:
+    raw, mrc = table["raw-send"], table["mrcd h0"]
+    print(f"{'CPU ms per GB sent':32}{'raw-send':>12}{'mrcd h0':>12}{'mrcd - raw':>12}")
+    for k in (*CLASSES, "all"):
+        print(f"{k:32}{raw[k]:12.1f}{mrc[k]:12.1f}{mrc[k] - raw[k]:+12.1f}")
+    if raw["all"] > 0 and mrc["all"] > 0:
+        print(f"raw / mrc (what bounds goodput's mrc / raw): {raw['all'] / mrc['all']:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=3000, help="MiB the transfer writes")
@@ -138,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="seconds perf records")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--prefix", default="mf", help="fabric name prefix (as bench_goodput)")
+    ap.add_argument("--senders", action="store_true",
+                    help="raw-send and the sending mrcd side by side, each in its steady "
+                         "state, in CPU ms per GB sent (use --mib 4096 or more)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0 or shutil.which("perf") is None:
         print("perf_goodput: needs root and perf", file=sys.stderr)
@@ -148,6 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(td)
         os.environ["MRC_FABRIC_STATE_DIR"] = str(tmp / "fabrics")
         data = str(tmp / "perf.data")
+        if args.senders:
+            with Fabric.up(bg.DEFAULT_SPEC, name=args.prefix + secrets.token_hex(3)) as fab:
+                both = senders(fab, tmp, args.mib, args.seconds)
+            if args.json:
+                print(json.dumps(both))
+            else:
+                _print_senders(both)
+            return 0
         with Fabric.up(bg.DEFAULT_SPEC, name=args.prefix + secrets.token_hex(3)) as fab, \
                 _transfer(fab, tmp, args.mib) as pids:
             time.sleep(args.delay)
