@@ -18,6 +18,7 @@ class WCStatus(enum.Enum):
     RETRY_EXC_ERR = "RETRY_EXC_ERR"  # retry budget ran out: the peer is unreachable
     REM_ACCESS_ERR = "REM_ACCESS_ERR"  # the peer refused the rkey or the address range
     WR_FLUSH_ERR = "WR_FLUSH_ERR"  # the QP went to ERROR before this request finished
+    GENERAL_ERR = "GENERAL_ERR"  # the stack hit an internal error on this QP (a bug)
 
 
 class WCOpcode(enum.Enum):

@@ -712,36 +712,41 @@ class Host:
             qp = qps.get(qpn)
             if qp is None:
                 continue
-            # (the QP's parts read directly: its properties of them cost a call each)
-            rec, resp = qp.rec, qp.resp
-            if rec.sack_pending:
-                qp.after_sacks(now)
-            # data packets accepted since the last call (the receive burst), counted in a
-            # Python attribute: the C lane's record's fields cost a struct read each
-            n = resp.rx_packets
-            burst = n - resp.burst_from
-            if burst:
-                resp.burst_from = n
-                # End of a receive burst: data that arrived with others in it is SACKed
-                # now rather than at the ACK-delay timer (a host that handles frames in
-                # batches would otherwise hold a batch's tail for a whole timer tick,
-                # which the peer's reorder allowance does not cover). A lone packet per
-                # call (a NIC-like host) keeps coalescing to ack_every / ack_delay.
-                # (The record's fields last: each read of the C lane's record is a
-                # struct read, and a lone packet with the default config needs none.)
-                if not cfg.sack_on_reorder and (
-                        burst > 1 or (cfg.ack_lone and not resp.held)
-                        or (cfg.ack_req_burst and resp.rx.ack_at <= now)
-                ) and resp.rx.since_ack:
-                    qp.send_sack(now, out)
-            if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
-                self._dirty.add(qpn)
-                if cfg.ack_with_data and not resp.pingpong:  # (holding already: no news)
-                    resp.note_answer(now)
-                if cfg.ack_with_data and resp.rx.since_ack:
-                    emit_with_ack(self.ports, qp, now, out, sendq)
-                else:
-                    qp.emit(now, out, sendq)
+            try:  # (free when nothing raises)
+                # (the QP's parts read directly: its properties of them cost a call each)
+                rec, resp = qp.rec, qp.resp
+                if rec.sack_pending:
+                    qp.after_sacks(now)
+                # data packets accepted since the last call (the receive burst), counted
+                # in a Python attribute: the C lane's record's fields cost a struct read
+                n = resp.rx_packets
+                burst = n - resp.burst_from
+                if burst:
+                    resp.burst_from = n
+                    # End of a receive burst: data that came with others is SACKed now,
+                    # not at the ACK-delay timer (a host that handles frames in batches
+                    # would hold a batch's tail for a timer tick, which the peer's reorder
+                    # allowance does not cover). A lone packet per call (a NIC-like host)
+                    # keeps coalescing to ack_every / ack_delay. (The record's fields
+                    # last: each is a struct read, and a lone packet needs none.)
+                    if not cfg.sack_on_reorder and (
+                            burst > 1 or (cfg.ack_lone and not resp.held)
+                            or (cfg.ack_req_burst and resp.rx.ack_at <= now)
+                    ) and resp.rx.since_ack:
+                        qp.send_sack(now, out)
+                if qp.state is RTS and (qp.snd.sq or rec.rtx_q):
+                    self._dirty.add(qpn)
+                    if cfg.ack_with_data and not resp.pingpong:  # (holding: no news)
+                        resp.note_answer(now)
+                    if cfg.ack_with_data and resp.rx.since_ack:
+                        emit_with_ack(self.ports, qp, now, out, sendq)
+                    else:
+                        qp.emit(now, out, sendq)
+            except Exception as e:  # a bug: this QP fails alone, the others still send
+                # (raised, it stopped every pass here: the QPs after it never sent again)
+                self.last_internal_error = e
+                self.count("tx_internal_error")
+                qp.fail(WCStatus.GENERAL_ERR, f"internal error while sending: {e!r}")
         self._sendq.clear()
         sq = sendq
         queued = 0

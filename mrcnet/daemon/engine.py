@@ -411,6 +411,15 @@ class Daemon:
             with contextlib.suppress(Exception):
                 busy.watch()
 
+    def _core_error(self) -> None:
+        """Log the internal error the core caught (receiving a frame, or sending for a
+        QP, which it failed: ``rx_internal_error`` / ``tx_internal_error``) with its
+        traceback, once, and count it with mrcd's own (``mrcctl``'s internal errors)."""
+        assert self.host is not None
+        err, self.host.last_internal_error = self.host.last_internal_error, None
+        self.errors += 1
+        self.log.error("internal error in the core", error=repr(err), exc_info=err)
+
     def _receive(self, index: int) -> None:
         """Port ``index`` is readable: take what every port has, deliver, then pump
         (the loop's reader; never raises: a bug is logged and counted).
@@ -569,7 +578,10 @@ class Daemon:
         (behind it)."""
         assert self.host is not None
         sq = self.tx_queues
-        out = self.host.frames_to_send(now, sendq=sq)
+        host = self.host
+        out = host.frames_to_send(now, sendq=sq)
+        if host.last_internal_error is not None:  # (the core caught a bug of its own)
+            self._core_error()
         first = 0  # (the ports to send first, as bits; none: in port order)
         if out and sq is not None and 0 < sq.waiting <= BEHIND_DATA_MAX \
                 and len(out) <= BEHIND_DATA_MAX:

@@ -207,14 +207,16 @@ class Verbs:
 
     def _release_mr(self, lkey: int) -> None:
         assert self.engine.host is not None
-        mr, mp, s = self._mr_by_lkey.pop(lkey)
+        mr, _map, s = self._mr_by_lkey.pop(lkey)
         if s.mrs.pop(lkey, None) is not None:
             s.mr_bytes -= mr.length
         self.engine.host.deregister_mr(mr)
-        # Writes in flight may still hold views; the map then goes with them (GC).
-        with contextlib.suppress(BufferError, ValueError):
-            mr.view.release()
-            mp.close()
+        # Nothing here is released or closed: writes posted from the region before this
+        # may still be on their way, and their work requests read it through the
+        # region's own view (their frames' payloads are sent from it). Releasing that
+        # view stopped each pass of the sender at them (and every QP after them in the
+        # pass) and left them waiting forever. The region is unmapped when the last
+        # reference to its view goes: here, or with the last of those writes.
 
     def _op_dereg_mr(self, s: Session, msg: Message) -> Message:
         lkey = int(msg["lkey"])

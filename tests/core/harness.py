@@ -205,7 +205,8 @@ class Net:
         assert steps < max_steps, "event loop did not settle (timer busy loop?)"
 
     def internal_errors(self) -> int:
-        return sum(h.counters().get("rx_internal_error", 0) for h in self.hosts.values())
+        return sum(h.counters().get(k, 0) for h in self.hosts.values()
+                   for k in ("rx_internal_error", "tx_internal_error"))
 
 
 def trim(frame: bytes, dscp: int = DSCP_TRIMMED) -> bytes:

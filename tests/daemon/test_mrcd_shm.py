@@ -265,6 +265,35 @@ def _drain_until_recv(cq: CompletionQueue) -> list[WorkCompletion]:
     raise AssertionError("no write-with-immediate arrived")
 
 
+def test_region_deregistered_with_writes_in_flight(mrcd_pair: MrcdPair) -> None:
+    """Writes of 1 MiB posted from a region that is deregistered right after (mrcd
+    takes a context's posts before its next request): their payloads go to the ports
+    straight from the region (mrc_sendq_add_gather), so mrcd keeps its mapping until
+    their frames have gone. mrcd stays up, every write completes and lands whole, and
+    the QP's next write lands."""
+    with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
+        mr_a, cq_a, qp_a, mr_b, _cq_b, _qp_b = _connect(ca, cb, 14, size=1 << 20)
+        assert qp_a.peer is not None
+        dst = qp_a.peer.regions[0]
+        pattern = bytes((i * 7 + 3) & 0xFF for i in range(1 << 20))
+        for rnd in range(3):
+            big = ca.alloc_mr(4 << 20)
+            for k in range(4):
+                big.buf[k << 20:(k + 1) << 20] = pattern
+            for k in range(4):
+                qp_a.post_write(big, k << 20, 1 << 20, dst, wr_id=100 * rnd + k)
+            big.deregister()
+            wcs = _drain(cq_a, 4)
+            assert sorted(w.wr_id for w in wcs) == [100 * rnd + k for k in range(4)]
+            assert all(w.ok for w in wcs) and mrcd_pair.a.proc.poll() is None
+            assert bytes(mr_b.buf) == pattern
+        mr_a.buf[:8] = b"after it"
+        qp_a.post_write(mr_a, 0, 8, dst, wr_id=7)
+        assert [w.wr_id for w in _drain(cq_a, 1)] == [7]
+        assert bytes(mr_b.buf[:8]) == b"after it"
+        assert ca.stats()["mrcd_internal_errors"] == 0
+
+
 def test_two_clients_on_one_mrcd_see_only_their_own(mrcd_pair: MrcdPair) -> None:
     with Context(mrcd_pair.a.socket) as c1, Context(mrcd_pair.a.socket) as c2, \
             Context(mrcd_pair.b.socket) as cb:
