@@ -269,8 +269,15 @@ def test_region_deregistered_with_writes_in_flight(mrcd_pair: MrcdPair) -> None:
     """Writes of 1 MiB posted from a region that is deregistered right after (mrcd
     takes a context's posts before its next request): their payloads go to the ports
     straight from the region (mrc_sendq_add_gather), so mrcd keeps its mapping until
-    their frames have gone. mrcd stays up, every write completes and lands whole, and
-    the QP's next write lands."""
+    their frames have gone. mrcd stays up, every write completes and lands whole, the
+    QP's next write lands, and mrcd unmaps each region once its writes are done."""
+
+    def mapped() -> int:  # mrcd's mappings of 4 MiB regions
+        with open(f"/proc/{mrcd_pair.a.proc.pid}/maps") as f:
+            return sum(1 for line in f if "mrc-mr" in line and
+                       int(line.split("-")[1].split()[0], 16)
+                       - int(line.split("-")[0], 16) == 4 << 20)
+
     with Context(mrcd_pair.a.socket) as ca, Context(mrcd_pair.b.socket) as cb:
         mr_a, cq_a, qp_a, mr_b, _cq_b, _qp_b = _connect(ca, cb, 14, size=1 << 20)
         assert qp_a.peer is not None
@@ -287,6 +294,10 @@ def test_region_deregistered_with_writes_in_flight(mrcd_pair: MrcdPair) -> None:
             assert sorted(w.wr_id for w in wcs) == [100 * rnd + k for k in range(4)]
             assert all(w.ok for w in wcs) and mrcd_pair.a.proc.poll() is None
             assert bytes(mr_b.buf) == pattern
+            deadline = time.monotonic() + 10
+            while mapped():  # (gone with the last of the writes' frames)
+                assert time.monotonic() < deadline, "mrcd kept a deregistered region"
+                time.sleep(0.05)
         mr_a.buf[:8] = b"after it"
         qp_a.post_write(mr_a, 0, 8, dst, wr_id=7)
         assert [w.wr_id for w in _drain(cq_a, 1)] == [7]
