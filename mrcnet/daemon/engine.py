@@ -576,9 +576,9 @@ class Daemon:
         """Drain the core's frames into the ports, one batch per port: the list's, then
         the data frames on the send queues; a short list after a little data instead
         (behind it)."""
-        assert self.host is not None
-        sq = self.tx_queues
         host = self.host
+        assert host is not None
+        sq = self.tx_queues
         out = host.frames_to_send(now, sendq=sq)
         if host.last_internal_error is not None:  # (the core caught a bug of its own)
             self._core_error()
