@@ -152,7 +152,6 @@ def test_gathered_frames_are_the_run_frames(seed: int) -> None:
     rp = RunPatcher()
     slots = [rp.add(t, spec) for t, spec in _paths()]
     q = SendQueue(2)
-    keep = []
     want: list[list[bytes]] = [[], []]
     got: list[list[bytes]] = [[], []]
     gathered = whole = 0
@@ -180,11 +179,11 @@ def test_gathered_frames_are_the_run_frames(seed: int) -> None:
                 assert plens[i] == (plen if left else 0)
                 gathered += left
                 whole += not left
-            assert C.mrc_sendq_add_gather(q.queues, 2, buf, lens, plens, src, seg, where,
-                                          n) == n
-            keep += [buf, src]
-            q.waiting += n
+            k = C.mrc_sendq_add_gather(q.queues, 2, buf, lens, plens, src, seg, where, n)
+            assert k == n
+            q.queued(buf, n, k, src)  # (as mrcd's fused run: the buffer and the payload kept)
             for p, (a, io) in enumerate(ports):
                 q.send(p, io)
                 got[p] += _drain(a)
     assert got == want and gathered > 20 and whole > 20
+    assert q.waiting == 0 and not q._keep

@@ -197,6 +197,14 @@ def h0_sent(fab: Any) -> int:
     return sum(int(x) for x in r.stdout.split())
 
 
+def h0_steady(fab: Any, pause: Callable[[float], object] = time.sleep) -> bool:
+    """Did h0's ports send at :data:`STEADY_RATE` or more over the next 0.3 s
+    (``pause``: how to wait them)?"""
+    b0 = h0_sent(fab)
+    pause(0.3)
+    return (h0_sent(fab) - b0) / 0.3 >= STEADY_RATE
+
+
 class SteadySender(threading.Thread):
     """``--steady``: the CPU per GB of h0's sending process (``pid()``: None until it
     runs) over ``seconds`` in the middle of its transfer, per byte h0's ports sent
@@ -208,22 +216,18 @@ class SteadySender(threading.Thread):
         self.s_per_gb: float | None = None
         self.done = threading.Event()
 
-    def _sent(self) -> int:
-        return h0_sent(self.fab)
-
     def run(self) -> None:
         with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
             while not self.done.is_set():
                 pid = self.pid()
-                b0 = self._sent()
-                if self.done.wait(0.3) or pid is None:
+                # (a wait ended by done leaves the loop at its test)
+                if not h0_steady(self.fab, self.done.wait) or pid is None \
+                        or self.done.is_set():
                     continue
-                if (self._sent() - b0) / 0.3 < STEADY_RATE:
-                    continue
-                c0, b0 = sum(_proc_times(pid)), self._sent()
+                c0, b0 = sum(_proc_times(pid)), h0_sent(self.fab)
                 if self.done.wait(self.seconds):
                     return  # (it ended inside the window: no figure)
-                c1, b1 = sum(_proc_times(pid)), self._sent()
+                c1, b1 = sum(_proc_times(pid)), h0_sent(self.fab)
                 if b1 > b0:
                     self.s_per_gb = (c1 - c0) / ((b1 - b0) / 1e9)
                 return

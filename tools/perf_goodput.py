@@ -145,13 +145,9 @@ def _steady_record(fab: object, pid: int, seconds: float, data: str) -> float:
     """``perf record -g -p pid`` for ``seconds`` once h0's ports send steadily; the GB
     they sent meanwhile (0.0 if the transfer never got steady in 60 s)."""
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        b0 = bg.h0_sent(fab)
-        time.sleep(0.3)
-        if (bg.h0_sent(fab) - b0) / 0.3 >= bg.STEADY_RATE:
-            break
-    else:
-        return 0.0
+    while not bg.h0_steady(fab):
+        if time.monotonic() > deadline:
+            return 0.0
     b0 = bg.h0_sent(fab)
     subprocess.run(["perf", "record", "-g", "-q", "-F", str(FREQ), "-p", str(pid), "-o", data,
                     "--", "sleep", str(seconds)], check=True, stdout=subprocess.DEVNULL,

@@ -54,6 +54,7 @@ from typing import Any, Final
 
 from mrcnet.core.config import TUNINGS, HostConfig
 from mrcnet.core.recovery import retry_cnt_for
+from mrcnet.daemon.busyports import ENTER_AFTER
 from mrcnet.errors import MrcError
 from mrcnet.wire.dscp import DscpClasses
 
@@ -158,7 +159,7 @@ DEFAULT_ANSWER_POLL_US: Final = 100
 DEFAULT_IDLE_POLL_US: Final = 500
 #: ``busy_ports``'s default and most: looks in a row that found a port readable (after
 #: a batch) before the ports leave the loop's epoll set (mrcnet/daemon/busyports.py)
-DEFAULT_BUSY_PORTS: Final = 8
+DEFAULT_BUSY_PORTS: Final = ENTER_AFTER
 MAX_BUSY_PORTS: Final = 1000
 
 
